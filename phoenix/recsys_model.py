@@ -98,6 +98,17 @@ class RecsysEmbeddings:
     user_ip_embeddings: Optional[jax.typing.ArrayLike] = None  # [B, nIP, D]
 
 
+def _flatten_embeddings(emb: RecsysEmbeddings):
+    return tuple(getattr(emb, f) for f in _EMBEDDING_FIELDS), None
+
+
+_EMBEDDING_FIELDS = tuple(RecsysEmbeddings.__dataclass_fields__)
+# A pytree, so that embeddings can be passed straight into jitted functions.
+jax.tree_util.register_pytree_node(
+    RecsysEmbeddings, _flatten_embeddings, lambda _, leaves: RecsysEmbeddings(*leaves)
+)
+
+
 class RecsysModelOutput(NamedTuple):
     logits: jax.Array  # [B, C, A]
     continuous_preds: Optional[jax.Array] = None  # [B, C, N]
@@ -341,26 +352,25 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
             self.config.post_age_granularity_mins,
         )
 
-    def build_inputs(
+    def _surface_embeddings(self, surfaces: jax.Array) -> jax.Array:
+        """Product surfaces [B, L] -> [B, L, D] (one table shared by history and candidates)."""
+        config = self.config
+        return self._single_hot_to_embeddings(
+            surfaces, config.product_surface_vocab_size, config.emb_size,
+            "product_surface_embedding_table",
+        )
+
+    def build_context_inputs(
         self, batch: RecsysBatch, recsys_embeddings: RecsysEmbeddings
-    ) -> Tuple[jax.Array, jax.Array, int]:
-        """Token sequence [B, T, D], padding mask [B, T] and the first candidate index."""
+    ) -> Tuple[jax.Array, jax.Array]:
+        """User + history tokens [B, 1+S, D] and their padding mask [B, 1+S]."""
         config = self.config
         hashes = config.hash_config
-        D = config.emb_size
-        surface = lambda x: self._single_hot_to_embeddings(  # noqa: E731
-            x, config.product_surface_vocab_size, D, "product_surface_embedding_table"
-        )
-        history_surface = surface(batch.history_product_surface)  # [B, S, D]
-        candidate_surface = surface(batch.candidate_product_surface)  # [B, C, D]
-        history_actions = self._get_action_embeddings(jnp.asarray(batch.history_actions))
-        history_dwell = self._dwell_time_embeddings(batch)  # [B, S, D]
-
         user, user_mask = block_user_reduce(
             batch.user_hashes,
             jnp.asarray(recsys_embeddings.user_embeddings),
             hashes.num_user_hashes,
-            D,
+            config.emb_size,
             1.0,
             user_ip_embeddings=recsys_embeddings.user_ip_embeddings,
             num_ip_hashes=hashes.num_ip_hashes,
@@ -369,30 +379,49 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
             batch.history_post_hashes,
             jnp.asarray(recsys_embeddings.history_post_embeddings),
             jnp.asarray(recsys_embeddings.history_author_embeddings),
-            history_surface,
-            history_actions,
+            self._surface_embeddings(batch.history_product_surface),
+            self._get_action_embeddings(jnp.asarray(batch.history_actions)),
             hashes.num_item_hashes,
             hashes.num_author_hashes,
             1.0,
-            history_continuous_embeddings=history_dwell,
+            history_continuous_embeddings=self._dwell_time_embeddings(batch),
         )
+        tokens = jnp.concatenate([user, history], axis=1)  # [B, 1+S, D]
+        mask = jnp.concatenate([user_mask, history_mask], axis=1)  # [B, 1+S]
+        return tokens.astype(self.fprop_dtype), mask
+
+    def build_candidate_inputs(
+        self, batch: RecsysBatch, recsys_embeddings: RecsysEmbeddings
+    ) -> Tuple[jax.Array, jax.Array]:
+        """Candidate tokens [B, C, D] and their padding mask [B, C]."""
+        config = self.config
         post_age = self._single_hot_to_embeddings(
-            self._post_age_buckets(batch), config.post_age_vocab_size, D, "post_age_embedding_table"
+            self._post_age_buckets(batch),
+            config.post_age_vocab_size,
+            config.emb_size,
+            "post_age_embedding_table",
         )  # [B, C, D]
-        candidates, candidate_mask = block_candidate_reduce(
+        tokens, mask = block_candidate_reduce(
             batch.candidate_post_hashes,
             jnp.asarray(recsys_embeddings.candidate_post_embeddings),
             jnp.asarray(recsys_embeddings.candidate_author_embeddings),
-            candidate_surface,
-            hashes.num_item_hashes,
-            hashes.num_author_hashes,
+            self._surface_embeddings(batch.candidate_product_surface),
+            config.hash_config.num_item_hashes,
+            config.hash_config.num_author_hashes,
             1.0,
             candidate_post_age_embeddings=post_age,
         )
-        tokens = jnp.concatenate([user, history, candidates], axis=1)  # [B, T, D]
-        mask = jnp.concatenate([user_mask, history_mask, candidate_mask], axis=1)  # [B, T]
-        candidate_start = user_mask.shape[1] + history_mask.shape[1]
-        return tokens.astype(self.fprop_dtype), mask, candidate_start
+        return tokens.astype(self.fprop_dtype), mask
+
+    def build_inputs(
+        self, batch: RecsysBatch, recsys_embeddings: RecsysEmbeddings
+    ) -> Tuple[jax.Array, jax.Array, int]:
+        """Token sequence [B, T, D], padding mask [B, T] and the first candidate index."""
+        context, context_mask = self.build_context_inputs(batch, recsys_embeddings)
+        candidates, candidate_mask = self.build_candidate_inputs(batch, recsys_embeddings)
+        tokens = jnp.concatenate([context, candidates], axis=1)  # [B, T, D]
+        mask = jnp.concatenate([context_mask, candidate_mask], axis=1)  # [B, T]
+        return tokens, mask, context.shape[1]
 
     def __call__(self, batch: RecsysBatch, recsys_embeddings: RecsysEmbeddings) -> RecsysModelOutput:
         tokens, mask, candidate_start = self.build_inputs(batch, recsys_embeddings)

@@ -1,0 +1,418 @@
+"""Typed configuration of a Phoenix artifact directory (``config.json``).
+
+``ArtifactConfig`` describes both towers (ranker and retrieval), the hash functions that map raw
+ids to embedding rows and the name of every output column. ``from_dict`` reads the published
+``config.json`` layout (optional keys take their defaults) and ``to_dict`` writes every key,
+``action_names`` included. Every problem raises ``ArtifactError`` naming the file and the key.
+
+The module imports no JAX at import time, so clients can read a config without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+logger = logging.getLogger(__name__)
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+ENTITIES = ("user", "item", "author")
+
+# Output columns of the published models follow the proto's action enum; only these are named.
+PROTO_ACTION_NAMES = {
+    1: "favorite",
+    4: "reply",
+    5: "quote",
+    6: "repost",
+    11: "dwell",
+    13: "vqv",
+}
+
+REQUIRED_INT_KEYS = (
+    "emb_size",
+    "history_seq_len",
+    "candidate_seq_len",
+    "num_user_hashes",
+    "num_item_hashes",
+    "num_author_hashes",
+    "key_size",
+    "num_heads",
+    "num_layers",
+    "num_actions",
+    "product_surface_vocab_size",
+    "post_age_granularity_mins",
+    "user_vocab_size",
+    "item_vocab_size",
+    "author_vocab_size",
+)
+OPTIONAL_FLOAT_KEYS = ("widening_factor", "attn_output_multiplier")
+OPTIONAL_BOOL_KEYS = ("right_anchored_rope", "enable_linear_proj")
+
+
+class ArtifactError(ValueError):
+    """An artifact (config, weights, tables, corpus, example) is missing or malformed."""
+
+
+def default_action_names(num_actions: int) -> tuple[str, ...]:
+    """Column names of published files: proto names where known, ``action_<i>`` elsewhere."""
+    return tuple(PROTO_ACTION_NAMES.get(i, f"action_{i}") for i in range(num_actions))
+
+
+@dataclass(frozen=True)
+class EntityHashParams:
+    """Multiply-add-mod hash functions of one entity type (one function per scale)."""
+
+    scales: tuple[int, ...]
+    biases: tuple[int, ...]
+    modulus: int
+
+    @property
+    def num_hashes(self) -> int:
+        return len(self.scales)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scales": list(self.scales), "biases": list(self.biases), "modulus": self.modulus}
+
+
+@dataclass(frozen=True)
+class HashParams:
+    """Hash functions of users, items (posts) and authors."""
+
+    user: EntityHashParams
+    item: EntityHashParams
+    author: EntityHashParams
+
+    def for_entity(self, entity: str) -> EntityHashParams:
+        """The parameters of ``entity`` ('user', 'item' or 'author')."""
+        if entity not in ENTITIES:
+            raise ValueError(f"unknown entity {entity!r}, expected one of {ENTITIES}")
+        return getattr(self, entity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {entity: self.for_entity(entity).to_dict() for entity in ENTITIES}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactConfig:
+    """Shapes, vocabularies and hash functions shared by the ranker and the retrieval model."""
+
+    emb_size: int
+    history_seq_len: int
+    candidate_seq_len: int
+    num_user_hashes: int
+    num_item_hashes: int
+    num_author_hashes: int
+    key_size: int
+    num_heads: int
+    num_kv_heads: int
+    num_layers: int
+    widening_factor: float = 2.0
+    attn_output_multiplier: float = 0.125
+    num_actions: int
+    action_names: tuple[str, ...]
+    product_surface_vocab_size: int
+    post_age_granularity_mins: int
+    user_vocab_size: int
+    item_vocab_size: int
+    author_vocab_size: int
+    right_anchored_rope: bool = False
+    enable_linear_proj: bool = True
+    hash_params: HashParams
+
+    def __post_init__(self):
+        check_config_values(self, source="ArtifactConfig")
+
+    # -- derived values ------------------------------------------------------------------
+
+    def num_hashes(self, entity: str) -> int:
+        """Hashes per id of ``entity`` ('user', 'item' or 'author')."""
+        return getattr(self, f"num_{entity}_hashes")
+
+    def vocab_size(self, entity: str) -> int:
+        """Rows of the embedding table of ``entity``."""
+        return getattr(self, f"{entity}_vocab_size")
+
+    def action_index(self, name: str) -> int:
+        """Output column of the action called ``name``."""
+        if name not in self.action_names:
+            raise KeyError(f"no action named {name!r}; columns are {list(self.action_names)}")
+        return self.action_names.index(name)
+
+    # -- model configs -------------------------------------------------------------------
+
+    def transformer_config(self):
+        """The ``phoenix.grok.TransformerConfig`` both towers share."""
+        from phoenix.grok import TransformerConfig  # lazy: keep this module free of JAX
+
+        return TransformerConfig(
+            emb_size=self.emb_size,
+            key_size=self.key_size,
+            num_q_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            num_layers=self.num_layers,
+            widening_factor=self.widening_factor,
+            attn_output_multiplier=self.attn_output_multiplier,
+        )
+
+    def hash_config(self):
+        """The ``phoenix.recsys_model.HashConfig`` (hash counts per entity)."""
+        from phoenix.recsys_model import HashConfig
+
+        return HashConfig(
+            num_user_hashes=self.num_user_hashes,
+            num_item_hashes=self.num_item_hashes,
+            num_author_hashes=self.num_author_hashes,
+        )
+
+    def ranker_config(self, fprop_dtype: Any = None):
+        """``PhoenixModelConfig`` of the ranker; ``fprop_dtype`` defaults to float32."""
+        import jax.numpy as jnp
+
+        from phoenix.recsys_model import PhoenixModelConfig
+
+        return PhoenixModelConfig(
+            model=self.transformer_config(),
+            emb_size=self.emb_size,
+            num_actions=self.num_actions,
+            history_seq_len=self.history_seq_len,
+            candidate_seq_len=self.candidate_seq_len,
+            fprop_dtype=jnp.float32 if fprop_dtype is None else fprop_dtype,
+            hash_config=self.hash_config(),
+            product_surface_vocab_size=self.product_surface_vocab_size,
+            post_age_granularity_mins=self.post_age_granularity_mins,
+            right_anchored_rope=self.right_anchored_rope,
+        )
+
+    def retrieval_config(self, fprop_dtype: Any = None):
+        """``PhoenixRetrievalModelConfig``; ``fprop_dtype`` defaults to float32."""
+        import jax.numpy as jnp
+
+        from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
+
+        return PhoenixRetrievalModelConfig(
+            model=self.transformer_config(),
+            emb_size=self.emb_size,
+            history_seq_len=self.history_seq_len,
+            candidate_seq_len=self.candidate_seq_len,
+            fprop_dtype=jnp.float32 if fprop_dtype is None else fprop_dtype,
+            hash_config=self.hash_config(),
+            product_surface_vocab_size=self.product_surface_vocab_size,
+            enable_linear_proj=self.enable_linear_proj,
+        )
+
+    # -- (de)serialisation ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with every key (``action_names`` always written explicitly)."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "hash_params":
+                value = value.to_dict()
+            elif field.name == "action_names":
+                value = list(value)
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "config.json") -> ArtifactConfig:
+        """Parse a ``config.json`` mapping; errors name ``source`` and the offending key."""
+        if not isinstance(d, Mapping):
+            raise ArtifactError(f"{source}: expected a JSON object, found {type(d).__name__}")
+        values: dict[str, Any] = {key: _required(d, key, source) for key in REQUIRED_INT_KEYS}
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for key in OPTIONAL_FLOAT_KEYS + OPTIONAL_BOOL_KEYS:
+            values[key] = d.get(key, defaults[key])
+        values["num_kv_heads"] = d.get("num_kv_heads", values["num_heads"])
+        values["action_names"] = _parse_action_names(d, values["num_actions"], source)
+        values["hash_params"] = _parse_hash_params(_required(d, "hash_params", source), source)
+        _warn_unknown_keys(d, source)
+        check_config_values(values, source)
+        return cls(**values)
+
+
+# ----------------------------------------------------------------------------------------
+# Parsing helpers
+# ----------------------------------------------------------------------------------------
+
+
+def _required(d: Mapping[str, Any], key: str, source: str) -> Any:
+    if key not in d:
+        raise ArtifactError(f"{source}: missing key '{key}'")
+    return d[key]
+
+
+def _warn_unknown_keys(d: Mapping[str, Any], source: str) -> None:
+    # Unknown keys are tolerated (newer writers may add some) but a typo should be visible.
+    known = {f.name for f in dataclasses.fields(ArtifactConfig)}
+    for key in sorted(set(d) - known):
+        logger.warning("%s: ignoring unknown key '%s'", source, key)
+
+
+def _parse_action_names(d: Mapping[str, Any], num_actions: Any, source: str) -> Any:
+    if "action_names" not in d:
+        if not _is_int(num_actions):
+            return ()  # the type error of num_actions is reported by the value checks
+        return default_action_names(num_actions)
+    names = d["action_names"]
+    if not isinstance(names, list):
+        raise ArtifactError(
+            f"{source}: 'action_names' must be a list of strings, found {type(names).__name__}"
+        )
+    return tuple(names)
+
+
+def _parse_int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(_is_int(v) for v in value):
+        raise ArtifactError(f"{source}: '{key}' must be a list of integers, found {value!r}")
+    return tuple(value)
+
+
+_HASH_KEYS = ("scales", "biases", "modulus")
+
+
+def _parse_entity_hash_params(value: Any, key: str, source: str) -> EntityHashParams:
+    if not isinstance(value, Mapping):
+        raise ArtifactError(f"{source}: '{key}' must be an object, found {type(value).__name__}")
+    fields = {name: _required(value, name, source=f"{source}: '{key}'") for name in _HASH_KEYS}
+    modulus = fields["modulus"]
+    if not _is_int(modulus):
+        raise ArtifactError(f"{source}: '{key}.modulus' must be an integer, found {modulus!r}")
+    return EntityHashParams(
+        scales=_parse_int_list(fields["scales"], f"{key}.scales", source),
+        biases=_parse_int_list(fields["biases"], f"{key}.biases", source),
+        modulus=modulus,
+    )
+
+
+def _parse_hash_params(value: Any, source: str) -> HashParams:
+    if not isinstance(value, Mapping):
+        raise ArtifactError(
+            f"{source}: 'hash_params' must be an object, found {type(value).__name__}"
+        )
+    entities = {
+        entity: _parse_entity_hash_params(
+            _required(value, entity, source=f"{source}: 'hash_params'"),
+            f"hash_params.{entity}",
+            source,
+        )
+        for entity in ENTITIES
+    }
+    return HashParams(**entities)
+
+
+# ----------------------------------------------------------------------------------------
+# Value checks (shared by from_dict and the constructor)
+# ----------------------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _get(values: Any, key: str) -> Any:
+    return values[key] if isinstance(values, Mapping) else getattr(values, key)
+
+
+def _check_positive_int(value: Any, key: str, source: str, minimum: int = 1) -> None:
+    if not _is_int(value):
+        raise ArtifactError(
+            f"{source}: '{key}' must be an integer, found {type(value).__name__} ({value!r})"
+        )
+    if value < minimum:
+        wanted = "positive" if minimum == 1 else f">= {minimum}"
+        raise ArtifactError(f"{source}: '{key}' must be {wanted}, found {value}")
+
+
+def _check_sizes(values: Any, source: str) -> None:
+    for key in REQUIRED_INT_KEYS + ("num_kv_heads",):
+        # mod (vocab - 1) + 1 needs at least one row besides the padding row
+        minimum = 2 if key.endswith("_vocab_size") and key != "product_surface_vocab_size" else 1
+        _check_positive_int(_get(values, key), key, source, minimum)
+    for key in OPTIONAL_FLOAT_KEYS:
+        value = _get(values, key)
+        if not _is_number(value) or not value > 0:
+            raise ArtifactError(f"{source}: '{key}' must be a positive number, found {value!r}")
+    for key in OPTIONAL_BOOL_KEYS:
+        value = _get(values, key)
+        if not isinstance(value, bool):
+            raise ArtifactError(f"{source}: '{key}' must be true or false, found {value!r}")
+
+
+def _check_heads(values: Any, source: str) -> None:
+    num_heads, num_kv_heads = _get(values, "num_heads"), _get(values, "num_kv_heads")
+    if num_heads % num_kv_heads:
+        raise ArtifactError(
+            f"{source}: 'num_heads' ({num_heads}) must be a multiple of "
+            f"'num_kv_heads' ({num_kv_heads})"
+        )
+    key_size = _get(values, "key_size")
+    if key_size % 2:
+        # rotary embeddings rotate pairs of features
+        raise ArtifactError(f"{source}: 'key_size' must be even, found {key_size}")
+
+
+def _check_action_names(values: Any, source: str) -> None:
+    names, num_actions = _get(values, "action_names"), _get(values, "num_actions")
+    if not isinstance(names, tuple) or not all(isinstance(n, str) and n for n in names):
+        raise ArtifactError(f"{source}: 'action_names' must be non-empty strings, found {names!r}")
+    if len(names) != num_actions:
+        raise ArtifactError(
+            f"{source}: 'action_names' has {len(names)} names, expected num_actions = {num_actions}"
+        )
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ArtifactError(f"{source}: 'action_names' has duplicate names {duplicates}")
+
+
+def _check_int64_list(numbers: tuple[int, ...], key: str, source: str) -> None:
+    if not isinstance(numbers, tuple) or not all(_is_int(v) for v in numbers):
+        raise ArtifactError(f"{source}: '{key}' must be integers, found {numbers!r}")
+    for value in numbers:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ArtifactError(f"{source}: '{key}' value {value} does not fit in int64")
+
+
+def _check_entity_hash(params: Any, entity: str, expected: int, source: str) -> None:
+    key = f"hash_params.{entity}"
+    if not isinstance(params, EntityHashParams):
+        raise ArtifactError(f"{source}: '{key}' must be EntityHashParams, found {params!r}")
+    _check_int64_list(params.scales, f"{key}.scales", source)
+    _check_int64_list(params.biases, f"{key}.biases", source)
+    for name in ("scales", "biases"):
+        count = len(getattr(params, name))
+        if count != expected:
+            raise ArtifactError(
+                f"{source}: '{key}.{name}' has {count} entries, "
+                f"expected num_{entity}_hashes = {expected}"
+            )
+    modulus = params.modulus
+    if not _is_int(modulus) or not 0 < modulus <= INT64_MAX:
+        raise ArtifactError(
+            f"{source}: '{key}.modulus' must be a positive int64, found {modulus!r}"
+        )
+
+
+def _check_hash_params(values: Any, source: str) -> None:
+    hash_params = _get(values, "hash_params")
+    if not isinstance(hash_params, HashParams):
+        raise ArtifactError(f"{source}: 'hash_params' must be HashParams, found {hash_params!r}")
+    for entity in ENTITIES:
+        expected = _get(values, f"num_{entity}_hashes")
+        _check_entity_hash(getattr(hash_params, entity), entity, expected, source)
+
+
+def check_config_values(values: Any, source: str) -> None:
+    """Raise ``ArtifactError`` for the first invalid field of a config (object or mapping)."""
+    _check_sizes(values, source)
+    _check_heads(values, source)
+    _check_action_names(values, source)
+    _check_hash_params(values, source)
+

@@ -1,0 +1,566 @@
+"""Fast jitted inference for the Phoenix ranker and retriever.
+
+Ranking exploits candidate isolation: the user + history tokens (the *context*) never attend
+to candidates, so their per-layer keys and values are computed once per user and every
+candidate is then scored against that cache, attending to the context and to itself only.
+That turns the (1 + S + C)^2 attention of the plain model into (1 + S)^2 + C * (1 + S + 1)
+and lets any number of candidates be scored in fixed-size chunks, with results equal to the
+plain model's (``PhoenixModel``) whatever the chunking or the batch composition.
+
+Every jitted function is compiled for a small set of bucketed shapes (batch size, candidate
+chunk, top-k) by ``warm_up()``, so no request pays for a compilation later.
+
+Shape glossary
+  B  users in a call (padded to a batch bucket)   S  history_seq_len
+  T  context length 1 + S                          C  candidates in a chunk (a chunk bucket)
+  D  emb_size   H  query heads   K  key/value heads   G  H // K   d  key_size
+  A  num_actions   N  continuous outputs (8)   L  layers   M  corpus size   k  top-k bucket
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from phoenix.grok import (
+    MASKED_LOGIT,
+    apply_rope,
+    gated_gelu,
+    right_anchored_rope_positions,
+    rms_normalize,
+    rope_phase,
+    soft_cap_logits,
+)
+from phoenix.recsys_model import PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
+from phoenix.recsys_retrieval_model import (
+    INF,
+    PhoenixRetrievalModelConfig,
+    candidate_tower_mlp,
+    l2_normalize,
+)
+
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16)
+DEFAULT_CANDIDATE_BUCKETS = (16, 64, 256, 1024)
+DEFAULT_TOP_K_BUCKETS = (64, 256, 1024, 2048)
+
+
+def default_compute_dtype() -> Any:
+    """bfloat16 on accelerators (the original forward dtype), float32 on CPUs."""
+    return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+
+
+def bucket_for(size: int, buckets: Sequence[int]) -> int:
+    """Smallest bucket >= size (the largest bucket if none is)."""
+    for bucket in buckets:
+        if size <= bucket:
+            return bucket
+    return buckets[-1]
+
+
+def _pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """Zero-pad ``x`` along ``axis`` up to ``size``."""
+    missing = size - x.shape[axis]
+    if missing <= 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, missing)
+    return np.pad(x, widths)
+
+
+# ----------------------------------------------------------------------------------------
+# Layer parameters, pre-cast once to the compute dtype
+# ----------------------------------------------------------------------------------------
+
+
+class LayerWeights(NamedTuple):
+    norm_attn_in: jax.Array  # [D]
+    norm_attn_out: jax.Array  # [D]
+    norm_ffn_in: jax.Array  # [D]
+    norm_ffn_out: jax.Array  # [D]
+    w_q: jax.Array  # [D, H*d]
+    w_k: jax.Array  # [D, K*d]
+    w_v: jax.Array  # [D, K*d]
+    w_o: jax.Array  # [H*d, D]
+    w_gate: jax.Array  # [D, F]
+    w_value: jax.Array  # [D, F]
+    w_out: jax.Array  # [F, D]
+
+
+def layer_weights(params, num_layers: int, dtype) -> list[LayerWeights]:
+    """Per-layer weights from Haiku params; matrices cast to ``dtype``, norms stay float32."""
+    layers = []
+    for i in range(num_layers):
+        prefix = f"transformer/decoder_layer_{i}"
+        attn = f"{prefix}/multi_head_attention"
+        cast = lambda name: jnp.asarray(params[name]["w"], dtype)  # noqa: E731
+        norm = lambda name: jnp.asarray(params[f"{prefix}/{name}"]["scale"], jnp.float32)  # noqa: E731
+        layers.append(
+            LayerWeights(
+                norm_attn_in=norm("rms_norm"),
+                norm_attn_out=norm("rms_norm_1"),
+                norm_ffn_in=norm("rms_norm_2"),
+                norm_ffn_out=norm("rms_norm_3"),
+                w_q=cast(f"{attn}/query"),
+                w_k=cast(f"{attn}/key"),
+                w_v=cast(f"{attn}/value"),
+                w_o=cast(f"{attn}/linear"),
+                w_gate=cast(f"{prefix}/linear"),
+                w_value=cast(f"{prefix}/linear_v"),
+                w_out=cast(f"{prefix}/linear_1"),
+            )
+        )
+    return layers
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionShape:
+    num_q_heads: int
+    num_kv_heads: int
+    key_size: int
+    attn_output_multiplier: float
+
+    @property
+    def groups(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+
+def _qkv(x: jax.Array, w: LayerWeights, shape: AttentionShape, phase: jax.Array):
+    """Projected, rotated heads of normalised tokens x [B, n, D]."""
+    b, n, _ = x.shape
+    q = jnp.dot(x, w.w_q).reshape(b, n, shape.num_kv_heads, shape.groups, shape.key_size)
+    k = jnp.dot(x, w.w_k).reshape(b, n, shape.num_kv_heads, shape.key_size)  # [B, n, K, d]
+    v = jnp.dot(x, w.w_v).reshape(b, n, shape.num_kv_heads, shape.key_size)  # [B, n, K, d]
+    q = apply_rope(q.reshape(b, n, -1, shape.key_size), phase)  # rope over all H heads
+    q = q.reshape(b, n, shape.num_kv_heads, shape.groups, shape.key_size)  # [B, n, K, G, d]
+    return q, apply_rope(k, phase), v
+
+
+def _finish_layer(h, attn, w: LayerWeights):
+    """Output projection, post-norm, residual, then the FFN sub-block."""
+    h = h + rms_normalize(jnp.dot(attn, w.w_o), w.norm_attn_out)
+    dense = gated_gelu(rms_normalize(h, w.norm_ffn_in), w.w_gate, w.w_value, w.w_out)
+    return h + rms_normalize(dense, w.norm_ffn_out)
+
+
+def context_layers(tokens, mask, positions, layers, shape: AttentionShape):
+    """Causal pass over the context; returns the per-layer (keys, values) cache.
+
+    tokens [B, T, D], mask [B, T] bool, positions [B|1, T] -> list of ([B,T,K,d], [B,T,K,d]).
+    """
+    seq = tokens.shape[1]
+    phase = rope_phase(positions, shape.key_size)  # [B|1, T, 1, d]
+    causal = jnp.tril(jnp.ones((seq, seq), bool))  # [T, T]
+    allowed = causal[None] & mask[:, None, :]  # [B, T(query), T(key)]
+    h, cache = tokens, []
+    for w in layers:
+        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)
+        cache.append((k, v))
+        logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32)  # [B,K,G,T,T]
+        logits = soft_cap_logits(logits, shape.attn_output_multiplier)
+        logits = jnp.where(allowed[:, None, None], logits, MASKED_LOGIT)
+        probs = jax.nn.softmax(logits).astype(h.dtype)
+        attn = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(h.shape[0], seq, -1)
+        h = _finish_layer(h, attn, w)
+    return cache
+
+
+def candidate_layers(tokens, mask, positions, context_mask, cache, layers, shape):
+    """Candidates attend to the cached context and to themselves only.
+
+    tokens [B, C, D], mask [B, C] bool, positions [B|1, C], context_mask [B, T] bool.
+    Returns the final hidden states [B, C, D].
+    """
+    b, c, _ = tokens.shape
+    phase = rope_phase(positions, shape.key_size)  # [B|1, C, 1, d]
+    h = tokens
+    for w, (ctx_k, ctx_v) in zip(layers, cache):
+        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)  # q [B,C,K,G,d]
+        to_context = jnp.einsum("bckgd,btkd->bkgct", q, ctx_k)  # [B, K, G, C, T]
+        to_self = jnp.einsum("bckgd,bckd->bkgc", q, k)[..., None]  # [B, K, G, C, 1]
+        logits = jnp.concatenate([to_context, to_self], axis=-1).astype(jnp.float32)
+        logits = soft_cap_logits(logits, shape.attn_output_multiplier)  # [B, K, G, C, T+1]
+        allowed = jnp.concatenate(
+            [jnp.broadcast_to(context_mask[:, None, :], (b, c, context_mask.shape[1])), mask[..., None]],
+            axis=-1,
+        )  # [B, C, T+1]
+        logits = jnp.where(allowed[:, None, None], logits, MASKED_LOGIT)
+        probs = jax.nn.softmax(logits).astype(h.dtype)
+        attn = jnp.einsum("bkgct,btkd->bckgd", probs[..., :-1], ctx_v)
+        attn = attn + probs[..., -1].transpose(0, 3, 1, 2)[..., None] * v[:, :, :, None, :]
+        h = _finish_layer(h, attn.reshape(b, c, -1), w)
+    return h
+
+
+# ----------------------------------------------------------------------------------------
+# Ranking
+# ----------------------------------------------------------------------------------------
+
+
+class RankingScores(NamedTuple):
+    logits: np.ndarray  # [B, C, A] float32
+    continuous_preds: np.ndarray  # [B, C, N] float32
+
+
+def _model_method(config: PhoenixModelConfig, method: str):
+    """Haiku-applied ``PhoenixModel.<method>``: token construction exactly as the model does."""
+    return hk.without_apply_rng(
+        hk.transform(lambda batch, emb: getattr(config.make(), method)(batch, emb))
+    ).apply
+
+
+class RankingEngine:
+    """Scores any number of candidates per user against a cached user + history context."""
+
+    def __init__(
+        self,
+        config: PhoenixModelConfig,
+        params,
+        *,
+        compute_dtype=None,
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+        candidate_buckets: Sequence[int] = DEFAULT_CANDIDATE_BUCKETS,
+    ):
+        self.dtype = compute_dtype or default_compute_dtype()
+        self.config = dataclasses.replace(config, fprop_dtype=self.dtype)
+        self.batch_buckets = tuple(sorted(batch_buckets))
+        self.candidate_buckets = tuple(sorted(candidate_buckets))
+        self.chunk = self.candidate_buckets[-1]
+        self.params = params
+        tc = config.model
+        self.shape = AttentionShape(
+            tc.num_q_heads, tc.num_kv_heads, tc.key_size, tc.attn_output_multiplier
+        )
+        self.layers = layer_weights(params, tc.num_layers, self.dtype)
+        self.final_norm = jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32)
+        self.unembed = jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32)
+        self.continuous = jnp.asarray(
+            params["phoenix_model"]["continuous_unembeddings"], jnp.float32
+        )
+        self._context_tokens = _model_method(self.config, "build_context_inputs")
+        self._candidate_tokens = _model_method(self.config, "build_candidate_inputs")
+        self._encode_context = jax.jit(self._context_fn)
+        self._score_chunk = jax.jit(self._chunk_fn)
+
+    # -- jitted bodies ------------------------------------------------------------------
+
+    def _context_fn(self, params, batch: RecsysBatch, emb: RecsysEmbeddings):
+        """Context tokens -> (kv cache, context mask); the batch carries one candidate slot."""
+        tokens, mask = self._context_tokens(params, batch, emb)  # [B, T, D], [B, T]
+        positions = self._context_positions(mask)
+        cache = context_layers(tokens, mask, positions, self.layers, self.shape)
+        return cache, mask
+
+    def _context_positions(self, mask):
+        if self.config.right_anchored_rope:
+            return right_anchored_rope_positions(mask, self.config.history_seq_len, 1)
+        return jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
+
+    def _candidate_positions(self, mask, first_index):
+        """Candidate i of the request sits at position T + i (or history_end when anchored)."""
+        seq = 1 + self.config.history_seq_len
+        if self.config.right_anchored_rope:
+            return jnp.where(mask, float(seq), 0.0)
+        index = jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
+        return seq + first_index + index
+
+    def _chunk_fn(self, params, cache, context_mask, batch, emb, first_index):
+        tokens, mask = self._candidate_tokens(params, batch, emb)  # [B, C, D], [B, C]
+        positions = self._candidate_positions(mask, first_index)
+        h = candidate_layers(tokens, mask, positions, context_mask, cache, self.layers, self.shape)
+        h = rms_normalize(h, self.final_norm).astype(jnp.float32)  # [B, C, D]
+        logits = jnp.dot(h, self.unembed)  # [B, C, A]
+        continuous = jax.nn.sigmoid(jnp.dot(h, self.continuous))  # [B, C, N]
+        return logits, continuous
+
+    # -- host-side orchestration ----------------------------------------------------------
+
+    def _split(self, batch: RecsysBatch, emb: RecsysEmbeddings, start: int, stop: int, rows: int):
+        """Candidate slice [start, stop) of the request, padded to ``rows`` x chunk bucket."""
+        width = bucket_for(stop - start, self.candidate_buckets)
+        cand = lambda x: _pad_axis(_pad_axis(np.asarray(x)[:, start:stop], 1, width), 0, rows)  # noqa: E731
+        hist = lambda x: _pad_axis(np.asarray(x), 0, rows)  # noqa: E731
+        optional = lambda x, f: None if x is None else f(x)  # noqa: E731
+        b = batch._replace(
+            user_hashes=hist(batch.user_hashes),
+            history_post_hashes=hist(batch.history_post_hashes),
+            history_author_hashes=hist(batch.history_author_hashes),
+            history_actions=hist(batch.history_actions),
+            history_product_surface=hist(batch.history_product_surface),
+            candidate_post_hashes=cand(batch.candidate_post_hashes),
+            candidate_author_hashes=cand(batch.candidate_author_hashes),
+            candidate_product_surface=cand(batch.candidate_product_surface),
+            history_continuous_actions=optional(batch.history_continuous_actions, hist),
+            candidate_impr_ts=optional(batch.candidate_impr_ts, cand),
+            candidate_post_creation_ts=optional(batch.candidate_post_creation_ts, cand),
+            user_ip_hashes=None,
+        )
+        e = dataclasses.replace(
+            emb,
+            user_embeddings=hist(emb.user_embeddings),
+            history_post_embeddings=hist(emb.history_post_embeddings),
+            history_author_embeddings=hist(emb.history_author_embeddings),
+            candidate_post_embeddings=cand(emb.candidate_post_embeddings),
+            candidate_author_embeddings=cand(emb.candidate_author_embeddings),
+            user_ip_embeddings=None,
+        )
+        return b, e
+
+    def score(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> RankingScores:
+        """Logits and continuous predictions for every candidate of every user.
+
+        ``batch`` may hold any number of users (split into batch buckets) and any number of
+        candidates (scored in chunks of the largest candidate bucket).
+        """
+        users = np.asarray(batch.user_hashes).shape[0]
+        num_candidates = np.asarray(batch.candidate_post_hashes).shape[1]
+        max_rows = self.batch_buckets[-1]
+        logits, continuous = [], []
+        for first in range(0, users, max_rows):
+            rows = slice(first, min(users, first + max_rows))
+            sub_b, sub_e = _take_users(batch, emb, rows)
+            out = self._score_users(sub_b, sub_e, num_candidates)
+            logits.append(out.logits)
+            continuous.append(out.continuous_preds)
+        return RankingScores(np.concatenate(logits), np.concatenate(continuous))
+
+    def _score_users(self, batch, emb, num_candidates: int) -> RankingScores:
+        users = np.asarray(batch.user_hashes).shape[0]
+        rows = bucket_for(users, self.batch_buckets)
+        ctx_b, ctx_e = self._split(batch, emb, 0, min(1, num_candidates), rows)
+        cache, context_mask = self._encode_context(self.params, ctx_b, ctx_e)
+        logits, continuous = [], []
+        for start in range(0, num_candidates, self.chunk):
+            stop = min(num_candidates, start + self.chunk)
+            b, e = self._split(batch, emb, start, stop, rows)
+            lg, ct = self._score_chunk(self.params, cache, context_mask, b, e, np.float32(start))
+            logits.append(np.asarray(lg)[:users, : stop - start])
+            continuous.append(np.asarray(ct)[:users, : stop - start])
+        if not logits:  # zero candidates
+            empty = lambda n: np.zeros((users, 0, n), np.float32)  # noqa: E731
+            return RankingScores(empty(self.unembed.shape[1]), empty(self.continuous.shape[1]))
+        return RankingScores(np.concatenate(logits, axis=1), np.concatenate(continuous, axis=1))
+
+    def warm_up(self, with_continuous: bool = True, with_timestamps: bool = True) -> int:
+        """Compile every (batch bucket, candidate bucket) shape; returns how many."""
+        compiled = 0
+        for rows in self.batch_buckets:
+            for width in self.candidate_buckets:
+                batch, emb = example_inputs(
+                    self.config, rows, width, with_continuous=with_continuous,
+                    with_timestamps=with_timestamps,
+                )
+                self.score(batch, emb)
+                compiled += 1
+        return compiled
+
+
+def _take_users(batch: RecsysBatch, emb: RecsysEmbeddings, rows: slice):
+    take = lambda x: None if x is None else np.asarray(x)[rows]  # noqa: E731
+    return (
+        RecsysBatch(*[take(x) for x in batch]),
+        RecsysEmbeddings(**{f.name: take(getattr(emb, f.name)) for f in dataclasses.fields(emb)}),
+    )
+
+
+def example_inputs(
+    config, users: int, candidates: int, *, with_continuous=False, with_timestamps=False, seed=0
+):
+    """Random valid (batch, embeddings) of the config's shapes, for warm-up and tests."""
+    rng = np.random.default_rng(seed)
+    hashes = config.hash_config
+    S, D = config.history_seq_len, config.emb_size
+    num_actions = getattr(config, "num_actions", 19)
+    ints = lambda *shape: rng.integers(1, 1000, size=shape).astype(np.int32)  # noqa: E731
+    normal = lambda *shape: rng.normal(size=shape + (D,)).astype(np.float32)  # noqa: E731
+    batch = RecsysBatch(
+        user_hashes=ints(users, hashes.num_user_hashes),
+        history_post_hashes=ints(users, S, hashes.num_item_hashes),
+        history_author_hashes=ints(users, S, hashes.num_author_hashes),
+        history_actions=(rng.random((users, S, num_actions)) > 0.7).astype(np.float32),
+        history_product_surface=rng.integers(0, config.product_surface_vocab_size, (users, S)),
+        candidate_post_hashes=ints(users, candidates, hashes.num_item_hashes),
+        candidate_author_hashes=ints(users, candidates, hashes.num_author_hashes),
+        candidate_product_surface=rng.integers(
+            0, config.product_surface_vocab_size, (users, candidates)
+        ),
+        history_continuous_actions=(
+            rng.exponential(10.0, (users, S, 8)).astype(np.float32) if with_continuous else None
+        ),
+        candidate_impr_ts=(
+            np.full((users, candidates), 1_700_000_000, np.int64) if with_timestamps else None
+        ),
+        candidate_post_creation_ts=(
+            1_700_000_000 - rng.integers(0, 100 * 3600, (users, candidates)) if with_timestamps
+            else None
+        ),
+    )
+    emb = RecsysEmbeddings(
+        user_embeddings=normal(users, hashes.num_user_hashes),
+        history_post_embeddings=normal(users, S, hashes.num_item_hashes),
+        candidate_post_embeddings=normal(users, candidates, hashes.num_item_hashes),
+        history_author_embeddings=normal(users, S, hashes.num_author_hashes),
+        candidate_author_embeddings=normal(users, candidates, hashes.num_author_hashes),
+    )
+    return batch, emb
+
+
+# ----------------------------------------------------------------------------------------
+# Retrieval
+# ----------------------------------------------------------------------------------------
+
+
+class RetrievalEngine:
+    """Jitted user tower, candidate tower and exact top-k over a corpus."""
+
+    def __init__(
+        self,
+        config: PhoenixRetrievalModelConfig,
+        params,
+        *,
+        compute_dtype=None,
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+        top_k_buckets: Sequence[int] = DEFAULT_TOP_K_BUCKETS,
+        candidate_chunk: int = 256,
+    ):
+        self.dtype = compute_dtype or default_compute_dtype()
+        self.config = dataclasses.replace(config, fprop_dtype=self.dtype)
+        self.params = params
+        self.batch_buckets = tuple(sorted(batch_buckets))
+        self.top_k_buckets = tuple(sorted(top_k_buckets))
+        self.candidate_chunk = candidate_chunk
+        model = lambda: self.config.make()  # noqa: E731
+        apply = lambda fn: hk.without_apply_rng(hk.transform(fn)).apply  # noqa: E731
+        self._users = jax.jit(apply(lambda b, e: model().build_user_representation(b, e)[0]))
+        tower = "phoenix_retrieval_model/~build_candidate_representation/candidate_tower"
+        self._tower = params.get(tower)
+        self._candidates = jax.jit(self._candidate_fn)
+        self._top_k = jax.jit(self._top_k_fn, static_argnames="k")
+        self.corpus: Optional[jax.Array] = None
+
+    def _candidate_fn(self, tower, post_emb, author_emb):
+        stacked = jnp.concatenate([post_emb, author_emb], axis=-2)  # [n, h, D]
+        if tower is None:  # mean-pooling tower: no parameters
+            return l2_normalize(jnp.mean(stacked.astype(jnp.float32), axis=-2))
+        w1, w2 = tower["candidate_tower_projection_1"], tower["candidate_tower_projection_2"]
+        return candidate_tower_mlp(stacked.reshape(stacked.shape[0], -1), w1, w2)  # [n, D]
+
+    @staticmethod
+    def _top_k_fn(users, corpus, valid, k):
+        scores = jnp.dot(users.astype(corpus.dtype), corpus.T).astype(jnp.float32)  # [B, M]
+        scores = jnp.where(valid, scores, -INF)
+        return jax.lax.top_k(scores, k)
+
+    def encode_users(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> np.ndarray:
+        """Unit user vectors [B, D] (float32)."""
+        users = np.asarray(batch.user_hashes).shape[0]
+        rows = bucket_for(users, self.batch_buckets)
+        out = []
+        for first in range(0, users, rows):
+            sub_b, sub_e = _take_users(batch, emb, slice(first, first + rows))
+            n = np.asarray(sub_b.user_hashes).shape[0]
+            pad = lambda x: None if x is None else _pad_axis(np.asarray(x), 0, rows)  # noqa: E731
+            sub_b = RecsysBatch(*[pad(x) for x in sub_b])
+            sub_e = RecsysEmbeddings(
+                **{f.name: pad(getattr(sub_e, f.name)) for f in dataclasses.fields(sub_e)}
+            )
+            out.append(np.asarray(self._users(self.params, sub_b, sub_e), np.float32)[:n])
+        return np.concatenate(out) if out else np.zeros((0, self.config.emb_size), np.float32)
+
+    def encode_candidates(self, post_emb: np.ndarray, author_emb: np.ndarray) -> np.ndarray:
+        """Unit candidate vectors [n, D] from hash embeddings [n, nI, D] and [n, nA, D]."""
+        n, chunk = post_emb.shape[0], self.candidate_chunk
+        out = []
+        for start in range(0, n, chunk):
+            p = _pad_axis(post_emb[start : start + chunk], 0, chunk)
+            a = _pad_axis(author_emb[start : start + chunk], 0, chunk)
+            out.append(np.asarray(self._candidates(self._tower, p, a), np.float32))
+        if not out:
+            return np.zeros((0, self.config.emb_size), np.float32)
+        return np.concatenate(out)[:n]
+
+    def set_corpus(self, embeddings: np.ndarray) -> None:
+        """Place the corpus [M, D] on the device in the compute dtype."""
+        self.corpus = jnp.asarray(embeddings, self.dtype)
+
+    def top_k(self, users: np.ndarray, k: int, exclude: Optional[np.ndarray] = None):
+        """Best ``k`` corpus indices and scores per user [B, k'] (k' = min(k, M)), best first.
+
+        ``exclude`` [B, M] bool marks entries a user must not get (e.g. already seen).
+        """
+        if self.corpus is None:
+            raise ValueError("no corpus set")
+        size = self.corpus.shape[0]
+        k = min(k, size)
+        kb = min(bucket_for(k, self.top_k_buckets), size)
+        b = users.shape[0]
+        rows = bucket_for(b, self.batch_buckets)
+        valid = np.ones((rows, size), bool) if exclude is None else ~_pad_axis(exclude, 0, rows)
+        scores, idx = self._top_k(_pad_axis(users, 0, rows), self.corpus, valid, k=kb)
+        return np.asarray(idx)[:b, :k], np.asarray(scores)[:b, :k]
+
+    def warm_up(self) -> int:
+        """Compile user-tower batch buckets, the candidate chunk and top-k buckets."""
+        compiled = 0
+        for rows in self.batch_buckets:
+            self.encode_users(*example_inputs(self.config, rows, 1))
+            compiled += 1
+            if self.corpus is not None:
+                for k in self.top_k_buckets:
+                    if k <= self.corpus.shape[0] or k == self.top_k_buckets[0]:
+                        self.top_k(np.zeros((rows, self.config.emb_size), np.float32), k)
+                        compiled += 1
+        hashes = self.config.hash_config
+        d = self.config.emb_size
+        self.encode_candidates(
+            np.zeros((1, hashes.num_item_hashes, d), np.float32),
+            np.zeros((1, hashes.num_author_hashes, d), np.float32),
+        )
+        return compiled + 1
+
+
+def flops_per_candidate(config: PhoenixModelConfig) -> float:
+    """Approximate FLOPs the engine spends per scored candidate (transformer + heads)."""
+    tc = config.model
+    D, d = config.emb_size, tc.key_size
+    from phoenix.grok import ffn_size
+
+    F = ffn_size(D, tc.widening_factor)
+    T = 1 + config.history_seq_len
+    projections = 2 * D * d * (tc.num_q_heads * 2 + tc.num_kv_heads * 2)
+    attention = 2 * 2 * tc.num_q_heads * d * (T + 1)
+    ffn = 2 * 3 * D * F
+    inputs = 2 * D * D * (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes + 2)
+    heads = 2 * D * (config.num_actions + config.num_continuous_actions)
+    return tc.num_layers * (projections + attention + ffn) + inputs + heads
+
+
+def flops_per_context(config: PhoenixModelConfig) -> float:
+    """Approximate FLOPs of one user's context pass."""
+    tc = config.model
+    D, d = config.emb_size, tc.key_size
+    from phoenix.grok import ffn_size
+
+    F = ffn_size(D, tc.widening_factor)
+    T = 1 + config.history_seq_len
+    per_token = 2 * D * d * (tc.num_q_heads * 2 + tc.num_kv_heads * 2) + 2 * 3 * D * F
+    attention = 2 * 2 * tc.num_q_heads * d * T * T
+    return tc.num_layers * (T * per_token + attention) + T * 2 * D * D * 7
+
+
+__all__ = [
+    "RankingEngine",
+    "RetrievalEngine",
+    "RankingScores",
+    "bucket_for",
+    "example_inputs",
+    "flops_per_candidate",
+    "flops_per_context",
+    "math",
+]
