@@ -175,25 +175,36 @@ def candidate_layers(tokens, mask, positions, context_mask, cache, layers, shape
     """Candidates attend to the cached context and to themselves only.
 
     tokens [B, C, D], mask [B, C] bool, positions [B|1, C], context_mask [B, T] bool.
-    Returns the final hidden states [B, C, D].
+    Returns the final hidden states [B, C, D]. The softmax over (context keys + own key) is
+    written out so the context part is one plain batched matmul and the self part an
+    elementwise product (no [.., T+1] concatenation).
     """
     b, c, _ = tokens.shape
-    phase = rope_phase(positions, shape.key_size)  # [B|1, C, 1, d]
+    K, G, d = shape.num_kv_heads, shape.groups, shape.key_size
+    phase = rope_phase(positions, d)  # [B|1, C, 1, d]
+    context_ok = context_mask[:, None, None, :]  # [B, 1, 1, T]
     h = tokens
     for w, (ctx_k, ctx_v) in zip(layers, cache):
         q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)  # q [B,C,K,G,d]
-        to_context = jnp.einsum("bckgd,btkd->bkgct", q, ctx_k)  # [B, K, G, C, T]
-        to_self = jnp.einsum("bckgd,bckd->bkgc", q, k)[..., None]  # [B, K, G, C, 1]
-        logits = jnp.concatenate([to_context, to_self], axis=-1).astype(jnp.float32)
-        logits = soft_cap_logits(logits, shape.attn_output_multiplier)  # [B, K, G, C, T+1]
-        allowed = jnp.concatenate(
-            [jnp.broadcast_to(context_mask[:, None, :], (b, c, context_mask.shape[1])), mask[..., None]],
-            axis=-1,
-        )  # [B, C, T+1]
-        logits = jnp.where(allowed[:, None, None], logits, MASKED_LOGIT)
-        probs = jax.nn.softmax(logits).astype(h.dtype)
-        attn = jnp.einsum("bkgct,btkd->bckgd", probs[..., :-1], ctx_v)
-        attn = attn + probs[..., -1].transpose(0, 3, 1, 2)[..., None] * v[:, :, :, None, :]
+        q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, c * G, d)  # [B, K, C*G, d]
+        keys = ctx_k.transpose(0, 2, 3, 1)  # [B, K, d, T]
+        to_context = jnp.matmul(q_rows, keys).astype(jnp.float32)  # [B, K, C*G, T]
+        to_self = jnp.einsum("bckgd,bckd->bkcg", q, k).reshape(b, K, c * G)  # [B, K, C*G]
+        cap = lambda x: soft_cap_logits(x.astype(jnp.float32), shape.attn_output_multiplier)  # noqa: E731
+        to_context = jnp.where(context_ok, cap(to_context), MASKED_LOGIT)
+        self_ok = jnp.repeat(mask, G, axis=1)[:, None, :]  # [B, 1, C*G]
+        to_self = jnp.where(self_ok, cap(to_self), MASKED_LOGIT)
+        top = jnp.maximum(jnp.max(to_context, axis=-1), to_self)  # [B, K, C*G]
+        e_context = jnp.exp(to_context - top[..., None])  # [B, K, C*G, T]
+        e_self = jnp.exp(to_self - top)  # [B, K, C*G]
+        inv_total = 1.0 / (jnp.sum(e_context, axis=-1) + e_self)  # [B, K, C*G]
+        p_context = (e_context * inv_total[..., None]).astype(h.dtype)
+        p_self = (e_self * inv_total).astype(h.dtype)
+        values = ctx_v.transpose(0, 2, 1, 3)  # [B, K, T, d]
+        attn = jnp.matmul(p_context, values)  # [B, K, C*G, d]
+        own_v = jnp.repeat(v.transpose(0, 2, 1, 3), G, axis=2)  # [B, K, C*G, d]
+        attn = attn + p_self[..., None] * own_v
+        attn = attn.reshape(b, K, c, G, d).transpose(0, 2, 1, 3, 4)  # [B, C, K, G, d]
         h = _finish_layer(h, attn.reshape(b, c, -1), w)
     return h
 

@@ -1,0 +1,209 @@
+"""Benchmark: candidates scored per second, original-style runner vs jitted vs our engine.
+
+Run: ``python bench/bench_engine.py`` (``--quick`` for a short run). Prints a table and
+writes ``bench/results/engine.json``. Mini config (emb 128, 4 layers, 4 heads, key 32,
+history 127), one user, float32 on CPU; random non-degenerate weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from phoenix.engine import (
+    RankingEngine,
+    RetrievalEngine,
+    example_inputs,
+    flops_per_candidate,
+    flops_per_context,
+)
+from phoenix.grok import TransformerConfig
+from phoenix.recsys_model import PhoenixModelConfig
+from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
+from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
+
+RESULTS = Path(__file__).parent / "results"
+ORIGINAL_CHUNK = 64
+
+
+def mini_transformer() -> TransformerConfig:
+    return TransformerConfig(
+        emb_size=128, key_size=32, num_q_heads=4, num_kv_heads=4, num_layers=4,
+        widening_factor=2.0, attn_output_multiplier=0.125,
+    )
+
+
+def random_params(params, seed=0):
+    """Replace (zero-initialised) parameters by scaled normal draws; norm scales near 1."""
+    rng = np.random.default_rng(seed)
+
+    def draw(x):
+        if x.ndim == 2:
+            return jnp.asarray(rng.normal(size=x.shape) / np.sqrt(x.shape[0]), jnp.float32)
+        return jnp.asarray(1 + 0.1 * rng.normal(size=x.shape), jnp.float32)
+
+    return jax.tree_util.tree_map(draw, params)
+
+
+def timed(fn, min_seconds: float, min_runs: int = 3) -> float:
+    """Median seconds per call of ``fn`` (called once before timing)."""
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def split_candidates(batch, emb, start, stop):
+    """Candidate window [start, stop) of a one-user request, padded to ORIGINAL_CHUNK."""
+    from phoenix.engine import _pad_axis
+
+    cut = lambda x: None if x is None else _pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)  # noqa: E731
+    b = batch._replace(
+        candidate_post_hashes=cut(batch.candidate_post_hashes),
+        candidate_author_hashes=cut(batch.candidate_author_hashes),
+        candidate_product_surface=cut(batch.candidate_product_surface),
+    )
+    e = type(emb)(
+        user_embeddings=emb.user_embeddings,
+        history_post_embeddings=emb.history_post_embeddings,
+        history_author_embeddings=emb.history_author_embeddings,
+        candidate_post_embeddings=cut(emb.candidate_post_embeddings),
+        candidate_author_embeddings=cut(emb.candidate_author_embeddings),
+    )
+    return b, e
+
+
+def bench_ranking(counts, min_seconds, skip_eager_above):
+    config = PhoenixModelConfig(
+        model=mini_transformer(), emb_size=128, num_actions=19, history_seq_len=127,
+        candidate_seq_len=ORIGINAL_CHUNK, fprop_dtype=jnp.float32,
+    )
+    runner = RecsysInferenceRunner(ModelRunner(model=config, bs_per_device=0.125), name="bench")
+    runner.initialize()
+    runner.params = random_params(runner.params)
+    jitted_rank = jax.jit(runner.rank_candidates)
+    engine = RankingEngine(config, runner.params, batch_buckets=(1,))
+    engine.warm_up(with_continuous=False, with_timestamps=False)
+
+    rows = []
+    for count in counts:
+        batch, emb = example_inputs(config, 1, count, seed=count)
+        windows = [split_candidates(batch, emb, s, min(count, s + ORIGINAL_CHUNK))
+                   for s in range(0, count, ORIGINAL_CHUNK)]
+
+        def original():
+            for b, e in windows:
+                jax.block_until_ready(runner.rank(b, e).scores)
+
+        def original_jit():
+            for b, e in windows:
+                jax.block_until_ready(jitted_rank(runner.params, b, e).scores)
+
+        row = {"candidates": count}
+        if count <= skip_eager_above:
+            row["original_s"] = timed(original, min_seconds, 1)
+        row["original_jit_s"] = timed(original_jit, min_seconds)
+        row["engine_s"] = timed(lambda: engine.score(batch, emb), min_seconds)
+        flops = flops_per_context(config) + count * flops_per_candidate(config)
+        row["engine_gflops"] = flops / row["engine_s"] / 1e9
+        for key in ("original_s", "original_jit_s", "engine_s"):
+            if key in row:
+                row[key.replace("_s", "_cands_per_s")] = count / row[key]
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def bench_matmul(min_seconds, n=2048):
+    a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), jnp.float32)
+    mm = jax.jit(lambda x, y: x @ y)
+    seconds = timed(lambda: mm(a, a).block_until_ready(), min_seconds)
+    return 2 * n**3 / seconds / 1e9
+
+
+def bench_retrieval(sizes, min_seconds, batch=16):
+    config = PhoenixRetrievalModelConfig(
+        model=mini_transformer(), emb_size=128, history_seq_len=127, candidate_seq_len=64,
+        fprop_dtype=jnp.float32,
+    )
+    runner = RetrievalModelRunner(model=config, bs_per_device=0.125)
+    runner.initialize()
+    b, e = example_inputs(config, 1, 1)
+    params = random_params(runner.load_or_init(b, e, jnp.zeros((4, 128)), 2).params)
+    engine = RetrievalEngine(config, params)
+    rng = np.random.default_rng(1)
+    users, _ = example_inputs(config, batch, 1, seed=2)
+    rows = []
+    for size in sizes:
+        corpus = rng.normal(size=(size, 128)).astype(np.float32)
+        corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
+        engine.set_corpus(corpus)
+        user_vectors = engine.encode_users(users, _)
+
+        def query():
+            engine.top_k(user_vectors, 100)
+
+        def encode_and_query():
+            engine.top_k(engine.encode_users(users, _), 100)
+
+        row = {
+            "corpus": size, "batch": batch, "top_k": 100,
+            "top_k_queries_per_s": batch / timed(query, min_seconds),
+            "end_to_end_queries_per_s": batch / timed(encode_and_query, min_seconds),
+        }
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def print_table(ranking, matmul_gflops, retrieval):
+    print("\nRanking, one user, history 127, mini config, float32 CPU (candidates / second)")
+    print(f"{'cands':>6} {'original':>10} {'orig+jit':>10} {'engine':>10} "
+          f"{'x original':>11} {'x jit':>7} {'GFLOP/s':>8} {'% matmul':>9}")
+    for r in ranking:
+        orig = r.get("original_cands_per_s")
+        print(f"{r['candidates']:>6} {orig or float('nan'):>10.0f} {r['original_jit_cands_per_s']:>10.0f} "
+              f"{r['engine_cands_per_s']:>10.0f} "
+              f"{(r['engine_cands_per_s'] / orig) if orig else float('nan'):>11.1f} "
+              f"{r['engine_cands_per_s'] / r['original_jit_cands_per_s']:>7.1f} "
+              f"{r['engine_gflops']:>8.1f} {100 * r['engine_gflops'] / matmul_gflops:>8.0f}%")
+    print(f"float32 2048x2048 matmul: {matmul_gflops:.1f} GFLOP/s (ceiling)")
+    print("\nRetrieval, batch of 16 users, top 100")
+    for r in retrieval:
+        print(f"corpus {r['corpus']:>8}: top-k {r['top_k_queries_per_s']:>8.0f} q/s, "
+              f"user tower + top-k {r['end_to_end_queries_per_s']:>8.0f} q/s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short timings, smaller corpus")
+    parser.add_argument("--out", type=Path, default=RESULTS / "engine.json")
+    args = parser.parse_args()
+    min_seconds = 0.5 if args.quick else 2.0
+    ranking = bench_ranking([64, 256, 1024], min_seconds, skip_eager_above=1024)
+    matmul = bench_matmul(min_seconds)
+    retrieval = bench_retrieval([100_000] if args.quick else [100_000, 1_000_000], min_seconds)
+    print_table(ranking, matmul, retrieval)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "machine": {"backend": jax.default_backend(), "devices": str(jax.devices()),
+                    "cpu_count": __import__("os").cpu_count(), "platform": platform.platform()},
+        "ranking": ranking, "matmul_gflops": matmul, "retrieval": retrieval,
+    }, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
