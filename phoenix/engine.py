@@ -64,6 +64,14 @@ def bucket_for(size: int, buckets: Sequence[int]) -> int:
     return buckets[-1]
 
 
+def batch_slices(n: int, buckets: Sequence[int]):
+    """Split n rows into slices of at most the largest bucket, each with its padded size."""
+    largest = buckets[-1]
+    for start in range(0, n, largest):
+        stop = min(n, start + largest)
+        yield slice(start, stop), bucket_for(stop - start, buckets)
+
+
 def _pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
     """Zero-pad ``x`` along ``axis`` up to ``size``."""
     missing = size - x.shape[axis]
@@ -331,19 +339,21 @@ class RankingEngine:
         """
         users = np.asarray(batch.user_hashes).shape[0]
         num_candidates = np.asarray(batch.candidate_post_hashes).shape[1]
-        max_rows = self.batch_buckets[-1]
         logits, continuous = [], []
-        for first in range(0, users, max_rows):
-            rows = slice(first, min(users, first + max_rows))
+        for rows, pad_to in batch_slices(users, self.batch_buckets):
             sub_b, sub_e = _take_users(batch, emb, rows)
-            out = self._score_users(sub_b, sub_e, num_candidates)
+            out = self._score_users(sub_b, sub_e, num_candidates, pad_to)
             logits.append(out.logits)
             continuous.append(out.continuous_preds)
+        if not logits:  # no users
+            return RankingScores(
+                np.zeros((0, num_candidates, self.unembed.shape[1]), np.float32),
+                np.zeros((0, num_candidates, self.continuous.shape[1]), np.float32),
+            )
         return RankingScores(np.concatenate(logits), np.concatenate(continuous))
 
-    def _score_users(self, batch, emb, num_candidates: int) -> RankingScores:
+    def _score_users(self, batch, emb, num_candidates: int, rows: int) -> RankingScores:
         users = np.asarray(batch.user_hashes).shape[0]
-        rows = bucket_for(users, self.batch_buckets)
         ctx_b, ctx_e = self._split(batch, emb, 0, min(1, num_candidates), rows)
         cache, context_mask = self._encode_context(self.params, ctx_b, ctx_e)
         logits, continuous = [], []
@@ -470,18 +480,16 @@ class RetrievalEngine:
 
     def encode_users(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> np.ndarray:
         """Unit user vectors [B, D] (float32)."""
-        users = np.asarray(batch.user_hashes).shape[0]
-        rows = bucket_for(users, self.batch_buckets)
         out = []
-        for first in range(0, users, rows):
-            sub_b, sub_e = _take_users(batch, emb, slice(first, first + rows))
-            n = np.asarray(sub_b.user_hashes).shape[0]
-            pad = lambda x: None if x is None else _pad_axis(np.asarray(x), 0, rows)  # noqa: E731
-            sub_b = RecsysBatch(*[pad(x) for x in sub_b])
+        pad = lambda x, to: None if x is None else _pad_axis(np.asarray(x), 0, to)  # noqa: E731
+        for rows, pad_to in batch_slices(np.asarray(batch.user_hashes).shape[0], self.batch_buckets):
+            sub_b, sub_e = _take_users(batch, emb, rows)
+            sub_b = RecsysBatch(*[pad(x, pad_to) for x in sub_b])
             sub_e = RecsysEmbeddings(
-                **{f.name: pad(getattr(sub_e, f.name)) for f in dataclasses.fields(sub_e)}
+                **{f.name: pad(getattr(sub_e, f.name), pad_to) for f in dataclasses.fields(sub_e)}
             )
-            out.append(np.asarray(self._users(self.params, sub_b, sub_e), np.float32)[:n])
+            users = np.asarray(self._users(self.params, sub_b, sub_e), np.float32)
+            out.append(users[: rows.stop - rows.start])
         return np.concatenate(out) if out else np.zeros((0, self.config.emb_size), np.float32)
 
     def encode_candidates(self, post_emb: np.ndarray, author_emb: np.ndarray) -> np.ndarray:
@@ -510,11 +518,18 @@ class RetrievalEngine:
         size = self.corpus.shape[0]
         k = min(k, size)
         kb = min(bucket_for(k, self.top_k_buckets), size)
-        b = users.shape[0]
-        rows = bucket_for(b, self.batch_buckets)
-        valid = np.ones((rows, size), bool) if exclude is None else ~_pad_axis(exclude, 0, rows)
-        scores, idx = self._top_k(_pad_axis(users, 0, rows), self.corpus, valid, k=kb)
-        return np.asarray(idx)[:b, :k], np.asarray(scores)[:b, :k]
+        indices, scores = [], []
+        for rows, pad_to in batch_slices(users.shape[0], self.batch_buckets):
+            valid = np.ones((pad_to, size), bool)
+            if exclude is not None:
+                valid = ~_pad_axis(exclude[rows], 0, pad_to)
+            s, i = self._top_k(_pad_axis(users[rows], 0, pad_to), self.corpus, valid, k=kb)
+            n = rows.stop - rows.start
+            indices.append(np.asarray(i)[:n, :k])
+            scores.append(np.asarray(s)[:n, :k])
+        if not indices:
+            return np.zeros((0, k), np.int32), np.zeros((0, k), np.float32)
+        return np.concatenate(indices), np.concatenate(scores)
 
     def warm_up(self) -> int:
         """Compile user-tower batch buckets, the candidate chunk and top-k buckets."""
