@@ -4,8 +4,10 @@ Layout (every path relative to the artifact directory)::
 
     config.json                  ArtifactConfig.to_dict()
     ranker/model_params.npz      ranker weights, keys 'module/param'
-    retrieval/model_params.npz   retrieval weights, keys 'module/param' (+ optional '~/log_temperature')
-    embedding_tables.npz         user_embeddings [U, D], item_embeddings [I, D], author_embeddings [A, D]
+    retrieval/model_params.npz   retrieval weights, keys 'module/param'
+                                 (plus the optional scalar '~/log_temperature')
+    embedding_tables.npz         user_embeddings [U, D], item_embeddings [I, D],
+                                 author_embeddings [A, D]
     corpus.npz                   post_ids int64 [N], candidate_representations float32 [N, D],
                                  author_ids int64 [N], optional topics int64 [N]
     example_sequence.json        one user's request, named like the servers' inputs
@@ -199,6 +201,7 @@ def _dummy_inputs(config: ArtifactConfig):
 
 
 def _init_shapes(forward, *args) -> dict[str, tuple[int, ...]]:
+    # JAX is imported here, not at module level, so corpus/example tools need no JAX
     import haiku as hk
     import jax
 
@@ -257,7 +260,11 @@ def retrieval_param_shapes(config: ArtifactConfig) -> dict[str, tuple[int, ...]]
 
 def flatten_params(params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Haiku {module: {param: value}} -> {'module/param': value}."""
-    return {f"{module}/{name}": value for module, group in params.items() for name, value in group.items()}
+    return {
+        f"{module}/{name}": value
+        for module, group in params.items()
+        for name, value in group.items()
+    }
 
 
 def unflatten_params(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -489,7 +496,9 @@ def check_corpus(
     arrays: Mapping[str, np.ndarray], emb_size: Optional[int], name: str = CORPUS_FILE
 ) -> Corpus:
     """Validate corpus arrays; ``emb_size`` None skips the width check."""
-    _check_key_sets(arrays, dict.fromkeys(CORPUS_KEYS + OPTIONAL_CORPUS_KEYS), name, OPTIONAL_CORPUS_KEYS)
+    _check_key_sets(
+        arrays, dict.fromkeys(CORPUS_KEYS + OPTIONAL_CORPUS_KEYS), name, OPTIONAL_CORPUS_KEYS
+    )
     post_ids = _check_post_ids(np.asarray(arrays["post_ids"]), name)
     size = post_ids.shape[0]
     embeddings = np.asarray(arrays["candidate_representations"])
@@ -633,7 +642,7 @@ def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
 def _float_list(value: Any, source: str) -> tuple[float, ...]:
     key = "history_dwell_seconds"
     if not isinstance(value, list) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v >= 0
+        isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) and v >= 0
         for v in value
     ):
         raise ArtifactError(f"{source}: '{key}' must be a list of finite numbers >= 0")

@@ -314,7 +314,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _get(values: Any, key: str) -> Any:
@@ -415,4 +415,3 @@ def check_config_values(values: Any, source: str) -> None:
     _check_heads(values, source)
     _check_action_names(values, source)
     _check_hash_params(values, source)
-

@@ -1,0 +1,479 @@
+"""Generate a seeded, non-degenerate demo artifact directory.
+
+    python -m phoenix.artifacts --preset tiny --out /tmp/tiny
+    python -m phoenix.artifacts --preset mini --out artifacts/mini --seed 0
+
+Writes the layout ``phoenix.checkpoint`` reads: config, ranker and retrieval weights, hash
+tables, a corpus embedded with the candidate tower and one example request. Haiku's own init
+is degenerate for these models (zero Linear weights and RMSNorm scales), so every parameter is
+drawn here from its expected shape. Each array comes from its own seeded stream, so the same
+preset and seed always give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from phoenix import checkpoint
+from phoenix.checkpoint import Corpus, ExampleSequence
+from phoenix.config import (
+    ENTITIES,
+    ArtifactConfig,
+    EntityHashParams,
+    HashParams,
+    default_action_names,
+)
+from phoenix.hashing import HashEmbedder, stack_tables
+
+HASH_MODULUS = 2**61 - 1  # a Mersenne prime
+HASH_TABLE_STD = 0.3  # large enough that candidates' own features move the scores
+SCALE_NOISE_STD = 0.05
+NUM_TOPICS = 16
+EMBED_BATCH_SIZE = 1024
+MAX_TOP_K = 100
+
+# Feature tables looked up by index rather than matrices applied to activations.
+FEATURE_TABLES = (
+    "action_projection",
+    "product_surface_embedding_table",
+    "post_age_embedding_table",
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Model shape, vocabularies and corpus size of a generated artifact set."""
+
+    emb_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    key_size: int
+    history_seq_len: int
+    candidate_seq_len: int
+    user_vocab_size: int
+    item_vocab_size: int
+    author_vocab_size: int
+    corpus_size: int
+    num_authors: int  # distinct authors in the corpus
+    num_actions: int = 19
+    num_hashes: int = 2
+    widening_factor: float = 2.0
+    attn_output_multiplier: float = 0.125
+    product_surface_vocab_size: int = 16
+    post_age_granularity_mins: int = 60
+
+
+PRESETS = {
+    # the golden reference's tiny shapes: fast enough for unit tests
+    "tiny": Preset(
+        emb_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=2,
+        key_size=16,
+        history_seq_len=12,
+        candidate_seq_len=6,
+        user_vocab_size=1_000,
+        item_vocab_size=1_000,
+        author_vocab_size=1_000,
+        corpus_size=500,
+        num_authors=100,
+    ),
+    # the published mini checkpoint's shapes with small vocabularies
+    "mini": Preset(
+        emb_size=128,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=4,
+        key_size=32,
+        history_seq_len=127,
+        candidate_seq_len=64,
+        user_vocab_size=20_000,
+        item_vocab_size=100_000,
+        author_vocab_size=20_000,
+        corpus_size=20_000,
+        num_authors=2_000,
+    ),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# Seeded streams
+# ----------------------------------------------------------------------------------------
+
+
+def stream(seed: int, *names: str) -> np.random.Generator:
+    """An independent generator per (seed, name...): adding an array never shifts the others."""
+    return np.random.default_rng([seed] + [zlib.crc32(name.encode()) for name in names])
+
+
+# ----------------------------------------------------------------------------------------
+# Config
+# ----------------------------------------------------------------------------------------
+
+
+def random_entity_hash(rng: np.random.Generator, num_hashes: int) -> EntityHashParams:
+    """Odd scales and biases below the modulus (odd scales keep the map a bijection mod 2**64)."""
+    draw = lambda: tuple(int(v) * 2 + 1 for v in rng.integers(0, HASH_MODULUS // 2, num_hashes))
+    return EntityHashParams(scales=draw(), biases=draw(), modulus=HASH_MODULUS)
+
+
+def preset_config(preset: Preset, seed: int) -> ArtifactConfig:
+    """The artifact config of ``preset`` with hash functions drawn from ``seed``."""
+    hashes = {
+        entity: random_entity_hash(stream(seed, "hash", entity), preset.num_hashes)
+        for entity in ENTITIES
+    }
+    return ArtifactConfig(
+        emb_size=preset.emb_size,
+        history_seq_len=preset.history_seq_len,
+        candidate_seq_len=preset.candidate_seq_len,
+        num_user_hashes=preset.num_hashes,
+        num_item_hashes=preset.num_hashes,
+        num_author_hashes=preset.num_hashes,
+        key_size=preset.key_size,
+        num_heads=preset.num_heads,
+        num_kv_heads=preset.num_kv_heads,
+        num_layers=preset.num_layers,
+        widening_factor=preset.widening_factor,
+        attn_output_multiplier=preset.attn_output_multiplier,
+        num_actions=preset.num_actions,
+        action_names=default_action_names(preset.num_actions),
+        product_surface_vocab_size=preset.product_surface_vocab_size,
+        post_age_granularity_mins=preset.post_age_granularity_mins,
+        user_vocab_size=preset.user_vocab_size,
+        item_vocab_size=preset.item_vocab_size,
+        author_vocab_size=preset.author_vocab_size,
+        hash_params=HashParams(**hashes),
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Weights
+# ----------------------------------------------------------------------------------------
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> np.ndarray:
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+
+def random_param(key: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """One parameter: scalars 0, norm scales ~1, feature tables and matrices ~N(0, 1/fan)."""
+    if not shape:
+        return np.zeros((), np.float32)  # log_temperature: unused at inference
+    if len(shape) == 1:
+        return 1.0 + _normal(rng, shape, SCALE_NOISE_STD)
+    if key.rpartition("/")[2] in FEATURE_TABLES:
+        # a looked-up row should have roughly unit norm, like a projected activation
+        return _normal(rng, shape, 1.0 / np.sqrt(shape[-1]))
+    return _normal(rng, shape, 1.0 / np.sqrt(shape[0]))  # keeps activations' scale
+
+
+def random_params(shapes: dict[str, tuple[int, ...]], seed: int, model: str):
+    """Haiku-nested parameters for every 'module/param' of ``shapes``."""
+    flat = {
+        key: random_param(key, shape, stream(seed, model, key)) for key, shape in shapes.items()
+    }
+    return checkpoint.unflatten_params(flat)
+
+
+def random_tables(config: ArtifactConfig, seed: int) -> dict[str, np.ndarray]:
+    """Hash embedding tables ~ N(0, HASH_TABLE_STD), one stream per table."""
+    return {
+        key: _normal(stream(seed, "table", key), shape, HASH_TABLE_STD)
+        for key, shape in checkpoint.expected_table_shapes(config).items()
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# Corpus
+# ----------------------------------------------------------------------------------------
+
+
+def unique_positive_ids(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` distinct int64 ids in [1, 2**62), in random order."""
+    ids = np.zeros(0, np.int64)
+    while ids.shape[0] < count:
+        drawn = np.concatenate([ids, rng.integers(1, 2**62, count, dtype=np.int64)])
+        _, first = np.unique(drawn, return_index=True)
+        ids = drawn[np.sort(first)]  # drop repeats, keep draw order
+    return ids[:count]
+
+
+@functools.lru_cache(maxsize=4)
+def _candidate_tower_fn(config: ArtifactConfig):
+    """Jitted (params, table, post rows, post hashes, author rows) -> unit vectors [B, D]."""
+    import haiku as hk
+    import jax
+    import jax.numpy as jnp
+
+    from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
+
+    model_config = config.retrieval_config(jnp.float32)
+    apply = hk.transform(
+        lambda batch, emb: model_config.make().build_candidate_representation(batch, emb)
+    ).apply
+
+    def embed(params, table, post_rows, post_hashes, author_rows):
+        size = post_rows.shape[0]
+        unused = jnp.zeros((size, 1), jnp.int32)  # the candidate tower reads no user features
+        batch = RecsysBatch(
+            user_hashes=unused,
+            history_post_hashes=unused[:, :, None],
+            history_author_hashes=unused[:, :, None],
+            history_actions=unused[:, :, None],
+            history_product_surface=unused,
+            candidate_post_hashes=post_hashes[:, None, :],  # [B, 1, nI]
+            candidate_author_hashes=unused[:, :, None],
+            candidate_product_surface=unused,
+        )
+        empty = jnp.zeros((size, 1, 1, config.emb_size), jnp.float32)
+        embeddings = RecsysEmbeddings(
+            user_embeddings=empty[:, 0],
+            history_post_embeddings=empty,
+            candidate_post_embeddings=jnp.take(table, post_rows, axis=0)[:, None],
+            history_author_embeddings=empty,
+            candidate_author_embeddings=jnp.take(table, author_rows, axis=0)[:, None],
+        )
+        vectors, _ = apply(params, None, batch, embeddings)  # [B, 1, D]
+        return vectors[:, 0]
+
+    return jax.jit(embed)
+
+
+def _batches(total: int, size: int, progress: bool, desc: str):
+    starts = range(0, total, size)
+    if not progress:
+        return starts
+    from tqdm import tqdm
+
+    return tqdm(starts, desc=desc, unit="batch", file=sys.stderr)
+
+
+def embed_candidates(
+    config: ArtifactConfig,
+    retrieval_params,
+    stacked_table: np.ndarray,
+    post_ids: np.ndarray,
+    author_ids: np.ndarray,
+    batch_size: int = EMBED_BATCH_SIZE,
+    progress: bool = False,
+) -> np.ndarray:
+    """Candidate-tower vectors float32 [N, D] of raw (post id, author id) pairs."""
+    import jax
+
+    embedder = HashEmbedder(config, stacked_table)
+    post_hashes, post_rows = embedder.hash_items(post_ids)
+    _, author_rows = embedder.hash_authors(author_ids)
+    embed = _candidate_tower_fn(config)
+    # move the table and weights once, not on every batch
+    device_params, device_table = jax.device_put((retrieval_params, stacked_table))
+    total = post_rows.shape[0]
+    batch_size = max(1, min(batch_size, total))
+    out = np.zeros((total, config.emb_size), np.float32)
+    for start in _batches(total, batch_size, progress, "embedding corpus"):
+        stop = min(start + batch_size, total)
+        # pad the last batch to the fixed size so that jit compiles once
+        inputs = [
+            _pad_rows(a[start:stop], batch_size) for a in (post_rows, post_hashes, author_rows)
+        ]
+        vectors = embed(device_params, device_table, *inputs)
+        out[start:stop] = np.asarray(vectors)[: stop - start]
+    return out
+
+
+def _pad_rows(array: np.ndarray, size: int) -> np.ndarray:
+    """Zero-pad the first axis to ``size`` rows (row 0 of the stacked table is zero)."""
+    padding = [(0, size - array.shape[0])] + [(0, 0)] * (array.ndim - 1)
+    return np.pad(array, padding)
+
+
+def random_corpus(
+    config: ArtifactConfig,
+    retrieval_params,
+    stacked_table: np.ndarray,
+    preset: Preset,
+    size: int,
+    seed: int,
+    progress: bool = False,
+) -> Corpus:
+    """Unique posts by a smaller pool of authors (each with a home topic), embedded."""
+    rng = stream(seed, "corpus")
+    post_ids = unique_positive_ids(rng, size)
+    authors = unique_positive_ids(rng, min(preset.num_authors, size))
+    author_topics = rng.integers(0, NUM_TOPICS, authors.shape[0], dtype=np.int64)
+    which = rng.integers(0, authors.shape[0], size)
+    vectors = embed_candidates(
+        config, retrieval_params, stacked_table, post_ids, authors[which], progress=progress
+    )
+    return Corpus(post_ids, vectors, authors[which], author_topics[which])
+
+
+# ----------------------------------------------------------------------------------------
+# Example request
+# ----------------------------------------------------------------------------------------
+
+
+def _random_actions(rng: np.random.Generator, length: int, num_actions: int) -> np.ndarray:
+    """Sparse multi-hot engagements: every history item has at least one action."""
+    actions = (rng.random((length, num_actions)) < 0.1).astype(np.int64)
+    actions[np.arange(length), rng.integers(0, num_actions, length)] = 1
+    return actions
+
+
+def random_example(config: ArtifactConfig, corpus: Corpus, seed: int) -> ExampleSequence:
+    """One user: a history of corpus posts (oldest first) and unseen candidates."""
+    rng = stream(seed, "example")
+    num_candidates = min(config.candidate_seq_len, max(len(corpus) // 2, 1))
+    max_history = min(config.history_seq_len, len(corpus) - num_candidates)
+    history_len = int(rng.integers((max_history + 1) // 2, max_history + 1))
+    picks = rng.permutation(len(corpus))[: history_len + num_candidates]
+    history, candidates = picks[:history_len], picks[history_len:]
+    surfaces = config.product_surface_vocab_size
+    return ExampleSequence(
+        user_id=int(rng.integers(1, 2**62)),
+        history_post_ids=tuple(corpus.post_ids[history].tolist()),
+        history_author_ids=tuple(corpus.author_ids[history].tolist()),
+        history_actions=tuple(
+            tuple(row) for row in _random_actions(rng, history_len, config.num_actions).tolist()
+        ),
+        history_product_surface=tuple(rng.integers(0, surfaces, history_len).tolist()),
+        history_dwell_seconds=tuple(np.round(rng.exponential(8.0, history_len), 2).tolist()),
+        candidate_post_ids=tuple(corpus.post_ids[candidates].tolist()),
+        candidate_author_ids=tuple(corpus.author_ids[candidates].tolist()),
+        candidate_product_surface=tuple(rng.integers(0, surfaces, num_candidates).tolist()),
+        top_k=min(MAX_TOP_K, len(corpus)),
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Generation
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationSummary:
+    out_dir: Path
+    config: ArtifactConfig
+    corpus_size: int
+    seconds: float
+    file_sizes: dict[str, int]
+
+
+def _file_sizes(out_dir: Path) -> dict[str, int]:
+    return {
+        str(path.relative_to(out_dir)): path.stat().st_size
+        for path in sorted(out_dir.rglob("*"))
+        if path.is_file()
+    }
+
+
+def generate(
+    preset: str,
+    out_dir,
+    seed: int = 0,
+    corpus_size: Optional[int] = None,
+    progress: bool = False,
+) -> GenerationSummary:
+    """Write a complete artifact directory for ``preset`` (see ``PRESETS``) to ``out_dir``."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}, expected one of {sorted(PRESETS)}")
+    chosen = PRESETS[preset]
+    size = chosen.corpus_size if corpus_size is None else corpus_size
+    if size < 2:
+        raise ValueError(f"corpus_size must be >= 2 (history and candidates), got {size}")
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    config = preset_config(chosen, seed)
+    ranker = random_params(checkpoint.ranker_param_shapes(config), seed, "ranker")
+    retrieval = random_params(checkpoint.retrieval_param_shapes(config), seed, "retrieval")
+    tables = random_tables(config, seed)
+    checkpoint.save_artifacts(out_dir, config, ranker, retrieval, tables)
+    stacked = stack_tables(*(tables[checkpoint.TABLE_KEYS[e]] for e in ENTITIES))
+    corpus = random_corpus(config, retrieval, stacked, chosen, size, seed, progress)
+    checkpoint.save_corpus(out_dir / checkpoint.CORPUS_FILE, corpus)
+    checkpoint.save_example_sequence(out_dir, random_example(config, corpus, seed))
+    seconds = time.perf_counter() - started
+    return GenerationSummary(out_dir, config, size, seconds, _file_sizes(out_dir))
+
+
+# ----------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------
+
+
+def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m phoenix.artifacts",
+        description="Generate seeded demo Phoenix artifacts (weights, hash tables, corpus, "
+        "example request) in the layout phoenix.checkpoint loads.",
+    )
+    parser.add_argument(
+        "--preset",
+        required=True,
+        choices=sorted(PRESETS),
+        help="tiny: unit-test sized (emb 32, 2 layers); mini: the published mini shapes "
+        "(emb 128, 4 layers, history 127, candidates 64) with small vocabularies",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument(
+        "--corpus-size",
+        type=int,
+        default=None,
+        help="posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="write into OUT even if it is not empty"
+    )
+    return parser.parse_args(argv)
+
+
+def _human_size(num_bytes: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if num_bytes < 1024:
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    return f"{num_bytes:.1f} GiB"
+
+
+def _print_summary(summary: GenerationSummary) -> None:
+    config = summary.config
+    print(
+        f"wrote {summary.out_dir} in {summary.seconds:.1f} s: emb {config.emb_size}, "
+        f"{config.num_layers} layers, history {config.history_seq_len}, "
+        f"candidates {config.candidate_seq_len}, corpus {summary.corpus_size}"
+    )
+    for name, size in summary.file_sizes.items():
+        print(f"  {name:32s} {_human_size(size):>10s}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: {args.out} exists and is not a directory", file=sys.stderr)
+        return 2
+    if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
+        print(f"error: {args.out} is not empty (use --force to overwrite)", file=sys.stderr)
+        return 2
+    try:
+        summary = generate(args.preset, args.out, args.seed, args.corpus_size, progress=True)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    _print_summary(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
