@@ -1,6 +1,21 @@
-"""Serving Phoenix on Triton: server process control, derived model repositories, CLI."""
+"""Serving Phoenix on Triton: server process control, derived model repositories, CLI.
 
-from phoenix.serving.repository import derive_repository
-from phoenix.serving.triton_server import TritonServer, TritonServerError
+Names are imported lazily so `python -m phoenix.serving.<module>` and model.py files inside
+Triton's stubs only load what they use.
+"""
 
-__all__ = ["TritonServer", "TritonServerError", "derive_repository"]
+from importlib import import_module
+
+_EXPORTS = {
+    "TritonServer": "phoenix.serving.triton_server",
+    "TritonServerError": "phoenix.serving.triton_server",
+    "derive_repository": "phoenix.serving.repository",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -192,7 +192,7 @@ class Edit:
 def apply_edits(text: str, edits: Sequence[Edit]) -> str:
     """Apply non-overlapping edits (any order) to `text`."""
     ordered = sorted(edits, key=lambda edit: edit.start, reverse=True)
-    for later, earlier in zip(ordered, ordered[1:]):
+    for later, earlier in zip(ordered, ordered[1:], strict=False):
         if earlier.end > later.start:
             raise ValueError(f"overlapping edits: {earlier} and {later}")
     for edit in ordered:
@@ -275,7 +275,9 @@ def instance_kind_for(device: str) -> str:
     try:
         return KIND_BY_DEVICE[device]
     except KeyError:
-        raise ValueError(f"device must be one of {sorted(KIND_BY_DEVICE)}, got {device!r}") from None
+        raise ValueError(
+            f"device must be one of {sorted(KIND_BY_DEVICE)}, got {device!r}"
+        ) from None
 
 
 def derive_config(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,6 +32,8 @@ BACKEND_DIR_STAMP = ".phoenix-backend-dir"
 DEFAULT_READY_TIMEOUT_S = 180.0
 DEFAULT_STOP_TIMEOUT_S = 15.0
 LOOPBACK = "127.0.0.1"
+HARMLESS_LOG_ERRORS = ("CudaDriverHelper has not been initialized", "Failed to initialize NVML")
+_ERROR_LINE = re.compile(r"^E\d{4} ")
 
 
 class TritonServerError(RuntimeError):
@@ -158,6 +161,18 @@ def read_log_tail(path: Path | None, lines: int = 40) -> str:
         handle.seek(max(0, handle.tell() - 64 * 1024))
         text = handle.read().decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+def log_error_lines(text: str, limit: int = 10) -> list[str]:
+    """Error lines of a tritonserver log (E-level entries, UNAVAILABLE models), minus the
+    warnings every GPU-less machine prints."""
+    errors = [
+        line
+        for line in text.splitlines()
+        if (_ERROR_LINE.match(line) or "UNAVAILABLE" in line)
+        and not any(noise in line for noise in HARMLESS_LOG_ERRORS)
+    ]
+    return errors[:limit]
 
 
 def http_get_status(url: str, timeout: float = 2.0) -> int | None:
@@ -303,8 +318,11 @@ class TritonServer:
         return read_log_tail(self.log_path, lines)
 
     def _failure(self, reason: str) -> TritonServerError:
+        full_log = read_log_tail(self.log_path, lines=2000)
+        errors = "\n".join(log_error_lines(full_log)) or "(none)"
         return TritonServerError(
-            f"{reason}\ncommand: {' '.join(self.last_command)}\n"
+            f"{reason}\nerrors in the server log:\n{errors}\n"
+            f"command: {' '.join(self.last_command)}\n"
             f"server log ({self.log_path}), last lines:\n{self.log_tail()}"
         )
 
@@ -338,6 +356,12 @@ class TritonServer:
         if self.process is None:
             raise TritonServerError("wait() called before start()")
         return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server and its stubs at once (no graceful shutdown)."""
+        if self.process is not None:
+            self._kill_process_group()
+            self.process.wait()
 
     def _kill_process_group(self) -> None:
         """SIGKILL whatever is left in the server's group (stubs orphaned by a hard kill)."""
@@ -385,7 +409,7 @@ def flags_to_args(flags: Mapping[str, object]) -> list[str]:
     args: list[str] = []
     for key, value in flags.items():
         name = "--" + key.replace("_", "-")
-        values: Iterable = value if isinstance(value, (list, tuple)) else [value]
+        values: Iterable = value if isinstance(value, list | tuple) else [value]
         for item in values:
             if item is True:
                 args.append(name)

@@ -1,0 +1,98 @@
+# Phoenix Serve: set up, build demo artifacts, serve on Triton, test.  `make help` lists targets.
+# Setup steps are file-timestamp targets, so a repeated `make setup` does nothing.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUFF := $(VENV)/bin/ruff
+BACKEND_DIR := $(VENV)/triton-backends
+STAMPS := build/stamps
+
+ARTIFACTS ?= artifacts/demo
+DEVICE ?= cpu
+HOST ?= 127.0.0.1
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+PYTEST_ARGS ?=
+
+# The backend stub links the system libpython of the venv's Python; perf_analyzer needs libb64.
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+SYSTEM_STAMP := $(STAMPS)/system-packages
+REQUIREMENTS_STAMP := $(VENV)/.requirements-installed
+BACKEND_STAMP := $(BACKEND_DIR)/.phoenix-backend-dir
+SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
+	--metrics-port $(METRICS_PORT)
+
+.PHONY: help setup artifacts serve demo test lint format clean distclean
+
+help:  ## list the targets
+	@echo "Targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
+	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) PYTEST_ARGS=..."
+
+setup: $(BACKEND_STAMP)  ## system libraries, .venv with requirements, Triton backend folder
+
+$(SYSTEM_STAMP):
+	@mkdir -p $(@D)
+	@if dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
+		echo "system packages already installed: $(SYSTEM_PACKAGES)"; \
+	elif command -v apt-get >/dev/null; then \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES); \
+	else \
+		echo "warning: no apt-get here; install $(SYSTEM_PACKAGES) yourself" >&2; \
+	fi
+	@touch $@
+
+# Order-only: a newer stamp must not rebuild the venv.
+$(PY): | $(SYSTEM_STAMP)
+	$(PYTHON) -m venv $(VENV)
+
+$(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt | $(PY)
+	$(PY) -m pip install -r requirements.txt -r requirements-dev.txt
+	@touch $@
+
+$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) phoenix/serving/triton_server.py
+	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)
+	@touch $@
+
+artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACTS unless present
+
+$(ARTIFACTS)/config.json: | $(BACKEND_STAMP)
+	$(PY) -m phoenix.artifacts --preset mini --out $(ARTIFACTS)
+
+serve: setup artifacts  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
+	$(PY) -m phoenix.serving.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
+
+# Free ports, so the demo also works beside a running `make serve`.
+demo: setup artifacts  ## start Triton, run one end-to-end recommendation, stop
+	$(PY) -m phoenix.serving.serve --demo --quiet --artifacts $(ARTIFACTS) --device $(DEVICE) \
+		--host $(HOST) --http-port 0 --grpc-port 0 --metrics-port 0
+
+test: setup  ## ruff check + the whole pytest suite (unit tests first, then integration)
+	$(RUFF) check .
+	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+
+lint: setup  ## ruff check and ruff format --check
+	$(RUFF) check .
+	$(RUFF) format --check .
+
+format: setup  ## ruff format and ruff check --fix
+	$(RUFF) format .
+	$(RUFF) check --fix .
+
+clean:  ## remove build outputs and caches (keeps .venv and artifacts)
+	rm -rf build .pytest_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean  ## also remove .venv and artifacts
+	rm -rf $(VENV) artifacts

@@ -1,0 +1,85 @@
+"""Fixtures that run a real tritonserver (from the nvidia-pytriton wheel) on free loopback ports.
+
+- `tiny_artifacts`: tiny model artifacts, generated once per session.
+- `triton`: one server over the project's model_repository/ with those artifacts (session).
+- `start_server(repo_dir, artifacts_dir=None, **flags)`: a ready server of a test's own; flags
+  become tritonserver options (`exit_timeout_secs=2` -> `--exit-timeout-secs=2`); every server
+  it started is stopped when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from phoenix.serving.triton_server import TritonServer, flags_to_args
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL_REPOSITORY = REPO_ROOT / "model_repository"
+READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))
+
+
+def launch_server(
+    repo_dir: str | os.PathLike,
+    artifacts_dir: str | os.PathLike | None = None,
+    *,
+    ready_timeout: float = READY_TIMEOUT_S,
+    log_path: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    **flags,
+) -> TritonServer:
+    """Start a TritonServer over `repo_dir` on free ports and wait until it is ready."""
+    server = TritonServer(
+        repo_dir,
+        artifacts_dir=artifacts_dir,
+        extra_args=flags_to_args(flags),
+        env=env,
+        log_path=log_path,
+        ready_timeout=ready_timeout,
+    )
+    server.start()
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """Factory: `start_server(repo_dir, artifacts_dir=None, **flags)` -> ready TritonServer."""
+    started: list[TritonServer] = []
+
+    def start(repo_dir, artifacts_dir=None, **kwargs) -> TritonServer:
+        kwargs.setdefault("log_path", tmp_path / f"tritonserver-{len(started)}.log")
+        server = launch_server(repo_dir, artifacts_dir, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(tmp_path_factory) -> Path:
+    """Tiny ranker/retriever artifacts (500-item corpus), generated once per session."""
+    from phoenix.artifacts import generate  # lazy: only integration tests need it
+
+    out_dir = tmp_path_factory.mktemp("tiny-artifacts")
+    generate("tiny", out_dir, seed=0, corpus_size=500)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def triton(tiny_artifacts, tmp_path_factory):
+    """A ready TritonServer over model_repository/ serving `tiny_artifacts`."""
+    if not MODEL_REPOSITORY.is_dir():
+        pytest.fail(f"the `triton` fixture needs {MODEL_REPOSITORY}, which does not exist")
+    log_path = tmp_path_factory.mktemp("triton-logs") / "tritonserver.log"
+    server = launch_server(MODEL_REPOSITORY, tiny_artifacts, log_path=log_path, exit_timeout_secs=5)
+    yield server
+    server.stop()
