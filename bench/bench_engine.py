@@ -95,7 +95,7 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
     runner.params = random_params(runner.params)
     jitted_rank = jax.jit(runner.rank_candidates)
     engine = RankingEngine(config, runner.params, batch_buckets=(1,))
-    engine.warm_up(with_continuous=False, with_timestamps=False)
+    engine.warm_up()
 
     rows = []
     for count in counts:

@@ -303,31 +303,42 @@ class RankingEngine:
     def _split(self, batch: RecsysBatch, emb: RecsysEmbeddings, start: int, stop: int, rows: int):
         """Candidate slice [start, stop) of the request, padded to ``rows`` x chunk bucket."""
         width = bucket_for(stop - start, self.candidate_buckets)
-        cand = lambda x: _pad_axis(_pad_axis(np.asarray(x)[:, start:stop], 1, width), 0, rows)  # noqa: E731
-        hist = lambda x: _pad_axis(np.asarray(x), 0, rows)  # noqa: E731
-        optional = lambda x, f: None if x is None else f(x)  # noqa: E731
-        b = batch._replace(
-            user_hashes=hist(batch.user_hashes),
-            history_post_hashes=hist(batch.history_post_hashes),
-            history_author_hashes=hist(batch.history_author_hashes),
-            history_actions=hist(batch.history_actions),
-            history_product_surface=hist(batch.history_product_surface),
-            candidate_post_hashes=cand(batch.candidate_post_hashes),
-            candidate_author_hashes=cand(batch.candidate_author_hashes),
-            candidate_product_surface=cand(batch.candidate_product_surface),
-            history_continuous_actions=optional(batch.history_continuous_actions, hist),
-            candidate_impr_ts=optional(batch.candidate_impr_ts, cand),
-            candidate_post_creation_ts=optional(batch.candidate_post_creation_ts, cand),
+        def cand(x, dtype):
+            return _pad_axis(_pad_axis(np.asarray(x, dtype)[:, start:stop], 1, width), 0, rows)
+
+        def hist(x, dtype):
+            return _pad_axis(np.asarray(x, dtype), 0, rows)
+
+        # Absent optional features are given as zeros, which the model treats exactly like
+        # None (dwell 0 s; timestamp 0 = unknown age), so one compiled shape serves both.
+        users, seq = np.asarray(batch.history_product_surface).shape
+        num_cands = np.asarray(batch.candidate_product_surface).shape[1]
+        continuous = batch.history_continuous_actions
+        if continuous is None:
+            continuous = np.zeros((users, seq, self.config.num_continuous_actions), np.float32)
+        impr, created = batch.candidate_impr_ts, batch.candidate_post_creation_ts
+        if impr is None or created is None:
+            impr = created = np.zeros((users, num_cands), np.int32)
+        b = RecsysBatch(
+            user_hashes=hist(batch.user_hashes, np.int32),
+            history_post_hashes=hist(batch.history_post_hashes, np.int32),
+            history_author_hashes=hist(batch.history_author_hashes, np.int32),
+            history_actions=hist(batch.history_actions, np.float32),
+            history_product_surface=hist(batch.history_product_surface, np.int32),
+            candidate_post_hashes=cand(batch.candidate_post_hashes, np.int32),
+            candidate_author_hashes=cand(batch.candidate_author_hashes, np.int32),
+            candidate_product_surface=cand(batch.candidate_product_surface, np.int32),
+            history_continuous_actions=hist(continuous, np.float32),
+            candidate_impr_ts=cand(impr, np.int32),
+            candidate_post_creation_ts=cand(created, np.int32),
             user_ip_hashes=None,
         )
-        e = dataclasses.replace(
-            emb,
-            user_embeddings=hist(emb.user_embeddings),
-            history_post_embeddings=hist(emb.history_post_embeddings),
-            history_author_embeddings=hist(emb.history_author_embeddings),
-            candidate_post_embeddings=cand(emb.candidate_post_embeddings),
-            candidate_author_embeddings=cand(emb.candidate_author_embeddings),
-            user_ip_embeddings=None,
+        e = RecsysEmbeddings(
+            user_embeddings=hist(emb.user_embeddings, np.float32),
+            history_post_embeddings=hist(emb.history_post_embeddings, np.float32),
+            history_author_embeddings=hist(emb.history_author_embeddings, np.float32),
+            candidate_post_embeddings=cand(emb.candidate_post_embeddings, np.float32),
+            candidate_author_embeddings=cand(emb.candidate_author_embeddings, np.float32),
         )
         return b, e
 
@@ -368,16 +379,12 @@ class RankingEngine:
             return RankingScores(empty(self.unembed.shape[1]), empty(self.continuous.shape[1]))
         return RankingScores(np.concatenate(logits, axis=1), np.concatenate(continuous, axis=1))
 
-    def warm_up(self, with_continuous: bool = True, with_timestamps: bool = True) -> int:
+    def warm_up(self) -> int:
         """Compile every (batch bucket, candidate bucket) shape; returns how many."""
         compiled = 0
         for rows in self.batch_buckets:
             for width in self.candidate_buckets:
-                batch, emb = example_inputs(
-                    self.config, rows, width, with_continuous=with_continuous,
-                    with_timestamps=with_timestamps,
-                )
-                self.score(batch, emb)
+                self.score(*example_inputs(self.config, rows, width))
                 compiled += 1
         return compiled
 
@@ -482,11 +489,36 @@ class RetrievalEngine:
         """Unit user vectors [B, D] (float32)."""
         out = []
         pad = lambda x, to: None if x is None else _pad_axis(np.asarray(x), 0, to)  # noqa: E731
+        hashes = self.config.hash_config
         for rows, pad_to in batch_slices(np.asarray(batch.user_hashes).shape[0], self.batch_buckets):
             sub_b, sub_e = _take_users(batch, emb, rows)
-            sub_b = RecsysBatch(*[pad(x, pad_to) for x in sub_b])
+            # The user tower reads no candidate or optional field: give it one fixed
+            # structure (dtype and shape) so that warm-up compiles what serving runs.
+            sub_b = RecsysBatch(
+                user_hashes=pad(np.asarray(sub_b.user_hashes, np.int32), pad_to),
+                history_post_hashes=pad(np.asarray(sub_b.history_post_hashes, np.int32), pad_to),
+                history_author_hashes=pad(np.asarray(sub_b.history_author_hashes, np.int32), pad_to),
+                history_actions=pad(np.asarray(sub_b.history_actions, np.float32), pad_to),
+                history_product_surface=pad(
+                    np.asarray(sub_b.history_product_surface, np.int32), pad_to
+                ),
+                candidate_post_hashes=np.zeros((pad_to, 1, hashes.num_item_hashes), np.int32),
+                candidate_author_hashes=np.zeros((pad_to, 1, hashes.num_author_hashes), np.int32),
+                candidate_product_surface=np.zeros((pad_to, 1), np.int32),
+            )
+            d = self.config.emb_size
             sub_e = RecsysEmbeddings(
-                **{f.name: pad(getattr(sub_e, f.name), pad_to) for f in dataclasses.fields(sub_e)}
+                user_embeddings=pad(np.asarray(sub_e.user_embeddings, np.float32), pad_to),
+                history_post_embeddings=pad(
+                    np.asarray(sub_e.history_post_embeddings, np.float32), pad_to
+                ),
+                history_author_embeddings=pad(
+                    np.asarray(sub_e.history_author_embeddings, np.float32), pad_to
+                ),
+                candidate_post_embeddings=np.zeros((pad_to, 1, hashes.num_item_hashes, d), np.float32),
+                candidate_author_embeddings=np.zeros(
+                    (pad_to, 1, hashes.num_author_hashes, d), np.float32
+                ),
             )
             users = np.asarray(self._users(self.params, sub_b, sub_e), np.float32)
             out.append(users[: rows.stop - rows.start])

@@ -85,8 +85,13 @@ def test_warm_up_compiles_every_bucket_then_nothing_new():
     engine = RankingEngine(config, params, batch_buckets=(1, 2), candidate_buckets=(4, 8))
     assert engine.warm_up() == 4
     before = engine._score_chunk._cache_size()
+    context_before = engine._encode_context._cache_size()
     engine.score(b, e)  # 3 users -> 2 calls (2 + 1), 23 candidates -> chunks of 8
+    # absent optional features reuse the same compiled functions
+    engine.score(b._replace(history_continuous_actions=None, candidate_impr_ts=None,
+                            candidate_post_creation_ts=None), e)
     assert engine._score_chunk._cache_size() == before
+    assert engine._encode_context._cache_size() == context_before
 
 
 def test_bucket_for():
