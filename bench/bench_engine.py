@@ -5,6 +5,8 @@ writes ``bench/results/engine.json``. Mini config (emb 128, 4 layers, 4 heads, k
 history 127), one user, float32 on CPU; random non-degenerate weights.
 """
 
+# ruff: noqa: B023  (the timed closures run inside the loop iteration that defines them)
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +15,6 @@ import platform
 import time
 from pathlib import Path
 
-import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,8 +37,13 @@ ORIGINAL_CHUNK = 64
 
 def mini_transformer() -> TransformerConfig:
     return TransformerConfig(
-        emb_size=128, key_size=32, num_q_heads=4, num_kv_heads=4, num_layers=4,
-        widening_factor=2.0, attn_output_multiplier=0.125,
+        emb_size=128,
+        key_size=32,
+        num_q_heads=4,
+        num_kv_heads=4,
+        num_layers=4,
+        widening_factor=2.0,
+        attn_output_multiplier=0.125,
     )
 
 
@@ -69,7 +75,9 @@ def split_candidates(batch, emb, start, stop):
     """Candidate window [start, stop) of a one-user request, padded to ORIGINAL_CHUNK."""
     from phoenix.engine import _pad_axis
 
-    cut = lambda x: None if x is None else _pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)  # noqa: E731
+    cut = (
+        lambda x: None if x is None else _pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)
+    )  # noqa: E731
     b = batch._replace(
         candidate_post_hashes=cut(batch.candidate_post_hashes),
         candidate_author_hashes=cut(batch.candidate_author_hashes),
@@ -87,8 +95,12 @@ def split_candidates(batch, emb, start, stop):
 
 def bench_ranking(counts, min_seconds, skip_eager_above):
     config = PhoenixModelConfig(
-        model=mini_transformer(), emb_size=128, num_actions=19, history_seq_len=127,
-        candidate_seq_len=ORIGINAL_CHUNK, fprop_dtype=jnp.float32,
+        model=mini_transformer(),
+        emb_size=128,
+        num_actions=19,
+        history_seq_len=127,
+        candidate_seq_len=ORIGINAL_CHUNK,
+        fprop_dtype=jnp.float32,
     )
     runner = RecsysInferenceRunner(ModelRunner(model=config, bs_per_device=0.125), name="bench")
     runner.initialize()
@@ -100,8 +112,10 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
     rows = []
     for count in counts:
         batch, emb = example_inputs(config, 1, count, seed=count)
-        windows = [split_candidates(batch, emb, s, min(count, s + ORIGINAL_CHUNK))
-                   for s in range(0, count, ORIGINAL_CHUNK)]
+        windows = [
+            split_candidates(batch, emb, s, min(count, s + ORIGINAL_CHUNK))
+            for s in range(0, count, ORIGINAL_CHUNK)
+        ]
 
         def original():
             for b, e in windows:
@@ -135,7 +149,10 @@ def bench_matmul(min_seconds, n=2048):
 
 def bench_retrieval(sizes, min_seconds, batch=16):
     config = PhoenixRetrievalModelConfig(
-        model=mini_transformer(), emb_size=128, history_seq_len=127, candidate_seq_len=64,
+        model=mini_transformer(),
+        emb_size=128,
+        history_seq_len=127,
+        candidate_seq_len=64,
         fprop_dtype=jnp.float32,
     )
     runner = RetrievalModelRunner(model=config, bs_per_device=0.125)
@@ -159,7 +176,9 @@ def bench_retrieval(sizes, min_seconds, batch=16):
             engine.top_k(engine.encode_users(users, _), 100)
 
         row = {
-            "corpus": size, "batch": batch, "top_k": 100,
+            "corpus": size,
+            "batch": batch,
+            "top_k": 100,
             "top_k_queries_per_s": batch / timed(query, min_seconds),
             "end_to_end_queries_per_s": batch / timed(encode_and_query, min_seconds),
         }
@@ -170,24 +189,33 @@ def bench_retrieval(sizes, min_seconds, batch=16):
 
 def print_table(ranking, matmul_gflops, retrieval):
     print("\nRanking, one user, history 127, mini config, float32 CPU (candidates / second)")
-    print(f"{'cands':>6} {'original':>10} {'orig+jit':>10} {'engine':>10} "
-          f"{'x original':>11} {'x jit':>7} {'GFLOP/s':>8} {'% matmul':>9}")
+    print(
+        f"{'cands':>6} {'original':>10} {'orig+jit':>10} {'engine':>10} "
+        f"{'x original':>11} {'x jit':>7} {'GFLOP/s':>8} {'% matmul':>9}"
+    )
     for r in ranking:
         orig = r.get("original_cands_per_s")
-        print(f"{r['candidates']:>6} {orig or float('nan'):>10.0f} {r['original_jit_cands_per_s']:>10.0f} "
-              f"{r['engine_cands_per_s']:>10.0f} "
-              f"{(r['engine_cands_per_s'] / orig) if orig else float('nan'):>11.1f} "
-              f"{r['engine_cands_per_s'] / r['original_jit_cands_per_s']:>7.1f} "
-              f"{r['engine_gflops']:>8.1f} {100 * r['engine_gflops'] / matmul_gflops:>8.0f}%")
+        print(
+            f"{r['candidates']:>6} {orig or float('nan'):>10.0f} "
+            f"{r['original_jit_cands_per_s']:>10.0f} "
+            f"{r['engine_cands_per_s']:>10.0f} "
+            f"{(r['engine_cands_per_s'] / orig) if orig else float('nan'):>11.1f} "
+            f"{r['engine_cands_per_s'] / r['original_jit_cands_per_s']:>7.1f} "
+            f"{r['engine_gflops']:>8.1f} {100 * r['engine_gflops'] / matmul_gflops:>8.0f}%"
+        )
     print(f"float32 2048x2048 matmul: {matmul_gflops:.1f} GFLOP/s (ceiling)")
     print("\nRetrieval, batch of 16 users, top 100")
     for r in retrieval:
-        print(f"corpus {r['corpus']:>8}: top-k {r['top_k_queries_per_s']:>8.0f} q/s, "
-              f"user tower + top-k {r['end_to_end_queries_per_s']:>8.0f} q/s")
+        print(
+            f"corpus {r['corpus']:>8}: top-k {r['top_k_queries_per_s']:>8.0f} q/s, "
+            f"user tower + top-k {r['end_to_end_queries_per_s']:>8.0f} q/s"
+        )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="short timings, smaller corpus")
     parser.add_argument("--out", type=Path, default=RESULTS / "engine.json")
     args = parser.parse_args()
@@ -197,11 +225,22 @@ def main():
     retrieval = bench_retrieval([100_000] if args.quick else [100_000, 1_000_000], min_seconds)
     print_table(ranking, matmul, retrieval)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "machine": {"backend": jax.default_backend(), "devices": str(jax.devices()),
-                    "cpu_count": __import__("os").cpu_count(), "platform": platform.platform()},
-        "ranking": ranking, "matmul_gflops": matmul, "retrieval": retrieval,
-    }, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "machine": {
+                    "backend": jax.default_backend(),
+                    "devices": str(jax.devices()),
+                    "cpu_count": __import__("os").cpu_count(),
+                    "platform": platform.platform(),
+                },
+                "ranking": ranking,
+                "matmul_gflops": matmul,
+                "retrieval": retrieval,
+            },
+            indent=2,
+        )
+    )
     print(f"\nwrote {args.out}")
 
 

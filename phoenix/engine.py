@@ -108,7 +108,7 @@ def layer_weights(params, num_layers: int, dtype) -> list[LayerWeights]:
         prefix = f"transformer/decoder_layer_{i}"
         attn = f"{prefix}/multi_head_attention"
         cast = lambda name: jnp.asarray(params[name]["w"], dtype)  # noqa: E731
-        norm = lambda name: jnp.asarray(params[f"{prefix}/{name}"]["scale"], jnp.float32)  # noqa: E731
+        norm = lambda name, p=prefix: jnp.asarray(params[f"{p}/{name}"]["scale"], jnp.float32)  # noqa: E731
         layers.append(
             LayerWeights(
                 norm_attn_in=norm("rms_norm"),
@@ -192,7 +192,7 @@ def candidate_layers(tokens, mask, positions, context_mask, cache, layers, shape
     phase = rope_phase(positions, d)  # [B|1, C, 1, d]
     context_ok = context_mask[:, None, None, :]  # [B, 1, 1, T]
     h = tokens
-    for w, (ctx_k, ctx_v) in zip(layers, cache):
+    for w, (ctx_k, ctx_v) in zip(layers, cache, strict=False):
         q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)  # q [B,C,K,G,d]
         q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, c * G, d)  # [B, K, C*G, d]
         keys = ctx_k.transpose(0, 2, 3, 1)  # [B, K, d, T]
@@ -303,6 +303,7 @@ class RankingEngine:
     def _split(self, batch: RecsysBatch, emb: RecsysEmbeddings, start: int, stop: int, rows: int):
         """Candidate slice [start, stop) of the request, padded to ``rows`` x chunk bucket."""
         width = bucket_for(stop - start, self.candidate_buckets)
+
         def cand(x, dtype):
             return _pad_axis(_pad_axis(np.asarray(x, dtype)[:, start:stop], 1, width), 0, rows)
 
@@ -425,7 +426,8 @@ def example_inputs(
             np.full((users, candidates), 1_700_000_000, np.int64) if with_timestamps else None
         ),
         candidate_post_creation_ts=(
-            1_700_000_000 - rng.integers(0, 100 * 3600, (users, candidates)) if with_timestamps
+            1_700_000_000 - rng.integers(0, 100 * 3600, (users, candidates))
+            if with_timestamps
             else None
         ),
     )
@@ -490,14 +492,18 @@ class RetrievalEngine:
         out = []
         pad = lambda x, to: None if x is None else _pad_axis(np.asarray(x), 0, to)  # noqa: E731
         hashes = self.config.hash_config
-        for rows, pad_to in batch_slices(np.asarray(batch.user_hashes).shape[0], self.batch_buckets):
+        for rows, pad_to in batch_slices(
+            np.asarray(batch.user_hashes).shape[0], self.batch_buckets
+        ):
             sub_b, sub_e = _take_users(batch, emb, rows)
             # The user tower reads no candidate or optional field: give it one fixed
             # structure (dtype and shape) so that warm-up compiles what serving runs.
             sub_b = RecsysBatch(
                 user_hashes=pad(np.asarray(sub_b.user_hashes, np.int32), pad_to),
                 history_post_hashes=pad(np.asarray(sub_b.history_post_hashes, np.int32), pad_to),
-                history_author_hashes=pad(np.asarray(sub_b.history_author_hashes, np.int32), pad_to),
+                history_author_hashes=pad(
+                    np.asarray(sub_b.history_author_hashes, np.int32), pad_to
+                ),
                 history_actions=pad(np.asarray(sub_b.history_actions, np.float32), pad_to),
                 history_product_surface=pad(
                     np.asarray(sub_b.history_product_surface, np.int32), pad_to
@@ -515,7 +521,9 @@ class RetrievalEngine:
                 history_author_embeddings=pad(
                     np.asarray(sub_e.history_author_embeddings, np.float32), pad_to
                 ),
-                candidate_post_embeddings=np.zeros((pad_to, 1, hashes.num_item_hashes, d), np.float32),
+                candidate_post_embeddings=np.zeros(
+                    (pad_to, 1, hashes.num_item_hashes, d), np.float32
+                ),
                 candidate_author_embeddings=np.zeros(
                     (pad_to, 1, hashes.num_author_hashes, d), np.float32
                 ),
@@ -594,7 +602,9 @@ def flops_per_candidate(config: PhoenixModelConfig) -> float:
     projections = 2 * D * d * (tc.num_q_heads * 2 + tc.num_kv_heads * 2)
     attention = 2 * 2 * tc.num_q_heads * d * (T + 1)
     ffn = 2 * 3 * D * F
-    inputs = 2 * D * D * (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes + 2)
+    inputs = (
+        2 * D * D * (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes + 2)
+    )
     heads = 2 * D * (config.num_actions + config.num_continuous_actions)
     return tc.num_layers * (projections + attention + ffn) + inputs + heads
 

@@ -199,7 +199,9 @@ def block_history_reduce(
         history_actions_embeddings,  # [B, S, D]
         history_product_surface_embeddings,  # [B, S, D]
     ]
-    parts += [p for p in (history_continuous_embeddings, history_post_age_embeddings) if p is not None]
+    parts += [
+        p for p in (history_continuous_embeddings, history_post_age_embeddings) if p is not None
+    ]
     tokens = _project(parts, "proj_mat_3", emb_size, embed_init_scale)  # [B, S, D]
     mask = (history_post_hashes[:, :, 0] != 0).reshape(batch, seq)  # [B, S]
     return tokens, mask
@@ -272,7 +274,7 @@ class PhoenixModelConfig:
         self._initialized = True
         return self
 
-    def make(self) -> "PhoenixModel":
+    def make(self) -> PhoenixModel:
         if not self._initialized:
             self.initialize()
         return PhoenixModel(model=self.model.make(), config=self, fprop_dtype=self.fprop_dtype)
@@ -356,7 +358,9 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
         """Product surfaces [B, L] -> [B, L, D] (one table shared by history and candidates)."""
         config = self.config
         return self._single_hot_to_embeddings(
-            surfaces, config.product_surface_vocab_size, config.emb_size,
+            surfaces,
+            config.product_surface_vocab_size,
+            config.emb_size,
             "product_surface_embedding_table",
         )
 
@@ -423,7 +427,9 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
         mask = jnp.concatenate([context_mask, candidate_mask], axis=1)  # [B, T]
         return tokens, mask, context.shape[1]
 
-    def __call__(self, batch: RecsysBatch, recsys_embeddings: RecsysEmbeddings) -> RecsysModelOutput:
+    def __call__(
+        self, batch: RecsysBatch, recsys_embeddings: RecsysEmbeddings
+    ) -> RecsysModelOutput:
         tokens, mask, candidate_start = self.build_inputs(batch, recsys_embeddings)
         positions = None
         if self.config.right_anchored_rope:
@@ -438,10 +444,17 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
 
         init = hk.initializers.VarianceScaling(1.0, mode="fan_out")
         D = self.config.emb_size
-        unembed = hk.get_parameter("unembeddings", [D, self.config.num_actions], jnp.float32, init=init)
+        unembed = hk.get_parameter(
+            "unembeddings", [D, self.config.num_actions], jnp.float32, init=init
+        )
         continuous = hk.get_parameter(
-            "continuous_unembeddings", [D, self.config.num_continuous_actions], jnp.float32, init=init
+            "continuous_unembeddings",
+            [D, self.config.num_continuous_actions],
+            jnp.float32,
+            init=init,
         )
         logits = jnp.dot(candidates, unembed).astype(self.fprop_dtype)  # [B, C, A]
         continuous_preds = jax.nn.sigmoid(jnp.dot(candidates, continuous))  # [B, C, N]
-        return RecsysModelOutput(logits=logits, continuous_preds=continuous_preds.astype(self.fprop_dtype))
+        return RecsysModelOutput(
+            logits=logits, continuous_preds=continuous_preds.astype(self.fprop_dtype)
+        )

@@ -77,7 +77,9 @@ class CandidateTower(hk.Module):
         dtype = post_author_embedding.dtype
         if not self.enable_linear_proj:
             return l2_normalize(jnp.mean(post_author_embedding, axis=-2)).astype(dtype)
-        features = post_author_embedding.reshape(*post_author_embedding.shape[:-2], -1)  # [..., h*D]
+        features = post_author_embedding.reshape(
+            *post_author_embedding.shape[:-2], -1
+        )  # [..., h*D]
         w1 = hk.get_parameter(
             "candidate_tower_projection_1",
             [features.shape[-1], 2 * self.emb_size],
@@ -123,7 +125,7 @@ class PhoenixRetrievalModelConfig:
         self._initialized = True
         return self
 
-    def make(self) -> "PhoenixRetrievalModel":
+    def make(self) -> PhoenixRetrievalModel:
         if not self._initialized:
             self.initialize()
         return PhoenixRetrievalModel(
@@ -146,7 +148,11 @@ def user_history_tokens(
     )  # [B, S, D]
     actions = module._get_action_embeddings(jnp.asarray(batch.history_actions))  # [B, S, D]
     user, user_mask = block_user_reduce(
-        batch.user_hashes, jnp.asarray(recsys_embeddings.user_embeddings), hashes.num_user_hashes, D, 1.0
+        batch.user_hashes,
+        jnp.asarray(recsys_embeddings.user_embeddings),
+        hashes.num_user_hashes,
+        D,
+        1.0,
     )
     history, history_mask = block_history_reduce(
         batch.history_post_hashes,

@@ -252,7 +252,9 @@ class ModelRunner(BaseModelRunner):
     def make_forward_fn(self):
         return hk.transform(lambda batch, emb: self.model.make()(batch, emb))
 
-    def init(self, rng: jax.Array, data: RecsysBatch, embeddings: RecsysEmbeddings) -> TrainingState:
+    def init(
+        self, rng: jax.Array, data: RecsysBatch, embeddings: RecsysEmbeddings
+    ) -> TrainingState:
         _, init_rng = jax.random.split(rng)
         return TrainingState(params=self.forward.init(init_rng, data, embeddings))
 
@@ -330,7 +332,9 @@ def create_example_batch(
         return h
 
     user_hashes = hashes(num_user_embeddings, batch_size, num_user_hashes)
-    history_post = pad_history(hashes(num_post_embeddings, batch_size, history_len, num_item_hashes))
+    history_post = pad_history(
+        hashes(num_post_embeddings, batch_size, history_len, num_item_hashes)
+    )
     history_author = pad_history(
         hashes(num_author_embeddings, batch_size, history_len, num_author_hashes)
     )

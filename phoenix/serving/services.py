@@ -221,7 +221,8 @@ class UserEncoderService:
         self.resources = resources
         self.config = resources.config
         self.engine = RetrievalEngine(
-            self.config.retrieval_config(), resources.artifacts.retrieval_params,
+            self.config.retrieval_config(),
+            resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
         )
 
@@ -233,19 +234,23 @@ class UserEncoderService:
         c = self.config
         return parse_user_rows(inputs, c.num_actions, c.product_surface_vocab_size)
 
-    def encode(self, rows: Sequence[dict]) -> np.ndarray:
+    def features(self, rows: Sequence[dict]) -> tuple[RecsysBatch, RecsysEmbeddings]:
+        """Hashed user + history batch (no candidates: the user tower reads none)."""
         c = self.config
         users = stack_user_rows(rows, c.history_seq_len, c.num_actions)
         hashes, embeddings = self.resources.user_features(users)
         hashes.pop("history_continuous_actions")  # the user tower takes no dwell time
-        (posts, authors), (post_emb, author_emb) = self.resources.candidate_features(
+        _, (post_emb, author_emb) = self.resources.candidate_features(
             np.zeros((len(rows), 0), np.int64), np.zeros((len(rows), 0), np.int64)
         )
         batch = RecsysBatch(**hashes, **_empty_candidates(len(rows), c))
         emb = RecsysEmbeddings(
             **embeddings, candidate_post_embeddings=post_emb, candidate_author_embeddings=author_emb
         )
-        return self.engine.encode_users(batch, emb)
+        return batch, emb
+
+    def encode(self, rows: Sequence[dict]) -> np.ndarray:
+        return self.engine.encode_users(*self.features(rows))
 
     def handle(self, requests: Sequence[Inputs]) -> list[Result]:
         parsed, results = run_per_request(requests, self.parse)
@@ -270,7 +275,8 @@ class CandidateTowerService:
     def __init__(self, resources: PhoenixResources, compute_dtype=None):
         self.resources = resources
         self.engine = RetrievalEngine(
-            resources.config.retrieval_config(), resources.artifacts.retrieval_params,
+            resources.config.retrieval_config(),
+            resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
         )
 
@@ -323,7 +329,8 @@ class RetrieverService:
         self.config = resources.config
         self.corpus: Corpus = load_corpus(resources.root / corpus_file, self.config)
         self.engine = RetrievalEngine(
-            self.config.retrieval_config(), resources.artifacts.retrieval_params,
+            self.config.retrieval_config(),
+            resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
         )
         self.engine.set_corpus(self.corpus.embeddings)
@@ -453,8 +460,10 @@ class RankerService:
         self.config = resources.config
         self.weights = parse_score_weights(score_weights, self.config.action_names)
         self.engine = RankingEngine(
-            self.config.ranker_config(), resources.artifacts.ranker_params,
-            compute_dtype=compute_dtype, batch_buckets=batch_buckets,
+            self.config.ranker_config(),
+            resources.artifacts.ranker_params,
+            compute_dtype=compute_dtype,
+            batch_buckets=batch_buckets,
             candidate_buckets=candidate_buckets,
         )
 
@@ -484,7 +493,10 @@ class RankerService:
         check_ids("candidate_author_ids", authors)
         if surfaces is not None:
             check_range(
-                "candidate_product_surface", surfaces, 0, c.product_surface_vocab_size - 1,
+                "candidate_product_surface",
+                surfaces,
+                0,
+                c.product_surface_vocab_size - 1,
                 "product surfaces",
             )
         for r, row in enumerate(rows):

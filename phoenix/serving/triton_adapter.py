@@ -79,7 +79,9 @@ def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     try:
         values = tuple(sorted(int(v) for v in text.split(",") if v.strip()))
     except ValueError:
-        raise ValueError(f"parameter '{name}' must be a comma-separated list of ints: {text!r}")
+        raise ValueError(
+            f"parameter '{name}' must be a comma-separated list of ints: {text!r}"
+        ) from None
     if not values or values[0] < 1:
         raise ValueError(f"parameter '{name}' must list positive ints, got {text!r}")
     return values
@@ -114,8 +116,9 @@ class ServiceModel:
     service_name = ""
 
     def initialize(self, args: Mapping[str, str]) -> None:
-        configure_jax_environment(args.get("model_instance_kind", "CPU"),
-                                  args.get("model_instance_device_id", "0"))
+        configure_jax_environment(
+            args.get("model_instance_kind", "CPU"), args.get("model_instance_device_id", "0")
+        )
         import triton_python_backend_utils as pb_utils
 
         self.pb = pb_utils
@@ -134,7 +137,9 @@ class ServiceModel:
         compiled = self.service.warm_up()
         logger.warning(
             "%s ready: artifacts %s, %d shapes compiled in %.1f s",
-            args.get("model_instance_name", self.service_name), artifact_dir, compiled,
+            args.get("model_instance_name", self.service_name),
+            artifact_dir,
+            compiled,
             time.perf_counter() - started,
         )
 

@@ -20,11 +20,23 @@ CASES = {
 def build(case, candidates=23, layers=3):
     c = dict(CASES[case])
     anchored = c.pop("right_anchored_rope")
-    tc = TransformerConfig(emb_size=32, key_size=8, num_layers=layers, widening_factor=2.0,
-                           attn_output_multiplier=0.3, **c)
-    config = PhoenixModelConfig(model=tc, emb_size=32, num_actions=19, history_seq_len=9,
-                                candidate_seq_len=candidates, fprop_dtype=jnp.float32,
-                                right_anchored_rope=anchored)
+    tc = TransformerConfig(
+        emb_size=32,
+        key_size=8,
+        num_layers=layers,
+        widening_factor=2.0,
+        attn_output_multiplier=0.3,
+        **c,
+    )
+    config = PhoenixModelConfig(
+        model=tc,
+        emb_size=32,
+        num_actions=19,
+        history_seq_len=9,
+        candidate_seq_len=candidates,
+        fprop_dtype=jnp.float32,
+        right_anchored_rope=anchored,
+    )
     f = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
     b, e = example_inputs(config, 3, candidates, with_continuous=True, with_timestamps=True, seed=4)
     hist = np.array(b.history_post_hashes)
@@ -35,8 +47,12 @@ def build(case, candidates=23, layers=3):
     b = b._replace(history_post_hashes=hist, candidate_post_hashes=cand)
     rng = np.random.default_rng(7)
     params = jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.normal(size=p.shape) / np.sqrt(p.shape[0]) if p.ndim == 2
-                              else 1 + 0.2 * rng.normal(size=p.shape), jnp.float32),
+        lambda p: jnp.asarray(
+            rng.normal(size=p.shape) / np.sqrt(p.shape[0])
+            if p.ndim == 2
+            else 1 + 0.2 * rng.normal(size=p.shape),
+            jnp.float32,
+        ),
         f.init(jax.random.PRNGKey(0), b, e),
     )
     return config, f, params, b, e
@@ -72,10 +88,16 @@ def test_zero_candidates():
         candidate_post_hashes=np.zeros((3, 0, 2), np.int32),
         candidate_author_hashes=np.zeros((3, 0, 2), np.int32),
         candidate_product_surface=np.zeros((3, 0), np.int32),
-        candidate_impr_ts=None, candidate_post_creation_ts=None,
+        candidate_impr_ts=None,
+        candidate_post_creation_ts=None,
     )
-    e0 = type(e)(**{**e.__dict__, "candidate_post_embeddings": np.zeros((3, 0, 2, 32), np.float32),
-                    "candidate_author_embeddings": np.zeros((3, 0, 2, 32), np.float32)})
+    e0 = type(e)(
+        **{
+            **e.__dict__,
+            "candidate_post_embeddings": np.zeros((3, 0, 2, 32), np.float32),
+            "candidate_author_embeddings": np.zeros((3, 0, 2, 32), np.float32),
+        }
+    )
     out = engine.score(b0, e0)
     assert out.logits.shape == (3, 0, 19) and out.continuous_preds.shape == (3, 0, 8)
 
@@ -88,8 +110,12 @@ def test_warm_up_compiles_every_bucket_then_nothing_new():
     context_before = engine._encode_context._cache_size()
     engine.score(b, e)  # 3 users -> 2 calls (2 + 1), 23 candidates -> chunks of 8
     # absent optional features reuse the same compiled functions
-    engine.score(b._replace(history_continuous_actions=None, candidate_impr_ts=None,
-                            candidate_post_creation_ts=None), e)
+    engine.score(
+        b._replace(
+            history_continuous_actions=None, candidate_impr_ts=None, candidate_post_creation_ts=None
+        ),
+        e,
+    )
     assert engine._score_chunk._cache_size() == before
     assert engine._encode_context._cache_size() == context_before
 

@@ -34,7 +34,9 @@ def test_mask_of_user_two_history_three_candidates():
 
 
 def test_mask_with_one_candidate_is_causal():
-    np.testing.assert_array_equal(np.asarray(make_recsys_attn_mask(4, 3)[0, 0]), np.tril(np.ones((4, 4))))
+    np.testing.assert_array_equal(
+        np.asarray(make_recsys_attn_mask(4, 3)[0, 0]), np.tril(np.ones((4, 4)))
+    )
 
 
 def test_mask_where_every_token_after_the_user_is_a_candidate():
@@ -58,14 +60,18 @@ def test_larger_mask_structure():
 
 def test_right_anchored_positions_full_history():
     mask = jnp.ones((2, 8), bool)  # user + 4 history + 3 candidates
-    pos = np.asarray(right_anchored_rope_positions(mask, history_seq_len=4, num_user_prefix_tokens=1))
+    pos = np.asarray(
+        right_anchored_rope_positions(mask, history_seq_len=4, num_user_prefix_tokens=1)
+    )
     np.testing.assert_array_equal(pos, [[0, 1, 2, 3, 4, 5, 5, 5]] * 2)
 
 
 def test_right_anchored_positions_short_history_anchor_newest_item():
     # user, 2 valid history items of 4 (right-padded), 2 candidates of which 1 is padding
     mask = jnp.array([[True, True, True, False, False, True, False]])
-    pos = np.asarray(right_anchored_rope_positions(mask, history_seq_len=4, num_user_prefix_tokens=1))
+    pos = np.asarray(
+        right_anchored_rope_positions(mask, history_seq_len=4, num_user_prefix_tokens=1)
+    )
     # newest valid item (index 2) sits at history_end - 1 = 4; padding at 0; candidate at 5
     np.testing.assert_array_equal(pos, [[0, 3, 4, 0, 0, 5, 0]])
     assert pos.dtype == np.float32
@@ -93,7 +99,9 @@ def test_rms_normalize_unit_rms_and_dtype():
 
 
 def test_rotate_half():
-    np.testing.assert_array_equal(np.asarray(rotate_half(jnp.array([1.0, 2.0, 3.0, 4.0]))), [-3, -4, 1, 2])
+    np.testing.assert_array_equal(
+        np.asarray(rotate_half(jnp.array([1.0, 2.0, 3.0, 4.0]))), [-3, -4, 1, 2]
+    )
 
 
 def _transformer(seq, config, candidate_start, positions=None, seed=0):
@@ -136,5 +144,7 @@ def test_candidate_isolation_in_transformer():
     out = f.apply(params, x, mask).embeddings
     other = x.at[:, 6].set(-3.0)  # change candidate 2 (index 6) only
     out2 = f.apply(params, other, mask).embeddings
-    np.testing.assert_allclose(np.asarray(out[:, [4, 5, 7]]), np.asarray(out2[:, [4, 5, 7]]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out[:, [4, 5, 7]]), np.asarray(out2[:, [4, 5, 7]]), atol=1e-5
+    )
     assert not np.allclose(np.asarray(out[:, 6]), np.asarray(out2[:, 6]))

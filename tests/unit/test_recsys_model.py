@@ -34,7 +34,9 @@ def test_post_age_bucket_unknown_or_negative_is_zero():
 
 
 def test_post_age_bucket_other_granularity():
-    got = compute_post_age_bucket(jnp.array([T0, T0]), jnp.array([T0 - 45 * 60, T0 - 10_000 * 60]), 30)
+    got = compute_post_age_bucket(
+        jnp.array([T0, T0]), jnp.array([T0 - 45 * 60, T0 - 10_000 * 60]), 30
+    )
     np.testing.assert_array_equal(np.asarray(got), [2, 4800 // 30 + 1])
     assert got.dtype == jnp.int32
 
@@ -55,17 +57,32 @@ def test_log_normalisation():
 
 
 def small_config(**overrides):
-    tc = TransformerConfig(emb_size=16, key_size=8, num_q_heads=2, num_kv_heads=1, num_layers=2,
-                           widening_factor=2.0, attn_output_multiplier=0.25)
-    kwargs = dict(model=tc, emb_size=16, num_actions=19, history_seq_len=6, candidate_seq_len=5,
-                  fprop_dtype=jnp.float32)
+    tc = TransformerConfig(
+        emb_size=16,
+        key_size=8,
+        num_q_heads=2,
+        num_kv_heads=1,
+        num_layers=2,
+        widening_factor=2.0,
+        attn_output_multiplier=0.25,
+    )
+    kwargs = dict(
+        model=tc,
+        emb_size=16,
+        num_actions=19,
+        history_seq_len=6,
+        candidate_seq_len=5,
+        fprop_dtype=jnp.float32,
+    )
     kwargs.update(overrides)
     return PhoenixModelConfig(**kwargs)
 
 
 def random_model(config, seed=0):
     f = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
-    b, e = example_inputs(config, 2, config.candidate_seq_len, with_continuous=True, with_timestamps=True)
+    b, e = example_inputs(
+        config, 2, config.candidate_seq_len, with_continuous=True, with_timestamps=True
+    )
     params = f.init(jax.random.PRNGKey(0), b, e)
     rng = np.random.default_rng(seed)
     params = jax.tree_util.tree_map(
@@ -78,10 +95,15 @@ def test_ranker_parameter_names_match_published_layout():
     f, params, b, e = random_model(small_config())
     names = {f"{m}/{p}" for m in params for p in params[m]}
     for expected in [
-        "phoenix_model/proj_mat_1", "phoenix_model/proj_mat_2", "phoenix_model/proj_mat_3",
-        "phoenix_model/history_dwell_time_proj1", "phoenix_model/history_dwell_time_proj2",
-        "phoenix_model/post_age_embedding_table", "phoenix_model/unembeddings",
-        "phoenix_model/continuous_unembeddings", "phoenix_model/rms_norm/scale",
+        "phoenix_model/proj_mat_1",
+        "phoenix_model/proj_mat_2",
+        "phoenix_model/proj_mat_3",
+        "phoenix_model/history_dwell_time_proj1",
+        "phoenix_model/history_dwell_time_proj2",
+        "phoenix_model/post_age_embedding_table",
+        "phoenix_model/unembeddings",
+        "phoenix_model/continuous_unembeddings",
+        "phoenix_model/rms_norm/scale",
         "transformer/decoder_layer_1/rms_norm_3/scale",
     ]:
         assert expected in names
@@ -107,6 +129,15 @@ def test_candidate_isolation_changing_other_candidates(anchored):
 def test_dwell_and_timestamps_change_scores():
     f, params, b, e = random_model(small_config())
     with_features = np.asarray(f.apply(params, b, e).logits)
-    without = np.asarray(f.apply(params, b._replace(
-        history_continuous_actions=None, candidate_impr_ts=None, candidate_post_creation_ts=None), e).logits)
+    without = np.asarray(
+        f.apply(
+            params,
+            b._replace(
+                history_continuous_actions=None,
+                candidate_impr_ts=None,
+                candidate_post_creation_ts=None,
+            ),
+            e,
+        ).logits
+    )
     assert not np.allclose(with_features, without)

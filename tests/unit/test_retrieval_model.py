@@ -9,7 +9,11 @@ import pytest
 from phoenix.engine import RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_retrieval_model import CandidateTower, PhoenixRetrievalModelConfig
-from phoenix.runners import RecsysRetrievalInferenceRunner, RetrievalModelRunner, create_example_corpus
+from phoenix.runners import (
+    RecsysRetrievalInferenceRunner,
+    RetrievalModelRunner,
+    create_example_corpus,
+)
 
 
 def tower(enable_linear_proj):
@@ -42,18 +46,29 @@ def test_linear_tower_parameter_shapes():
 
 
 def config(**kw):
-    tc = TransformerConfig(emb_size=32, key_size=16, num_q_heads=2, num_kv_heads=2, num_layers=1,
-                           widening_factor=2, attn_output_multiplier=0.125)
-    return PhoenixRetrievalModelConfig(model=tc, emb_size=32, history_seq_len=8, candidate_seq_len=4,
-                                       fprop_dtype=jnp.float32, **kw)
+    tc = TransformerConfig(
+        emb_size=32,
+        key_size=16,
+        num_q_heads=2,
+        num_kv_heads=2,
+        num_layers=1,
+        widening_factor=2,
+        attn_output_multiplier=0.125,
+    )
+    return PhoenixRetrievalModelConfig(
+        model=tc, emb_size=32, history_seq_len=8, candidate_seq_len=4, fprop_dtype=jnp.float32, **kw
+    )
 
 
 def random_runner(cfg):
-    runner = RecsysRetrievalInferenceRunner(RetrievalModelRunner(model=cfg, bs_per_device=0.125), "t")
+    runner = RecsysRetrievalInferenceRunner(
+        RetrievalModelRunner(model=cfg, bs_per_device=0.125), "t"
+    )
     runner.initialize()
     rng = np.random.default_rng(0)
     runner.params = jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.3 + (p.ndim == 1), jnp.float32), runner.params
+        lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.3 + (p.ndim == 1), jnp.float32),
+        runner.params,
     )
     return runner
 
@@ -67,7 +82,9 @@ def test_runner_retrieves_sorted_valid_top_k_and_unit_users():
     idx, scores = np.asarray(out.top_k_indices), np.asarray(out.top_k_scores)
     assert idx.shape == (3, 10) and ((idx >= 0) & (idx < 100)).all()
     assert (np.diff(scores, axis=1) <= 0).all()
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(out.user_representation), axis=1), 1, atol=1e-5)
+    np.testing.assert_allclose(
+        np.linalg.norm(np.asarray(out.user_representation), axis=1), 1, atol=1e-5
+    )
     brute = np.asarray(out.user_representation) @ np.asarray(corpus).T
     np.testing.assert_allclose(scores, -np.sort(-brute, axis=1)[:, :10], atol=1e-5)
 
@@ -78,7 +95,9 @@ def test_corpus_mask_excludes_entries():
     corpus, _ = create_example_corpus(20, 32)
     mask = jnp.arange(20) % 2 == 0
     b, e = example_inputs(cfg, 2, 4)
-    f = hk.without_apply_rng(hk.transform(lambda b_, e_, c, m: cfg.make()(b_, e_, c, 5, corpus_mask=m)))
+    f = hk.without_apply_rng(
+        hk.transform(lambda b_, e_, c, m: cfg.make()(b_, e_, c, 5, corpus_mask=m))
+    )
     out = f.apply(runner.params, b, e, corpus, mask)
     assert (np.asarray(out.top_k_indices) % 2 == 0).all()
 
@@ -94,7 +113,9 @@ def test_engine_matches_plain_retrieval_model():
         np.asarray(e.candidate_post_embeddings).reshape(-1, 2, 32),
         np.asarray(e.candidate_author_embeddings).reshape(-1, 2, 32),
     )
-    np.testing.assert_allclose(cands, np.asarray(runner.encode_candidates(b, e)).reshape(-1, 32), atol=1e-5)
+    np.testing.assert_allclose(
+        cands, np.asarray(runner.encode_candidates(b, e)).reshape(-1, 32), atol=1e-5
+    )
     corpus, _ = create_example_corpus(300, 32)
     engine.set_corpus(np.asarray(corpus))
     idx, scores = engine.top_k(users, 7)
