@@ -1,0 +1,184 @@
+"""Serving logic without Triton: validation, padding, blending, per-request isolation."""
+
+import json
+
+import numpy as np
+import pytest
+
+from phoenix.serving import services
+from phoenix.serving.client import ranker_inputs
+from phoenix.serving.requests import InputError
+from phoenix.serving.triton_adapter import parse_int_list, powers_of_two_up_to
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    from phoenix.artifacts import generate
+
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=1, corpus_size=200)
+    return out
+
+
+@pytest.fixture(scope="module")
+def resources(artifacts):
+    return services.PhoenixResources(artifacts)
+
+
+@pytest.fixture(scope="module")
+def ranker(resources):
+    return services.RankerService(
+        resources,
+        json.dumps({"favorite": 1.0, "reply": 2.0}),
+        candidate_buckets=(8, 32),
+        batch_buckets=(1, 4),
+    )
+
+
+def request(config, rng, history=5, candidates=4):
+    return ranker_inputs(
+        {
+            "user_id": 7,
+            "history_post_ids": rng.integers(1, 10**9, history).tolist(),
+            "history_author_ids": rng.integers(1, 10**9, history).tolist(),
+            "history_actions": (rng.random((history, config.num_actions)) > 0.5)
+            .astype(int)
+            .tolist(),
+            "history_product_surface": rng.integers(0, 4, history).tolist(),
+            "history_dwell_seconds": rng.random(history).tolist(),
+            "candidate_post_ids": rng.integers(1, 10**9, candidates).tolist(),
+            "candidate_author_ids": rng.integers(1, 10**9, candidates).tolist(),
+            "candidate_product_surface": rng.integers(0, 4, candidates).tolist(),
+        }
+    )
+
+
+def test_score_weights_parse_and_reject_unknown_actions():
+    names = ("action_0", "favorite", "reply")
+    np.testing.assert_array_equal(
+        services.parse_score_weights('{"favorite": 2, "reply": 0.5}', names), [0, 2, 0.5]
+    )
+    with pytest.raises(ValueError, match="unknown actions \\['like'\\]"):
+        services.parse_score_weights('{"like": 1}', names)
+    with pytest.raises(ValueError, match="not valid JSON"):
+        services.parse_score_weights("{favorite: 1}", names)
+
+
+def test_stack_user_rows_keeps_newest_and_pads_right():
+    rows = [
+        {
+            "user_id": 1,
+            "post_ids": np.arange(1, 8),
+            "author_ids": np.arange(1, 8),
+            "actions": np.ones((7, 3), np.float32),
+            "surfaces": np.zeros(7, np.int32),
+            "dwell": None,
+        },
+        {
+            "user_id": 2,
+            "post_ids": np.array([5]),
+            "author_ids": np.array([6]),
+            "actions": np.ones((1, 3), np.float32),
+            "surfaces": np.zeros(1, np.int32),
+            "dwell": np.array([3.0], np.float32),
+        },
+    ]
+    users = services.stack_user_rows(rows, history_len=4, num_actions=3)
+    np.testing.assert_array_equal(users.post_ids, [[4, 5, 6, 7], [5, 0, 0, 0]])
+    np.testing.assert_array_equal(users.dwell, [[0, 0, 0, 0], [3, 0, 0, 0]])
+
+
+def test_ranker_outputs_are_sorted_blends(ranker, resources):
+    rng = np.random.default_rng(0)
+    (out,) = ranker.handle([request(resources.config, rng, candidates=9)])
+    scores = out["scores"][0]
+    assert out["ranked_post_ids"].shape == (1, 9) and (np.diff(scores) <= 0).all()
+    weights = services.parse_score_weights(
+        '{"favorite": 1.0, "reply": 2.0}', resources.config.action_names
+    )
+    np.testing.assert_allclose(out["action_probs"][0] @ weights, scores, rtol=1e-6)
+
+
+def test_one_bad_request_does_not_change_the_others(ranker, resources):
+    rng = np.random.default_rng(1)
+    good = [request(resources.config, rng, candidates=n) for n in (3, 12, 1)]
+    bad = dict(good[0], history_product_surface=np.full((1, 5), 99, np.int32))
+    alone = [ranker.handle([g])[0] for g in good]
+    mixed = ranker.handle([good[0], bad, good[1], good[2]])
+    assert isinstance(mixed[1], InputError) and "history_product_surface" in str(mixed[1])
+    for a, m in zip(alone, [mixed[0], mixed[2], mixed[3]]):
+        np.testing.assert_array_equal(a["ranked_post_ids"], m["ranked_post_ids"])
+        np.testing.assert_allclose(a["scores"], m["scores"], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"history_author_ids": np.ones((1, 2), np.int64)}, "same length"),
+        ({"history_post_ids": -np.ones((1, 5), np.int64)}, ">= 0"),
+        ({"history_actions": np.full((1, 5, 19), 2.0, np.float32)}, "action flags"),
+        ({"history_actions": np.zeros((1, 5), np.float32)}, "expected 3 dimensions"),
+        ({"history_dwell_seconds": np.full((1, 5), np.nan, np.float32)}, "NaN"),
+        ({"candidate_post_ids": np.zeros((1, 4), np.int64)}, ">= 1"),
+        (
+            {
+                "candidate_post_ids": np.ones((1, 1025), np.int64),
+                "candidate_author_ids": np.ones((1, 1025), np.int64),
+                "candidate_product_surface": None,
+            },
+            "at most 1024",
+        ),
+        ({"user_id": np.ones((1, 2), np.int64)}, "one id per row"),
+        ({"user_id": np.ones((1, 1), np.float32)}, "expected int values"),
+        ({"surprise": np.ones((1, 1), np.int64)}, "unknown inputs"),
+        ({"candidate_post_ids": None}, "missing required input 'candidate_post_ids'"),
+    ],
+)
+def test_ranker_rejects_bad_input(ranker, resources, change, fragment):
+    arrays = request(resources.config, np.random.default_rng(2))
+    for key, value in change.items():
+        if value is None:
+            arrays.pop(key)
+        else:
+            arrays[key] = value
+    (result,) = ranker.handle([arrays])
+    assert isinstance(result, InputError)
+    assert fragment in str(result)
+
+
+def test_user_encoder_and_retriever(resources):
+    rng = np.random.default_rng(3)
+    encoder = services.UserEncoderService(resources)
+    arrays = request(resources.config, rng)
+    user_only = {k: v for k, v in arrays.items() if k in services.USER_INPUTS}
+    user_only.pop("history_dwell_seconds")
+    (out,) = encoder.handle([user_only])
+    assert abs(np.linalg.norm(out["user_embedding"][0]) - 1) < 1e-5
+    retriever = services.RetrieverService(resources)
+    first = retriever.handle(
+        [{"user_embedding": out["user_embedding"], "top_k": np.array([[5]], np.int32)}]
+    )[0]
+    seen = first["post_ids"][:, :2]
+    second = retriever.handle(
+        [
+            {
+                "user_embedding": out["user_embedding"],
+                "top_k": np.array([[5]], np.int32),
+                "history_post_ids": seen,
+            }
+        ]
+    )[0]
+    assert not np.isin(second["post_ids"], seen).any()
+    np.testing.assert_array_equal(second["post_ids"][0, :3], first["post_ids"][0, 2:])
+    everything = retriever.handle(
+        [{"user_embedding": out["user_embedding"], "top_k": np.array([[1000]], np.int32)}]
+    )[0]
+    assert everything["post_ids"].shape == (1, 200)
+
+
+def test_adapter_parameter_helpers():
+    assert powers_of_two_up_to(8) == (1, 2, 4, 8)
+    assert powers_of_two_up_to(6) == (1, 2, 4, 6)
+    assert parse_int_list("64, 16,1024", "x") == (16, 64, 1024)
+    with pytest.raises(ValueError, match="candidate_buckets"):
+        parse_int_list("a,b", "candidate_buckets")
