@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import signal
 import sys
 import threading
@@ -98,12 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--build-dir",
         type=Path,
         default=DEFAULT_BUILD_DIR,
-        help="where derived repositories and the server log go (default: %(default)s)",
+        help="where derived repositories and server logs go (default: %(default)s)",
     )
     parser.add_argument(
         "--ready-timeout",
         type=float,
-        default=300.0,
+        default=600.0,
         metavar="S",
         help="seconds to wait for all models to load (default: %(default)s)",
     )
@@ -177,7 +178,8 @@ def make_server(args: argparse.Namespace, repository: Path, artifacts: Path) -> 
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         extra_args=flags_to_args({"exit_timeout_secs": EXIT_TIMEOUT_S}),
-        log_path=args.build_dir / "tritonserver.log",
+        # One log per run: several people may serve from the same checkout at once.
+        log_path=args.build_dir / f"tritonserver-{os.getpid()}.log",
         ready_timeout=args.ready_timeout,
     )
 
