@@ -11,8 +11,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-TRITON_DTYPES = {np.dtype(np.int64): "INT64", np.dtype(np.int32): "INT32",
-                 np.dtype(np.float32): "FP32"}
+TRITON_DTYPES = {
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.float32): "FP32",
+}
 USER_FIELDS = {
     "history_post_ids": np.int64,
     "history_author_ids": np.int64,
@@ -38,21 +41,30 @@ def connect(url: str, protocol: str = "http"):
     return client_module(protocol).InferenceServerClient(url=url)
 
 
-def user_inputs(seq: Mapping[str, Any], with_dwell: bool = False) -> dict[str, np.ndarray]:
-    """One user's request tensors (a leading batch dimension of 1)."""
+def user_inputs(
+    seq: Mapping[str, Any], with_dwell: bool = False, num_actions: Optional[int] = None
+) -> dict[str, np.ndarray]:
+    """One user's request tensors (a leading batch dimension of 1).
+
+    An empty JSON history (``"history_actions": []``) has no action width: pass
+    ``num_actions`` (the artifact config's) to send a [1, 0, A] tensor.
+    """
     arrays = {"user_id": np.array([[int(seq["user_id"])]], np.int64)}
     for name, dtype in USER_FIELDS.items():
         arrays[name] = np.asarray(seq[name], dtype)[None]
-    width = len(seq.get("history_post_ids", []))
     if arrays["history_actions"].ndim != 3:  # empty history: [1, 0] -> [1, 0, A]
-        arrays["history_actions"] = arrays["history_actions"].reshape(1, width, -1)
+        if num_actions is None:
+            raise ValueError("empty history_actions: pass num_actions to size the tensor")
+        arrays["history_actions"] = np.zeros((1, 0, num_actions), np.float32)
     if with_dwell and seq.get("history_dwell_seconds") is not None:
         arrays["history_dwell_seconds"] = np.asarray(seq["history_dwell_seconds"], np.float32)[None]
     return arrays
 
 
-def ranker_inputs(seq: Mapping[str, Any], with_dwell: bool = True) -> dict[str, np.ndarray]:
-    arrays = user_inputs(seq, with_dwell=with_dwell)
+def ranker_inputs(
+    seq: Mapping[str, Any], with_dwell: bool = True, num_actions: Optional[int] = None
+) -> dict[str, np.ndarray]:
+    arrays = user_inputs(seq, with_dwell=with_dwell, num_actions=num_actions)
     arrays["candidate_post_ids"] = np.asarray(seq["candidate_post_ids"], np.int64)[None]
     arrays["candidate_author_ids"] = np.asarray(seq["candidate_author_ids"], np.int64)[None]
     if seq.get("candidate_product_surface") is not None:
@@ -62,8 +74,10 @@ def ranker_inputs(seq: Mapping[str, Any], with_dwell: bool = True) -> dict[str, 
     return arrays
 
 
-def recommend_inputs(seq: Mapping[str, Any], top_k: Optional[int] = None) -> dict[str, np.ndarray]:
-    arrays = user_inputs(seq)
+def recommend_inputs(
+    seq: Mapping[str, Any], top_k: Optional[int] = None, num_actions: Optional[int] = None
+) -> dict[str, np.ndarray]:
+    arrays = user_inputs(seq, num_actions=num_actions)
     arrays["top_k"] = np.array([[int(top_k or seq.get("top_k", 50))]], np.int32)
     return arrays
 
@@ -90,9 +104,11 @@ def infer(
     result = client.infer(model, tensors, outputs=requested, **kwargs)
     if outputs is None:
         response = result.get_response()
-        names = [o["name"] for o in response["outputs"]] if isinstance(response, dict) else [
-            o.name for o in response.outputs
-        ]
+        names = (
+            [o["name"] for o in response["outputs"]]
+            if isinstance(response, dict)
+            else [o.name for o in response.outputs]
+        )
         outputs = names
     return {name: result.as_numpy(name) for name in outputs}
 

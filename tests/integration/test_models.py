@@ -211,13 +211,15 @@ def test_ensemble_equals_the_three_models_by_hand(triton, example, protocol):
 def test_empty_history_and_zero_candidates_are_answered(triton, resources):
     rng = np.random.default_rng(3)
     client = connect(triton.http_url, "http")
+    A = resources.config.num_actions
     seq = random_user(resources.config, rng, history=0, candidates=5)
-    out = infer(client, "http", "ranker", ranker_inputs(seq))
+    out = infer(client, "http", "ranker", ranker_inputs(seq, num_actions=A))
     assert out["ranked_post_ids"].shape == (1, 5)
     seq = random_user(resources.config, rng, history=4, candidates=0)
     out = infer(client, "http", "ranker", ranker_inputs(seq))
     assert out["ranked_post_ids"].shape == (1, 0) and out["action_probs"].shape[:2] == (1, 0)
-    emb = infer(client, "http", "user_encoder", user_inputs(random_user(resources.config, rng, 0)))
+    empty = random_user(resources.config, rng, 0)
+    emb = infer(client, "http", "user_encoder", user_inputs(empty, num_actions=A))
     assert abs(np.linalg.norm(emb["user_embedding"][0]) - 1) < 1e-5
 
 
@@ -305,6 +307,7 @@ def bad_ranker_requests(config, rng):
         "at most 1024",
         candidate_post_ids=np.arange(1, 1100, dtype=np.int64)[None],
         candidate_author_ids=np.arange(1, 1100, dtype=np.int64)[None],
+        candidate_product_surface=None,
     )
     case(
         "wrong action width",

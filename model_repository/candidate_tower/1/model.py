@@ -1,4 +1,4 @@
-"""Triton entry point of the 'candidate_tower' model: a thin adapter over phoenix.serving.services."""
+"""Triton entry point of 'candidate_tower': a thin adapter over phoenix.serving.services."""
 
 from phoenix.serving.triton_adapter import ServiceModel
 

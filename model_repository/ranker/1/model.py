@@ -1,4 +1,4 @@
-"""Triton entry point of the 'ranker' model: a thin adapter over phoenix.serving.services."""
+"""Triton entry point of 'ranker': a thin adapter over phoenix.serving.services."""
 
 from phoenix.serving.triton_adapter import ServiceModel
 

@@ -1,4 +1,4 @@
-"""Triton entry point of the 'retriever' model: a thin adapter over phoenix.serving.services."""
+"""Triton entry point of 'retriever': a thin adapter over phoenix.serving.services."""
 
 from phoenix.serving.triton_adapter import ServiceModel
 

@@ -1,4 +1,4 @@
-"""Triton entry point of the 'user_encoder' model: a thin adapter over phoenix.serving.services."""
+"""Triton entry point of 'user_encoder': a thin adapter over phoenix.serving.services."""
 
 from phoenix.serving.triton_adapter import ServiceModel
 
