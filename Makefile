@@ -96,3 +96,21 @@ clean:  ## remove build outputs and caches (keeps .venv and artifacts)
 
 distclean: clean  ## also remove .venv and artifacts
 	rm -rf $(VENV) artifacts
+
+# ---- load test and serving benchmark ----------------------------------------------------------
+LOADTEST_USERS ?= 8
+LOADTEST_TIME ?= 30s
+BENCH_ARGS ?=
+# HOST or HTTP_PORT given on the command line (HTTP_PORT also from the environment): load-test
+# that running server; otherwise the load test starts its own on free loopback ports.
+LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
+	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
+
+.PHONY: loadtest bench-serving
+
+loadtest: setup artifacts  ## Locust, HTTP + gRPC users, reports in loadtest/results/; fails on errors
+	$(PY) loadtest/locustfile.py --artifacts $(ARTIFACTS) --users $(LOADTEST_USERS) \
+		--run-time $(LOADTEST_TIME) $(LOADTEST_TARGET)
+
+bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENCH_ARGS=--quick)
+	$(PY) bench/bench_serving.py --artifacts $(ARTIFACTS) $(BENCH_ARGS)

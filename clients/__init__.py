@@ -1,0 +1,1 @@
+"""Command-line clients of the served Phoenix models (run as `python -m clients.<name>`)."""

@@ -1,0 +1,297 @@
+"""Embed posts with the served `candidate_tower` into a retriever corpus: `--help` explains.
+
+Input formats (one row per post):
+  .csv  columns post_id,author_id[,topic]; a header line with those names is optional
+  .npy  an integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)
+  .npz  integer arrays post_ids [N], author_ids [N] and optionally topics [N]
+Post ids must be unique and > 0. The corpus is written with phoenix.checkpoint.save_corpus into
+the artifact directory; `--reload` then makes the running server's retriever serve it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from tqdm import tqdm
+
+from clients._common import (
+    InProcessModels,
+    add_check_arg,
+    build_parser,
+    compare_floats,
+    fail,
+    open_client,
+    report_check,
+    server_model_config,
+    server_parameters,
+    server_url,
+)
+from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
+from phoenix.serving.client import infer
+
+CSV_COLUMNS = ("post_id", "author_id", "topic")
+NPZ_KEYS = ("post_ids", "author_ids", "topics")
+RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
+FORMATS = (
+    "Posts file formats:\n"
+    "  .csv  columns post_id,author_id[,topic]; a header line with those names is optional\n"
+    "  .npy  integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)\n"
+    "  .npz  integer arrays post_ids [N], author_ids [N], optionally topics [N]\n"
+    "Post ids must be unique and > 0."
+)
+
+
+@dataclass(frozen=True)
+class Posts:
+    post_ids: np.ndarray  # int64 [N]
+    author_ids: np.ndarray  # int64 [N]
+    topics: Optional[np.ndarray] = None  # int64 [N]
+
+    def __len__(self) -> int:
+        return int(self.post_ids.shape[0])
+
+
+class InputFileError(ValueError):
+    """The posts file cannot be read or breaks a rule of the format."""
+
+
+def parse_args(argv: Optional[Sequence[str]]):
+    parser = build_parser(
+        "python -m clients.build_corpus",
+        "Embed a file of (post_id, author_id) rows with the served `candidate_tower`, in "
+        "batches, and write the corpus the retriever serves (phoenix.checkpoint.save_corpus) "
+        "as ARTIFACTS/NAME. With --reload, the running server's retriever is reloaded through "
+        "the model load API with its corpus_file parameter set to NAME (no restart; the "
+        "server must run with --model-control-mode=explicit --load-model=*).\n\n" + FORMATS,
+        [
+            "python -m clients.build_corpus posts.csv --reload",
+            "python -m clients.build_corpus posts.npz --out corpus-new.npz --check",
+            "python -m clients.build_corpus --generate 5000 --seed 1 --protocol grpc --reload",
+        ],
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("posts", nargs="?", type=Path, help="posts file (.csv, .npy or .npz)")
+    source.add_argument(
+        "--generate", type=int, metavar="N", help="embed N random posts instead of a file"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for --generate (default: 0)")
+    parser.add_argument(
+        "--out",
+        metavar="NAME",
+        help="corpus file name inside ARTIFACTS (default: corpus-<posts file stem>.npz)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=1024,
+        help="posts per candidate_tower request (default: %(default)s; at most the model's "
+        "max_batch_size)",
+    )
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="reload the server's retriever with the new corpus once it is written",
+    )
+    add_check_arg(parser)
+    return parser.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------
+# Reading posts
+# ----------------------------------------------------------------------------------------
+
+
+def read_csv(path: Path) -> Posts:
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = [row for row in csv.reader(handle) if row and any(cell.strip() for cell in row)]
+    if rows and rows[0][0].strip().lower() in CSV_COLUMNS:
+        header = [cell.strip().lower() for cell in rows.pop(0)]
+        missing = [name for name in CSV_COLUMNS[:2] if name not in header]
+        if missing:
+            raise InputFileError(f"{path}: header lacks column(s) {missing}")
+        order = [header.index(name) for name in CSV_COLUMNS if name in header]
+        rows = [[row[i] for i in order] for row in rows]
+    try:
+        table = np.array([[int(cell) for cell in row] for row in rows], np.int64)
+    except (ValueError, OverflowError) as error:
+        raise InputFileError(f"{path}: every cell must be an int64 ({error})") from None
+    return posts_from_table(table, path)
+
+
+def posts_from_table(table: np.ndarray, path: Path) -> Posts:
+    """Rows of (post_id, author_id[, topic])."""
+    if table.ndim != 2 or table.shape[1] not in (2, 3) or table.shape[0] == 0:
+        raise InputFileError(f"{path}: expected N >= 1 rows of 2 or 3 columns, got {table.shape}")
+    if not np.issubdtype(table.dtype, np.integer):
+        raise InputFileError(f"{path}: expected integers, got {table.dtype}")
+    table = table.astype(np.int64)
+    topics = table[:, 2] if table.shape[1] == 3 else None
+    return Posts(table[:, 0], table[:, 1], topics)
+
+
+def read_npz(path: Path) -> Posts:
+    with np.load(path, allow_pickle=False) as archive:
+        missing = [key for key in NPZ_KEYS[:2] if key not in archive.files]
+        if missing:
+            raise InputFileError(f"{path}: missing array(s) {missing}; found {archive.files}")
+        arrays = [archive[key] if key in archive.files else None for key in NPZ_KEYS]
+    for key, array in zip(NPZ_KEYS, arrays, strict=True):
+        if array is not None and (array.ndim != 1 or not np.issubdtype(array.dtype, np.integer)):
+            raise InputFileError(f"{path}: '{key}' must be a 1-D integer array")
+    if len({len(a) for a in arrays if a is not None}) != 1:
+        raise InputFileError(f"{path}: post_ids, author_ids (and topics) differ in length")
+    return Posts(*(None if a is None else a.astype(np.int64) for a in arrays))
+
+
+def read_posts(path: Path) -> Posts:
+    """Posts from a .csv, .npy or .npz file, checked for unique positive ids."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            posts = read_csv(path)
+        elif suffix == ".npy":
+            posts = posts_from_table(np.load(path, allow_pickle=False), path)
+        elif suffix == ".npz":
+            posts = read_npz(path)
+        else:
+            raise InputFileError(f"{path}: unknown format '{suffix}' (use .csv, .npy or .npz)")
+    except OSError as error:
+        raise InputFileError(f"{path}: cannot read ({error})") from None
+    check_posts(posts, str(path))
+    return posts
+
+
+def check_posts(posts: Posts, source: str) -> None:
+    if np.any(posts.post_ids <= 0):
+        raise InputFileError(f"{source}: post ids must be > 0, found {posts.post_ids.min()}")
+    if np.any(posts.author_ids < 0):
+        raise InputFileError(f"{source}: author ids must be >= 0")
+    unique, counts = np.unique(posts.post_ids, return_counts=True)
+    if len(unique) != len(posts):
+        raise InputFileError(f"{source}: duplicate post ids, e.g. {unique[counts > 1][:5]}")
+
+
+def generated_posts(count: int, seed: int) -> Posts:
+    """``count`` random posts by a pool of count/10 authors (ids unique and positive)."""
+    rng = np.random.default_rng(seed)
+    post_ids = np.unique(rng.integers(1, 2**62, count + count // 10 + 16))[:count]
+    rng.shuffle(post_ids)
+    authors = rng.integers(1, 2**62, max(1, count // 10))
+    return Posts(post_ids, authors[rng.integers(0, len(authors), len(post_ids))])
+
+
+def default_out_name(args) -> str:
+    if args.generate:
+        return f"corpus-generated-{args.generate}-seed{args.seed}.npz"
+    return f"corpus-{args.posts.stem}.npz"
+
+
+def check_out_name(name: str) -> str:
+    """The corpus must be a plain .npz name: the retriever resolves it inside its artifacts."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+\.npz", name) or name.startswith("."):
+        raise InputFileError(f"--out must be a plain file name ending in .npz, got {name!r}")
+    return name
+
+
+# ----------------------------------------------------------------------------------------
+# Embedding, checking, writing, reloading
+# ----------------------------------------------------------------------------------------
+
+
+def embed_posts(client, protocol: str, posts: Posts, batch_size: int) -> np.ndarray:
+    """Unit candidate vectors [N, D] from the served candidate_tower, batch by batch."""
+    parts = []
+    with tqdm(total=len(posts), unit="post", desc="candidate_tower", file=sys.stderr) as bar:
+        for start in range(0, len(posts), batch_size):
+            stop = min(len(posts), start + batch_size)
+            arrays = {
+                "post_id": posts.post_ids[start:stop, None],
+                "author_id": posts.author_ids[start:stop, None],
+            }
+            out = infer(client, protocol, "candidate_tower", arrays, ["candidate_embedding"])
+            parts.append(out["candidate_embedding"])
+            bar.update(stop - start)
+    return np.concatenate(parts).astype(np.float32)
+
+
+def served_batch_limit(client, protocol: str, wanted: int) -> int:
+    """--batch-size, capped at candidate_tower's max_batch_size."""
+    limit = int(server_model_config(client, protocol, "candidate_tower").get("max_batch_size", 0))
+    return max(1, min(wanted, limit) if limit > 0 else wanted)
+
+
+def check_embeddings(args, client, posts: Posts, served: np.ndarray) -> int:
+    params = server_parameters(client, args.protocol, "candidate_tower")
+    models = InProcessModels(args.artifacts)
+    expected = [
+        models.run(
+            "candidate_tower",
+            params,
+            {
+                "post_id": posts.post_ids[s : s + 4096, None],
+                "author_id": posts.author_ids[s : s + 4096, None],
+            },
+        )["candidate_embedding"]
+        for s in range(0, len(posts), 4096)
+    ]
+    problems = compare_floats("candidate_embedding", served, np.concatenate(expected))
+    return report_check(problems, f"the served embeddings of {len(posts)} posts")
+
+
+def reload_retriever(client, protocol: str, corpus_file: str) -> None:
+    """Load the retriever again with corpus_file changed; the server reports the new value."""
+    config = server_model_config(client, protocol, "retriever")
+    config.setdefault("parameters", {})["corpus_file"] = {"string_value": corpus_file}
+    client.load_model("retriever", config=json.dumps(config))
+    now = server_parameters(client, protocol, "retriever").get("corpus_file")
+    if now != corpus_file or not client.is_model_ready("retriever"):
+        raise RuntimeError(f"after the load the retriever serves {now!r}, not {corpus_file!r}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        name = check_out_name(args.out or default_out_name(args))
+        posts = (
+            generated_posts(args.generate, args.seed) if args.generate else read_posts(args.posts)
+        )
+    except InputFileError as error:
+        return fail(str(error))
+    timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
+    try:
+        client = open_client(args, **timeout)
+        batch = served_batch_limit(client, args.protocol, args.batch_size)
+        embeddings = embed_posts(client, args.protocol, posts, batch)
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        return fail(f"candidate_tower at {server_url(args)} ({args.protocol}): {error}")
+    path = Path(args.artifacts) / name
+    try:
+        save_corpus(path, Corpus(posts.post_ids, embeddings, posts.author_ids, posts.topics))
+    except ArtifactError as error:
+        return fail(f"the corpus was not written: {error}")
+    print(f"wrote {path}: {len(posts)} posts, D = {embeddings.shape[1]}")
+    status = 0
+    if args.check:
+        status = check_embeddings(args, client, posts, embeddings)
+    if args.reload and status == 0:
+        try:
+            reload_retriever(client, args.protocol, name)
+        except Exception as error:
+            return fail(
+                f"reloading the retriever failed: {error}\n(the server needs "
+                "--model-control-mode=explicit --load-model=* for the model load API)"
+            )
+        print(f"the server's retriever now serves {name}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

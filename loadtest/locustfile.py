@@ -1,0 +1,579 @@
+"""Locust load test of the served Phoenix models over HTTP and gRPC (KServe v2).
+
+Two user classes share one weighted mix of traffic: `rank` (the ranker, 1..512 candidates),
+`recommend` (the ensemble, top_k 10..200) and `retrieve` (user_encoder, then retriever with the
+returned vector). Users have histories of 0..history_seq_len posts; post and author ids come from
+the artifact directory's corpus. Every response is checked (status, output shapes, ranked ids
+are the candidates, scores sorted descending, history excluded); a failed check is a failure.
+
+Against a running server (see loadtest/README.md):
+    PYTHONPATH=. .venv/bin/locust -f loadtest/locustfile.py --headless -u 8 -r 8 -t 30s \\
+        --host http://127.0.0.1:8000 --grpc-url 127.0.0.1:8001 --artifacts artifacts/demo
+With a server of its own, reports and a verdict (what `make loadtest` runs):
+    .venv/bin/python loadtest/locustfile.py --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import gevent
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from locust import FastHttpUser, User, between, events, task
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # locust puts only this file's folder on sys.path
+    sys.path.insert(0, str(REPO_ROOT))
+
+from clients._common import CorpusIds, random_sequence, with_action_width  # noqa: E402
+from phoenix.checkpoint import load_config  # noqa: E402
+from phoenix.serving.client import TRITON_DTYPES, user_inputs  # noqa: E402
+
+DEFAULT_ARTIFACTS = "artifacts/demo"
+DEFAULT_GRPC_URL = "127.0.0.1:8001"
+TASK_WEIGHTS = {"rank": 3, "recommend": 2, "retrieve": 1}
+MAX_CANDIDATES = 512
+TOP_K_RANGE = (10, 200)
+NORM_TOLERANCE = 1e-3
+
+Check = Callable[[Mapping[str, np.ndarray]], Optional[str]]
+
+# ----------------------------------------------------------------------------------------
+# Response checks: each returns None when the answer is right, else what is wrong
+# ----------------------------------------------------------------------------------------
+
+
+def shape_problem(outputs: Mapping[str, np.ndarray], shapes: Mapping[str, tuple]) -> Optional[str]:
+    for name, shape in shapes.items():
+        if name not in outputs or outputs[name] is None:
+            return f"output {name} missing"
+        if tuple(outputs[name].shape) != shape:
+            return f"output {name} has shape {outputs[name].shape}, expected {shape}"
+    return None
+
+
+def sorted_problem(scores: np.ndarray, name: str) -> Optional[str]:
+    if not np.all(np.isfinite(scores)):
+        return f"{name} has non-finite values"
+    if np.any(np.diff(scores) > 0):
+        return f"{name} not sorted descending"
+    return None
+
+
+def check_ranking(candidates: np.ndarray, num_actions: int) -> Check:
+    count = len(candidates)
+
+    def check(out):
+        shapes = {
+            "ranked_post_ids": (1, count),
+            "scores": (1, count),
+            "action_probs": (1, count, num_actions),
+        }
+        problem = shape_problem(out, shapes) or sorted_problem(out["scores"][0], "scores")
+        if problem:
+            return problem
+        if not np.array_equal(np.sort(out["ranked_post_ids"][0]), np.sort(candidates)):
+            return "ranked_post_ids are not the candidates"
+        probs = out["action_probs"]
+        if not (np.all(probs >= 0) and np.all(probs <= 1)):
+            return "action_probs outside [0, 1]"
+        return None
+
+    return check
+
+
+def check_retrieved(
+    count: int, history: np.ndarray, ids: str, scores: str, extra: Sequence[str] = ()
+) -> Check:
+    """`count` unique posts, none from the history, scores sorted descending."""
+
+    def check(out):
+        problem = shape_problem(out, {name: (1, count) for name in (ids, scores, *extra)})
+        problem = problem or sorted_problem(out[scores][0], scores)
+        if problem:
+            return problem
+        posts = out[ids][0]
+        if len(np.unique(posts)) != count:
+            return f"{ids} has duplicates"
+        if np.isin(posts, history).any():
+            return f"{ids} contains posts of the user's history"
+        return None
+
+    return check
+
+
+def check_user_embedding(emb_size: int) -> Check:
+    def check(out):
+        problem = shape_problem(out, {"user_embedding": (1, emb_size)})
+        if problem:
+            return problem
+        norm = float(np.linalg.norm(out["user_embedding"][0]))
+        if not abs(norm - 1.0) < NORM_TOLERANCE:
+            return f"user_embedding has L2 norm {norm:.4f}, expected 1"
+        return None
+
+    return check
+
+
+# ----------------------------------------------------------------------------------------
+# The workload: pools of prepared, varied requests
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One request: its model, input arrays and the check of its answer."""
+
+    model: str
+    arrays: dict[str, np.ndarray]
+    check: Check
+    top_k: int = 0  # retrieve only: the retriever's top_k after the user_encoder step
+    expected: int = 0  # retrieve only: how many posts the retriever must return
+
+
+def http_body(arrays: Mapping[str, np.ndarray]) -> tuple[bytes, int]:
+    """KServe v2 request body with binary tensors, and the length of its JSON header."""
+    inputs = []
+    for name, array in arrays.items():
+        tensor = httpclient.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
+        tensor.set_data_from_numpy(np.ascontiguousarray(array), binary_data=True)
+        inputs.append(tensor)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs)
+    return body, len(body) if json_size is None else json_size
+
+
+def grpc_inputs(arrays: Mapping[str, np.ndarray]) -> list:
+    inputs = []
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
+        tensor.set_data_from_numpy(np.ascontiguousarray(array))
+        inputs.append(tensor)
+    return inputs
+
+
+class Workload:
+    """Pools of random users per task, ids drawn from the artifact directory's corpus."""
+
+    def __init__(self, artifacts: Path, pool_size: int = 64, seed: int = 0):
+        self.config = load_config(artifacts)
+        self.corpus = CorpusIds.load(artifacts, self.config)
+        self.rng = np.random.default_rng(seed)
+        self.pools = {name: [self.prepare(name) for _ in range(pool_size)] for name in TASK_WEIGHTS}
+        self._http_bodies: dict[int, tuple[bytes, int]] = {}
+        self._grpc_inputs: dict[int, list] = {}
+
+    def user(self, **kwargs) -> dict[str, Any]:
+        seq = random_sequence(self.rng, self.config, self.corpus, **kwargs)
+        return with_action_width(seq, self.config.num_actions)
+
+    def retrieved_count(self, top_k: int, history: np.ndarray) -> int:
+        """What the retriever returns: top_k, unless the corpus minus the history is smaller."""
+        seen = np.isin(self.corpus.post_ids, history).sum()
+        return int(min(top_k, len(self.corpus.post_ids) - seen))
+
+    def prepare(self, task_name: str) -> Prepared:
+        seq = self.user(top_k=int(self.rng.integers(TOP_K_RANGE[0], TOP_K_RANGE[1] + 1)))
+        users = user_inputs(seq)
+        history = users["history_post_ids"][0]
+        if task_name == "rank":
+            count = int(self.rng.integers(1, MAX_CANDIDATES + 1))
+            posts, authors = self.corpus.draw(self.rng, count)
+            arrays = {
+                **users,
+                "candidate_post_ids": posts[None],
+                "candidate_author_ids": authors[None],
+            }
+            return Prepared("ranker", arrays, check_ranking(posts, self.config.num_actions))
+        expected = self.retrieved_count(seq["top_k"], history)
+        if task_name == "recommend":
+            arrays = {**users, "top_k": np.array([[seq["top_k"]]], np.int32)}
+            extra = ("retrieval_scores",)
+            check = check_retrieved(expected, history, "ranked_post_ids", "scores", extra)
+            return Prepared("recommend", arrays, check)
+        check = check_user_embedding(self.config.emb_size)
+        return Prepared("user_encoder", users, check, seq["top_k"], expected)
+
+    def pick(self, task_name: str, rng: np.random.Generator) -> Prepared:
+        pool = self.pools[task_name]
+        return pool[int(rng.integers(len(pool)))]
+
+    def retriever_step(self, prepared: Prepared, embedding: np.ndarray) -> Prepared:
+        """The retriever request that follows a user_encoder answer."""
+        history = prepared.arrays["history_post_ids"]
+        arrays = {
+            "user_embedding": np.asarray(embedding, np.float32),
+            "top_k": np.array([[prepared.top_k]], np.int32),
+            "history_post_ids": history,
+        }
+        check = check_retrieved(
+            prepared.expected, history[0], "post_ids", "retrieval_scores", ("author_ids",)
+        )
+        return Prepared("retriever", arrays, check)
+
+    def http_body(self, prepared: Prepared) -> tuple[bytes, int]:
+        key = id(prepared)  # pooled requests are built once; retriever steps every time
+        if key in self._http_bodies:
+            return self._http_bodies[key]
+        body = http_body(prepared.arrays)
+        if prepared.model != "retriever":
+            self._http_bodies[key] = body
+        return body
+
+    def grpc_inputs(self, prepared: Prepared) -> list:
+        key = id(prepared)
+        if key in self._grpc_inputs:
+            return self._grpc_inputs[key]
+        inputs = grpc_inputs(prepared.arrays)
+        if prepared.model != "retriever":
+            self._grpc_inputs[key] = inputs
+        return inputs
+
+
+WORKLOAD: Optional[Workload] = None
+
+
+def workload() -> Workload:
+    if WORKLOAD is None:
+        raise RuntimeError("the workload is built on Locust's init event; was it fired?")
+    return WORKLOAD
+
+
+# ----------------------------------------------------------------------------------------
+# Locust wiring: options, init, a global request cap
+# ----------------------------------------------------------------------------------------
+
+
+@events.init_command_line_parser.add_listener
+def add_options(parser) -> None:
+    parser.add_argument(
+        "--artifacts",
+        default=DEFAULT_ARTIFACTS,
+        env_var="PHOENIX_LOADTEST_ARTIFACTS",
+        help="artifact directory the server serves; ids are drawn from its corpus",
+    )
+    parser.add_argument(
+        "--grpc-url", default=DEFAULT_GRPC_URL, help="host:port of the server's gRPC endpoint"
+    )
+    parser.add_argument(
+        "--max-requests",
+        type=int,
+        default=0,
+        help="stop the run after this many requests (0: only --run-time bounds it)",
+    )
+    parser.add_argument("--pool-size", type=int, default=64, help="prepared random users per task")
+    parser.add_argument("--workload-seed", type=int, default=0, help="seed of the random users")
+
+
+@events.init.add_listener
+def build_workload(environment, **_kwargs) -> None:
+    global WORKLOAD
+    options = environment.parsed_options
+    artifacts = Path(getattr(options, "artifacts", DEFAULT_ARTIFACTS))
+    pool_size = getattr(options, "pool_size", 64)
+    WORKLOAD = Workload(artifacts, pool_size, getattr(options, "workload_seed", 0))
+    # Every gRPC user may have one blocking call in the pool at a time; don't queue them.
+    users = getattr(options, "num_users", None) or 64
+    gevent.get_hub().threadpool.maxsize = max(10, int(users))
+    cap = getattr(options, "max_requests", 0)
+    if cap:
+        stop_after(environment, cap)
+
+
+def stop_after(environment, cap: int) -> None:
+    """Quit the run once `cap` requests have been reported."""
+    seen = [0]
+
+    def count(**_kwargs):
+        seen[0] += 1
+        if seen[0] == cap and environment.runner is not None:
+            gevent.spawn(environment.runner.quit)
+
+    environment.events.request.add_listener(count)
+
+
+# ----------------------------------------------------------------------------------------
+# Users
+# ----------------------------------------------------------------------------------------
+
+
+class TritonHttpUser(FastHttpUser):
+    """KServe v2 over HTTP with binary tensor data (FastHttpUser: geventhttpclient)."""
+
+    wait_time = between(0.0, 0.1)
+    host = "http://127.0.0.1:8000"
+
+    def on_start(self) -> None:
+        self.rng = np.random.default_rng()
+
+    def send(self, prepared: Prepared) -> Optional[Mapping[str, np.ndarray]]:
+        body, json_size = workload().http_body(prepared)
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(json_size),
+        }
+        url = f"/v2/models/{prepared.model}/infer"
+        with self.client.post(
+            url, data=body, headers=headers, name=prepared.model, catch_response=True
+        ) as response:
+            if response.status_code != 200:
+                response.failure(f"HTTP {response.status_code}: {response.text[:300]}")
+                return None
+            try:
+                outputs = self.parse(response)
+                problem = prepared.check(outputs)
+            except Exception as error:  # an unparsable answer is a failed request
+                outputs, problem = None, f"bad response: {error}"
+            if problem:
+                response.failure(problem)
+                return None
+            response.success()
+            return outputs
+
+    @staticmethod
+    def parse(response) -> dict[str, np.ndarray]:
+        length = response.headers.get("Inference-Header-Content-Length")
+        result = httpclient.InferenceServerClient.parse_response_body(
+            response.content, header_length=int(length) if length else None
+        )
+        return {
+            out["name"]: result.as_numpy(out["name"]) for out in result.get_response()["outputs"]
+        }
+
+    @task(TASK_WEIGHTS["rank"])
+    def rank(self) -> None:
+        self.send(workload().pick("rank", self.rng))
+
+    @task(TASK_WEIGHTS["recommend"])
+    def recommend(self) -> None:
+        self.send(workload().pick("recommend", self.rng))
+
+    @task(TASK_WEIGHTS["retrieve"])
+    def retrieve(self) -> None:
+        first = workload().pick("retrieve", self.rng)
+        outputs = self.send(first)
+        if outputs is not None:
+            self.send(workload().retriever_step(first, outputs["user_embedding"]))
+
+
+class TritonGrpcUser(User):
+    """KServe v2 over gRPC with tritonclient.grpc.
+
+    grpcio blocks the whole gevent loop (and its gevent integration hung here), so every call
+    runs in gevent's thread pool and is reported to Locust's statistics by hand.
+    """
+
+    wait_time = between(0.0, 0.1)
+
+    def on_start(self) -> None:
+        self.rng = np.random.default_rng()
+        url = getattr(self.environment.parsed_options, "grpc_url", DEFAULT_GRPC_URL)
+        self.client = grpcclient.InferenceServerClient(url=url)
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+    def call(self, prepared: Prepared) -> dict[str, np.ndarray]:
+        inputs = workload().grpc_inputs(prepared)
+        result = gevent.get_hub().threadpool.apply(self.client.infer, (prepared.model, inputs))
+        response = result.get_response()
+        return {out.name: result.as_numpy(out.name) for out in response.outputs}
+
+    def send(self, prepared: Prepared) -> Optional[dict[str, np.ndarray]]:
+        started = time.perf_counter()
+        outputs, error, length = None, None, 0
+        try:
+            outputs = self.call(prepared)
+            length = sum(array.nbytes for array in outputs.values())
+            problem = prepared.check(outputs)
+            if problem:
+                error = AssertionError(problem)
+        except Exception as exception:  # every failure is reported, none ends the user
+            error = exception
+        self.environment.events.request.fire(
+            request_type="grpc",
+            name=prepared.model,
+            response_time=1e3 * (time.perf_counter() - started),
+            response_length=length,
+            exception=error,
+            context={},
+        )
+        return None if error else outputs
+
+    @task(TASK_WEIGHTS["rank"])
+    def rank(self) -> None:
+        self.send(workload().pick("rank", self.rng))
+
+    @task(TASK_WEIGHTS["recommend"])
+    def recommend(self) -> None:
+        self.send(workload().pick("recommend", self.rng))
+
+    @task(TASK_WEIGHTS["retrieve"])
+    def retrieve(self) -> None:
+        first = workload().pick("retrieve", self.rng)
+        outputs = self.send(first)
+        if outputs is not None:
+            self.send(workload().retriever_step(first, outputs["user_embedding"]))
+
+
+# ----------------------------------------------------------------------------------------
+# Runner: `python loadtest/locustfile.py` (what `make loadtest` runs)
+# ----------------------------------------------------------------------------------------
+
+
+def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python loadtest/locustfile.py",
+        description="Run this Locust file headless with both user classes (HTTP and gRPC) "
+        "against a Triton server, write Locust's CSV and HTML reports and fail when any "
+        "request failed. Without --http-port it starts a server of its own on free loopback "
+        "ports over --model-repository and stops it afterwards.",
+        epilog="Examples:\n"
+        "  python loadtest/locustfile.py --users 8 --run-time 30s\n"
+        "  python loadtest/locustfile.py --host 127.0.0.1 --http-port 8000 --grpc-port 8001\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=Path(DEFAULT_ARTIFACTS),
+        help="artifact directory (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model-repository",
+        type=Path,
+        default=REPO_ROOT / "model_repository",
+        help="repository of the server this starts (default: model_repository)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="host of a running server (with --http-port; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--http-port", type=int, help="test the running server at --host with this HTTP port"
+    )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=8001,
+        help="its gRPC port (with --http-port; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--users",
+        type=int,
+        default=8,
+        help="simulated users, half HTTP, half gRPC (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spawn-rate",
+        type=float,
+        default=4.0,
+        help="users started per second (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--run-time",
+        default="30s",
+        help="how long the load runs, Locust syntax (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-requests",
+        type=int,
+        default=20000,
+        help="stop earlier after this many requests (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=REPO_ROOT / "loadtest" / "results",
+        help="folder for the reports (default: loadtest/results)",
+    )
+    return parser.parse_args(argv)
+
+
+def seconds(run_time: str) -> float:
+    """Locust's run-time syntax (30s, 2m, 1h30m) in seconds."""
+    total, number = 0.0, ""
+    for char in run_time.strip():
+        if char.isdigit() or char == ".":
+            number += char
+        else:
+            total += float(number) * {"s": 1, "m": 60, "h": 3600}[char]
+            number = ""
+    return total + (float(number) if number else 0.0)
+
+
+def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
+    prefix = args.results / "locust"
+    return [
+        sys.executable, "-m", "locust", "-f", str(Path(__file__).resolve()), "--headless",
+        "--users", str(args.users), "--spawn-rate", str(args.spawn_rate),
+        "--run-time", args.run_time, "--stop-timeout", "10", "--only-summary",
+        "--host", f"http://{http_url}", "--grpc-url", grpc_url,
+        "--artifacts", str(args.artifacts.resolve()), "--max-requests", str(args.max_requests),
+        "--csv", str(prefix), "--html", f"{prefix}.html", "--exit-code-on-error", "1",
+    ]  # fmt: skip
+
+
+def aggregated_counts(stats_csv: Path) -> tuple[int, int]:
+    """(requests, failures) of the Aggregated row of Locust's _stats.csv."""
+    with stats_csv.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["Name"] == "Aggregated":
+                return int(row["Request Count"]), int(row["Failure Count"])
+    return 0, 0
+
+
+def run_locust(args, http_url: str, grpc_url: str) -> int:
+    args.results.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    limit = seconds(args.run_time) + 120  # start-up, pools and stop-timeout on top of the load
+    command = locust_command(args, http_url, grpc_url)
+    try:
+        code = subprocess.run(command, env=env, timeout=limit).returncode
+    except subprocess.TimeoutExpired:
+        print(f"error: locust did not finish within {limit:.0f} s", file=sys.stderr)
+        return 1
+    # Locust's exit code also counts requests that ended after its last CSV write.
+    requests, failures = aggregated_counts(args.results / "locust_stats.csv")
+    print(f"\n{requests} requests, {failures} failed in locust_stats.csv; Locust exit code {code}")
+    print(f"reports in {args.results}/")
+    if requests == 0 or failures or code:
+        print("load test FAILED", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_runner_args(argv)
+    if args.http_port:
+        return run_locust(args, f"{args.host}:{args.http_port}", f"{args.host}:{args.grpc_port}")
+    from phoenix.serving.triton_server import TritonServer, flags_to_args
+
+    log = args.results / "tritonserver.log"
+    server = TritonServer(
+        args.model_repository,
+        artifacts_dir=args.artifacts,
+        extra_args=flags_to_args({"exit_timeout_secs": 5}),
+        log_path=log,
+        ready_timeout=600,
+    )
+    print(f"starting tritonserver over {args.model_repository} (log: {log})", flush=True)
+    with server:
+        print(f"ready after {server.ready_after_s:.0f} s at {server.http_url}", flush=True)
+        return run_locust(args, server.http_url, server.grpc_url)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

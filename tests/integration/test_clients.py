@@ -1,0 +1,178 @@
+"""The command-line clients (clients/*.py) against a real tritonserver, over HTTP and gRPC.
+
+Each client runs in-process through its main(); --check compares the server's answer with
+the phoenix services run in the test process, so exit code 0 means the answers agree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clients import build_corpus
+from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.serving.client import connect, infer, user_inputs
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+PROTOCOLS = ["http", "grpc"]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def url_of(server, protocol: str) -> str:
+    return server.http_url if protocol == "http" else server.grpc_url
+
+
+def run_client(name: str, server, protocol: str, artifacts, *extra: str) -> int:
+    module = importlib.import_module(f"clients.{name}")
+    argv = ["--url", url_of(server, protocol), "--protocol", protocol]
+    return module.main([*argv, "--artifacts", str(artifacts), *extra])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("recommend", ["--top-k", "30"]),
+        ("rank", []),
+        ("retrieve", ["--top-k", "20"]),
+        ("encode_user", []),
+    ],
+)
+def test_client_answer_matches_in_process(triton, tiny_artifacts, name, extra, protocol, capsys):
+    code = run_client(name, triton, protocol, tiny_artifacts, *extra, "--check")
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "check passed" in out.out
+
+
+@pytest.mark.parametrize(
+    "name, protocol, extra",
+    [
+        ("recommend", "grpc", ["--history", "0"]),  # an empty history keeps its action width
+        ("rank", "http", ["--candidates", "300"]),
+        ("retrieve", "grpc", []),
+    ],
+)
+def test_generated_users_match_in_process(triton, tiny_artifacts, name, protocol, extra, capsys):
+    code = run_client(
+        name, triton, protocol, tiny_artifacts, "--generate", "--seed", "4", *extra, "--check"
+    )
+    assert code == 0, capsys.readouterr().err
+
+
+def test_feed_table_lists_ranked_posts(triton, tiny_artifacts, capsys):
+    assert (
+        run_client("recommend", triton, "http", tiny_artifacts, "--top-k", "12", "--rows", "5") == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank"))
+    assert "post id" in lines[header] and "retrieval" in lines[header]
+    assert [line.split()[0] for line in lines[header + 1 : header + 6]] == ["1", "2", "3", "4", "5"]
+    assert lines[header + 6].startswith("... 7 more")
+
+
+def test_check_reports_a_mismatch(triton, tiny_artifacts, tmp_path, capsys):
+    """Other weights in the reference: --check exits 1 and names what differs."""
+    from phoenix.artifacts import generate
+
+    other = tmp_path / "other-weights"
+    generate("tiny", other, seed=1, corpus_size=500)
+    example = tiny_artifacts / "example_sequence.json"
+    code = run_client("rank", triton, "http", other, "--input", str(example), "--check")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "check FAILED" in err and "scores:" in err and "in-process" in err
+
+
+def test_unreachable_server_is_a_clear_error(tiny_artifacts, capsys):
+    code = build_corpus.main(
+        ["--generate", "5", "--url", "127.0.0.1:9", "--artifacts", str(tiny_artifacts)]
+    )
+    assert code == 3
+    assert "candidate_tower at 127.0.0.1:9" in capsys.readouterr().err
+
+
+# -- build_corpus: input formats -----------------------------------------------------------
+
+
+def test_posts_files_in_every_format(tmp_path):
+    table = np.array([[11, 5, 1], [12, 6, 2], [13, 5, 3]], np.int64)
+    (tmp_path / "with_header.csv").write_text(
+        "author_id,post_id,topic\n" + "".join(f"{a},{p},{t}\n" for p, a, t in table)
+    )
+    (tmp_path / "plain.csv").write_text("".join(f"{p},{a}\n" for p, a, _ in table))
+    np.save(tmp_path / "posts.npy", table)
+    np.savez(tmp_path / "posts.npz", post_ids=table[:, 0], author_ids=table[:, 1])
+    for name in ("with_header.csv", "plain.csv", "posts.npy", "posts.npz"):
+        posts = build_corpus.read_posts(tmp_path / name)
+        assert posts.post_ids.tolist() == [11, 12, 13], name
+        assert posts.author_ids.tolist() == [5, 6, 5], name
+    assert build_corpus.read_posts(tmp_path / "with_header.csv").topics.tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("1,2\n1,3\n", "duplicate post ids"), ("0,2\n", "must be > 0"), ("x,2\n", "int64")],
+)
+def test_bad_posts_files_are_refused(tmp_path, text, message):
+    path = tmp_path / "posts.csv"
+    path.write_text(text)
+    with pytest.raises(build_corpus.InputFileError, match=message):
+        build_corpus.read_posts(path)
+
+
+# -- build_corpus + reload, on a server of the test's own ----------------------------------
+
+
+def retrieved_ids(server, example: dict, top_k: int = 40) -> np.ndarray:
+    client = connect(server.http_url, "http")
+    users = user_inputs(example)
+    embedding = infer(client, "http", "user_encoder", users)["user_embedding"]
+    arrays = {
+        "user_embedding": embedding,
+        "top_k": np.array([[top_k]], np.int32),
+        "history_post_ids": users["history_post_ids"],
+    }
+    return infer(client, "http", "retriever", arrays)["post_ids"][0]
+
+
+def test_build_corpus_reload_switches_the_retriever(tiny_artifacts, tmp_path, start_server, capsys):
+    artifacts = tmp_path / "artifacts"  # the corpus is written here: keep the shared dir intact
+    shutil.copytree(tiny_artifacts, artifacts)
+    server = start_server(
+        REPO_ROOT / "model_repository",
+        artifacts,
+        model_control_mode="explicit",
+        load_model=["user_encoder", "candidate_tower", "retriever"],
+        exit_timeout_secs=5,
+    )
+    example = load_example_sequence(artifacts).to_dict()
+    old = set(load_corpus(artifacts).post_ids.tolist())
+    assert set(retrieved_ids(server, example).tolist()) <= old
+
+    authors = load_corpus(artifacts).author_ids
+    new_ids = np.arange(10_001, 10_151)
+    posts = tmp_path / "new_posts.csv"
+    posts.write_text(
+        "post_id,author_id\n" + "".join(f"{p},{a}\n" for p, a in zip(new_ids, authors))
+    )
+    argv = [
+        str(posts),
+        "--url",
+        server.grpc_url,
+        "--protocol",
+        "grpc",
+        "--artifacts",
+        str(artifacts),
+    ]
+    assert build_corpus.main([*argv, "--batch-size", "64", "--check", "--reload"]) == 0
+    out = capsys.readouterr().out
+    assert "check passed" in out and "now serves corpus-new_posts.npz" in out
+    assert (artifacts / "corpus-new_posts.npz").is_file()
+
+    assert set(retrieved_ids(server, example).tolist()) <= set(new_ids.tolist())
+    assert run_client("retrieve", server, "http", artifacts, "--top-k", "25", "--check") == 0

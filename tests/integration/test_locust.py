@@ -1,0 +1,59 @@
+"""A short, real Locust run (both user classes) against the shared tritonserver.
+
+Locust monkey-patches the process with gevent, so it always runs in a subprocess here: the
+runner of loadtest/locustfile.py, the same one `make loadtest` uses.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phoenix.serving.triton_server import pick_free_ports
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
+
+
+def run_load(server, artifacts, results: Path, grpc_port: int, run_time: str = "6s"):
+    command = [
+        sys.executable, str(LOCUSTFILE), "--artifacts", str(artifacts),
+        "--host", "127.0.0.1", "--http-port", str(server.http_port), "--grpc-port", str(grpc_port),
+        "--users", "4", "--spawn-rate", "4", "--run-time", run_time, "--results", str(results),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+
+
+def stats_rows(results: Path) -> list[dict]:
+    with (results / "locust_stats.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_short_run_has_requests_and_no_failures(triton, tiny_artifacts, tmp_path):
+    done = run_load(triton, tiny_artifacts, tmp_path, triton.grpc_port)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    rows = stats_rows(tmp_path)
+    total = next(row for row in rows if row["Name"] == "Aggregated")
+    assert int(total["Request Count"]) > 0
+    assert int(total["Failure Count"]) == 0
+    by_type = {(row["Type"], row["Name"]) for row in rows if row["Name"] != "Aggregated"}
+    assert {kind for kind, _ in by_type} == {"POST", "grpc"}  # both user classes ran
+    assert {name for _, name in by_type} <= {"ranker", "recommend", "user_encoder", "retriever"}
+    assert (tmp_path / "locust.html").is_file()
+
+
+def test_failed_requests_fail_the_run(triton, tiny_artifacts, tmp_path):
+    """gRPC users pointed at a closed port: their failures are counted and the run fails."""
+    (closed_port,) = pick_free_ports(1)
+    done = run_load(triton, tiny_artifacts, tmp_path, closed_port, run_time="3s")
+    assert done.returncode != 0
+    assert "load test FAILED" in done.stderr
+    total = next(row for row in stats_rows(tmp_path) if row["Name"] == "Aggregated")
+    assert int(total["Failure Count"]) > 0
