@@ -114,3 +114,19 @@ loadtest: setup artifacts  ## Locust, HTTP + gRPC users, reports in loadtest/res
 
 bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENCH_ARGS=--quick)
 	$(PY) bench/bench_serving.py --artifacts $(ARTIFACTS) $(BENCH_ARGS)
+
+# ---- reliability: faults, overload, fuzz and soak (docs/reliability.md) --------------------
+RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \
+	tests/integration/test_fuzz.py
+SOAK_ARGS ?=
+
+.PHONY: test-reliability test-reliability-long soak
+
+test-reliability: setup  ## fault, overload and fuzz tests (the short versions in `make test`)
+	$(PY) -m pytest -s -q $(RELIABILITY_TESTS) $(PYTEST_ARGS)
+
+test-reliability-long: setup  ## long versions: every stub killed, 2 workloads x 2 protocols, 10x fuzz
+	PHOENIX_LONG_TESTS=1 $(PY) -m pytest -s -q $(RELIABILITY_TESTS) $(PYTEST_ARGS)
+
+soak: setup artifacts  ## 10 min at half capacity: failures, latency, RSS -> bench/results/soak.*
+	$(PY) bench/soak.py --artifacts $(ARTIFACTS) $(SOAK_ARGS)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -18,12 +20,31 @@ from pathlib import Path
 from typing import TextIO
 
 from phoenix.serving.repository import PbtxtError, derive_repository
-from phoenix.serving.triton_server import TritonServer, TritonServerError, flags_to_args
+from phoenix.serving.supervisor import (
+    ADMIN_HEADER,
+    ADMIN_KEY_ENV,
+    ReadinessServer,
+    Supervisor,
+    admin_key_from_env,
+)
+from phoenix.serving.triton_server import (
+    TritonServer,
+    TritonServerError,
+    client_host,
+    flags_to_args,
+)
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_MODEL_REPOSITORY = Path("model_repository")
 DEFAULT_BUILD_DIR = Path("build/serve")
 EXIT_TIMEOUT_S = 10
+DEFAULT_SUPERVISOR_PORT = 8003
+# APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
+# need the admin key; inference, health, metadata, config and statistics stay open.
+RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
+# Triton splits the restriction flag on ',', ':' and '=': keep the key to URL-safe characters.
+_ADMIN_KEY = re.compile(r"^[A-Za-z0-9._~-]{16,}$")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class ServeError(RuntimeError):
@@ -116,7 +137,42 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start, wait until ready, run one end-to-end recommendation, stop",
     )
+    add_reliability_arguments(parser)
     return parser
+
+
+def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
+    """Supervisor, drain and admin-key options (see docs/reliability.md and SECURITY.md)."""
+    parser.add_argument(
+        "--supervisor-port",
+        type=port,
+        default=DEFAULT_SUPERVISOR_PORT,
+        metavar="PORT",
+        help="port of the supervisor's /ready, /live and /status; load balancers should probe "
+        "/ready; 0 picks a free one (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="do not run the supervisor (no stub healing, no /ready; model control mode stays "
+        "'none')",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="on SIGTERM/Ctrl-C, answer 503 on /ready for S seconds before stopping Triton, so "
+        "load balancers stop sending first (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--admin-key-env",
+        default=ADMIN_KEY_ENV,
+        metavar="NAME",
+        help="environment variable with the admin key: when set, Triton's model-repository, "
+        f"shared-memory, trace and logging APIs need header '{ADMIN_HEADER}: <key>'; required "
+        "when --host is not loopback (default: %(default)s)",
+    )
 
 
 def validate_artifacts(artifacts: Path) -> Path:
@@ -138,6 +194,53 @@ def validate_model_repository(repository: Path) -> Path:
     if not repository.is_dir():
         raise ServeError(f"model repository {repository} does not exist.")
     return repository.resolve()
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def checked_admin_key(host: str, key: str | None, env_name: str = ADMIN_KEY_ENV) -> str | None:
+    """The admin key to restrict Triton's admin APIs with; refuses to expose without one."""
+    if key is not None and not _ADMIN_KEY.match(key):
+        raise ServeError(
+            f"${env_name} must be at least 16 characters from A-Z a-z 0-9 . _ ~ - "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    if key is None and not is_loopback(host):
+        raise ServeError(
+            f"refusing to serve on {host} without an admin key: anyone who can reach the port "
+            "could load models (which runs their code) or map shared memory. Set "
+            f"${env_name} to a random key (e.g. export {env_name}=$(python -c "
+            "'import secrets; print(secrets.token_urlsafe(32))')) or keep --host 127.0.0.1."
+        )
+    return key
+
+
+def check_port_free(host: str, port_: int, option: str) -> None:
+    """Fail before starting Triton when a port we must bind is taken (0 = any: always free)."""
+    if port_ == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port_))
+        except OSError as error:
+            raise ServeError(
+                f"{option} {port_} on {host} is not free ({error.strerror}): pick another port, "
+                "0 for any free one, or --no-supervisor"
+            ) from None
+
+
+def server_flags(supervised: bool, admin_key: str | None) -> dict[str, object]:
+    """tritonserver options: exit timeout, explicit model control for the supervisor's
+    reloads, and the admin-key restriction of the APIs that change the server."""
+    flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
+    if supervised:
+        flags.update(model_control_mode="explicit", load_model="*")
+    if admin_key:
+        restriction = f"{RESTRICTED_APIS}:{ADMIN_HEADER}={admin_key}"
+        flags.update(http_restricted_api=restriction, grpc_restricted_protocol=restriction)
+    return flags
 
 
 def needs_derived_repository(args: argparse.Namespace) -> bool:
@@ -169,7 +272,10 @@ def warn_if_no_gpu_jax(device: str) -> None:
         )
 
 
-def make_server(args: argparse.Namespace, repository: Path, artifacts: Path) -> TritonServer:
+def make_server(
+    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str | None = None
+) -> TritonServer:
+    supervised = not (getattr(args, "no_supervisor", True) or getattr(args, "demo", False))
     return TritonServer(
         repository,
         artifacts_dir=artifacts,
@@ -177,7 +283,7 @@ def make_server(args: argparse.Namespace, repository: Path, artifacts: Path) -> 
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
-        extra_args=flags_to_args({"exit_timeout_secs": EXIT_TIMEOUT_S}),
+        extra_args=flags_to_args(server_flags(supervised, admin_key)),
         # One log per run: several people may serve from the same checkout at once.
         log_path=args.build_dir / f"tritonserver-{os.getpid()}.log",
         ready_timeout=args.ready_timeout,
@@ -211,14 +317,17 @@ def start_log_echo(server: TritonServer) -> tuple[threading.Thread, threading.Ev
     return thread, stop
 
 
-def describe(server: TritonServer) -> str:
-    return (
+def describe(server: TritonServer, ready_url: str | None = None) -> str:
+    text = (
         f"Triton is ready after {server.ready_after_s:.1f} s\n"
         f"  HTTP     http://{server.http_url}  (tritonclient url: {server.http_url})\n"
         f"  gRPC     {server.grpc_url}\n"
         f"  metrics  {server.metrics_url}\n"
         f"  log      {server.log_path}"
     )
+    if ready_url:
+        text += f"\n  ready    {ready_url}  (supervisor: probe this from a load balancer)"
+    return text
 
 
 def exit_code_of(returncode: int) -> int:
@@ -226,15 +335,22 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def forward_signals(server: TritonServer) -> None:
-    """First SIGINT/SIGTERM asks the server to shut down; a second one kills it."""
+def forward_signals(
+    server: TritonServer, supervisor: Supervisor | None = None, drain_seconds: float = 0.0
+) -> None:
+    """First SIGINT/SIGTERM drains (/ready -> 503) for `drain_seconds`, then asks the server to
+    shut down; a second one kills it."""
     received = []
 
     def handler(signum, _frame):
         received.append(signum)
         if len(received) == 1:
             print(f"\nstopping tritonserver ({signal.Signals(signum).name})...", file=sys.stderr)
-            server.send_signal(signal.SIGTERM)
+            if supervisor is not None:
+                supervisor.drain()
+            stop = threading.Timer(drain_seconds, server.send_signal, [signal.SIGTERM])
+            stop.daemon = True
+            stop.start()
         else:
             print("\nkilling tritonserver", file=sys.stderr)
             server.kill()
@@ -243,16 +359,40 @@ def forward_signals(server: TritonServer) -> None:
         signal.signal(signum, handler)
 
 
-def serve_foreground(server: TritonServer, echo_log: bool) -> int:
-    """Run until the server exits (on its own or on a forwarded signal)."""
+def start_supervisor(
+    server: TritonServer, port_: int, admin_key: str | None
+) -> tuple[Supervisor, ReadinessServer]:
+    """The supervisor over a ready server, and its /ready endpoint on the server's host."""
+    supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
+    endpoint = ReadinessServer(supervisor, server.host, port_).start()
+    return supervisor, endpoint
+
+
+def serve_foreground(
+    server: TritonServer,
+    echo_log: bool,
+    supervisor_port: int | None = None,
+    admin_key: str | None = None,
+    drain_seconds: float = 0.0,
+) -> int:
+    """Run until the server exits (on its own or on a forwarded signal); with a
+    `supervisor_port`, the supervisor heals dead stubs and serves /ready meanwhile."""
     echo = start_log_echo(server) if echo_log else None
+    supervisor = endpoint = None
     try:
         server.wait_ready()
-        print(describe(server), flush=True)
+        ready_url = None
+        if supervisor_port is not None:
+            supervisor, endpoint = start_supervisor(server, supervisor_port, admin_key)
+            ready_url = f"http://{client_host(server.host)}:{endpoint.port}/ready"
+        print(describe(server, ready_url), flush=True)
         print("Ctrl-C stops the server.", flush=True)
-        forward_signals(server)
+        forward_signals(server, supervisor, drain_seconds)
         return exit_code_of(server.wait())
     finally:
+        if supervisor is not None:
+            supervisor.stop()
+            endpoint.stop()
         server.stop()
         if echo:
             thread, stop = echo
@@ -289,12 +429,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
         run_demo = load_demo() if args.demo else None
-        server = make_server(args, repository, artifacts)
+        admin_key = checked_admin_key(
+            args.host, admin_key_from_env(args.admin_key_env), args.admin_key_env
+        )
+        if not (args.no_supervisor or args.demo):
+            check_port_free(args.host, args.supervisor_port, "--supervisor-port")
+        server = make_server(args, repository, artifacts, admin_key)
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
         if args.demo:
             return run_demo_once(server, artifacts, run_demo)
-        return serve_foreground(server, echo_log=not args.quiet)
+        return serve_foreground(
+            server,
+            echo_log=not args.quiet,
+            supervisor_port=None if args.no_supervisor else args.supervisor_port,
+            admin_key=admin_key,
+            drain_seconds=args.drain_seconds,
+        )
     except (ServeError, TritonServerError, PbtxtError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -34,6 +34,8 @@ DEFAULT_STOP_TIMEOUT_S = 15.0
 LOOPBACK = "127.0.0.1"
 HARMLESS_LOG_ERRORS = ("CudaDriverHelper has not been initialized", "Failed to initialize NVML")
 _ERROR_LINE = re.compile(r"^E\d{4} ")
+# `--http-restricted-api=<apis>:<header>=<key>` (and the gRPC twin) carry a secret.
+_RESTRICTION_KEY = re.compile(r"^(--(?:http-restricted-api|grpc-restricted-protocol)=[^=]*=).*$")
 
 
 class TritonServerError(RuntimeError):
@@ -150,6 +152,11 @@ def server_environment(
         env["PHOENIX_ARTIFACT_DIR"] = str(Path(artifacts_dir).resolve())
     env.update(overrides or {})
     return env
+
+
+def redact_secrets(command: Sequence[str]) -> list[str]:
+    """`command` with the admin key of restricted-API flags replaced by '***'."""
+    return [_RESTRICTION_KEY.sub(r"\1***", arg) for arg in command]
 
 
 def read_log_tail(path: Path | None, lines: int = 40) -> str:
@@ -322,7 +329,7 @@ class TritonServer:
         errors = "\n".join(log_error_lines(full_log)) or "(none)"
         return TritonServerError(
             f"{reason}\nerrors in the server log:\n{errors}\n"
-            f"command: {' '.join(self.last_command)}\n"
+            f"command: {' '.join(redact_secrets(self.last_command))}\n"
             f"server log ({self.log_path}), last lines:\n{self.log_tail()}"
         )
 

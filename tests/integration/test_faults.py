@@ -1,0 +1,380 @@
+"""Faults under load against the real serve command (tritonserver + supervisor), on loopback.
+
+One `python -m phoenix.serving.serve` process serves tiny artifacts with an admin key set (so
+the restricted model-repository API is what the tests and the supervisor go through). Tests
+run in file order on it and the last one shuts it down:
+
+- a retriever corpus swap through the model load API: zero failed requests, new answers after;
+- kill -9 of a model's stub: the supervisor notices, /ready turns 503, the model is reloaded,
+  /ready turns 200; failures stay inside that window;
+- SIGTERM to the serve command: /ready turns 503 at once, in-flight requests complete, new
+  ones are refused cleanly, the process exits within drain + Triton's exit timeout.
+
+PHOENIX_LONG_TESTS=1 (`make test-reliability-long`) kills every model's stub in turn.
+Figures are printed as `RELIABILITY <name> {json}` lines (see them with `pytest -s`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.soak import Caller, LoadRun, summarize
+from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
+from phoenix.serving.client import recommend_inputs
+from phoenix.serving.serve import EXIT_TIMEOUT_S
+from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
+from phoenix.serving.triton_server import pick_free_ports, read_log_tail
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LONG = os.environ.get("PHOENIX_LONG_TESTS") == "1"
+READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))
+KILLED_MODELS = (
+    ["retriever", "user_encoder", "ranker", "candidate_tower"] if LONG else ["retriever"]
+)
+WORKERS = 4  # even workers HTTP, odd ones gRPC
+WARMUP_S = 1.5
+AFTER_S = 4.0 if LONG else 2.0
+DRAIN_S = 1.0
+DETECT_LIMIT_S = 3.0  # from kill -9 to /ready answering 503
+RECOVERY_LIMIT_S = 120.0  # from kill -9 to /ready answering 200 (reload of a warm-cached model)
+EXIT_SLACK_S = 5.0  # Triton counts its exit timeout down in whole seconds, then tears down
+TOP_K = 20
+
+
+def report(name: str, **figures) -> None:
+    print(f"RELIABILITY {name} {json.dumps(figures, sort_keys=True)}", flush=True)
+
+
+@dataclass
+class Served:
+    """The serve command under test and what the tests need to talk to it."""
+
+    process: subprocess.Popen
+    http_url: str
+    grpc_url: str
+    ready_url: str
+    status_url: str
+    admin: TritonAdmin
+    artifacts: Path
+    log_path: Path
+    old_ids: set[int]
+    new_ids: set[int]
+    server_pid: int = 0
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def supervisor_status(served: Served) -> dict:
+    with urllib.request.urlopen(served.status_url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float:
+    """time.monotonic() when `condition()` first holds; AssertionError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return time.monotonic()
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], set[int]]:
+    """A second corpus: same vectors under new post ids, so answers show which one served."""
+    old = load_corpus(artifacts / "corpus.npz")
+    rng = np.random.default_rng(7)
+    new_ids = np.unique(rng.integers(1, 2**62, size=2 * len(old)))[: len(old)]
+    rng.shuffle(new_ids)
+    save_corpus(artifacts / filename, Corpus(new_ids, old.embeddings, old.author_ids))
+    return set(old.post_ids.tolist()), set(new_ids.tolist())
+
+
+def start_serve(
+    artifacts: Path, root: Path, admin_key: str
+) -> tuple[subprocess.Popen, tuple[int, int, int]]:
+    """The serve command on free ports; returns it and its (HTTP, gRPC, /ready) ports."""
+    http, grpc, metrics, ready = pick_free_ports(4)
+    command = [
+        sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+        "--supervisor-port", str(ready), "--drain-seconds", str(DRAIN_S), "--quiet",
+        "--build-dir", str(root / "build"), "--ready-timeout", str(READY_TIMEOUT_S),
+    ]  # fmt: skip
+    env = dict(os.environ, PHOENIX_ADMIN_KEY=admin_key)
+    with (root / "serve.out").open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    return process, (http, grpc, ready)
+
+
+def wait_until_served(served: Served) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S + 30
+    while http_status(served.ready_url) != 200:
+        if served.process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"serve did not become ready:\n{read_log_tail(served.log_path, 60)}")
+        time.sleep(0.5)
+    served.server_pid = supervisor_status(served)["server_pid"]
+
+
+def shut_down(served: Served) -> None:
+    """SIGTERM the serve command; make sure neither it nor tritonserver and stubs outlive us."""
+    if served.process.poll() is None:
+        served.process.send_signal(signal.SIGTERM)
+        try:
+            served.process.wait(DRAIN_S + EXIT_TIMEOUT_S + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(served.process.pid, signal.SIGKILL)
+            served.process.wait(10)
+    if served.server_pid and is_alive(served.server_pid):
+        os.killpg(served.server_pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_artifacts, tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    artifacts = Path(shutil.copytree(tiny_artifacts, root / "artifacts"))
+    old_ids, new_ids = write_relabelled_corpus(artifacts, "corpus-b.npz")
+    admin_key = secrets.token_urlsafe(24)
+    process, (http, grpc, ready) = start_serve(artifacts, root, admin_key)
+    served = Served(
+        process=process,
+        http_url=f"127.0.0.1:{http}",
+        grpc_url=f"127.0.0.1:{grpc}",
+        ready_url=f"http://127.0.0.1:{ready}/ready",
+        status_url=f"http://127.0.0.1:{ready}/status",
+        admin=TritonAdmin(f"127.0.0.1:{http}", admin_key),
+        artifacts=artifacts,
+        log_path=root / "serve.out",
+        old_ids=old_ids,
+        new_ids=new_ids,
+    )
+    try:
+        wait_until_served(served)
+        yield served
+    finally:
+        shut_down(served)
+
+
+def corpus_label(served: Served):
+    """A check that names the corpus an answer came from ('old' or 'new')."""
+
+    def check(outputs: dict[str, np.ndarray]) -> str:
+        ids = set(outputs["ranked_post_ids"][0].tolist())
+        if len(ids) != TOP_K:
+            raise AssertionError(f"wrong answer: {len(ids)} posts, expected {TOP_K}")
+        if ids <= served.new_ids:
+            return "new"
+        if ids <= served.old_ids:
+            return "old"
+        raise AssertionError("wrong answer: posts from both corpora or neither")
+
+    return check
+
+
+def recommend_load(served: Served, duration_s: float) -> LoadRun:
+    inputs = recommend_inputs(load_example_sequence(served.artifacts).to_dict(), top_k=TOP_K)
+    check = corpus_label(served)
+
+    def make(index: int) -> Caller:
+        protocol = "http" if index % 2 == 0 else "grpc"
+        url = served.http_url if protocol == "http" else served.grpc_url
+        return Caller(url, protocol, "recommend", inputs, outputs=["ranked_post_ids"],
+                      check=check, timeout_s=60)  # fmt: skip
+
+    # The pause keeps a worker from spinning on instant refusals.
+    return LoadRun(make, workers=WORKERS, duration_s=duration_s, pause_after_error_s=0.05)
+
+
+def user_parameters(config: dict) -> dict:
+    """A model's parameters minus the supervisor's restart marker."""
+    return {k: v for k, v in (config.get("parameters") or {}).items() if k != RESTART_PARAMETER}
+
+
+# ----------------------------------------------------------------------------------------
+# (b) corpus swap through the model load API
+# ----------------------------------------------------------------------------------------
+
+
+def test_corpus_swap_under_load_fails_nothing(served):
+    config = served.admin.model_config("retriever")
+    config["parameters"]["corpus_file"] = {"string_value": "corpus-b.npz"}
+    with pytest.raises(TritonAPIError) as refused:  # the load API needs the admin key
+        TritonAdmin(served.http_url).load_model("retriever", config, timeout=30)
+    assert refused.value.status == 403
+
+    with recommend_load(served, duration_s=300) as run:
+        time.sleep(WARMUP_S)
+        load_started = time.monotonic()
+        served.admin.load_model("retriever", config, timeout=300)
+        load_done = time.monotonic()
+        time.sleep(AFTER_S)
+    outcomes = run.snapshot()
+
+    summary = summarize(outcomes)
+    before = {o.label for o in outcomes if o.ended < load_started}
+    after = {o.label for o in outcomes if o.started > load_done}
+    during = [o for o in outcomes if o.started <= load_done and o.ended >= load_started]
+    report(
+        "corpus_swap",
+        requests=summary["requests"],
+        failed=summary["failed"],
+        load_s=round(load_done - load_started, 2),
+        served_during_load=len(during),
+        p99_ms=summary["p99_ms"],
+    )
+    assert summary["failed"] == 0, summary["errors"]
+    assert before == {"old"} and after == {"new"}
+    assert during, "no request was served while the new corpus loaded"
+
+
+# ----------------------------------------------------------------------------------------
+# (a) kill -9 of a stub: the supervisor heals it
+# ----------------------------------------------------------------------------------------
+
+
+def stub_pid(served: Served, model: str) -> int:
+    pids = supervisor_status(served)["stub_pids"]
+    return next(int(pid) for pid, instance in pids.items() if instance == f"{model}_0_0")
+
+
+def kill_stub_and_recover(served: Served, model: str) -> dict:
+    """Kill `model`'s stub mid-load; returns the measured window and the failures."""
+    parameters_before = user_parameters(served.admin.model_config(model))
+    with recommend_load(served, duration_s=RECOVERY_LIMIT_S + 60) as run:
+        time.sleep(WARMUP_S)
+        pid = stub_pid(served, model)
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        detected = wait_for(lambda: http_status(served.ready_url) == 503, DETECT_LIMIT_S)
+        recovered = wait_for(lambda: http_status(served.ready_url) == 200, RECOVERY_LIMIT_S, 0.1)
+        time.sleep(AFTER_S)
+    outcomes = run.snapshot()
+    failures = [o for o in outcomes if not o.ok]
+    ok_after = [o for o in outcomes if o.ok and o.started > recovered]
+    events = [e["event"] for e in supervisor_status(served)["events"] if e["model"] == model]
+    return {
+        "model": model,
+        "detect_s": round(detected - killed, 2),
+        "recovery_s": round(recovered - killed, 2),
+        "requests": len(outcomes),
+        "failed": len(failures),
+        "failed_started_after_recovery": sum(o.started > recovered for o in failures),
+        "failure_window_s": round(max((o.ended for o in failures), default=killed) - killed, 2),
+        "first_failure_started_s": round(
+            min((o.started for o in failures), default=killed) - killed, 2
+        ),  # fmt: skip
+        "ok_after_recovery": len(ok_after),
+        "labels_after": sorted({o.label for o in ok_after}),
+        "errors": summarize(failures)["errors"],
+        "events": events[-2:],
+        "parameters_kept": user_parameters(served.admin.model_config(model)) == parameters_before,
+        "recovered_at": recovered,
+    }
+
+
+@pytest.mark.parametrize("model", KILLED_MODELS)
+def test_killed_stub_is_healed_and_failures_stay_in_the_window(served, model):
+    result = kill_stub_and_recover(served, model)
+    report("stub_kill", **{k: v for k, v in result.items() if k != "recovered_at"})
+    assert result["detect_s"] <= DETECT_LIMIT_S
+    assert result["events"] == ["dead", "reloaded"]
+    assert result["failed_started_after_recovery"] == 0, result["errors"]
+    # A request already waiting on the dead stub learns it ~1 s later (the backend's health
+    # check); nothing fails later than that after /ready is back.
+    assert result["failure_window_s"] <= result["recovery_s"] + 2.0
+    assert result["first_failure_started_s"] >= -1.0  # only requests in flight at the kill
+    assert result["ok_after_recovery"] > 0
+    assert result["parameters_kept"], "the reload lost the model's parameters (corpus_file?)"
+    assert len(result["labels_after"]) == 1  # one corpus answers, whichever was loaded
+
+
+# ----------------------------------------------------------------------------------------
+# (c) SIGTERM: drain, finish in-flight requests, exit in time
+# ----------------------------------------------------------------------------------------
+
+# How a client sees a server going away: refused before any work (retry elsewhere is safe) ...
+REFUSED = (
+    "Connection refused",
+    "failed to connect to all addresses",
+    "Server is stopping",
+    "has no available versions",  # gRPC, once Triton has unloaded the ensemble
+)
+# ... or its connection cut while a request was on it (Triton's exit timeout ran out).
+CUT = ("Connection reset", "Socket closed", "Broken pipe", "connection closed", "Disconnected")
+
+
+def error_kind(error: str) -> str:
+    """'refused', 'cut' or 'other'."""
+    for kind, markers in (("refused", REFUSED), ("cut", CUT)):
+        if any(marker.lower() in error.lower() for marker in markers):
+            return kind
+    return "other"
+
+
+def test_sigterm_under_load_drains_and_exits_in_time(served):
+    server_pid = served.server_pid
+    with recommend_load(served, duration_s=120) as run:
+        time.sleep(WARMUP_S)
+        termed = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        unready = wait_for(lambda: http_status(served.ready_url) != 200, 2.0, 0.02)
+        try:
+            served.process.wait(DRAIN_S + EXIT_TIMEOUT_S + EXIT_SLACK_S + 30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("serve did not exit after SIGTERM")
+        exited = time.monotonic()
+        time.sleep(0.5)  # let clients see the closed ports
+    outcomes = run.snapshot()
+
+    in_flight = [o for o in outcomes if o.started < termed <= o.ended]
+    draining = [o for o in outcomes if termed <= o.started < termed + DRAIN_S - 0.2]
+    after = [o for o in outcomes if o.started >= termed + DRAIN_S]
+    kinds = [error_kind(o.error) for o in after if not o.ok]
+    report(
+        "sigterm",
+        unready_after_s=round(unready - termed, 3),
+        exit_s=round(exited - termed, 2),
+        exit_code=served.process.returncode,
+        in_flight=len(in_flight),
+        in_flight_failed=sum(not o.ok for o in in_flight),
+        during_drain=len(draining),
+        during_drain_failed=sum(not o.ok for o in draining),
+        after_drain_ok=sum(o.ok for o in after),
+        after_drain_refused=kinds.count("refused"),
+        after_drain_cut=kinds.count("cut"),
+        after_drain_other=kinds.count("other"),
+        errors=summarize(after)["errors"],
+    )
+    assert unready - termed <= 0.5
+    assert exited - termed <= DRAIN_S + EXIT_TIMEOUT_S + EXIT_SLACK_S
+    assert in_flight and all(o.ok for o in in_flight), summarize(in_flight)["errors"]
+    assert all(o.ok for o in draining), summarize(draining)["errors"]
+    assert kinds.count("other") == 0, summarize(after)["errors"]
+    assert kinds.count("cut") <= WORKERS  # at most the one request on each connection
+    assert not is_alive(server_pid), "tritonserver outlived the serve command"
