@@ -40,6 +40,10 @@ from phoenix.serving.client import infer
 CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
+REFERENCE_ROWS = 4096  # rows per in-process candidate_tower call (the services' row limit)
+EXPLICIT_MODE_HINT = (
+    "the model load API needs a server started with --model-control-mode=explicit --load-model=*"
+)
 FORMATS = (
     "Posts file formats:\n"
     "  .csv  columns post_id,author_id[,topic]; a header line with those names is optional\n"
@@ -231,17 +235,11 @@ def served_batch_limit(client, protocol: str, wanted: int) -> int:
 def check_embeddings(args, client, posts: Posts, served: np.ndarray) -> int:
     params = server_parameters(client, args.protocol, "candidate_tower")
     models = InProcessModels(args.artifacts)
-    expected = [
-        models.run(
-            "candidate_tower",
-            params,
-            {
-                "post_id": posts.post_ids[s : s + 4096, None],
-                "author_id": posts.author_ids[s : s + 4096, None],
-            },
-        )["candidate_embedding"]
-        for s in range(0, len(posts), 4096)
-    ]
+    expected = []
+    for start in range(0, len(posts), REFERENCE_ROWS):
+        rows = slice(start, start + REFERENCE_ROWS)
+        arrays = {"post_id": posts.post_ids[rows, None], "author_id": posts.author_ids[rows, None]}
+        expected.append(models.run("candidate_tower", params, arrays)["candidate_embedding"])
     problems = compare_floats("candidate_embedding", served, np.concatenate(expected))
     return report_check(problems, f"the served embeddings of {len(posts)} posts")
 
@@ -281,14 +279,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status = 0
     if args.check:
         status = check_embeddings(args, client, posts, embeddings)
-    if args.reload and status == 0:
+    if args.reload and status != 0:
+        print("not reloading the retriever: --check failed", file=sys.stderr)
+    elif args.reload:
         try:
             reload_retriever(client, args.protocol, name)
         except Exception as error:
-            return fail(
-                f"reloading the retriever failed: {error}\n(the server needs "
-                "--model-control-mode=explicit --load-model=* for the model load API)"
-            )
+            hint = f"\n({EXPLICIT_MODE_HINT})" if "not allowed" in str(error) else ""
+            return fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")
         print(f"the server's retriever now serves {name}")
     return status
 

@@ -176,3 +176,16 @@ def test_build_corpus_reload_switches_the_retriever(tiny_artifacts, tmp_path, st
 
     assert set(retrieved_ids(server, example).tolist()) <= set(new_ids.tolist())
     assert run_client("retrieve", server, "http", artifacts, "--top-k", "25", "--check") == 0
+
+
+def test_reload_on_a_server_without_the_load_api_is_refused(
+    triton, tiny_artifacts, tmp_path, capsys
+):
+    """The shared server runs without explicit model control: a clear error, nothing changes."""
+    artifacts = tmp_path / "artifacts"
+    shutil.copytree(tiny_artifacts, artifacts)
+    argv = ["--generate", "20", "--url", triton.http_url, "--artifacts", str(artifacts), "--reload"]
+    assert build_corpus.main(argv) == 3
+    assert "--model-control-mode=explicit" in capsys.readouterr().err
+    config = connect(triton.http_url, "http").get_model_config("retriever")
+    assert config["parameters"]["corpus_file"]["string_value"] == "corpus.npz"
