@@ -168,14 +168,19 @@ def context_layers(tokens, mask, positions, layers, shape: AttentionShape):
     causal = jnp.tril(jnp.ones((seq, seq), bool))  # [T, T]
     allowed = causal[None] & mask[:, None, :]  # [B, T(query), T(key)]
     h, cache = tokens, []
+    b, K, G, d = tokens.shape[0], shape.num_kv_heads, shape.groups, shape.key_size
+    allowed = allowed[:, None, :, None, :]  # [B, 1, T(query), 1, T(key)]
     for w in layers:
         q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)
         cache.append((k, v))
-        logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32)  # [B,K,G,T,T]
-        logits = soft_cap_logits(logits, shape.attn_output_multiplier)
-        logits = jnp.where(allowed[:, None, None], logits, MASKED_LOGIT)
-        probs = jax.nn.softmax(logits).astype(h.dtype)
-        attn = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(h.shape[0], seq, -1)
+        # Plain batched matmuls over (user, kv head): [T*G, d] x [d, T] and [T*G, T] x [T, d].
+        q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, seq * G, d)  # [B, K, T*G, d]
+        logits = jnp.matmul(q_rows, k.transpose(0, 2, 3, 1)).astype(jnp.float32)
+        logits = soft_cap_logits(logits.reshape(b, K, seq, G, seq), shape.attn_output_multiplier)
+        logits = jnp.where(allowed, logits, MASKED_LOGIT)  # [B, K, T, G, T]
+        probs = jax.nn.softmax(logits).astype(h.dtype).reshape(b, K, seq * G, seq)
+        attn = jnp.matmul(probs, v.transpose(0, 2, 1, 3))  # [B, K, T*G, d]
+        attn = attn.reshape(b, K, seq, G, d).transpose(0, 2, 1, 3, 4).reshape(b, seq, -1)
         h = _finish_layer(h, attn, w)
     return cache
 
