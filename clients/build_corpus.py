@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from clients._common import (
 )
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
 from phoenix.serving.client import infer
+from phoenix.serving.supervisor import ADMIN_HEADER, ADMIN_KEY_ENV
 
 CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
@@ -103,6 +105,14 @@ def parse_args(argv: Optional[Sequence[str]]):
         "--reload",
         action="store_true",
         help="reload the server's retriever with the new corpus once it is written",
+    )
+    parser.add_argument(
+        "--admin-key-env",
+        default=ADMIN_KEY_ENV,
+        metavar="NAME",
+        help="environment variable with the server's admin key, sent with the load request "
+        "when set (a server started with an admin key refuses loads without it; "
+        "default: %(default)s)",
     )
     add_check_arg(parser)
     return parser.parse_args(argv)
@@ -244,14 +254,32 @@ def check_embeddings(args, client, posts: Posts, served: np.ndarray) -> int:
     return report_check(problems, f"the served embeddings of {len(posts)} posts")
 
 
-def reload_retriever(client, protocol: str, corpus_file: str) -> None:
+def admin_headers(protocol: str, key: Optional[str]) -> Optional[dict[str, str]]:
+    """The admin-key header of the model load API (gRPC metadata carries Triton's prefix)."""
+    if not key:
+        return None
+    name = ADMIN_HEADER if protocol == "http" else f"triton-grpc-protocol-{ADMIN_HEADER}"
+    return {name: key}
+
+
+def reload_retriever(client, protocol: str, corpus_file: str, admin_key: Optional[str]) -> None:
     """Load the retriever again with corpus_file changed; the server reports the new value."""
     config = server_model_config(client, protocol, "retriever")
     config.setdefault("parameters", {})["corpus_file"] = {"string_value": corpus_file}
-    client.load_model("retriever", config=json.dumps(config))
+    headers = admin_headers(protocol, admin_key)
+    client.load_model("retriever", headers=headers, config=json.dumps(config))
     now = server_parameters(client, protocol, "retriever").get("corpus_file")
     if now != corpus_file or not client.is_model_ready("retriever"):
         raise RuntimeError(f"after the load the retriever serves {now!r}, not {corpus_file!r}")
+
+
+def reload_hint(message: str, admin_key_env: str) -> str:
+    """What to do about a refused load request, when the message tells."""
+    if "not allowed" in message:
+        return f"\n({EXPLICIT_MODE_HINT})"
+    if "restricted" in message:
+        return f"\n(the server has an admin key: set ${admin_key_env} to it)"
+    return ""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -283,9 +311,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("not reloading the retriever: --check failed", file=sys.stderr)
     elif args.reload:
         try:
-            reload_retriever(client, args.protocol, name)
+            reload_retriever(client, args.protocol, name, os.environ.get(args.admin_key_env))
         except Exception as error:
-            hint = f"\n({EXPLICIT_MODE_HINT})" if "not allowed" in str(error) else ""
+            hint = reload_hint(str(error), args.admin_key_env)
             return fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")
         print(f"the server's retriever now serves {name}")
     return status

@@ -16,10 +16,12 @@ import pytest
 from clients import build_corpus
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.serving.client import connect, infer, user_inputs
+from phoenix.serving.supervisor import ADMIN_HEADER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
+ADMIN_KEY = "test-admin-key-0123456789"
 
 
 def url_of(server, protocol: str) -> str:
@@ -140,14 +142,20 @@ def retrieved_ids(server, example: dict, top_k: int = 40) -> np.ndarray:
     return infer(client, "http", "retriever", arrays)["post_ids"][0]
 
 
-def test_build_corpus_reload_switches_the_retriever(tiny_artifacts, tmp_path, start_server, capsys):
+def test_build_corpus_reload_switches_the_retriever(
+    tiny_artifacts, tmp_path, start_server, monkeypatch, capsys
+):
+    """With an admin key on the load API, as `serve` runs it when PHOENIX_ADMIN_KEY is set."""
     artifacts = tmp_path / "artifacts"  # the corpus is written here: keep the shared dir intact
     shutil.copytree(tiny_artifacts, artifacts)
+    restriction = f"model-repository:{ADMIN_HEADER}={ADMIN_KEY}"
     server = start_server(
         REPO_ROOT / "model_repository",
         artifacts,
         model_control_mode="explicit",
         load_model=["user_encoder", "candidate_tower", "retriever"],
+        http_restricted_api=restriction,
+        grpc_restricted_protocol=restriction,
         exit_timeout_secs=5,
     )
     example = load_example_sequence(artifacts).to_dict()
@@ -169,6 +177,12 @@ def test_build_corpus_reload_switches_the_retriever(tiny_artifacts, tmp_path, st
         "--artifacts",
         str(artifacts),
     ]
+    monkeypatch.delenv("PHOENIX_ADMIN_KEY", raising=False)
+    assert build_corpus.main([*argv, "--reload"]) == 3  # no key: refused, nothing changes
+    assert "PHOENIX_ADMIN_KEY" in capsys.readouterr().err
+    assert set(retrieved_ids(server, example).tolist()) <= old
+
+    monkeypatch.setenv("PHOENIX_ADMIN_KEY", ADMIN_KEY)
     assert build_corpus.main([*argv, "--batch-size", "64", "--check", "--reload"]) == 0
     out = capsys.readouterr().out
     assert "check passed" in out and "now serves corpus-new_posts.npz" in out
