@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +43,32 @@ EXIT_CODES_HELP = (
 # ----------------------------------------------------------------------------------------
 
 
-def build_parser(prog: str, description: str, examples: Sequence[str]) -> argparse.ArgumentParser:
+ARTIFACTS_HELP = (
+    "artifact directory the server serves: the default input, the corpus ids for --generate "
+    "and the weights for --check (default: %(default)s)"
+)
+
+
+def wrap_paragraphs(text: str, width: int = 79) -> str:
+    """Wrap each blank-line separated paragraph; lines starting with spaces stay as they are."""
+    paragraphs = []
+    for paragraph in text.split("\n\n"):
+        lines = paragraph.splitlines()
+        if any(line.startswith(" ") for line in lines):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(textwrap.fill(" ".join(lines), width, break_on_hyphens=False))
+    return "\n\n".join(paragraphs)
+
+
+def build_parser(
+    prog: str, description: str, examples: Sequence[str], artifacts_help: str = ARTIFACTS_HELP
+) -> argparse.ArgumentParser:
     """A parser with the server arguments every client takes."""
     epilog = "Examples:\n" + "\n".join(f"  {line}" for line in examples)
     parser = argparse.ArgumentParser(
         prog=prog,
-        description=description,
+        description=wrap_paragraphs(description),
         epilog=f"{epilog}\n\n{EXIT_CODES_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,13 +82,7 @@ def build_parser(prog: str, description: str, examples: Sequence[str]) -> argpar
         default="http",
         help="KServe v2 protocol to talk (default: %(default)s)",
     )
-    parser.add_argument(
-        "--artifacts",
-        type=Path,
-        default=DEFAULT_ARTIFACTS,
-        help="artifact directory the server serves: the default input, the corpus ids for "
-        "--generate and the weights for --check (default: %(default)s)",
-    )
+    parser.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=artifacts_help)
     return parser
 
 

@@ -82,6 +82,8 @@ def parse_args(argv: Optional[Sequence[str]]):
             "python -m clients.build_corpus posts.npz --out corpus-new.npz --check",
             "python -m clients.build_corpus --generate 5000 --seed 1 --protocol grpc --reload",
         ],
+        artifacts_help="the server's artifact directory: the corpus is written there, and "
+        "--check reads its weights (default: %(default)s)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("posts", nargs="?", type=Path, help="posts file (.csv, .npy or .npz)")
