@@ -267,6 +267,11 @@ def set_max_queue_delay(text: str, microseconds: int) -> str:
     return apply_edits(text, edits)
 
 
+def is_ensemble(text: str) -> bool:
+    platforms = find_fields(parse_pbtxt(text), "platform")
+    return any(text[p.value.start : p.value.end].strip('"') == "ensemble" for p in platforms)
+
+
 def has_dynamic_batching(text: str) -> bool:
     return bool(find_fields(parse_pbtxt(text), "dynamic_batching"))
 
@@ -286,7 +291,13 @@ def derive_config(
     dynamic_batching: bool = True,
     max_queue_delay_us: int | None = None,
 ) -> str:
-    """One model's config.pbtxt rewritten for `device`, batching and queue delay choices."""
+    """One model's config.pbtxt rewritten for `device`, batching and queue delay choices.
+
+    Ensembles are returned unchanged: they have no instances of their own (Triton refuses an
+    instance_group there) and their steps are batched by the composing models.
+    """
+    if is_ensemble(text):
+        return text
     text = set_instance_kind(text, instance_kind_for(device))
     if not dynamic_batching:
         text = remove_fields(text, "dynamic_batching")

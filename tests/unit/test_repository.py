@@ -213,3 +213,12 @@ def test_derive_repository_names_the_broken_config(tmp_path):
     (tmp_path / "repo" / "bad" / "config.pbtxt").write_text("input [ {")
     with pytest.raises(PbtxtError, match="bad/config.pbtxt"):
         derive_repository(tmp_path / "repo", tmp_path / "out")
+
+
+def test_ensembles_are_left_unchanged():
+    from phoenix.serving.repository import derive_config, is_ensemble
+
+    text = 'name: "recommend"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+    assert is_ensemble(text)
+    assert derive_config(text, device="gpu", dynamic_batching=False) == text
+    assert not is_ensemble('name: "ranker"\nbackend: "python"\n')
