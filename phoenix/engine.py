@@ -375,12 +375,15 @@ class RankingEngine:
         ctx_b, ctx_e = self._split(batch, emb, 0, min(1, num_candidates), rows)
         cache, context_mask = self._encode_context(self.params, ctx_b, ctx_e)
         logits, continuous = [], []
+        pending = []  # dispatch every chunk before reading any: they run asynchronously
         for start in range(0, num_candidates, self.chunk):
             stop = min(num_candidates, start + self.chunk)
             b, e = self._split(batch, emb, start, stop, rows)
-            lg, ct = self._score_chunk(self.params, cache, context_mask, b, e, np.float32(start))
-            logits.append(np.asarray(lg)[:users, : stop - start])
-            continuous.append(np.asarray(ct)[:users, : stop - start])
+            out = self._score_chunk(self.params, cache, context_mask, b, e, np.float32(start))
+            pending.append((out, stop - start))
+        for (lg, ct), width in pending:
+            logits.append(np.asarray(lg)[:users, :width])
+            continuous.append(np.asarray(ct)[:users, :width])
         if not logits:  # zero candidates
             empty = lambda n: np.zeros((users, 0, n), np.float32)  # noqa: E731
             return RankingScores(empty(self.unembed.shape[1]), empty(self.continuous.shape[1]))
