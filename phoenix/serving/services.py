@@ -20,7 +20,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from phoenix.checkpoint import Artifacts, Corpus, load_artifacts, load_corpus
+from phoenix.checkpoint import Artifacts, Corpus, load_artifacts, load_corpus, resolve_inside
 from phoenix.engine import RankingEngine, RetrievalEngine
 from phoenix.recsys_model import DWELL_TIME_INDEX, RecsysBatch, RecsysEmbeddings
 from phoenix.serving.requests import (
@@ -327,7 +327,7 @@ class RetrieverService:
         self, resources: PhoenixResources, corpus_file: str = "corpus.npz", compute_dtype=None
     ):
         self.config = resources.config
-        self.corpus: Corpus = load_corpus(resources.root / corpus_file, self.config)
+        self.corpus: Corpus = load_corpus(resolve_inside(resources.root, corpus_file), self.config)
         self.engine = RetrievalEngine(
             self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
