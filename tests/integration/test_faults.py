@@ -5,6 +5,7 @@ the restricted model-repository API is what the tests and the supervisor go thro
 run in file order on it and the last one shuts it down:
 
 - a retriever corpus swap through the model load API: zero failed requests, new answers after;
+  a corpus file outside the artifact directory is refused and the loaded corpus keeps serving;
 - kill -9 of a model's stub: the supervisor notices, /ready turns 503, the model is reloaded,
   /ready turns 200; failures stay inside that window;
 - SIGTERM to the serve command: /ready turns 503 at once, in-flight requests complete, new
@@ -251,6 +252,24 @@ def test_corpus_swap_under_load_fails_nothing(served):
     assert summary["failed"] == 0, summary["errors"]
     assert before == {"old"} and after == {"new"}
     assert during, "no request was served while the new corpus loaded"
+    # The old stub exits after the new one started: the supervisor must not call that a death.
+    assert not [e for e in supervisor_status(served)["events"] if e["model"] == "retriever"]
+
+
+def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serves(served):
+    shutil.copy(served.artifacts / "corpus.npz", served.artifacts.parent / "outside.npz")
+    config = served.admin.model_config("retriever")
+    before = config["parameters"]["corpus_file"]
+    config["parameters"]["corpus_file"] = {"string_value": "../outside.npz"}
+    with pytest.raises(TritonAPIError, match="outside the artifact directory"):
+        served.admin.load_model("retriever", config, timeout=300)
+    after = served.admin.model_config("retriever")["parameters"]["corpus_file"]
+    with recommend_load(served, duration_s=60) as run:
+        time.sleep(WARMUP_S)
+    summary = summarize(run.snapshot())
+    assert after == before
+    assert summary["failed"] == 0 and summary["ok"] > 0, summary["errors"]
+    assert http_status(served.ready_url) == 200
 
 
 # ----------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 it accepts keep a bounded latency (the queue policy in every model's dynamic_batching block).
 
 Capacity is measured first with a closed loop; then requests are due at a fixed rate (open
-loop) of OVERLOAD x capacity. Requests are server-heavy (1024 candidates for the ranker, top_k
-500 through the ensemble) so a Python client on a 2-core machine can offer twice the capacity.
+loop) of twice the capacity (three times if twice refused nothing). Requests are server-heavy
+(1024 candidates for the ranker, top_k 500 through the ensemble) so a Python client on a
+2-core machine can offer that much.
 
 - `ranker` alone (the short test): one queue, so every refusal is immediate.
 - `recommend` (long only): the ensemble's composing models share the request path; a request
@@ -25,7 +26,7 @@ import pytest
 
 from bench.soak import Caller, LoadRun, measure_capacity, percentiles_ms
 from phoenix.checkpoint import load_example_sequence
-from phoenix.serving.client import ranker_inputs, recommend_inputs
+from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -39,10 +40,12 @@ CASES = (
     if LONG
     else [("ranker", "grpc")]
 )
-OVERLOAD = 2.0
+# Twice the capacity; three times when nothing was refused at twice (a closed loop
+# underestimates capacity when the batcher stalls now and then, see the xfail test below).
+OVERLOAD_FACTORS = (2.0, 3.0)
 CAPACITY_S = 6.0
 OVERLOAD_S = 45.0 if LONG else 12.0
-CAPACITY_WORKERS = 32  # enough concurrency to fill the batches: saturated throughput
+CAPACITY_WORKERS = 64  # a queue deep enough that the batcher never waits for work: saturated
 # More requests in flight than the queues hold (64 per model), so the client never waits for a
 # free worker at 2x.
 WORKERS = 160
@@ -121,13 +124,15 @@ def test_twice_capacity_is_refused_fast_and_accepted_latency_stays_bounded(
     closed_loop = measure_capacity(make, workers=CAPACITY_WORKERS, duration_s=CAPACITY_S)
     assert closed_loop["failed"] == 0, closed_loop["errors"]
     capacity = closed_loop["ok_per_s"]
-    rate = OVERLOAD * capacity
-    run = LoadRun(
-        make, workers=WORKERS, duration_s=OVERLOAD_S, rate=rate, asynchronous=protocol == "grpc"
-    )
-    run.start().wait()
-    outcomes = run.snapshot()
-    kinds = [classify(o.error) for o in outcomes]
+    for factor in OVERLOAD_FACTORS:
+        rate = factor * capacity
+        run = LoadRun(
+            make, workers=WORKERS, duration_s=OVERLOAD_S, rate=rate, asynchronous=protocol == "grpc"
+        )
+        outcomes = run.start().wait().snapshot()
+        kinds = [classify(o.error) for o in outcomes]
+        if "queue_full" in kinds:
+            break
     service_s = {
         kind: [o.ended - o.started for o, k in zip(outcomes, kinds) if k == kind]
         for kind in ("ok", "queue_full", "timed_out")
@@ -139,6 +144,7 @@ def test_twice_capacity_is_refused_fast_and_accepted_latency_stays_bounded(
         "model": model,
         "protocol": protocol,
         "capacity_rps": round(capacity, 1),
+        "overload_factor": factor,
         "offered_rps": round(rate, 1),
         "sent": len(outcomes),
         "accepted": kinds.count("ok"),
@@ -169,3 +175,47 @@ def test_twice_capacity_is_refused_fast_and_accepted_latency_stays_bounded(
     finally:
         caller.close()
     assert overload_server.is_ready()
+
+
+# ----------------------------------------------------------------------------------------
+# Normal traffic under the queue policy
+# ----------------------------------------------------------------------------------------
+
+NORMAL_P99_LIMIT_S = 0.25  # one client at a time: ~10-30 ms here, so 0.25 s means a stall
+
+
+def single_client_p99_ms(server, model: str, inputs: dict[str, np.ndarray]) -> float:
+    def make(_index: int) -> Caller:
+        return Caller(server.grpc_url, "grpc", model, inputs, timeout_s=30)
+
+    summary = measure_capacity(make, workers=1, duration_s=4.0)
+    assert summary["failed"] == 0, summary["errors"]
+    return summary["p99_ms"]
+
+
+def test_one_client_through_the_ensemble_is_not_slowed(overload_server, tiny_artifacts):
+    inputs = recommend_inputs(load_example_sequence(tiny_artifacts).to_dict(), top_k=50)
+    p99_ms = single_client_p99_ms(overload_server, "recommend", inputs)
+    print(f"RELIABILITY normal_traffic {json.dumps({'recommend_c1_p99_ms': p99_ms})}", flush=True)
+    assert p99_ms <= NORMAL_P99_LIMIT_S * 1e3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton 2.51 turns off payload prefetching for a model with any queue policy; with "
+    "one instance per model its batcher then misses wake-ups and a direct request now and "
+    "then waits ~0.5 s (docs/reliability.md). Fixed by instance_group count 2; remove this "
+    "marker then.",
+)
+def test_one_client_calling_a_model_directly_is_not_slowed(overload_server, tiny_artifacts):
+    sequence = load_example_sequence(tiny_artifacts).to_dict()
+    p99_ms = {
+        "user_encoder": single_client_p99_ms(
+            overload_server, "user_encoder", user_inputs(sequence)
+        ),
+        "ranker": single_client_p99_ms(
+            overload_server, "ranker", heavy_inputs("ranker", tiny_artifacts)[0]
+        ),
+    }
+    print(f"RELIABILITY normal_traffic_direct {json.dumps(p99_ms)}", flush=True)
+    assert max(p99_ms.values()) <= NORMAL_P99_LIMIT_S * 1e3
