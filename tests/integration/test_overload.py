@@ -200,13 +200,8 @@ def test_one_client_through_the_ensemble_is_not_slowed(overload_server, tiny_art
     assert p99_ms <= NORMAL_P99_LIMIT_S * 1e3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton 2.51 turns off payload prefetching for a model with any queue policy; with "
-    "one instance per model its batcher then misses wake-ups and a direct request now and "
-    "then waits ~0.5 s (docs/reliability.md). Fixed by instance_group count 2; remove this "
-    "marker then.",
-)
+# Guards the instance_group count of 2: with one instance and a queue policy, Triton 2.51's
+# batcher misses wake-ups and a direct request now and then waits ~0.5 s (docs/reliability.md).
 def test_one_client_calling_a_model_directly_is_not_slowed(overload_server, tiny_artifacts):
     sequence = load_example_sequence(tiny_artifacts).to_dict()
     p99_ms = {
