@@ -209,6 +209,20 @@ def run_per_request(requests: Sequence[Inputs], parse) -> tuple[list, list[Resul
     return parsed, results
 
 
+def handle_rows(requests: Sequence[Inputs], parse, run, pack) -> list[Result]:
+    """Parse each request into rows (a bad request keeps its error), run every good row in
+    one call, and ``pack`` each request's slice of the outputs into its result."""
+    parsed, results = run_per_request(requests, parse)
+    rows = [row for rows_ in parsed if rows_ is not None for row in rows_]
+    outputs = run(rows) if rows else []
+    cursor = 0
+    for i, rows_ in enumerate(parsed):
+        if rows_ is not None:
+            results[i] = pack(outputs[cursor : cursor + len(rows_)])
+            cursor += len(rows_)
+    return results
+
+
 # ----------------------------------------------------------------------------------------
 # user_encoder
 # ----------------------------------------------------------------------------------------
@@ -253,15 +267,7 @@ class UserEncoderService:
         return self.engine.encode_users(*self.features(rows))
 
     def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        parsed, results = run_per_request(requests, self.parse)
-        rows = [row for rows_ in parsed if rows_ for row in rows_]
-        vectors = self.encode(rows) if rows else None
-        cursor = 0
-        for i, rows_ in enumerate(parsed):
-            if rows_ is not None:
-                results[i] = {"user_embedding": vectors[cursor : cursor + len(rows_)]}
-                cursor += len(rows_)
-        return results
+        return handle_rows(requests, self.parse, self.encode, lambda v: {"user_embedding": v})
 
 
 # ----------------------------------------------------------------------------------------
@@ -284,7 +290,7 @@ class CandidateTowerService:
         self.embed(np.ones(1, np.int64), np.ones(1, np.int64))
         return 1
 
-    def parse(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+    def parse(self, inputs: Inputs) -> np.ndarray:
         check_unknown_inputs(inputs, {"post_id", "author_id"})
         posts = get_input(inputs, "post_id", "int", 2)
         authors = get_input(inputs, "author_id", "int", 2)
@@ -294,25 +300,19 @@ class CandidateTowerService:
                 raise InputError(f"input '{name}': expected one id per row, got {ids.shape}")
         check_ids("post_id", posts, minimum=1)
         check_ids("author_id", authors)
-        return posts[:, 0].astype(np.int64), authors[:, 0].astype(np.int64)
+        return np.concatenate([posts, authors], axis=1).astype(np.int64)  # [n, 2] rows
 
     def embed(self, post_ids: np.ndarray, author_ids: np.ndarray) -> np.ndarray:
         _, (post_emb, author_emb) = self.resources.candidate_features(post_ids, author_ids)
         return self.engine.encode_candidates(post_emb, author_emb)  # [n, D]
 
+    def embed_rows(self, rows: Sequence[np.ndarray]) -> np.ndarray:
+        ids = np.stack(rows)  # [n, 2]: post id, author id
+        return self.embed(ids[:, 0], ids[:, 1])
+
     def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        parsed, results = run_per_request(requests, self.parse)
-        good = [p for p in parsed if p is not None]
-        if good:
-            vectors = self.embed(
-                np.concatenate([p[0] for p in good]), np.concatenate([p[1] for p in good])
-            )
-        cursor = 0
-        for i, p in enumerate(parsed):
-            if p is not None:
-                results[i] = {"candidate_embedding": vectors[cursor : cursor + len(p[0])]}
-                cursor += len(p[0])
-        return results
+        pack = lambda v: {"candidate_embedding": v}  # noqa: E731
+        return handle_rows(requests, self.parse, self.embed_rows, pack)
 
 
 # ----------------------------------------------------------------------------------------
@@ -393,17 +393,7 @@ class RetrieverService:
         return outputs
 
     def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        parsed, results = run_per_request(requests, self.parse)
-        rows = [row for rows_ in parsed if rows_ for row in rows_]
-        outputs = self.retrieve(rows) if rows else []
-        cursor = 0
-        for i, rows_ in enumerate(parsed):
-            if rows_ is None:
-                continue
-            mine = outputs[cursor : cursor + len(rows_)]
-            cursor += len(rows_)
-            results[i] = stack_rows(mine)
-        return results
+        return handle_rows(requests, self.parse, self.retrieve, stack_rows)
 
 
 def stack_rows(outputs: Sequence[Outputs]) -> Outputs:
@@ -568,13 +558,4 @@ class RankerService:
         return outputs
 
     def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        parsed, results = run_per_request(requests, self.parse)
-        rows = [row for rows_ in parsed if rows_ for row in rows_]
-        outputs = self.rank(rows) if rows else []
-        cursor = 0
-        for i, rows_ in enumerate(parsed):
-            if rows_ is None:
-                continue
-            results[i] = stack_rows(outputs[cursor : cursor + len(rows_)])
-            cursor += len(rows_)
-        return results
+        return handle_rows(requests, self.parse, self.rank, stack_rows)
