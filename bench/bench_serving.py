@@ -444,12 +444,7 @@ def start_server(repo: Path, artifacts: Path, log: Path) -> TritonServer:
         log_path=log,
         ready_timeout=600,
     )
-    server.start()
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
+    server.start_ready()
     return server
 
 

@@ -424,12 +424,7 @@ def start_own_server(artifacts: Path, log_dir: Path):
         log_path=log_dir / f"soak-tritonserver-{int(time.time())}.log",
         ready_timeout=900,
     )
-    server.start()
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
+    server.start_ready()
     supervisor = Supervisor(server.http_url, server.pid).start()
     return server, supervisor
 

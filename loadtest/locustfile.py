@@ -307,14 +307,38 @@ def stop_after(environment, cap: int) -> None:
 # ----------------------------------------------------------------------------------------
 
 
-class TritonHttpUser(FastHttpUser):
-    """KServe v2 over HTTP with binary tensor data (FastHttpUser: geventhttpclient)."""
+class PhoenixTraffic(User):
+    """The traffic mix both protocols send; subclasses implement ``send``."""
 
+    abstract = True
     wait_time = between(0.0, 0.1)
-    host = "http://127.0.0.1:8000"
 
     def on_start(self) -> None:
         self.rng = np.random.default_rng()
+
+    def send(self, prepared: Prepared) -> Optional[Mapping[str, np.ndarray]]:
+        raise NotImplementedError
+
+    @task(TASK_WEIGHTS["rank"])
+    def rank(self) -> None:
+        self.send(workload().pick("rank", self.rng))
+
+    @task(TASK_WEIGHTS["recommend"])
+    def recommend(self) -> None:
+        self.send(workload().pick("recommend", self.rng))
+
+    @task(TASK_WEIGHTS["retrieve"])
+    def retrieve(self) -> None:
+        first = workload().pick("retrieve", self.rng)
+        outputs = self.send(first)
+        if outputs is not None:
+            self.send(workload().retriever_step(first, outputs["user_embedding"]))
+
+
+class TritonHttpUser(PhoenixTraffic, FastHttpUser):
+    """KServe v2 over HTTP with binary tensor data (FastHttpUser: geventhttpclient)."""
+
+    host = "http://127.0.0.1:8000"
 
     def send(self, prepared: Prepared) -> Optional[Mapping[str, np.ndarray]]:
         body, json_size = workload().http_body(prepared)
@@ -350,33 +374,16 @@ class TritonHttpUser(FastHttpUser):
             out["name"]: result.as_numpy(out["name"]) for out in result.get_response()["outputs"]
         }
 
-    @task(TASK_WEIGHTS["rank"])
-    def rank(self) -> None:
-        self.send(workload().pick("rank", self.rng))
 
-    @task(TASK_WEIGHTS["recommend"])
-    def recommend(self) -> None:
-        self.send(workload().pick("recommend", self.rng))
-
-    @task(TASK_WEIGHTS["retrieve"])
-    def retrieve(self) -> None:
-        first = workload().pick("retrieve", self.rng)
-        outputs = self.send(first)
-        if outputs is not None:
-            self.send(workload().retriever_step(first, outputs["user_embedding"]))
-
-
-class TritonGrpcUser(User):
+class TritonGrpcUser(PhoenixTraffic):
     """KServe v2 over gRPC with tritonclient.grpc.
 
     grpcio blocks the whole gevent loop (and its gevent integration hung here), so every call
     runs in gevent's thread pool and is reported to Locust's statistics by hand.
     """
 
-    wait_time = between(0.0, 0.1)
-
     def on_start(self) -> None:
-        self.rng = np.random.default_rng()
+        super().on_start()
         url = getattr(self.environment.parsed_options, "grpc_url", DEFAULT_GRPC_URL)
         self.client = grpcclient.InferenceServerClient(url=url)
 
@@ -409,21 +416,6 @@ class TritonGrpcUser(User):
             context={},
         )
         return None if error else outputs
-
-    @task(TASK_WEIGHTS["rank"])
-    def rank(self) -> None:
-        self.send(workload().pick("rank", self.rng))
-
-    @task(TASK_WEIGHTS["recommend"])
-    def recommend(self) -> None:
-        self.send(workload().pick("recommend", self.rng))
-
-    @task(TASK_WEIGHTS["retrieve"])
-    def retrieve(self) -> None:
-        first = workload().pick("retrieve", self.rng)
-        outputs = self.send(first)
-        if outputs is not None:
-            self.send(workload().retriever_step(first, outputs["user_embedding"]))
 
 
 # ----------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ Shape glossary
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -32,6 +31,7 @@ import numpy as np
 from phoenix.grok import (
     MASKED_LOGIT,
     apply_rope,
+    ffn_size,
     right_anchored_rope_positions,
     rms_normalize,
     rope_phase,
@@ -600,35 +600,34 @@ class RetrievalEngine:
         return compiled + 1
 
 
+def _dense_flops_per_token(config: PhoenixModelConfig) -> float:
+    """Q/K/V/O projections and the gated FFN, per token and layer."""
+    tc = config.model
+    D, d = config.emb_size, tc.key_size
+    projections = 2 * D * d * (tc.num_q_heads * 2 + tc.num_kv_heads * 2)
+    return projections + 2 * 3 * D * ffn_size(D, tc.widening_factor)
+
+
 def flops_per_candidate(config: PhoenixModelConfig) -> float:
     """Approximate FLOPs the engine spends per scored candidate (transformer + heads)."""
     tc = config.model
     D, d = config.emb_size, tc.key_size
-    from phoenix.grok import ffn_size
-
-    F = ffn_size(D, tc.widening_factor)
     T = 1 + config.history_seq_len
-    projections = 2 * D * d * (tc.num_q_heads * 2 + tc.num_kv_heads * 2)
     attention = 2 * 2 * tc.num_q_heads * d * (T + 1)
-    ffn = 2 * 3 * D * F
-    inputs = (
-        2 * D * D * (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes + 2)
-    )
+    hashes = config.hash_config.num_item_hashes + config.hash_config.num_author_hashes
+    inputs = 2 * D * D * (hashes + 2)
     heads = 2 * D * (config.num_actions + config.num_continuous_actions)
-    return tc.num_layers * (projections + attention + ffn) + inputs + heads
+    return tc.num_layers * (_dense_flops_per_token(config) + attention) + inputs + heads
 
 
 def flops_per_context(config: PhoenixModelConfig) -> float:
     """Approximate FLOPs of one user's context pass."""
     tc = config.model
     D, d = config.emb_size, tc.key_size
-    from phoenix.grok import ffn_size
-
-    F = ffn_size(D, tc.widening_factor)
     T = 1 + config.history_seq_len
-    per_token = 2 * D * d * (tc.num_q_heads * 2 + tc.num_kv_heads * 2) + 2 * 3 * D * F
     attention = 2 * 2 * tc.num_q_heads * d * T * T
-    return tc.num_layers * (T * per_token + attention) + T * 2 * D * D * 7
+    inputs = T * 2 * D * D * 7
+    return tc.num_layers * (T * _dense_flops_per_token(config) + attention) + inputs
 
 
 __all__ = [
@@ -639,5 +638,4 @@ __all__ = [
     "example_inputs",
     "flops_per_candidate",
     "flops_per_context",
-    "math",
 ]

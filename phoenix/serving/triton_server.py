@@ -391,13 +391,18 @@ class TritonServer:
         self._kill_process_group()
         return self.process.returncode
 
-    def __enter__(self) -> TritonServer:
+    def start_ready(self) -> TritonServer:
+        """Start and wait until ready; a server that fails to get ready is stopped."""
         self.start()
         try:
             self.wait_ready()
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def __enter__(self) -> TritonServer:
+        self.start_ready()
         return self
 
     def __exit__(self, *exc_info) -> None:

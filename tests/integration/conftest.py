@@ -39,12 +39,7 @@ def launch_server(
         log_path=log_path,
         ready_timeout=ready_timeout,
     )
-    server.start()
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
+    server.start_ready()
     return server
 
 
