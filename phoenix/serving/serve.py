@@ -12,10 +12,11 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -359,6 +360,21 @@ def forward_signals(
         signal.signal(signum, handler)
 
 
+def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
+    """`wait(timeout)` until it returns, waking every `nap_s` seconds.
+
+    Python runs signal handlers only in the main thread, and only once that thread runs
+    bytecode again. The kernel may deliver SIGTERM to any thread (the supervisor's, the /ready
+    server's); a main thread blocked in one long waitpid() would then not run the drain handler
+    until tritonserver had exited on its own. Short naps bound that delay to `nap_s`.
+    """
+    while True:
+        try:
+            return wait(nap_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def start_supervisor(
     server: TritonServer, port_: int, admin_key: str | None
 ) -> tuple[Supervisor, ReadinessServer]:
@@ -388,7 +404,7 @@ def serve_foreground(
         print(describe(server, ready_url), flush=True)
         print("Ctrl-C stops the server.", flush=True)
         forward_signals(server, supervisor, drain_seconds)
-        return exit_code_of(server.wait())
+        return exit_code_of(wait_in_short_naps(server.wait))
     finally:
         if supervisor is not None:
             supervisor.stop()
