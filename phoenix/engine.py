@@ -37,7 +37,12 @@ from phoenix.grok import (
     rope_phase,
     soft_cap_logits,
 )
-from phoenix.recsys_model import PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
+from phoenix.recsys_model import (
+    PhoenixModelConfig,
+    RecsysBatch,
+    RecsysEmbeddings,
+    compute_post_age_bucket,
+)
 from phoenix.recsys_retrieval_model import (
     INF,
     PhoenixRetrievalModelConfig,
@@ -122,6 +127,63 @@ def layer_weights(params, num_layers: int, dtype) -> list[LayerWeights]:
             )
         )
     return layers
+
+
+class CandidateTables(NamedTuple):
+    """``proj_mat_2`` split by feature block, the one-hot tables folded into it in advance.
+
+    The plain model projects concat(post hashes, author hashes, surface, post age) with
+    ``proj_mat_2``; a one-hot row times a table times a block of ``proj_mat_2`` is one row of
+    (table @ block), so surface and post age become lookups in pre-projected tables and only
+    the hash embeddings go through a matmul.
+    """
+
+    w_hashes: jax.Array  # [(nI + nA) * D, D]: proj_mat_2 rows of the post and author hashes
+    surface: jax.Array  # [V_surface, D]: product_surface_embedding_table @ its proj_mat_2 rows
+    post_age: jax.Array  # [V_age, D]: post_age_embedding_table @ its proj_mat_2 rows
+
+
+def candidate_tables(params, config: PhoenixModelConfig) -> CandidateTables:
+    model = params["phoenix_model"]
+    w = jnp.asarray(model["proj_mat_2"], jnp.float32)  # [(nI + nA + 2) * D, D]
+    D = config.emb_size
+    hashes = (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes) * D
+    surface = jnp.asarray(model["product_surface_embedding_table"], jnp.float32)  # [V_s, D]
+    post_age = jnp.asarray(model["post_age_embedding_table"], jnp.float32)  # [V_age, D]
+    return CandidateTables(
+        w_hashes=w[:hashes],
+        surface=jnp.dot(surface, w[hashes : hashes + D], precision="highest"),
+        post_age=jnp.dot(post_age, w[hashes + D : hashes + 2 * D], precision="highest"),
+    )
+
+
+def lookup_rows(table: jax.Array, index: jax.Array) -> jax.Array:
+    """table[index] with zeros for indices outside the table, as a one-hot matmul gives."""
+    inside = (index >= 0) & (index < table.shape[0])  # [B, C]
+    rows = jnp.take(table, jnp.clip(index, 0, table.shape[0] - 1), axis=0)  # [B, C, D]
+    return jnp.where(inside[..., None], rows, 0.0)
+
+
+class CandidateInputs(NamedTuple):
+    """One chunk of candidates as the jitted scorer takes it, padded to [B, C]."""
+
+    valid: np.ndarray  # [B, C] bool: False for padding (post hash 0)
+    product_surface: np.ndarray  # [B, C] int32
+    impr_ts: np.ndarray  # [B, C] int32 seconds, 0 = unknown
+    creation_ts: np.ndarray  # [B, C] int32 seconds, 0 = unknown
+    post_embeddings: np.ndarray  # [B, C, nI, D] float32
+    author_embeddings: np.ndarray  # [B, C, nA, D] float32
+
+
+def candidate_tokens(inputs: CandidateInputs, tables: CandidateTables, granularity_mins: int):
+    """Candidate tokens [B, C, D] (float32), equal to the model's ``build_candidate_inputs``."""
+    post, author = inputs.post_embeddings, inputs.author_embeddings  # [B, C, nI|nA, D]
+    b, c = post.shape[:2]
+    hashes = jnp.concatenate([post.reshape(b, c, -1), author.reshape(b, c, -1)], axis=-1)
+    age = compute_post_age_bucket(inputs.impr_ts, inputs.creation_ts, granularity_mins)  # [B, C]
+    tokens = jnp.dot(hashes.astype(jnp.float32), tables.w_hashes)  # [B, C, D]
+    tokens = tokens + lookup_rows(tables.surface, inputs.product_surface)
+    return tokens + lookup_rows(tables.post_age, age)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,14 +331,14 @@ class RankingEngine:
             params["phoenix_model"]["continuous_unembeddings"], jnp.float32
         )
         self._context_tokens = _model_method(self.config, "build_context_inputs")
-        self._candidate_tokens = _model_method(self.config, "build_candidate_inputs")
+        self.candidate_tables = candidate_tables(params, config)
         self._encode_context = jax.jit(self._context_fn)
         self._score_chunk = jax.jit(self._chunk_fn)
 
     # -- jitted bodies ------------------------------------------------------------------
 
     def _context_fn(self, params, batch: RecsysBatch, emb: RecsysEmbeddings):
-        """Context tokens -> (kv cache, context mask); the batch carries one candidate slot."""
+        """Context tokens -> (kv cache, context mask); the batch's candidate fields are None."""
         tokens, mask = self._context_tokens(params, batch, emb)  # [B, T, D], [B, T]
         positions = self._context_positions(mask)
         cache = context_layers(tokens, mask, positions, self.layers, self.shape)
@@ -295,8 +357,10 @@ class RankingEngine:
         index = jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
         return seq + first_index + index
 
-    def _chunk_fn(self, params, cache, context_mask, batch, emb, first_index):
-        tokens, mask = self._candidate_tokens(params, batch, emb)  # [B, C, D], [B, C]
+    def _chunk_fn(self, tables, cache, context_mask, inputs: CandidateInputs, first_index):
+        granularity = self.config.post_age_granularity_mins
+        tokens = candidate_tokens(inputs, tables, granularity).astype(self.dtype)  # [B, C, D]
+        mask = inputs.valid  # [B, C]
         positions = self._candidate_positions(mask, first_index)
         h = candidate_layers(tokens, mask, positions, context_mask, cache, self.layers, self.shape)
         h = rms_normalize(h, self.final_norm).astype(jnp.float32)  # [B, C, D]
@@ -306,48 +370,58 @@ class RankingEngine:
 
     # -- host-side orchestration ----------------------------------------------------------
 
-    def _split(self, batch: RecsysBatch, emb: RecsysEmbeddings, start: int, stop: int, rows: int):
-        """Candidate slice [start, stop) of the request, padded to ``rows`` x chunk bucket."""
-        width = bucket_for(stop - start, self.candidate_buckets)
+    def _context_inputs(self, batch: RecsysBatch, emb: RecsysEmbeddings, rows: int):
+        """User and history fields padded to ``rows`` users; candidate fields left out."""
 
-        def cand(x, dtype):
-            return _pad_axis(_pad_axis(np.asarray(x, dtype)[:, start:stop], 1, width), 0, rows)
-
-        def hist(x, dtype):
+        def pad(x, dtype):
             return _pad_axis(np.asarray(x, dtype), 0, rows)
 
-        # Absent optional features are given as zeros, which the model treats exactly like
-        # None (dwell 0 s; timestamp 0 = unknown age), so one compiled shape serves both.
-        users, seq = np.asarray(batch.history_product_surface).shape
-        num_cands = np.asarray(batch.candidate_product_surface).shape[1]
         continuous = batch.history_continuous_actions
-        if continuous is None:
+        if continuous is None:  # zeros are what the model uses for None (dwell 0 s)
+            users, seq = np.shape(batch.history_product_surface)
             continuous = np.zeros((users, seq, self.config.num_continuous_actions), np.float32)
-        impr, created = batch.candidate_impr_ts, batch.candidate_post_creation_ts
-        if impr is None or created is None:
-            impr = created = np.zeros((users, num_cands), np.int32)
-        b = RecsysBatch(
-            user_hashes=hist(batch.user_hashes, np.int32),
-            history_post_hashes=hist(batch.history_post_hashes, np.int32),
-            history_author_hashes=hist(batch.history_author_hashes, np.int32),
-            history_actions=hist(batch.history_actions, np.float32),
-            history_product_surface=hist(batch.history_product_surface, np.int32),
-            candidate_post_hashes=cand(batch.candidate_post_hashes, np.int32),
-            candidate_author_hashes=cand(batch.candidate_author_hashes, np.int32),
-            candidate_product_surface=cand(batch.candidate_product_surface, np.int32),
-            history_continuous_actions=hist(continuous, np.float32),
-            candidate_impr_ts=cand(impr, np.int32),
-            candidate_post_creation_ts=cand(created, np.int32),
+        context = RecsysBatch(
+            user_hashes=pad(batch.user_hashes, np.int32),
+            history_post_hashes=pad(batch.history_post_hashes, np.int32),
+            history_author_hashes=pad(batch.history_author_hashes, np.int32),
+            history_actions=pad(batch.history_actions, np.float32),
+            history_product_surface=pad(batch.history_product_surface, np.int32),
+            candidate_post_hashes=None,
+            candidate_author_hashes=None,
+            candidate_product_surface=None,
+            history_continuous_actions=pad(continuous, np.float32),
+            candidate_impr_ts=None,
+            candidate_post_creation_ts=None,
             user_ip_hashes=None,
         )
-        e = RecsysEmbeddings(
-            user_embeddings=hist(emb.user_embeddings, np.float32),
-            history_post_embeddings=hist(emb.history_post_embeddings, np.float32),
-            history_author_embeddings=hist(emb.history_author_embeddings, np.float32),
-            candidate_post_embeddings=cand(emb.candidate_post_embeddings, np.float32),
-            candidate_author_embeddings=cand(emb.candidate_author_embeddings, np.float32),
+        context_emb = RecsysEmbeddings(
+            user_embeddings=pad(emb.user_embeddings, np.float32),
+            history_post_embeddings=pad(emb.history_post_embeddings, np.float32),
+            history_author_embeddings=pad(emb.history_author_embeddings, np.float32),
+            candidate_post_embeddings=None,
+            candidate_author_embeddings=None,
         )
-        return b, e
+        return context, context_emb
+
+    def _candidate_inputs(self, batch, emb, start: int, stop: int, rows: int) -> CandidateInputs:
+        """Candidates [start, stop) of every user, padded to ``rows`` x a chunk bucket."""
+        width = bucket_for(stop - start, self.candidate_buckets)
+
+        def cut(x, dtype):
+            return _pad_axis(_pad_axis(np.asarray(x[:, start:stop], dtype), 1, width), 0, rows)
+
+        post_hashes = np.asarray(batch.candidate_post_hashes)
+        impr, created = batch.candidate_impr_ts, batch.candidate_post_creation_ts
+        if impr is None or created is None:  # timestamp 0 = unknown age, as the model's None
+            impr = created = np.zeros(post_hashes.shape[:2], np.int32)
+        return CandidateInputs(
+            valid=cut(post_hashes[:, :, 0] != 0, bool),
+            product_surface=cut(batch.candidate_product_surface, np.int32),
+            impr_ts=cut(impr, np.int32),
+            creation_ts=cut(created, np.int32),
+            post_embeddings=cut(emb.candidate_post_embeddings, np.float32),
+            author_embeddings=cut(emb.candidate_author_embeddings, np.float32),
+        )
 
     def score(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> RankingScores:
         """Logits and continuous predictions for every candidate of every user.
@@ -372,14 +446,16 @@ class RankingEngine:
 
     def _score_users(self, batch, emb, num_candidates: int, rows: int) -> RankingScores:
         users = np.asarray(batch.user_hashes).shape[0]
-        ctx_b, ctx_e = self._split(batch, emb, 0, min(1, num_candidates), rows)
-        cache, context_mask = self._encode_context(self.params, ctx_b, ctx_e)
+        context, context_emb = self._context_inputs(batch, emb, rows)
+        cache, context_mask = self._encode_context(self.params, context, context_emb)
         logits, continuous = [], []
         pending = []  # dispatch every chunk before reading any: they run asynchronously
         for start in range(0, num_candidates, self.chunk):
             stop = min(num_candidates, start + self.chunk)
-            b, e = self._split(batch, emb, start, stop, rows)
-            out = self._score_chunk(self.params, cache, context_mask, b, e, np.float32(start))
+            inputs = self._candidate_inputs(batch, emb, start, stop, rows)
+            out = self._score_chunk(
+                self.candidate_tables, cache, context_mask, inputs, np.float32(start)
+            )
             pending.append((out, stop - start))
         for (lg, ct), width in pending:
             logits.append(np.asarray(lg)[:users, :width])
@@ -615,7 +691,7 @@ def flops_per_candidate(config: PhoenixModelConfig) -> float:
     T = 1 + config.history_seq_len
     attention = 2 * 2 * tc.num_q_heads * d * (T + 1)
     hashes = config.hash_config.num_item_hashes + config.hash_config.num_author_hashes
-    inputs = 2 * D * D * (hashes + 2)
+    inputs = 2 * D * D * hashes  # surface and post age are pre-projected lookups
     heads = 2 * D * (config.num_actions + config.num_continuous_actions)
     return tc.num_layers * (_dense_flops_per_token(config) + attention) + inputs + heads
 
