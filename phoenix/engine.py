@@ -30,11 +30,11 @@ import numpy as np
 
 from phoenix.grok import (
     MASKED_LOGIT,
-    apply_rope,
     ffn_size,
     right_anchored_rope_positions,
     rms_normalize,
     rope_phase,
+    rotate_half,
     soft_cap_logits,
 )
 from phoenix.recsys_model import (
@@ -198,7 +198,25 @@ class AttentionShape:
         return self.num_q_heads // self.num_kv_heads
 
 
-def _qkv(x: jax.Array, w: LayerWeights, shape: AttentionShape, phase: jax.Array):
+class Rotation(NamedTuple):
+    """cos and sin of the RoPE phases, [B|1, n, 1, d] each."""
+
+    cos: jax.Array
+    sin: jax.Array
+
+
+def rope_rotation(positions: jax.Array, key_size: int) -> Rotation:
+    """cos/sin of the phases of ``positions`` [B|1, n] (as ``grok.apply_rope`` computes them)."""
+    phase = rope_phase(positions, key_size)  # [B|1, n, 1, d]
+    return Rotation(jnp.cos(phase), jnp.sin(phase))
+
+
+def rotate(x: jax.Array, rotation: Rotation) -> jax.Array:
+    """``grok.apply_rope`` with the cos/sin given: heads x [B, n, heads, d]."""
+    return (x * rotation.cos + rotate_half(x) * rotation.sin).astype(x.dtype)
+
+
+def _qkv(x: jax.Array, w: LayerWeights, shape: AttentionShape, rotation: Rotation):
     """Projected, rotated heads of normalised tokens x [B, n, D]."""
     b, n, _ = x.shape
     # One wide matmul instead of three narrow ones: the same dot products, better GEMM use.
@@ -207,9 +225,9 @@ def _qkv(x: jax.Array, w: LayerWeights, shape: AttentionShape, phase: jax.Array)
     q = qkv[..., : H * d].reshape(b, n, K, shape.groups, d)
     k = qkv[..., H * d : (H + K) * d].reshape(b, n, K, d)  # [B, n, K, d]
     v = qkv[..., (H + K) * d :].reshape(b, n, K, d)  # [B, n, K, d]
-    q = apply_rope(q.reshape(b, n, -1, shape.key_size), phase)  # rope over all H heads
+    q = rotate(q.reshape(b, n, -1, shape.key_size), rotation)  # rope over all H heads
     q = q.reshape(b, n, shape.num_kv_heads, shape.groups, shape.key_size)  # [B, n, K, G, d]
-    return q, apply_rope(k, phase), v
+    return q, rotate(k, rotation), v
 
 
 def _finish_layer(h, attn, w: LayerWeights):
@@ -220,20 +238,20 @@ def _finish_layer(h, attn, w: LayerWeights):
     return h + rms_normalize(dense, w.norm_ffn_out)
 
 
-def context_layers(tokens, mask, positions, layers, shape: AttentionShape):
+def context_layers(tokens, mask, rotation: Rotation, layers, shape: AttentionShape):
     """Causal pass over the context; returns the per-layer (keys, values) cache.
 
-    tokens [B, T, D], mask [B, T] bool, positions [B|1, T] -> list of ([B,T,K,d], [B,T,K,d]).
+    tokens [B, T, D], mask [B, T] bool, rotation of the context positions ([B|1, T, 1, d])
+    -> list of ([B, T, K, d], [B, T, K, d]).
     """
     seq = tokens.shape[1]
-    phase = rope_phase(positions, shape.key_size)  # [B|1, T, 1, d]
     causal = jnp.tril(jnp.ones((seq, seq), bool))  # [T, T]
     allowed = causal[None] & mask[:, None, :]  # [B, T(query), T(key)]
     h, cache = tokens, []
     b, K, G, d = tokens.shape[0], shape.num_kv_heads, shape.groups, shape.key_size
     allowed = allowed[:, None, :, None, :]  # [B, 1, T(query), 1, T(key)]
     for w in layers:
-        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)
+        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, rotation)
         cache.append((k, v))
         # Plain batched matmuls over (user, kv head): [T*G, d] x [d, T] and [T*G, T] x [T, d].
         q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, seq * G, d)  # [B, K, T*G, d]
@@ -247,25 +265,29 @@ def context_layers(tokens, mask, positions, layers, shape: AttentionShape):
     return cache
 
 
-def candidate_layers(tokens, mask, positions, context_mask, cache, layers, shape):
+def candidate_layers(tokens, mask, rotation: Rotation, context_mask, cache, layers, shape):
     """Candidates attend to the cached context and to themselves only.
 
-    tokens [B, C, D], mask [B, C] bool, positions [B|1, C], context_mask [B, T] bool.
+    tokens [B, C, D], mask [B, C] bool, rotation of the candidate positions ([B|1, C, 1, d]),
+    context_mask [B, T] bool.
     Returns the final hidden states [B, C, D]. The softmax over (context keys + own key) is
     written out so the context part is one plain batched matmul and the self part an
     elementwise product (no [.., T+1] concatenation).
     """
     b, c, _ = tokens.shape
     K, G, d = shape.num_kv_heads, shape.groups, shape.key_size
-    phase = rope_phase(positions, d)  # [B|1, C, 1, d]
     context_ok = context_mask[:, None, None, :]  # [B, 1, 1, T]
     h = tokens
     for w, (ctx_k, ctx_v) in zip(layers, cache, strict=False):
-        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, phase)  # q [B,C,K,G,d]
+        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, rotation)  # q [B,C,K,G,d]
         q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, c * G, d)  # [B, K, C*G, d]
         keys = ctx_k.transpose(0, 2, 3, 1)  # [B, K, d, T]
         to_context = jnp.matmul(q_rows, keys).astype(jnp.float32)  # [B, K, C*G, T]
-        to_self = jnp.einsum("bckgd,bckd->bkcg", q, k).reshape(b, K, c * G)  # [B, K, C*G]
+        # Each candidate's key against its own queries: a fused multiply-sum, since as a
+        # dot XLA:CPU runs B*C*K tiny [G, d] x [d, 1] products one by one (4x slower).
+        f32 = jnp.float32  # accumulate in float32 like the dots do, also under bfloat16
+        to_self = jnp.sum(q.astype(f32) * k.astype(f32)[:, :, :, None, :], axis=-1)  # [B,C,K,G]
+        to_self = to_self.transpose(0, 2, 1, 3).reshape(b, K, c * G)  # [B, K, C*G]
         cap = lambda x: soft_cap_logits(x.astype(jnp.float32), shape.attn_output_multiplier)  # noqa: E731
         to_context = jnp.where(context_ok, cap(to_context), MASKED_LOGIT)
         self_ok = jnp.repeat(mask, G, axis=1)[:, None, :]  # [B, 1, C*G]
@@ -332,17 +354,30 @@ class RankingEngine:
         )
         self._context_tokens = _model_method(self.config, "build_context_inputs")
         self.candidate_tables = candidate_tables(params, config)
-        self._encode_context = jax.jit(self._context_fn)
+        self._context_inputs_jit = jax.jit(self._context_tokens_fn)
+        self._context_layers_jit = jax.jit(self._context_layers_fn)
         self._score_chunk = jax.jit(self._chunk_fn)
+        # RoPE cos/sin come from a program of their own and enter the layer passes as inputs:
+        # computed inside one program, XLA fuses cos and sin into every consumer and
+        # re-evaluates them for each head of each layer (a fifth of the candidate pass).
+        self._candidate_rotation = jax.jit(self._candidate_rotation_fn)
 
     # -- jitted bodies ------------------------------------------------------------------
 
-    def _context_fn(self, params, batch: RecsysBatch, emb: RecsysEmbeddings):
-        """Context tokens -> (kv cache, context mask); the batch's candidate fields are None."""
-        tokens, mask = self._context_tokens(params, batch, emb)  # [B, T, D], [B, T]
-        positions = self._context_positions(mask)
-        cache = context_layers(tokens, mask, positions, self.layers, self.shape)
-        return cache, mask
+    def _context_tokens_fn(self, params, batch: RecsysBatch, emb: RecsysEmbeddings):
+        """Context tokens [B, T, D], mask [B, T] and rotation; candidate fields are None."""
+        tokens, mask = self._context_tokens(params, batch, emb)
+        rotation = rope_rotation(self._context_positions(mask), self.shape.key_size)
+        return tokens, mask, rotation
+
+    def _context_layers_fn(self, tokens, mask, rotation):
+        """The per-layer kv cache of the context (rotation computed by the previous program)."""
+        return context_layers(tokens, mask, rotation, self.layers, self.shape)
+
+    def _encode_context(self, params, batch: RecsysBatch, emb: RecsysEmbeddings):
+        """(kv cache, context mask) of the users in ``batch``."""
+        tokens, mask, rotation = self._context_inputs_jit(params, batch, emb)
+        return self._context_layers_jit(tokens, mask, rotation), mask
 
     def _context_positions(self, mask):
         if self.config.right_anchored_rope:
@@ -357,12 +392,15 @@ class RankingEngine:
         index = jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
         return seq + first_index + index
 
-    def _chunk_fn(self, tables, cache, context_mask, inputs: CandidateInputs, first_index):
+    def _candidate_rotation_fn(self, mask, first_index) -> Rotation:
+        positions = self._candidate_positions(mask, first_index)  # [B|1, C]
+        return rope_rotation(positions, self.shape.key_size)
+
+    def _chunk_fn(self, tables, cache, context_mask, inputs: CandidateInputs, rotation):
         granularity = self.config.post_age_granularity_mins
         tokens = candidate_tokens(inputs, tables, granularity).astype(self.dtype)  # [B, C, D]
         mask = inputs.valid  # [B, C]
-        positions = self._candidate_positions(mask, first_index)
-        h = candidate_layers(tokens, mask, positions, context_mask, cache, self.layers, self.shape)
+        h = candidate_layers(tokens, mask, rotation, context_mask, cache, self.layers, self.shape)
         h = rms_normalize(h, self.final_norm).astype(jnp.float32)  # [B, C, D]
         logits = jnp.dot(h, self.unembed)  # [B, C, A]
         continuous = jax.nn.sigmoid(jnp.dot(h, self.continuous))  # [B, C, N]
@@ -453,9 +491,8 @@ class RankingEngine:
         for start in range(0, num_candidates, self.chunk):
             stop = min(num_candidates, start + self.chunk)
             inputs = self._candidate_inputs(batch, emb, start, stop, rows)
-            out = self._score_chunk(
-                self.candidate_tables, cache, context_mask, inputs, np.float32(start)
-            )
+            rotation = self._candidate_rotation(inputs.valid, np.float32(start))
+            out = self._score_chunk(self.candidate_tables, cache, context_mask, inputs, rotation)
             pending.append((out, stop - start))
         for (lg, ct), width in pending:
             logits.append(np.asarray(lg)[:users, :width])
