@@ -71,6 +71,23 @@ def timed(fn, min_seconds: float, min_runs: int = 3) -> float:
     return float(np.median(times))
 
 
+def timed_side_by_side(fns: dict, min_seconds: float, rounds: int = 7) -> dict:
+    """Median seconds per call of each of ``fns``, timed in alternating rounds so that load
+    drifting on a shared machine affects them alike."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            calls = 0
+            while calls < 2 or time.perf_counter() - start < min_seconds / rounds:
+                fn()
+                calls += 1
+            times[name].append((time.perf_counter() - start) / calls)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
 def split_candidates(batch, emb, start, stop):
     """Candidate window [start, stop) of a one-user request, padded to ORIGINAL_CHUNK."""
     from phoenix.engine import _pad_axis
@@ -128,8 +145,11 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
         row = {"candidates": count}
         if count <= skip_eager_above:
             row["original_s"] = timed(original, min_seconds, 1)
-        row["original_jit_s"] = timed(original_jit, min_seconds)
-        row["engine_s"] = timed(lambda: engine.score(batch, emb), min_seconds)
+        side_by_side = timed_side_by_side(
+            {"original_jit_s": original_jit, "engine_s": lambda: engine.score(batch, emb)},
+            2 * min_seconds,
+        )
+        row.update(side_by_side)
         flops = flops_per_context(config) + count * flops_per_candidate(config)
         row["engine_gflops"] = flops / row["engine_s"] / 1e9
         for key in ("original_s", "original_jit_s", "engine_s"):
