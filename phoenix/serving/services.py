@@ -21,7 +21,7 @@ from typing import Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, Corpus, load_artifacts, load_corpus, resolve_inside
-from phoenix.engine import RankingEngine, RetrievalEngine
+from phoenix.engine import DEFAULT_CANDIDATE_BUCKETS, RankingEngine, RetrievalEngine
 from phoenix.recsys_model import DWELL_TIME_INDEX, RecsysBatch, RecsysEmbeddings
 from phoenix.serving.requests import (
     LIMITS,
@@ -443,7 +443,7 @@ class RankerService:
         resources: PhoenixResources,
         score_weights: str,
         compute_dtype=None,
-        candidate_buckets: Sequence[int] = (16, 64, 256, 1024),
+        candidate_buckets: Sequence[int] = DEFAULT_CANDIDATE_BUCKETS,
         batch_buckets: Sequence[int] = (1, 2, 4, 8),
     ):
         self.resources = resources

@@ -102,8 +102,10 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
         return services.RankerService(
             resources,
             params.get("score_weights", ""),
-            candidate_buckets=parse_int_list(
-                params.get("candidate_buckets", "16,64,256,1024"), "candidate_buckets"
+            candidate_buckets=(
+                parse_int_list(params["candidate_buckets"], "candidate_buckets")
+                if params.get("candidate_buckets")
+                else services.DEFAULT_CANDIDATE_BUCKETS
             ),
             batch_buckets=powers_of_two_up_to(max_batch),
         )

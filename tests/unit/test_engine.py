@@ -129,3 +129,15 @@ def test_bucket_for():
     assert bucket_for(1, (4, 16)) == 4
     assert bucket_for(5, (4, 16)) == 16
     assert bucket_for(99, (4, 16)) == 16
+
+
+def test_row_limit_splits_users_into_smaller_calls_with_the_same_scores():
+    config, f, params, b, e = build("mqa")
+    kwargs = dict(batch_buckets=(1, 2, 4), candidate_buckets=(8, 32))
+    wide = RankingEngine(config, params, max_rows_per_call=10**6, **kwargs)
+    narrow = RankingEngine(config, params, max_rows_per_call=32, **kwargs)
+    assert wide.users_per_call(23) == 4
+    assert narrow.users_per_call(23) == 1  # 23 candidates -> width 32: one user per call
+    assert narrow.users_per_call(5) == 4  # width 8: 4 x 8 rows fit
+    assert narrow.warm_up() == 4  # width 8 with 1, 2, 4 users; width 32 with 1
+    np.testing.assert_allclose(narrow.score(b, e).logits, wide.score(b, e).logits, atol=1e-5)
