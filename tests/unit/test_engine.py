@@ -141,3 +141,23 @@ def test_row_limit_splits_users_into_smaller_calls_with_the_same_scores():
     assert narrow.users_per_call(5) == 4  # width 8: 4 x 8 rows fit
     assert narrow.warm_up() == 4  # width 8 with 1, 2, 4 users; width 32 with 1
     np.testing.assert_allclose(narrow.score(b, e).logits, wide.score(b, e).logits, atol=1e-5)
+
+
+def test_rotation_from_precomputed_cos_sin_equals_grok_rope():
+    from phoenix.engine import rope_rotation, rotate
+    from phoenix.grok import apply_rope, rope_phase
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 3, 8)), jnp.float32)
+    positions = jnp.asarray([[0, 1, 2, 3, 9], [4, 4, 4, 0, 0]], jnp.float32)
+    expected = apply_rope(x, rope_phase(positions, 8))
+    np.testing.assert_array_equal(rotate(x, rope_rotation(positions, 8)), expected)
+
+
+def test_lookup_rows_gives_zeros_outside_the_table_like_a_one_hot_matmul():
+    from phoenix.engine import lookup_rows
+
+    table = jnp.asarray(np.random.default_rng(1).normal(size=(4, 3)), jnp.float32)
+    index = jnp.asarray([[0, 3, -1, 4, 2]])
+    one_hot = jnp.dot(jax.nn.one_hot(index, 4), table)
+    np.testing.assert_array_equal(lookup_rows(table, index), one_hot)
+    assert not np.asarray(lookup_rows(table, index))[0, 2:4].any()
