@@ -79,6 +79,9 @@ def write_plot(summary: dict[str, Any], path: Path) -> None:
         ax.plot(curve["steps"], curve["train"][key], label="training batches", alpha=0.7)
         if curve["eval"].get(key):
             ax.plot(curve["eval_steps"], curve["eval"][key], "o-", label="held-out batch")
+        values = curve["train"][key] + curve["eval"].get(key, [])[1:]
+        if values:  # the untrained first point would flatten the curve
+            ax.set_ylim(min(values) * 0.95, max(values) * 1.05)
         ax.set_title(f"{tower} loss")
         ax.set_xlabel("step")
         ax.legend()

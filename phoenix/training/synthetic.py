@@ -429,7 +429,7 @@ def make_impressions(world: World, seed: int) -> Impressions:
     actions = (rng.random(probs.shape, dtype=np.float32) < probs).astype(np.uint8)
     a = affinity(world, user, post, ts, surface)
     dwell = np.exp(DWELL_MU + DWELL_SLOPE * a + DWELL_SIGMA * rng.standard_normal(len(a)))
-    dwell = np.minimum(dwell, MAX_DWELL_S).astype(np.float32)
+    dwell = np.round(np.minimum(dwell, MAX_DWELL_S), 2).astype(np.float32)
     actions[:, ACTION_INDEX["dwell"]] = dwell >= DWELL_THRESHOLD_S
     actions[:, ACTION_INDEX["dwell_time"]] = dwell >= LONG_DWELL_THRESHOLD_S
     return Impressions(
@@ -438,7 +438,7 @@ def make_impressions(world: World, seed: int) -> Impressions:
         ts=ts,
         request=request,
         surface=surface,
-        dwell_seconds=np.round(dwell, 2),
+        dwell_seconds=dwell,
         actions=actions,
     )
 
