@@ -16,16 +16,21 @@ import dataclasses
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from phoenix.training.data import LogIndex
-from phoenix.training.presets import PRESETS
-from phoenix.training.synthetic import generate_logs
-from phoenix.training.train import init_params, make_optimizer, make_train_step
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `python bench/bench_training.py` from anywhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from phoenix.training.data import LogIndex  # noqa: E402
+from phoenix.training.presets import PRESETS  # noqa: E402
+from phoenix.training.synthetic import generate_logs  # noqa: E402
+from phoenix.training.train import init_params, make_optimizer, make_train_step  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "training.json"
 BENCH_USERS = 20_000
