@@ -183,20 +183,18 @@ class Evaluator:
             apply = retrieval_apply(self.config)
 
             def users(retrieval, tables, arrays):
-                dummy = {
-                    "positive_post_hashes": jnp.zeros_like(
-                        arrays["user_hashes"][:, :1].repeat(self.config.num_item_hashes, 1)
-                    ),
-                    "positive_author_hashes": jnp.zeros_like(
-                        arrays["user_hashes"][:, :1].repeat(self.config.num_author_hashes, 1)
-                    ),
-                }
-                batch, emb = model_inputs(tables, arrays | dummy, with_candidates=False)
+                # the user tower reads no candidate; the padding candidate is never used
+                batch, emb = model_inputs(tables, arrays, with_candidates=False)
                 return apply(retrieval, batch, emb)[0]
 
             self._user_fn = jax.jit(users)
         out = np.zeros((len(self.eval_set), self.config.emb_size), np.float32)
-        for start, stop, chunk in self._batches(self.user_arrays):
+        E, c = len(self.eval_set), self.config
+        arrays = self.user_arrays | {
+            "positive_post_hashes": np.zeros((E, c.num_item_hashes), np.int32),
+            "positive_author_hashes": np.zeros((E, c.num_author_hashes), np.int32),
+        }
+        for start, stop, chunk in self._batches(arrays):
             out[start:stop] = np.asarray(
                 self._user_fn(params["retrieval"], params["tables"], chunk)
             )[: stop - start]

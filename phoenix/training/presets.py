@@ -67,7 +67,7 @@ def _model(emb, layers, heads, key, history, candidates, users, items, authors) 
 
 PRESETS = {
     "tiny": TrainPreset(
-        description="unit tests: 3k users, 8k posts, emb 32, 2 layers, a few hundred steps",
+        description="unit tests: 3k users, 4k posts, emb 32, 2 layers, a few hundred steps",
         world=WorldSpec(
             num_users=3_000,
             num_authors=120,
