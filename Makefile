@@ -57,11 +57,26 @@ $(SYSTEM_STAMP):
 $(PY): | $(SYSTEM_STAMP)
 	$(PYTHON) -m venv $(VENV)
 
-$(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt | $(PY)
-	$(PY) -m pip install -r requirements.txt -r requirements-dev.txt
+# DEVICE=gpu adds JAX's CUDA wheels (requirements-gpu.txt). constraints.txt pins every
+# transitive package, so pip never backtracks and two set-ups get the same versions.
+GPU_REQUIREMENTS := $(if $(filter gpu,$(DEVICE)),-r requirements-gpu.txt)
+$(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt requirements-server.txt \
+		constraints.txt | $(PY)
+	$(PY) -m pip install -c constraints.txt -r requirements.txt -r requirements-dev.txt \
+		$(GPU_REQUIREMENTS)
+	$(PY) -m pip install --no-deps -r requirements-server.txt
 	@touch $@
 
-$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) phoenix/serving/triton_server.py
+# perf_analyzer comes only in the tritonclient 2.51.0 wheel; the venv's tritonclient is newer
+# (numpy 2), so the binary alone is taken out of that wheel.
+PERF_ANALYZER := $(VENV)/bin/perf_analyzer
+PERF_ANALYZER_WHEEL := tritonclient==2.51.0
+$(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
+		-d build/wheels $(PERF_ANALYZER_WHEEL)
+	$(PY) -m phoenix.serving.perf_analyzer --extract build/wheels --to $@
+
+$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_server.py
 	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)
 	@touch $@
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 logger = logging.getLogger("phoenix.serving")
 
 ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
@@ -112,6 +114,38 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
     raise ValueError(f"unknown service {name!r}")
 
 
+# Tensors cross the Triton boundary through DLPack only. The 2.51 stub's pybind11 numpy layer
+# reads numpy 2 dtypes wrongly: `as_numpy()` repeats element 0 and `Tensor(name, ndarray)`
+# sends empty tensors (docs/serving.md, "numpy 2 and DLPack").
+
+
+def input_array(tensor) -> np.ndarray:
+    """A request tensor as a numpy array (a view of Triton's buffer while on the host)."""
+    if tensor.is_cpu():
+        return np.from_dlpack(tensor)
+    import jax.dlpack  # a GPU-resident input, e.g. from a GPU model of an ensemble
+
+    return np.asarray(jax.dlpack.from_dlpack(tensor))
+
+
+def request_inputs(request) -> dict[str, np.ndarray]:
+    """{input name: array} of one request."""
+    return {tensor.name(): input_array(tensor) for tensor in request.inputs()}
+
+
+def host_tensor(array: np.ndarray, dtype) -> Any:
+    """``array`` as ``dtype`` in a host-resident JAX buffer, ready for ``Tensor.from_dlpack``.
+
+    A numpy array's own DLPack capsule is not safe here: the backend renames the consumed
+    capsule, numpy's destructor then fails on the name, and a stub died of it once. JAX's
+    buffers are. ``enable_x64`` keeps int64 ids int64 (JAX would narrow them to int32).
+    """
+    import jax
+
+    with jax.enable_x64(True):
+        return jax.device_put(np.asarray(array, dtype=dtype), jax.devices("cpu")[0])
+
+
 class ServiceModel:
     """Triton Python-backend model delegating to a ``phoenix.serving.services`` service."""
 
@@ -148,7 +182,7 @@ class ServiceModel:
     def execute(self, requests):
         from phoenix.serving.requests import InputError
 
-        inputs = [{t.name(): t.as_numpy() for t in request.inputs()} for request in requests]
+        inputs = [request_inputs(request) for request in requests]
         try:
             results = self.service.handle(inputs)
         except Exception as error:  # never crash the stub: report the batch as failed
@@ -167,7 +201,7 @@ class ServiceModel:
                 output_tensors=[], error=pb.TritonError(str(result), pb.TritonError.INTERNAL)
             )
         tensors = [
-            pb.Tensor(name, array.astype(self.output_dtypes.get(name, array.dtype), copy=False))
+            pb.Tensor.from_dlpack(name, host_tensor(array, self.output_dtypes[name]))
             for name, array in result.items()
             if name in self.output_dtypes
         ]
