@@ -121,7 +121,10 @@ BENCH_ARGS ?=
 LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
-.PHONY: loadtest bench-serving
+.PHONY: loadtest bench-serving bench-engine
+
+bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
+	$(PY) -m bench.bench_engine $(BENCH_ARGS)
 
 loadtest: setup artifacts  ## Locust, HTTP + gRPC users, reports in loadtest/results/; fails on errors
 	$(PY) loadtest/locustfile.py --artifacts $(ARTIFACTS) --users $(LOADTEST_USERS) \

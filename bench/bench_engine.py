@@ -1,8 +1,8 @@
 """Benchmark: candidates scored per second, original-style runner vs jitted vs our engine.
 
-Run: ``python bench/bench_engine.py`` (``--quick`` for a short run). Prints a table and
-writes ``bench/results/engine.json``. Mini config (emb 128, 4 layers, 4 heads, key 32,
-history 127), one user, float32 on CPU; random non-degenerate weights.
+Run: ``make bench-engine`` or ``python -m bench.bench_engine`` (``--quick`` for a short
+run). Prints a table and writes ``bench/results/engine.json``. Mini config (emb 128,
+4 layers, 4 heads, key 32, history 127), one user, float32 on CPU; random non-degenerate weights.
 """
 
 # ruff: noqa: B023  (the timed closures run inside the loop iteration that defines them)
@@ -19,13 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phoenix.engine import (
-    RankingEngine,
-    RetrievalEngine,
-    example_inputs,
-    flops_per_candidate,
-    flops_per_context,
-)
+from bench.flops import flops_per_candidate, flops_per_context
+from phoenix.engine import RankingEngine, RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
@@ -90,7 +85,7 @@ def timed_side_by_side(fns: dict, min_seconds: float, rounds: int = 7) -> dict:
 
 def split_candidates(batch, emb, start, stop):
     """Candidate window [start, stop) of a one-user request, padded to ORIGINAL_CHUNK."""
-    from phoenix.engine import _pad_axis
+    from phoenix.engine.batching import _pad_axis
 
     cut = (
         lambda x: None if x is None else _pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)
