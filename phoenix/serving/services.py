@@ -21,7 +21,9 @@ from typing import Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, Corpus, load_artifacts, load_corpus, resolve_inside
-from phoenix.engine import DEFAULT_CANDIDATE_BUCKETS, RankingEngine, RetrievalEngine
+from phoenix.engine import DEFAULT_CANDIDATE_BUCKETS, RetrievalEngine
+from phoenix.engine.device_ranking import DeviceRanker, RankedBatch, RankRequestBatch
+from phoenix.hashing import entity_hashes
 from phoenix.recsys_model import DWELL_TIME_INDEX, RecsysBatch, RecsysEmbeddings
 from phoenix.serving.requests import (
     LIMITS,
@@ -396,6 +398,26 @@ class RetrieverService:
         return handle_rows(requests, self.parse, self.retrieve, stack_rows)
 
 
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """Zero rows appended up to ``rows``."""
+    return np.concatenate([x, np.zeros((rows - len(x),) + x.shape[1:], x.dtype)])
+
+
+def ranked_outputs(row: dict, ranked: RankedBatch, r: int) -> Outputs:
+    """Row ``r`` of a ranked batch as one request's outputs (its own candidates only)."""
+    n = len(row["candidate_post_ids"])
+    order = ranked.order[r, :n]  # padding sorts last, so the first n are this row's
+    retrieval = row["candidate_retrieval_scores"]
+    return {
+        "ranked_post_ids": row["candidate_post_ids"][order],
+        "scores": ranked.scores[r, :n],
+        "action_probs": ranked.action_probs[r, :n],
+        "ranked_retrieval_scores": (
+            np.zeros(n, np.float32) if retrieval is None else retrieval[order]
+        ),
+    }
+
+
 def stack_rows(outputs: Sequence[Outputs]) -> Outputs:
     """Stack per-row outputs of one request; ragged rows are cut to the shortest."""
     shortest = min(len(next(iter(o.values()))) for o in outputs)
@@ -449,16 +471,19 @@ class RankerService:
         self.resources = resources
         self.config = resources.config
         self.weights = parse_score_weights(score_weights, self.config.action_names)
-        self.engine = RankingEngine(
+        self.ranker = DeviceRanker(
             self.config.ranker_config(),
             resources.artifacts.ranker_params,
+            resources.embedder.table,
+            entity_hashes(self.config),
+            self.weights,
             compute_dtype=compute_dtype,
             batch_buckets=batch_buckets,
             candidate_buckets=candidate_buckets,
         )
 
     def warm_up(self) -> int:
-        return self.engine.warm_up()
+        return self.ranker.warm_up()
 
     def parse(self, inputs: Inputs) -> list[dict]:
         check_unknown_inputs(inputs, USER_INPUTS | RANKER_CANDIDATE_INPUTS)
@@ -500,7 +525,8 @@ class RankerService:
         return rows
 
     def features(self, rows: Sequence[dict]) -> tuple[RecsysBatch, RecsysEmbeddings]:
-        """One padded batch of every row's user, history and candidates."""
+        """The plain model's batch for ``rows`` (hashed and looked up on the host): what
+        references and tests feed ``PhoenixModel``; serving hashes on the device instead."""
         c = self.config
         users = stack_user_rows(rows, c.history_seq_len, c.num_actions)
         hashes, embeddings = self.resources.user_features(users)
@@ -538,24 +564,48 @@ class RankerService:
         return batch, emb
 
     def rank(self, rows: Sequence[dict]) -> list[Outputs]:
-        logits = self.engine.score(*self.features(rows)).logits  # [R, C, A]
-        probs = 1.0 / (1.0 + np.exp(-logits))
-        blended = probs @ self.weights  # [R, C]
-        outputs = []
-        for r, row in enumerate(rows):
-            n = len(row["candidate_post_ids"])
-            order = np.argsort(-blended[r, :n], kind="stable")
-            out = {
-                "ranked_post_ids": row["candidate_post_ids"][order],
-                "scores": blended[r, order].astype(np.float32),
-                "action_probs": probs[r, order].astype(np.float32),
-            }
-            if row["candidate_retrieval_scores"] is not None:
-                out["ranked_retrieval_scores"] = row["candidate_retrieval_scores"][order]
-            else:
-                out["ranked_retrieval_scores"] = np.zeros(n, np.float32)
-            outputs.append(out)
+        """Rank every row's candidates on the device, in groups of the largest batch bucket."""
+        outputs: list[Outputs] = []
+        largest = self.ranker.batch_buckets[-1]
+        for start in range(0, len(rows), largest):
+            group = rows[start : start + largest]
+            ranked = self.ranker.rank(self.request_batch(group))
+            outputs += [ranked_outputs(row, ranked, r) for r, row in enumerate(group)]
         return outputs
+
+    def request_batch(self, rows: Sequence[dict]) -> RankRequestBatch:
+        """Raw inputs of ``rows`` stacked and zero-padded to the ranker's bucket shape."""
+        c = self.config
+        most = max(len(row["candidate_post_ids"]) for row in rows)
+        users_to, width = self.ranker.padded_shape(len(rows), most)
+        users = stack_user_rows(rows, c.history_seq_len, c.num_actions)
+        pad_users = lambda x: _pad_rows(x, users_to)  # noqa: E731
+        dwell = users.dwell if users.dwell is not None else np.zeros(users.surfaces.shape)
+
+        def candidates(key: str, dtype) -> np.ndarray:
+            out = np.zeros((users_to, width), dtype)
+            for i, row in enumerate(rows):
+                if row[key] is not None:
+                    out[i, : len(row[key])] = row[key]
+            return out
+
+        has_age = np.zeros((users_to, width), bool)
+        for i, row in enumerate(rows):
+            if row["candidate_post_age_seconds"] is not None:
+                has_age[i, : len(row["candidate_post_ids"])] = True
+        return RankRequestBatch(
+            user_ids=pad_users(users.user_ids),
+            history_post_ids=pad_users(users.post_ids),
+            history_author_ids=pad_users(users.author_ids),
+            history_actions=pad_users(users.actions),
+            history_surfaces=pad_users(users.surfaces),
+            history_dwell=pad_users(dwell.astype(np.float32)),
+            candidate_post_ids=candidates("candidate_post_ids", np.int64),
+            candidate_author_ids=candidates("candidate_author_ids", np.int64),
+            candidate_surfaces=candidates("candidate_product_surface", np.int32),
+            candidate_age_seconds=candidates("candidate_post_age_seconds", np.float32),
+            candidate_has_age=has_age,
+        )
 
     def handle(self, requests: Sequence[Inputs]) -> list[Result]:
         return handle_rows(requests, self.parse, self.rank, stack_rows)
