@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import haiku as hk
 import jax
@@ -34,6 +34,37 @@ from phoenix.recsys_retrieval_model import (
 )
 
 
+class CorpusTiles(NamedTuple):
+    """A corpus on the device, zero-padded to whole tiles."""
+
+    tiles: jax.Array  # [n, tile, D] in the compute dtype
+    size: int  # M, the real entries (the rest is padding)
+
+
+def default_corpus_tile() -> int:
+    """Corpus rows scored per step: [B, tile] scores stay cache-sized on CPUs."""
+    return 16_384 if jax.default_backend() == "cpu" else 262_144
+
+
+def corpus_tiles(embeddings: np.ndarray, tile: int, dtype) -> CorpusTiles:
+    """``embeddings`` [M, D] as device tiles of ``min(tile, M rounded up to 128)`` rows."""
+    size = embeddings.shape[0]
+    tile = min(tile, max(128, -(-size // 128) * 128))
+    count = max(1, -(-size // tile))
+    padded = _pad_axis(embeddings, 0, count * tile).reshape(count, tile, -1)
+    return CorpusTiles(jnp.asarray(padded, dtype), size)
+
+
+def padded_index_lists(lists: Optional[Sequence[np.ndarray]], rows: int, width: int):
+    """Per-row index arrays as one int32 [rows, width] array padded with -1."""
+    out = np.full((rows, width), -1, np.int32)
+    for r, indices in enumerate(lists or ()):
+        if len(indices) > width:
+            raise ValueError(f"row {r} excludes {len(indices)} entries, more than {width}")
+        out[r, : len(indices)] = indices
+    return out
+
+
 class RetrievalEngine:
     """Jitted user tower, candidate tower and exact top-k over a corpus."""
 
@@ -46,6 +77,8 @@ class RetrievalEngine:
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
         top_k_buckets: Sequence[int] = DEFAULT_TOP_K_BUCKETS,
         candidate_chunk: int = 256,
+        corpus_tile: Optional[int] = None,
+        max_excluded: int = 4096,
     ):
         self.dtype = compute_dtype or default_compute_dtype()
         self.config = dataclasses.replace(config, fprop_dtype=self.dtype)
@@ -53,6 +86,9 @@ class RetrievalEngine:
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.top_k_buckets = tuple(sorted(top_k_buckets))
         self.candidate_chunk = candidate_chunk
+        self.corpus_tile = corpus_tile or default_corpus_tile()
+        # One fixed width for the excluded-index lists: one compiled shape whatever a user saw.
+        self.max_excluded = max_excluded
         model = lambda: self.config.make()  # noqa: E731
         apply = lambda fn: hk.without_apply_rng(hk.transform(fn)).apply  # noqa: E731
         self._users = jax.jit(apply(lambda b, e: model().build_user_representation(b, e)[0]))
@@ -60,7 +96,7 @@ class RetrievalEngine:
         self._tower = params.get(tower)
         self._candidates = jax.jit(self._candidate_fn)
         self._top_k = jax.jit(self._top_k_fn, static_argnames="k")
-        self.corpus: Optional[jax.Array] = None
+        self.corpus: Optional[CorpusTiles] = None
 
     def _candidate_fn(self, tower, post_emb, author_emb):
         stacked = jnp.concatenate([post_emb, author_emb], axis=-2)  # [n, h, D]
@@ -70,10 +106,38 @@ class RetrievalEngine:
         return candidate_tower_mlp(stacked.reshape(stacked.shape[0], -1), w1, w2)  # [n, D]
 
     @staticmethod
-    def _top_k_fn(users, corpus, valid, k):
-        scores = jnp.dot(users.astype(corpus.dtype), corpus.T).astype(jnp.float32)  # [B, M]
-        scores = jnp.where(valid, scores, -INF)
-        return jax.lax.top_k(scores, k)
+    def _top_k_fn(users, tiles, size, excluded, k):
+        """Exact top-k of users [B, D] over corpus tiles [n, tile, D], tile by tile.
+
+        Each step scores one tile ([B, tile] instead of [B, M] at once), masks padding and
+        each user's excluded indices ``excluded`` [B, E] (-1 = none), and merges its top-k
+        into the running best. Earlier tiles come first in a merge, so ties keep the lower
+        index, as one top-k over the whole corpus does.
+        """
+        users = users.astype(tiles.dtype)
+        batch, tile = users.shape[0], tiles.shape[1]
+        user_rows = jnp.arange(batch)[:, None]  # [B, 1]
+
+        def step(best, t):
+            first = t * tile
+            scores = jnp.dot(users, tiles[t].T).astype(jnp.float32)  # [B, tile]
+            index = first + jnp.arange(tile)  # [tile]
+            scores = jnp.where(index[None] < size, scores, -INF)
+            local = excluded - first  # [B, E]
+            local = jnp.where((excluded >= 0) & (local >= 0) & (local < tile), local, tile)
+            scores = scores.at[user_rows, local].set(-INF, mode="drop")
+            tile_scores, tile_index = jax.lax.top_k(scores, k)  # [B, k]
+            merged_scores = jnp.concatenate([best[0], tile_scores], axis=1)  # [B, 2k]
+            merged_index = jnp.concatenate([best[1], tile_index + first], axis=1)
+            top_scores, pick = jax.lax.top_k(merged_scores, k)
+            return (top_scores, jnp.take_along_axis(merged_index, pick, axis=1)), None
+
+        start = (
+            jnp.full((batch, k), -jnp.inf, jnp.float32),
+            jnp.zeros((batch, k), jnp.int32),
+        )
+        (scores, indices), _ = jax.lax.scan(step, start, jnp.arange(tiles.shape[0]))
+        return scores, indices
 
     def encode_users(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> np.ndarray:
         """Unit user vectors [B, D] (float32)."""
@@ -133,25 +197,39 @@ class RetrievalEngine:
         return np.concatenate(out)[:n]
 
     def set_corpus(self, embeddings: np.ndarray) -> None:
-        """Place the corpus [M, D] on the device in the compute dtype."""
-        self.corpus = jnp.asarray(embeddings, self.dtype)
+        """Place the corpus [M, D] on the device in the compute dtype, in tiles."""
+        self.corpus = corpus_tiles(np.asarray(embeddings), self.corpus_tile, self.dtype)
 
-    def top_k(self, users: np.ndarray, k: int, exclude: Optional[np.ndarray] = None):
+    def top_k(
+        self,
+        users: np.ndarray,
+        k: int,
+        exclude: Optional[np.ndarray] = None,
+        exclude_indices: Optional[Sequence[np.ndarray]] = None,
+    ):
         """Best ``k`` corpus indices and scores per user [B, k'] (k' = min(k, M)), best first.
 
-        ``exclude`` [B, M] bool marks entries a user must not get (e.g. already seen).
+        Entries a user must not get (e.g. already seen) are given either as ``exclude``
+        [B, M] bool or, cheaper for big corpora, as ``exclude_indices`` (one index array per
+        user).
         """
         if self.corpus is None:
             raise ValueError("no corpus set")
-        size = self.corpus.shape[0]
+        size = self.corpus.size
         k = min(k, size)
         kb = min(bucket_for(k, self.top_k_buckets), size)
+        if exclude is not None:
+            exclude_indices = [np.flatnonzero(row) for row in exclude]
+        excluded = padded_index_lists(exclude_indices, users.shape[0], self.max_excluded)
         indices, scores = [], []
         for rows, pad_to in batch_slices(users.shape[0], self.batch_buckets):
-            valid = np.ones((pad_to, size), bool)
-            if exclude is not None:
-                valid = ~_pad_axis(exclude[rows], 0, pad_to)
-            s, i = self._top_k(_pad_axis(users[rows], 0, pad_to), self.corpus, valid, k=kb)
+            s, i = self._top_k(
+                _pad_axis(users[rows], 0, pad_to),
+                self.corpus.tiles,
+                self.corpus.size,
+                _pad_axis(excluded[rows], 0, pad_to),
+                k=kb,
+            )
             n = rows.stop - rows.start
             indices.append(np.asarray(i)[:n, :k])
             scores.append(np.asarray(s)[:n, :k])
@@ -167,7 +245,7 @@ class RetrievalEngine:
             compiled += 1
             if self.corpus is not None:
                 for k in self.top_k_buckets:
-                    if k <= self.corpus.shape[0] or k == self.top_k_buckets[0]:
+                    if k <= self.corpus.size or k == self.top_k_buckets[0]:
                         self.top_k(np.zeros((rows, self.config.emb_size), np.float32), k)
                         compiled += 1
         hashes = self.config.hash_config

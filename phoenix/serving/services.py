@@ -375,15 +375,13 @@ class RetrieverService:
 
     def retrieve(self, rows: Sequence[tuple]) -> list[Outputs]:
         size = len(self.corpus.post_ids)
-        exclude = np.zeros((len(rows), size), bool)
-        for r, (_, _, seen) in enumerate(rows):
-            exclude[r, self.corpus_indices(np.asarray(seen, np.int64))] = True
+        seen = [np.unique(self.corpus_indices(np.asarray(row[2], np.int64))) for row in rows]
         users = np.stack([row[0] for row in rows])
         largest_k = max(row[1] for row in rows)
-        indices, scores = self.engine.top_k(users, largest_k, exclude)
+        indices, scores = self.engine.top_k(users, largest_k, exclude_indices=seen)
         outputs = []
         for r, (_, k, _) in enumerate(rows):
-            keep = min(k, size - int(exclude[r].sum()))  # never return excluded entries
+            keep = min(k, size - len(seen[r]))  # never return excluded entries
             idx = indices[r, :keep]
             outputs.append(
                 {
