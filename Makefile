@@ -25,7 +25,8 @@ SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SYSTEM_STAMP := $(STAMPS)/system-packages
-REQUIREMENTS_STAMP := $(VENV)/.requirements-installed
+# One stamp per DEVICE: `make setup DEVICE=gpu` after a CPU set-up adds the CUDA wheels.
+REQUIREMENTS_STAMP := $(VENV)/.requirements-installed-$(DEVICE)
 BACKEND_STAMP := $(BACKEND_DIR)/.phoenix-backend-dir
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT)
