@@ -21,7 +21,7 @@ from typing import Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, Corpus, load_artifacts, load_corpus, resolve_inside
-from phoenix.engine import DEFAULT_CANDIDATE_BUCKETS, RetrievalEngine
+from phoenix.engine import DEFAULT_BATCH_BUCKETS, DEFAULT_CANDIDATE_BUCKETS, RetrievalEngine
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch, RankRequestBatch
 from phoenix.hashing import entity_hashes
 from phoenix.recsys_model import DWELL_TIME_INDEX, RecsysBatch, RecsysEmbeddings
@@ -233,13 +233,19 @@ def handle_rows(requests: Sequence[Inputs], parse, run, pack) -> list[Result]:
 class UserEncoderService:
     """Retrieval user tower: one unit vector per user."""
 
-    def __init__(self, resources: PhoenixResources, compute_dtype=None):
+    def __init__(
+        self,
+        resources: PhoenixResources,
+        compute_dtype=None,
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+    ):
         self.resources = resources
         self.config = resources.config
         self.engine = RetrievalEngine(
             self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
+            batch_buckets=batch_buckets,
         )
 
     def warm_up(self) -> int:
@@ -326,7 +332,11 @@ class RetrieverService:
     """Exact top-k of a user vector over the corpus, excluding the user's history."""
 
     def __init__(
-        self, resources: PhoenixResources, corpus_file: str = "corpus.npz", compute_dtype=None
+        self,
+        resources: PhoenixResources,
+        corpus_file: str = "corpus.npz",
+        compute_dtype=None,
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
     ):
         self.config = resources.config
         self.corpus: Corpus = load_corpus(resolve_inside(resources.root, corpus_file), self.config)
@@ -334,6 +344,7 @@ class RetrieverService:
             self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
+            batch_buckets=batch_buckets,
         )
         self.engine.set_corpus(self.corpus.embeddings)
         order = np.argsort(self.corpus.post_ids)

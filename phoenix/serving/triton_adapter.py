@@ -89,17 +89,34 @@ def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     return values
 
 
+def batch_buckets_of(params: Mapping[str, str], max_batch: int) -> tuple[int, ...]:
+    """The ``batch_buckets`` parameter if given, else powers of two up to ``max_batch``.
+
+    Each bucket is one compiled shape per program, so GPU configurations list a few (fewer
+    compilations at start-up) and CPU ones take every power of two (less padding)."""
+    if params.get("batch_buckets"):
+        buckets = parse_int_list(params["batch_buckets"], "batch_buckets")
+        if buckets[-1] < max_batch:
+            raise ValueError(
+                f"parameter 'batch_buckets' {buckets} must reach max_batch_size {max_batch}"
+            )
+        return buckets
+    return powers_of_two_up_to(max_batch)
+
+
 def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_batch: int):
     """The service object of model ``name`` over ``artifact_dir``."""
     from phoenix.serving import services
 
     resources = services.PhoenixResources(artifact_dir)
+    batch_buckets = batch_buckets_of(params, max_batch)
     if name == "user_encoder":
-        return services.UserEncoderService(resources)
+        return services.UserEncoderService(resources, batch_buckets=batch_buckets)
     if name == "candidate_tower":
         return services.CandidateTowerService(resources)
     if name == "retriever":
-        return services.RetrieverService(resources, params.get("corpus_file") or "corpus.npz")
+        corpus = params.get("corpus_file") or "corpus.npz"
+        return services.RetrieverService(resources, corpus, batch_buckets=batch_buckets)
     if name == "ranker":
         return services.RankerService(
             resources,
@@ -109,7 +126,7 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
                 if params.get("candidate_buckets")
                 else services.DEFAULT_CANDIDATE_BUCKETS
             ),
-            batch_buckets=powers_of_two_up_to(max_batch),
+            batch_buckets=batch_buckets,
         )
     raise ValueError(f"unknown service {name!r}")
 

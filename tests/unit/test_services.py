@@ -182,3 +182,12 @@ def test_adapter_parameter_helpers():
     assert parse_int_list("64, 16,1024", "x") == (16, 64, 1024)
     with pytest.raises(ValueError, match="candidate_buckets"):
         parse_int_list("a,b", "candidate_buckets")
+
+
+def test_batch_buckets_parameter_or_powers_of_two():
+    from phoenix.serving.triton_adapter import batch_buckets_of
+
+    assert batch_buckets_of({}, 8) == (1, 2, 4, 8)
+    assert batch_buckets_of({"batch_buckets": "1,8,64"}, 64) == (1, 8, 64)
+    with pytest.raises(ValueError, match="must reach max_batch_size 64"):
+        batch_buckets_of({"batch_buckets": "1,8,32"}, 64)
