@@ -185,11 +185,14 @@ class Supervisor:
         return dead
 
     def confirm_dead(self, suspects: Iterable[str]) -> set[str]:
-        """Re-read index and configs: a stub replaced by an operator's reload is not dead."""
+        """Re-read index and configs: a stub replaced by an operator's reload is not dead, nor
+        is one that stopped because an operator unloads its model (not READY any more)."""
         self.learn_models()
+        index = self.admin.model_index()
+        suspects = {m for m in suspects if index.get(m, ("",))[0] == "READY"}
         if self.server_pid is None:
-            return set(suspects) & set(self.models)
-        return set(suspects) & self.dead_by_process_watch()
+            return suspects & set(self.models)
+        return suspects & self.dead_by_process_watch()
 
     def check_index(self) -> None:
         """Served models that are no longer READY: an operator's unload is respected, any
@@ -252,6 +255,7 @@ class Supervisor:
     def poll_once(self) -> None:
         """One round: detect dead stubs and lost models, then reload what is due."""
         now = self.clock()
+        self.check_index()
         suspects: set[str] = set()
         if self.server_pid is not None and (now >= self._next_rescan or self._known_stub_died()):
             self._next_rescan = now + self.rescan_interval_s
@@ -262,7 +266,6 @@ class Supervisor:
         for model in sorted(self.confirm_dead(suspects) if suspects else ()):
             self._set_state(model, DEAD)
             self._record("dead", model)
-        self.check_index()
         with self._lock:
             due = [
                 model
