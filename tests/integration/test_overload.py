@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.soak import Caller, LoadRun, measure_capacity, percentiles_ms
+from loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
 from phoenix.checkpoint import load_example_sequence
 from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
 
