@@ -351,7 +351,10 @@ def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(
     served.admin.unload_model("ranker")
     unready = wait_for(lambda: ready_body(served)[0] == 503, DETECT_WAIT_S, 0.02)
     code, body = ready_body(served)
-    time.sleep(3.0)  # several supervisor rounds: it must not load the model back
+    # Unloading ends when its stubs have stopped; then several supervisor rounds pass, in
+    # which it must not load the model back.
+    wait_for(lambda: served.admin.model_index()["ranker"][0] == "UNAVAILABLE", 120, 0.2)
+    time.sleep(2.0)
     still = ready_body(served)
     states = served.admin.model_index()
     events = supervisor_status(served)["events"][events_before:]
@@ -359,7 +362,9 @@ def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(
     assert unready - unloaded <= UNLOAD_VISIBLE_S
     assert code == 503 and any("ranker" in r for r in body["reasons"])
     assert any("recommend" in r for r in body["reasons"]), body
-    assert still[0] == 503 and states["ranker"][0] == "UNAVAILABLE"
+    assert states["ranker"][0] == "UNAVAILABLE"
+    assert still[0] == 503
+    assert "model ranker was unloaded by an operator" in still[1]["reasons"], still
     assert "reloaded" not in [e["event"] for e in events], events
 
     # The operator loads it back (and the ensemble, if Triton unloaded it with its step).

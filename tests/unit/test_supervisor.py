@@ -362,7 +362,7 @@ def test_models_in_transition_are_not_ready_but_not_healed(admin, processes):
     assert admin.loads == []
     assert supervisor.readiness() == (
         False,
-        ["model retriever is LOADING: ", "model recommend needs retriever"],
+        ["model retriever is LOADING", "model recommend needs retriever"],
     )
 
 

@@ -300,7 +300,8 @@ class Supervisor:
             elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
                 reasons.append(describe(model, ModelState(state=UNLOADED)))
             elif triton_state != "READY":
-                reasons.append(f"model {model} is {triton_state or 'absent'}: {reason}")
+                text = f"model {model} is {triton_state or 'absent'}"
+                reasons.append(f"{text}: {reason}" if reason else text)
             else:
                 continue
             down.add(model)
