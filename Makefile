@@ -138,8 +138,9 @@ bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENC
 RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \
 	tests/integration/test_fuzz.py
 SOAK_ARGS ?=
+RELIABILITY_RUNS ?= 20
 
-.PHONY: test-reliability test-reliability-long soak
+.PHONY: test-reliability test-reliability-long soak bench-reliability
 
 test-reliability: setup  ## fault, overload and fuzz tests (the short versions in `make test`)
 	$(PY) -m pytest -s -q $(RELIABILITY_TESTS) $(PYTEST_ARGS)
@@ -149,3 +150,6 @@ test-reliability-long: setup  ## long versions: every stub killed, 2 workloads x
 
 soak: setup artifacts  ## 10 min at half capacity: failures, latency, RSS -> bench/results/soak.*
 	$(PY) bench/soak.py --artifacts $(ARTIFACTS) $(SOAK_ARGS)
+
+bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
+	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)

@@ -1,6 +1,6 @@
 """Clean exit under load, N times in a row: what `make bench-reliability` runs.
 
-    python bench/bench_reliability.py --runs 20 --artifacts artifacts/demo
+    python -m bench.bench_reliability --runs 20 --artifacts artifacts/demo
 
 Each run starts the serve command (`python -m phoenix.serving.serve`, free loopback ports,
 `--drain-seconds 1`), waits for /ready, puts it under load with the project's Locust traffic
@@ -170,7 +170,7 @@ def summary(rows: list[dict]) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python bench/bench_reliability.py",
+        prog="python -m bench.bench_reliability",
         description="SIGTERM the serve command under Locust load, N runs in a row; report exit "
         "codes, exit times and failures by kind.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -10,8 +10,13 @@ counted from when a request was due, so a stalled server cannot hide its backlog
 HTTP and half over gRPC, and samples the resident memory (RSS) of tritonserver and every stub.
 Writes JSON and PNG; exits 1 when a request failed or memory grew by more than --max-rss-growth.
 
-The load generator here (`LoadRun`, `Caller`, `summarize`) is also what the fault and overload
-tests drive the server with. Every run is bounded in time and in request count.
+Why a load generator of its own (`LoadRun`) and not Locust or perf_analyzer: the soak is an
+open loop, each request due at a fixed time and its latency counted from then, with every
+answer checked, reported in 10 s windows over 10 minutes. Locust's users are closed loops
+(`constant_throughput` waits for the answer, so a stalled server slows the senders and hides
+its backlog: coordinated omission), and perf_analyzer's request-rate mode reports one aggregate
+per measurement, neither a time series nor checked answers. The tests do not use this module.
+Every run is bounded in time and in request count.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # `python bench/soak.py` from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
-from phoenix.serving.client import TRITON_DTYPES, client_module  # noqa: E402
+from tritonclient.utils import np_to_triton_dtype  # noqa: E402
+
+from phoenix.serving.client import client_module  # noqa: E402
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -72,7 +79,7 @@ class Caller:
         self.tensors = []
         for name, array in inputs.items():
             array = np.ascontiguousarray(array)
-            tensor = module.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
+            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             tensor.set_data_from_numpy(array)
             self.tensors.append(tensor)
         self.output_names = list(outputs or [])
@@ -413,19 +420,21 @@ def sample_memory(server_pid: int, stop: threading.Event, every_s: float, out: l
 
 def start_own_server(artifacts: Path, log_dir: Path):
     """A server configured like `serve` (explicit control mode + supervisor) on free ports."""
+    from phoenix.serving.admin_key import server_admin_key
     from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY, server_flags
     from phoenix.serving.supervisor import Supervisor
     from phoenix.serving.triton_server import TritonServer, flags_to_args
 
+    admin_key, _ = server_admin_key(log_dir)  # $PHOENIX_ADMIN_KEY, else log_dir/admin-key
     server = TritonServer(
         REPO_ROOT / DEFAULT_MODEL_REPOSITORY,
         artifacts_dir=artifacts,
-        extra_args=flags_to_args(server_flags(supervised=True, admin_key=None)),
+        extra_args=flags_to_args(server_flags(supervised=True, admin_key=admin_key)),
         log_path=log_dir / f"soak-tritonserver-{int(time.time())}.log",
         ready_timeout=900,
     )
     server.start_ready()
-    supervisor = Supervisor(server.http_url, server.pid).start()
+    supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
     return server, supervisor
 
 
