@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -36,8 +35,8 @@ from clients._common import (
     server_url,
 )
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
+from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.client import infer
-from phoenix.serving.supervisor import ADMIN_HEADER, ADMIN_KEY_ENV
 
 CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
@@ -112,9 +111,14 @@ def parse_args(argv: Optional[Sequence[str]]):
         "--admin-key-env",
         default=ADMIN_KEY_ENV,
         metavar="NAME",
-        help="environment variable with the server's admin key, sent with the load request "
-        "when set (a server started with an admin key refuses loads without it; "
-        "default: %(default)s)",
+        help="environment variable with the server's admin key, sent with the load request; "
+        "unset: the key `serve` generated into build/serve/admin-key (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--admin-key-file",
+        metavar="PATH",
+        help="file with the admin key (default: $PHOENIX_ADMIN_KEY_FILE, else "
+        "build/serve/admin-key)",
     )
     add_check_arg(parser)
     return parser.parse_args(argv)
@@ -280,7 +284,10 @@ def reload_hint(message: str, admin_key_env: str) -> str:
     if "not allowed" in message:
         return f"\n({EXPLICIT_MODE_HINT})"
     if "restricted" in message:
-        return f"\n(the server has an admin key: set ${admin_key_env} to it)"
+        return (
+            f"\n(the server has an admin key: set ${admin_key_env} to it, or pass "
+            "--admin-key-file; `serve` keeps a generated key in build/serve/admin-key)"
+        )
     return ""
 
 
@@ -313,7 +320,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("not reloading the retriever: --check failed", file=sys.stderr)
     elif args.reload:
         try:
-            reload_retriever(client, args.protocol, name, os.environ.get(args.admin_key_env))
+            key = find_admin_key(args.admin_key_env, args.admin_key_file)
+            reload_retriever(client, args.protocol, name, key)
         except Exception as error:
             hint = reload_hint(str(error), args.admin_key_env)
             return fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")

@@ -135,6 +135,12 @@ class Shutdown:
                 self._say(f"stopping: {self.overran}")
         self.server.send_signal(signal.SIGTERM)
 
+    def healed_models(self) -> list[str]:
+        """Models the supervisor reloaded after a death during this run."""
+        if self.supervisor is None:
+            return []
+        return sorted({e["model"] for e in self.supervisor.events if e["event"] == "reloaded"})
+
     def exit_code(self, returncode: int) -> int:
         """Our exit code for tritonserver's `returncode`, with the reason on `out` when it is
         not a clean stop."""
@@ -153,8 +159,14 @@ class Shutdown:
         if EXIT_TIMEOUT_EXPIRED in self.server.log_tail(200):
             why = (
                 "the stop outlived Triton's exit timeout: a request still in flight or a model "
-                "that could not be unloaded (a stub that died earlier)"
+                "that could not be unloaded"
             )
+            healed = self.healed_models()
+            if healed:
+                why += (
+                    f"; here the version of {', '.join(healed)} whose stub died before the "
+                    "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
+                )
         elif returncode < 0 or code > 128:
             why = f"tritonserver died of signal {abs(returncode) if returncode < 0 else code - 128}"
         else:
