@@ -7,7 +7,8 @@ Each run starts the serve command (`python -m phoenix.serving.serve`, free loopb
 mix (loadtest/locustfile.py, HTTP and gRPC users), sends SIGTERM and measures: seconds until
 /ready answers 503, seconds until the serve command exits, its exit code, whether it said
 "stopped cleanly", and the failures Locust saw, by kind (refused before any work, which is safe
-to retry elsewhere, a connection cut mid-request, anything else). Figures go to
+to retry elsewhere, a connection cut mid-request, anything else; Locust's gRPC user records
+errors without their message, counted as 'unclassified'). Figures go to
 bench/results/reliability-exit.json and a table on stdout; the exit status is 1 when a run did
 not exit 0 or a request failed with anything but a refusal.
 """
@@ -58,7 +59,8 @@ def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float | N
 
 
 def failure_kinds(failures_csv: Path) -> Counter:
-    """Locust's failures, by kind: refused, cut, other."""
+    """Locust's failures, by kind: refused, cut, other, and 'unclassified' where Locust
+    recorded an exception without its message (the locustfile's gRPC user does)."""
     kinds: Counter = Counter()
     if not failures_csv.exists():
         return kinds
@@ -66,7 +68,9 @@ def failure_kinds(failures_csv: Path) -> Counter:
         for row in csv.DictReader(handle):
             error = row["Error"]
             kind = "other"
-            if any(marker.lower() in error.lower() for marker in REFUSED):
+            if error.rstrip("()'\"") in ("InferenceServerException", ""):
+                kind = "unclassified"
+            elif any(marker.lower() in error.lower() for marker in REFUSED):
                 kind = "refused"
             elif any(marker.lower() in error.lower() for marker in CUT):
                 kind = "cut"
@@ -146,6 +150,7 @@ def one_run(args, index: int) -> dict:
         "refused": kinds.get("refused", 0),
         "cut": kinds.get("cut", 0),
         "other": kinds.get("other", 0),
+        "unclassified": kinds.get("unclassified", 0),
         "other_errors": {k[7:]: v for k, v in kinds.items() if k.startswith("other: ")},
     }
 
@@ -164,7 +169,9 @@ def summary(rows: list[dict]) -> dict:
             "max": max(exits, default=None),
         },  # fmt: skip
         "ready_503_after_s_max": max(unready, default=None),
-        "failures": {k: sum(r.get(k, 0) for r in rows) for k in ("refused", "cut", "other")},
+        "failures": {
+            k: sum(r.get(k, 0) for r in rows) for k in ("refused", "cut", "other", "unclassified")
+        },
     }
 
 
