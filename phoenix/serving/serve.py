@@ -259,10 +259,11 @@ def prepare_repository(args: argparse.Namespace) -> Path:
 
 def warn_if_no_gpu_jax(device: str) -> None:
     """JAX without its CUDA plugin silently runs on the CPU: say so up front."""
-    if device == "gpu" and importlib.util.find_spec("jax_cuda12_plugin") is None:
+    plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin")
+    if device == "gpu" and not any(importlib.util.find_spec(p) for p in plugins):
         print(
             "warning: --device gpu but jax's CUDA plugin is not installed; the models will run "
-            "on the CPU. Install it with: pip install 'jax[cuda12]==0.6.2'",
+            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)",
             file=sys.stderr,
         )
 
