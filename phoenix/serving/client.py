@@ -96,7 +96,7 @@ def infer_inputs(module, arrays: Mapping[str, np.ndarray]) -> list:
     """
     tensors = []
     for name, array in arrays.items():
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
         tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
