@@ -12,14 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
+from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.config import ArtifactConfig
-from phoenix.serving.client import connect
+from phoenix.serving.client import connect, infer
 from phoenix.serving.inprocess import InProcessModels
 from phoenix.serving.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 
@@ -132,14 +133,47 @@ def fail(message: str) -> int:
     return EXIT_ERROR
 
 
+class Exit(Exception):
+    """Ends a client early with an exit status (the reason is already printed)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def run(body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``body(args)``'s exit status, or the status it exited early with."""
+    try:
+        return body(args)
+    except Exit as early:
+        return early.status
+
+
+def ask(args: argparse.Namespace, model: str, arrays: Mapping[str, np.ndarray], client=None):
+    """(client, outputs) of one inference (a new client unless given); no answer exits 3."""
+    try:
+        client = client or open_client(args)
+        return client, infer(client, args.protocol, model, arrays)
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        raise Exit(no_answer(args, model, error)) from None
+
+
 def no_answer(args: argparse.Namespace, what: str, error: Exception) -> int:
-    """The server gave no answer (tritonclient raises several types; all mean that)."""
     return fail(f"{what} at {server_url(args)} ({args.protocol}): {error}")
 
 
 # ----------------------------------------------------------------------------------------
 # The request's user: from a file or generated
 # ----------------------------------------------------------------------------------------
+
+
+def request_user(args: argparse.Namespace) -> tuple[ArtifactConfig, dict[str, Any]]:
+    """The artifact config and the request's user; an unreadable one exits 3."""
+    try:
+        config = load_config(args.artifacts)
+        return config, load_user(args, config)
+    except ArtifactError as error:
+        raise Exit(fail(str(error))) from None
 
 
 def load_user(args: argparse.Namespace, config: ArtifactConfig) -> dict[str, Any]:
@@ -250,10 +284,13 @@ def compare_outputs(
     return problems
 
 
-def run_check(check, *args) -> int:
-    """``check(*args)``'s exit status; an error while computing the reference exits 3."""
+def run_check(args: argparse.Namespace, check: Callable[..., int], *check_args) -> int:
+    """With --check, ``check(args, *check_args)``'s exit status (an error while computing the
+    reference exits 3); without, 0."""
+    if not args.check:
+        return EXIT_OK
     try:
-        return check(*args)
+        return check(args, *check_args)
     except Exception as error:
         print(f"error: --check could not compute the reference: {error}", file=sys.stderr)
         return EXIT_ERROR

@@ -10,8 +10,7 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import infer, user_inputs
+from phoenix.serving.client import user_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -45,26 +44,20 @@ def check_embedding(args, client, arrays: dict, served: dict) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        user = cli.load_user(args, load_config(args.artifacts))
-    except ArtifactError as error:
-        return cli.fail(str(error))
+    return cli.run(encode, parse_args(argv))
+
+
+def encode(args) -> int:
+    _, user = cli.request_user(args)
     arrays = user_inputs(user)
-    try:
-        client = cli.open_client(args)
-        served = infer(client, args.protocol, "user_encoder", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return cli.no_answer(args, "user_encoder", error)
+    client, served = cli.ask(args, "user_encoder", arrays)
     vector = served["user_embedding"][0]
     history = len(user["history_post_ids"])
     print(f"user {user['user_id']} ({history} history items):\n{describe(vector)}")
     if args.save:
         np.save(args.save, vector)
         print(f"wrote {args.save}")
-    if not args.check:
-        return 0
-    return cli.run_check(check_embedding, args, client, arrays, served)
+    return cli.run_check(args, check_embedding, client, arrays, served)
 
 
 if __name__ == "__main__":

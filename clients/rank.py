@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from clients import cli
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import feed_table, infer, ranker_inputs
+from phoenix.serving.client import feed_table, ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -38,24 +37,17 @@ def check_ranking(args, client, arrays: dict, served: dict) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        config = load_config(args.artifacts)
-        user = cli.load_user(args, config)
-    except ArtifactError as error:
-        return cli.fail(str(error))
+    return cli.run(rank, parse_args(argv))
+
+
+def rank(args) -> int:
+    config, user = cli.request_user(args)
     arrays = ranker_inputs(user)
-    try:
-        client = cli.open_client(args)
-        served = infer(client, args.protocol, "ranker", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return cli.no_answer(args, "ranker", error)
+    client, served = cli.ask(args, "ranker", arrays)
     count = len(user["candidate_post_ids"])
     print(f"{count} candidates of user {user['user_id']}, ranked:\n")
     print(feed_table(served, config.action_names, rows=args.rows))
-    if not args.check:
-        return 0
-    return cli.run_check(check_ranking, args, client, arrays, served)
+    return cli.run_check(args, check_ranking, client, arrays, served)
 
 
 if __name__ == "__main__":

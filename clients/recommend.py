@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from clients import cli
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import feed_table, infer, recommend_inputs
+from phoenix.serving.client import feed_table, recommend_inputs
 from phoenix.serving.inprocess import SERVICE_MODELS
 
 RANKED_IDS = ("ranked_post_ids",)
@@ -53,25 +52,18 @@ def check_feed(args, client, arrays: dict, served: dict[str, Any]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        config = load_config(args.artifacts)
-        user = cli.load_user(args, config)
-    except ArtifactError as error:
-        return cli.fail(str(error))
+    return cli.run(recommend, parse_args(argv))
+
+
+def recommend(args) -> int:
+    config, user = cli.request_user(args)
     top_k = int(args.top_k or user["top_k"])
-    try:
-        client = cli.open_client(args)
-        arrays = recommend_inputs(user, top_k)
-        served = infer(client, args.protocol, "recommend", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return cli.no_answer(args, "recommend", error)
+    arrays = recommend_inputs(user, top_k)
+    client, served = cli.ask(args, "recommend", arrays)
     history = len(user["history_post_ids"])
     print(f"Feed for user {user['user_id']} ({history} history items, top_k {top_k}):\n")
     print(feed_table(served, config.action_names, rows=args.rows))
-    if not args.check:
-        return 0
-    return cli.run_check(check_feed, args, client, arrays, served)
+    return cli.run_check(args, check_feed, client, arrays, served)
 
 
 if __name__ == "__main__":

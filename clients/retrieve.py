@@ -13,8 +13,7 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import infer, user_inputs
+from phoenix.serving.client import user_inputs
 from phoenix.serving.ensemble import next_step_inputs
 
 RETRIEVED_IDS = ("post_ids", "author_ids")
@@ -72,26 +71,20 @@ def check_retrieval(args, client, users: dict, top_k: int, embedding, served: di
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        user = cli.load_user(args, load_config(args.artifacts))
-    except ArtifactError as error:
-        return cli.fail(str(error))
+    return cli.run(retrieve, parse_args(argv))
+
+
+def retrieve(args) -> int:
+    _, user = cli.request_user(args)
     top_k = int(args.top_k or user["top_k"])
     users = user_inputs(user)
-    try:
-        client = cli.open_client(args)
-        embedding = infer(client, args.protocol, "user_encoder", users)["user_embedding"]
-        arrays = retriever_inputs(users, top_k, embedding)
-        served = infer(client, args.protocol, "retriever", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return cli.no_answer(args, "user_encoder/retriever", error)
+    client, encoded = cli.ask(args, "user_encoder", users)
+    embedding = encoded["user_embedding"]
+    _, served = cli.ask(args, "retriever", retriever_inputs(users, top_k, embedding), client)
     history = len(user["history_post_ids"])
     print(f"Top {top_k} for user {user['user_id']} ({history} history items excluded):\n")
     print(retrieved_table(served, args.rows))
-    if not args.check:
-        return 0
-    return cli.run_check(check_retrieval, args, client, users, top_k, embedding, served)
+    return cli.run_check(args, check_retrieval, client, users, top_k, embedding, served)
 
 
 if __name__ == "__main__":
