@@ -93,3 +93,10 @@ def test_request_limits_of_the_services_are_the_contracts():
     assert SERVICE_LIMITS.max_candidates == LIMITS.max_candidates
     assert SERVICE_LIMITS.max_top_k == LIMITS.max_top_k
     assert SERVICE_LIMITS.max_rows == LIMITS.max_rows
+
+
+def test_engine_default_candidate_buckets_are_the_contracts():
+    """Until the engine reads the contract, its default buckets must equal it."""
+    from phoenix.engine import DEFAULT_CANDIDATE_BUCKETS
+
+    assert tuple(DEFAULT_CANDIDATE_BUCKETS) == contracts.RANKER_CANDIDATE_BUCKETS
