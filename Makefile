@@ -28,6 +28,7 @@ SYSTEM_STAMP := $(STAMPS)/system-packages
 # One stamp per DEVICE: `make setup DEVICE=gpu` after a CPU set-up adds the CUDA wheels.
 REQUIREMENTS_STAMP := $(VENV)/.requirements-installed-$(DEVICE)
 BACKEND_STAMP := $(BACKEND_DIR)/.phoenix-backend-dir
+INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT)
 
@@ -39,7 +40,7 @@ help:  ## list the targets
 	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
 	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) PYTEST_ARGS=..."
 
-setup: $(BACKEND_STAMP)  ## system libraries, .venv with requirements, Triton backend folder
+setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
 
 $(SYSTEM_STAMP):
 	@mkdir -p $(@D)
@@ -76,6 +77,12 @@ $(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
 		-d build/wheels $(PERF_ANALYZER_WHEEL)
 	$(PY) -m phoenix.serving.perf_analyzer --extract build/wheels --to $@
+
+# The project itself, editable: `phoenix`, `clients` and `bench` import from this checkout
+# and the console scripts (phoenix-serve, ...) land in .venv/bin.
+$(INSTALL_STAMP): pyproject.toml $(REQUIREMENTS_STAMP)
+	$(PY) -m pip install --no-deps -e .
+	@touch $@
 
 $(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_server.py
 	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)

@@ -34,13 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from phoenix.serving.client import client_module, infer_inputs
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `python bench/soak.py` from anywhere
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tritonclient.utils import np_to_triton_dtype  # noqa: E402
-
-from phoenix.serving.client import client_module  # noqa: E402
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -76,12 +72,7 @@ class Caller:
             )
         else:
             self.client = module.InferenceServerClient(url)
-        self.tensors = []
-        for name, array in inputs.items():
-            array = np.ascontiguousarray(array)
-            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            self.tensors.append(tensor)
+        self.tensors = infer_inputs(module, inputs)
         self.output_names = list(outputs or [])
         self.outputs = [module.InferRequestedOutput(name) for name in self.output_names] or None
 
