@@ -21,10 +21,11 @@ from typing import Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, Corpus, load_artifacts, load_corpus, resolve_inside
-from phoenix.engine import DEFAULT_BATCH_BUCKETS, DEFAULT_CANDIDATE_BUCKETS, RetrievalEngine
+from phoenix.engine import RetrievalEngine
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch, RankRequestBatch
 from phoenix.hashing import entity_hashes
 from phoenix.recsys_model import DWELL_TIME_INDEX, RecsysBatch, RecsysEmbeddings
+from phoenix.serving import contracts
 from phoenix.serving.requests import (
     LIMITS,
     InputError,
@@ -46,14 +47,8 @@ Result = Union[Outputs, InputError]
 NUM_CONTINUOUS = 8  # width of history_continuous_actions (dwell time is column 1)
 REFERENCE_TIME = 1_700_000_000  # impression time used to turn post ages into timestamps
 
-USER_INPUTS = {
-    "user_id",
-    "history_post_ids",
-    "history_author_ids",
-    "history_actions",
-    "history_product_surface",
-    "history_dwell_seconds",
-}
+# Input names each service accepts, from the served models' contracts.
+USER_INPUTS = set(contracts.USER_ENCODER.input_names) | {"history_dwell_seconds"}
 
 
 @dataclass
@@ -237,7 +232,7 @@ class UserEncoderService:
         self,
         resources: PhoenixResources,
         compute_dtype=None,
-        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+        batch_buckets: Sequence[int] = contracts.USER_ENCODER.batch_buckets,
     ):
         self.resources = resources
         self.config = resources.config
@@ -299,7 +294,7 @@ class CandidateTowerService:
         return 1
 
     def parse(self, inputs: Inputs) -> np.ndarray:
-        check_unknown_inputs(inputs, {"post_id", "author_id"})
+        check_unknown_inputs(inputs, set(contracts.CANDIDATE_TOWER.input_names))
         posts = get_input(inputs, "post_id", "int", 2)
         authors = get_input(inputs, "author_id", "int", 2)
         check_same_rows({"post_id": posts, "author_id": authors})
@@ -336,7 +331,7 @@ class RetrieverService:
         resources: PhoenixResources,
         corpus_file: str = "corpus.npz",
         compute_dtype=None,
-        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+        batch_buckets: Sequence[int] = contracts.RETRIEVER.batch_buckets,
     ):
         self.config = resources.config
         self.corpus: Corpus = load_corpus(resolve_inside(resources.root, corpus_file), self.config)
@@ -355,7 +350,7 @@ class RetrieverService:
         return self.engine.warm_up()
 
     def parse(self, inputs: Inputs) -> list[tuple[np.ndarray, int, np.ndarray]]:
-        check_unknown_inputs(inputs, {"user_embedding", "top_k", "history_post_ids"})
+        check_unknown_inputs(inputs, set(contracts.RETRIEVER.input_names))
         users = get_input(inputs, "user_embedding", "float", 2)
         top_k = get_input(inputs, "top_k", "int", 2)
         seen = get_input(inputs, "history_post_ids", "int", 2, required=False)
@@ -437,13 +432,7 @@ def stack_rows(outputs: Sequence[Outputs]) -> Outputs:
 # ranker
 # ----------------------------------------------------------------------------------------
 
-RANKER_CANDIDATE_INPUTS = {
-    "candidate_post_ids",
-    "candidate_author_ids",
-    "candidate_product_surface",
-    "candidate_post_age_seconds",
-    "candidate_retrieval_scores",
-}
+RANKER_CANDIDATE_INPUTS = set(contracts.RANKER.input_names) - USER_INPUTS
 
 
 def parse_score_weights(text: str, action_names: Sequence[str]) -> np.ndarray:
@@ -474,8 +463,8 @@ class RankerService:
         resources: PhoenixResources,
         score_weights: str,
         compute_dtype=None,
-        candidate_buckets: Sequence[int] = DEFAULT_CANDIDATE_BUCKETS,
-        batch_buckets: Sequence[int] = (1, 2, 4, 8),
+        candidate_buckets: Sequence[int] = contracts.RANKER_CANDIDATE_BUCKETS,
+        batch_buckets: Sequence[int] = contracts.RANKER.batch_buckets,
     ):
         self.resources = resources
         self.config = resources.config

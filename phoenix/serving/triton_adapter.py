@@ -68,15 +68,6 @@ def enable_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def powers_of_two_up_to(limit: int) -> tuple[int, ...]:
-    """1, 2, 4, ... up to ``limit`` (``limit`` itself included)."""
-    out, size = [], 1
-    while size < limit:
-        out.append(size)
-        size *= 2
-    return tuple(out + [max(1, limit)])
-
-
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     try:
         values = tuple(sorted(int(v) for v in text.split(",") if v.strip()))
@@ -101,12 +92,14 @@ def batch_buckets_of(params: Mapping[str, str], max_batch: int) -> tuple[int, ..
                 f"parameter 'batch_buckets' {buckets} must reach max_batch_size {max_batch}"
             )
         return buckets
+    from phoenix.serving.contracts import powers_of_two_up_to
+
     return powers_of_two_up_to(max_batch)
 
 
 def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_batch: int):
     """The service object of model ``name`` over ``artifact_dir``."""
-    from phoenix.serving import services
+    from phoenix.serving import contracts, services
 
     resources = services.PhoenixResources(artifact_dir)
     batch_buckets = batch_buckets_of(params, max_batch)
@@ -124,7 +117,7 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
             candidate_buckets=(
                 parse_int_list(params["candidate_buckets"], "candidate_buckets")
                 if params.get("candidate_buckets")
-                else services.DEFAULT_CANDIDATE_BUCKETS
+                else contracts.RANKER_CANDIDATE_BUCKETS
             ),
             batch_buckets=batch_buckets,
         )

@@ -7,8 +7,9 @@ import pytest
 
 from phoenix.serving import services
 from phoenix.serving.client import ranker_inputs
+from phoenix.serving.contracts import powers_of_two_up_to
 from phoenix.serving.requests import InputError
-from phoenix.serving.triton_adapter import parse_int_list, powers_of_two_up_to
+from phoenix.serving.triton_adapter import parse_int_list
 
 
 @pytest.fixture(scope="module")

@@ -208,23 +208,15 @@ def test_restart_marker_keeps_the_config_and_does_not_touch_the_original():
     assert RESTART_PARAMETER not in config["parameters"]
 
 
-def test_probe_request_fills_required_inputs_with_values_validation_refuses():
-    config = {
-        "max_batch_size": 8,
-        "input": [
-            {"name": "user_embedding", "data_type": "TYPE_FP32", "dims": [-1]},
-            {"name": "top_k", "data_type": "TYPE_INT32", "dims": [1]},
-            {"name": "history_actions", "data_type": "TYPE_FP32", "dims": [-1, -1]},
-            {"name": "seen", "data_type": "TYPE_INT64", "dims": [-1], "optional": True},
-        ],
-    }
-    inputs = probe_inputs(config)
+def test_probe_request_fills_the_contracts_required_inputs_with_values_validation_refuses():
+    inputs = probe_inputs("retriever")
     assert [(n, a.shape, a.dtype.name, a.ravel().tolist()) for n, a in inputs.items()] == [
         ("user_embedding", (1, 1), "float32", [-1.0]),
         ("top_k", (1, 1), "int32", [-1]),
-        ("history_actions", (1, 1, 1), "float32", [-1.0]),
-    ]
-    assert probe_inputs({"input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]}) is None
+    ]  # history_post_ids is optional: left out
+    assert probe_inputs("ranker")["history_actions"].shape == (1, 1, 1)
+    assert probe_inputs("recommend") is None  # an ensemble has no stub to probe
+    assert probe_inputs("someone_elses_model") is None
 
 
 # -- detection and healing ---------------------------------------------------------------

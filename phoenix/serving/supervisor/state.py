@@ -177,7 +177,7 @@ class Supervisor:
         dead = set()
         for model, entry in list(self.models.items()):
             busy = answered.get(model, 0) > self._answered.get(model, 0)
-            inputs = probe_inputs(entry.config) if has_stubs(entry.config) else None
+            inputs = probe_inputs(model) if has_stubs(entry.config) else None
             if entry.state == HEALTHY and inputs and not busy:
                 if self.admin.probe(model, inputs) == "dead":
                     dead.add(model)
