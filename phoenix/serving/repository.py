@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -180,6 +181,47 @@ def has_dynamic_batching(config: ModelConfig) -> bool:
     return config.HasField("dynamic_batching")
 
 
+@dataclass(frozen=True)
+class GpuServing:
+    """How a model is served on a GPU, where the CPU's settings would starve the device.
+
+    A GPU scores a batch of 64 users in about the time of one, so batches are larger and the
+    queue deeper; few batch and candidate buckets keep start-up compilation short (each
+    bucket is one program per instance); one or two instances per GPU keep host work
+    overlapped with device work without multiplying device memory.
+    """
+
+    max_batch_size: int
+    batch_buckets: str
+    instance_count: int
+    max_queue_size: int
+    max_queue_delay_us: int
+    parameters: tuple[tuple[str, str], ...] = ()
+
+
+GPU_SERVING = {
+    "ranker": GpuServing(64, "1,8,64", 2, 1024, 1000, (("candidate_buckets", "64,256,1024"),)),
+    "retriever": GpuServing(64, "1,8,64", 1, 1024, 500),
+    "user_encoder": GpuServing(64, "1,8,64", 1, 1024, 500),
+    "candidate_tower": GpuServing(4096, "64,512,4096", 1, 64, 500),
+}
+
+
+def apply_gpu_serving(config: ModelConfig, serving: GpuServing) -> None:
+    """Batch sizes, buckets, instance count and queue settings of ``serving``."""
+    config.max_batch_size = serving.max_batch_size
+    for group in config.instance_group:
+        group.count = serving.instance_count
+    config.parameters["batch_buckets"].string_value = serving.batch_buckets
+    for key, value in serving.parameters:
+        config.parameters[key].string_value = value
+    if config.HasField("dynamic_batching"):
+        batching = config.dynamic_batching
+        batching.max_queue_delay_microseconds = serving.max_queue_delay_us
+        if batching.HasField("default_queue_policy"):
+            batching.default_queue_policy.max_queue_size = serving.max_queue_size
+
+
 def derive_config(
     text: str,
     device: str = "cpu",
@@ -196,6 +238,8 @@ def derive_config(
     if is_ensemble(config):
         return text
     set_instance_kind(config, kind)
+    if device == "gpu" and config.name in GPU_SERVING:
+        apply_gpu_serving(config, GPU_SERVING[config.name])
     if not dynamic_batching:
         config.ClearField("dynamic_batching")
     elif max_queue_delay_us is not None:

@@ -175,3 +175,40 @@ def test_ensembles_are_left_unchanged():
     assert is_ensemble(parse_config(text))
     assert derive_config(text, device="gpu", dynamic_batching=False) == text
     assert not is_ensemble(parse_config('name: "ranker"\nbackend: "python"\n'))
+
+
+def test_gpu_repository_serves_bigger_batches_with_few_buckets(tmp_path):
+    from pathlib import Path
+
+    from phoenix.serving.contracts import CONTRACTS
+    from phoenix.serving.repository import (
+        CONFIG_NAME,
+        GPU_SERVING,
+        read_config,
+        string_parameters,
+    )
+    from phoenix.serving.triton_adapter import batch_buckets_of
+
+    source = Path(__file__).resolve().parents[2] / "model_repository"
+    dest = derive_repository(source, tmp_path / "gpu", device="gpu")
+    ranker = read_config(dest / "ranker" / CONFIG_NAME)
+    assert ranker.max_batch_size == 64
+    assert [g.count for g in ranker.instance_group] == [2]
+    params = string_parameters(ranker)
+    assert batch_buckets_of(params, ranker.max_batch_size) == (1, 8, 64)
+    assert params["candidate_buckets"] == "64,256,1024"
+    assert (
+        params["score_weights"]
+        == string_parameters(read_config(source / "ranker" / CONFIG_NAME))["score_weights"]
+    )  # artifact-facing parameters untouched
+    assert ranker.dynamic_batching.default_queue_policy.max_queue_size == 1024
+    for model, serving in GPU_SERVING.items():
+        config = read_config(dest / model / CONFIG_NAME)
+        assert config.max_batch_size == serving.max_batch_size
+        assert batch_buckets_of(string_parameters(config), config.max_batch_size)
+    recommend = read_config(dest / "recommend" / CONFIG_NAME)
+    assert recommend.max_batch_size == CONTRACTS["recommend"].max_batch_size  # unchanged
+    assert all(
+        recommend.max_batch_size <= GPU_SERVING[s.model].max_batch_size
+        for s in CONTRACTS["recommend"].steps
+    )
