@@ -160,3 +160,15 @@ soak: setup artifacts  ## 10 min at half capacity: failures, latency, RSS -> ben
 
 bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
 	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)
+
+# ---- measuring on a lent GPU machine (bench/gpu/, README "Measuring on a GPU machine") ------
+GPU_PAYLOAD ?= .gpu
+GPU_BENCH_ARGS ?=
+
+.PHONY: gpu-payload gpu-bench-cpu
+
+gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; <= 60 MiB
+	$(PY) bench/gpu/payload.py --out $(GPU_PAYLOAD)
+
+gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
+	$(PY) bench/gpu/measure.py --cpu $(GPU_BENCH_ARGS)

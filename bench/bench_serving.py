@@ -103,6 +103,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "copy (default: model_repository)",
     )
     parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="instance kind of both servers' models, as `serve --device` (default: cpu)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="fast sanity run: concurrency 1,16, short windows and timings; "
@@ -267,6 +273,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "settings": {
             "artifacts": str(args.artifacts),
             "model_repository": str(args.model_repository),
+            "device": args.device,
             "concurrency": args.concurrency,
             "window_requests": args.window_requests,
             "users": args.users,

@@ -21,10 +21,13 @@ def start_server(repo: Path, artifacts: Path, log: Path) -> TritonServer:
 
 
 def repository_for(batching: str, args) -> Path:
-    if batching == "on":
+    if batching == "on" and args.device == "cpu":
         return args.model_repository.resolve()
-    dest = args.build_dir / "model_repository-nobatch"
-    derive_repository(args.model_repository, dest, dynamic_batching=False)  # ensembles as they are
+    device = "" if args.device == "cpu" else f"-{args.device}"
+    dest = args.build_dir / f"model_repository{device}{'-nobatch' if batching == 'off' else ''}"
+    derive_repository(  # ensembles as they are
+        args.model_repository, dest, device=args.device, dynamic_batching=batching == "on"
+    )
     return dest
 
 

@@ -52,7 +52,10 @@ def binary() -> Path:
 
 def environment() -> dict[str, str]:
     """This process's environment plus the CUDA runtime library that perf_analyzer links."""
-    import nvidia.cuda_runtime
+    try:
+        import nvidia.cuda_runtime
+    except ImportError:  # a CUDA 13 machine: LD_LIBRARY_PATH must already hold libcudart.so.12
+        return dict(os.environ)
 
     lib = Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
     env = dict(os.environ)

@@ -1,0 +1,87 @@
+"""Server start-up: seconds until Triton is ready, with an empty and with a filled JAX cache.
+
+    python bench/gpu/startup.py --profile gpu --artifacts DIR --out bench/results/gpu/startup.json
+
+Serves the project's model_repository derived for the profile's device (as `serve --device`
+does), first with an empty compilation cache (every bucket compiled), then once more over the
+cache that first start filled (a restart). The cache folder is the one the serving step uses
+afterwards, so that step starts warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import profiles
+
+READY_TIMEOUT_S = 900
+
+
+def derived_repository(device: str, build_dir: Path) -> Path:
+    from phoenix.serving.repository import derive_repository
+
+    source = profiles.REPO_ROOT / "model_repository"
+    return derive_repository(source, build_dir / f"model_repository-{device}", device=device)
+
+
+def seconds_to_ready(repository: Path, artifacts: Path, cache: Path, log: Path) -> float:
+    """Start a server over ``repository``, wait until ready, stop it; the seconds it took."""
+    from phoenix.serving.triton_adapter import JAX_CACHE_ENV
+    from phoenix.serving.triton_server import TritonServer
+
+    server = TritonServer(
+        repository,
+        artifacts_dir=artifacts,
+        env={JAX_CACHE_ENV: str(cache)},
+        log_path=log,
+        ready_timeout=READY_TIMEOUT_S,
+    )
+    started = time.monotonic()
+    try:
+        server.start_ready()
+        return time.monotonic() - started
+    finally:
+        server.stop()
+
+
+def measure(profile: profiles.Profile, artifacts: Path, cache: Path, build_dir: Path) -> dict:
+    repository = derived_repository(profile.device, build_dir)
+    shutil.rmtree(cache, ignore_errors=True)
+    result = {"repository": str(repository), "artifacts": str(artifacts), "cache": str(cache)}
+    for label in ("empty_cache_s", "filled_cache_s"):
+        log = build_dir / f"startup-{label.removesuffix('_s')}.log"
+        result[label] = seconds_to_ready(repository, artifacts, cache, log)
+        print(f"  ready after {result[label]:.1f} s ({label.removesuffix('_s')})", flush=True)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python bench/gpu/startup.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default="gpu")
+    parser.add_argument("--artifacts", type=Path, required=True, help="artifact directory")
+    parser.add_argument("--cache", type=Path, required=True, help="JAX cache folder (emptied)")
+    parser.add_argument("--build-dir", type=Path, default=profiles.BUILD_DIR)
+    parser.add_argument("--out", type=Path, required=True, help="JSON written here")
+    args = parser.parse_args(argv)
+    profile = profiles.PROFILES[args.profile]
+    profiles.select_platform(profile)
+    startup = measure(profile, args.artifacts.resolve(), args.cache, args.build_dir)
+    # JAX only now: on a GPU it would have taken the memory the servers' stubs need.
+    result = {"machine": profiles.machine_info(), "profile": profile.name, "startup": startup}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
