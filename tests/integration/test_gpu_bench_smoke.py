@@ -87,4 +87,5 @@ def test_docs_gpu_section_is_rewritten_from_the_results(cpu_run):
     assert "profile `cpu`" in section
     assert "| small-gqa | 2 x 64 |" in section
     assert "not yet measured" not in section
+    assert "| ranker-64 requests/s at its best concurrency, batching on | not" not in section
     assert "## Results" in text  # the rest of the page is left as it was
