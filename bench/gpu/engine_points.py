@@ -55,7 +55,8 @@ def max_probability_gap(engine_logits, original_scores) -> float:
 def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, bench_engine):
     import jax
 
-    from phoenix.engine import RankingEngine, example_inputs, flops_per_candidate, flops_per_context
+    from bench.flops import flops_per_candidate, flops_per_context
+    from phoenix.engine import RankingEngine, example_inputs
 
     config = model_config(kwargs, candidates, dtype)
     runner = original_runner(config)

@@ -78,6 +78,11 @@ def parse_args(argv):
         help="artifacts, derived repositories, JAX cache and logs (default: build/gpu-bench)",
     )
     parser.add_argument(
+        "--cache",
+        type=Path,
+        help="JAX compilation cache of the served models (default: in --build-dir)",
+    )
+    parser.add_argument(
         "--copy-to", type=Path, help="also copy the result files here (the device tool's $OUT)"
     )
     args = parser.parse_args(argv)
@@ -96,7 +101,11 @@ def parse_args(argv):
     args.artifacts = (
         args.artifacts or args.build_dir / f"artifacts-{args.profile.artifacts_preset}"
     ).resolve()
-    args.cache = args.build_dir / f"jax-cache-{args.profile.device}"
+    args.cache = (args.cache or args.build_dir / f"jax-cache-{args.profile.device}").resolve()
+    # The start-up step empties its cache. Loading every model, it then leaves the serving
+    # step a filled cache; loading a few (CPU profile), it keeps out of a shared one.
+    whole = not args.profile.startup_models
+    args.startup_cache = args.cache if whole else args.build_dir / "jax-cache-startup"
     return args
 
 
@@ -135,7 +144,7 @@ def step_command(step: str, args) -> list[str]:
         return command + ["--profile", profile.name, "--out", str(out)]
     if step == "startup":
         return command + ["--profile", profile.name, "--artifacts", str(args.artifacts),
-                          "--cache", str(args.cache), "--build-dir", str(args.build_dir),
+                          "--cache", str(args.startup_cache), "--build-dir", str(args.build_dir),
                           "--out", str(out)]  # fmt: skip
     # bench_serving's own table belongs to the CPU section: keep it out of the docs.
     return command + [

@@ -102,8 +102,10 @@ def retrieval_table(result: Optional[dict]) -> list[str]:
 
 def startup_table(result: Optional[dict]) -> list[str]:
     s = result["startup"] if result else {}
+    models = s.get("models", "all")
+    loaded = "whole repository" if models == "all" else ", ".join(models)
     return [
-        f"**Server start-up** (whole repository until ready): {stamp(result)}.",
+        f"**Server start-up** ({loaded}, until ready): {stamp(result)}.",
         "",
         "| empty compilation cache (target <= 60 s) | restart, cache filled (target <= 15 s) |",
         "| --- | --- |",

@@ -3,9 +3,9 @@
     python bench/gpu/startup.py --profile gpu --artifacts DIR --out bench/results/gpu/startup.json
 
 Serves the project's model_repository derived for the profile's device (as `serve --device`
-does), first with an empty compilation cache (every bucket compiled), then once more over the
-cache that first start filled (a restart). The cache folder is the one the serving step uses
-afterwards, so that step starts warm.
+does; the CPU profile loads one small model only), first with an empty compilation cache
+(every bucket compiled), then once more over the cache that first start filled (a restart).
+Given the serving step's cache folder, that step then starts warm.
 """
 
 from __future__ import annotations
@@ -29,14 +29,19 @@ def derived_repository(device: str, build_dir: Path) -> Path:
     return derive_repository(source, build_dir / f"model_repository-{device}", device=device)
 
 
-def seconds_to_ready(repository: Path, artifacts: Path, cache: Path, log: Path) -> float:
-    """Start a server over ``repository``, wait until ready, stop it; the seconds it took."""
+def seconds_to_ready(
+    repository: Path, artifacts: Path, cache: Path, log: Path, models: tuple[str, ...]
+) -> float:
+    """Start a server over ``repository`` (only ``models`` if any), wait until ready, stop it;
+    the seconds it took."""
     from phoenix.serving.triton_adapter import JAX_CACHE_ENV
-    from phoenix.serving.triton_server import TritonServer
+    from phoenix.serving.triton_server import TritonServer, flags_to_args
 
+    only = {"model_control_mode": "explicit", "load_model": list(models)} if models else {}
     server = TritonServer(
         repository,
         artifacts_dir=artifacts,
+        extra_args=flags_to_args(only),
         env={JAX_CACHE_ENV: str(cache)},
         log_path=log,
         ready_timeout=READY_TIMEOUT_S,
@@ -52,10 +57,12 @@ def seconds_to_ready(repository: Path, artifacts: Path, cache: Path, log: Path) 
 def measure(profile: profiles.Profile, artifacts: Path, cache: Path, build_dir: Path) -> dict:
     repository = derived_repository(profile.device, build_dir)
     shutil.rmtree(cache, ignore_errors=True)
-    result = {"repository": str(repository), "artifacts": str(artifacts), "cache": str(cache)}
+    models = profile.startup_models
+    result = {"repository": str(repository), "artifacts": str(artifacts), "cache": str(cache),
+              "models": list(models) or "all"}  # fmt: skip
     for label in ("empty_cache_s", "filled_cache_s"):
         log = build_dir / f"startup-{label.removesuffix('_s')}.log"
-        result[label] = seconds_to_ready(repository, artifacts, cache, log)
+        result[label] = seconds_to_ready(repository, artifacts, cache, log, models)
         print(f"  ready after {result[label]:.1f} s ({label.removesuffix('_s')})", flush=True)
     return result
 

@@ -15,6 +15,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN = REPO_ROOT / "bench" / "gpu" / "run.sh"
 CPU_POINTS = {("mini", 1, 64), ("small-gqa", 2, 64)}
+# The servers of the other integration tests fill it with the same tiny models' programs.
+SHARED_CACHE = REPO_ROOT / "build" / "jax-cache"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,7 @@ def cpu_run(tmp_path_factory):
     results = tmp / "results"
     done = subprocess.run(
         ["bash", str(RUN), "--cpu", "--results", str(results), "--docs", str(docs),
-         "--build-dir", str(tmp / "build")],
+         "--build-dir", str(tmp / "build"), "--cache", str(SHARED_CACHE)],
         capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
     )  # fmt: skip
     return done.returncode, results, docs, done.stdout + done.stderr
@@ -67,6 +69,8 @@ def test_retrieval_reports_queries_per_second_for_each_corpus(cpu_run):
 def test_startup_times_both_starts(cpu_run):
     startup = read(cpu_run[1], "startup")["startup"]
     assert startup["empty_cache_s"] > 0 and startup["filled_cache_s"] > 0
+    assert startup["models"] == ["candidate_tower"]
+    assert Path(startup["cache"]) != SHARED_CACHE  # emptied: never the shared cache
 
 
 def test_serving_measured_batching_on_and_off_without_failures(cpu_run):
