@@ -1,4 +1,7 @@
-"""The in-process RankingEngine against the plain original model under `jax.jit`.
+"""The in-process engines against the plain original model under `jax.jit`.
+
+`RankingEngine` scores the same hashed features as the original; `DeviceRanker` (what the
+ranker serves) starts from raw ids, so its time includes hashing, lookups, blend and sort.
 
     python bench/gpu/engine_points.py --profile gpu --out bench/results/gpu/engine.json
 
@@ -63,6 +66,10 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     jitted = jax.jit(runner.rank_candidates)
     engine = RankingEngine(config, params, compute_dtype=dtype, batch_buckets=(users,))
     batch, emb = example_inputs(config, users, candidates, seed=users * 7 + candidates)
+    # What the ranker serves: raw ids in, ranked order out (hashing, lookups, blend and sort
+    # included, which the original's scores leave out).
+    device = bench_engine.random_device_ranker(config, params, (candidates,), (users,))
+    requests = bench_engine.random_request_batch(config, users, candidates, seed=users)
 
     def original():
         return jax.block_until_ready(jitted(params, batch, emb).scores)
@@ -70,7 +77,11 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     row = {"config": name, "users": users, "candidates": candidates}
     row["max_abs_prob_diff"] = max_probability_gap(engine.score(batch, emb).logits, original())
     seconds = bench_engine.timed_side_by_side(
-        {"original_jit_s": original, "engine_s": lambda: engine.score(batch, emb)},
+        {
+            "original_jit_s": original,
+            "engine_s": lambda: engine.score(batch, emb),
+            "device_ranker_s": lambda: device.rank(requests),
+        },
         2 * min_seconds,
     )
     row.update(seconds)
@@ -78,6 +89,8 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     row["original_jit_cands_per_s"] = work / seconds["original_jit_s"]
     row["engine_cands_per_s"] = work / seconds["engine_s"]
     row["engine_vs_original"] = seconds["original_jit_s"] / seconds["engine_s"]
+    row["device_ranker_cands_per_s"] = work / seconds["device_ranker_s"]
+    row["device_ranker_vs_original"] = seconds["original_jit_s"] / seconds["device_ranker_s"]
     flops = users * (flops_per_context(config) + candidates * flops_per_candidate(config))
     row["engine_tflops"] = flops / seconds["engine_s"] / 1e12
     return row

@@ -55,20 +55,23 @@ def engine_table(result: Optional[dict]) -> list[str]:
         f"**Engine against the plain jitted original**, same weights and inputs: {stamp(result)}.",
         "",
         "| config | users x candidates | original (jit) cand/s | engine cand/s | "
-        "engine / original (target >= 1.0x) |",
-        "| --- | --- | --- | --- | --- |",
+        "engine / original (target >= 1.0x) | device ranker cand/s (from raw ids) | "
+        "device ranker / original |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     rows = result["ranking"] if result else placeholder_points()
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['config']} | {r['users']} x {r['candidates']} | error: "
-                         f"{r['error'][:80]} | | |")  # fmt: skip
+                         f"{r['error'][:80]} | | | | |")  # fmt: skip
             continue
         lines.append(
             f"| {r['config']} | {r['users']} x {r['candidates']} | "
             f"{fmt(r.get('original_jit_cands_per_s'), ',.0f')} | "
             f"{fmt(r.get('engine_cands_per_s'), ',.0f')} | "
-            f"{fmt(r.get('engine_vs_original'), '.2f', 'x')} |"
+            f"{fmt(r.get('engine_vs_original'), '.2f', 'x')} | "
+            f"{fmt(r.get('device_ranker_cands_per_s'), ',.0f')} | "
+            f"{fmt(r.get('device_ranker_vs_original'), '.2f', 'x')} |"
         )
     return lines
 
