@@ -168,7 +168,7 @@ GPU_BENCH_ARGS ?=
 .PHONY: gpu-payload gpu-bench-cpu
 
 gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; <= 60 MiB
-	$(PY) bench/gpu/payload.py --out $(GPU_PAYLOAD)
+	$(PY) -m bench.gpu.payload --out $(GPU_PAYLOAD)
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
-	$(PY) bench/gpu/measure.py --cpu $(GPU_BENCH_ARGS)
+	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)

@@ -3,7 +3,7 @@
 `RankingEngine` scores the same hashed features as the original; `DeviceRanker` (what the
 ranker serves) starts from raw ids, so its time includes hashing, lookups, blend and sort.
 
-    python bench/gpu/engine_points.py --profile gpu --out bench/results/gpu/engine.json
+    python -m bench.gpu.engine_points --profile gpu --out bench/results/gpu/engine.json
 
 Same random weights and inputs for both, at each (users, candidates) point of the profile
 (bench/gpu/profiles.py). `phoenix.runners` + `phoenix.recsys_model` jitted whole is the
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-import profiles
+from bench.gpu import profiles
 
 
 def model_config(kwargs: dict, candidates: int, dtype):
@@ -121,7 +121,7 @@ def measure(profile: profiles.Profile) -> list[dict]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/gpu/engine_points.py",
+        prog="python -m bench.gpu.engine_points",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

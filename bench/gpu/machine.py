@@ -1,6 +1,6 @@
 """Set up a bare GPU machine from the payload (bench/gpu/payload.py); standard library only.
 
-    python3 bench/gpu/machine.py --payload .gpu
+    python -m bench.gpu.machine --payload .gpu
 
 Into the Python environment that runs this script (the machine's venv, first on PATH):
 - the payload's wheels, with `pip install --no-index --no-deps` (the machine has no package
@@ -92,7 +92,6 @@ def link_checkout(site: Path, checkout: Path = REPO_ROOT) -> Path:
 
 def install_perf_analyzer(wheel_folder: Path, dest: Path) -> Path:
     """perf_analyzer out of the tritonclient 2.51.0 wheel (Python's zipfile: no unzip here)."""
-    sys.path.insert(0, str(REPO_ROOT))
     from phoenix.serving.perf_analyzer import extract_binary, find_wheel
 
     return extract_binary(find_wheel(wheel_folder), dest)
@@ -135,7 +134,7 @@ def set_up(payload: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 bench/gpu/machine.py",
+        prog="python -m bench.gpu.machine",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

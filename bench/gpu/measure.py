@@ -1,8 +1,8 @@
 """The GPU benchmark: every step, each in its own process, then the GPU table of the docs.
 
-    python3 bench/gpu/measure.py                      # on a GPU machine set up by machine.py
-    python3 bench/gpu/measure.py --steps engine       # one step (e.g. one device call each)
-    .venv/bin/python bench/gpu/measure.py --cpu       # the same steps here, tiny and quick
+    python -m bench.gpu.measure                      # on a GPU machine set up by machine.py
+    python -m bench.gpu.measure --steps engine       # one step (e.g. one device call each)
+    .venv/bin/python -m bench.gpu.measure --cpu       # the same steps here, tiny and quick
 
 Steps (sizes in bench/gpu/profiles.py):
   engine     RankingEngine against the plain original under jax.jit, the issue's points
@@ -30,23 +30,22 @@ import sys
 import time
 from pathlib import Path
 
-import machine
-import profiles
-import report
+from bench.gpu import machine, profiles, report
 
 HERE = Path(__file__).resolve().parent
 STEPS = report.STEPS  # engine, retrieval, startup, serving: one JSON each
-STEP_SCRIPTS = {
-    "engine": HERE / "engine_points.py",
-    "retrieval": HERE / "retrieval.py",
-    "startup": HERE / "startup.py",
-    "serving": profiles.BENCH_DIR / "bench_serving.py",
+# Each step runs as `python -m <module>` from the checkout's root (no install needed there).
+STEP_MODULES = {
+    "engine": "bench.gpu.engine_points",
+    "retrieval": "bench.gpu.retrieval",
+    "startup": "bench.gpu.startup",
+    "serving": "bench.bench_serving",
 }
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        prog="python bench/gpu/measure.py",
+        prog="python -m bench.gpu.measure",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -139,7 +138,7 @@ def ensure_artifacts(profile: profiles.Profile, folder: Path, env: dict) -> None
 def step_command(step: str, args) -> list[str]:
     out = args.results / f"{step}.json"
     profile = args.profile
-    command = [sys.executable, str(STEP_SCRIPTS[step])]
+    command = [sys.executable, "-m", STEP_MODULES[step]]
     if step in ("engine", "retrieval"):
         return command + ["--profile", profile.name, "--out", str(out)]
     if step == "startup":

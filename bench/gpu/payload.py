@@ -1,6 +1,6 @@
 """Build the payload that sets up a bare GPU machine (no package registry there).
 
-    python bench/gpu/payload.py --out .gpu        # or: make gpu-payload
+    python -m bench.gpu.payload --out .gpu        # or: make gpu-payload
 
 The lent GPU machines have Python 3.12, JAX with CUDA and numpy 2, but no Triton server, no
 Haiku and no Triton client. This folder carries what they lack, taken from this machine:
@@ -204,7 +204,7 @@ def build(out: Path, python_version: str, wheel_cache: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/gpu/payload.py",
+        prog="python -m bench.gpu.payload",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

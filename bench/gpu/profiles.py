@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +16,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO_ROOT / "bench"
 RESULTS_GPU = BENCH_DIR / "results" / "gpu"
 BUILD_DIR = REPO_ROOT / "build" / "gpu-bench"
-# The steps run as scripts from this folder: make `phoenix` importable without installing it.
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 # Transformer shapes (grok.TransformerConfig keyword arguments, widening 2, multiplier 0.125).
 MINI = dict(emb_size=128, key_size=32, num_q_heads=4, num_kv_heads=4, num_layers=4)

@@ -1,6 +1,6 @@
 """The GPU section of docs/performance.md, from the JSON files of a GPU benchmark run.
 
-    python bench/gpu/report.py --results bench/results/gpu --docs docs/performance.md
+    python -m bench.gpu.report --results bench/results/gpu --docs docs/performance.md
 
 Rewrites what lies between the markers `<!-- gpu-table:start -->` and `<!-- gpu-table:end -->`.
 A step whose JSON is missing shows "not yet measured", so the section can be filled step by
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
-import profiles
+from bench.gpu import profiles
 
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 NOT_MEASURED = "not yet measured"
@@ -216,7 +216,7 @@ def update_docs(path: Path, body: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/gpu/report.py",
+        prog="python -m bench.gpu.report",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,6 +1,6 @@
 """Retrieval on the device: a batch of users against corpora of the profile's sizes, top 100.
 
-    python bench/gpu/retrieval.py --profile gpu --out bench/results/gpu/retrieval.json
+    python -m bench.gpu.retrieval --profile gpu --out bench/results/gpu/retrieval.json
 
 The measurement is bench_engine.py's `bench_retrieval` (RetrievalEngine, mini config, a
 random unit-norm corpus): queries/s of top-k alone and of the user tower plus top-k.
@@ -13,12 +13,12 @@ import json
 import sys
 from pathlib import Path
 
-import profiles
+from bench.gpu import profiles
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/gpu/retrieval.py",
+        prog="python -m bench.gpu.retrieval",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

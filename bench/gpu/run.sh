@@ -5,8 +5,8 @@ usage() {
 usage: bash bench/gpu/run.sh [--cpu] [measure.py options...]
 
 On a bare GPU machine (from the checkout's root, the payload carried in .gpu):
-  1. python3 bench/gpu/machine.py --payload $GPU_PAYLOAD   wheels, Triton server, perf_analyzer
-  2. python3 bench/gpu/measure.py ...                      engine, retrieval, startup, serving
+  1. python3 -m bench.gpu.machine --payload $GPU_PAYLOAD   wheels, Triton server, perf_analyzer
+  2. python3 -m bench.gpu.measure ...                    engine, retrieval, startup, serving
 Results: bench/results/gpu/*.json|png, also copied to $OUT when the device tool sets it.
 
 With --cpu (or DEVICE=cpu) it skips the set-up and runs the same steps here on the CPU with
@@ -32,11 +32,11 @@ done
 
 if (( cpu )); then
   python=${PYTHON:-.venv/bin/python}
-  exec "$python" bench/gpu/measure.py --cpu "${args[@]}"
+  exec "$python" -m bench.gpu.measure --cpu "${args[@]}"
 fi
 
 python=${PYTHON:-python3}
-"$python" bench/gpu/machine.py --payload "${GPU_PAYLOAD:-.gpu}"
+"$python" -m bench.gpu.machine --payload "${GPU_PAYLOAD:-.gpu}"
 copy=()
 [[ -n "${OUT:-}" ]] && copy=(--copy-to "$OUT")
-exec "$python" bench/gpu/measure.py "${args[@]}" "${copy[@]}"
+exec "$python" -m bench.gpu.measure "${args[@]}" "${copy[@]}"

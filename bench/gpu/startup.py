@@ -1,6 +1,6 @@
 """Server start-up: seconds until Triton is ready, with an empty and with a filled JAX cache.
 
-    python bench/gpu/startup.py --profile gpu --artifacts DIR --out bench/results/gpu/startup.json
+    python -m bench.gpu.startup --profile gpu --artifacts DIR --out bench/results/gpu/startup.json
 
 Serves the project's model_repository derived for the profile's device (as `serve --device`
 does; the CPU profile loads one small model only), first with an empty compilation cache
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-import profiles
+from bench.gpu import profiles
 
 READY_TIMEOUT_S = 900
 
@@ -69,7 +69,7 @@ def measure(profile: profiles.Profile, artifacts: Path, cache: Path, build_dir: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/gpu/startup.py",
+        prog="python -m bench.gpu.startup",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

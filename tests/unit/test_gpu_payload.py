@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "bench" / "gpu"))
+from bench.gpu import machine, payload
 
-import machine  # noqa: E402
-import payload  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SITE = payload.site_packages()
 STUB = "pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub"
