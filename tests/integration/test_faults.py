@@ -41,12 +41,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from loadgen import Caller, LoadRun, summarize
 from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
+from phoenix.serving.loadgen import Caller, LoadRun, summarize
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
 from phoenix.serving.triton_server import pick_free_ports, read_log_tail

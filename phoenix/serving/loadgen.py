@@ -1,10 +1,12 @@
 """A closed-loop (or fixed-rate) load of tritonclient requests that records every request's
-due, start and end times and its error, so a test can line outcomes up with the fault it
-injects (a kill, a SIGTERM, a corpus swap, an overload).
+due, start and end times and its error, and checks every answer.
 
-Locust and perf_analyzer report aggregates (counts, percentiles, error messages); these tests
-need each request's timing relative to an event, which neither gives, so this small generator
-is the tests' own instrument. Throughput and latency figures are measured by the benchmarks.
+Why beside Locust and perf_analyzer: the fault tests line each request's outcome up with the
+fault they inject (a kill, a SIGTERM, a corpus swap, an overload), and the soak (bench/soak.py)
+is an open loop whose latency counts from when a request was due, reported in windows over
+time. Locust's users are closed loops (a stalled server slows the senders and hides its
+backlog) and perf_analyzer reports one aggregate per measurement; neither gives per-request
+timings relative to an event. Throughput and latency figures come from the benchmarks.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from tritonclient.utils import np_to_triton_dtype
 
-from phoenix.serving.client import client_module
+from phoenix.serving.client import client_module, infer_inputs
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -50,12 +51,7 @@ class Caller:
             )
         else:
             self.client = module.InferenceServerClient(url)
-        self.tensors = []
-        for name, array in inputs.items():
-            array = np.ascontiguousarray(array)
-            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            self.tensors.append(tensor)
+        self.tensors = infer_inputs(module, inputs)
         self.output_names = list(outputs or [])
         self.outputs = [module.InferRequestedOutput(name) for name in self.output_names] or None
 
