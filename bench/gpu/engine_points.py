@@ -15,10 +15,8 @@ stand-in for the original; the two are timed in alternating rounds (bench_engine
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
 from bench.gpu import profiles
 
@@ -120,27 +118,15 @@ def measure(profile: profiles.Profile) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.engine_points",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default="gpu")
-    parser.add_argument("--out", type=Path, required=True, help="JSON written here")
-    args = parser.parse_args(argv)
-    profile = profiles.PROFILES[args.profile]
-    profiles.select_platform(profile)
+    args = profiles.step_parser("bench.gpu.engine_points", __doc__).parse_args(argv)
+    profile = profiles.chosen_profile(args)
     profiles.require_device(profile)
-    result = {
-        "machine": profiles.machine_info(),
-        "profile": profile.name,
-        "configs": {name: profile.configs[name] for name in profile.ranking_points},
-        "ranking": measure(profile),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 1 if any("error" in r for r in result["ranking"]) else 0
+    ranking = measure(profile)
+    configs = {name: profile.configs[name] for name in profile.ranking_points}
+    profiles.write_result(
+        args.out, {"profile": profile.name, "configs": configs, "ranking": ranking}
+    )
+    return 1 if any("error" in r for r in ranking) else 0
 
 
 if __name__ == "__main__":

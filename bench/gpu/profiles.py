@@ -123,3 +123,34 @@ def machine_info() -> dict:
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
     }
+
+
+def step_parser(module: str, doc: str):
+    """The argument parser every step shares: --profile and --out (add a step's own options)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="gpu")
+    parser.add_argument("--out", type=Path, required=True, help="JSON written here")
+    return parser
+
+
+def chosen_profile(args) -> Profile:
+    """The profile named by --profile, with JAX pointed at its platform."""
+    profile = PROFILES[args.profile]
+    select_platform(profile)
+    return profile
+
+
+def write_result(out: Path, result: dict) -> None:
+    """A step's JSON, with where it was measured (JAX imported only now: see startup.py)."""
+    import json
+
+    result = {"machine": machine_info(), **result}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")

@@ -10,8 +10,6 @@ Given the serving step's cache folder, that step then starts warm.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import sys
 import time
@@ -68,25 +66,15 @@ def measure(profile: profiles.Profile, artifacts: Path, cache: Path, build_dir: 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.startup",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default="gpu")
+    parser = profiles.step_parser("bench.gpu.startup", __doc__)
     parser.add_argument("--artifacts", type=Path, required=True, help="artifact directory")
     parser.add_argument("--cache", type=Path, required=True, help="JAX cache folder (emptied)")
     parser.add_argument("--build-dir", type=Path, default=profiles.BUILD_DIR)
-    parser.add_argument("--out", type=Path, required=True, help="JSON written here")
     args = parser.parse_args(argv)
-    profile = profiles.PROFILES[args.profile]
-    profiles.select_platform(profile)
+    profile = profiles.chosen_profile(args)
     startup = measure(profile, args.artifacts.resolve(), args.cache, args.build_dir)
-    # JAX only now: on a GPU it would have taken the memory the servers' stubs need.
-    result = {"machine": profiles.machine_info(), "profile": profile.name, "startup": startup}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    # JAX only now (write_result): on a GPU it would have taken the memory the stubs need.
+    profiles.write_result(args.out, {"profile": profile.name, "startup": startup})
     return 0
 
 
