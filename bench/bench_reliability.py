@@ -24,11 +24,10 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
+from phoenix.serving.client import http_status
 from phoenix.serving.triton_server import pick_free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,16 +35,6 @@ LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 DRAIN_S = 1.0
 REFUSED = ("Connection refused", "failed to connect", "Server is stopping", "no available versions")
 CUT = ("reset", "Socket closed", "Broken pipe", "closed", "Disconnected", "CANCELLED")
-
-
-def http_status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
 
 
 def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float | None:

@@ -45,7 +45,7 @@ from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.serving.admin_key import admin_headers, find_admin_key
-from phoenix.serving.client import recommend_inputs
+from phoenix.serving.client import http_status, recommend_inputs
 from phoenix.serving.loadgen import Caller, LoadRun, summarize
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
@@ -95,16 +95,6 @@ class Served:
     new_ids: set[int]
     server_pid: int = 0
     reference_load_s: float = 0.0  # an operator's load of the retriever, measured here
-
-
-def http_status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
 
 
 def supervisor_status(served: Served) -> dict:
