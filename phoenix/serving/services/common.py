@@ -21,6 +21,10 @@ from typing import Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, load_artifacts
+
+# The history_continuous_actions width is the device ranker's: the host reference path
+# builds the same features.
+from phoenix.engine.device_ranking import NUM_CONTINUOUS
 from phoenix.recsys_model import DWELL_TIME_INDEX
 from phoenix.serving import contracts
 from phoenix.serving.requests import (
@@ -40,10 +44,6 @@ Inputs = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 Result = Union[Outputs, InputError]
 
-# Width of history_continuous_actions, and the impression time that turns post ages into
-# timestamps: the device ranker's, so the host reference path builds the same features.
-NUM_CONTINUOUS = device_ranking.NUM_CONTINUOUS
-REFERENCE_TIME = device_ranking.REFERENCE_TIME
 
 # Input names each service accepts, from the served models' contracts.
 USER_INPUTS = set(contracts.USER_ENCODER.input_names) | {"history_dwell_seconds"}

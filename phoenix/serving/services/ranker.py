@@ -11,7 +11,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from phoenix.engine.device_ranking import DeviceRanker, RankedBatch, RankRequestBatch
+from phoenix.engine.device_ranking import (
+    REFERENCE_TIME,
+    DeviceRanker,
+    RankedBatch,
+    RankRequestBatch,
+)
 from phoenix.hashing import entity_hashes
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving import contracts
@@ -26,7 +31,6 @@ from phoenix.serving.requests import (
     get_input,
 )
 from phoenix.serving.services.common import (
-    REFERENCE_TIME,
     USER_INPUTS,
     Inputs,
     Outputs,
