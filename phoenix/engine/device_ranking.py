@@ -30,18 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phoenix.engine import kernels
 from phoenix.engine.batching import bucket_for, default_compute_dtype, default_max_rows_per_call
-from phoenix.engine.kernels import (
-    AttentionShape,
-    CandidateInputs,
-    Rotation,
-    candidate_layers,
-    candidate_tables,
-    candidate_tokens,
-    context_layers,
-    layer_weights,
-    rope_rotation,
-)
 from phoenix.engine.ranking import _model_method
 from phoenix.grok import right_anchored_rope_positions, rms_normalize
 from phoenix.hashing import EntityHash
@@ -116,14 +106,14 @@ class DeviceRanker:
         self.max_rows = max_rows_per_call or default_max_rows_per_call()
         self.entities = entities
         tc = config.model
-        self.shape = AttentionShape(
+        self.shape = kernels.AttentionShape(
             tc.num_q_heads, tc.num_kv_heads, tc.key_size, tc.attn_output_multiplier
         )
         self.weights = {
             "params": params,
             "table": jnp.asarray(table, jnp.float32),  # [rows, D], resident on the device
-            "layers": layer_weights(params, tc.num_layers, self.dtype),
-            "candidates": candidate_tables(params, config),
+            "layers": kernels.layer_weights(params, tc.num_layers, self.dtype),
+            "candidates": kernels.candidate_tables(params, config),
             "final_norm": jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32),
             "unembed": jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32),
             "blend": jnp.asarray(weights, jnp.float32),  # [A]
@@ -170,8 +160,8 @@ class DeviceRanker:
             candidate_author_embeddings=None,
         )
         tokens, mask = self._context_tokens(weights["params"], context, context_emb)  # [B,T,D]
-        rotation = rope_rotation(self._context_positions(mask), self.shape.key_size)
-        cache = context_layers(tokens, mask, rotation, weights["layers"], self.shape)
+        rotation = kernels.rope_rotation(self._context_positions(mask), self.shape.key_size)
+        cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
 
         candidates = self._candidate_inputs(hashed, inputs, lookup)
         logits = self._score_candidates(weights, cache, mask, candidates)  # [B, C, A]
@@ -182,10 +172,12 @@ class DeviceRanker:
         ranked_probs = jnp.take_along_axis(probs, order[..., None], axis=1)  # [B, C, A]
         return order, jnp.take_along_axis(blended, order, axis=1), ranked_probs
 
-    def _candidate_inputs(self, hashed, inputs: RankRequestBatch, lookup) -> CandidateInputs:
+    def _candidate_inputs(
+        self, hashed, inputs: RankRequestBatch, lookup
+    ) -> kernels.CandidateInputs:
         has_age = inputs.candidate_has_age  # [B, C]
         age = jnp.floor(inputs.candidate_age_seconds).astype(jnp.int32)
-        return CandidateInputs(
+        return kernels.CandidateInputs(
             valid=hashed["candidate_post"][0][:, :, 0] != 0,  # [B, C]
             product_surface=inputs.candidate_surfaces,
             impr_ts=jnp.where(has_age, REFERENCE_TIME, 0).astype(jnp.int32),
@@ -194,7 +186,7 @@ class DeviceRanker:
             author_embeddings=lookup(hashed["candidate_author"][1]),  # [B, C, nA, D]
         )
 
-    def _score_candidates(self, weights, cache, context_mask, candidates: CandidateInputs):
+    def _score_candidates(self, weights, cache, context_mask, candidates: kernels.CandidateInputs):
         """Logits [B, C, A], candidates in chunks and users in groups of at most max_rows."""
         users, count = candidates.valid.shape
         chunk = min(count, self.chunk)
@@ -205,7 +197,7 @@ class DeviceRanker:
             group_cache = [(take(k), take(v)) for k, v in cache]
             chunks = []
             for start in range(0, count, chunk):
-                part = CandidateInputs(
+                part = kernels.CandidateInputs(
                     *(x[u : u + group, start : start + chunk] for x in candidates)
                 )
                 chunks.append(
@@ -214,11 +206,13 @@ class DeviceRanker:
             rows_out.append(jnp.concatenate(chunks, axis=1))
         return jnp.concatenate(rows_out, axis=0)
 
-    def _score_chunk(self, weights, cache, context_mask, part: CandidateInputs, start: int):
+    def _score_chunk(self, weights, cache, context_mask, part: kernels.CandidateInputs, start: int):
         granularity = self.config.post_age_granularity_mins
-        tokens = candidate_tokens(part, weights["candidates"], granularity).astype(self.dtype)
+        tokens = kernels.candidate_tokens(part, weights["candidates"], granularity).astype(
+            self.dtype
+        )
         rotation = self._candidate_rotation(part.valid.shape[1], start)
-        h = candidate_layers(
+        h = kernels.candidate_layers(
             tokens, part.valid, rotation, context_mask, cache, weights["layers"], self.shape
         )
         h = rms_normalize(h, weights["final_norm"]).astype(jnp.float32)  # [B, c, D]
@@ -229,7 +223,7 @@ class DeviceRanker:
             return right_anchored_rope_positions(mask, self.config.history_seq_len, 1)
         return jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
 
-    def _candidate_rotation(self, width: int, start: int) -> Rotation:
+    def _candidate_rotation(self, width: int, start: int) -> kernels.Rotation:
         """cos/sin of candidate positions as constants of the program.
 
         Positions do not depend on the data (T + index, or T for every candidate when
@@ -242,8 +236,8 @@ class DeviceRanker:
         else:
             positions = (seq + start + np.arange(width, dtype=np.float32))[None, :]
         with jax.ensure_compile_time_eval():
-            rotation = rope_rotation(jnp.asarray(positions), self.shape.key_size)
-        return Rotation(np.asarray(rotation.cos), np.asarray(rotation.sin))
+            rotation = kernels.rope_rotation(jnp.asarray(positions), self.shape.key_size)
+        return kernels.Rotation(np.asarray(rotation.cos), np.asarray(rotation.sin))
 
     # -- host side -----------------------------------------------------------------------
 
