@@ -14,16 +14,7 @@ from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
 from phoenix.engine import RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving import contracts
-from phoenix.serving.requests import (
-    LIMITS,
-    InputError,
-    check_ids,
-    check_limit,
-    check_range,
-    check_same_rows,
-    check_unknown_inputs,
-    get_input,
-)
+from phoenix.serving import requests as checks
 from phoenix.serving.services.common import (
     USER_INPUTS,
     Inputs,
@@ -64,7 +55,7 @@ class UserEncoderService:
         return self.engine.warm_up()
 
     def parse(self, inputs: Inputs) -> list[dict]:
-        check_unknown_inputs(inputs, USER_INPUTS)
+        checks.check_unknown_inputs(inputs, USER_INPUTS)
         c = self.config
         return parse_user_rows(inputs, c.num_actions, c.product_surface_vocab_size)
 
@@ -111,15 +102,15 @@ class CandidateTowerService:
         return 1
 
     def parse(self, inputs: Inputs) -> np.ndarray:
-        check_unknown_inputs(inputs, set(contracts.CANDIDATE_TOWER.input_names))
-        posts = get_input(inputs, "post_id", "int", 2)
-        authors = get_input(inputs, "author_id", "int", 2)
-        check_same_rows({"post_id": posts, "author_id": authors})
+        checks.check_unknown_inputs(inputs, set(contracts.CANDIDATE_TOWER.input_names))
+        posts = checks.get_input(inputs, "post_id", "int", 2)
+        authors = checks.get_input(inputs, "author_id", "int", 2)
+        checks.check_same_rows({"post_id": posts, "author_id": authors})
         for name, ids in (("post_id", posts), ("author_id", authors)):
             if ids.shape[1] != 1:
-                raise InputError(f"input '{name}': expected one id per row, got {ids.shape}")
-        check_ids("post_id", posts, minimum=1)
-        check_ids("author_id", authors)
+                raise checks.InputError(f"input '{name}': expected one id per row, got {ids.shape}")
+        checks.check_ids("post_id", posts, minimum=1)
+        checks.check_ids("author_id", authors)
         return np.concatenate([posts, authors], axis=1).astype(np.int64)  # [n, 2] rows
 
     def embed(self, post_ids: np.ndarray, author_ids: np.ndarray) -> np.ndarray:
@@ -167,22 +158,24 @@ class RetrieverService:
         return self.engine.warm_up()
 
     def parse(self, inputs: Inputs) -> list[tuple[np.ndarray, int, np.ndarray]]:
-        check_unknown_inputs(inputs, set(contracts.RETRIEVER.input_names))
-        users = get_input(inputs, "user_embedding", "float", 2)
-        top_k = get_input(inputs, "top_k", "int", 2)
-        seen = get_input(inputs, "history_post_ids", "int", 2, required=False)
-        check_same_rows({"user_embedding": users, "top_k": top_k, "history_post_ids": seen})
+        checks.check_unknown_inputs(inputs, set(contracts.RETRIEVER.input_names))
+        users = checks.get_input(inputs, "user_embedding", "float", 2)
+        top_k = checks.get_input(inputs, "top_k", "int", 2)
+        seen = checks.get_input(inputs, "history_post_ids", "int", 2, required=False)
+        checks.check_same_rows({"user_embedding": users, "top_k": top_k, "history_post_ids": seen})
         D = self.config.emb_size
         if users.shape[1] != D:
-            raise InputError(
+            raise checks.InputError(
                 f"input 'user_embedding': expected {D} values per row, got shape {users.shape}"
             )
         if top_k.shape[1] != 1:
-            raise InputError(f"input 'top_k': expected one value per row, got {top_k.shape}")
-        check_range("top_k", top_k, 1, LIMITS.max_top_k, "top_k")
+            raise checks.InputError(f"input 'top_k': expected one value per row, got {top_k.shape}")
+        checks.check_range("top_k", top_k, 1, checks.LIMITS.max_top_k, "top_k")
         if seen is not None:
-            check_ids("history_post_ids", seen)
-            check_limit("history_post_ids", seen.shape[1], LIMITS.max_history_items, "ids")
+            checks.check_ids("history_post_ids", seen)
+            checks.check_limit(
+                "history_post_ids", seen.shape[1], checks.LIMITS.max_history_items, "ids"
+            )
         empty = np.zeros(0, np.int64)
         return [
             (users[r].astype(np.float32), int(top_k[r, 0]), empty if seen is None else seen[r])
