@@ -12,6 +12,7 @@ BACKEND_DIR := $(VENV)/triton-backends
 STAMPS := build/stamps
 
 ARTIFACTS ?= artifacts/demo
+DEMO_ARTIFACTS ?= artifacts/trained-demo
 DEVICE ?= cpu
 HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
@@ -96,10 +97,11 @@ $(ARTIFACTS)/config.json: | $(BACKEND_STAMP)
 serve: setup artifacts  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
 	$(PY) -m phoenix.serving.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
 
-# Free ports, so the demo also works beside a running `make serve`.
-demo: setup artifacts  ## start Triton, run one end-to-end recommendation, stop
-	$(PY) -m phoenix.serving.serve --demo --quiet --artifacts $(ARTIFACTS) --device $(DEVICE) \
-		--host $(HOST) --http-port 0 --grpc-port 0 --metrics-port 0
+# Free ports, so the demo also works beside a running `make serve`. The demo serves towers
+# trained on synthetic logs (trained once, then cached: see "training" below).
+demo: setup $(DEMO_ARTIFACTS)/config.json  ## train the demo towers once, serve, recommend, stop
+	$(PY) -m phoenix.serving.serve --demo --quiet --artifacts $(DEMO_ARTIFACTS) \
+		--device $(DEVICE) --host $(HOST) --http-port 0 --grpc-port 0 --metrics-port 0
 
 test: setup  ## ruff check + the whole pytest suite (unit tests first, then integration)
 	$(RUFF) check .
@@ -172,3 +174,39 @@ gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): ser
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
 	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)
+
+# ---- training on synthetic engagement logs (docs/training.md) --------------------------------
+# Each artifact directory is trained again only when its preset or seed changes: the stamp
+# file is rewritten only then, and config.json appears only once training has succeeded.
+TRAIN_PRESET ?= mini
+TRAIN_SEED ?= 0
+TRAINED ?= artifacts/trained-$(TRAIN_PRESET)
+DEMO_SEED ?= 0
+TRAIN_RESULTS := bench/results/training-$(TRAIN_PRESET)
+DEMO_STAMP := $(STAMPS)/train-$(subst /,_,$(DEMO_ARTIFACTS)).args
+TRAIN_STAMP := $(STAMPS)/train-$(subst /,_,$(TRAINED)).args
+
+.PHONY: train bench-training FORCE
+FORCE:
+
+$(DEMO_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo "preset=demo seed=$(DEMO_SEED)" | cmp -s - $@ || echo "preset=demo seed=$(DEMO_SEED)" > $@
+
+$(DEMO_ARTIFACTS)/config.json: $(DEMO_STAMP) | $(BACKEND_STAMP)
+	$(PY) -m phoenix.training pipeline --preset demo --seed $(DEMO_SEED) --out $(DEMO_ARTIFACTS)
+
+$(TRAIN_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo "preset=$(TRAIN_PRESET) seed=$(TRAIN_SEED)" | cmp -s - $@ || \
+		echo "preset=$(TRAIN_PRESET) seed=$(TRAIN_SEED)" > $@
+
+$(TRAINED)/config.json: $(TRAIN_STAMP) | $(BACKEND_STAMP)
+	$(PY) -m phoenix.training pipeline --preset $(TRAIN_PRESET) --seed $(TRAIN_SEED) \
+		--out $(TRAINED) --results $(TRAIN_RESULTS).json --plot $(TRAIN_RESULTS).png
+
+train: setup $(TRAINED)/config.json  ## train both towers on synthetic logs (TRAIN_PRESET=mini|demo|tiny; GPU if JAX has one)
+	$(PY) -m phoenix.training report $(TRAINED)/training.json
+
+bench-training: setup  ## training throughput (examples/s) -> bench/results/training.json
+	$(PY) bench/bench_training.py $(BENCH_ARGS)

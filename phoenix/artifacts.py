@@ -30,7 +30,7 @@ from phoenix.config import (
     ArtifactConfig,
     EntityHashParams,
     HashParams,
-    default_action_names,
+    action_names_for,
 )
 from phoenix.hashing import HashEmbedder, stack_tables
 
@@ -148,7 +148,7 @@ def preset_config(preset: Preset, seed: int) -> ArtifactConfig:
         widening_factor=preset.widening_factor,
         attn_output_multiplier=preset.attn_output_multiplier,
         num_actions=preset.num_actions,
-        action_names=default_action_names(preset.num_actions),
+        action_names=action_names_for(preset.num_actions),
         product_surface_vocab_size=preset.product_surface_vocab_size,
         post_age_granularity_mins=preset.post_age_granularity_mins,
         user_vocab_size=preset.user_vocab_size,

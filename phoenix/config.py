@@ -21,7 +21,33 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 ENTITIES = ("user", "item", "author")
 
-# Output columns of the published models follow the proto's action enum; only these are named.
+# The original runners' ACTIONS list (``<name>_score`` there), one name per output column of a
+# 19-action model. Artifacts written here (generated or trained) store these in config.json.
+ACTION_NAMES = (
+    "favorite",
+    "reply",
+    "repost",
+    "photo_expand",
+    "click",
+    "profile_click",
+    "vqv",
+    "share",
+    "share_via_dm",
+    "share_via_copy_link",
+    "dwell",
+    "quote",
+    "quoted_click",
+    "follow_author",
+    "not_interested",  # negative feedback from here on
+    "block_author",
+    "mute_author",
+    "report",
+    "dwell_time",
+)
+NEGATIVE_ACTIONS = ("not_interested", "block_author", "mute_author", "report")
+
+# A published config.json without ``action_names`` is read with the proto's action enum as
+# its column layout; only these columns are named then.
 PROTO_ACTION_NAMES = {
     1: "favorite",
     4: "reply",
@@ -59,6 +85,14 @@ class ArtifactError(ValueError):
 def default_action_names(num_actions: int) -> tuple[str, ...]:
     """Column names of published files: proto names where known, ``action_<i>`` elsewhere."""
     return tuple(PROTO_ACTION_NAMES.get(i, f"action_{i}") for i in range(num_actions))
+
+
+def action_names_for(num_actions: int) -> tuple[str, ...]:
+    """Names written into new artifacts: the original's ACTIONS for 19 columns, else
+    ``default_action_names``."""
+    if num_actions == len(ACTION_NAMES):
+        return ACTION_NAMES
+    return default_action_names(num_actions)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,111 @@
-"""The demo's end-to-end recommendation: one user through the ``recommend`` ensemble."""
+"""The demo's end-to-end recommendation: one user through the ``recommend`` ensemble.
+
+With trained artifacts (``python -m phoenix.training``), the artifact directory carries a
+``metadata.npz`` sidecar (each post's topic and author handle) and ``training.json`` (the
+example user's planted interests); the demo then prints the user's history topics next to
+the recommended posts' topics and authors, so the match can be seen.
+"""
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Optional
 
-from phoenix.checkpoint import load_config, load_example_sequence
+import numpy as np
+
+from phoenix.checkpoint import load_config, load_example_sequence, read_npz, resolve_inside
+from phoenix.config import NEGATIVE_ACTIONS
 from phoenix.serving.client import connect, feed_table, infer, recommend_inputs
+
+METADATA_FILE = "metadata.npz"
+TRAINING_FILE = "training.json"
+FEED_ROWS = 20
+
+
+class PostInfo:
+    """Topic and author handle of each post id, from the ``metadata.npz`` sidecar."""
+
+    def __init__(self, arrays: dict):
+        self.topic_names = [str(t) for t in arrays["topic_names"]]
+        handles = dict(zip(arrays["author_ids"].tolist(), arrays["author_handles"].tolist()))
+        self._topic = dict(zip(arrays["post_ids"].tolist(), arrays["post_topics"].tolist()))
+        self._author = {
+            post: handles.get(author, str(author))
+            for post, author in zip(arrays["post_ids"].tolist(), arrays["post_author_ids"].tolist())
+        }
+
+    @classmethod
+    def load(cls, artifacts_dir) -> Optional[PostInfo]:
+        path = resolve_inside(Path(artifacts_dir), METADATA_FILE)
+        return cls(read_npz(path, METADATA_FILE)) if path.is_file() else None
+
+    def topic(self, post_id: int) -> str:
+        index = self._topic.get(int(post_id))
+        return "?" if index is None else self.topic_names[index]
+
+    def author(self, post_id: int) -> str:
+        return self._author.get(int(post_id), "?")
+
+
+def _counts(items) -> str:
+    return ", ".join(f"{name} {count}" for name, count in Counter(items).most_common())
+
+
+def history_summary(seq: dict, info: PostInfo, action_names) -> list[str]:
+    """The history's topics, and the topics the user gave negative feedback on."""
+    topics = [info.topic(p) for p in seq["history_post_ids"]]
+    negative = [action_names.index(n) for n in NEGATIVE_ACTIONS if n in action_names]
+    disliked = [
+        topic
+        for topic, actions in zip(topics, seq["history_actions"])
+        if any(actions[i] for i in negative)
+    ]
+    lines = [f"  history topics:   {_counts(topics)}"]
+    if disliked:
+        lines.append(f"  negative feedback on: {_counts(disliked)}")
+    return lines
+
+
+def planted_truth(artifacts_dir) -> list[str]:
+    """The example user's planted interests, when training.json has them."""
+    path = resolve_inside(Path(artifacts_dir), TRAINING_FILE)
+    if not path.is_file():
+        return []
+    user = json.loads(path.read_text(encoding="utf-8")).get("example_user") or {}
+    if not user.get("interests"):
+        return []
+    interests = ", ".join(f"{k} {v:.1f}" for k, v in user["interests"].items())
+    line = f"  planted interests (ground truth of the synthetic logs): {interests}"
+    if user.get("dislikes"):
+        line += f"; dislikes {', '.join(user['dislikes'])}"
+    return [line]
+
+
+def topic_feed_table(result: dict, info: PostInfo, action_names, rows: int = FEED_ROWS) -> str:
+    """Rank, topic, author, blended score, retrieval score and the top actions."""
+    posts = result["ranked_post_ids"][0]
+    scores = result["scores"][0]
+    retrieval = result.get("retrieval_scores", result.get("ranked_retrieval_scores"))
+    retrieval = retrieval[0] if retrieval is not None else np.full(len(posts), np.nan)
+    probs = result["action_probs"][0]
+    lines = [f"{'rank':>4}  {'topic':<10} {'author':<16} {'score':>7}  {'retr.':>6}  top actions"]
+    for i in range(min(rows, len(posts))):
+        best = np.argsort(-probs[i])[:3]
+        actions = ", ".join(f"{action_names[a]} {probs[i, a]:.2f}" for a in best)
+        lines.append(
+            f"{i + 1:>4}  {info.topic(posts[i]):<10} {info.author(posts[i]):<16} "
+            f"{scores[i]:>7.3f}  {retrieval[i]:>6.3f}  {actions}"
+        )
+    if len(posts) > rows:
+        lines.append(f"... {len(posts) - rows} more")
+    lines.append(
+        f"\n  topics of the top {min(rows, len(posts))}: "
+        f"{_counts(info.topic(p) for p in posts[:rows])}"
+    )
+    return "\n".join(lines)
 
 
 def run_demo(http_url: str, artifacts_dir: str | Path, top_k: int = 50) -> None:
@@ -18,8 +117,18 @@ def run_demo(http_url: str, artifacts_dir: str | Path, top_k: int = 50) -> None:
     result = infer(client, "http", "recommend", recommend_inputs(seq, top_k))
     elapsed_ms = 1e3 * (time.perf_counter() - started)
     history = len(seq["history_post_ids"])
-    print(
-        f"\nRecommended feed for user {seq['user_id']} ({history} history items, "
-        f"retrieve {top_k} then rank) in {elapsed_ms:.0f} ms over HTTP:\n"
-    )
-    print(feed_table(result, config.action_names, rows=20))
+    info = PostInfo.load(artifacts_dir)
+    if info is None:
+        print(
+            f"\nRecommended feed for user {seq['user_id']} ({history} history items, "
+            f"retrieve {top_k} then rank) in {elapsed_ms:.0f} ms over HTTP:\n"
+        )
+        print(feed_table(result, config.action_names, rows=FEED_ROWS))
+        return
+    print(f"\nDemo user {seq['user_id']}, {history} history items:")
+    for line in history_summary(seq, info, list(config.action_names)) + planted_truth(
+        artifacts_dir
+    ):
+        print(line)
+    print(f"\nRecommended feed (retrieve {top_k} then rank) in {elapsed_ms:.0f} ms over HTTP:\n")
+    print(topic_feed_table(result, info, config.action_names))

@@ -14,6 +14,7 @@ from phoenix.checkpoint import (
     load_corpus,
     load_example_sequence,
 )
+from phoenix.config import ACTION_NAMES
 from phoenix.hashing import hash_ids
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 
@@ -77,7 +78,8 @@ def test_config_and_example(tiny, loaded):
     config = loaded.config
     assert (config.emb_size, config.num_layers, config.num_heads, config.key_size) == (32, 2, 2, 16)
     assert (config.history_seq_len, config.candidate_seq_len, config.num_actions) == (12, 6, 19)
-    assert config.action_names[1] == "favorite" and config.action_names[13] == "vqv"
+    assert config.action_names == ACTION_NAMES  # the original runners' ACTIONS
+    assert config.action_names[0] == "favorite" and config.action_names[18] == "dwell_time"
     for entity in ("user", "item", "author"):
         params = config.hash_params.for_entity(entity)
         assert all(v % 2 == 1 and 0 < v < params.modulus for v in params.scales + params.biases)

@@ -1,0 +1,7 @@
+"""``python -m phoenix.training --help``."""
+
+import sys
+
+from phoenix.training.cli import main
+
+sys.exit(main())

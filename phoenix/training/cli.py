@@ -1,0 +1,152 @@
+"""``python -m phoenix.training``: synthetic logs, training, offline evaluation.
+
+python -m phoenix.training generate --preset tiny --out build/logs/tiny
+python -m phoenix.training pipeline --preset demo --out artifacts/trained
+python -m phoenix.training report artifacts/trained/training.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from phoenix.training.presets import PRESETS
+
+
+def _preset_help() -> str:
+    return "; ".join(f"{name}: {p.description}" for name, p in PRESETS.items())
+
+
+class TqdmProgress:
+    """A tqdm bar for one training phase, showing loss and examples/s."""
+
+    def __init__(self, description: str, total: int):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=description, unit="step", file=sys.stderr)
+        self.done = 0
+
+    def __call__(self, step: int, metrics: dict, examples_per_s: float) -> None:
+        shown = {k: f"{float(v):.3f}" for k, v in metrics.items() if k in ("retrieval", "ranker")}
+        self.bar.set_postfix(shown | {"ex/s": f"{examples_per_s:,.0f}"}, refresh=False)
+        self.bar.update(step + 1 - self.done)
+        self.done = step + 1
+
+    def close(self) -> None:
+        self.bar.update(self.bar.total - self.done)
+        self.bar.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m phoenix.training",
+        description="Train both Phoenix towers on synthetic engagement logs, evaluate them "
+        "offline and write the published artifact layout (servable with `make serve "
+        "ARTIFACTS=...`). Presets: " + _preset_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Examples:\n"
+        "  python -m phoenix.training pipeline --preset demo --out artifacts/trained-demo\n"
+        "  python -m phoenix.training generate --preset tiny --out build/logs/tiny\n"
+        "  python -m phoenix.training report artifacts/trained-demo/training.json\n"
+        "The log files' schema is in phoenix/training/logs.py and docs/training.md.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="write synthetic engagement logs (npz + meta.json)")
+    gen.add_argument("--preset", choices=sorted(PRESETS), default="demo", help="world size")
+    gen.add_argument("--out", type=Path, required=True, help="log directory to write")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+
+    run = sub.add_parser(
+        "pipeline",
+        help="logs -> train both towers -> artifact directory -> evaluation",
+        description="Generate (or reuse) the preset's logs, train the retrieval tower, then "
+        "the ranker on the frozen shared tables, write the artifact directory and evaluate "
+        "on the held-out day.",
+    )
+    run.add_argument("--preset", choices=sorted(PRESETS), default="demo", help=_preset_help())
+    run.add_argument("--out", type=Path, required=True, help="artifact directory to write")
+    run.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    run.add_argument(
+        "--logs",
+        type=Path,
+        default=None,
+        help="log directory, reused when it holds this preset's and seed's logs "
+        "(default: build/logs/PRESET-seedSEED)",
+    )
+    run.add_argument("--results", type=Path, default=None, help="also write the JSON here")
+    run.add_argument("--plot", type=Path, default=None, help="write learning curves + recall@k PNG")
+    run.add_argument("--no-eval", action="store_true", help="skip the offline evaluation")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    rep = sub.add_parser("report", help="print the evaluation table of a training.json")
+    rep.add_argument("summary", type=Path, help="training.json (or a --results file)")
+    rep.add_argument("--plot", type=Path, default=None, help="also write the PNG here")
+    return parser
+
+
+def _print_report(summary: dict) -> bool:
+    from phoenix.training.report import markdown_table, targets
+
+    evaluation = summary.get("evaluation")
+    if not evaluation:
+        print("(no evaluation in this summary)")
+        return True
+    print(markdown_table(evaluation))
+    ok = True
+    for text, holds in targets(evaluation):
+        print(f"  [{'ok' if holds else 'MISSED'}] {text}")
+        ok &= holds
+    return ok
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "generate":
+        from phoenix.training.logs import save_logs
+        from phoenix.training.synthetic import generate_logs
+
+        started = time.perf_counter()
+        world, impressions = generate_logs(PRESETS[args.preset].world, args.seed)
+        save_logs(args.out, world, impressions, args.seed)
+        print(
+            f"wrote {len(impressions):,} impressions of {len(world.user_ids):,} users to "
+            f"{args.out} in {time.perf_counter() - started:.1f} s"
+        )
+        return 0
+    if args.command == "report":
+        summary = json.loads(args.summary.read_text())
+        if args.plot:
+            from phoenix.training.report import write_plot
+
+            write_plot(summary, args.plot)
+        _print_report(summary)
+        return 0
+
+    from phoenix.training.pipeline import run_pipeline
+
+    started = time.perf_counter()
+    summary = run_pipeline(
+        args.preset,
+        args.out,
+        seed=args.seed,
+        logs_dir=args.logs,
+        results_path=args.results,
+        evaluate=not args.no_eval,
+        make_progress=None if args.quiet else TqdmProgress,
+    )
+    if args.plot:
+        from phoenix.training.report import write_plot
+
+        write_plot(summary, args.plot)
+    _print_report(summary)
+    print(f"wrote {args.out} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

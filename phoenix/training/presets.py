@@ -1,0 +1,108 @@
+"""Training presets: the synthetic world, the model shapes and the optimisation settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from phoenix.artifacts import Preset, preset_config
+from phoenix.config import ACTION_NAMES, ArtifactConfig
+from phoenix.training.synthetic import WorldSpec
+from phoenix.training.train import TrainSettings
+
+
+@dataclass(frozen=True)
+class TrainPreset:
+    """Everything one ``python -m phoenix.training pipeline --preset NAME`` run needs."""
+
+    description: str
+    world: WorldSpec
+    model: Preset
+    settings: TrainSettings  # batch sizes and learning rate of both phases
+    retrieval_steps: int
+    ranker_steps: int
+    eval_users: int = 2000
+    eval_candidates: int = 64  # held-out impressions per evaluation request
+    eval_every: int = 100
+
+    def phases(self, seed: int) -> list[TrainSettings]:
+        """Two phases: the retrieval tower learns the shared hash tables, then the ranker
+        learns on top of them with the tables (and the retrieval tower) fixed, so the corpus
+        embedded after training matches the tables both towers are served with."""
+        base = dataclasses.replace(self.settings, seed=seed)
+        return [
+            dataclasses.replace(base, steps=self.retrieval_steps, towers=("retrieval",)),
+            dataclasses.replace(
+                base,
+                steps=self.ranker_steps,
+                towers=("ranker",),
+                frozen=("tables", "retrieval"),
+            ),
+        ]
+
+    def config(self, seed: int) -> ArtifactConfig:
+        """The artifact config: the model preset's shapes and hash functions from ``seed``,
+        right-anchored RoPE (a candidate's score is independent of its slot) and the
+        original's 19 action names."""
+        base = preset_config(self.model, seed)
+        return dataclasses.replace(base, right_anchored_rope=True, action_names=ACTION_NAMES)
+
+
+def _model(emb, layers, heads, key, history, candidates, users, items, authors) -> Preset:
+    return Preset(
+        emb_size=emb,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads,
+        key_size=key,
+        history_seq_len=history,
+        candidate_seq_len=candidates,
+        user_vocab_size=users,
+        item_vocab_size=items,
+        author_vocab_size=authors,
+        corpus_size=0,  # the corpus is the logs' recent posts
+        num_authors=0,
+    )
+
+
+PRESETS = {
+    "tiny": TrainPreset(
+        description="unit tests: 3k users, 8k posts, emb 32, 2 layers, a few hundred steps",
+        world=WorldSpec(
+            num_users=3_000,
+            num_authors=120,
+            num_posts=4_000,
+            num_topics=8,
+            num_days=6,
+            sessions_per_day=1.0,
+        ),
+        model=_model(32, 2, 2, 16, 16, 16, 2_000, 8_000, 600),
+        settings=TrainSettings(steps=0, ranker_batch=32, retrieval_batch=128, learning_rate=3e-3),
+        retrieval_steps=300,
+        ranker_steps=400,
+        eval_users=500,
+        eval_every=100,
+    ),
+    "demo": TrainPreset(
+        description="make demo: 100k users, 24k posts, 16 topics, emb 64, 2 layers, history 16 "
+        "(about 3 min on 2 cores)",
+        world=WorldSpec(num_users=100_000, num_authors=500, num_posts=24_000),
+        model=_model(64, 2, 4, 16, 16, 64, 5_000, 20_000, 1_000),
+        settings=TrainSettings(steps=0, ranker_batch=64, retrieval_batch=256, learning_rate=3e-3),
+        retrieval_steps=700,
+        ranker_steps=2600,
+        eval_users=2000,
+        eval_every=250,
+    ),
+    "mini": TrainPreset(
+        description="make train: 300k users, 100k posts, the published mini shapes (emb 128, "
+        "4 layers, history 127); meant for a GPU",
+        world=WorldSpec(num_users=300_000, num_authors=2_000, num_posts=100_000, num_days=10),
+        model=_model(128, 4, 4, 32, 127, 64, 100_000, 100_000, 4_000),
+        settings=TrainSettings(steps=0, ranker_batch=128, retrieval_batch=512, learning_rate=2e-3),
+        retrieval_steps=4000,
+        ranker_steps=8000,
+        eval_users=5000,
+        eval_every=500,
+    ),
+}

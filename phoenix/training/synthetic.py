@@ -1,0 +1,449 @@
+"""Synthetic engagement logs with a planted structure (numpy only, no file I/O).
+
+A small world of users, authors and posts, and the impressions a feed showed them over some
+days, each with a product surface, dwell seconds and the 19 actions of the original's ACTIONS
+list. The actions are drawn from a known ground-truth model, so the trained towers can be
+judged against its own ranking (the ceiling):
+
+- every author writes about one home topic; a post has a topic (usually its author's), an
+  author, a media type (text, photo, video), a creation time and a quality;
+- every user likes one or two topics (``interest`` 1.0 and 0.6), may dislike one, and follows a
+  few authors of the topics they like;
+- the affinity of user u for post p is
+      a = 2.5 interest[u, topic] + 0.8 follows(u, author) + 0.4 (author + post quality)
+          - 0.35 age_days - 0.8 dislike[u, topic] + surface offset
+  and each positive action fires with probability sigmoid(base + slope * a) (photo_expand only
+  on photos, vqv only on videos, follow_author only for authors not yet followed); the negative
+  actions (not_interested, block_author, mute_author, report) fire with
+  sigmoid(base - slope * a + weight * dislike[u, topic]);
+- dwell seconds are log-normal with a median of exp(1.3 + 0.5 a); ``dwell`` is dwell >= 8 s and
+  ``dwell_time`` dwell >= 20 s;
+- the feed that produced the impressions (the logging policy) mixes posts of the topics a user
+  likes (55%), posts of followed authors (10%) and recent posts of any topic (35%), favouring
+  recent posts (age ~ exponential with a mean of 18 hours, at most ``max_post_age_days``).
+
+Generation is vectorised and deterministic for a seed: every array comes from its own named
+stream (``phoenix.artifacts.stream``). ``phoenix.training.logs`` writes and reads the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phoenix.artifacts import stream, unique_positive_ids
+from phoenix.config import ACTION_NAMES, NEGATIVE_ACTIONS
+
+DAY = 86_400
+START_TS = 1_700_000_000  # first second of day 0 of the logs
+TOPIC_NAMES = (
+    "sports", "politics", "music", "tech", "gaming", "food", "science", "movies",
+    "travel", "fashion", "finance", "health", "art", "books", "pets", "cars",
+)  # fmt: skip
+SURFACE_NAMES = ("home_for_you", "home_following", "search", "profile", "notifications")
+MEDIA_NAMES = ("text", "photo", "video")
+POSITIVE_ACTIONS = ("favorite", "reply", "repost", "quote")  # a retrieval "positive"
+DWELL_THRESHOLD_S = 8.0  # ``dwell``
+LONG_DWELL_THRESHOLD_S = 20.0  # ``dwell_time``
+MAX_DWELL_S = 600.0
+
+# Ground-truth weights of the affinity (see the module docstring).
+W_INTEREST = 2.5
+W_FOLLOW = 0.8
+W_QUALITY = 0.4
+W_AGE_PER_DAY = 0.35
+W_DISLIKE = 0.8
+SECONDARY_INTEREST = 0.6
+POST_QUALITY_STD = 0.3
+AUTHOR_QUALITY_STD = 0.5
+POST_AGE_SCALE_DAYS = 0.75  # logging policy: age of a shown post ~ exponential
+SURFACE_OFFSET = np.array([0.0, 0.2, 0.4, -0.2, 0.1], np.float32)
+DWELL_MU, DWELL_SLOPE, DWELL_SIGMA = 1.3, 0.5, 0.7
+
+# (base, slope on affinity, weight of dislike) per action; dwell columns come from dwell seconds.
+ACTION_PARAMS = {
+    "favorite": (-3.5, 1.6, 0.0),
+    "reply": (-5.8, 1.6, 0.0),
+    "repost": (-5.3, 1.6, 0.0),
+    "photo_expand": (-2.2, 0.9, 0.0),
+    "click": (-2.5, 0.9, 0.0),
+    "profile_click": (-4.5, 0.8, 0.0),
+    "vqv": (-1.6, 1.0, 0.0),
+    "share": (-5.5, 1.3, 0.0),
+    "share_via_dm": (-6.0, 1.3, 0.0),
+    "share_via_copy_link": (-6.5, 1.2, 0.0),
+    "quote": (-6.0, 1.5, 0.0),
+    "quoted_click": (-6.0, 0.8, 0.0),
+    "follow_author": (-6.5, 1.2, 0.0),
+    "not_interested": (-4.5, -0.8, 2.5),
+    "block_author": (-7.5, -0.6, 2.0),
+    "mute_author": (-7.0, -0.6, 2.0),
+    "report": (-8.0, -0.5, 1.8),
+}
+ACTION_INDEX = {name: i for i, name in enumerate(ACTION_NAMES)}
+
+# Logging policy: where an impression's post comes from.
+SOURCE_LIKED, SOURCE_FOLLOWED = 0.55, 0.10  # the rest: recent posts of any topic
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """Sizes of a synthetic world and its logs."""
+
+    num_users: int
+    num_authors: int
+    num_posts: int
+    num_topics: int = 16
+    num_days: int = 8  # days of impressions: 0 .. num_days - 1
+    held_out_days: int = 1  # the last days, for evaluation only
+    sessions_per_day: float = 0.8  # mean over users (log-normal activity)
+    impressions_per_session: float = 8.0  # mean (1 + Poisson)
+    max_impressions_per_session: int = 16
+    follows_per_user: int = 5
+    max_post_age_days: float = 2.0  # the feed shows no older post
+    pre_days: float = 2.0  # posts exist from day -pre_days on
+    corpus_days: float = 1.0  # the retrieval corpus: posts of the last days, and new ones
+
+    def __post_init__(self):
+        if not 1 <= self.num_topics <= len(TOPIC_NAMES):
+            raise ValueError(f"num_topics must lie in [1, {len(TOPIC_NAMES)}]")
+        if not 0 < self.held_out_days < self.num_days:
+            raise ValueError("held_out_days must lie in [1, num_days)")
+
+    @property
+    def split_ts(self) -> int:
+        """First second of the held-out days."""
+        return START_TS + (self.num_days - self.held_out_days) * DAY
+
+    @property
+    def end_ts(self) -> int:
+        return START_TS + self.num_days * DAY
+
+
+@dataclass
+class World:
+    """Users, authors and posts with their planted ground truth (index-aligned arrays)."""
+
+    spec: WorldSpec
+    user_ids: np.ndarray  # int64 [U]
+    interest: np.ndarray  # float32 [U, T]: 1.0 primary, 0.6 secondary, else 0
+    dislike: np.ndarray  # float32 [U, T]: 1.0 for the disliked topic
+    follows: np.ndarray  # int32 [U, F] author indices
+    activity: np.ndarray  # float32 [U] sessions per day
+    author_ids: np.ndarray  # int64 [A]
+    author_topic: np.ndarray  # int32 [A]
+    author_quality: np.ndarray  # float32 [A]
+    post_ids: np.ndarray  # int64 [P]
+    post_author: np.ndarray  # int32 [P] author index
+    post_topic: np.ndarray  # int32 [P]
+    post_media: np.ndarray  # int8 [P]
+    post_created_ts: np.ndarray  # int64 [P]
+    post_quality: np.ndarray  # float32 [P]
+    topic_names: tuple[str, ...] = field(default=())
+
+    @property
+    def author_handles(self) -> np.ndarray:
+        """'@<topic>_<n>' per author: readable names for the demo."""
+        counts: dict[int, int] = {}
+        handles = []
+        for topic in self.author_topic.tolist():
+            counts[topic] = counts.get(topic, 0) + 1
+            handles.append(f"@{self.topic_names[topic]}_{counts[topic]}")
+        return np.array(handles)
+
+
+@dataclass
+class Impressions:
+    """What the feed showed, sorted by (user, time); one session shares one timestamp."""
+
+    user: np.ndarray  # int32 [N] user index
+    post: np.ndarray  # int32 [N] post index
+    ts: np.ndarray  # int64 [N] impression time (seconds)
+    request: np.ndarray  # int64 [N] session id (one feed request)
+    surface: np.ndarray  # int8 [N]
+    dwell_seconds: np.ndarray  # float32 [N]
+    actions: np.ndarray  # uint8 [N, 19]
+
+    def __len__(self) -> int:
+        return int(self.user.shape[0])
+
+    def take(self, index) -> Impressions:
+        return Impressions(**{k: v[index] for k, v in vars(self).items()})
+
+
+# ----------------------------------------------------------------------------------------
+# The world
+# ----------------------------------------------------------------------------------------
+
+
+def make_world(spec: WorldSpec, seed: int) -> World:
+    """Users, authors and posts of ``spec`` drawn from ``seed``."""
+    T = spec.num_topics
+    rng = stream(seed, "authors")
+    author_ids = unique_positive_ids(rng, spec.num_authors)
+    author_topic = rng.integers(0, T, spec.num_authors).astype(np.int32)
+    author_quality = rng.normal(0.0, AUTHOR_QUALITY_STD, spec.num_authors).astype(np.float32)
+
+    rng = stream(seed, "posts")
+    post_ids = unique_positive_ids(rng, spec.num_posts)
+    prolific = np.exp(author_quality.astype(np.float64))
+    post_author = rng.choice(spec.num_authors, spec.num_posts, p=prolific / prolific.sum())
+    post_topic = np.where(
+        rng.random(spec.num_posts) < 0.85,
+        author_topic[post_author],
+        rng.integers(0, T, spec.num_posts),
+    ).astype(np.int32)
+    post_media = rng.choice(3, spec.num_posts, p=[0.5, 0.3, 0.2]).astype(np.int8)
+    first = START_TS - int(spec.pre_days * DAY)
+    post_created_ts = np.sort(rng.integers(first, spec.end_ts, spec.num_posts)).astype(np.int64)
+    post_quality = rng.normal(0.0, POST_QUALITY_STD, spec.num_posts).astype(np.float32)
+
+    rng = stream(seed, "users")
+    U = spec.num_users
+    user_ids = unique_positive_ids(rng, U)
+    primary = rng.integers(0, T, U)
+    secondary = (primary + rng.integers(1, max(T, 2), U)) % T
+    has_secondary = (rng.random(U) < 0.7) & (T > 1)
+    disliked = (primary + rng.integers(1, max(T, 2), U)) % T
+    has_dislike = (rng.random(U) < 0.6) & (disliked != secondary) & (T > 1)
+    interest = np.zeros((U, T), np.float32)
+    interest[np.arange(U), primary] = 1.0
+    interest[np.arange(U)[has_secondary], secondary[has_secondary]] = SECONDARY_INTEREST
+    dislike = np.zeros((U, T), np.float32)
+    dislike[np.arange(U)[has_dislike], disliked[has_dislike]] = 1.0
+    activity = (spec.sessions_per_day * rng.lognormal(-0.32, 0.8, U)).astype(np.float32)
+
+    # follows: authors of a liked topic (sampled by topic weight), 10% of any topic
+    rng = stream(seed, "follows")
+    by_topic = _group_members(author_topic, T)
+    F = spec.follows_per_user
+    liked_topic = _sample_rows(rng, interest, F)  # [U, F]
+    follows = _pick_members(rng, by_topic, liked_topic)
+    anyone = rng.random((U, F)) < 0.1
+    follows[anyone] = rng.integers(0, spec.num_authors, int(anyone.sum()))
+    return World(
+        spec=spec,
+        user_ids=user_ids,
+        interest=interest,
+        dislike=dislike,
+        follows=follows.astype(np.int32),
+        activity=activity,
+        author_ids=author_ids,
+        author_topic=author_topic,
+        author_quality=author_quality,
+        post_ids=post_ids,
+        post_author=post_author.astype(np.int32),
+        post_topic=post_topic,
+        post_media=post_media,
+        post_created_ts=post_created_ts,
+        post_quality=post_quality,
+        topic_names=TOPIC_NAMES[:T],
+    )
+
+
+def _group_members(groups: np.ndarray, num_groups: int) -> list[np.ndarray]:
+    return [np.flatnonzero(groups == g) for g in range(num_groups)]
+
+
+def _sample_rows(rng: np.random.Generator, weights: np.ndarray, count: int) -> np.ndarray:
+    """``count`` column indices per row of ``weights`` [R, K], drawn by weight (>= 0)."""
+    cumulative = np.cumsum(weights, axis=1)
+    draws = rng.random((weights.shape[0], count)) * cumulative[:, -1:]
+    return np.minimum((draws[:, :, None] >= cumulative[:, None, :]).sum(-1), weights.shape[1] - 1)
+
+
+def _pick_members(rng, members: list[np.ndarray], groups: np.ndarray) -> np.ndarray:
+    """One random member of each group in ``groups`` (any shape); -1 for an empty group."""
+    out = np.full(groups.shape, -1, np.int64)
+    for g, pool in enumerate(members):
+        where = groups == g
+        if pool.size and where.any():
+            out[where] = pool[rng.integers(0, pool.size, int(where.sum()))]
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Ground truth
+# ----------------------------------------------------------------------------------------
+
+
+def affinity(
+    world: World, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
+) -> np.ndarray:
+    """Ground-truth affinity of user indices and post indices (same shape; broadcasting)."""
+    topic = world.post_topic[posts]
+    author = world.post_author[posts]
+    followed = np.zeros(np.broadcast_shapes(users.shape, posts.shape), bool)
+    for f in range(world.follows.shape[1]):
+        followed |= world.follows[users, f] == author
+    age_days = np.maximum(ts - world.post_created_ts[posts], 0) / DAY
+    return (
+        W_INTEREST * world.interest[users, topic]
+        + W_FOLLOW * followed
+        + W_QUALITY * (world.author_quality[author] + world.post_quality[posts])
+        - W_AGE_PER_DAY * age_days
+        - W_DISLIKE * world.dislike[users, topic]
+        + SURFACE_OFFSET[surface]
+    ).astype(np.float32)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _normal_sf(z: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtr
+
+    return 1.0 - ndtr(z)
+
+
+def action_probabilities(
+    world: World, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
+) -> np.ndarray:
+    """Ground-truth probability of every action, float32 [..., 19] (the ceiling's scores)."""
+    a = affinity(world, users, posts, ts, surface).astype(np.float64)
+    topic = world.post_topic[posts]
+    dislike = world.dislike[users, topic]
+    media = world.post_media[posts]
+    author = world.post_author[posts]
+    followed = np.zeros(a.shape, bool)
+    for f in range(world.follows.shape[1]):
+        followed |= world.follows[users, f] == author
+    probs = np.zeros(a.shape + (len(ACTION_NAMES),), np.float32)
+    for name, (base, slope, dislike_weight) in ACTION_PARAMS.items():
+        p = _sigmoid(base + slope * a + dislike_weight * dislike)
+        if name == "photo_expand":
+            p = np.where(media == 1, p, 0.0)
+        elif name == "vqv":
+            p = np.where(media == 2, p, 0.0)
+        elif name == "follow_author":
+            p = np.where(followed, 0.0, p)
+        probs[..., ACTION_INDEX[name]] = p
+    mu = DWELL_MU + DWELL_SLOPE * a
+    for name, threshold in (("dwell", DWELL_THRESHOLD_S), ("dwell_time", LONG_DWELL_THRESHOLD_S)):
+        probs[..., ACTION_INDEX[name]] = _normal_sf((np.log(threshold) - mu) / DWELL_SIGMA)
+    return probs
+
+
+def positive_probability(probs: np.ndarray) -> np.ndarray:
+    """P(at least one of POSITIVE_ACTIONS) from [..., 19] probabilities (independent draws)."""
+    miss = np.ones(probs.shape[:-1], np.float64)
+    for name in POSITIVE_ACTIONS:
+        miss *= 1.0 - probs[..., ACTION_INDEX[name]]
+    return (1.0 - miss).astype(np.float32)
+
+
+def positive_mask(actions: np.ndarray) -> np.ndarray:
+    """Impressions [N, 19] with a positive engagement (retrieval targets)."""
+    return actions[:, [ACTION_INDEX[n] for n in POSITIVE_ACTIONS]].any(axis=1)
+
+
+def negative_mask(actions: np.ndarray) -> np.ndarray:
+    return actions[:, [ACTION_INDEX[n] for n in NEGATIVE_ACTIONS]].any(axis=1)
+
+
+# ----------------------------------------------------------------------------------------
+# Impressions
+# ----------------------------------------------------------------------------------------
+
+
+def _latest_before(keys: np.ndarray, group_of_key: np.ndarray, groups, targets) -> np.ndarray:
+    """Index of the last key <= (group, target) inside the same group; -1 if none."""
+    idx = np.searchsorted(keys, (groups.astype(np.int64) << 40) + targets, side="right") - 1
+    ok = idx >= 0
+    ok[ok] = group_of_key[idx[ok]] == groups[ok]
+    return np.where(ok, idx, -1)
+
+
+def make_impressions(world: World, seed: int) -> Impressions:
+    """Sessions of every user over the spec's days, with actions from the ground truth."""
+    spec = world.spec
+    rng = stream(seed, "sessions")
+    U = spec.num_users
+    sessions_per_user = rng.poisson(world.activity * spec.num_days)
+    session_user = np.repeat(np.arange(U, dtype=np.int32), sessions_per_user)
+    session_ts = rng.integers(START_TS, spec.end_ts, session_user.shape[0]).astype(np.int64)
+    sizes = np.minimum(
+        1 + rng.poisson(spec.impressions_per_session - 1, session_user.shape[0]),
+        spec.max_impressions_per_session,
+    )
+    user = np.repeat(session_user, sizes)
+    ts = np.repeat(session_ts, sizes)
+    request = np.repeat(np.arange(session_user.shape[0], dtype=np.int64), sizes)
+    n = user.shape[0]
+
+    # logging policy: a source per impression, then the latest post before a target time
+    rng = stream(seed, "policy")
+    source = rng.choice(3, n, p=[SOURCE_LIKED, SOURCE_FOLLOWED, 1 - SOURCE_LIKED - SOURCE_FOLLOWED])
+    max_age = spec.max_post_age_days * DAY
+    age = np.minimum(rng.exponential(POST_AGE_SCALE_DAYS * DAY, n), max_age).astype(np.int64)
+    target = ts - age - (world.post_created_ts[0] - 1)  # >= 1: seconds since the first post
+    created = world.post_created_ts - (world.post_created_ts[0] - 1)
+    post = np.full(n, -1, np.int64)
+
+    liked = source == 0
+    topic = _sample_rows(rng, world.interest[user[liked]], 1)[:, 0]
+    order = np.lexsort((created, world.post_topic))
+    keys = (world.post_topic[order].astype(np.int64) << 40) + created[order]
+    found = _latest_before(keys, world.post_topic[order], topic, target[liked])
+    post[np.flatnonzero(liked)] = np.where(found >= 0, order[np.maximum(found, 0)], -1)
+
+    followed = source == 1
+    author = world.follows[user[followed], rng.integers(0, world.follows.shape[1], followed.sum())]
+    order = np.lexsort((created, world.post_author))
+    keys = (world.post_author[order].astype(np.int64) << 40) + created[order]
+    found = _latest_before(keys, world.post_author[order], author, target[followed])
+    post[np.flatnonzero(followed)] = np.where(found >= 0, order[np.maximum(found, 0)], -1)
+
+    # any topic, and every impression whose source had no post recent enough
+    rest = post < 0
+    found = np.searchsorted(created, target[rest], side="right") - 1
+    post[np.flatnonzero(rest)] = found
+    too_old = (post < 0) | (ts - world.post_created_ts[np.maximum(post, 0)] > max_age)
+    too_old |= world.post_created_ts[np.maximum(post, 0)] > ts
+
+    surface = np.where(
+        source == 1,
+        np.where(rng.random(n) < 0.7, 1, 0),
+        rng.choice(len(SURFACE_NAMES), n, p=[0.8, 0.05, 0.05, 0.05, 0.05]),
+    ).astype(np.int8)
+
+    # a user sees a post once: keep the first impression of each (user, post)
+    keep = ~too_old
+    pair = user.astype(np.int64) * spec.num_posts + post
+    by_time = np.lexsort((ts, pair))
+    first = np.ones(n, bool)
+    first[1:] = pair[by_time[1:]] != pair[by_time[:-1]]
+    seen_before = np.ones(n, bool)
+    seen_before[by_time[first]] = False
+    keep &= ~seen_before
+    order = np.lexsort((np.arange(n), ts, user))
+    order = order[keep[order]]
+    user, post, ts, request, surface = (x[order] for x in (user, post, ts, request, surface))
+    post = post.astype(np.int32)
+
+    # actions and dwell from the ground truth
+    probs = action_probabilities(world, user, post, ts, surface)
+    rng = stream(seed, "actions")
+    actions = (rng.random(probs.shape, dtype=np.float32) < probs).astype(np.uint8)
+    a = affinity(world, user, post, ts, surface)
+    dwell = np.exp(DWELL_MU + DWELL_SLOPE * a + DWELL_SIGMA * rng.standard_normal(len(a)))
+    dwell = np.round(np.minimum(dwell, MAX_DWELL_S), 2).astype(np.float32)
+    actions[:, ACTION_INDEX["dwell"]] = dwell >= DWELL_THRESHOLD_S
+    actions[:, ACTION_INDEX["dwell_time"]] = dwell >= LONG_DWELL_THRESHOLD_S
+    return Impressions(
+        user=user,
+        post=post,
+        ts=ts,
+        request=request,
+        surface=surface,
+        dwell_seconds=dwell,
+        actions=actions,
+    )
+
+
+def generate_logs(spec: WorldSpec, seed: int) -> tuple[World, Impressions]:
+    """The world and its impressions for ``spec`` and ``seed``."""
+    world = make_world(spec, seed)
+    return world, make_impressions(world, seed)

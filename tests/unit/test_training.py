@@ -1,0 +1,147 @@
+"""Synthetic logs, training and offline evaluation (the tiny preset, fixed seeds)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from phoenix.checkpoint import (
+    flatten_params,
+    load_artifacts,
+    load_config,
+    load_corpus,
+    load_example_sequence,
+)
+from phoenix.config import ACTION_NAMES
+from phoenix.training import logs as log_files
+from phoenix.training import synthetic
+from phoenix.training.data import LogIndex
+from phoenix.training.evaluate import Evaluator, auc, ndcg_at_k
+from phoenix.training.presets import PRESETS
+from tests.training_helpers import SEED, trained_tiny
+
+SMALL = dataclasses.replace(PRESETS["tiny"].world, num_users=400, num_posts=1_500)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return trained_tiny()
+
+
+# -- the log generator -------------------------------------------------------------------
+
+
+def test_logs_are_deterministic_and_follow_the_schema(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        world, impressions = synthetic.generate_logs(SMALL, seed=3)
+        log_files.save_logs(out, world, impressions, seed=3)
+    for name in log_files.FILES:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    other, _ = synthetic.generate_logs(SMALL, seed=4)
+    assert not np.array_equal(other.post_ids, world.post_ids)
+
+    arrays = np.load(first / "impressions.npz", allow_pickle=False)
+    for column, (dtype, ndim) in log_files.IMPRESSION_COLUMNS.items():
+        assert arrays[column].dtype == np.dtype(dtype) and arrays[column].ndim == ndim, column
+    assert arrays["actions"].shape[1] == len(ACTION_NAMES)
+    assert set(np.unique(arrays["actions"])) <= {0, 1}
+    meta = json.loads((first / "meta.json").read_text())
+    assert meta["action_names"] == list(ACTION_NAMES) and meta["schema"] == 1
+    assert meta["num_impressions"] == len(arrays["user_id"])
+
+    # sorted by user and time; every post shown was already created, within the age limit
+    loaded, imp, _ = log_files.load_logs(first)
+    order = np.lexsort((imp.ts, imp.user))
+    assert np.array_equal(order, np.arange(len(imp)))
+    age = imp.ts - loaded.post_created_ts[imp.post]
+    assert age.min() >= 0 and age.max() <= SMALL.max_post_age_days * synthetic.DAY
+    np.testing.assert_array_equal(loaded.interest, world.interest)
+    np.testing.assert_array_equal(loaded.follows, world.follows)
+
+
+def test_logs_carry_the_planted_structure():
+    world, imp = synthetic.generate_logs(SMALL, seed=1)
+    favorite = imp.actions[:, ACTION_NAMES.index("favorite")].astype(bool)
+    liked = world.interest[imp.user, world.post_topic[imp.post]] > 0
+    disliked = world.dislike[imp.user, world.post_topic[imp.post]] > 0
+    assert favorite[liked].mean() > 3 * favorite[~liked].mean()
+    negative = synthetic.negative_mask(imp.actions)
+    assert negative[disliked].mean() > 3 * negative[~disliked].mean()
+    photo = imp.actions[:, ACTION_NAMES.index("photo_expand")].astype(bool)
+    assert not photo[world.post_media[imp.post] != 1].any()
+    dwell = imp.actions[:, ACTION_NAMES.index("dwell")].astype(bool)
+    assert np.array_equal(dwell, imp.dwell_seconds >= synthetic.DWELL_THRESHOLD_S)
+
+
+def test_histories_use_the_served_layout():
+    world, imp = synthetic.generate_logs(SMALL, seed=2)
+    config = PRESETS["tiny"].config(0)
+    index = LogIndex(world, imp, config)
+    user = int(imp.user[len(imp) // 2])
+    rows = np.flatnonzero((imp.user == user) & imp.actions.any(1))
+    t = int(imp.ts[rows[-1]])
+    hist = index.history(np.array([user]), np.array([t]))[0]
+    expected = rows[imp.ts[rows] < t][-config.history_seq_len :]  # newest S, oldest first
+    assert hist[: len(expected)].tolist() == expected.tolist()
+    assert (hist[len(expected) :] == -1).all()  # right-padded
+
+
+def test_metrics():
+    assert auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    scores = np.array([[3.0, 2.0, 1.0]])
+    gains = np.array([[0.0, 1.0, 2.0]])
+    mask = np.ones_like(scores, bool)
+    assert ndcg_at_k(-scores, gains, mask) == pytest.approx(1.0)
+    assert ndcg_at_k(scores, gains, mask) < 0.7
+
+
+# -- training --------------------------------------------------------------------------
+
+
+def test_training_lowers_the_loss_and_beats_random_weights(trained):
+    _, _, summary = trained
+    for tower in ("retrieval", "ranker"):
+        curve = summary["curves"][tower]["eval"][tower]  # held-out loss
+        assert curve[-1] < 0.9 * curve[0], (tower, curve)
+    ev = summary["evaluation"]
+    trained_, random_ = ev["trained"], ev["random_weights"]
+    assert trained_["recall@50"] > 2 * random_["recall@50"]
+    assert trained_["recall@50"] > ev["popularity"]["recall@50"]
+    for action in ("favorite", "reply", "repost"):
+        assert trained_["auc"][action] > random_["auc"][action] + 0.04, action
+    assert ev["ground_truth"]["recall@50"] > trained_["recall@50"]
+
+
+def test_trained_checkpoint_round_trips_through_the_published_layout(trained):
+    artifacts, logs, summary = trained
+    config = load_config(artifacts)
+    assert config.action_names == ACTION_NAMES and config.right_anchored_rope
+    loaded = load_artifacts(artifacts)  # sidecars (metadata.npz, training.json) are ignored
+    assert {"metadata.npz", "training.json"} <= {p.name for p in artifacts.iterdir()}
+    corpus = load_corpus(artifacts, config)
+    example = load_example_sequence(artifacts, config)
+    assert set(example.history_post_ids).isdisjoint(example.candidate_post_ids)
+    assert all(np.isfinite(v).all() for v in flatten_params(loaded.ranker_params).values())
+
+    # the loaded weights reproduce the evaluation of the trained ones
+    world, imp, _ = log_files.load_logs(logs)
+    index = LogIndex(world, imp, config)
+    preset = PRESETS["tiny"]
+    eval_set = index.eval_set(preset.eval_users, preset.eval_candidates, SEED)
+    params = {
+        "ranker": loaded.ranker_params,
+        "retrieval": loaded.retrieval_params,
+        "tables": {e: loaded.tables[f"{e}_embeddings"] for e in ("user", "item", "author")},
+    }
+    evaluator = Evaluator(index, eval_set, config, summary["score_weights"])
+    metrics = evaluator.model_metrics(params)
+    expected = summary["evaluation"]["trained"]
+    assert metrics["recall@50"] == pytest.approx(expected["recall@50"], abs=1e-6)
+    assert metrics["auc"]["favorite"] == pytest.approx(expected["auc"]["favorite"], abs=1e-5)
+    # the corpus holds the trained candidate tower's vectors of the held-out day's posts
+    np.testing.assert_allclose(evaluator.corpus_vectors(params), corpus.embeddings, atol=1e-5)
+    np.testing.assert_array_equal(world.post_ids[evaluator.corpus], corpus.post_ids)
