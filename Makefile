@@ -209,4 +209,4 @@ train: setup $(TRAINED)/config.json  ## train both towers on synthetic logs (TRA
 	$(PY) -m phoenix.training report $(TRAINED)/training.json
 
 bench-training: setup  ## training throughput (examples/s) -> bench/results/training.json
-	$(PY) bench/bench_training.py $(BENCH_ARGS)
+	$(PY) -m bench.bench_training $(BENCH_ARGS)
