@@ -1,12 +1,12 @@
 """Benchmark: training throughput of both towers (examples/s), on CPU or an accelerator.
 
-Run: ``make bench-training`` or ``python -m bench.bench_training`` (``--presets demo
-mini``, ``--steps N``, ``--quick``). For each preset and tower it trains ``--steps``
-timed steps after one compiling step on the preset's synthetic world (with fewer users: throughput does not depend
-on the log size) and reports examples/s: (history, positive) pairs for the retrieval tower,
-feed requests of up to 16 labelled candidates for the ranker (frozen tables, as in
-training). Prints a table and writes ``bench/results/training.json`` (``--out``), keeping
-the entries of other devices.
+Run: ``make bench-training`` or ``python -m bench.bench_training`` (``--presets demo mini``,
+``--steps N``, ``--quick``). For each preset and tower it trains ``--steps`` timed steps after
+one compiling step on the preset's synthetic world (with fewer users: throughput does not
+depend on the log size) and reports examples/s: (history, positive) pairs for the retrieval
+tower, feed requests of up to 16 labelled candidates for the ranker (frozen tables, as in
+training). Prints a table and writes ``bench/results/training.json`` (``--out``), keeping the
+entries of other devices.
 """
 
 from __future__ import annotations
