@@ -26,8 +26,10 @@ SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SYSTEM_STAMP := $(STAMPS)/system-packages
-REQUIREMENTS_STAMP := $(VENV)/.requirements-installed
+# One stamp per DEVICE: `make setup DEVICE=gpu` after a CPU set-up adds the CUDA wheels.
+REQUIREMENTS_STAMP := $(VENV)/.requirements-installed-$(DEVICE)
 BACKEND_STAMP := $(BACKEND_DIR)/.phoenix-backend-dir
+INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT)
 
@@ -39,7 +41,7 @@ help:  ## list the targets
 	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
 	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) PYTEST_ARGS=..."
 
-setup: $(BACKEND_STAMP)  ## system libraries, .venv with requirements, Triton backend folder
+setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
 
 $(SYSTEM_STAMP):
 	@mkdir -p $(@D)
@@ -58,11 +60,32 @@ $(SYSTEM_STAMP):
 $(PY): | $(SYSTEM_STAMP)
 	$(PYTHON) -m venv $(VENV)
 
-$(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt | $(PY)
-	$(PY) -m pip install -r requirements.txt -r requirements-dev.txt
+# DEVICE=gpu adds JAX's CUDA wheels (requirements-gpu.txt). constraints.txt pins every
+# transitive package, so pip never backtracks and two set-ups get the same versions.
+GPU_REQUIREMENTS := $(if $(filter gpu,$(DEVICE)),-r requirements-gpu.txt)
+$(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt requirements-server.txt \
+		constraints.txt | $(PY)
+	$(PY) -m pip install -c constraints.txt -r requirements.txt -r requirements-dev.txt \
+		$(GPU_REQUIREMENTS)
+	$(PY) -m pip install --no-deps -r requirements-server.txt
 	@touch $@
 
-$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) phoenix/serving/triton_server.py
+# perf_analyzer comes only in the tritonclient 2.51.0 wheel; the venv's tritonclient is newer
+# (numpy 2), so the binary alone is taken out of that wheel.
+PERF_ANALYZER := $(VENV)/bin/perf_analyzer
+PERF_ANALYZER_WHEEL := tritonclient==2.51.0
+$(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
+		-d build/wheels $(PERF_ANALYZER_WHEEL)
+	$(PY) -m phoenix.serving.perf_analyzer --extract build/wheels --to $@
+
+# The project itself, editable: `phoenix`, `clients` and `bench` import from this checkout
+# and the console scripts (phoenix-serve, ...) land in .venv/bin.
+$(INSTALL_STAMP): pyproject.toml $(REQUIREMENTS_STAMP)
+	$(PY) -m pip install --no-deps -e .
+	@touch $@
+
+$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_server.py
 	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)
 	@touch $@
 
@@ -108,7 +131,10 @@ BENCH_ARGS ?=
 LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
-.PHONY: loadtest bench-serving
+.PHONY: loadtest bench-serving bench-engine
+
+bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
+	$(PY) -m bench.bench_engine $(BENCH_ARGS)
 
 loadtest: setup artifacts  ## Locust, HTTP + gRPC users, reports in loadtest/results/; fails on errors
 	$(PY) loadtest/locustfile.py --artifacts $(ARTIFACTS) --users $(LOADTEST_USERS) \
@@ -121,8 +147,9 @@ bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENC
 RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \
 	tests/integration/test_fuzz.py
 SOAK_ARGS ?=
+RELIABILITY_RUNS ?= 20
 
-.PHONY: test-reliability test-reliability-long soak
+.PHONY: test-reliability test-reliability-long soak bench-reliability
 
 test-reliability: setup  ## fault, overload and fuzz tests (the short versions in `make test`)
 	$(PY) -m pytest -s -q $(RELIABILITY_TESTS) $(PYTEST_ARGS)
@@ -132,6 +159,21 @@ test-reliability-long: setup  ## long versions: every stub killed, 2 workloads x
 
 soak: setup artifacts  ## 10 min at half capacity: failures, latency, RSS -> bench/results/soak.*
 	$(PY) bench/soak.py --artifacts $(ARTIFACTS) $(SOAK_ARGS)
+
+bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
+	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)
+
+# ---- measuring on a lent GPU machine (bench/gpu/, README "Measuring on a GPU machine") ------
+GPU_PAYLOAD ?= .gpu
+GPU_BENCH_ARGS ?=
+
+.PHONY: gpu-payload gpu-bench-cpu
+
+gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; <= 60 MiB
+	$(PY) -m bench.gpu.payload --out $(GPU_PAYLOAD)
+
+gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
+	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)
 
 # ---- training on synthetic engagement logs (docs/training.md) --------------------------------
 # Each artifact directory is trained again only when its preset or seed changes: the stamp
@@ -167,4 +209,4 @@ train: setup $(TRAINED)/config.json  ## train both towers on synthetic logs (TRA
 	$(PY) -m phoenix.training report $(TRAINED)/training.json
 
 bench-training: setup  ## training throughput (examples/s) -> bench/results/training.json
-	$(PY) bench/bench_training.py $(BENCH_ARGS)
+	$(PY) -m bench.bench_training $(BENCH_ARGS)

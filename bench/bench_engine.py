@@ -1,8 +1,8 @@
 """Benchmark: candidates scored per second, original-style runner vs jitted vs our engine.
 
-Run: ``python bench/bench_engine.py`` (``--quick`` for a short run). Prints a table and
-writes ``bench/results/engine.json``. Mini config (emb 128, 4 layers, 4 heads, key 32,
-history 127), one user, float32 on CPU; random non-degenerate weights.
+Run: ``make bench-engine`` or ``python -m bench.bench_engine`` (``--quick`` for a short
+run). Prints a table and writes ``bench/results/engine.json``. Mini config (emb 128,
+4 layers, 4 heads, key 32, history 127), one user, float32 on CPU; random non-degenerate weights.
 """
 
 # ruff: noqa: B023  (the timed closures run inside the loop iteration that defines them)
@@ -19,13 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phoenix.engine import (
-    RankingEngine,
-    RetrievalEngine,
-    example_inputs,
-    flops_per_candidate,
-    flops_per_context,
-)
+from bench.flops import flops_per_candidate, flops_per_context
+from phoenix.engine import RankingEngine, RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
@@ -90,7 +85,7 @@ def timed_side_by_side(fns: dict, min_seconds: float, rounds: int = 7) -> dict:
 
 def split_candidates(batch, emb, start, stop):
     """Candidate window [start, stop) of a one-user request, padded to ORIGINAL_CHUNK."""
-    from phoenix.engine import _pad_axis
+    from phoenix.engine.batching import _pad_axis
 
     cut = (
         lambda x: None if x is None else _pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)
@@ -110,6 +105,46 @@ def split_candidates(batch, emb, start, stop):
     return b, e
 
 
+def random_device_ranker(config, params, candidate_buckets, batch_buckets=(1,), vocab=1000):
+    """A DeviceRanker over ``params`` with random hash functions and a random stacked table."""
+    from phoenix.engine.device_ranking import DeviceRanker
+    from phoenix.hashing import NUM_RESERVED_ROWS, EntityHash
+
+    rng = np.random.default_rng(5)
+    counts = {"user": 2, "item": 2, "author": 2}
+    entities, offset = {}, NUM_RESERVED_ROWS
+    for name, hashes in counts.items():
+        entities[name] = EntityHash(
+            scales=rng.integers(1, 2**61, hashes), biases=rng.integers(0, 2**61, hashes),
+            modulus=2**61 - 1, vocab_size=vocab, table_offset=offset,
+        )  # fmt: skip
+        offset += vocab
+    table = rng.normal(scale=0.3, size=(offset, config.emb_size)).astype(np.float32)
+    weights = np.zeros(config.num_actions, np.float32)
+    weights[:4] = 1.0
+    return DeviceRanker(
+        config, params, table, entities, weights, compute_dtype=config.fprop_dtype,
+        batch_buckets=batch_buckets, candidate_buckets=candidate_buckets,
+    )  # fmt: skip
+
+
+def random_request_batch(config, users: int, candidates: int, seed: int = 0):
+    """Raw ids and features of ``users`` full histories and ``candidates`` each."""
+    from phoenix.engine.device_ranking import empty_request_batch
+
+    rng = np.random.default_rng(seed)
+    ids = lambda *shape: rng.integers(1, 2**62, shape, dtype=np.int64)  # noqa: E731
+    S = config.history_seq_len
+    return empty_request_batch(users, candidates, config)._replace(
+        user_ids=ids(users),
+        history_post_ids=ids(users, S),
+        history_author_ids=ids(users, S),
+        history_actions=(rng.random((users, S, config.num_actions)) > 0.7).astype(np.float32),
+        candidate_post_ids=ids(users, candidates),
+        candidate_author_ids=ids(users, candidates),
+    )
+
+
 def bench_ranking(counts, min_seconds, skip_eager_above):
     config = PhoenixModelConfig(
         model=mini_transformer(),
@@ -125,6 +160,7 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
     jitted_rank = jax.jit(runner.rank_candidates)
     engine = RankingEngine(config, runner.params, batch_buckets=(1,))
     engine.warm_up()
+    device = random_device_ranker(config, runner.params, tuple(counts))
 
     rows = []
     for count in counts:
@@ -145,14 +181,20 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
         row = {"candidates": count}
         if count <= skip_eager_above:
             row["original_s"] = timed(original, min_seconds, 1)
+        requests = random_request_batch(config, 1, count, seed=count)
         side_by_side = timed_side_by_side(
-            {"original_jit_s": original_jit, "engine_s": lambda: engine.score(batch, emb)},
+            {
+                "original_jit_s": original_jit,
+                "engine_s": lambda: engine.score(batch, emb),
+                # from raw ids: hashing, lookups, both passes, blend and sort included
+                "device_ranker_s": lambda: device.rank(requests),
+            },
             2 * min_seconds,
         )
         row.update(side_by_side)
         flops = flops_per_context(config) + count * flops_per_candidate(config)
         row["engine_gflops"] = flops / row["engine_s"] / 1e9
-        for key in ("original_s", "original_jit_s", "engine_s"):
+        for key in ("original_s", "original_jit_s", "engine_s", "device_ranker_s"):
             if key in row:
                 row[key.replace("_s", "_cands_per_s")] = count / row[key]
         rows.append(row)
@@ -211,7 +253,8 @@ def print_table(ranking, matmul_gflops, retrieval):
     print("\nRanking, one user, history 127, mini config, float32 CPU (candidates / second)")
     print(
         f"{'cands':>6} {'original':>10} {'orig+jit':>10} {'engine':>10} "
-        f"{'x original':>11} {'x jit':>7} {'GFLOP/s':>8} {'% matmul':>9}"
+        f"{'x original':>11} {'x jit':>7} {'GFLOP/s':>8} {'% matmul':>9} "
+        f"{'device':>10} {'dev x jit':>9}"
     )
     for r in ranking:
         orig = r.get("original_cands_per_s")
@@ -221,8 +264,11 @@ def print_table(ranking, matmul_gflops, retrieval):
             f"{r['engine_cands_per_s']:>10.0f} "
             f"{(r['engine_cands_per_s'] / orig) if orig else float('nan'):>11.1f} "
             f"{r['engine_cands_per_s'] / r['original_jit_cands_per_s']:>7.1f} "
-            f"{r['engine_gflops']:>8.1f} {100 * r['engine_gflops'] / matmul_gflops:>8.0f}%"
+            f"{r['engine_gflops']:>8.1f} {100 * r['engine_gflops'] / matmul_gflops:>8.0f}% "
+            f"{r['device_ranker_cands_per_s']:>10.0f} "
+            f"{r['device_ranker_cands_per_s'] / r['original_jit_cands_per_s']:>9.1f}"
         )
+    print("device: DeviceRanker from raw ids (hashing, lookups, both passes, blend, sort)")
     print(f"float32 2048x2048 matmul: {matmul_gflops:.1f} GFLOP/s (ceiling)")
     print("\nRetrieval, batch of 16 users, top 100")
     for r in retrieval:

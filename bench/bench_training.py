@@ -1,12 +1,12 @@
 """Benchmark: training throughput of both towers (examples/s), on CPU or an accelerator.
 
-Run: ``python bench/bench_training.py`` (``--presets demo mini``, ``--steps N``,
-``--quick``). For each preset and tower it trains ``--steps`` timed steps after one
-compiling step on the preset's synthetic world (with fewer users: throughput does not depend
-on the log size) and reports examples/s: (history, positive) pairs for the retrieval tower,
-feed requests of up to 16 labelled candidates for the ranker (frozen tables, as in
-training). Prints a table and writes ``bench/results/training.json`` (``--out``), keeping
-the entries of other devices.
+Run: ``make bench-training`` or ``python -m bench.bench_training`` (``--presets demo mini``,
+``--steps N``, ``--quick``). For each preset and tower it trains ``--steps`` timed steps after
+one compiling step on the preset's synthetic world (with fewer users: throughput does not
+depend on the log size) and reports examples/s: (history, positive) pairs for the retrieval
+tower, feed requests of up to 16 labelled candidates for the ranker (frozen tables, as in
+training). Prints a table and writes ``bench/results/training.json`` (``--out``), keeping the
+entries of other devices.
 """
 
 from __future__ import annotations
@@ -16,21 +16,16 @@ import dataclasses
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `python bench/bench_training.py` from anywhere
-    sys.path.insert(0, str(REPO_ROOT))
-
-from phoenix.training.data import LogIndex  # noqa: E402
-from phoenix.training.presets import PRESETS  # noqa: E402
-from phoenix.training.synthetic import generate_logs  # noqa: E402
-from phoenix.training.train import init_params, make_optimizer, make_train_step  # noqa: E402
+from phoenix.training.data import LogIndex
+from phoenix.training.presets import PRESETS
+from phoenix.training.synthetic import generate_logs
+from phoenix.training.train import init_params, make_optimizer, make_train_step
 
 RESULTS = Path(__file__).parent / "results" / "training.json"
 BENCH_USERS = 20_000

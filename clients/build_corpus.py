@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -23,26 +22,17 @@ from typing import Optional
 import numpy as np
 from tqdm import tqdm
 
-from clients._common import (
-    InProcessModels,
-    add_check_arg,
-    build_parser,
-    compare_floats,
-    fail,
-    open_client,
-    report_check,
-    server_model_config,
-    server_parameters,
-    server_url,
-)
+from clients import cli
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
+from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.client import infer
-from phoenix.serving.supervisor import ADMIN_HEADER, ADMIN_KEY_ENV
+from phoenix.serving.contracts import LIMITS
+from phoenix.serving.inprocess import server_model_config, server_parameters
 
 CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
-REFERENCE_ROWS = 4096  # rows per in-process candidate_tower call (the services' row limit)
+REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call
 EXPLICIT_MODE_HINT = (
     "the model load API needs a server started with --model-control-mode=explicit --load-model=*"
 )
@@ -70,7 +60,7 @@ class InputFileError(ValueError):
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = build_parser(
+    parser = cli.build_parser(
         "python -m clients.build_corpus",
         "Embed a file of (post_id, author_id) rows with the served `candidate_tower`, in "
         "batches, and write the corpus the retriever serves (phoenix.checkpoint.save_corpus) "
@@ -112,11 +102,16 @@ def parse_args(argv: Optional[Sequence[str]]):
         "--admin-key-env",
         default=ADMIN_KEY_ENV,
         metavar="NAME",
-        help="environment variable with the server's admin key, sent with the load request "
-        "when set (a server started with an admin key refuses loads without it; "
-        "default: %(default)s)",
+        help="environment variable with the server's admin key, sent with the load request; "
+        "unset: the key `serve` generated into build/serve/admin-key (default: %(default)s)",
     )
-    add_check_arg(parser)
+    parser.add_argument(
+        "--admin-key-file",
+        metavar="PATH",
+        help="file with the admin key (default: $PHOENIX_ADMIN_KEY_FILE, else "
+        "build/serve/admin-key)",
+    )
+    cli.add_check_arg(parser)
     return parser.parse_args(argv)
 
 
@@ -245,15 +240,14 @@ def served_batch_limit(client, protocol: str, wanted: int) -> int:
 
 
 def check_embeddings(args, client, posts: Posts, served: np.ndarray) -> int:
-    params = server_parameters(client, args.protocol, "candidate_tower")
-    models = InProcessModels(args.artifacts)
+    models = cli.reference_models(args, client, "candidate_tower")
     expected = []
     for start in range(0, len(posts), REFERENCE_ROWS):
         rows = slice(start, start + REFERENCE_ROWS)
         arrays = {"post_id": posts.post_ids[rows, None], "author_id": posts.author_ids[rows, None]}
-        expected.append(models.run("candidate_tower", params, arrays)["candidate_embedding"])
-    problems = compare_floats("candidate_embedding", served, np.concatenate(expected))
-    return report_check(problems, f"the served embeddings of {len(posts)} posts")
+        expected.append(models.run("candidate_tower", arrays)["candidate_embedding"])
+    problems = cli.compare_floats("candidate_embedding", served, np.concatenate(expected))
+    return cli.report_check(problems, f"the served embeddings of {len(posts)} posts")
 
 
 def admin_headers(protocol: str, key: Optional[str]) -> Optional[dict[str, str]]:
@@ -280,7 +274,10 @@ def reload_hint(message: str, admin_key_env: str) -> str:
     if "not allowed" in message:
         return f"\n({EXPLICIT_MODE_HINT})"
     if "restricted" in message:
-        return f"\n(the server has an admin key: set ${admin_key_env} to it)"
+        return (
+            f"\n(the server has an admin key: set ${admin_key_env} to it, or pass "
+            "--admin-key-file; `serve` keeps a generated key in build/serve/admin-key)"
+        )
     return ""
 
 
@@ -292,19 +289,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             generated_posts(args.generate, args.seed) if args.generate else read_posts(args.posts)
         )
     except InputFileError as error:
-        return fail(str(error))
+        return cli.fail(str(error))
     timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
     try:
-        client = open_client(args, **timeout)
+        client = cli.open_client(args, **timeout)
         batch = served_batch_limit(client, args.protocol, args.batch_size)
         embeddings = embed_posts(client, args.protocol, posts, batch)
     except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return fail(f"candidate_tower at {server_url(args)} ({args.protocol}): {error}")
+        return cli.no_answer(args, "candidate_tower", error)
     path = Path(args.artifacts) / name
     try:
         save_corpus(path, Corpus(posts.post_ids, embeddings, posts.author_ids, posts.topics))
     except ArtifactError as error:
-        return fail(f"the corpus was not written: {error}")
+        return cli.fail(f"the corpus was not written: {error}")
     print(f"wrote {path}: {len(posts)} posts, D = {embeddings.shape[1]}")
     status = 0
     if args.check:
@@ -313,10 +310,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("not reloading the retriever: --check failed", file=sys.stderr)
     elif args.reload:
         try:
-            reload_retriever(client, args.protocol, name, os.environ.get(args.admin_key_env))
+            key = find_admin_key(args.admin_key_env, args.admin_key_file)
+            reload_retriever(client, args.protocol, name, key)
         except Exception as error:
             hint = reload_hint(str(error), args.admin_key_env)
-            return fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")
+            return cli.fail(
+                f"reloading the retriever failed, it serves what it served: {error}{hint}"
+            )
         print(f"the server's retriever now serves {name}")
     return status
 

@@ -9,26 +9,12 @@ from typing import Optional
 
 import numpy as np
 
-from clients._common import (
-    EXIT_ERROR,
-    InProcessModels,
-    add_check_arg,
-    add_user_args,
-    build_parser,
-    compare_outputs,
-    fail,
-    load_user,
-    open_client,
-    report_check,
-    server_parameters,
-    server_url,
-)
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import infer, user_inputs
+from clients import cli
+from phoenix.serving.client import user_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = build_parser(
+    parser = cli.build_parser(
         "python -m clients.encode_user",
         "Send one user's history to the served `user_encoder` (the retrieval user tower) and "
         "print the unit user embedding it returns.",
@@ -38,11 +24,11 @@ def parse_args(argv: Optional[Sequence[str]]):
             "python -m clients.encode_user --input user.json --save user.npy",
         ],
     )
-    add_user_args(parser)
+    cli.add_user_args(parser)
     parser.add_argument(
         "--save", type=Path, metavar="FILE.npy", help="also write the embedding [D] to FILE.npy"
     )
-    add_check_arg(parser)
+    cli.add_check_arg(parser)
     return parser.parse_args(argv)
 
 
@@ -53,36 +39,25 @@ def describe(vector: np.ndarray, shown: int = 8) -> str:
 
 
 def check_embedding(args, client, arrays: dict, served: dict) -> int:
-    params = server_parameters(client, args.protocol, "user_encoder")
-    expected = InProcessModels(args.artifacts).run("user_encoder", params, arrays)
-    return report_check(compare_outputs(served, expected), "the served user embedding")
+    expected = cli.reference_models(args, client, "user_encoder").run("user_encoder", arrays)
+    return cli.report_check(cli.compare_outputs(served, expected), "the served user embedding")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        user = load_user(args, load_config(args.artifacts))
-    except ArtifactError as error:
-        return fail(str(error))
+    return cli.run(encode, parse_args(argv))
+
+
+def encode(args) -> int:
+    _, user = cli.request_user(args)
     arrays = user_inputs(user)
-    try:
-        client = open_client(args)
-        served = infer(client, args.protocol, "user_encoder", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return fail(f"user_encoder at {server_url(args)} ({args.protocol}): {error}")
+    client, served = cli.ask(args, "user_encoder", arrays)
     vector = served["user_embedding"][0]
     history = len(user["history_post_ids"])
     print(f"user {user['user_id']} ({history} history items):\n{describe(vector)}")
     if args.save:
         np.save(args.save, vector)
         print(f"wrote {args.save}")
-    if not args.check:
-        return 0
-    try:
-        return check_embedding(args, client, arrays, served)
-    except Exception as error:
-        print(f"error: --check could not compute the reference: {error}", file=sys.stderr)
-        return EXIT_ERROR
+    return cli.run_check(args, check_embedding, client, arrays, served)
 
 
 if __name__ == "__main__":

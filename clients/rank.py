@@ -6,26 +6,12 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
-from clients._common import (
-    EXIT_ERROR,
-    InProcessModels,
-    add_check_arg,
-    add_user_args,
-    build_parser,
-    compare_outputs,
-    fail,
-    load_user,
-    open_client,
-    report_check,
-    server_parameters,
-    server_url,
-)
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import feed_table, infer, ranker_inputs
+from clients import cli
+from phoenix.serving.client import feed_table, ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = build_parser(
+    parser = cli.build_parser(
         "python -m clients.rank",
         "Send one user's history and candidates to the served `ranker` and print the "
         "candidates in ranked order: rank, post id, blended score and the most likely actions. "
@@ -36,44 +22,32 @@ def parse_args(argv: Optional[Sequence[str]]):
             "python -m clients.rank --input user.json --url 10.0.0.5:8000",
         ],
     )
-    add_user_args(parser, candidates=True)
+    cli.add_user_args(parser, candidates=True)
     parser.add_argument(
         "--rows", type=int, default=20, help="ranked rows to print (default: %(default)s)"
     )
-    add_check_arg(parser)
+    cli.add_check_arg(parser)
     return parser.parse_args(argv)
 
 
 def check_ranking(args, client, arrays: dict, served: dict) -> int:
-    params = server_parameters(client, args.protocol, "ranker")
-    expected = InProcessModels(args.artifacts).run("ranker", params, arrays)
-    problems = compare_outputs(served, expected, id_names=("ranked_post_ids",))
-    return report_check(problems, "the served ranking")
+    expected = cli.reference_models(args, client, "ranker").run("ranker", arrays)
+    problems = cli.compare_outputs(served, expected, id_names=("ranked_post_ids",))
+    return cli.report_check(problems, "the served ranking")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        config = load_config(args.artifacts)
-        user = load_user(args, config)
-    except ArtifactError as error:
-        return fail(str(error))
+    return cli.run(rank, parse_args(argv))
+
+
+def rank(args) -> int:
+    config, user = cli.request_user(args)
     arrays = ranker_inputs(user)
-    try:
-        client = open_client(args)
-        served = infer(client, args.protocol, "ranker", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return fail(f"ranker at {server_url(args)} ({args.protocol}): {error}")
+    client, served = cli.ask(args, "ranker", arrays)
     count = len(user["candidate_post_ids"])
     print(f"{count} candidates of user {user['user_id']}, ranked:\n")
     print(feed_table(served, config.action_names, rows=args.rows))
-    if not args.check:
-        return 0
-    try:
-        return check_ranking(args, client, arrays, served)
-    except Exception as error:
-        print(f"error: --check could not compute the reference: {error}", file=sys.stderr)
-        return EXIT_ERROR
+    return cli.run_check(args, check_ranking, client, arrays, served)
 
 
 if __name__ == "__main__":

@@ -10,30 +10,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-import numpy as np
-
-from clients._common import (
-    EXIT_ERROR,
-    InProcessModels,
-    add_check_arg,
-    add_user_args,
-    build_parser,
-    compare_outputs,
-    fail,
-    load_user,
-    open_client,
-    report_check,
-    server_parameters,
-    server_url,
-)
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import feed_table, infer, recommend_inputs, user_inputs
+from clients import cli
+from phoenix.serving.client import feed_table, recommend_inputs
+from phoenix.serving.inprocess import SERVICE_MODELS
 
 RANKED_IDS = ("ranked_post_ids",)
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = build_parser(
+    parser = cli.build_parser(
         "python -m clients.recommend",
         "Ask the served `recommend` ensemble (user_encoder -> retriever -> ranker) for one "
         "user's feed and print it: rank, post id, blended score, retrieval score and the most "
@@ -44,7 +29,7 @@ def parse_args(argv: Optional[Sequence[str]]):
             "python -m clients.recommend --input user.json --check",
         ],
     )
-    add_user_args(parser)
+    cli.add_user_args(parser)
     parser.add_argument(
         "--top-k",
         type=int,
@@ -55,70 +40,30 @@ def parse_args(argv: Optional[Sequence[str]]):
     parser.add_argument(
         "--rows", type=int, default=20, help="feed rows to print (default: %(default)s)"
     )
-    add_check_arg(parser)
+    cli.add_check_arg(parser)
     return parser.parse_args(argv)
 
 
-def reference_feed(models: InProcessModels, params: dict, user: dict, top_k: int) -> dict:
-    """The ensemble's three steps in this process, wired as recommend/config.pbtxt wires them."""
-    users = user_inputs(user)
-    embedding = models.run("user_encoder", params["user_encoder"], users)["user_embedding"]
-    retrieved = models.run(
-        "retriever",
-        params["retriever"],
-        {
-            "user_embedding": embedding,
-            "top_k": np.array([[top_k]], np.int32),
-            "history_post_ids": users["history_post_ids"],
-        },
-    )
-    ranked = models.run(
-        "ranker",
-        params["ranker"],
-        {
-            **users,
-            "candidate_post_ids": retrieved["post_ids"],
-            "candidate_author_ids": retrieved["author_ids"],
-            "candidate_retrieval_scores": retrieved["retrieval_scores"],
-        },
-    )
-    ranked["retrieval_scores"] = ranked.pop("ranked_retrieval_scores")
-    return ranked
-
-
-def check_feed(args, client, user: dict, top_k: int, served: dict[str, Any]) -> int:
-    params = {
-        model: server_parameters(client, args.protocol, model)
-        for model in ("user_encoder", "retriever", "ranker")
-    }
-    expected = reference_feed(InProcessModels(args.artifacts), params, user, top_k)
-    problems = compare_outputs(served, expected, id_names=RANKED_IDS)
-    return report_check(problems, "the served feed")
+def check_feed(args, client, arrays: dict, served: dict[str, Any]) -> int:
+    """The ensemble's steps in this process, wired as recommend/config.pbtxt wires them."""
+    expected = cli.reference_models(args, client, *SERVICE_MODELS).run("recommend", arrays)
+    problems = cli.compare_outputs(served, expected, id_names=RANKED_IDS)
+    return cli.report_check(problems, "the served feed")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        config = load_config(args.artifacts)
-        user = load_user(args, config)
-    except ArtifactError as error:
-        return fail(str(error))
+    return cli.run(recommend, parse_args(argv))
+
+
+def recommend(args) -> int:
+    config, user = cli.request_user(args)
     top_k = int(args.top_k or user["top_k"])
-    try:
-        client = open_client(args)
-        served = infer(client, args.protocol, "recommend", recommend_inputs(user, top_k))
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return fail(f"recommend at {server_url(args)} ({args.protocol}): {error}")
+    arrays = recommend_inputs(user, top_k)
+    client, served = cli.ask(args, "recommend", arrays)
     history = len(user["history_post_ids"])
     print(f"Feed for user {user['user_id']} ({history} history items, top_k {top_k}):\n")
     print(feed_table(served, config.action_names, rows=args.rows))
-    if not args.check:
-        return 0
-    try:
-        return check_feed(args, client, user, top_k, served)
-    except Exception as error:
-        print(f"error: --check could not compute the reference: {error}", file=sys.stderr)
-        return EXIT_ERROR
+    return cli.run_check(args, check_feed, client, arrays, served)
 
 
 if __name__ == "__main__":

@@ -12,28 +12,15 @@ from typing import Optional
 
 import numpy as np
 
-from clients._common import (
-    EXIT_ERROR,
-    InProcessModels,
-    add_check_arg,
-    add_user_args,
-    build_parser,
-    compare_outputs,
-    fail,
-    load_user,
-    open_client,
-    report_check,
-    server_parameters,
-    server_url,
-)
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.client import infer, user_inputs
+from clients import cli
+from phoenix.serving.client import user_inputs
+from phoenix.serving.ensemble import next_step_inputs
 
 RETRIEVED_IDS = ("post_ids", "author_ids")
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = build_parser(
+    parser = cli.build_parser(
         "python -m clients.retrieve",
         "Embed one user with the served `user_encoder`, then ask the served `retriever` for the "
         "top_k corpus posts (history excluded) and print rank, post id, author id and score. "
@@ -43,7 +30,7 @@ def parse_args(argv: Optional[Sequence[str]]):
             "python -m clients.retrieve --generate --seed 7 --protocol grpc --check",
         ],
     )
-    add_user_args(parser)
+    cli.add_user_args(parser)
     parser.add_argument(
         "--top-k",
         type=int,
@@ -51,16 +38,14 @@ def parse_args(argv: Optional[Sequence[str]]):
         help="posts to retrieve (default: the input's top_k; random 10..200 with --generate)",
     )
     parser.add_argument("--rows", type=int, default=20, help="rows to print (default: %(default)s)")
-    add_check_arg(parser)
+    cli.add_check_arg(parser)
     return parser.parse_args(argv)
 
 
-def retriever_inputs(embedding: np.ndarray, top_k: int, history_post_ids: np.ndarray) -> dict:
-    return {
-        "user_embedding": np.asarray(embedding, np.float32),
-        "top_k": np.array([[top_k]], np.int32),
-        "history_post_ids": np.asarray(history_post_ids, np.int64),
-    }
+def retriever_inputs(users: dict, top_k: int, embedding: np.ndarray) -> dict:
+    """The retriever's request after the user_encoder's answer, as the ensemble wires it."""
+    request = {**users, "top_k": np.array([[top_k]], np.int32)}
+    return next_step_inputs(request, {"user_encoder": {"user_embedding": embedding}}, "retriever")
 
 
 def retrieved_table(result: dict, rows: int) -> str:
@@ -76,43 +61,30 @@ def retrieved_table(result: dict, rows: int) -> str:
 
 def check_retrieval(args, client, users: dict, top_k: int, embedding, served: dict) -> int:
     """The user tower and, on the server's own user vector, the retriever (isolates each)."""
-    models = InProcessModels(args.artifacts)
-    encoder = server_parameters(client, args.protocol, "user_encoder")
-    expected_user = models.run("user_encoder", encoder, users)
-    problems = compare_outputs({"user_embedding": embedding}, expected_user)
-    retriever = server_parameters(client, args.protocol, "retriever")
-    arrays = retriever_inputs(embedding, top_k, users["history_post_ids"])
-    expected = models.run("retriever", retriever, arrays)
-    problems += compare_outputs(served, expected, id_names=RETRIEVED_IDS)
-    corpus = retriever.get("corpus_file", "corpus.npz")
-    return report_check(problems, f"the served retrieval (corpus {corpus})")
+    models = cli.reference_models(args, client, "user_encoder", "retriever")
+    expected_user = models.run("user_encoder", users)
+    problems = cli.compare_outputs({"user_embedding": embedding}, expected_user)
+    expected = models.run("retriever", retriever_inputs(users, top_k, embedding))
+    problems += cli.compare_outputs(served, expected, id_names=RETRIEVED_IDS)
+    corpus = models.params["retriever"].get("corpus_file", "corpus.npz")
+    return cli.report_check(problems, f"the served retrieval (corpus {corpus})")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        user = load_user(args, load_config(args.artifacts))
-    except ArtifactError as error:
-        return fail(str(error))
+    return cli.run(retrieve, parse_args(argv))
+
+
+def retrieve(args) -> int:
+    _, user = cli.request_user(args)
     top_k = int(args.top_k or user["top_k"])
     users = user_inputs(user)
-    try:
-        client = open_client(args)
-        embedding = infer(client, args.protocol, "user_encoder", users)["user_embedding"]
-        arrays = retriever_inputs(embedding, top_k, users["history_post_ids"])
-        served = infer(client, args.protocol, "retriever", arrays)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return fail(f"user_encoder/retriever at {server_url(args)} ({args.protocol}): {error}")
+    client, encoded = cli.ask(args, "user_encoder", users)
+    embedding = encoded["user_embedding"]
+    _, served = cli.ask(args, "retriever", retriever_inputs(users, top_k, embedding), client)
     history = len(user["history_post_ids"])
     print(f"Top {top_k} for user {user['user_id']} ({history} history items excluded):\n")
     print(retrieved_table(served, args.rows))
-    if not args.check:
-        return 0
-    try:
-        return check_retrieval(args, client, users, top_k, embedding, served)
-    except Exception as error:
-        print(f"error: --check could not compute the reference: {error}", file=sys.stderr)
-        return EXIT_ERROR
+    return cli.run_check(args, check_retrieval, client, users, top_k, embedding, served)
 
 
 if __name__ == "__main__":

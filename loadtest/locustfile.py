@@ -7,7 +7,7 @@ the artifact directory's corpus. Every response is checked (status, output shape
 are the candidates, scores sorted descending, history excluded); a failed check is a failure.
 
 Against a running server (see loadtest/README.md):
-    PYTHONPATH=. .venv/bin/locust -f loadtest/locustfile.py --headless -u 8 -r 8 -t 30s \\
+    .venv/bin/locust -f loadtest/locustfile.py --headless -u 8 -r 8 -t 30s \\
         --host http://127.0.0.1:8000 --grpc-url 127.0.0.1:8001 --artifacts artifacts/demo
 With a server of its own, reports and a verdict (what `make loadtest` runs):
     .venv/bin/python loadtest/locustfile.py --help
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import subprocess
 import sys
 import time
@@ -31,14 +30,15 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from locust import FastHttpUser, User, between, events, task
+from locust.util.timespan import parse_timespan
+
+from phoenix.checkpoint import load_config
+from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
+from phoenix.serving.contracts import RECOMMEND, contract
+from phoenix.serving.ensemble import next_step_inputs, step_inputs
+from phoenix.serving.workload import CorpusIds, random_sequence, with_action_width
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # locust puts only this file's folder on sys.path
-    sys.path.insert(0, str(REPO_ROOT))
-
-from clients._common import CorpusIds, random_sequence, with_action_width  # noqa: E402
-from phoenix.checkpoint import load_config  # noqa: E402
-from phoenix.serving.client import TRITON_DTYPES, user_inputs  # noqa: E402
 
 DEFAULT_ARTIFACTS = "artifacts/demo"
 DEFAULT_GRPC_URL = "127.0.0.1:8001"
@@ -54,10 +54,14 @@ Check = Callable[[Mapping[str, np.ndarray]], Optional[str]]
 # ----------------------------------------------------------------------------------------
 
 
-def shape_problem(outputs: Mapping[str, np.ndarray], shapes: Mapping[str, tuple]) -> Optional[str]:
-    for name, shape in shapes.items():
+def shape_problem(
+    model: str, outputs: Mapping[str, np.ndarray], shapes: Mapping[str, tuple]
+) -> Optional[str]:
+    """Every output of the model's contract is there; those in ``shapes`` have that shape."""
+    for name in contract(model).output_names:
         if name not in outputs or outputs[name] is None:
             return f"output {name} missing"
+    for name, shape in shapes.items():
         if tuple(outputs[name].shape) != shape:
             return f"output {name} has shape {outputs[name].shape}, expected {shape}"
     return None
@@ -80,7 +84,7 @@ def check_ranking(candidates: np.ndarray, num_actions: int) -> Check:
             "scores": (1, count),
             "action_probs": (1, count, num_actions),
         }
-        problem = shape_problem(out, shapes) or sorted_problem(out["scores"][0], "scores")
+        problem = shape_problem("ranker", out, shapes) or sorted_problem(out["scores"][0], "scores")
         if problem:
             return problem
         if not np.array_equal(np.sort(out["ranked_post_ids"][0]), np.sort(candidates)):
@@ -94,12 +98,13 @@ def check_ranking(candidates: np.ndarray, num_actions: int) -> Check:
 
 
 def check_retrieved(
-    count: int, history: np.ndarray, ids: str, scores: str, extra: Sequence[str] = ()
+    model: str, count: int, history: np.ndarray, ids: str, scores: str, extra: Sequence[str] = ()
 ) -> Check:
     """`count` unique posts, none from the history, scores sorted descending."""
 
     def check(out):
-        problem = shape_problem(out, {name: (1, count) for name in (ids, scores, *extra)})
+        shapes = {name: (1, count) for name in (ids, scores, *extra)}
+        problem = shape_problem(model, out, shapes)
         problem = problem or sorted_problem(out[scores][0], scores)
         if problem:
             return problem
@@ -115,7 +120,7 @@ def check_retrieved(
 
 def check_user_embedding(emb_size: int) -> Check:
     def check(out):
-        problem = shape_problem(out, {"user_embedding": (1, emb_size)})
+        problem = shape_problem("user_encoder", out, {"user_embedding": (1, emb_size)})
         if problem:
             return problem
         norm = float(np.linalg.norm(out["user_embedding"][0]))
@@ -138,28 +143,15 @@ class Prepared:
     model: str
     arrays: dict[str, np.ndarray]
     check: Check
-    top_k: int = 0  # retrieve only: the retriever's top_k after the user_encoder step
+    chain: Optional[dict[str, np.ndarray]] = None  # retrieve only: the recommend request
     expected: int = 0  # retrieve only: how many posts the retriever must return
 
 
 def http_body(arrays: Mapping[str, np.ndarray]) -> tuple[bytes, int]:
     """KServe v2 request body with binary tensors, and the length of its JSON header."""
-    inputs = []
-    for name, array in arrays.items():
-        tensor = httpclient.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
-        tensor.set_data_from_numpy(np.ascontiguousarray(array), binary_data=True)
-        inputs.append(tensor)
+    inputs = infer_inputs(httpclient, arrays)
     body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs)
     return body, len(body) if json_size is None else json_size
-
-
-def grpc_inputs(arrays: Mapping[str, np.ndarray]) -> list:
-    inputs = []
-    for name, array in arrays.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
-        tensor.set_data_from_numpy(np.ascontiguousarray(array))
-        inputs.append(tensor)
-    return inputs
 
 
 class Workload:
@@ -177,14 +169,10 @@ class Workload:
         seq = random_sequence(self.rng, self.config, self.corpus, **kwargs)
         return with_action_width(seq, self.config.num_actions)
 
-    def retrieved_count(self, top_k: int, history: np.ndarray) -> int:
-        """What the retriever returns: top_k, unless the corpus minus the history is smaller."""
-        seen = np.isin(self.corpus.post_ids, history).sum()
-        return int(min(top_k, len(self.corpus.post_ids) - seen))
-
     def prepare(self, task_name: str) -> Prepared:
         seq = self.user(top_k=int(self.rng.integers(TOP_K_RANGE[0], TOP_K_RANGE[1] + 1)))
-        users = user_inputs(seq)
+        request = recommend_inputs(seq)  # the user's tensors and top_k
+        users = step_inputs(RECOMMEND.step("user_encoder"), request)
         history = users["history_post_ids"][0]
         if task_name == "rank":
             count = int(self.rng.integers(1, MAX_CANDIDATES + 1))
@@ -195,29 +183,27 @@ class Workload:
                 "candidate_author_ids": authors[None],
             }
             return Prepared("ranker", arrays, check_ranking(posts, self.config.num_actions))
-        expected = self.retrieved_count(seq["top_k"], history)
+        expected = self.corpus.retrieved_count(seq["top_k"], history)
         if task_name == "recommend":
-            arrays = {**users, "top_k": np.array([[seq["top_k"]]], np.int32)}
             extra = ("retrieval_scores",)
-            check = check_retrieved(expected, history, "ranked_post_ids", "scores", extra)
-            return Prepared("recommend", arrays, check)
+            check = check_retrieved(
+                "recommend", expected, history, "ranked_post_ids", "scores", extra
+            )
+            return Prepared("recommend", request, check)
         check = check_user_embedding(self.config.emb_size)
-        return Prepared("user_encoder", users, check, seq["top_k"], expected)
+        return Prepared("user_encoder", users, check, request, expected)
 
     def pick(self, task_name: str, rng: np.random.Generator) -> Prepared:
         pool = self.pools[task_name]
         return pool[int(rng.integers(len(pool)))]
 
     def retriever_step(self, prepared: Prepared, embedding: np.ndarray) -> Prepared:
-        """The retriever request that follows a user_encoder answer."""
-        history = prepared.arrays["history_post_ids"]
-        arrays = {
-            "user_embedding": np.asarray(embedding, np.float32),
-            "top_k": np.array([[prepared.top_k]], np.int32),
-            "history_post_ids": history,
-        }
+        """The retriever request that follows a user_encoder answer, as the ensemble wires it."""
+        done = {"user_encoder": {"user_embedding": embedding}}
+        arrays = next_step_inputs(prepared.chain, done, "retriever")
+        history = arrays["history_post_ids"][0]
         check = check_retrieved(
-            prepared.expected, history[0], "post_ids", "retrieval_scores", ("author_ids",)
+            "retriever", prepared.expected, history, "post_ids", "retrieval_scores", ("author_ids",)
         )
         return Prepared("retriever", arrays, check)
 
@@ -234,7 +220,7 @@ class Workload:
         key = id(prepared)
         if key in self._grpc_inputs:
             return self._grpc_inputs[key]
-        inputs = grpc_inputs(prepared.arrays)
+        inputs = infer_inputs(grpcclient, prepared.arrays)
         if prepared.model != "retriever":
             self._grpc_inputs[key] = inputs
         return inputs
@@ -370,9 +356,7 @@ class TritonHttpUser(PhoenixTraffic, FastHttpUser):
         result = httpclient.InferenceServerClient.parse_response_body(
             response.content, header_length=int(length) if length else None
         )
-        return {
-            out["name"]: result.as_numpy(out["name"]) for out in result.get_response()["outputs"]
-        }
+        return result_arrays(result)
 
 
 class TritonGrpcUser(PhoenixTraffic):
@@ -393,8 +377,7 @@ class TritonGrpcUser(PhoenixTraffic):
     def call(self, prepared: Prepared) -> dict[str, np.ndarray]:
         inputs = workload().grpc_inputs(prepared)
         result = gevent.get_hub().threadpool.apply(self.client.infer, (prepared.model, inputs))
-        response = result.get_response()
-        return {out.name: result.as_numpy(out.name) for out in response.outputs}
+        return result_arrays(result)
 
     def send(self, prepared: Prepared) -> Optional[dict[str, np.ndarray]]:
         started = time.perf_counter()
@@ -493,18 +476,6 @@ def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def seconds(run_time: str) -> float:
-    """Locust's run-time syntax (30s, 2m, 1h30m) in seconds."""
-    total, number = 0.0, ""
-    for char in run_time.strip():
-        if char.isdigit() or char == ".":
-            number += char
-        else:
-            total += float(number) * {"s": 1, "m": 60, "h": 3600}[char]
-            number = ""
-    return total + (float(number) if number else 0.0)
-
-
 def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
     prefix = args.results / "locust"
     return [
@@ -528,12 +499,10 @@ def aggregated_counts(stats_csv: Path) -> tuple[int, int]:
 
 def run_locust(args, http_url: str, grpc_url: str) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    limit = seconds(args.run_time) + 120  # start-up, pools and stop-timeout on top of the load
+    limit = parse_timespan(args.run_time) + 120  # start-up, pools and stop-timeout on top
     command = locust_command(args, http_url, grpc_url)
     try:
-        code = subprocess.run(command, env=env, timeout=limit).returncode
+        code = subprocess.run(command, timeout=limit).returncode
     except subprocess.TimeoutExpired:
         print(f"error: locust did not finish within {limit:.0f} s", file=sys.stderr)
         return 1

@@ -13,6 +13,8 @@ maps to row 0, a zero row, whatever the entity.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from phoenix.config import ENTITIES, ArtifactConfig, EntityHashParams
@@ -74,6 +76,33 @@ def table_rows(entity: str, hashes: np.ndarray, config: ArtifactConfig) -> np.nd
     offset = table_offsets(config)[entity]
     hashes = np.asarray(hashes, dtype=np.int64)
     return np.where(hashes == 0, np.int64(PADDING_ROW), hashes + offset)
+
+
+class EntityHash(NamedTuple):
+    """One entity's hash functions and its table's first row in the stacked table, as the
+    device-side hashing (``phoenix.engine.device_ranking``) takes them."""
+
+    scales: np.ndarray  # [h] int64
+    biases: np.ndarray  # [h] int64
+    modulus: int
+    vocab_size: int
+    table_offset: int
+
+
+def entity_hashes(config: ArtifactConfig) -> dict[str, EntityHash]:
+    """{'user' | 'item' | 'author': EntityHash} of an artifact config."""
+    offsets = table_offsets(config)
+    out = {}
+    for entity in ENTITIES:
+        params = config.hash_params.for_entity(entity)
+        out[entity] = EntityHash(
+            scales=np.asarray(params.scales, np.int64),
+            biases=np.asarray(params.biases, np.int64),
+            modulus=int(params.modulus),
+            vocab_size=config.vocab_size(entity),
+            table_offset=offsets[entity],
+        )
+    return out
 
 
 class HashEmbedder:

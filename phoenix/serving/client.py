@@ -1,7 +1,8 @@
-"""Client-side helpers shared by clients/, the demo, the load tests and the tests.
+"""Client-side helpers shared by clients/, the demo, the load tests, the benchmarks and the tests.
 
-Builds request tensors from an ``example_sequence.json``-style dict, sends them with
-tritonclient over HTTP or gRPC, and formats a ranked feed as a table.
+Builds request tensors from an ``example_sequence.json``-style dict as each model's contract
+(``phoenix.serving.contracts``) says, turns arrays into tritonclient ``InferInput``s (the one
+place that does), sends them over HTTP or gRPC, and formats a ranked feed as a table.
 """
 
 from __future__ import annotations
@@ -10,18 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
+from tritonclient.utils import np_to_triton_dtype
 
-TRITON_DTYPES = {
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.float32): "FP32",
-}
-USER_FIELDS = {
-    "history_post_ids": np.int64,
-    "history_author_ids": np.int64,
-    "history_actions": np.float32,
-    "history_product_surface": np.int32,
-}
+from phoenix.serving.contracts import TensorSpec, contract
 
 
 def client_module(protocol: str):
@@ -35,51 +27,80 @@ def client_module(protocol: str):
     return module
 
 
-def connect(url: str, protocol: str = "http"):
-    """An InferenceServerClient for ``url`` (host:port, no scheme)."""
+def connect(url: str, protocol: str = "http", **kwargs):
+    """An InferenceServerClient for ``url`` (host:port, no scheme; kwargs: its options)."""
     url = url.split("://", 1)[-1]
-    return client_module(protocol).InferenceServerClient(url=url)
+    return client_module(protocol).InferenceServerClient(url=url, **kwargs)
 
 
-def user_inputs(
-    seq: Mapping[str, Any], with_dwell: bool = False, num_actions: Optional[int] = None
-) -> dict[str, np.ndarray]:
-    """One user's request tensors (a leading batch dimension of 1).
+def input_row(spec: TensorSpec, value: Any, num_actions: Optional[int] = None) -> np.ndarray:
+    """One request row of an input: ``value`` in the contract's dtype, batch dimension first.
 
     An empty JSON history (``"history_actions": []``) has no action width: pass
     ``num_actions`` (the artifact config's) to send a [1, 0, A] tensor.
     """
-    arrays = {"user_id": np.array([[int(seq["user_id"])]], np.int64)}
-    for name, dtype in USER_FIELDS.items():
-        arrays[name] = np.asarray(seq[name], dtype)[None]
-    if arrays["history_actions"].ndim != 3:  # empty history: [1, 0] -> [1, 0, A]
+    array = np.asarray(value, spec.dtype)
+    if spec.dims == (1,):  # one value per row: user_id, top_k
+        return array.reshape(1, 1)
+    if array.ndim < len(spec.dims):  # an empty list has lost its inner axes
         if num_actions is None:
-            raise ValueError("empty history_actions: pass num_actions to size the tensor")
-        arrays["history_actions"] = np.zeros((1, 0, num_actions), np.float32)
-    if with_dwell and seq.get("history_dwell_seconds") is not None:
-        arrays["history_dwell_seconds"] = np.asarray(seq["history_dwell_seconds"], np.float32)[None]
+            raise ValueError(f"empty {spec.name}: pass num_actions to size the tensor")
+        return np.zeros((1, 0, num_actions), spec.dtype)
+    return array[None]
+
+
+def model_inputs(
+    model: str, values: Mapping[str, Any], num_actions: Optional[int] = None
+) -> dict[str, np.ndarray]:
+    """One request (batch dimension 1) for ``model`` from a dict named like its inputs.
+
+    Keys that are no input of the model are ignored; optional inputs that are absent or None
+    are left out; a missing required input raises KeyError.
+    """
+    arrays = {}
+    for spec in contract(model).inputs:
+        value = values.get(spec.name)
+        if value is None:
+            if spec.optional:
+                continue
+            raise KeyError(f"{model} needs the input {spec.name!r}")
+        arrays[spec.name] = input_row(spec, value, num_actions)
     return arrays
+
+
+def user_inputs(seq: Mapping[str, Any], num_actions: Optional[int] = None) -> dict[str, np.ndarray]:
+    """One user's history: the user_encoder's request."""
+    return model_inputs("user_encoder", seq, num_actions)
 
 
 def ranker_inputs(
-    seq: Mapping[str, Any], with_dwell: bool = True, num_actions: Optional[int] = None
+    seq: Mapping[str, Any], num_actions: Optional[int] = None
 ) -> dict[str, np.ndarray]:
-    arrays = user_inputs(seq, with_dwell=with_dwell, num_actions=num_actions)
-    arrays["candidate_post_ids"] = np.asarray(seq["candidate_post_ids"], np.int64)[None]
-    arrays["candidate_author_ids"] = np.asarray(seq["candidate_author_ids"], np.int64)[None]
-    if seq.get("candidate_product_surface") is not None:
-        arrays["candidate_product_surface"] = np.asarray(
-            seq["candidate_product_surface"], np.int32
-        )[None]
-    return arrays
+    """One user with candidates (and the optional inputs ``seq`` has): the ranker's request."""
+    return model_inputs("ranker", seq, num_actions)
 
 
 def recommend_inputs(
     seq: Mapping[str, Any], top_k: Optional[int] = None, num_actions: Optional[int] = None
 ) -> dict[str, np.ndarray]:
-    arrays = user_inputs(seq, num_actions=num_actions)
-    arrays["top_k"] = np.array([[int(top_k or seq.get("top_k", 50))]], np.int32)
-    return arrays
+    """One user and ``top_k`` (default: the sequence's, else 50): the recommend request."""
+    values = {**seq, "top_k": int(top_k or seq.get("top_k", 50))}
+    return model_inputs("recommend", values, num_actions)
+
+
+def infer_inputs(module, arrays: Mapping[str, np.ndarray]) -> list:
+    """tritonclient InferInputs (of ``module``, http or grpc) holding ``arrays`` as they are.
+
+    The wire datatype is the array's own (``np_to_triton_dtype``): the arrays are sent
+    unconverted, so a wrong dtype reaches the server and gets its INVALID_ARG.
+    """
+    tensors = []
+    for name, array in arrays.items():
+        array = np.require(array, requirements="C")  # unlike ascontiguousarray, keeps 0-d
+        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
 
 
 def infer(
@@ -92,25 +113,23 @@ def infer(
 ) -> dict[str, np.ndarray]:
     """Run one inference; returns the requested (or all) outputs as numpy arrays."""
     module = client_module(protocol)
-    tensors = []
-    for name, array in arrays.items():
-        array = np.ascontiguousarray(array)
-        tensor = module.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
     requested = None
     if outputs is not None:
         requested = [module.InferRequestedOutput(name) for name in outputs]
-    result = client.infer(model, tensors, outputs=requested, **kwargs)
-    if outputs is None:
+    result = client.infer(model, infer_inputs(module, arrays), outputs=requested, **kwargs)
+    return result_arrays(result, outputs)
+
+
+def result_arrays(result, names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+    """The outputs of an InferResult (either protocol) by name; all of them without ``names``."""
+    if names is None:
         response = result.get_response()
         names = (
             [o["name"] for o in response["outputs"]]
             if isinstance(response, dict)
             else [o.name for o in response.outputs]
         )
-        outputs = names
-    return {name: result.as_numpy(name) for name in outputs}
+    return {name: result.as_numpy(name) for name in names}
 
 
 def feed_table(
@@ -135,3 +154,17 @@ def feed_table(
     if len(posts) > rows:
         lines.append(f"... {len(posts) - rows} more")
     return "\n".join(lines)
+
+
+def http_status(url: str) -> int | None:
+    """The HTTP status of a GET of ``url`` (say, a /ready endpoint); None when unreachable."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None

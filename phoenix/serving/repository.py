@@ -1,279 +1,145 @@
-"""Derive a variant of a Triton model repository (GPU instances, no batching, other delays).
+"""Model configs (`config.pbtxt`): read them, check them against the contracts, derive variants.
 
-Model configs are protobuf text (`config.pbtxt`). We parse just enough of that format to know
-where each field and its value start and end (nested messages, lists, strings and comments
-included), then edit the text in place so everything we don't touch keeps its layout.
+Configs are read with protobuf's `text_format` into Triton's own `ModelConfig` message
+(`tritonclient.grpc.model_config_pb2`), so a typo in a field name is an error here rather than
+at server start. A derived repository (GPU instances, no batching, another queue delay) is a
+copy whose configs are edited as messages and written back in protobuf text format; comments
+of the source configs do not survive in the copy.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG_NAME = "config.pbtxt"
-KIND_BY_DEVICE = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
-OPENERS = {"{": "}", "<": ">", "[": "]"}
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<space>\s+)
-  | (?P<comment>\#[^\n]*)
-  | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<punct>[{}<>\[\]:,;])
-  | (?P<word>[^\s{}<>\[\]:,;"'\#]+)
-    """,
-    re.VERBOSE,
-)
+from phoenix.serving.contracts import ModelContract, TensorSpec
+
+CONFIG_NAME = "config.pbtxt"
+ModelConfig = model_config_pb2.ModelConfig
+InstanceKind = model_config_pb2.ModelInstanceGroup.Kind
+KIND_BY_DEVICE = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
 
 
 class PbtxtError(ValueError):
-    """The text is not protobuf text format we can parse."""
+    """The text is not a valid protobuf-text ModelConfig."""
 
 
-@dataclass(frozen=True)
-class Token:
-    kind: str  # "string", "punct" or "word"
-    text: str
-    start: int
-    end: int
+# ----------------------------------------------------------------------------------------
+# Reading and writing
+# ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Value:
-    """A field's value: its text span, plus its fields (message) or items (list)."""
-
-    start: int
-    end: int
-    fields: tuple[Field, ...] | None = None
-    items: tuple[Value, ...] | None = None
-
-    @property
-    def is_message(self) -> bool:
-        return self.fields is not None
+def parse_config(text: str) -> ModelConfig:
+    """A ModelConfig from protobuf text; unknown fields and bad syntax raise PbtxtError."""
+    try:
+        return text_format.Parse(text, ModelConfig())
+    except text_format.ParseError as error:
+        raise PbtxtError(str(error)) from None
 
 
-@dataclass(frozen=True)
-class Field:
-    """`name: value` with the span from the name to the end of the value."""
-
-    name: str
-    start: int
-    end: int
-    value: Value
+def format_config(config: ModelConfig) -> str:
+    return text_format.MessageToString(config)
 
 
-def tokenize(text: str) -> list[Token]:
-    """Significant tokens of `text` (whitespace and # comments dropped)."""
-    tokens = []
-    position = 0
-    while position < len(text):
-        match = _TOKEN_RE.match(text, position)
-        if match is None:
-            line = text.count("\n", 0, position) + 1
-            raise PbtxtError(f"unterminated string or bad character on line {line}")
-        if match.lastgroup in ("string", "punct", "word"):
-            tokens.append(Token(match.lastgroup, match.group(), match.start(), match.end()))
-        position = match.end()
-    return tokens
+def read_config(path: str | Path) -> ModelConfig:
+    """The ModelConfig of a config.pbtxt file; errors name the file."""
+    path = Path(path)
+    try:
+        return parse_config(path.read_text())
+    except PbtxtError as error:
+        raise PbtxtError(f"{path}: {error}") from None
 
 
-class _Parser:
-    """Recursive descent over the tokens, recording spans only."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = tokenize(text)
-        self.index = 0
-
-    def peek(self) -> Token | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
-
-    def take(self) -> Token:
-        token = self.peek()
-        if token is None:
-            raise PbtxtError("unexpected end of text")
-        self.index += 1
-        return token
-
-    def fail(self, token: Token, expected: str) -> PbtxtError:
-        line = self.text.count("\n", 0, token.start) + 1
-        return PbtxtError(f"expected {expected}, got {token.text!r} on line {line}")
-
-    def fields(self, closer: str | None) -> tuple[Field, ...]:
-        """Fields until `closer` (or the end of text when None); consumes the closer."""
-        found = []
-        while True:
-            token = self.peek()
-            if token is None:
-                if closer is None:
-                    return tuple(found)
-                raise PbtxtError(f"missing {closer!r} at end of text")
-            if token.kind == "punct" and token.text == closer:
-                self.index += 1
-                return tuple(found)
-            if token.kind == "punct" and token.text in ",;":
-                self.index += 1  # optional field separators
-                continue
-            found.append(self.field())
-
-    def field(self) -> Field:
-        name = self.take()
-        if name.kind == "punct" and name.text == "[":  # extension name: [pkg.ext]
-            parts = [self.take()]
-            while parts[-1].text != "]":
-                parts.append(self.take())
-            name = Token("word", "[" + "".join(t.text for t in parts), name.start, parts[-1].end)
-        elif name.kind != "word":
-            raise self.fail(name, "a field name")
-        colon = self.peek()
-        if colon is not None and colon.text == ":" and colon.kind == "punct":
-            self.index += 1
-        value = self.value()
-        return Field(name.text, name.start, value.end, value)
-
-    def value(self) -> Value:
-        token = self.take()
-        if token.kind == "punct" and token.text in ("{", "<"):
-            fields = self.fields(OPENERS[token.text])
-            return Value(token.start, self.tokens[self.index - 1].end, fields=fields)
-        if token.kind == "punct" and token.text == "[":
-            return self.list_value(token)
-        if token.kind == "string":
-            end = token.end
-            while (following := self.peek()) is not None and following.kind == "string":
-                end = self.take().end  # adjacent strings concatenate
-            return Value(token.start, end)
-        if token.kind == "word":
-            return Value(token.start, token.end)
-        raise self.fail(token, "a value")
-
-    def list_value(self, opener: Token) -> Value:
-        items = []
-        while True:
-            token = self.peek()
-            if token is None:
-                raise PbtxtError("missing ']' at end of text")
-            if token.kind == "punct" and token.text == "]":
-                self.index += 1
-                return Value(opener.start, token.end, items=tuple(items))
-            if token.kind == "punct" and token.text == ",":
-                self.index += 1
-                continue
-            items.append(self.value())
+def model_config_paths(repository: Path) -> list[Path]:
+    """config.pbtxt of every model (one level below the repository root)."""
+    return sorted(path for path in Path(repository).glob(f"*/{CONFIG_NAME}") if path.is_file())
 
 
-def parse_pbtxt(text: str) -> tuple[Field, ...]:
-    """Top-level fields of a protobuf text message, with their spans."""
-    return _Parser(text).fields(closer=None)
+def string_parameters(config: ModelConfig) -> dict[str, str]:
+    """The config's ``parameters`` as {key: string_value}."""
+    return {key: value.string_value for key, value in config.parameters.items()}
 
 
-def find_fields(fields: Iterable[Field], name: str) -> list[Field]:
-    """Direct children named `name`."""
-    return [field for field in fields if field.name == name]
+# ----------------------------------------------------------------------------------------
+# Checking a config against its contract
+# ----------------------------------------------------------------------------------------
 
 
-def messages_of(field: Field) -> list[Value]:
-    """The message values of a field: itself (`f { }`) or the messages in a list (`f [{ }]`)."""
-    if field.value.is_message:
-        return [field.value]
-    return [item for item in field.value.items or () if item.is_message]
+def _tensor_fields(tensor) -> dict:
+    """What the contract fixes about a config tensor (ModelInput or ModelOutput)."""
+    fields = {
+        "data_type": model_config_pb2.DataType.Name(tensor.data_type),
+        "dims": list(tensor.dims),
+    }
+    if isinstance(tensor, model_config_pb2.ModelInput):
+        fields["optional"] = tensor.optional
+        fields["allow_ragged_batch"] = tensor.allow_ragged_batch
+    return fields
 
 
-@dataclass(frozen=True)
-class Edit:
-    start: int
-    end: int
-    replacement: str
+def _spec_fields(spec: TensorSpec, is_input: bool) -> dict:
+    fields = {"data_type": spec.config_dtype, "dims": list(spec.dims)}
+    if is_input:
+        fields["optional"] = spec.optional
+        fields["allow_ragged_batch"] = spec.ragged
+    return fields
 
 
-def apply_edits(text: str, edits: Sequence[Edit]) -> str:
-    """Apply non-overlapping edits (any order) to `text`."""
-    ordered = sorted(edits, key=lambda edit: edit.start, reverse=True)
-    for later, earlier in zip(ordered, ordered[1:], strict=False):
-        if earlier.end > later.start:
-            raise ValueError(f"overlapping edits: {earlier} and {later}")
-    for edit in ordered:
-        text = text[: edit.start] + edit.replacement + text[edit.end :]
-    return text
+def _tensor_mismatches(what: str, found: Iterable, expected: Iterable[TensorSpec]) -> list[str]:
+    """Differences between the config's inputs (or outputs) and the contract's."""
+    found = {tensor.name: _tensor_fields(tensor) for tensor in found}
+    expected = {spec.name: _spec_fields(spec, what == "input") for spec in expected}
+    problems = [f"{what} {n!r} is not in the contract" for n in sorted(set(found) - set(expected))]
+    problems += [f"{what} {n!r} is missing" for n in sorted(set(expected) - set(found))]
+    for name in sorted(set(found) & set(expected)):
+        for field, wanted in expected[name].items():
+            value = found[name][field]
+            if value != wanted:
+                problems.append(f"{what} {name!r}: {field} {value}, contract {wanted}")
+    return problems
 
 
-def removal_span(text: str, field: Field) -> tuple[int, int]:
-    """Span that removes `field`, its separator, and its lines when nothing else is on them."""
-    start, end = field.start, field.end
-    trailing = re.compile(r"[ \t]*[,;]?").match(text, end)
-    end = trailing.end() if trailing else end
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end == -1 else line_end
-    if not text[line_start:start].strip() and not text[end:line_end].strip():
-        return line_start, min(line_end + 1, len(text))
-    return start, end
+def _step_mismatches(config: ModelConfig, contract: ModelContract) -> list[str]:
+    found = [
+        (step.model_name, dict(step.input_map), dict(step.output_map))
+        for step in config.ensemble_scheduling.step
+    ]
+    expected = [
+        (step.model, dict(step.input_map), dict(step.output_map)) for step in contract.steps
+    ]
+    if found == expected:
+        return []
+    return [f"ensemble steps {found} differ from the contract's {expected}"]
 
 
-def remove_fields(text: str, name: str) -> str:
-    """Remove every top-level field `name` (e.g. the `dynamic_batching { ... }` block)."""
-    doomed = find_fields(parse_pbtxt(text), name)
-    return apply_edits(text, [Edit(*removal_span(text, field), "") for field in doomed])
+def contract_mismatches(config: ModelConfig, contract: ModelContract) -> list[str]:
+    """Every way ``config`` disagrees with ``contract`` (empty when they agree)."""
+    problems = []
+    for field, wanted in (
+        ("name", contract.name),
+        ("max_batch_size", contract.max_batch_size),
+        ("backend", contract.backend or ""),
+        ("platform", contract.platform or ""),
+    ):
+        if getattr(config, field) != wanted:
+            problems.append(f"{field} {getattr(config, field)!r}, contract {wanted!r}")
+    problems += _tensor_mismatches("input", config.input, contract.inputs)
+    problems += _tensor_mismatches("output", config.output, contract.outputs)
+    parameters = string_parameters(config)
+    for key, wanted in contract.parameters.items():
+        if parameters.get(key) != wanted:
+            problems.append(f"parameter {key!r} {parameters.get(key)!r}, contract {wanted!r}")
+    return problems + _step_mismatches(config, contract)
 
 
-def _insert_into_message(text: str, message: Value, field_text: str) -> Edit:
-    """Edit that adds `field_text` as the first field of `message` (right after its brace)."""
-    body = text[message.start + 1 : message.end - 1]
-    if "\n" in body:
-        indent = re.match(r"\s*", body.split("\n", 1)[1]).group().replace("\n", "")
-        return Edit(message.start + 1, message.start + 1, f"\n{indent}{field_text}")
-    return Edit(message.start + 1, message.start + 1, f" {field_text}")
-
-
-def set_instance_kind(text: str, kind: str) -> str:
-    """Set `kind` in every instance_group (adding one when the model has none).
-
-    `gpus` lists are dropped when switching away from KIND_GPU, where Triton rejects them.
-    """
-    fields = parse_pbtxt(text)
-    groups = find_fields(fields, "instance_group")
-    if not groups:
-        separator = "" if text.endswith("\n") or not text else "\n"
-        return f"{text}{separator}instance_group [ {{ kind: {kind} }} ]\n"
-    edits = []
-    for group in groups:
-        for message in messages_of(group):
-            kinds = find_fields(message.fields, "kind")
-            edits += [Edit(k.value.start, k.value.end, kind) for k in kinds]
-            if not kinds:
-                edits.append(_insert_into_message(text, message, f"kind: {kind}"))
-            if kind != "KIND_GPU":
-                gpus = find_fields(message.fields, "gpus")
-                edits += [Edit(*removal_span(text, field), "") for field in gpus]
-    return apply_edits(text, edits)
-
-
-def set_max_queue_delay(text: str, microseconds: int) -> str:
-    """Set max_queue_delay_microseconds in each dynamic_batching block (none: unchanged)."""
-    if microseconds < 0:
-        raise ValueError("max_queue_delay_microseconds must be >= 0")
-    edits = []
-    for block in find_fields(parse_pbtxt(text), "dynamic_batching"):
-        if not block.value.is_message:
-            continue
-        delays = find_fields(block.value.fields, "max_queue_delay_microseconds")
-        edits += [Edit(d.value.start, d.value.end, str(microseconds)) for d in delays]
-        if not delays:
-            line = f"max_queue_delay_microseconds: {microseconds}"
-            edits.append(_insert_into_message(text, block.value, line))
-    return apply_edits(text, edits)
-
-
-def is_ensemble(text: str) -> bool:
-    platforms = find_fields(parse_pbtxt(text), "platform")
-    return any(text[p.value.start : p.value.end].strip('"') == "ensemble" for p in platforms)
-
-
-def has_dynamic_batching(text: str) -> bool:
-    return bool(find_fields(parse_pbtxt(text), "dynamic_batching"))
+# ----------------------------------------------------------------------------------------
+# Deriving variants
+# ----------------------------------------------------------------------------------------
 
 
 def instance_kind_for(device: str) -> str:
@@ -283,6 +149,77 @@ def instance_kind_for(device: str) -> str:
         raise ValueError(
             f"device must be one of {sorted(KIND_BY_DEVICE)}, got {device!r}"
         ) from None
+
+
+def set_instance_kind(config: ModelConfig, kind: str) -> None:
+    """Set ``kind`` in every instance_group (adding one when the model has none).
+
+    `gpus` lists are dropped when switching away from KIND_GPU, where Triton rejects them.
+    """
+    value = InstanceKind.Value(kind)
+    if not config.instance_group:
+        config.instance_group.add(kind=value)
+    for group in config.instance_group:
+        group.kind = value
+        if kind != "KIND_GPU":
+            del group.gpus[:]
+
+
+def set_max_queue_delay(config: ModelConfig, microseconds: int) -> None:
+    """Set max_queue_delay_microseconds of the dynamic batcher (none: unchanged)."""
+    if microseconds < 0:
+        raise ValueError("max_queue_delay_microseconds must be >= 0")
+    if config.HasField("dynamic_batching"):
+        config.dynamic_batching.max_queue_delay_microseconds = microseconds
+
+
+def is_ensemble(config: ModelConfig) -> bool:
+    return config.platform == "ensemble"
+
+
+def has_dynamic_batching(config: ModelConfig) -> bool:
+    return config.HasField("dynamic_batching")
+
+
+@dataclass(frozen=True)
+class GpuServing:
+    """How a model is served on a GPU, where the CPU's settings would starve the device.
+
+    A GPU scores a batch of 64 users in about the time of one, so batches are larger and the
+    queue deeper; few batch and candidate buckets keep start-up compilation short (each
+    bucket is one program per instance); one or two instances per GPU keep host work
+    overlapped with device work without multiplying device memory.
+    """
+
+    max_batch_size: int
+    batch_buckets: str
+    instance_count: int
+    max_queue_size: int
+    max_queue_delay_us: int
+    parameters: tuple[tuple[str, str], ...] = ()
+
+
+GPU_SERVING = {
+    "ranker": GpuServing(64, "1,8,64", 2, 1024, 1000, (("candidate_buckets", "64,256,1024"),)),
+    "retriever": GpuServing(64, "1,8,64", 1, 1024, 500),
+    "user_encoder": GpuServing(64, "1,8,64", 1, 1024, 500),
+    "candidate_tower": GpuServing(4096, "64,512,4096", 1, 64, 500),
+}
+
+
+def apply_gpu_serving(config: ModelConfig, serving: GpuServing) -> None:
+    """Batch sizes, buckets, instance count and queue settings of ``serving``."""
+    config.max_batch_size = serving.max_batch_size
+    for group in config.instance_group:
+        group.count = serving.instance_count
+    config.parameters["batch_buckets"].string_value = serving.batch_buckets
+    for key, value in serving.parameters:
+        config.parameters[key].string_value = value
+    if config.HasField("dynamic_batching"):
+        batching = config.dynamic_batching
+        batching.max_queue_delay_microseconds = serving.max_queue_delay_us
+        if batching.HasField("default_queue_policy"):
+            batching.default_queue_policy.max_queue_size = serving.max_queue_size
 
 
 def derive_config(
@@ -296,19 +233,18 @@ def derive_config(
     Ensembles are returned unchanged: they have no instances of their own (Triton refuses an
     instance_group there) and their steps are batched by the composing models.
     """
-    if is_ensemble(text):
+    kind = instance_kind_for(device)
+    config = parse_config(text)
+    if is_ensemble(config):
         return text
-    text = set_instance_kind(text, instance_kind_for(device))
+    set_instance_kind(config, kind)
+    if device == "gpu" and config.name in GPU_SERVING:
+        apply_gpu_serving(config, GPU_SERVING[config.name])
     if not dynamic_batching:
-        text = remove_fields(text, "dynamic_batching")
+        config.ClearField("dynamic_batching")
     elif max_queue_delay_us is not None:
-        text = set_max_queue_delay(text, max_queue_delay_us)
-    return text
-
-
-def model_config_paths(repository: Path) -> list[Path]:
-    """config.pbtxt of every model (one level below the repository root)."""
-    return sorted(path for path in repository.glob(f"*/{CONFIG_NAME}") if path.is_file())
+        set_max_queue_delay(config, max_queue_delay_us)
+    return format_config(config)
 
 
 def derive_repository(

@@ -8,27 +8,19 @@ Arrays arrive as Triton delivers them: with a leading batch dimension (rows of t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+
+from phoenix.serving import contracts
 
 
 class InputError(ValueError):
     """A request's inputs are invalid; the message says which input and why."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Hard per-request limits (documented in README and SECURITY.md)."""
-
-    max_history_items: int = 4096  # longer histories are refused; the newest S are used
-    max_candidates: int = 1024  # per user row of a ranker request
-    max_top_k: int = 1024
-    max_rows: int = 4096  # batch rows in one request (candidate_tower posts, users)
-
-
-LIMITS = Limits()
+# The per-request limits are part of the models' contracts.
+LIMITS = contracts.LIMITS
 
 _KINDS = {"int": "iu", "float": "f"}
 

@@ -1,7 +1,8 @@
 """Run the Phoenix models on Triton: `python -m phoenix.serving.serve --help`.
 
-Foreground mode runs until Ctrl-C (or SIGTERM), which is forwarded to tritonserver so it shuts
-down cleanly. `--demo` starts the server, runs one end-to-end recommendation and stops.
+Foreground mode runs until Ctrl-C (or SIGTERM), then drains and stops cleanly
+(`phoenix/serving/shutdown.py`). `--demo` starts the server, runs one end-to-end recommendation
+and stops. Triton's admin APIs always need the admin key (`phoenix/serving/admin_key.py`).
 """
 
 from __future__ import annotations
@@ -9,25 +10,23 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from phoenix.serving.repository import PbtxtError, derive_repository
-from phoenix.serving.supervisor import (
+from phoenix.serving.admin_key import (
     ADMIN_HEADER,
     ADMIN_KEY_ENV,
-    ReadinessServer,
-    Supervisor,
-    admin_key_from_env,
+    AdminKeyError,
+    server_admin_key,
 )
+from phoenix.serving.repository import PbtxtError, derive_repository
+from phoenix.serving.shutdown import Shutdown, wait_in_short_naps
+from phoenix.serving.supervisor import ReadinessServer, Supervisor, TritonAdmin
 from phoenix.serving.triton_server import (
     TritonServer,
     TritonServerError,
@@ -38,14 +37,14 @@ from phoenix.serving.triton_server import (
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_MODEL_REPOSITORY = Path("model_repository")
 DEFAULT_BUILD_DIR = Path("build/serve")
-EXIT_TIMEOUT_S = 10
+# Triton's own exit timeout: after our unloads (shutdown.py) it only waits for idle HTTP
+# keep-alive connections, which clients never close on their own.
+EXIT_TIMEOUT_S = 3
+DEFAULT_STOP_TIMEOUT_S = 30.0
 DEFAULT_SUPERVISOR_PORT = 8003
 # APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
 # need the admin key; inference, health, metadata, config and statistics stay open.
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
-# Triton splits the restriction flag on ',', ':' and '=': keep the key to URL-safe characters.
-_ADMIN_KEY = re.compile(r"^[A-Za-z0-9._~-]{16,}$")
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class ServeError(RuntimeError):
@@ -167,12 +166,20 @@ def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
         "load balancers stop sending first (default: %(default)s)",
     )
     parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=DEFAULT_STOP_TIMEOUT_S,
+        metavar="S",
+        help="after the drain, seconds that in-flight requests get to finish while the models "
+        "unload; a stop that takes longer exits 1 and says why (default: %(default)s)",
+    )
+    parser.add_argument(
         "--admin-key-env",
         default=ADMIN_KEY_ENV,
         metavar="NAME",
-        help="environment variable with the admin key: when set, Triton's model-repository, "
-        f"shared-memory, trace and logging APIs need header '{ADMIN_HEADER}: <key>'; required "
-        "when --host is not loopback (default: %(default)s)",
+        help="environment variable with the admin key that Triton's model-repository, "
+        f"shared-memory, trace and logging APIs need (header '{ADMIN_HEADER}: <key>'); unset: "
+        "a random key kept in BUILD_DIR/admin-key (mode 0600) (default: %(default)s)",
     )
 
 
@@ -197,25 +204,12 @@ def validate_model_repository(repository: Path) -> Path:
     return repository.resolve()
 
 
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
-
-
-def checked_admin_key(host: str, key: str | None, env_name: str = ADMIN_KEY_ENV) -> str | None:
-    """The admin key to restrict Triton's admin APIs with; refuses to expose without one."""
-    if key is not None and not _ADMIN_KEY.match(key):
-        raise ServeError(
-            f"${env_name} must be at least 16 characters from A-Z a-z 0-9 . _ ~ - "
-            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-        )
-    if key is None and not is_loopback(host):
-        raise ServeError(
-            f"refusing to serve on {host} without an admin key: anyone who can reach the port "
-            "could load models (which runs their code) or map shared memory. Set "
-            f"${env_name} to a random key (e.g. export {env_name}=$(python -c "
-            "'import secrets; print(secrets.token_urlsafe(32))')) or keep --host 127.0.0.1."
-        )
-    return key
+def admin_key_for(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, Path | None]:
+    """The admin key (from $env_name, else generated into BUILD_DIR/admin-key) and its file."""
+    try:
+        return server_admin_key(build_dir, env_name)
+    except AdminKeyError as error:
+        raise ServeError(str(error)) from None
 
 
 def check_port_free(host: str, port_: int, option: str) -> None:
@@ -232,15 +226,15 @@ def check_port_free(host: str, port_: int, option: str) -> None:
             ) from None
 
 
-def server_flags(supervised: bool, admin_key: str | None) -> dict[str, object]:
+def server_flags(supervised: bool, admin_key: str) -> dict[str, object]:
     """tritonserver options: exit timeout, explicit model control for the supervisor's
-    reloads, and the admin-key restriction of the APIs that change the server."""
+    reloads and the clean stop's unloads, and the admin-key restriction of the APIs that
+    change the server (on every bind, loopback too)."""
     flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
     if supervised:
         flags.update(model_control_mode="explicit", load_model="*")
-    if admin_key:
-        restriction = f"{RESTRICTED_APIS}:{ADMIN_HEADER}={admin_key}"
-        flags.update(http_restricted_api=restriction, grpc_restricted_protocol=restriction)
+    restriction = f"{RESTRICTED_APIS}:{ADMIN_HEADER}={admin_key}"
+    flags.update(http_restricted_api=restriction, grpc_restricted_protocol=restriction)
     return flags
 
 
@@ -265,16 +259,17 @@ def prepare_repository(args: argparse.Namespace) -> Path:
 
 def warn_if_no_gpu_jax(device: str) -> None:
     """JAX without its CUDA plugin silently runs on the CPU: say so up front."""
-    if device == "gpu" and importlib.util.find_spec("jax_cuda12_plugin") is None:
+    plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin")
+    if device == "gpu" and not any(importlib.util.find_spec(p) for p in plugins):
         print(
             "warning: --device gpu but jax's CUDA plugin is not installed; the models will run "
-            "on the CPU. Install it with: pip install 'jax[cuda12]==0.6.2'",
+            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)",
             file=sys.stderr,
         )
 
 
 def make_server(
-    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str | None = None
+    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str
 ) -> TritonServer:
     supervised = not (getattr(args, "no_supervisor", True) or getattr(args, "demo", False))
     return TritonServer(
@@ -318,65 +313,25 @@ def start_log_echo(server: TritonServer) -> tuple[threading.Thread, threading.Ev
     return thread, stop
 
 
-def describe(server: TritonServer, ready_url: str | None = None) -> str:
+def describe(
+    server: TritonServer, ready_url: str | None = None, key_file: Path | None = None
+) -> str:
+    key = f"in {key_file} (mode 0600)" if key_file else "from $" + ADMIN_KEY_ENV
     text = (
         f"Triton is ready after {server.ready_after_s:.1f} s\n"
         f"  HTTP     http://{server.http_url}  (tritonclient url: {server.http_url})\n"
         f"  gRPC     {server.grpc_url}\n"
         f"  metrics  {server.metrics_url}\n"
-        f"  log      {server.log_path}"
+        f"  log      {server.log_path}\n"
+        f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md)"
     )
     if ready_url:
         text += f"\n  ready    {ready_url}  (supervisor: probe this from a load balancer)"
     return text
 
 
-def exit_code_of(returncode: int) -> int:
-    """Shell-style exit code: a server killed by signal N gives 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def forward_signals(
-    server: TritonServer, supervisor: Supervisor | None = None, drain_seconds: float = 0.0
-) -> None:
-    """First SIGINT/SIGTERM drains (/ready -> 503) for `drain_seconds`, then asks the server to
-    shut down; a second one kills it."""
-    received = []
-
-    def handler(signum, _frame):
-        received.append(signum)
-        if len(received) == 1:
-            print(f"\nstopping tritonserver ({signal.Signals(signum).name})...", file=sys.stderr)
-            if supervisor is not None:
-                supervisor.drain()
-            stop = threading.Timer(drain_seconds, server.send_signal, [signal.SIGTERM])
-            stop.daemon = True
-            stop.start()
-        else:
-            print("\nkilling tritonserver", file=sys.stderr)
-            server.kill()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, handler)
-
-
-def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
-    """`wait(timeout)` until it returns, waking every `nap_s` seconds.
-
-    Python runs signal handlers only in the main thread, and only once that thread runs
-    bytecode again. The kernel may deliver SIGTERM to any thread (the supervisor's, the /ready
-    server's); a main thread blocked in one long waitpid() would then not run the drain handler
-    until tritonserver had exited on its own. Short naps bound that delay to `nap_s`.
-    """
-    while True:
-        try:
-            return wait(nap_s)
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def start_supervisor(
-    server: TritonServer, port_: int, admin_key: str | None
+    server: TritonServer, port_: int, admin_key: str
 ) -> tuple[Supervisor, ReadinessServer]:
     """The supervisor over a ready server, and its /ready endpoint on the server's host."""
     supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
@@ -387,11 +342,13 @@ def start_supervisor(
 def serve_foreground(
     server: TritonServer,
     echo_log: bool,
+    admin_key: str,
     supervisor_port: int | None = None,
-    admin_key: str | None = None,
     drain_seconds: float = 0.0,
+    key_file: Path | None = None,
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
 ) -> int:
-    """Run until the server exits (on its own or on a forwarded signal); with a
+    """Run until the server exits (on its own or after a signal, see shutdown.py); with a
     `supervisor_port`, the supervisor heals dead stubs and serves /ready meanwhile."""
     echo = start_log_echo(server) if echo_log else None
     supervisor = endpoint = None
@@ -401,10 +358,13 @@ def serve_foreground(
         if supervisor_port is not None:
             supervisor, endpoint = start_supervisor(server, supervisor_port, admin_key)
             ready_url = f"http://{client_host(server.host)}:{endpoint.port}/ready"
-        print(describe(server, ready_url), flush=True)
+        print(describe(server, ready_url, key_file), flush=True)
         print("Ctrl-C stops the server.", flush=True)
-        forward_signals(server, supervisor, drain_seconds)
-        return exit_code_of(wait_in_short_naps(server.wait))
+        # Unloading before the stop needs explicit model control, which the supervisor brings.
+        admin = TritonAdmin(server.http_url, admin_key) if supervisor_port is not None else None
+        shutdown = Shutdown(server, admin, supervisor, drain_seconds, stop_timeout_s)
+        shutdown.install()
+        return shutdown.exit_code(wait_in_short_naps(server.wait))
     finally:
         if supervisor is not None:
             supervisor.stop()
@@ -445,9 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
         run_demo = load_demo() if args.demo else None
-        admin_key = checked_admin_key(
-            args.host, admin_key_from_env(args.admin_key_env), args.admin_key_env
-        )
+        admin_key, key_file = admin_key_for(args.build_dir, args.admin_key_env)
         if not (args.no_supervisor or args.demo):
             check_port_free(args.host, args.supervisor_port, "--supervisor-port")
         server = make_server(args, repository, artifacts, admin_key)
@@ -458,9 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_foreground(
             server,
             echo_log=not args.quiet,
-            supervisor_port=None if args.no_supervisor else args.supervisor_port,
             admin_key=admin_key,
+            supervisor_port=None if args.no_supervisor else args.supervisor_port,
             drain_seconds=args.drain_seconds,
+            key_file=key_file,
+            stop_timeout_s=args.stop_timeout,
         )
     except (ServeError, TritonServerError, PbtxtError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 logger = logging.getLogger("phoenix.serving")
 
 ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
@@ -66,15 +68,6 @@ def enable_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def powers_of_two_up_to(limit: int) -> tuple[int, ...]:
-    """1, 2, 4, ... up to ``limit`` (``limit`` itself included)."""
-    out, size = [], 1
-    while size < limit:
-        out.append(size)
-        size *= 2
-    return tuple(out + [max(1, limit)])
-
-
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     try:
         values = tuple(sorted(int(v) for v in text.split(",") if v.strip()))
@@ -87,17 +80,36 @@ def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     return values
 
 
+def batch_buckets_of(params: Mapping[str, str], max_batch: int) -> tuple[int, ...]:
+    """The ``batch_buckets`` parameter if given, else powers of two up to ``max_batch``.
+
+    Each bucket is one compiled shape per program, so GPU configurations list a few (fewer
+    compilations at start-up) and CPU ones take every power of two (less padding)."""
+    if params.get("batch_buckets"):
+        buckets = parse_int_list(params["batch_buckets"], "batch_buckets")
+        if buckets[-1] < max_batch:
+            raise ValueError(
+                f"parameter 'batch_buckets' {buckets} must reach max_batch_size {max_batch}"
+            )
+        return buckets
+    from phoenix.serving.contracts import powers_of_two_up_to
+
+    return powers_of_two_up_to(max_batch)
+
+
 def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_batch: int):
     """The service object of model ``name`` over ``artifact_dir``."""
-    from phoenix.serving import services
+    from phoenix.serving import contracts, services
 
     resources = services.PhoenixResources(artifact_dir)
+    batch_buckets = batch_buckets_of(params, max_batch)
     if name == "user_encoder":
-        return services.UserEncoderService(resources)
+        return services.UserEncoderService(resources, batch_buckets=batch_buckets)
     if name == "candidate_tower":
         return services.CandidateTowerService(resources)
     if name == "retriever":
-        return services.RetrieverService(resources, params.get("corpus_file") or "corpus.npz")
+        corpus = params.get("corpus_file") or "corpus.npz"
+        return services.RetrieverService(resources, corpus, batch_buckets=batch_buckets)
     if name == "ranker":
         return services.RankerService(
             resources,
@@ -105,11 +117,43 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
             candidate_buckets=(
                 parse_int_list(params["candidate_buckets"], "candidate_buckets")
                 if params.get("candidate_buckets")
-                else services.DEFAULT_CANDIDATE_BUCKETS
+                else contracts.RANKER_CANDIDATE_BUCKETS
             ),
-            batch_buckets=powers_of_two_up_to(max_batch),
+            batch_buckets=batch_buckets,
         )
     raise ValueError(f"unknown service {name!r}")
+
+
+# Tensors cross the Triton boundary through DLPack only. The 2.51 stub's pybind11 numpy layer
+# reads numpy 2 dtypes wrongly: `as_numpy()` repeats element 0 and `Tensor(name, ndarray)`
+# sends empty tensors (docs/serving.md, "numpy 2 and DLPack").
+
+
+def input_array(tensor) -> np.ndarray:
+    """A request tensor as a numpy array (a view of Triton's buffer while on the host)."""
+    if tensor.is_cpu():
+        return np.from_dlpack(tensor)
+    import jax.dlpack  # a GPU-resident input, e.g. from a GPU model of an ensemble
+
+    return np.asarray(jax.dlpack.from_dlpack(tensor))
+
+
+def request_inputs(request) -> dict[str, np.ndarray]:
+    """{input name: array} of one request."""
+    return {tensor.name(): input_array(tensor) for tensor in request.inputs()}
+
+
+def host_tensor(array: np.ndarray, dtype) -> Any:
+    """``array`` as ``dtype`` in a host-resident JAX buffer, ready for ``Tensor.from_dlpack``.
+
+    A numpy array's own DLPack capsule is not safe here: the backend renames the consumed
+    capsule, numpy's destructor then fails on the name, and a stub died of it once. JAX's
+    buffers are. ``enable_x64`` keeps int64 ids int64 (JAX would narrow them to int32).
+    """
+    import jax
+
+    with jax.enable_x64(True):
+        return jax.device_put(np.asarray(array, dtype=dtype), jax.devices("cpu")[0])
 
 
 class ServiceModel:
@@ -148,7 +192,7 @@ class ServiceModel:
     def execute(self, requests):
         from phoenix.serving.requests import InputError
 
-        inputs = [{t.name(): t.as_numpy() for t in request.inputs()} for request in requests]
+        inputs = [request_inputs(request) for request in requests]
         try:
             results = self.service.handle(inputs)
         except Exception as error:  # never crash the stub: report the batch as failed
@@ -167,7 +211,7 @@ class ServiceModel:
                 output_tensors=[], error=pb.TritonError(str(result), pb.TritonError.INTERNAL)
             )
         tensors = [
-            pb.Tensor(name, array.astype(self.output_dtypes.get(name, array.dtype), copy=False))
+            pb.Tensor.from_dlpack(name, host_tensor(array, self.output_dtypes[name]))
             for name, array in result.items()
             if name in self.output_dtypes
         ]

@@ -1,15 +1,22 @@
 """Faults under load against the real serve command (tritonserver + supervisor), on loopback.
 
-One `python -m phoenix.serving.serve` process serves tiny artifacts with an admin key set (so
-the restricted model-repository API is what the tests and the supervisor go through). Tests
-run in file order on it and the last one shuts it down:
+One `python -m phoenix.serving.serve` process serves tiny artifacts with no admin key given,
+so it generates one into its build directory, where the tests read it like the project's tools
+do. Tests run in file order on it and the last one shuts it down:
 
+- the admin APIs need the key (HTTP 403, gRPC UNAVAILABLE); inference, health and metadata
+  do not;
 - a retriever corpus swap through the model load API: zero failed requests, new answers after;
   a corpus file outside the artifact directory is refused and the loaded corpus keeps serving;
+- an operator's unload (with the key) of `ranker`: /ready turns 503 naming `ranker` and
+  `recommend`, the supervisor leaves it unloaded; loaded again, /ready is 200;
 - kill -9 of a model's stub: the supervisor notices, /ready turns 503, the model is reloaded,
   /ready turns 200; failures stay inside that window;
 - SIGTERM to the serve command: /ready turns 503 at once, in-flight requests complete, new
-  ones are refused cleanly, the process exits within drain + Triton's exit timeout.
+  ones are refused cleanly, the process exits 0.
+
+Timing figures are reported, not asserted, except where the bound is the property (recovery),
+and then it is generous and relative to a load measured in the same run.
 
 PHOENIX_LONG_TESTS=1 (`make test-reliability-long`) kills every model's stub in turn.
 Figures are printed as `RELIABILITY <name> {json}` lines (see them with `pytest -s`).
@@ -17,9 +24,9 @@ Figures are printed as `RELIABILITY <name> {json}` lines (see them with `pytest 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -32,11 +39,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
-from bench.soak import Caller, LoadRun, summarize
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
-from phoenix.serving.client import recommend_inputs
-from phoenix.serving.serve import EXIT_TIMEOUT_S
+from phoenix.serving.admin_key import admin_headers, find_admin_key
+from phoenix.serving.client import http_status, recommend_inputs
+from phoenix.serving.loadgen import Caller, LoadRun, summarize
+from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
 from phoenix.serving.triton_server import pick_free_ports, read_log_tail
 
@@ -52,9 +63,14 @@ WORKERS = 4  # even workers HTTP, odd ones gRPC
 WARMUP_S = 1.5
 AFTER_S = 4.0 if LONG else 2.0
 DRAIN_S = 1.0
-DETECT_LIMIT_S = 3.0  # from kill -9 to /ready answering 503
-RECOVERY_LIMIT_S = 120.0  # from kill -9 to /ready answering 200 (reload of a warm-cached model)
-EXIT_SLACK_S = 5.0  # Triton counts its exit timeout down in whole seconds, then tears down
+# Bounds that only keep a broken run from hanging; the figures are reported, not asserted.
+DETECT_WAIT_S = 30.0
+RECOVERY_WAIT_S = 300.0
+# The Done-when bounds of issue 9: /ready reflects an operator's unload within 1 s, and a
+# killed model is back within 15 s; on a busy machine, within 3x a load measured in this run.
+UNLOAD_VISIBLE_S = 1.0
+RECOVERY_BOUND_S = 15.0
+RECOVERY_REFERENCE_FACTOR = 3.0
 TOP_K = 20
 
 
@@ -72,21 +88,13 @@ class Served:
     ready_url: str
     status_url: str
     admin: TritonAdmin
+    admin_key: str
     artifacts: Path
     log_path: Path
     old_ids: set[int]
     new_ids: set[int]
     server_pid: int = 0
-
-
-def http_status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
+    reference_load_s: float = 0.0  # an operator's load of the retriever, measured here
 
 
 def supervisor_status(served: Served) -> dict:
@@ -114,9 +122,7 @@ def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], s
     return set(old.post_ids.tolist()), set(new_ids.tolist())
 
 
-def start_serve(
-    artifacts: Path, root: Path, admin_key: str
-) -> tuple[subprocess.Popen, tuple[int, int, int]]:
+def start_serve(artifacts: Path, root: Path) -> tuple[subprocess.Popen, tuple[int, int, int]]:
     """The serve command on free ports; returns it and its (HTTP, gRPC, /ready) ports."""
     http, grpc, metrics, ready = pick_free_ports(4)
     command = [
@@ -125,7 +131,7 @@ def start_serve(
         "--supervisor-port", str(ready), "--drain-seconds", str(DRAIN_S), "--quiet",
         "--build-dir", str(root / "build"), "--ready-timeout", str(READY_TIMEOUT_S),
     ]  # fmt: skip
-    env = dict(os.environ, PHOENIX_ADMIN_KEY=admin_key)
+    env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
     with (root / "serve.out").open("wb") as out:
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -148,7 +154,7 @@ def shut_down(served: Served) -> None:
     if served.process.poll() is None:
         served.process.send_signal(signal.SIGTERM)
         try:
-            served.process.wait(DRAIN_S + EXIT_TIMEOUT_S + 30)
+            served.process.wait(DRAIN_S + DEFAULT_STOP_TIMEOUT_S + EXIT_TIMEOUT_S + 30)
         except subprocess.TimeoutExpired:
             os.killpg(served.process.pid, signal.SIGKILL)
             served.process.wait(10)
@@ -156,13 +162,17 @@ def shut_down(served: Served) -> None:
         os.killpg(served.server_pid, signal.SIGKILL)
 
 
-@pytest.fixture(scope="module")
-def served(tiny_artifacts, tmp_path_factory):
-    root = tmp_path_factory.mktemp("faults")
+@contextlib.contextmanager
+def serving(tiny_artifacts, tmp_path_factory, name: str):
+    root = tmp_path_factory.mktemp(name)
     artifacts = Path(shutil.copytree(tiny_artifacts, root / "artifacts"))
     old_ids, new_ids = write_relabelled_corpus(artifacts, "corpus-b.npz")
-    admin_key = secrets.token_urlsafe(24)
-    process, (http, grpc, ready) = start_serve(artifacts, root, admin_key)
+    process, (http, grpc, ready) = start_serve(artifacts, root)
+    key_file = root / "build" / "admin-key"
+    deadline = time.monotonic() + 60
+    while not key_file.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    admin_key = find_admin_key(key_file=key_file) or ""
     served = Served(
         process=process,
         http_url=f"127.0.0.1:{http}",
@@ -170,16 +180,32 @@ def served(tiny_artifacts, tmp_path_factory):
         ready_url=f"http://127.0.0.1:{ready}/ready",
         status_url=f"http://127.0.0.1:{ready}/status",
         admin=TritonAdmin(f"127.0.0.1:{http}", admin_key),
+        admin_key=admin_key,
         artifacts=artifacts,
         log_path=root / "serve.out",
         old_ids=old_ids,
         new_ids=new_ids,
     )
     try:
+        assert admin_key, f"serve wrote no usable key to {key_file}"
         wait_until_served(served)
         yield served
     finally:
         shut_down(served)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_artifacts, tmp_path_factory):
+    """The server most tests share (and fault)."""
+    with serving(tiny_artifacts, tmp_path_factory, "faults") as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_served(tiny_artifacts, tmp_path_factory):
+    """A server of its own, never faulted."""
+    with serving(tiny_artifacts, tmp_path_factory, "clean-exit") as server:
+        yield server
 
 
 def corpus_label(served: Served):
@@ -218,7 +244,43 @@ def user_parameters(config: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------------------
-# (b) corpus swap through the model load API
+# Admin APIs closed by default
+# ----------------------------------------------------------------------------------------
+
+
+def test_the_generated_key_is_private_and_admin_apis_need_it(served):
+    key_file = served.log_path.parent / "build" / "admin-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    http = httpclient.InferenceServerClient(served.http_url)
+    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as refused:
+            http.unload_model("ranker")
+        assert refused.value.status() == "403"
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.unload_model("ranker")
+        assert refused.value.status() == "StatusCode.UNAVAILABLE"
+        assert "restricted" in refused.value.message().lower()
+        for client in (http, grpc):
+            with pytest.raises(InferenceServerException):
+                client.get_model_repository_index()
+        # Health, metadata, config and inference stay open.
+        assert http.is_server_ready() and grpc.is_server_ready()
+        assert http.get_model_metadata("ranker")["name"] == "ranker"
+        assert grpc.get_model_config("ranker").config.name == "ranker"
+        assert http.is_model_ready("ranker") and http.is_model_ready("recommend")
+        # The key opens them.
+        index = http.get_model_repository_index(headers=admin_headers(served.admin_key))
+        assert {entry["name"] for entry in index} >= {"ranker", "recommend"}
+        grpc.get_model_repository_index(headers=admin_headers(served.admin_key, "grpc"))
+    finally:
+        http.close()
+        grpc.close()
+    assert http_status(served.ready_url) == 200
+
+
+# ----------------------------------------------------------------------------------------
+# Corpus swap through the model load API
 # ----------------------------------------------------------------------------------------
 
 
@@ -236,6 +298,7 @@ def test_corpus_swap_under_load_fails_nothing(served):
         load_done = time.monotonic()
         time.sleep(AFTER_S)
     outcomes = run.snapshot()
+    served.reference_load_s = load_done - load_started
 
     summary = summarize(outcomes)
     before = {o.label for o in outcomes if o.ended < load_started}
@@ -252,8 +315,10 @@ def test_corpus_swap_under_load_fails_nothing(served):
     assert summary["failed"] == 0, summary["errors"]
     assert before == {"old"} and after == {"new"}
     assert during, "no request was served while the new corpus loaded"
-    # The old stub exits after the new one started: the supervisor must not call that a death.
-    assert not [e for e in supervisor_status(served)["events"] if e["model"] == "retriever"]
+    # The old stub exits after the new one started: the supervisor must not call that a death,
+    # nor the ensemble's reload around its new step an unload.
+    assert supervisor_status(served)["events"] == []
+    assert http_status(served.ready_url) == 200
 
 
 def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serves(served):
@@ -273,7 +338,49 @@ def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serv
 
 
 # ----------------------------------------------------------------------------------------
-# (a) kill -9 of a stub: the supervisor heals it
+# An operator's unload is respected, and /ready says so
+# ----------------------------------------------------------------------------------------
+
+
+def ready_body(served: Served) -> tuple[int | None, dict]:
+    try:
+        with urllib.request.urlopen(served.ready_url, timeout=2) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(served):
+    events_before = len(supervisor_status(served)["events"])
+    unloaded = time.monotonic()
+    served.admin.unload_model("ranker")
+    unready = wait_for(lambda: ready_body(served)[0] == 503, DETECT_WAIT_S, 0.02)
+    code, body = ready_body(served)
+    # Unloading ends when its stubs have stopped; then several supervisor rounds pass, in
+    # which it must not load the model back.
+    wait_for(lambda: served.admin.model_index()["ranker"][0] == "UNAVAILABLE", 120, 0.2)
+    time.sleep(2.0)
+    still = ready_body(served)
+    states = served.admin.model_index()
+    events = supervisor_status(served)["events"][events_before:]
+    report("operator_unload", ready_false_after_s=round(unready - unloaded, 3), reasons=body)
+    assert unready - unloaded <= UNLOAD_VISIBLE_S
+    assert code == 503 and any("ranker" in r for r in body["reasons"])
+    assert any("recommend" in r for r in body["reasons"]), body
+    assert states["ranker"][0] == "UNAVAILABLE"
+    assert still[0] == 503
+    assert "model ranker was unloaded by an operator" in still[1]["reasons"], still
+    assert "reloaded" not in [e["event"] for e in events], events
+
+    # The operator loads it back (and the ensemble, if Triton unloaded it with its step).
+    served.admin.load_model("ranker", None, timeout=300)
+    if served.admin.model_index()["recommend"][0] != "READY":
+        served.admin.load_model("recommend", None, timeout=300)
+    wait_for(lambda: http_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
+
+
+# ----------------------------------------------------------------------------------------
+# kill -9 of a stub: the supervisor heals it
 # ----------------------------------------------------------------------------------------
 
 
@@ -285,13 +392,14 @@ def stub_pid(served: Served, model: str) -> int:
 def kill_stub_and_recover(served: Served, model: str) -> dict:
     """Kill `model`'s stub mid-load; returns the measured window and the failures."""
     parameters_before = user_parameters(served.admin.model_config(model))
-    with recommend_load(served, duration_s=RECOVERY_LIMIT_S + 60) as run:
+    with recommend_load(served, duration_s=RECOVERY_WAIT_S + 60) as run:
         time.sleep(WARMUP_S)
         pid = stub_pid(served, model)
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        detected = wait_for(lambda: http_status(served.ready_url) == 503, DETECT_LIMIT_S)
-        recovered = wait_for(lambda: http_status(served.ready_url) == 200, RECOVERY_LIMIT_S, 0.1)
+        detected = wait_for(lambda: http_status(served.ready_url) == 503, DETECT_WAIT_S, 0.02)
+        reasons = ready_body(served)[1].get("reasons", [])
+        recovered = wait_for(lambda: http_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
         time.sleep(AFTER_S)
     outcomes = run.snapshot()
     failures = [o for o in outcomes if not o.ok]
@@ -301,6 +409,8 @@ def kill_stub_and_recover(served: Served, model: str) -> dict:
         "model": model,
         "detect_s": round(detected - killed, 2),
         "recovery_s": round(recovered - killed, 2),
+        "reference_load_s": round(served.reference_load_s, 2),
+        "reasons": reasons,
         "requests": len(outcomes),
         "failed": len(failures),
         "failed_started_after_recovery": sum(o.started > recovered for o in failures),
@@ -313,16 +423,19 @@ def kill_stub_and_recover(served: Served, model: str) -> dict:
         "errors": summarize(failures)["errors"],
         "events": events[-2:],
         "parameters_kept": user_parameters(served.admin.model_config(model)) == parameters_before,
-        "recovered_at": recovered,
     }
 
 
 @pytest.mark.parametrize("model", KILLED_MODELS)
 def test_killed_stub_is_healed_and_failures_stay_in_the_window(served, model):
     result = kill_stub_and_recover(served, model)
-    report("stub_kill", **{k: v for k, v in result.items() if k != "recovered_at"})
-    assert result["detect_s"] <= DETECT_LIMIT_S
+    report("stub_kill", **result)
+    assert any(model in reason for reason in result["reasons"]), result["reasons"]
     assert result["events"] == ["dead", "reloaded"]
+    # Back within 15 s, or within 3x an operator's load measured in this run when the machine
+    # is busy: a reload is a load plus the detection.
+    bound_s = max(RECOVERY_BOUND_S, RECOVERY_REFERENCE_FACTOR * served.reference_load_s)
+    assert result["recovery_s"] <= bound_s, result
     assert result["failed_started_after_recovery"] == 0, result["errors"]
     # A request already waiting on the dead stub learns it ~1 s later (the backend's health
     # check); nothing fails later than that after /ready is back.
@@ -334,7 +447,7 @@ def test_killed_stub_is_healed_and_failures_stay_in_the_window(served, model):
 
 
 # ----------------------------------------------------------------------------------------
-# (c) SIGTERM: drain, finish in-flight requests, exit in time
+# SIGTERM: drain, finish in-flight requests, exit 0
 # ----------------------------------------------------------------------------------------
 
 # How a client sees a server going away: refused before any work (retry elsewhere is safe) ...
@@ -342,10 +455,17 @@ REFUSED = (
     "Connection refused",
     "failed to connect to all addresses",
     "Server is stopping",
-    "has no available versions",  # gRPC, once Triton has unloaded the ensemble
+    "has no available versions",  # the models are unloading
 )
-# ... or its connection cut while a request was on it (Triton's exit timeout ran out).
-CUT = ("Connection reset", "Socket closed", "Broken pipe", "connection closed", "Disconnected")
+# ... or its connection cut while a request was on it.
+CUT = (
+    "Connection reset",
+    "Socket closed",
+    "Broken pipe",
+    "connection closed",
+    "Disconnected",
+    "CANCELLED",
+)
 
 
 def error_kind(error: str) -> str:
@@ -356,44 +476,61 @@ def error_kind(error: str) -> str:
     return "other"
 
 
-def test_sigterm_under_load_drains_and_exits_in_time(served):
+def sigterm_under_load(served: Served) -> dict:
+    """SIGTERM the serve command under load; the figures and the requests around it."""
     server_pid = served.server_pid
-    with recommend_load(served, duration_s=120) as run:
+    limit_s = DRAIN_S + DEFAULT_STOP_TIMEOUT_S + EXIT_TIMEOUT_S + 30
+    with recommend_load(served, duration_s=limit_s + 30) as run:
         time.sleep(WARMUP_S)
         termed = time.monotonic()
         served.process.send_signal(signal.SIGTERM)
-        unready = wait_for(lambda: http_status(served.ready_url) != 200, 2.0, 0.02)
+        unready = wait_for(lambda: http_status(served.ready_url) != 200, DETECT_WAIT_S, 0.02)
         try:
-            served.process.wait(DRAIN_S + EXIT_TIMEOUT_S + EXIT_SLACK_S + 30)
+            served.process.wait(limit_s)
         except subprocess.TimeoutExpired:
             pytest.fail("serve did not exit after SIGTERM")
         exited = time.monotonic()
         time.sleep(0.5)  # let clients see the closed ports
     outcomes = run.snapshot()
-
     in_flight = [o for o in outcomes if o.started < termed <= o.ended]
-    draining = [o for o in outcomes if termed <= o.started < termed + DRAIN_S - 0.2]
+    draining = [o for o in outcomes if unready <= o.started < termed + DRAIN_S - 0.2]
     after = [o for o in outcomes if o.started >= termed + DRAIN_S]
     kinds = [error_kind(o.error) for o in after if not o.ok]
-    report(
-        "sigterm",
-        unready_after_s=round(unready - termed, 3),
-        exit_s=round(exited - termed, 2),
-        exit_code=served.process.returncode,
-        in_flight=len(in_flight),
-        in_flight_failed=sum(not o.ok for o in in_flight),
-        during_drain=len(draining),
-        during_drain_failed=sum(not o.ok for o in draining),
-        after_drain_ok=sum(o.ok for o in after),
-        after_drain_refused=kinds.count("refused"),
-        after_drain_cut=kinds.count("cut"),
-        after_drain_other=kinds.count("other"),
-        errors=summarize(after)["errors"],
-    )
-    assert unready - termed <= 0.5
-    assert exited - termed <= DRAIN_S + EXIT_TIMEOUT_S + EXIT_SLACK_S
+    figures = {
+        "unready_after_s": round(unready - termed, 3),
+        "exit_s": round(exited - termed, 2),
+        "exit_code": served.process.returncode,
+        "in_flight": len(in_flight),
+        "in_flight_failed": sum(not o.ok for o in in_flight),
+        "during_drain": len(draining),
+        "during_drain_failed": sum(not o.ok for o in draining),
+        "after_drain_ok": sum(o.ok for o in after),
+        "after_drain_refused": kinds.count("refused"),
+        "after_drain_cut": kinds.count("cut"),
+        "after_drain_other": kinds.count("other"),
+        "errors": summarize(after)["errors"],
+    }
     assert in_flight and all(o.ok for o in in_flight), summarize(in_flight)["errors"]
     assert all(o.ok for o in draining), summarize(draining)["errors"]
     assert kinds.count("other") == 0, summarize(after)["errors"]
     assert kinds.count("cut") <= WORKERS  # at most the one request on each connection
     assert not is_alive(server_pid), "tritonserver outlived the serve command"
+    return figures
+
+
+def test_sigterm_under_load_drains_and_exits_0(fresh_served):
+    figures = sigterm_under_load(fresh_served)
+    report("sigterm", **figures)
+    said = fresh_served.log_path.read_text()
+    assert figures["exit_code"] == 0, said[-2000:]
+    assert "stopped cleanly" in said
+
+
+def test_sigterm_after_a_heal_exits_non_zero_and_says_why(served):
+    """Triton 2.51 never finishes unloading a model version whose stub died (the supervisor
+    loaded a new one beside it), so the stop outlives Triton's exit timeout."""
+    figures = sigterm_under_load(served)
+    report("sigterm_after_heal", **figures)
+    said = served.log_path.read_text()
+    assert figures["exit_code"] != 0
+    assert "the stop outlived" in said and "whose stub died" in said, said[-2000:]

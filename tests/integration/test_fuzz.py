@@ -28,10 +28,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import load_corpus, load_example_sequence
-from phoenix.serving.client import client_module, ranker_inputs, recommend_inputs, user_inputs
+from phoenix.serving.client import (
+    client_module,
+    infer_inputs,
+    ranker_inputs,
+    recommend_inputs,
+    user_inputs,
+)
 from phoenix.serving.supervisor import is_alive, list_stubs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -151,12 +157,7 @@ def mutated_request(draw, base: dict[str, np.ndarray]) -> tuple[dict[str, np.nda
 
 def send(client, protocol: str, model: str, arrays: dict[str, np.ndarray]):
     """Infer with every output requested; returns the result object."""
-    module = client_module(protocol)
-    tensors = []
-    for name, array in arrays.items():
-        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(np.require(array, requirements="C"))  # keeps 0-d arrays 0-d
-        tensors.append(tensor)
+    tensors = infer_inputs(client_module(protocol), arrays)
     extra = {"client_timeout": CLIENT_TIMEOUT_S} if protocol == "grpc" else {}
     return client.infer(model, tensors, **extra)
 

@@ -12,7 +12,11 @@ loop) of twice the capacity (three times if twice refused nothing). Requests are
   steps, so some refusals take as long as those waits (docs/reliability.md).
 
 PHOENIX_LONG_TESTS=1 runs longer, both workloads, both protocols. Figures are printed as
-`RELIABILITY overload {json}` lines (`pytest -s`).
+`RELIABILITY overload {json}` lines (`pytest -s`). The tests assert properties (no error other
+than a refusal, refusals faster than accepted requests, accepted latency bounded by the queue
+timeout plus the service time measured in the same test); absolute latency figures belong to
+benchmarks (`make bench-reliability`, `make bench-serving`), not to tests that must hold on a
+busy machine.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.soak import Caller, LoadRun, measure_capacity, percentiles_ms
 from phoenix.checkpoint import load_example_sequence
 from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
+from phoenix.serving.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -52,16 +56,9 @@ WORKERS = 160
 CANDIDATES = 1024  # the ranker's largest candidate bucket
 TOP_K = 500  # the whole tiny corpus: the ranker scores ~500 candidates per request
 QUEUE_TIMEOUT_S = 5.0  # default_timeout_microseconds in the model configs
-# A request waits at most QUEUE_TIMEOUT_S in a queue; in practice far less: max_queue_size
-# (64) requests ahead of it at the accepted rate.
-ACCEPTED_P99_LIMIT_S = QUEUE_TIMEOUT_S
-QUEUE_FULL_P99_LIMIT_S = {
-    ("ranker", "grpc"): 0.5,  # milliseconds on a quiet machine; others run load here too
-    ("ranker", "http"): 1.0,  # client threads waiting for the GIL, not the server
-    ("recommend", "grpc"): QUEUE_TIMEOUT_S,  # refused by a later step after earlier waits
-    ("recommend", "http"): QUEUE_TIMEOUT_S,
-}
-QUEUE_FULL_P50_LIMIT_S = 0.25
+# A request waits at most QUEUE_TIMEOUT_S in a queue, then runs: its latency is bounded by
+# that plus a few service times, measured in the same test (the closed loop's p99).
+SERVICE_TIMES = 3
 QUEUE_FULL = "Exceeds maximum queue size"
 TIMED_OUT = "Request timeout expired"
 
@@ -165,9 +162,9 @@ def test_twice_capacity_is_refused_fast_and_accepted_latency_stays_bounded(
     others = [o.error for o, k in zip(outcomes, kinds) if k == "other"]
     assert not others, others[:5]
     assert figures["accepted"] > 0 and figures["queue_full"] > 0
-    assert accepted["p99_ms"] <= ACCEPTED_P99_LIMIT_S * 1e3
-    assert queue_full["p50_ms"] <= QUEUE_FULL_P50_LIMIT_S * 1e3
-    assert queue_full["p99_ms"] <= QUEUE_FULL_P99_LIMIT_S[model, protocol] * 1e3
+    assert accepted["p99_ms"] <= QUEUE_TIMEOUT_S * 1e3 + SERVICE_TIMES * closed_loop["p99_ms"]
+    # A refusal does no work: it comes faster than an accepted answer.
+    assert queue_full["p50_ms"] < accepted["p50_ms"]
     # Past the overload the server answers normally again.
     caller = make(0)
     try:
@@ -181,36 +178,43 @@ def test_twice_capacity_is_refused_fast_and_accepted_latency_stays_bounded(
 # Normal traffic under the queue policy
 # ----------------------------------------------------------------------------------------
 
-NORMAL_P99_LIMIT_S = 0.25  # one client at a time: ~10-30 ms here, so 0.25 s means a stall
+# One client at a time: a batcher stall (~0.5 s) shows as a p99 far above the median; a busy
+# machine slows every request alike. So the bound is relative to the median measured here.
+STALL_RATIO = 10.0
+STALL_FLOOR_MS = 100.0
 
 
-def single_client_p99_ms(server, model: str, inputs: dict[str, np.ndarray]) -> float:
+def single_client_latency_ms(server, model: str, inputs: dict[str, np.ndarray]) -> dict:
     def make(_index: int) -> Caller:
         return Caller(server.grpc_url, "grpc", model, inputs, timeout_s=30)
 
     summary = measure_capacity(make, workers=1, duration_s=4.0)
     assert summary["failed"] == 0, summary["errors"]
-    return summary["p99_ms"]
+    return {"p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"]}
+
+
+def stalled(latency: dict) -> bool:
+    return latency["p99_ms"] > STALL_RATIO * latency["p50_ms"] + STALL_FLOOR_MS
 
 
 def test_one_client_through_the_ensemble_is_not_slowed(overload_server, tiny_artifacts):
     inputs = recommend_inputs(load_example_sequence(tiny_artifacts).to_dict(), top_k=50)
-    p99_ms = single_client_p99_ms(overload_server, "recommend", inputs)
-    print(f"RELIABILITY normal_traffic {json.dumps({'recommend_c1_p99_ms': p99_ms})}", flush=True)
-    assert p99_ms <= NORMAL_P99_LIMIT_S * 1e3
+    latency = single_client_latency_ms(overload_server, "recommend", inputs)
+    print(f"RELIABILITY normal_traffic {json.dumps({'recommend_c1': latency})}", flush=True)
+    assert not stalled(latency), latency
 
 
 # Guards the instance_group count of 2: with one instance and a queue policy, Triton 2.51's
 # batcher misses wake-ups and a direct request now and then waits ~0.5 s (docs/reliability.md).
 def test_one_client_calling_a_model_directly_is_not_slowed(overload_server, tiny_artifacts):
     sequence = load_example_sequence(tiny_artifacts).to_dict()
-    p99_ms = {
-        "user_encoder": single_client_p99_ms(
+    latency = {
+        "user_encoder": single_client_latency_ms(
             overload_server, "user_encoder", user_inputs(sequence)
         ),
-        "ranker": single_client_p99_ms(
+        "ranker": single_client_latency_ms(
             overload_server, "ranker", heavy_inputs("ranker", tiny_artifacts)[0]
         ),
     }
-    print(f"RELIABILITY normal_traffic_direct {json.dumps(p99_ms)}", flush=True)
-    assert max(p99_ms.values()) <= NORMAL_P99_LIMIT_S * 1e3
+    print(f"RELIABILITY normal_traffic_direct {json.dumps(latency)}", flush=True)
+    assert not any(stalled(figures) for figures in latency.values()), latency

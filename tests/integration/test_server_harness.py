@@ -27,9 +27,13 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
 # The backend hands execute() the requests the batcher grouped; it does not stack them for us.
+# Tensors go through DLPack (the project's own adapter, phoenix.serving.triton_adapter): under
+# numpy 2 the 2.51 stub's as_numpy()/Tensor(ndarray) corrupt them.
 ADD_ONE_MODEL = """\
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+from phoenix.serving.triton_adapter import host_tensor, input_array
 
 
 class TritonPythonModel:
@@ -38,12 +42,14 @@ class TritonPythonModel:
 
     def execute(self, requests):
         self.max_requests_seen = max(self.max_requests_seen, len(requests))
-        inputs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
+        inputs = [input_array(pb_utils.get_input_tensor_by_name(r, "INPUT0")) for r in requests]
         outputs = np.concatenate(inputs, axis=0) + np.float32(1)
         splits = np.cumsum([len(x) for x in inputs])[:-1]
         return [
             pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("OUTPUT0", part.astype(np.float32))]
+                output_tensors=[
+                    pb_utils.Tensor.from_dlpack("OUTPUT0", host_tensor(part, np.float32))
+                ]
             )
             for part in np.split(outputs, splits)
         ]

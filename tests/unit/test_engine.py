@@ -74,7 +74,7 @@ def test_scores_do_not_depend_on_batch_mates():
     config, f, params, b, e = build("gqa_anchored")
     engine = RankingEngine(config, params, batch_buckets=(1, 4), candidate_buckets=(8, 32))
     together = engine.score(b, e).logits
-    from phoenix.engine import _take_users
+    from phoenix.engine.ranking import _take_users
 
     for row in range(3):
         alone = engine.score(*_take_users(b, e, slice(row, row + 1))).logits
@@ -144,7 +144,7 @@ def test_row_limit_splits_users_into_smaller_calls_with_the_same_scores():
 
 
 def test_rotation_from_precomputed_cos_sin_equals_grok_rope():
-    from phoenix.engine import rope_rotation, rotate
+    from phoenix.engine.kernels import rope_rotation, rotate
     from phoenix.grok import apply_rope, rope_phase
 
     x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 3, 8)), jnp.float32)
@@ -154,7 +154,7 @@ def test_rotation_from_precomputed_cos_sin_equals_grok_rope():
 
 
 def test_lookup_rows_gives_zeros_outside_the_table_like_a_one_hot_matmul():
-    from phoenix.engine import lookup_rows
+    from phoenix.engine.kernels import lookup_rows
 
     table = jnp.asarray(np.random.default_rng(1).normal(size=(4, 3)), jnp.float32)
     index = jnp.asarray([[0, 3, -1, 4, 2]])

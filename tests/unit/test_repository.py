@@ -1,19 +1,17 @@
-"""Unit tests for the config.pbtxt editing behind derived model repositories."""
+"""Unit tests for reading config.pbtxt and deriving model repositories from it."""
 
 import pytest
 
 from phoenix.serving.repository import (
+    InstanceKind,
     PbtxtError,
     derive_config,
     derive_repository,
-    find_fields,
     has_dynamic_batching,
-    messages_of,
-    parse_pbtxt,
-    remove_fields,
+    is_ensemble,
+    parse_config,
     set_instance_kind,
     set_max_queue_delay,
-    tokenize,
 )
 
 RANKER_CONFIG = """\
@@ -50,131 +48,88 @@ parameters { key: "note" value: { string_value: "a } brace in a string" } }
 """
 
 
-def test_tokenize_skips_comments_and_keeps_strings_whole():
-    tokens = tokenize('a: "x } # y" # comment {\nb { }')
-    assert [t.text for t in tokens] == ["a", ":", '"x } # y"', "b", "{", "}"]
+def test_parse_reads_the_whole_config_into_model_config():
+    config = parse_config(RANKER_CONFIG)
+    assert config.name == "ranker" and config.max_batch_size == 64
+    assert [i.name for i in config.input] == ["user_history", "candidates"]
+    assert list(config.input[0].dims) == [-1, 3] and config.input[0].allow_ragged_batch
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+    assert config.parameters["note"].string_value == "a } brace in a string"
 
 
-def test_tokenize_rejects_unterminated_string():
-    with pytest.raises(PbtxtError, match="line 2"):
-        tokenize('a: 1\nb: "oops\n')
-
-
-def test_parse_finds_top_level_fields_with_nested_braces():
-    fields = parse_pbtxt(RANKER_CONFIG)
-    names = [f.name for f in fields]
-    assert names == [
-        "name",
-        "backend",
-        "max_batch_size",
-        "input",
-        "output",
-        "dynamic_batching",
-        "instance_group",
-        "parameters",
-    ]
-    (batching,) = find_fields(fields, "dynamic_batching")
-    block = RANKER_CONFIG[batching.start : batching.end]
-    assert block.startswith("dynamic_batching {") and block.endswith("REJECT } }\n}")
-
-
-def test_messages_of_handles_list_and_single_message_forms():
-    fields = parse_pbtxt("input [ { name: 'a' }, { name: 'b' } ] output { name: 'c' }")
-    (inputs,) = find_fields(fields, "input")
-    (output,) = find_fields(fields, "output")
-    assert len(messages_of(inputs)) == 2
-    assert len(messages_of(output)) == 1
-
-
-@pytest.mark.parametrize("broken", ["a { b: 1", "a [ 1, 2", "a { b: 1 } }", "{ }", "a: "], ids=repr)
-def test_parse_rejects_unbalanced_text(broken):
+@pytest.mark.parametrize(
+    "broken", ["a { b: 1", "input [ {", "name: 'x' }", "{ }", "nmae: 'typo'"], ids=repr
+)
+def test_parse_rejects_broken_text_and_unknown_fields(broken):
     with pytest.raises(PbtxtError):
-        parse_pbtxt(broken)
+        parse_config(broken)
 
 
-def test_parse_accepts_separators_and_angle_brackets():
-    fields = parse_pbtxt("a: 1, b: 2; c < d: 3 > e: 'x' 'y'")
-    assert [f.name for f in fields] == ["a", "b", "c", "e"]
+def kinds(config) -> list[str]:
+    return [InstanceKind.Name(group.kind) for group in config.instance_group]
 
 
-def test_set_instance_kind_gpu_replaces_only_the_kind_value():
-    derived = set_instance_kind(RANKER_CONFIG, "KIND_GPU")
-    assert "kind: KIND_GPU" in derived and "KIND_CPU" not in derived
-    assert derived == RANKER_CONFIG.replace("KIND_CPU", "KIND_GPU")
+def test_set_instance_kind_gpu_changes_only_the_kind():
+    config = parse_config(RANKER_CONFIG)
+    set_instance_kind(config, "KIND_GPU")
+    assert kinds(config) == ["KIND_GPU"]
+    assert config == parse_config(RANKER_CONFIG.replace("KIND_CPU", "KIND_GPU"))
 
 
-def test_set_instance_kind_in_every_group_and_both_forms():
-    text = (
+def test_set_instance_kind_in_every_group():
+    config = parse_config(
         "instance_group [ { kind: KIND_CPU count: 1 }, { count: 2 } ]\n"
         "instance_group { kind: KIND_AUTO }\n"
     )
-    derived = set_instance_kind(text, "KIND_GPU")
-    kinds = [
-        k.value
-        for g in find_fields(parse_pbtxt(derived), "instance_group")
-        for m in messages_of(g)
-        for k in find_fields(m.fields, "kind")
-    ]
-    assert [derived[v.start : v.end] for v in kinds] == ["KIND_GPU"] * 3
-
-
-def test_set_instance_kind_inserts_kind_with_matching_indent():
-    text = "instance_group [\n  {\n    count: 2\n  }\n]\n"
-    derived = set_instance_kind(text, "KIND_GPU")
-    assert derived == "instance_group [\n  {\n    kind: KIND_GPU\n    count: 2\n  }\n]\n"
+    set_instance_kind(config, "KIND_GPU")
+    assert kinds(config) == ["KIND_GPU"] * 3
+    assert [group.count for group in config.instance_group] == [1, 2, 0]
 
 
 def test_set_instance_kind_adds_group_when_missing():
-    derived = set_instance_kind('name: "m"', "KIND_GPU")
-    assert derived == 'name: "m"\ninstance_group [ { kind: KIND_GPU } ]\n'
-    parse_pbtxt(derived)
+    config = parse_config('name: "m"')
+    set_instance_kind(config, "KIND_GPU")
+    assert kinds(config) == ["KIND_GPU"]
 
 
 def test_switch_to_cpu_drops_gpu_list():
-    text = "instance_group [\n  {\n    kind: KIND_GPU\n    gpus: [ 0, 1 ]\n  }\n]\n"
-    derived = set_instance_kind(text, "KIND_CPU")
-    assert derived == "instance_group [\n  {\n    kind: KIND_CPU\n  }\n]\n"
+    config = parse_config("instance_group [ { kind: KIND_GPU gpus: [ 0, 1 ] count: 2 } ]")
+    set_instance_kind(config, "KIND_CPU")
+    assert kinds(config) == ["KIND_CPU"]
+    assert list(config.instance_group[0].gpus) == [] and config.instance_group[0].count == 2
 
 
-def test_remove_dynamic_batching_removes_whole_block_and_its_lines():
-    derived = remove_fields(RANKER_CONFIG, "dynamic_batching")
+def test_derive_without_batching_removes_the_whole_block_and_nothing_else():
+    derived = parse_config(derive_config(RANKER_CONFIG, dynamic_batching=False))
     assert not has_dynamic_batching(derived)
-    assert "preferred_batch_size" not in derived and "priority_queue_policy" not in derived
-    assert "output [ {" in derived and "instance_group [" in derived
-    assert "\n\n" not in derived  # no blank line left behind
-    parse_pbtxt(derived)
-
-
-def test_remove_inline_block_keeps_neighbours():
-    derived = remove_fields("a: 1 dynamic_batching { } b: 2", "dynamic_batching")
-    assert [f.name for f in parse_pbtxt(derived)] == ["a", "b"]
-
-
-def test_remove_only_touches_top_level_fields():
-    text = "m { dynamic_batching { } }\ndynamic_batching { }\n"
-    assert remove_fields(text, "dynamic_batching") == "m { dynamic_batching { } }\n"
+    expected = parse_config(RANKER_CONFIG)
+    expected.ClearField("dynamic_batching")
+    assert derived == expected
 
 
 def test_set_max_queue_delay_replaces_existing_value():
-    derived = set_max_queue_delay(RANKER_CONFIG, 500)
-    assert "max_queue_delay_microseconds: 500\n" in derived
-    assert derived == RANKER_CONFIG.replace("2000", "500")
+    config = parse_config(RANKER_CONFIG)
+    set_max_queue_delay(config, 500)
+    assert config == parse_config(RANKER_CONFIG.replace("2000", "500"))
 
 
-def test_set_max_queue_delay_inserts_when_missing_and_ignores_unbatched_models():
-    assert set_max_queue_delay("dynamic_batching { }", 100) == (
-        "dynamic_batching { max_queue_delay_microseconds: 100 }"
-    )
-    assert set_max_queue_delay("max_batch_size: 8\n", 100) == "max_batch_size: 8\n"
+def test_set_max_queue_delay_sets_it_when_missing_and_ignores_unbatched_models():
+    config = parse_config("dynamic_batching { }")
+    set_max_queue_delay(config, 100)
+    assert config.dynamic_batching.max_queue_delay_microseconds == 100
+    unbatched = parse_config("max_batch_size: 8\n")
+    set_max_queue_delay(unbatched, 100)
+    assert not has_dynamic_batching(unbatched)
     with pytest.raises(ValueError):
-        set_max_queue_delay("dynamic_batching { }", -1)
+        set_max_queue_delay(config, -1)
 
 
 def test_derive_config_combines_options():
-    no_batching = derive_config(RANKER_CONFIG, device="gpu", dynamic_batching=False)
-    assert "KIND_GPU" in no_batching and not has_dynamic_batching(no_batching)
-    cpu = derive_config(RANKER_CONFIG, device="cpu", max_queue_delay_us=0)
-    assert "KIND_CPU" in cpu and "max_queue_delay_microseconds: 0\n" in cpu
+    no_batching = parse_config(derive_config(RANKER_CONFIG, device="gpu", dynamic_batching=False))
+    assert kinds(no_batching) == ["KIND_GPU"] and not has_dynamic_batching(no_batching)
+    cpu = parse_config(derive_config(RANKER_CONFIG, device="cpu", max_queue_delay_us=0))
+    assert kinds(cpu) == ["KIND_CPU"] and cpu.dynamic_batching.max_queue_delay_microseconds == 0
+    assert cpu.HasField("dynamic_batching")
     with pytest.raises(ValueError, match="device"):
         derive_config(RANKER_CONFIG, device="tpu")
 
@@ -216,9 +171,44 @@ def test_derive_repository_names_the_broken_config(tmp_path):
 
 
 def test_ensembles_are_left_unchanged():
-    from phoenix.serving.repository import derive_config, is_ensemble
-
     text = 'name: "recommend"\nplatform: "ensemble"\nmax_batch_size: 8\n'
-    assert is_ensemble(text)
+    assert is_ensemble(parse_config(text))
     assert derive_config(text, device="gpu", dynamic_batching=False) == text
-    assert not is_ensemble('name: "ranker"\nbackend: "python"\n')
+    assert not is_ensemble(parse_config('name: "ranker"\nbackend: "python"\n'))
+
+
+def test_gpu_repository_serves_bigger_batches_with_few_buckets(tmp_path):
+    from pathlib import Path
+
+    from phoenix.serving.contracts import CONTRACTS
+    from phoenix.serving.repository import (
+        CONFIG_NAME,
+        GPU_SERVING,
+        read_config,
+        string_parameters,
+    )
+    from phoenix.serving.triton_adapter import batch_buckets_of
+
+    source = Path(__file__).resolve().parents[2] / "model_repository"
+    dest = derive_repository(source, tmp_path / "gpu", device="gpu")
+    ranker = read_config(dest / "ranker" / CONFIG_NAME)
+    assert ranker.max_batch_size == 64
+    assert [g.count for g in ranker.instance_group] == [2]
+    params = string_parameters(ranker)
+    assert batch_buckets_of(params, ranker.max_batch_size) == (1, 8, 64)
+    assert params["candidate_buckets"] == "64,256,1024"
+    assert (
+        params["score_weights"]
+        == string_parameters(read_config(source / "ranker" / CONFIG_NAME))["score_weights"]
+    )  # artifact-facing parameters untouched
+    assert ranker.dynamic_batching.default_queue_policy.max_queue_size == 1024
+    for model, serving in GPU_SERVING.items():
+        config = read_config(dest / model / CONFIG_NAME)
+        assert config.max_batch_size == serving.max_batch_size
+        assert batch_buckets_of(string_parameters(config), config.max_batch_size)
+    recommend = read_config(dest / "recommend" / CONFIG_NAME)
+    assert recommend.max_batch_size == CONTRACTS["recommend"].max_batch_size  # unchanged
+    assert all(
+        recommend.max_batch_size <= GPU_SERVING[s.model].max_batch_size
+        for s in CONTRACTS["recommend"].steps
+    )

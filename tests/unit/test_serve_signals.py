@@ -37,6 +37,25 @@ SCRIPT = textwrap.dedent(
 )
 
 
+# wait4 and waitid on x86-64 and on arm64: the syscalls a blocking Popen.wait() sits in.
+WAIT_SYSCALLS = {"61", "247", "260", "95"}
+
+
+def wait_until_blocked_in_waitpid(pid: int, limit_s: float = 10.0) -> None:
+    """Until the main thread of ``pid`` sits in waitpid(): a signal sent before that would be
+    handled on the way there (a busy machine can take that long), not missed."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            syscall = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+        except (OSError, IndexError):
+            return  # no /proc: fall back to the time readline() took
+        if syscall in WAIT_SYSCALLS:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the script's main thread never blocked in waitpid within {limit_s} s")
+
+
 def run_and_terminate(mode: str) -> tuple[float, str]:
     """Seconds from SIGTERM to the script's exit, and what it printed."""
     process = subprocess.Popen(
@@ -44,6 +63,8 @@ def run_and_terminate(mode: str) -> tuple[float, str]:
     )
     word, child_pid = process.stdout.readline().split()
     assert word == "waiting"
+    if mode == "plain":
+        wait_until_blocked_in_waitpid(process.pid)
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
     try:

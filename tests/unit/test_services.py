@@ -7,8 +7,9 @@ import pytest
 
 from phoenix.serving import services
 from phoenix.serving.client import ranker_inputs
+from phoenix.serving.contracts import powers_of_two_up_to
 from phoenix.serving.requests import InputError
-from phoenix.serving.triton_adapter import parse_int_list, powers_of_two_up_to
+from phoenix.serving.triton_adapter import parse_int_list
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +183,12 @@ def test_adapter_parameter_helpers():
     assert parse_int_list("64, 16,1024", "x") == (16, 64, 1024)
     with pytest.raises(ValueError, match="candidate_buckets"):
         parse_int_list("a,b", "candidate_buckets")
+
+
+def test_batch_buckets_parameter_or_powers_of_two():
+    from phoenix.serving.triton_adapter import batch_buckets_of
+
+    assert batch_buckets_of({}, 8) == (1, 2, 4, 8)
+    assert batch_buckets_of({"batch_buckets": "1,8,64"}, 64) == (1, 8, 64)
+    with pytest.raises(ValueError, match="must reach max_batch_size 64"):
+        batch_buckets_of({"batch_buckets": "1,8,32"}, 64)

@@ -1,25 +1,29 @@
-"""The supervisor without a server: a fake /proc tree and a fake Triton admin API."""
+"""The supervisor without a server: a fake process table and a fake Triton admin API."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
+import psutil
 import pytest
 
-from phoenix.serving import serve
+from phoenix.serving import admin_key, serve
 from phoenix.serving.supervisor import (
     RESTART_PARAMETER,
     ReadinessServer,
     StubProcess,
     Supervisor,
     TritonAPIError,
+    composing_models,
     expected_instances,
     is_alive,
     list_stubs,
-    probe_body,
+    probe_inputs,
     rss_bytes,
     stub_instance_of,
     with_restart_marker,
@@ -39,78 +43,88 @@ def stub_argv(model: str, instance: str) -> list[str]:
     ]  # fmt: skip
 
 
-class FakeProc:
-    """A /proc-like tree: <pid>/stat, <pid>/cmdline and <pid>/status files."""
+class FakeProcesses:
+    """The server's stub children: {pid: instance}, and the pids killed (zombies now)."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self):
+        self.stubs = {101: "retriever_0_0", 102: "ranker_0_0"}
+        self.dead: set[int] = set()
 
-    def add(self, pid: int, ppid: int, argv: list[str], state: str = "S", rss_kb: int = 1000):
-        folder = self.root / str(pid)
-        folder.mkdir(parents=True, exist_ok=True)
-        name = Path(argv[0]).name[:15] if argv else "?"
-        (folder / "stat").write_text(f"{pid} ({name} x) {state} {ppid} {pid} {pid} 0 -1 4194560")
-        (folder / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
-        (folder / "status").write_text(f"Name:\t{name}\nVmRSS:\t  {rss_kb} kB\n")
+    def add(self, pid: int, instance: str) -> None:
+        self.stubs[pid] = instance
 
     def kill(self, pid: int) -> None:
-        """What kill -9 leaves behind: a zombie with an empty command line."""
-        stat = self.root / str(pid) / "stat"
-        parts = stat.read_text().split(") ", 1)
-        fields = parts[1].split(" ", 1)
-        stat.write_text(f"{parts[0]}) Z {fields[1]}")
-        (self.root / str(pid) / "cmdline").write_bytes(b"")
+        self.dead.add(pid)
+
+    def list(self, server_pid: int) -> list[StubProcess]:
+        assert server_pid == SERVER_PID
+        return [StubProcess(p, i) for p, i in self.stubs.items() if p not in self.dead]
+
+    def alive(self, pid: int) -> bool:
+        return pid in self.stubs and pid not in self.dead
+
+
+def python_config(name: str) -> dict:
+    return {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 8,
+        "instance_group": [{"name": f"{name}_0", "count": 1, "kind": "KIND_CPU"}],
+        "parameters": {"corpus_file": {"string_value": "corpus-b.npz"}},
+        "input": [{"name": "user_id", "data_type": "TYPE_INT64", "dims": [1]}],
+    }
 
 
 class FakeAdmin:
-    """The Triton HTTP calls the supervisor makes, answered from dicts."""
+    """The Triton calls the supervisor makes, answered from dicts."""
 
-    def __init__(self, proc: FakeProc | None = None):
-        self.states = {"retriever": "READY", "ranker": "READY", "recommend": "READY"}
-        self.configs = {
-            name: {
-                "name": name,
-                "backend": "python",
-                "max_batch_size": 8,
-                "instance_group": [{"name": f"{name}_0", "count": 1, "kind": "KIND_CPU"}],
-                "parameters": {"corpus_file": {"string_value": "corpus-b.npz"}},
-                "input": [{"name": "user_id", "data_type": "TYPE_INT64", "dims": [1]}],
-            }
-            for name in ("retriever", "ranker")
+    def __init__(self, processes: FakeProcesses | None = None):
+        self.index = {m: ("READY", "") for m in ("retriever", "ranker", "recommend")}
+        self.configs = {name: python_config(name) for name in ("retriever", "ranker")}
+        self.configs["recommend"] = {
+            "name": "recommend",
+            "platform": "ensemble",
+            "ensemble_scheduling": {
+                "step": [{"model_name": "retriever"}, {"model_name": "ranker"}]
+            },
         }
-        self.configs["recommend"] = {"name": "recommend", "platform": "ensemble"}
-        self.loads: list[tuple[str, dict]] = []
+        self.loads: list[tuple[str, dict | None]] = []
         self.fail_loads = 0
         self.ready = True
         self.probes: dict[str, str] = {}
+        self.answered: dict[str, int] = {}
         self.on_load = None
-        self.proc = proc
+        self.processes = processes
         self.next_pid = 500
 
     def is_ready(self) -> bool:
         return self.ready
 
-    def model_states(self) -> dict[str, str]:
-        return dict(self.states)
+    def model_index(self) -> dict[str, tuple[str, str]]:
+        return dict(self.index)
 
     def model_config(self, model: str) -> dict:
-        if self.states.get(model) != "READY":
+        if self.index.get(model, ("",))[0] != "READY":
             raise TritonAPIError(f"model {model} is not available", 400)
         return json.loads(json.dumps(self.configs[model]))
 
-    def load_model(self, model: str, config: dict, timeout: float) -> None:
+    def load_model(self, model: str, config: dict | None, timeout: float) -> None:
         if self.on_load:
             self.on_load(model)
         if self.fail_loads:
             self.fail_loads -= 1
             raise TritonAPIError("load failed", 500)
         self.loads.append((model, config))
-        self.configs[model] = config
-        if self.proc is not None:  # the reload starts a new stub
+        self.configs[model] = config or self.configs[model]
+        self.index[model] = ("READY", "")
+        if self.processes is not None and model != "recommend":  # new stubs start
             self.next_pid += 1
-            self.proc.add(self.next_pid, SERVER_PID, stub_argv(model, f"{model}_0_0"))
+            self.processes.add(self.next_pid, f"{model}_0_0")
 
-    def probe(self, model: str, body: dict, timeout: float = 10.0) -> str:
+    def success_counts(self) -> dict[str, int]:
+        return dict(self.answered)
+
+    def probe(self, model: str, inputs: dict, timeout: float = 10.0) -> str:
         return self.probes.get(model, "alive")
 
 
@@ -123,30 +137,26 @@ class Clock:
 
 
 @pytest.fixture
-def proc(tmp_path) -> FakeProc:
-    fake = FakeProc(tmp_path / "proc")
-    fake.add(SERVER_PID, 1, ["/bin/tritonserver", "--model-repository=/repo"])
-    fake.add(101, SERVER_PID, stub_argv("retriever", "retriever_0_0"))
-    fake.add(102, SERVER_PID, stub_argv("ranker", "ranker_0_0"))
-    return fake
+def processes() -> FakeProcesses:
+    return FakeProcesses()
 
 
 @pytest.fixture
-def admin(proc) -> FakeAdmin:
-    return FakeAdmin(proc)
+def admin(processes) -> FakeAdmin:
+    return FakeAdmin(processes)
 
 
-def make_supervisor(admin, proc, **kwargs) -> Supervisor:
+def make_supervisor(admin, processes, **kwargs) -> Supervisor:
     kwargs.setdefault("clock", Clock())
     supervisor = Supervisor(
-        "127.0.0.1:1", SERVER_PID, admin=admin, proc_root=proc.root, rescan_interval_s=5.0,
-        **kwargs,
+        "127.0.0.1:1", SERVER_PID, admin=admin, stub_lister=processes.list,
+        pid_alive=processes.alive, rescan_interval_s=5.0, **kwargs,
     )  # fmt: skip
     supervisor.prime()  # what start() does, without the thread
     return supervisor
 
 
-# -- stub processes ----------------------------------------------------------------------
+# -- stub processes (psutil, on real processes of this machine) ---------------------------
 
 
 def test_stub_instance_is_read_from_the_stub_command_line():
@@ -156,29 +166,24 @@ def test_stub_instance_is_read_from_the_stub_command_line():
     assert stub_instance_of([]) is None
 
 
-def test_list_stubs_finds_live_children_only(proc):
-    proc.add(103, SERVER_PID, ["/usr/bin/sleep", "10"])  # a child that is no stub
-    proc.add(201, 7, stub_argv("ranker", "ranker_0_0"))  # another server's stub
-    proc.add(104, SERVER_PID, stub_argv("ranker", "ranker_0_1"))
-    proc.kill(104)
-    stubs = sorted(list_stubs(SERVER_PID, proc.root), key=lambda s: s.pid)
-    assert stubs == [StubProcess(101, "retriever_0_0"), StubProcess(102, "ranker_0_0")]
+def test_a_killed_child_is_a_zombie_and_not_alive_and_is_no_stub():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert is_alive(child.pid) and rss_bytes(child.pid) > 0
+        assert list_stubs(os.getpid()) == []  # a child that is no stub
+        child.kill()  # not reaped yet: a zombie, like a killed stub under tritonserver
+        deadline = time.monotonic() + 10
+        while is_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
+        assert not is_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not is_alive(child.pid) and rss_bytes(child.pid) is None
 
 
-def test_a_killed_stub_is_a_zombie_and_not_alive(proc):
-    assert is_alive(101, proc.root)
-    proc.kill(101)
-    assert not is_alive(101, proc.root)
-    assert not is_alive(999, proc.root)  # gone altogether
-
-
-def test_rss_is_read_from_status(proc):
-    proc.add(105, SERVER_PID, ["/bin/x"], rss_kb=2048)
-    assert rss_bytes(105, proc.root) == 2048 * 1024
-    assert rss_bytes(999, proc.root) is None
-
-
-# -- configs -----------------------------------------------------------------------------
+# -- configs and the probe ---------------------------------------------------------------
 
 
 def test_expected_instances_follow_the_instance_groups():
@@ -190,6 +195,11 @@ def test_expected_instances_follow_the_instance_groups():
     assert expected_instances({"name": "recommend"}) == set()
 
 
+def test_an_ensemble_depends_on_the_models_of_its_steps(admin):
+    assert composing_models(admin.configs["recommend"]) == {"retriever", "ranker"}
+    assert composing_models(admin.configs["ranker"]) == set()
+
+
 def test_restart_marker_keeps_the_config_and_does_not_touch_the_original():
     config = {"name": "retriever", "parameters": {"corpus_file": {"string_value": "b.npz"}}}
     override = with_restart_marker(config, "1@123")
@@ -198,100 +208,159 @@ def test_restart_marker_keeps_the_config_and_does_not_touch_the_original():
     assert RESTART_PARAMETER not in config["parameters"]
 
 
-def test_probe_request_fills_required_inputs_with_values_validation_refuses():
-    config = {
-        "max_batch_size": 8,
-        "input": [
-            {"name": "user_embedding", "data_type": "TYPE_FP32", "dims": [-1]},
-            {"name": "top_k", "data_type": "TYPE_INT32", "dims": [1]},
-            {"name": "history_actions", "data_type": "TYPE_FP32", "dims": [-1, -1]},
-            {"name": "seen", "data_type": "TYPE_INT64", "dims": [-1], "optional": True},
-        ],
-    }
-    body = probe_body(config)
-    assert [(i["name"], i["shape"], i["data"]) for i in body["inputs"]] == [
-        ("user_embedding", [1, 1], [-1.0]),
-        ("top_k", [1, 1], [-1]),
-        ("history_actions", [1, 1, 1], [-1.0]),
-    ]
-    assert probe_body({"input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]}) is None
+def test_probe_request_fills_the_contracts_required_inputs_with_values_validation_refuses():
+    inputs = probe_inputs("retriever")
+    assert [(n, a.shape, a.dtype.name, a.ravel().tolist()) for n, a in inputs.items()] == [
+        ("user_embedding", (1, 1), "float32", [-1.0]),
+        ("top_k", (1, 1), "int32", [-1]),
+    ]  # history_post_ids is optional: left out
+    assert probe_inputs("ranker")["history_actions"].shape == (1, 1, 1)
+    assert probe_inputs("recommend") is None  # an ensemble has no stub to probe
+    assert probe_inputs("someone_elses_model") is None
 
 
 # -- detection and healing ---------------------------------------------------------------
 
 
-def test_learns_python_models_but_not_the_ensemble(admin, proc):
-    supervisor = make_supervisor(admin, proc)
-    assert sorted(supervisor.models) == ["ranker", "retriever"]
+def test_learns_every_served_model_and_the_stubs(admin, processes):
+    supervisor = make_supervisor(admin, processes)
+    assert sorted(supervisor.models) == ["ranker", "recommend", "retriever"]
+    assert supervisor.models["recommend"].instances == set()
     assert supervisor.known_pids == {101: "retriever_0_0", 102: "ranker_0_0"}
     assert supervisor.readiness() == (True, [])
 
 
-def test_a_killed_stub_is_reloaded_with_its_current_config(admin, proc):
-    supervisor = make_supervisor(admin, proc)
+def test_a_killed_stub_is_reloaded_with_its_current_config(admin, processes):
+    supervisor = make_supervisor(admin, processes)
     seen_during_load = []
     admin.on_load = lambda model: seen_during_load.append(supervisor.readiness())
-    proc.kill(101)
+    processes.kill(101)
     supervisor.poll_once()
 
     [(model, config)] = admin.loads
     assert model == "retriever"
     assert config["parameters"]["corpus_file"] == {"string_value": "corpus-b.npz"}
     assert config["parameters"][RESTART_PARAMETER]["string_value"].startswith("1@")
-    assert seen_during_load == [(False, ["model retriever is reloading"])]
+    assert seen_during_load == [
+        (False, ["model retriever is reloading", "model recommend needs retriever"])
+    ]
     assert [e["event"] for e in supervisor.events] == ["dead", "reloaded"]
     assert supervisor.models["retriever"].state == "healthy"
     assert 101 not in supervisor.known_pids  # the new stub is watched instead
     assert supervisor.readiness() == (True, [])
 
 
-def test_a_second_kill_gets_a_new_marker(admin, proc):
-    supervisor = make_supervisor(admin, proc)
-    proc.kill(101)
+def test_a_second_kill_gets_a_new_marker(admin, processes):
+    supervisor = make_supervisor(admin, processes)
+    processes.kill(101)
     supervisor.poll_once()
-    proc.kill(admin.next_pid)
+    processes.kill(admin.next_pid)
     supervisor.poll_once()
     markers = [c["parameters"][RESTART_PARAMETER]["string_value"] for _, c in admin.loads]
     assert len(markers) == 2 and markers[0] != markers[1]
 
 
-def test_a_failed_reload_is_retried_after_a_backoff(admin, proc):
+def test_a_failed_reload_is_retried_after_a_backoff_and_given_up_after_the_cap(admin, processes):
     clock = Clock()
-    supervisor = make_supervisor(admin, proc, clock=clock)
-    admin.fail_loads = 1
-    proc.kill(101)
+    supervisor = make_supervisor(admin, processes, clock=clock, max_failed_reloads=3)
+    admin.fail_loads = 3
+    processes.kill(101)
     supervisor.poll_once()
     assert supervisor.models["retriever"].state == "failed"
     assert supervisor.readiness()[0] is False
     supervisor.poll_once()  # too early: no second attempt yet
-    assert admin.loads == []
+    assert admin.fail_loads == 2
+    for wait_s in (1.5, 2.5):  # back-off 1 s, then 2 s
+        clock.now += wait_s
+        supervisor.poll_once()
+    assert admin.fail_loads == 0 and supervisor.models["retriever"].state == "gave_up"
+    clock.now += 1000
+    supervisor.poll_once()
+    assert admin.loads == []  # the cap holds
+    ready, reasons = supervisor.readiness()
+    assert not ready and reasons[0].startswith("model retriever failed to reload too often")
+
+
+def test_a_failed_reload_that_then_works_is_healthy(admin, processes):
+    clock = Clock()
+    supervisor = make_supervisor(admin, processes, clock=clock)
+    admin.fail_loads = 1
+    processes.kill(101)
+    supervisor.poll_once()
     clock.now += 1.5
     supervisor.poll_once()
     assert [m for m, _ in admin.loads] == ["retriever"]
     assert supervisor.models["retriever"].state == "healthy"
+    assert supervisor.readiness() == (True, [])
 
 
-def test_an_operator_reload_that_replaces_the_stub_is_not_a_death(admin, proc):
-    supervisor = make_supervisor(admin, proc)
-    proc.add(301, SERVER_PID, stub_argv("retriever", "retriever_0_0"))  # new version's stub
-    proc.kill(101)  # old version's stub exits after the new one is up
+def test_an_operator_reload_that_replaces_the_stub_is_not_a_death(admin, processes):
+    supervisor = make_supervisor(admin, processes)
+    processes.add(301, "retriever_0_0")  # the new version's stub
+    processes.kill(101)  # the old version's stub exits after the new one is up
     supervisor.poll_once()
     assert admin.loads == [] and supervisor.events == []
     assert supervisor.known_pids[301] == "retriever_0_0"
 
 
-def test_a_model_unloaded_on_purpose_is_left_alone(admin, proc):
-    supervisor = make_supervisor(admin, proc)
-    admin.states["retriever"] = "UNAVAILABLE"
-    proc.kill(101)
+def test_an_operator_unload_is_respected_and_ready_names_the_model_and_its_ensemble(
+    admin, processes
+):
+    supervisor = make_supervisor(admin, processes)
+    admin.index["ranker"] = ("UNAVAILABLE", "unloaded")  # what Triton reports after an unload
+    processes.kill(102)
+    ready, reasons = supervisor.readiness()  # at once, before the watch runs
+    assert not ready
+    assert reasons == ["model ranker was unloaded by an operator", "model recommend needs ranker"]
+    supervisor.poll_once()
     supervisor.poll_once()
     assert admin.loads == []
-    assert "retriever" not in supervisor.models
+    assert supervisor.models["ranker"].state == "unloaded"
+    assert [e["event"] for e in supervisor.events] == ["unloaded"]
+    # The operator loads it again: healthy, ready.
+    admin.index["ranker"] = ("READY", "")
+    processes.add(303, "ranker_0_0")
+    supervisor.poll_once()
+    assert supervisor.models["ranker"].state == "healthy"
+    assert supervisor.readiness() == (True, [])
+
+
+def test_an_ensemble_unloaded_with_its_step_is_named_too(admin, processes):
+    supervisor = make_supervisor(admin, processes)
+    admin.index["ranker"] = admin.index["recommend"] = ("UNAVAILABLE", "unloaded")
+    assert supervisor.readiness() == (
+        False,
+        ["model ranker was unloaded by an operator", "model recommend was unloaded by an operator"],
+    )
+
+
+def test_a_model_lost_without_an_unload_is_reloaded(admin, processes):
+    supervisor = make_supervisor(admin, processes)
+    admin.index["recommend"] = ("UNAVAILABLE", "load failed: ranker missing")
+    assert supervisor.readiness() == (
+        False,
+        ["model recommend is UNAVAILABLE: load failed: ranker missing"],
+    )
+    supervisor.poll_once()
+    assert admin.loads == [("recommend", admin.configs["recommend"])]
+    assert [e["event"] for e in supervisor.events] == ["dead", "reloaded"]
+    assert supervisor.readiness() == (True, [])
+
+
+def test_models_in_transition_are_not_ready_but_not_healed(admin, processes):
+    supervisor = make_supervisor(admin, processes)
+    admin.index["retriever"] = ("LOADING", "")
+    supervisor.poll_once()
+    assert admin.loads == []
+    assert supervisor.readiness() == (
+        False,
+        ["model retriever is LOADING", "model recommend needs retriever"],
+    )
 
 
 def test_probes_find_dead_stubs_without_a_pid(admin):
     supervisor = Supervisor("127.0.0.1:1", None, admin=admin, probe_interval_s=1.0, clock=Clock())
-    supervisor.refresh_models()
+    supervisor.learn_models()
     supervisor.poll_once()
     assert admin.loads == []
     admin.probes["ranker"] = "dead"
@@ -300,8 +369,17 @@ def test_probes_find_dead_stubs_without_a_pid(admin):
     assert [m for m, _ in admin.loads] == ["ranker"]
 
 
-def test_draining_and_an_unready_triton_make_readiness_false(admin, proc):
-    supervisor = make_supervisor(admin, proc)
+def test_a_model_that_answered_requests_since_the_last_probe_is_not_probed(admin):
+    supervisor = Supervisor("127.0.0.1:1", None, admin=admin, probe_interval_s=1.0, clock=Clock())
+    supervisor.learn_models()
+    admin.probes["ranker"] = "dead"  # would be reloaded if probed
+    admin.answered["ranker"] = 5
+    supervisor.poll_once()
+    assert admin.loads == []
+
+
+def test_draining_and_an_unready_triton_make_readiness_false(admin, processes):
+    supervisor = make_supervisor(admin, processes)
     admin.ready = False
     assert supervisor.readiness() == (False, ["triton is not ready"])
     admin.ready = True
@@ -320,17 +398,16 @@ def http_get(url: str) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-def test_ready_endpoint_answers_503_with_reasons(admin, proc):
-    supervisor = make_supervisor(admin, proc)
+def test_ready_endpoint_answers_503_with_reasons(admin, processes):
+    supervisor = make_supervisor(admin, processes)
     endpoint = ReadinessServer(supervisor, "127.0.0.1", 0, is_live=lambda: True).start()
     base = f"http://127.0.0.1:{endpoint.port}"
     try:
         assert http_get(base + "/ready") == (200, {"ready": True, "reasons": []})
         supervisor.models["ranker"].state = "dead"
-        assert http_get(base + "/ready") == (
-            503,
-            {"ready": False, "reasons": ["model ranker is dead"]},
-        )
+        code, body = http_get(base + "/ready")
+        assert code == 503 and body["reasons"][0].startswith("model ranker is dead")
+        assert body["reasons"][1] == "model recommend needs ranker"
         code, status = http_get(base + "/status")
         assert code == 200 and status["models"]["ranker"]["state"] == "dead"
         assert status["stub_pids"] == {"101": "retriever_0_0", "102": "ranker_0_0"}
@@ -340,33 +417,57 @@ def test_ready_endpoint_answers_503_with_reasons(admin, proc):
         endpoint.stop()
 
 
-# -- serve: admin key and server flags ---------------------------------------------------
+# -- the admin key -----------------------------------------------------------------------
 
 
-def test_loopback_needs_no_admin_key():
-    assert serve.checked_admin_key("127.0.0.1", None) is None
+def test_without_a_key_serve_generates_one_into_a_private_file_and_reuses_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("PHOENIX_ADMIN_KEY", raising=False)
+    key, path = serve.admin_key_for(tmp_path / "build")
+    assert path == tmp_path / "build" / "admin-key"
+    assert admin_key.is_valid_key(key) and path.read_text().strip() == key
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert serve.admin_key_for(tmp_path / "build") == (key, path)  # a restart keeps it
+    monkeypatch.chdir(tmp_path)
+    assert admin_key.find_admin_key(key_file=path) == key  # how the tools find it
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "myhost"])
-def test_exposing_without_an_admin_key_is_refused(host):
-    with pytest.raises(serve.ServeError, match="refusing to serve"):
-        serve.checked_admin_key(host, None)
+def test_a_key_file_others_could_read_is_replaced_and_never_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("PHOENIX_ADMIN_KEY", raising=False)
+    path = tmp_path / "admin-key"
+    path.write_text("k" * 32)
+    path.chmod(0o644)
+    assert admin_key.find_admin_key(key_file=path) is None
+    key, _ = serve.admin_key_for(tmp_path)
+    assert key != "k" * 32 and path.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_environment_key_wins_and_is_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHOENIX_ADMIN_KEY", "e" * 20)
+    assert serve.admin_key_for(tmp_path) == ("e" * 20, None)
+    assert not (tmp_path / "admin-key").exists()
+    assert admin_key.find_admin_key(key_file=tmp_path / "none") == "e" * 20
 
 
 @pytest.mark.parametrize("key", ["short", "has:colon-0123456789", "has,comma-0123456789"])
-def test_admin_keys_triton_cannot_parse_are_refused(key):
+def test_admin_keys_triton_cannot_parse_are_refused(key, tmp_path, monkeypatch):
+    monkeypatch.setenv("PHOENIX_ADMIN_KEY", key)
     with pytest.raises(serve.ServeError, match="at least 16 characters"):
-        serve.checked_admin_key("0.0.0.0", key)
+        serve.admin_key_for(tmp_path)
 
 
-def test_server_flags_restrict_admin_apis_and_enable_explicit_control():
+def test_grpc_carries_the_key_with_tritons_prefix():
+    assert admin_key.admin_headers("k", "http") == {"phoenix-admin-key": "k"}
+    assert admin_key.admin_headers("k", "grpc") == {"triton-grpc-protocol-phoenix-admin-key": "k"}
+    assert admin_key.admin_headers(None) is None
+
+
+def test_server_flags_always_restrict_admin_apis():
+    expected = "model-repository,shared-memory,trace,logging:phoenix-admin-key=" + "k" * 20
+    for supervised in (True, False):
+        flags = serve.server_flags(supervised=supervised, admin_key="k" * 20)
+        assert flags["http_restricted_api"] == flags["grpc_restricted_protocol"] == expected
     flags = serve.server_flags(supervised=True, admin_key="k" * 20)
     assert flags["model_control_mode"] == "explicit" and flags["load_model"] == "*"
-    expected = "model-repository,shared-memory,trace,logging:phoenix-admin-key=" + "k" * 20
-    assert flags["http_restricted_api"] == flags["grpc_restricted_protocol"] == expected
-    assert serve.server_flags(supervised=False, admin_key=None) == {
-        "exit_timeout_secs": serve.EXIT_TIMEOUT_S
-    }
 
 
 def test_the_admin_key_is_redacted_from_error_messages():
@@ -377,5 +478,8 @@ def test_the_admin_key_is_redacted_from_error_messages():
 
 
 def test_serve_parser_has_the_reliability_options():
-    args = serve.build_parser().parse_args(["--supervisor-port", "0", "--drain-seconds", "2"])
-    assert (args.supervisor_port, args.drain_seconds, args.no_supervisor) == (0, 2.0, False)
+    args = serve.build_parser().parse_args(
+        ["--supervisor-port", "0", "--drain-seconds", "2", "--stop-timeout", "9"]
+    )
+    assert (args.supervisor_port, args.drain_seconds, args.stop_timeout) == (0, 2.0, 9.0)
+    assert args.no_supervisor is False

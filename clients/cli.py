@@ -1,33 +1,29 @@
-"""What the command-line clients share: arguments, input users, server config, --check.
+"""What the command-line clients share: arguments, the request's user, --check verdicts.
 
 Every client takes ``--url``/``--protocol``, reads one user in the ``example_sequence.json``
 format (``--input FILE``, default: the artifact directory's example) or generates one
 (``--generate --seed N``), and with ``--check`` compares the server's answer with the same
-service run in this process (float32, ``TOLERANCE``; ids must be equal).
-
-The load test and the serving benchmark use ``random_sequence`` and ``CorpusIds`` too.
+service run in this process (``phoenix.serving.inprocess``; float32, ``TOLERANCE``; ids must
+be equal).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from phoenix.checkpoint import ArtifactError, ExampleSequence, load_corpus
+from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.config import ArtifactConfig
-from phoenix.serving.client import client_module
-from phoenix.serving.triton_adapter import model_parameters
+from phoenix.serving.client import connect, infer
+from phoenix.serving.inprocess import InProcessModels
+from phoenix.serving.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 TOLERANCE = 1e-4
@@ -137,74 +133,47 @@ def fail(message: str) -> int:
     return EXIT_ERROR
 
 
-# ----------------------------------------------------------------------------------------
-# Users: from a file or generated
-# ----------------------------------------------------------------------------------------
+class Exit(Exception):
+    """Ends a client early with an exit status (the reason is already printed)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
 
 
-@dataclass(frozen=True)
-class CorpusIds:
-    """Post ids and their authors, to draw realistic histories and candidates from."""
-
-    post_ids: np.ndarray
-    author_ids: np.ndarray
-
-    @classmethod
-    def load(cls, artifacts: Path, config: ArtifactConfig, corpus_file: str = "corpus.npz"):
-        corpus = load_corpus(Path(artifacts) / corpus_file, config)
-        return cls(corpus.post_ids, corpus.author_ids)
-
-    def draw(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``count`` posts, distinct while the corpus has enough of them."""
-        replace = count > len(self.post_ids)
-        picks = rng.choice(len(self.post_ids), size=count, replace=replace)
-        return self.post_ids[picks], self.author_ids[picks]
-
-
-def random_sequence(
-    rng: np.random.Generator,
-    config: ArtifactConfig,
-    corpus: CorpusIds,
-    history_len: Optional[int] = None,
-    num_candidates: Optional[int] = None,
-    top_k: Optional[int] = None,
-) -> dict[str, Any]:
-    """One random user in the example_sequence.json format (plain lists of numbers)."""
-    if history_len is None:
-        history_len = int(rng.integers(0, config.history_seq_len + 1))
-    if num_candidates is None:
-        num_candidates = int(rng.integers(1, 513))
-    posts, authors = corpus.draw(rng, history_len + num_candidates)
-    actions = (rng.random((history_len, config.num_actions)) < 0.1).astype(np.int64)
-    actions[np.arange(history_len), rng.integers(0, config.num_actions, history_len)] = 1
-    surfaces = config.product_surface_vocab_size
-    return {
-        "user_id": int(rng.integers(1, 2**62)),
-        "history_post_ids": posts[:history_len].tolist(),
-        "history_author_ids": authors[:history_len].tolist(),
-        "history_actions": actions.tolist(),
-        "history_product_surface": rng.integers(0, surfaces, history_len).tolist(),
-        "history_dwell_seconds": np.round(rng.exponential(8.0, history_len), 2).tolist(),
-        "candidate_post_ids": posts[history_len:].tolist(),
-        "candidate_author_ids": authors[history_len:].tolist(),
-        "candidate_product_surface": rng.integers(0, surfaces, num_candidates).tolist(),
-        "top_k": int(top_k if top_k is not None else rng.integers(10, 201)),
-    }
-
-
-def read_sequence(path: Path, config: ArtifactConfig) -> dict[str, Any]:
-    """A user from a JSON file in the example_sequence.json format, validated."""
+def run(body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``body(args)``'s exit status, or the status it exited early with."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ArtifactError(f"{path}: not readable JSON ({error})") from None
-    return ExampleSequence.from_dict(data, str(path), config).to_dict()
+        return body(args)
+    except Exit as early:
+        return early.status
 
 
-def with_action_width(user: Mapping[str, Any], num_actions: int) -> dict[str, Any]:
-    """A copy whose history_actions is an [L, A] array, so an empty history keeps its width."""
-    actions = np.asarray(user["history_actions"], np.float32)
-    return {**user, "history_actions": actions.reshape(len(user["history_post_ids"]), num_actions)}
+def ask(args: argparse.Namespace, model: str, arrays: Mapping[str, np.ndarray], client=None):
+    """(client, outputs) of one inference (a new client unless given); no answer exits 3."""
+    try:
+        client = client or open_client(args)
+        return client, infer(client, args.protocol, model, arrays)
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        raise Exit(no_answer(args, model, error)) from None
+
+
+def no_answer(args: argparse.Namespace, what: str, error: Exception) -> int:
+    return fail(f"{what} at {server_url(args)} ({args.protocol}): {error}")
+
+
+# ----------------------------------------------------------------------------------------
+# The request's user: from a file or generated
+# ----------------------------------------------------------------------------------------
+
+
+def request_user(args: argparse.Namespace) -> tuple[ArtifactConfig, dict[str, Any]]:
+    """The artifact config and the request's user; an unreadable one exits 3."""
+    try:
+        config = load_config(args.artifacts)
+        return config, load_user(args, config)
+    except ArtifactError as error:
+        raise Exit(fail(str(error))) from None
 
 
 def load_user(args: argparse.Namespace, config: ArtifactConfig) -> dict[str, Any]:
@@ -227,64 +196,14 @@ def load_user(args: argparse.Namespace, config: ArtifactConfig) -> dict[str, Any
     return with_action_width(user, config.num_actions)
 
 
-# ----------------------------------------------------------------------------------------
-# The server's model configuration
-# ----------------------------------------------------------------------------------------
-
-
-def server_model_config(client, protocol: str, model: str) -> dict[str, Any]:
-    """The model's configuration as the server reports it (JSON form, either protocol)."""
-    if protocol == "grpc":
-        return client.get_model_config(model, as_json=True)["config"]
-    return client.get_model_config(model)
-
-
-def server_parameters(client, protocol: str, model: str) -> dict[str, str]:
-    """The model's ``parameters`` as {key: string value}."""
-    return model_parameters(server_model_config(client, protocol, model))
-
-
 def open_client(args: argparse.Namespace, **kwargs):
     """A tritonclient InferenceServerClient for --url/--protocol (kwargs go to its constructor)."""
-    url = server_url(args).split("://", 1)[-1]
-    return client_module(args.protocol).InferenceServerClient(url=url, **kwargs)
+    return connect(server_url(args), args.protocol, **kwargs)
 
 
-# ----------------------------------------------------------------------------------------
-# In-process reference
-# ----------------------------------------------------------------------------------------
-
-
-class InProcessModels:
-    """The served models' services, run in this process: the reference answers of --check.
-
-    Each service is built exactly as the Triton adapter builds it, from the parameters the
-    server reports, so a difference means serving changed the answer.
-    """
-
-    def __init__(self, artifacts: Path):
-        # The server's CPU instances run JAX on the CPU in float32; so must the reference.
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        self.artifacts = Path(artifacts).resolve()
-        self._services: dict[tuple, Any] = {}
-
-    def service(self, model: str, params: Mapping[str, str]):
-        from phoenix.serving.triton_adapter import build_service, enable_compilation_cache
-
-        key = (model, tuple(sorted(params.items())))
-        if key not in self._services:
-            enable_compilation_cache()
-            self._services[key] = build_service(model, params, self.artifacts, 1)
-        return self._services[key]
-
-    def run(
-        self, model: str, params: Mapping[str, str], arrays: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        """One request through the model's service; raises its InputError if it refuses."""
-        (result,) = self.service(model, params).handle([dict(arrays)])
-        if isinstance(result, Exception):
-            raise result
-        return result
+def reference_models(args: argparse.Namespace, client, *models: str) -> InProcessModels:
+    """The models' services in this process, with the parameters the server reports."""
+    return InProcessModels.like_server(client, args.protocol, args.artifacts, models)
 
 
 # ----------------------------------------------------------------------------------------
@@ -363,6 +282,18 @@ def compare_outputs(
         else:
             problems += compare_floats(name, served[name], reference, atol)
     return problems
+
+
+def run_check(args: argparse.Namespace, check: Callable[..., int], *check_args) -> int:
+    """With --check, ``check(args, *check_args)``'s exit status (an error while computing the
+    reference exits 3); without, 0."""
+    if not args.check:
+        return EXIT_OK
+    try:
+        return check(args, *check_args)
+    except Exception as error:
+        print(f"error: --check could not compute the reference: {error}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def report_check(problems: Sequence[str], what: str) -> int:

@@ -1,0 +1,204 @@
+"""Clean exit under load, N times in a row: what `make bench-reliability` runs.
+
+    python -m bench.bench_reliability --runs 20 --artifacts artifacts/demo
+
+Each run starts the serve command (`python -m phoenix.serving.serve`, free loopback ports,
+`--drain-seconds 1`), waits for /ready, puts it under load with the project's Locust traffic
+mix (loadtest/locustfile.py, HTTP and gRPC users), sends SIGTERM and measures: seconds until
+/ready answers 503, seconds until the serve command exits, its exit code, whether it said
+"stopped cleanly", and the failures Locust saw, by kind (refused before any work, which is safe
+to retry elsewhere, a connection cut mid-request, anything else; Locust's gRPC user records
+errors without their message, counted as 'unclassified'). Figures go to
+bench/results/reliability-exit.json and a table on stdout; the exit status is 1 when a run did
+not exit 0 or a request failed with anything but a refusal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from phoenix.serving.client import http_status
+from phoenix.serving.triton_server import pick_free_ports
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
+DRAIN_S = 1.0
+REFUSED = ("Connection refused", "failed to connect", "Server is stopping", "no available versions")
+CUT = ("reset", "Socket closed", "Broken pipe", "closed", "Disconnected", "CANCELLED")
+
+
+def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float | None:
+    """time.monotonic() when `condition()` first holds; None after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return time.monotonic()
+        time.sleep(interval_s)
+    return None
+
+
+def failure_kinds(failures_csv: Path) -> Counter:
+    """Locust's failures, by kind: refused, cut, other, and 'unclassified' where Locust
+    recorded an exception without its message (the locustfile's gRPC user does)."""
+    kinds: Counter = Counter()
+    if not failures_csv.exists():
+        return kinds
+    with failures_csv.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            error = row["Error"]
+            kind = "other"
+            if error.rstrip("()'\"") in ("InferenceServerException", ""):
+                kind = "unclassified"
+            elif any(marker.lower() in error.lower() for marker in REFUSED):
+                kind = "refused"
+            elif any(marker.lower() in error.lower() for marker in CUT):
+                kind = "cut"
+            kinds[kind] += int(row["Occurrences"])
+            if kind == "other":
+                kinds[f"other: {error[:120]}"] += int(row["Occurrences"])
+    return kinds
+
+
+def start_serve(args, work: Path) -> tuple[subprocess.Popen, dict[str, str]]:
+    http, grpc, metrics, ready = pick_free_ports(4)
+    command = [
+        sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(args.artifacts),
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+        "--supervisor-port", str(ready), "--drain-seconds", str(DRAIN_S), "--quiet",
+        "--build-dir", str(work / "build"),
+    ]  # fmt: skip
+    out = (work / "serve.out").open("wb")
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    urls = {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}",
+            "ready": f"http://127.0.0.1:{ready}/ready"}  # fmt: skip
+    return process, urls
+
+
+def start_locust(args, urls: dict[str, str], prefix: Path) -> subprocess.Popen:
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "--users", str(args.users), "--spawn-rate", str(args.users), "--run-time", "30m",
+        "--only-summary", "--host", f"http://{urls['http']}", "--grpc-url", urls["grpc"],
+        "--artifacts", str(args.artifacts.resolve()), "--csv", str(prefix),
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+
+
+def one_run(args, index: int) -> dict:
+    work = args.work_dir / f"run-{index}"
+    work.mkdir(parents=True, exist_ok=True)
+    serve, urls = start_serve(args, work)
+    locust = None
+    try:
+        if wait_for(lambda: http_status(urls["ready"]) == 200, args.ready_timeout, 0.5) is None:
+            return {"run": index, "error": "serve did not get ready", "exit_code": serve.poll()}
+        locust = start_locust(args, urls, work / "locust")
+        time.sleep(args.load_seconds)
+        termed = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        unready = wait_for(lambda: http_status(urls["ready"]) != 200, 30, 0.02)
+        try:
+            code = serve.wait(args.exit_limit)
+        except subprocess.TimeoutExpired:
+            code = None
+        exited = time.monotonic()
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.wait()
+        if locust is not None:
+            locust.send_signal(signal.SIGTERM)  # Locust writes its CSV files on the way out
+            try:
+                locust.wait(60)
+            except subprocess.TimeoutExpired:
+                locust.kill()
+    said = (work / "serve.out").read_text(errors="replace")
+    kinds = failure_kinds(work / "locust_failures.csv")
+    return {
+        "run": index,
+        "exit_code": code,
+        "stopped_cleanly": "stopped cleanly" in said,
+        "segfault": code in (139, -11),
+        "ready_503_after_s": round(unready - termed, 3) if unready else None,
+        "exit_after_s": round(exited - termed, 2),
+        "refused": kinds.get("refused", 0),
+        "cut": kinds.get("cut", 0),
+        "other": kinds.get("other", 0),
+        "unclassified": kinds.get("unclassified", 0),
+        "other_errors": {k[7:]: v for k, v in kinds.items() if k.startswith("other: ")},
+    }
+
+
+def summary(rows: list[dict]) -> dict:
+    exits = [r["exit_after_s"] for r in rows if r.get("exit_code") is not None]
+    unready = [r["ready_503_after_s"] for r in rows if r.get("ready_503_after_s") is not None]
+    return {
+        "runs": len(rows),
+        "exit_codes": dict(Counter(str(r.get("exit_code")) for r in rows)),
+        "exited_0": sum(r.get("exit_code") == 0 for r in rows),
+        "segfaults": sum(bool(r.get("segfault")) for r in rows),
+        "exit_after_s": {
+            "min": min(exits, default=None),
+            "median": statistics.median(exits) if exits else None,
+            "max": max(exits, default=None),
+        },  # fmt: skip
+        "ready_503_after_s_max": max(unready, default=None),
+        "failures": {
+            k: sum(r.get(k, 0) for r in rows) for k in ("refused", "cut", "other", "unclassified")
+        },
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.bench_reliability",
+        description="SIGTERM the serve command under Locust load, N runs in a row; report exit "
+        "codes, exit times and failures by kind.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--runs", type=int, default=20, help="runs in a row")
+    parser.add_argument("--artifacts", type=Path, default=Path("artifacts/demo"))
+    parser.add_argument("--users", type=int, default=8, help="Locust users (HTTP and gRPC)")
+    parser.add_argument("--load-seconds", type=float, default=8.0, help="load before SIGTERM")
+    parser.add_argument("--ready-timeout", type=float, default=600.0)
+    parser.add_argument("--exit-limit", type=float, default=120.0, help="then SIGKILL")
+    parser.add_argument("--work-dir", type=Path, default=Path("build/bench-reliability"))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/reliability-exit.json"))
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    rows = []
+    for index in range(args.runs):
+        row = one_run(args, index)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"artifacts": str(args.artifacts), "users": args.users,
+              "load_seconds": args.load_seconds, "drain_seconds": DRAIN_S,
+              "summary": summary(rows), "runs": rows}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["summary"], indent=1))
+    print(f"wrote {args.out}")
+    bad = [r for r in rows if r.get("exit_code") != 0 or r.get("other") or r.get("cut")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The in-process engines against the plain original model under `jax.jit`.
+
+`RankingEngine` scores the same hashed features as the original; `DeviceRanker` (what the
+ranker serves) starts from raw ids, so its time includes hashing, lookups, blend and sort.
+
+    python -m bench.gpu.engine_points --profile gpu --out bench/results/gpu/engine.json
+
+Same random weights and inputs for both, at each (users, candidates) point of the profile
+(bench/gpu/profiles.py). `phoenix.runners` + `phoenix.recsys_model` jitted whole is the
+stand-in for the original; the two are timed in alternating rounds (bench_engine.py's
+`timed_side_by_side`). Both compute in bfloat16 on a GPU, float32 on a CPU.
+"""
+
+# ruff: noqa: B023  (the timed closures run inside the loop iteration that defines them)
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bench.gpu import profiles
+
+
+def model_config(kwargs: dict, candidates: int, dtype):
+    from phoenix.grok import TransformerConfig
+    from phoenix.recsys_model import PhoenixModelConfig
+
+    transformer = TransformerConfig(widening_factor=2.0, attn_output_multiplier=0.125, **kwargs)
+    return PhoenixModelConfig(
+        model=transformer,
+        emb_size=kwargs["emb_size"],
+        num_actions=19,
+        history_seq_len=127,
+        candidate_seq_len=candidates,
+        fprop_dtype=dtype,
+    )
+
+
+def original_runner(config):
+    """The plain model's inference runner for ``config`` (its own candidate_seq_len)."""
+    from phoenix.runners import ModelRunner, RecsysInferenceRunner
+
+    runner = RecsysInferenceRunner(ModelRunner(model=config, bs_per_device=0.125), name="orig")
+    runner.initialize()
+    return runner
+
+
+def max_probability_gap(engine_logits, original_scores) -> float:
+    """Largest |sigmoid(engine logits) - original probabilities|: both compute the same."""
+    import numpy as np
+
+    got = 1 / (1 + np.exp(-np.asarray(engine_logits, np.float32)))
+    return float(np.max(np.abs(got - np.asarray(original_scores, np.float32))))
+
+
+def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, bench_engine):
+    import jax
+
+    from bench.flops import flops_per_candidate, flops_per_context
+    from phoenix.engine import RankingEngine, example_inputs
+
+    config = model_config(kwargs, candidates, dtype)
+    runner = original_runner(config)
+    jitted = jax.jit(runner.rank_candidates)
+    engine = RankingEngine(config, params, compute_dtype=dtype, batch_buckets=(users,))
+    batch, emb = example_inputs(config, users, candidates, seed=users * 7 + candidates)
+    # What the ranker serves: raw ids in, ranked order out (hashing, lookups, blend and sort
+    # included, which the original's scores leave out).
+    device = bench_engine.random_device_ranker(config, params, (candidates,), (users,))
+    requests = bench_engine.random_request_batch(config, users, candidates, seed=users)
+
+    def original():
+        return jax.block_until_ready(jitted(params, batch, emb).scores)
+
+    row = {"config": name, "users": users, "candidates": candidates}
+    row["max_abs_prob_diff"] = max_probability_gap(engine.score(batch, emb).logits, original())
+    seconds = bench_engine.timed_side_by_side(
+        {
+            "original_jit_s": original,
+            "engine_s": lambda: engine.score(batch, emb),
+            "device_ranker_s": lambda: device.rank(requests),
+        },
+        2 * min_seconds,
+    )
+    row.update(seconds)
+    work = users * candidates
+    row["original_jit_cands_per_s"] = work / seconds["original_jit_s"]
+    row["engine_cands_per_s"] = work / seconds["engine_s"]
+    row["engine_vs_original"] = seconds["original_jit_s"] / seconds["engine_s"]
+    row["device_ranker_cands_per_s"] = work / seconds["device_ranker_s"]
+    row["device_ranker_vs_original"] = seconds["original_jit_s"] / seconds["device_ranker_s"]
+    flops = users * (flops_per_context(config) + candidates * flops_per_candidate(config))
+    row["engine_tflops"] = flops / seconds["engine_s"] / 1e12
+    return row
+
+
+def measure(profile: profiles.Profile) -> list[dict]:
+    import jax.numpy as jnp
+
+    bench_engine = profiles.import_bench_engine()
+    dtype = jnp.float32 if profile.device == "cpu" else jnp.bfloat16
+    rows = []
+    for name, points in profile.ranking_points.items():
+        kwargs = profile.configs[name]
+        params = bench_engine.random_params(original_runner(model_config(kwargs, 64, dtype)).params)
+        for users, candidates in points:
+            try:
+                row = measure_point(
+                    name, kwargs, users, candidates, params, dtype, profile.min_seconds,
+                    bench_engine,
+                )  # fmt: skip
+            except Exception as error:  # noqa: BLE001  one point out of memory must not end the run
+                row = {"config": name, "users": users, "candidates": candidates,
+                       "error": repr(error)[:500]}  # fmt: skip
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    args = profiles.step_parser("bench.gpu.engine_points", __doc__).parse_args(argv)
+    profile = profiles.chosen_profile(args)
+    profiles.require_device(profile)
+    ranking = measure(profile)
+    configs = {name: profile.configs[name] for name in profile.ranking_points}
+    profiles.write_result(
+        args.out, {"profile": profile.name, "configs": configs, "ranking": ranking}
+    )
+    return 1 if any("error" in r for r in ranking) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

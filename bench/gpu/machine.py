@@ -1,0 +1,153 @@
+"""Set up a bare GPU machine from the payload (bench/gpu/payload.py); standard library only.
+
+    python -m bench.gpu.machine --payload .gpu
+
+Into the Python environment that runs this script (the machine's venv, first on PATH):
+- the payload's wheels, with `pip install --no-index --no-deps` (the machine has no package
+  registry); a distribution already installed there is kept as it is;
+- Triton's server files, unpacked into site-packages where `phoenix.serving.triton_server`
+  looks for them;
+- a .pth file that puts this checkout on sys.path: the backend stub starts an isolated Python
+  that ignores PYTHONPATH, so this is how model.py finds `phoenix`;
+- perf_analyzer beside the Python (where bench_serving.py looks), and a folder with the two
+  libraries it links (libcudart.so.12, libb64.so.0d), made of links to pytriton's bundled copies:
+  put PERF_ANALYZER_LIBS on LD_LIBRARY_PATH (measure.py does).
+
+Running it again on the same machine redoes only what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PTH_NAME = "phoenix-checkout.pth"
+PERF_ANALYZER_LIBS = Path(sys.prefix) / "perf_analyzer-libs"
+# link name -> pattern of pytriton's bundled copy in nvidia_pytriton.libs
+BUNDLED_LIBRARIES = {"libcudart.so.12": "libcudart-*.so.12*", "libb64.so.0d": "libb64-*.so.0d"}
+SERVER_MARKER = "pytriton/tritonserver/bin/tritonserver"
+
+
+class SetupError(RuntimeError):
+    """The machine cannot be set up from this payload."""
+
+
+def site_packages() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def distribution_of(wheel: Path) -> tuple[str, str]:
+    """(normalised name, version) from a wheel's file name."""
+    name, version = wheel.name.split("-")[:2]
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def install_wheels(folder: Path) -> list[str]:
+    """Install the wheels whose distribution is missing; return what was installed."""
+    missing = []
+    for wheel in sorted(folder.glob("*.whl")):
+        name, version = distribution_of(wheel)
+        present = installed_version(name)
+        if present is None:
+            missing.append(wheel)
+        else:
+            print(f"  kept {name} {present} (payload: {version})")
+    if missing:
+        command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                   "--no-compile", *map(str, missing)]  # fmt: skip
+        if subprocess.run(command).returncode:
+            raise SetupError(f"pip install failed for {[w.name for w in missing]}")
+    return [w.name for w in missing]
+
+
+def unpack_server(archive: Path, site: Path) -> bool:
+    """Unpack the server files into ``site`` unless they are there; True when unpacked."""
+    if (site / SERVER_MARKER).is_file():
+        return False
+    with tarfile.open(archive, "r:xz") as tar:
+        # The archive is ours, but extract only plain files and dirs all the same.
+        tar.extractall(site, filter="data")
+    return True
+
+
+def link_checkout(site: Path, checkout: Path = REPO_ROOT) -> Path:
+    pth = site / PTH_NAME
+    pth.write_text(f"{checkout}\n")
+    return pth
+
+
+def install_perf_analyzer(wheel_folder: Path, dest: Path) -> Path:
+    """perf_analyzer out of the tritonclient 2.51.0 wheel (Python's zipfile: no unzip here)."""
+    from phoenix.serving.perf_analyzer import extract_binary, find_wheel
+
+    return extract_binary(find_wheel(wheel_folder), dest)
+
+
+def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[Path]:
+    """Links named as perf_analyzer asks for them, to pytriton's bundled copies."""
+    bundled = site / "nvidia_pytriton.libs"
+    dest.mkdir(parents=True, exist_ok=True)
+    links = []
+    for name, pattern in BUNDLED_LIBRARIES.items():
+        found = sorted(bundled.glob(pattern))
+        if not found:
+            raise SetupError(f"no {pattern} in {bundled}: is the server unpacked?")
+        link = dest / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(found[-1])
+        links.append(link)
+    return links
+
+
+def set_up(payload: Path) -> None:
+    site = site_packages()
+    for part in ("server.tar.xz", "wheels", "perf_analyzer"):
+        if not (payload / part).exists():
+            raise SetupError(
+                f"{payload / part} is missing: build the payload with make gpu-payload"
+            )
+    installed = install_wheels(payload / "wheels")
+    print(f"  wheels installed: {', '.join(installed) or 'none needed'}")
+    unpacked = unpack_server(payload / "server.tar.xz", site)
+    print(f"  Triton server files {'unpacked into' if unpacked else 'already in'} {site}")
+    print(f"  {link_checkout(site)} -> {REPO_ROOT}")
+    binary = install_perf_analyzer(
+        payload / "perf_analyzer", Path(sys.executable).parent / "perf_analyzer"
+    )
+    links = link_bundled_libraries(site)
+    print(f"  {binary}; its libraries in {links[0].parent}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.gpu.machine",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--payload", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
+    args = parser.parse_args(argv)
+    print(f"setting up {sys.prefix} from {args.payload}", flush=True)
+    try:
+        set_up(args.payload.resolve())
+    except (SetupError, OSError, tarfile.TarError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

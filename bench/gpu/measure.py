@@ -1,0 +1,198 @@
+"""The GPU benchmark: every step, each in its own process, then the GPU table of the docs.
+
+    python -m bench.gpu.measure                      # on a GPU machine set up by machine.py
+    python -m bench.gpu.measure --steps engine       # one step (e.g. one device call each)
+    .venv/bin/python -m bench.gpu.measure --cpu       # the same steps here, tiny and quick
+
+Steps (sizes in bench/gpu/profiles.py):
+  engine     RankingEngine against the plain original under jax.jit, the issue's points
+             (engine_points.py)                                        -> engine.json
+  retrieval  top 100 for a batch of 64 users over 1 M and 10 M posts (retrieval.py)
+                                                                       -> retrieval.json
+  startup    Triton ready with an empty, then a filled compilation cache (startup.py)
+                                                                       -> startup.json
+  serving    bench/bench_serving.py --device gpu, batching on and off  -> serving.json/png
+
+Results go to bench/results/gpu/ (with --cpu: build/gpu-bench/cpu-results/), a summary of the
+run to run.json beside them, and the GPU section of docs/performance.md is rewritten from
+whatever results are there (with --cpu only when --docs is given). Exit status 1 when a step
+failed; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.gpu import machine, profiles, report
+
+HERE = Path(__file__).resolve().parent
+STEPS = report.STEPS  # engine, retrieval, startup, serving: one JSON each
+# Each step runs as `python -m <module>` from the checkout's root (no install needed there).
+STEP_MODULES = {
+    "engine": "bench.gpu.engine_points",
+    "retrieval": "bench.gpu.retrieval",
+    "startup": "bench.gpu.startup",
+    "serving": "bench.bench_serving",
+}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.gpu.measure",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="the steps on this machine's CPU, tiny sizes (a smoke run)",
+    )
+    parser.add_argument(
+        "--steps",
+        default=",".join(STEPS),
+        help=f"comma-separated, from {','.join(STEPS)} (default: all)",
+    )
+    parser.add_argument("--results", type=Path, help="folder for the JSON/PNG files")
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        help="markdown file whose GPU section is rewritten (default: "
+        "docs/performance.md; none with --cpu)",
+    )
+    parser.add_argument("--no-docs", action="store_true", help="leave the docs alone")
+    parser.add_argument(
+        "--artifacts", type=Path, help="artifacts to serve (default: made in build/gpu-bench/)"
+    )
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=profiles.BUILD_DIR,
+        help="artifacts, derived repositories, JAX cache and logs (default: build/gpu-bench)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        help="JAX compilation cache of the served models (default: in --build-dir)",
+    )
+    parser.add_argument(
+        "--copy-to", type=Path, help="also copy the result files here (the device tool's $OUT)"
+    )
+    args = parser.parse_args(argv)
+    args.profile = profiles.CPU if args.cpu else profiles.GPU
+    args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = sorted(set(args.steps) - set(STEPS))
+    if unknown:
+        parser.error(f"unknown steps {unknown}; choose from {list(STEPS)}")
+    args.build_dir = args.build_dir.resolve()
+    default_results = args.build_dir / "cpu-results" if args.cpu else profiles.RESULTS_GPU
+    args.results = (args.results or default_results).resolve()
+    if args.no_docs or (args.docs is None and args.cpu):
+        args.docs = None
+    elif args.docs is None:
+        args.docs = profiles.REPO_ROOT / "docs" / "performance.md"
+    args.artifacts = (
+        args.artifacts or args.build_dir / f"artifacts-{args.profile.artifacts_preset}"
+    ).resolve()
+    args.cache = (args.cache or args.build_dir / f"jax-cache-{args.profile.device}").resolve()
+    # The start-up step empties its cache. Loading every model, it then leaves the serving
+    # step a filled cache; loading a few (CPU profile), it keeps out of a shared one.
+    whole = not args.profile.startup_models
+    args.startup_cache = args.cache if whole else args.build_dir / "jax-cache-startup"
+    return args
+
+
+def step_environment(profile: profiles.Profile, cache: Path) -> dict[str, str]:
+    """The steps' environment: platform, shared compilation cache, perf_analyzer's libraries."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["JAX_PLATFORMS"] = "cpu" if profile.device == "cpu" else "cuda"
+    env["PHOENIX_JAX_CACHE_DIR"] = str(cache)
+    # bench_serving.py measures in-process beside two servers whose stubs also use the GPU.
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    if machine.PERF_ANALYZER_LIBS.is_dir():
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(machine.PERF_ANALYZER_LIBS), env.get("LD_LIBRARY_PATH")) if p
+        )
+    return env
+
+
+def ensure_artifacts(profile: profiles.Profile, folder: Path, env: dict) -> None:
+    """Seeded demo artifacts of the profile's preset, generated once."""
+    if (folder / "config.json").is_file():
+        return
+    command = [sys.executable, "-m", "phoenix.artifacts", "--preset", profile.artifacts_preset,
+               "--out", str(folder), "--force"]  # fmt: skip
+    if profile.corpus_size:
+        command += ["--corpus-size", str(profile.corpus_size)]
+    print(f"== artifacts: {' '.join(command[1:])}", flush=True)
+    subprocess.run(command, env=env, cwd=profiles.REPO_ROOT, check=True)
+
+
+def step_command(step: str, args) -> list[str]:
+    out = args.results / f"{step}.json"
+    profile = args.profile
+    command = [sys.executable, "-m", STEP_MODULES[step]]
+    if step in ("engine", "retrieval"):
+        return command + ["--profile", profile.name, "--out", str(out)]
+    if step == "startup":
+        return command + ["--profile", profile.name, "--artifacts", str(args.artifacts),
+                          "--cache", str(args.startup_cache), "--build-dir", str(args.build_dir),
+                          "--out", str(out)]  # fmt: skip
+    # bench_serving's own table belongs to the CPU section: keep it out of the docs.
+    return command + [
+        "--device", profile.device, "--artifacts", str(args.artifacts), "--out", str(out),
+        "--plot", str(out.with_suffix(".png")), "--build-dir", str(args.build_dir / "serving"),
+        "--docs", str(args.build_dir / "serving-table.md"), *profile.serving_args,
+    ]  # fmt: skip
+
+
+def run_step(step: str, args, env: dict) -> dict:
+    print(f"== {step}", flush=True)
+    started = time.monotonic()
+    done = subprocess.run(step_command(step, args), env=env, cwd=profiles.REPO_ROOT)
+    seconds = time.monotonic() - started
+    print(f"== {step}: exit {done.returncode} after {seconds:.0f} s", flush=True)
+    return {"exit_code": done.returncode, "seconds": round(seconds, 1)}
+
+
+def copy_results(results: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(results.glob("*.json")) + sorted(results.glob("*.png")):
+        shutil.copy2(path, dest / path.name)
+    print(f"copied the results to {dest}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    env = step_environment(args.profile, args.cache)
+    args.results.mkdir(parents=True, exist_ok=True)
+    run = {"profile": args.profile.name, "date": time.strftime("%Y-%m-%d %H:%M"), "steps": {}}
+    started = time.monotonic()
+    if {"startup", "serving"} & set(args.steps):
+        ensure_artifacts(args.profile, args.artifacts, env)
+    for step in args.steps:
+        run["steps"][step] = run_step(step, args, env)
+    run["seconds"] = round(time.monotonic() - started, 1)
+    (args.results / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    if args.docs:
+        report.update_docs(args.docs, report.render(report.load_results(args.results)))
+        print(f"updated the GPU section of {args.docs}")
+    if args.copy_to:
+        copy_results(args.results, args.copy_to)
+    failed = [s for s, r in run["steps"].items() if r["exit_code"]]
+    print(
+        f"done in {run['seconds']:.0f} s; results in {args.results}"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Build the payload that sets up a bare GPU machine (no package registry there).
+
+    python -m bench.gpu.payload --out .gpu        # or: make gpu-payload
+
+The lent GPU machines have Python 3.12, JAX with CUDA and numpy 2, but no Triton server, no
+Haiku and no Triton client. This folder carries what they lack, taken from this machine:
+
+    server.tar.xz      pytriton's Triton 2.51 server files from this venv's site-packages
+                       (tritonserver, the Python backend, the Python 3.12 stub and the bundled
+                       libraries, without the bundled libpython)
+    wheels/            wheels of the Python packages the machine lacks, at this venv's versions
+    perf_analyzer/     the tritonclient 2.51.0 wheel, which alone ships perf_analyzer
+    manifest.json      what is inside, with sizes
+
+The project's own files travel with the working tree, so the payload holds no copy of them.
+It must stay under the device tool's 64 MiB per call: the build fails above 60 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LIMIT_MIB = 60
+TARGET_PYTHON = "3.12"
+SERVER_ARCHIVE = "server.tar.xz"
+WHEELS_DIR = "wheels"
+PERF_ANALYZER_DIR = "perf_analyzer"
+MANIFEST = "manifest.json"
+PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
+STUBS = "pytriton/tritonserver/python_backend_stubs"
+# The stub links the machine's own libpython; pytriton's bundled one (3.13, 30 MiB) is dead weight.
+EXCLUDED_PREFIXES = ("libpython",)
+# Distributions the machine lacks (see /work/.library/device/KINDS.md): Haiku and its jmp for the
+# models, tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
+MACHINE_LACKS = (
+    "dm-haiku",
+    "jmp",
+    "tritonclient",
+    "python-rapidjson",
+    "geventhttpclient",
+    "gevent",
+    "greenlet",
+    "zope.event",
+    "zope.interface",
+    "brotli",
+)
+# pip matches manylinux_2_N tags one N at a time; these cover the wheels above.
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
+
+
+class PayloadError(RuntimeError):
+    """The payload cannot be built, or came out too large."""
+
+
+def site_packages() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def server_paths(python_version: str) -> tuple[str, ...]:
+    """What tritonserver needs at run time, relative to site-packages: one stub only."""
+    return (
+        "pytriton/__init__.py",
+        "pytriton/tritonserver/bin",
+        "pytriton/tritonserver/backends/python",
+        f"{STUBS}/{python_version}",
+        "nvidia_pytriton.libs",
+    )
+
+
+def server_files(site: Path, python_version: str = TARGET_PYTHON) -> list[Path]:
+    """Files of ``server_paths`` under ``site``, bundled libpython and bytecode left out."""
+    files = []
+    for relative in server_paths(python_version):
+        root = site / relative
+        if not root.exists():
+            raise PayloadError(f"{root} is missing: is nvidia-pytriton installed (make setup)?")
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if path.is_file() and not is_excluded(path):
+                files.append(path)
+    return files
+
+
+def is_excluded(path: Path) -> bool:
+    return path.name.startswith(EXCLUDED_PREFIXES) or "__pycache__" in path.parts
+
+
+def write_server_archive(files: Iterable[Path], site: Path, dest: Path) -> Path:
+    """tar.xz of ``files`` named relative to ``site`` (so it unpacks into a site-packages)."""
+    partial = dest.with_name(dest.name + ".partial")
+    with tarfile.open(partial, "w:xz", preset=6) as archive:
+        for path in files:
+            archive.add(path, arcname=str(path.relative_to(site)), recursive=False)
+    partial.replace(dest)
+    return dest
+
+
+def wheel_pins(names: Sequence[str] = MACHINE_LACKS) -> list[str]:
+    """``name==version`` of each distribution as installed in this venv."""
+    pins = []
+    for name in names:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            raise PayloadError(f"{name} is not installed in this venv (make setup)") from None
+    return pins
+
+
+def download_command(pins: Sequence[str], dest: Path, python_version: str) -> list[str]:
+    """pip download of binary wheels for the machine's Python, no dependencies resolved."""
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    return [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+        "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+        *platforms, "--dest", str(dest), *pins,
+    ]  # fmt: skip
+
+
+def download_wheels(pins: Sequence[str], dest: Path, python_version: str) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(download_command(pins, dest, python_version), text=True)
+    if done.returncode:
+        raise PayloadError(f"pip download failed (exit {done.returncode}) for {' '.join(pins)}")
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != len(pins):
+        raise PayloadError(f"expected {len(pins)} wheels in {dest}, found {len(wheels)}")
+    return wheels
+
+
+def copy_perf_analyzer_wheel(source_dir: Path, dest: Path) -> Path:
+    """The tritonclient 2.51.0 wheel that `make setup` downloaded into ``source_dir``."""
+    found = sorted(source_dir.glob(PERF_ANALYZER_WHEEL))
+    if not found:
+        raise PayloadError(f"no {PERF_ANALYZER_WHEEL} in {source_dir}: run `make setup` first")
+    dest.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(found[-1], dest / found[-1].name))
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def check_size(folder: Path, limit_mib: float = LIMIT_MIB) -> int:
+    """Bytes in ``folder``; PayloadError when over ``limit_mib``."""
+    size = folder_size(folder)
+    if size > limit_mib * 2**20:
+        raise PayloadError(
+            f"payload {folder} is {size / 2**20:.1f} MiB, over the {limit_mib} MiB limit "
+            "(the device tool carries at most 64 MiB per call, the working tree included)"
+        )
+    return size
+
+
+def write_manifest(folder: Path, python_version: str) -> dict:
+    members = {
+        str(p.relative_to(folder)): p.stat().st_size
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {
+        "built": time.strftime("%Y-%m-%d %H:%M"),
+        "python_version": python_version,
+        "server_paths": list(server_paths(python_version)),
+        "members": members,
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def build(out: Path, python_version: str, wheel_cache: Path) -> int:
+    """Build the payload into ``out`` (replaced); return its size in bytes."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    site = site_packages()
+    files = server_files(site, python_version)
+    print(f"packing {len(files)} server files from {site} (xz, about a minute)", flush=True)
+    write_server_archive(files, site, out / SERVER_ARCHIVE)
+    pins = wheel_pins()
+    print(f"downloading wheels for Python {python_version}: {' '.join(pins)}", flush=True)
+    download_wheels(pins, out / WHEELS_DIR, python_version)
+    copy_perf_analyzer_wheel(wheel_cache, out / PERF_ANALYZER_DIR)
+    write_manifest(out, python_version)
+    return check_size(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.gpu.payload",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
+    parser.add_argument(
+        "--python-version",
+        default=TARGET_PYTHON,
+        help="the GPU machine's Python X.Y (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--wheel-cache",
+        type=Path,
+        default=REPO_ROOT / "build" / "wheels",
+        help="where `make setup` left the tritonclient 2.51.0 wheel (default: build/wheels)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        size = build(args.out, args.python_version, args.wheel_cache)
+    except PayloadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for path in sorted(args.out.iterdir()):
+        bytes_ = path.stat().st_size if path.is_file() else folder_size(path)
+        print(f"  {path.name:<20} {bytes_ / 2**20:6.1f} MiB")
+    print(f"payload {args.out}: {size / 2**20:.1f} MiB (limit {LIMIT_MIB} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

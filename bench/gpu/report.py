@@ -1,0 +1,236 @@
+"""The GPU section of docs/performance.md, from the JSON files of a GPU benchmark run.
+
+    python -m bench.gpu.report --results bench/results/gpu --docs docs/performance.md
+
+Rewrites what lies between the markers `<!-- gpu-table:start -->` and `<!-- gpu-table:end -->`.
+A step whose JSON is missing shows "not yet measured", so the section can be filled step by
+step (one device call per step) and re-rendered here from the files brought back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+from bench.gpu import profiles
+
+TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
+NOT_MEASURED = "not yet measured"
+NOT_IN_RUN = "not in this run"  # the step ran, but not at this point (e.g. the CPU profile)
+STEPS = ("engine", "retrieval", "startup", "serving")
+
+
+def load_results(folder: Path) -> dict[str, dict]:
+    """Each step's JSON in ``folder`` (missing steps left out)."""
+    found = {}
+    for step in STEPS:
+        path = folder / f"{step}.json"
+        if path.is_file():
+            found[step] = json.loads(path.read_text())
+    return found
+
+
+def fmt(value: Optional[float], spec: str, suffix: str = "", missing: str = NOT_MEASURED) -> str:
+    return missing if value is None else f"{value:{spec}}{suffix}"
+
+
+def stamp(result: Optional[dict]) -> str:
+    """When and where a step's figures were taken (bench_serving.py's JSON has fewer fields)."""
+    if result is None:
+        return f"*{NOT_MEASURED}*"
+    m, settings = result.get("machine", {}), result.get("settings", {})
+    date = m.get("date") or result.get("date", "?")
+    where = m.get("device_kind") or settings.get("device") or m.get("backend", "?")
+    versions = f" (jax {m['jax']}, numpy {m['numpy']})" if "jax" in m else ""
+    profile = result.get("profile") or ("cpu" if settings.get("device") == "cpu" else "gpu")
+    return f"measured {date} on {where}{versions}, profile `{profile}`"
+
+
+def engine_table(result: Optional[dict]) -> list[str]:
+    lines = [
+        f"**Engine against the plain jitted original**, same weights and inputs: {stamp(result)}.",
+        "",
+        "| config | users x candidates | original (jit) cand/s | engine cand/s | "
+        "engine / original (target >= 1.0x) | device ranker cand/s (from raw ids) | "
+        "device ranker / original |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    rows = result["ranking"] if result else placeholder_points()
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['config']} | {r['users']} x {r['candidates']} | error: "
+                         f"{r['error'][:80]} | | | | |")  # fmt: skip
+            continue
+        lines.append(
+            f"| {r['config']} | {r['users']} x {r['candidates']} | "
+            f"{fmt(r.get('original_jit_cands_per_s'), ',.0f')} | "
+            f"{fmt(r.get('engine_cands_per_s'), ',.0f')} | "
+            f"{fmt(r.get('engine_vs_original'), '.2f', 'x')} | "
+            f"{fmt(r.get('device_ranker_cands_per_s'), ',.0f')} | "
+            f"{fmt(r.get('device_ranker_vs_original'), '.2f', 'x')} |"
+        )
+    return lines
+
+
+def placeholder_points() -> list[dict]:
+    return [
+        {"config": name, "users": users, "candidates": candidates}
+        for name, points in profiles.GPU.ranking_points.items()
+        for users, candidates in points
+    ]
+
+
+def retrieval_table(result: Optional[dict]) -> list[str]:
+    targets = {1_000_000: ">= 20,000", 10_000_000: ">= 2,000"}
+    lines = [
+        f"**Retrieval**, exact top 100: {stamp(result)}.",
+        "",
+        "| corpus | users per call | top-k queries/s (target) | user tower + top-k queries/s |",
+        "| --- | --- | --- | --- |",
+    ]
+    rows = result["retrieval"] if result else [{"corpus": size} for size in targets]
+    for r in rows:
+        target = targets.get(r["corpus"], "-")
+        lines.append(
+            f"| {r['corpus']:,} | {r.get('batch', profiles.GPU.retrieval_batch)} | "
+            f"{fmt(r.get('top_k_queries_per_s'), ',.0f')} ({target}) | "
+            f"{fmt(r.get('end_to_end_queries_per_s'), ',.0f')} |"
+        )
+    return lines
+
+
+def startup_table(result: Optional[dict]) -> list[str]:
+    s = result["startup"] if result else {}
+    models = s.get("models", "all")
+    loaded = "whole repository" if models == "all" else ", ".join(models)
+    return [
+        f"**Server start-up** ({loaded}, until ready): {stamp(result)}.",
+        "",
+        "| empty compilation cache (target <= 60 s) | restart, cache filled (target <= 15 s) |",
+        "| --- | --- |",
+        f"| {fmt(s.get('empty_cache_s'), '.1f', ' s')} "
+        f"| {fmt(s.get('filled_cache_s'), '.1f', ' s')} |",
+    ]
+
+
+def served(result: dict, **match) -> list[dict]:
+    return [
+        r for r in result.get("served", [])
+        if not r["error"] and all(r[k] == v for k, v in match.items())
+    ]  # fmt: skip
+
+
+def best(rows: list[dict]) -> Optional[dict]:
+    return max(rows, key=lambda r: r["throughput"], default=None)
+
+
+def first_value(rows: list[dict], pick: Callable[[dict], float]) -> Optional[float]:
+    return pick(rows[0]) if rows else None
+
+
+def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
+    """(figure, measured, target) for the issue's served targets."""
+    missing = NOT_MEASURED if result is None else NOT_IN_RUN
+    result = result or {}
+    best_512 = best(served(result, workload="ranker-512", batching="on"))
+    best_64 = best(served(result, workload="ranker-64", batching="on"))
+    summary = result.get("summary", {}).get("ranker-512", {})
+    p99_64 = first_value(
+        served(result, workload="ranker-64", batching="on", concurrency=16), lambda r: r["p99_ms"]
+    )
+    rows = [
+        (
+            "ranker-64 requests/s at its best concurrency, batching on",
+            fmt(best_64 and best_64["throughput"], ",.0f", missing=missing)
+            + (f" (c={best_64['concurrency']})" if best_64 else ""),
+            "-",
+        ),
+        (
+            "ranker-512 candidates/s at its best concurrency",
+            fmt(best_512 and 512 * best_512["throughput"], ",.0f", missing=missing)
+            + (f" (c={best_512['concurrency']})" if best_512 else ""),
+            ">= 2,000,000",
+        ),
+        (
+            "ranker-512 served / in-process (best of 1 and 8 users per call)",
+            fmt(summary.get("served_vs_in_process"), ".0%", missing=missing),
+            ">= 50%",
+        ),
+        (
+            "ranker-64 p99 at concurrency 16, batching on",
+            fmt(p99_64, ".1f", " ms", missing=missing),
+            "<= 25 ms",
+        ),
+    ]
+    for workload in ("ranker-64", "ranker-512"):
+        on = first_value(served(result, workload=workload, batching="on", concurrency=64),
+                         lambda r: r["throughput"])  # fmt: skip
+        off = first_value(served(result, workload=workload, batching="off", concurrency=64),
+                          lambda r: r["throughput"])  # fmt: skip
+        ratio = on / off if on and off else None
+        figure = f"{workload} batching on / off at concurrency 64"
+        rows.append((figure, fmt(ratio, ".2f", "x", missing=missing), ">= 4x"))
+    failed = result.get("failed_requests")
+    failures = sum(sum(v.values()) for v in failed.values()) if failed else None
+    rows.append(("failed requests (server statistics)", fmt(failures, "d", missing=missing), "0"))
+    return rows
+
+
+def serving_table(result: Optional[dict]) -> list[str]:
+    lines = [
+        f"**Served** (perf_analyzer over HTTP, batching on and off): {stamp(result)}.",
+        "",
+        "| figure | measured | target |",
+        "| --- | --- | --- |",
+    ]
+    lines += [
+        f"| {figure} | {value} | {target} |" for figure, value, target in serving_rows(result)
+    ]
+    return lines
+
+
+def render(results: dict[str, dict]) -> str:
+    """The whole section body between the markers."""
+    parts = [
+        engine_table(results.get("engine")),
+        retrieval_table(results.get("retrieval")),
+        startup_table(results.get("startup")),
+        serving_table(results.get("serving")),
+    ]
+    return "\n\n".join("\n".join(lines) for lines in parts)
+
+
+def update_docs(path: Path, body: str) -> None:
+    """Replace the text between the markers of ``path``; a readable error without them."""
+    text = path.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        raise SystemExit(f"error: {path} has no {TABLE_START} ... {TABLE_END} markers")
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    path.write_text(f"{head}{TABLE_START}\n{body}\n{TABLE_END}{tail}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.gpu.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--results", type=Path, default=profiles.RESULTS_GPU,
+                        help="folder of engine/retrieval/startup/serving.json "
+                        "(default: bench/results/gpu)")  # fmt: skip
+    parser.add_argument("--docs", type=Path, default=profiles.REPO_ROOT / "docs" / "performance.md",
+                        help="file with the markers (default: docs/performance.md)")  # fmt: skip
+    args = parser.parse_args(argv)
+    results = load_results(args.results)
+    update_docs(args.docs, render(results))
+    print(f"updated the GPU section of {args.docs} from {sorted(results) or 'no results'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

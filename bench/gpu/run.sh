@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One command on a lent GPU machine: set it up from the payload, then run every benchmark step.
+usage() {
+  cat <<'TEXT'
+usage: bash bench/gpu/run.sh [--cpu] [measure.py options...]
+
+On a bare GPU machine (from the checkout's root, the payload carried in .gpu):
+  1. python3 -m bench.gpu.machine --payload $GPU_PAYLOAD   wheels, Triton server, perf_analyzer
+  2. python3 -m bench.gpu.measure ...                    engine, retrieval, startup, serving
+Results: bench/results/gpu/*.json|png, also copied to $OUT when the device tool sets it.
+
+With --cpu (or DEVICE=cpu) it skips the set-up and runs the same steps here on the CPU with
+tiny sizes, using the checkout's .venv (a smoke run; results under build/gpu-bench/).
+
+Environment: GPU_PAYLOAD (default .gpu), PYTHON (default python3; .venv/bin/python with --cpu).
+Options after --cpu go to measure.py: e.g. --steps engine,retrieval  (see measure.py --help).
+TEXT
+}
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+cpu=0
+[[ "${DEVICE:-gpu}" == cpu ]] && cpu=1
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    --cpu) cpu=1 ;;
+    *) args+=("$arg") ;;
+  esac
+done
+
+if (( cpu )); then
+  python=${PYTHON:-.venv/bin/python}
+  exec "$python" -m bench.gpu.measure --cpu "${args[@]}"
+fi
+
+python=${PYTHON:-python3}
+"$python" -m bench.gpu.machine --payload "${GPU_PAYLOAD:-.gpu}"
+copy=()
+[[ -n "${OUT:-}" ]] && copy=(--copy-to "$OUT")
+exec "$python" -m bench.gpu.measure "${args[@]}" "${copy[@]}"

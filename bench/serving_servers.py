@@ -1,0 +1,50 @@
+"""The servers of the serving benchmark: one per dynamic-batching setting, all up at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phoenix.serving.repository import derive_repository
+from phoenix.serving.triton_server import TritonServer, flags_to_args
+
+
+def start_server(repo: Path, artifacts: Path, log: Path) -> TritonServer:
+    server = TritonServer(
+        repo,
+        artifacts_dir=artifacts,
+        extra_args=flags_to_args({"exit_timeout_secs": 5}),
+        log_path=log,
+        ready_timeout=600,
+    )
+    server.start_ready()
+    return server
+
+
+def repository_for(batching: str, args) -> Path:
+    if batching == "on" and args.device == "cpu":
+        return args.model_repository.resolve()
+    device = "" if args.device == "cpu" else f"-{args.device}"
+    dest = args.build_dir / f"model_repository{device}{'-nobatch' if batching == 'off' else ''}"
+    derive_repository(  # ensembles as they are
+        args.model_repository, dest, device=args.device, dynamic_batching=batching == "on"
+    )
+    return dest
+
+
+def start_servers(args) -> dict[str, TritonServer]:
+    """One server per batching setting, all up at once (an idle server costs no CPU)."""
+    servers: dict[str, TritonServer] = {}
+    try:
+        for batching in args.batching:
+            log = args.build_dir / f"tritonserver-batching-{batching}.log"
+            print(f"== dynamic batching {batching}: starting tritonserver (log {log})", flush=True)
+            servers[batching] = start_server(repository_for(batching, args), args.artifacts, log)
+    except BaseException:
+        stop_servers(servers)
+        raise
+    return servers
+
+
+def stop_servers(servers: dict[str, TritonServer]) -> None:
+    for server in servers.values():
+        server.stop()

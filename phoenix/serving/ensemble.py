@@ -1,0 +1,58 @@
+"""The recommend chain (encode the user, retrieve, rank), run step by step as Triton runs it.
+
+Triton runs the ``recommend`` ensemble on the server. The in-process references of the
+clients, the serving benchmark and the load test need the same chain outside Triton; they all
+run it from the ensemble's contract (``phoenix.serving.contracts.RECOMMEND``), whose steps the
+config.pbtxt must repeat, so the chain is wired in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from phoenix.serving.contracts import RECOMMEND, EnsembleStep, ModelContract
+
+Arrays = dict[str, np.ndarray]
+# run_model(model, one input dict per request) -> one output dict per request
+RunModel = Callable[[str, Sequence[Mapping[str, np.ndarray]]], Sequence[Mapping[str, np.ndarray]]]
+
+
+def step_inputs(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> Arrays:
+    """The step model's inputs from the ensemble's tensors (absent optional ones left out)."""
+    return {name: tensors[source] for name, source in step.input_map.items() if source in tensors}
+
+
+def store_outputs(step: EnsembleStep, outputs: Mapping[str, np.ndarray], tensors: Arrays) -> None:
+    """Put the step model's outputs into the ensemble's tensors under their mapped names."""
+    for name, target in step.output_map.items():
+        tensors[target] = outputs[name]
+
+
+def run_ensemble(
+    run_model: RunModel, requests: Sequence[Mapping[str, np.ndarray]], ensemble=RECOMMEND
+) -> list[Arrays]:
+    """Every step for all requests at once (one ``run_model`` call per step), like the
+    batcher would batch them; returns each request's ensemble outputs."""
+    tensors = [dict(request) for request in requests]
+    for step in ensemble.steps:
+        results = run_model(step.model, [step_inputs(step, t) for t in tensors])
+        for t, outputs in zip(tensors, results, strict=True):
+            store_outputs(step, outputs, t)
+    return [{name: t[name] for name in ensemble.output_names} for t in tensors]
+
+
+def next_step_inputs(
+    request: Mapping[str, np.ndarray],
+    done: Mapping[str, Mapping[str, np.ndarray]],
+    model: str,
+    ensemble: ModelContract = RECOMMEND,
+) -> Arrays:
+    """The inputs of the step running ``model``, given the ensemble request and the outputs
+    of the steps already ``done`` ({model: outputs}), e.g. the retriever after user_encoder."""
+    tensors = dict(request)
+    for step in ensemble.steps:
+        if step.model in done:
+            store_outputs(step, done[step.model], tensors)
+    return step_inputs(ensemble.step(model), tensors)

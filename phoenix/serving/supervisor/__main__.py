@@ -1,0 +1,5 @@
+import sys
+
+from phoenix.serving.supervisor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,382 @@
+"""The supervisor's state machine: which served model is healthy, dead, reloading, failed,
+given up on or unloaded by an operator, and what /ready should answer.
+
+Per model:  healthy -> dead (stub gone, failed load) -> reloading -> healthy
+                                                              \\-> failed -(back-off)-> reloading
+                                                                   ... -> gave_up after the cap
+            healthy -> unloaded (an operator's unload) -> healthy (loaded again)
+
+Operator intent is read from Triton itself. Every model-repository call needs the admin key
+(serve always restricts that API), so a model that Triton reports UNAVAILABLE with reason
+'unloaded' was unloaded by a key holder: an operator. The supervisor leaves it unloaded and
+/ready names it. Anything else that takes a model out of service (a dead stub, a failed load)
+happened without intent, and the supervisor reloads the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
+from phoenix.serving.supervisor.configs import (
+    composing_models,
+    expected_instances,
+    has_stubs,
+    with_restart_marker,
+)
+from phoenix.serving.supervisor.probe import probe_inputs
+from phoenix.serving.supervisor.processes import StubProcess, is_alive, list_stubs
+
+logger = logging.getLogger("phoenix.supervisor")
+
+DEFAULT_POLL_S = 0.25
+DEFAULT_RESCAN_S = 5.0
+DEFAULT_LOAD_TIMEOUT_S = 600.0
+MAX_BACKOFF_S = 60.0
+DEFAULT_MAX_FAILED_RELOADS = 6  # 1 + 2 + 4 + 8 + 16 + 32 s of back-off, then give up
+HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
+GAVE_UP, UNLOADED = "gave_up", "unloaded"
+TRANSITIONAL = ("LOADING", "UNLOADING")
+OPERATOR_UNLOAD_REASON = "unloaded"
+
+
+@dataclass
+class ModelState:
+    """What the supervisor knows about one served model."""
+
+    config: dict = field(default_factory=dict)
+    state: str = HEALTHY
+    restarts: int = 0
+    failed_reloads: int = 0
+    next_attempt: float = 0.0
+    backoff_s: float = 1.0
+    detail: str = ""
+
+    @property
+    def instances(self) -> set[str]:
+        return expected_instances(self.config) if has_stubs(self.config) else set()
+
+    @property
+    def composing(self) -> set[str]:
+        return composing_models(self.config)
+
+
+def describe(model: str, entry: ModelState) -> str:
+    """One /ready reason for a model the supervisor itself holds out of service."""
+    texts = {
+        DEAD: "is dead (its stub died or its load failed); reloading",
+        RELOADING: "is reloading",
+        FAILED: "failed to reload; retrying",
+        GAVE_UP: "failed to reload too often; load it by hand",
+        UNLOADED: "was unloaded by an operator",
+    }
+    text = f"model {model} {texts.get(entry.state, entry.state)}"
+    return f"{text}: {entry.detail}" if entry.detail else text
+
+
+class Supervisor:
+    """Watch one tritonserver's models, reload those that died, report honest readiness.
+
+    `server_pid` enables the stub-process watch (same machine); `probe_interval_s` > 0 enables
+    inference probes (works without a pid). `events` records what happened, with
+    `clock()` timestamps, for tests and the /status page.
+    """
+
+    def __init__(
+        self,
+        http_url: str,
+        server_pid: int | None = None,
+        *,
+        admin_key: str | None = None,
+        poll_interval_s: float = DEFAULT_POLL_S,
+        rescan_interval_s: float = DEFAULT_RESCAN_S,
+        probe_interval_s: float = 0.0,
+        load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
+        max_failed_reloads: int = DEFAULT_MAX_FAILED_RELOADS,
+        admin: TritonAdmin | None = None,
+        stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
+        pid_alive: Callable[[int], bool] = is_alive,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.admin = admin or TritonAdmin(http_url, admin_key)
+        self.server_pid = server_pid
+        self.poll_interval_s = poll_interval_s
+        self.rescan_interval_s = rescan_interval_s
+        self.probe_interval_s = probe_interval_s
+        self.load_timeout_s = load_timeout_s
+        self.max_failed_reloads = max_failed_reloads
+        self.list_stubs = stub_lister
+        self.pid_alive = pid_alive
+        self.clock = clock
+        self.models: dict[str, ModelState] = {}
+        self.known_pids: dict[int, str] = {}
+        self.events: list[dict] = []
+        self.draining = False
+        self._answered: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_rescan = 0.0
+        self._next_probe = 0.0
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _record(self, event: str, model: str = "", **details) -> None:
+        entry = {"time": self.clock(), "event": event, "model": model, **details}
+        with self._lock:
+            self.events.append(entry)
+            del self.events[:-200]  # bounded: a flapping model must not grow memory
+        logger.warning("supervisor: %s %s %s", event, model, details or "")
+
+    def _set_state(self, model: str, state: str, detail: str = "") -> None:
+        with self._lock:
+            self.models[model].state = state
+            self.models[model].detail = detail
+
+    def learn_models(self) -> None:
+        """Learn every READY model (Python-backend or ensemble) and its current config; a model
+        an operator had unloaded and that is READY again is healthy again."""
+        for model, (state, _reason) in self.admin.model_index().items():
+            if state != "READY":
+                continue
+            config = self.admin.model_config(model)
+            with self._lock:
+                entry = self.models.setdefault(model, ModelState())
+                entry.config = config
+                if entry.state == UNLOADED:
+                    entry.state, entry.detail = HEALTHY, ""
+                    self.events.append({"time": self.clock(), "event": "loaded", "model": model})
+
+    # -- detection -----------------------------------------------------------------------
+    def _known_stub_died(self) -> bool:
+        return any(not self.pid_alive(pid) for pid in self.known_pids)
+
+    def dead_by_process_watch(self) -> set[str]:
+        """Healthy models with an expected instance that has no live stub process. A model
+        held failed whose stubs all run again (an operator loaded it) is healthy again."""
+        stubs = self.list_stubs(self.server_pid)
+        live = {stub.instance for stub in stubs}
+        self.known_pids = {stub.pid: stub.instance for stub in stubs}
+        dead = set()
+        with self._lock:
+            for model, entry in self.models.items():
+                missing = entry.instances - live
+                if entry.state == HEALTHY and missing:
+                    dead.add(model)
+                elif entry.state in (FAILED, GAVE_UP) and entry.instances and not missing:
+                    entry.state, entry.detail, entry.failed_reloads = HEALTHY, "", 0
+        return dead
+
+    def dead_by_probe(self) -> set[str]:
+        """Stub models whose probe says 'not healthy'; a model that answered requests since
+        the last round is alive and not probed (its statistics say so)."""
+        answered = self.admin.success_counts()
+        dead = set()
+        for model, entry in list(self.models.items()):
+            busy = answered.get(model, 0) > self._answered.get(model, 0)
+            inputs = probe_inputs(model) if has_stubs(entry.config) else None
+            if entry.state == HEALTHY and inputs and not busy:
+                if self.admin.probe(model, inputs) == "dead":
+                    dead.add(model)
+        self._answered = answered
+        return dead
+
+    def confirm_dead(self, suspects: Iterable[str]) -> set[str]:
+        """Re-read index and configs: a stub replaced by an operator's reload is not dead, nor
+        is one that stopped because an operator unloads its model (not READY any more)."""
+        self.learn_models()
+        index = self.admin.model_index()
+        suspects = {m for m in suspects if index.get(m, ("",))[0] == "READY"}
+        if self.server_pid is None:
+            return suspects & set(self.models)
+        return suspects & self.dead_by_process_watch()
+
+    def check_index(self) -> None:
+        """Served models that are no longer READY: an operator's unload is respected, any
+        other loss (a failed load, a model gone from the index) is healed."""
+        index = self.admin.model_index()
+        for model, entry in list(self.models.items()):
+            state, reason = index.get(model, ("", "missing from the repository index"))
+            if state == "READY" or state in TRANSITIONAL or entry.state != HEALTHY:
+                continue
+            if state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
+                self._set_state(model, UNLOADED)
+                self._record("unloaded", model)
+            else:
+                self._set_state(model, DEAD, f"{state or 'absent'}: {reason}"[:300])
+                self._record("dead", model, reason=reason[:300])
+        with self._lock:
+            back = [m for m, e in self.models.items() if e.state == UNLOADED]
+        if any(index.get(model, ("",))[0] == "READY" for model in back):
+            self.learn_models()  # an operator loaded it again
+
+    # -- healing -------------------------------------------------------------------------
+    def current_config(self, model: str) -> dict:
+        """The model's config as loaded now; the last one seen when Triton cannot say (a model
+        whose load failed is unavailable and has no config to read)."""
+        try:
+            config = self.admin.model_config(model)
+        except TritonAPIError:
+            return self.models[model].config
+        self.models[model].config = config
+        return config
+
+    def heal(self, model: str) -> bool:
+        """Reload `model`: a stub model with its current config plus a new restart marker (so
+        Triton starts new stubs and keeps an operator's overrides), any other as it is."""
+        entry = self.models[model]
+        entry.restarts += 1
+        self._set_state(model, RELOADING)
+        started = self.clock()
+        try:
+            config = self.current_config(model)
+            if has_stubs(config):
+                config = with_restart_marker(config, f"{entry.restarts}@{time.time():.3f}")
+            self.admin.load_model(model, config, self.load_timeout_s)
+        except TritonAPIError as error:
+            entry.failed_reloads += 1
+            entry.next_attempt = self.clock() + entry.backoff_s
+            entry.backoff_s = min(entry.backoff_s * 2, MAX_BACKOFF_S)
+            gave_up = entry.failed_reloads >= self.max_failed_reloads
+            self._set_state(model, GAVE_UP if gave_up else FAILED, str(error)[:300])
+            self._record("gave_up" if gave_up else "reload_failed", model, error=str(error)[:300])
+            return False
+        entry.backoff_s, entry.failed_reloads = 1.0, 0
+        self._set_state(model, HEALTHY)
+        self._record("reloaded", model, seconds=round(self.clock() - started, 3))
+        self.learn_models()
+        if self.server_pid is not None:
+            self.dead_by_process_watch()  # learn the new stub's pid
+        return True
+
+    def poll_once(self) -> None:
+        """One round: detect dead stubs and lost models, then reload what is due."""
+        now = self.clock()
+        self.check_index()
+        suspects: set[str] = set()
+        if self.server_pid is not None and (now >= self._next_rescan or self._known_stub_died()):
+            self._next_rescan = now + self.rescan_interval_s
+            suspects |= self.dead_by_process_watch()
+        if self.probe_interval_s > 0 and now >= self._next_probe:
+            self._next_probe = now + self.probe_interval_s
+            suspects |= self.dead_by_probe()
+        for model in sorted(self.confirm_dead(suspects) if suspects else ()):
+            self._set_state(model, DEAD)
+            self._record("dead", model)
+        with self._lock:
+            due = [
+                model
+                for model, entry in sorted(self.models.items())
+                if entry.state == DEAD or (entry.state == FAILED and now >= entry.next_attempt)
+            ]
+        for model in due:
+            if self._stop.is_set() or self.draining:
+                return
+            self.heal(model)
+
+    # -- readiness -----------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, list[str]]:
+        """(ready, reasons it is not) as a load balancer should see it: every served model
+        READY in Triton, none held by the supervisor, ensembles' steps included."""
+        reasons = []
+        if self.draining:
+            reasons.append("draining: the server is shutting down")
+        if self._thread is not None and not self.is_running():
+            reasons.append("supervisor loop stopped")
+        try:
+            index = self.admin.model_index()
+        except TritonAPIError as error:
+            return False, [*reasons, f"triton does not answer: {error}"]
+        with self._lock:
+            models = {m: (e.state, e.detail, e.composing) for m, e in sorted(self.models.items())}
+        down = set()
+        for model, (state, detail, _) in models.items():
+            triton_state, reason = index.get(model, ("", "missing from the repository index"))
+            if state != HEALTHY:
+                reasons.append(describe(model, ModelState(state=state, detail=detail)))
+            elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
+                reasons.append(describe(model, ModelState(state=UNLOADED)))
+            elif triton_state != "READY":
+                text = f"model {model} is {triton_state or 'absent'}"
+                reasons.append(f"{text}: {reason}" if reason else text)
+            else:
+                continue
+            down.add(model)
+        for model, (_, _, composing) in models.items():
+            if model not in down and composing & down:
+                reasons.append(f"model {model} needs {', '.join(sorted(composing & down))}")
+        if not reasons and not self.admin.is_ready():
+            reasons.append("triton is not ready")
+        return not reasons, reasons
+
+    def drain(self) -> None:
+        """From now on /ready answers 503, so load balancers stop sending new requests."""
+        self.draining = True
+        self._record("draining")
+
+    def status(self) -> dict:
+        ready, reasons = self.readiness()
+        with self._lock:
+            models = {
+                m: {
+                    "state": e.state,
+                    "restarts": e.restarts,
+                    "instances": sorted(e.instances),
+                    "composing": sorted(e.composing),
+                    "detail": e.detail,
+                }
+                for m, e in sorted(self.models.items())
+            }
+            events = list(self.events[-50:])
+        return {
+            "ready": ready,
+            "reasons": reasons,
+            "server_pid": self.server_pid,
+            "stub_pids": {str(pid): name for pid, name in sorted(self.known_pids.items())},
+            "models": models,
+            "events": events,
+            "clock": self.clock(),
+        }
+
+    # -- thread --------------------------------------------------------------------------
+    def run(self) -> None:
+        last_error = ""
+        while not self._stop.is_set():
+            try:
+                # While draining, the server unloads every model on purpose: nothing to heal.
+                if not self.draining:
+                    if not self.models:
+                        self.learn_models()
+                    self.poll_once()
+                last_error = ""
+            except TritonAPIError as error:  # Triton busy or restarting: try again next round
+                if str(error) != last_error:  # once, not four times a second
+                    logger.warning("supervisor: %s", error)
+                last_error = str(error)
+            except Exception:  # never let the watch die silently
+                logger.exception("supervisor: poll failed")
+            self._stop.wait(self.poll_interval_s)
+
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def prime(self) -> None:
+        """Learn the models and their stubs as they are now (all taken as healthy)."""
+        self.learn_models()
+        if self.server_pid is not None:
+            self.dead_by_process_watch()
+            self._next_rescan = self.clock() + self.rescan_interval_s
+
+    def start(self) -> Supervisor:
+        self.prime()
+        self._thread = threading.Thread(target=self.run, name="phoenix-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

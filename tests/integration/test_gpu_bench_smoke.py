@@ -1,0 +1,95 @@
+"""The GPU benchmark's CPU mode end to end: `bench/gpu/run.sh --cpu`, every step, real servers.
+
+Checks that each step ran and wrote its figures with the expected keys and sane values, and
+that the GPU section of a copy of docs/performance.md was rewritten from them. No timings are
+asserted: they are smoke figures on a shared CPU.
+"""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUN = REPO_ROOT / "bench" / "gpu" / "run.sh"
+CPU_POINTS = {("mini", 1, 64), ("small-gqa", 2, 64)}
+# The servers of the other integration tests fill it with the same tiny models' programs.
+SHARED_CACHE = REPO_ROOT / "build" / "jax-cache"
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """One CPU-mode run into a temporary folder: (exit code, results folder, docs copy, log)."""
+    tmp = tmp_path_factory.mktemp("gpu-bench-cpu")
+    docs = tmp / "performance.md"
+    shutil.copy(REPO_ROOT / "docs" / "performance.md", docs)
+    results = tmp / "results"
+    done = subprocess.run(
+        ["bash", str(RUN), "--cpu", "--results", str(results), "--docs", str(docs),
+         "--build-dir", str(tmp / "build"), "--cache", str(SHARED_CACHE)],
+        capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
+    )  # fmt: skip
+    return done.returncode, results, docs, done.stdout + done.stderr
+
+
+def read(results: Path, step: str) -> dict:
+    return json.loads((results / f"{step}.json").read_text())
+
+
+def test_every_step_succeeds(cpu_run):
+    code, results, _, log = cpu_run
+    assert code == 0, log[-4000:]
+    run = read(results, "run")
+    assert run["profile"] == "cpu"
+    assert list(run["steps"]) == ["engine", "retrieval", "startup", "serving"]
+    assert all(step["exit_code"] == 0 for step in run["steps"].values()), run
+
+
+def test_engine_matches_the_original_at_every_point(cpu_run):
+    engine = read(cpu_run[1], "engine")
+    assert engine["machine"]["backend"] == "cpu"
+    rows = engine["ranking"]
+    assert {(r["config"], r["users"], r["candidates"]) for r in rows} == CPU_POINTS
+    for r in rows:
+        assert r["original_jit_cands_per_s"] > 0 and r["engine_cands_per_s"] > 0
+        assert r["engine_vs_original"] == pytest.approx(r["original_jit_s"] / r["engine_s"])
+        assert r["max_abs_prob_diff"] < 1e-4  # float32 on both sides: the same probabilities
+
+
+def test_retrieval_reports_queries_per_second_for_each_corpus(cpu_run):
+    rows = read(cpu_run[1], "retrieval")["retrieval"]
+    assert [r["corpus"] for r in rows] == [1_000, 5_000]
+    for r in rows:
+        assert r["batch"] == 8 and r["top_k"] == 100
+        assert r["top_k_queries_per_s"] > 0 and r["end_to_end_queries_per_s"] > 0
+
+
+def test_startup_times_both_starts(cpu_run):
+    startup = read(cpu_run[1], "startup")["startup"]
+    assert startup["empty_cache_s"] > 0 and startup["filled_cache_s"] > 0
+    assert startup["models"] == ["candidate_tower"]
+    assert Path(startup["cache"]) != SHARED_CACHE  # emptied: never the shared cache
+
+
+def test_serving_measured_batching_on_and_off_without_failures(cpu_run):
+    results = cpu_run[1]
+    serving = read(results, "serving")
+    assert serving["settings"]["device"] == "cpu"
+    served = serving["served"]
+    assert {r["batching"] for r in served} == {"on", "off"}
+    assert all(r["error"] is None and r["throughput"] > 0 for r in served), served
+    assert all(v == 0 for counts in serving["failed_requests"].values() for v in counts.values())
+    assert serving["in_process"]["ranker-64"]["batch_1"]["throughput"] > 0
+    assert (results / "serving.png").stat().st_size > 0
+
+
+def test_docs_gpu_section_is_rewritten_from_the_results(cpu_run):
+    text = cpu_run[2].read_text()
+    section = text.split("<!-- gpu-table:start -->", 1)[1].split("<!-- gpu-table:end -->", 1)[0]
+    assert "profile `cpu`" in section
+    assert "| small-gqa | 2 x 64 |" in section
+    assert "not yet measured" not in section
+    assert "| ranker-64 requests/s at its best concurrency, batching on | not" not in section
+    assert "## Results" in text  # the rest of the page is left as it was

@@ -1,0 +1,132 @@
+"""The whole-request device ranker against the host path and the plain model's invariants."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phoenix.artifacts import generate
+from phoenix.engine import RankingEngine
+from phoenix.engine.device_ranking import hash_on_device
+from phoenix.hashing import entity_hashes, hash_ids
+from phoenix.serving import services
+
+WEIGHTS = '{"favorite": 1.0, "reply": 13.5, "repost": 1.0}'
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def resources(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=3, corpus_size=64)
+    return services.PhoenixResources(out)
+
+
+@pytest.fixture(scope="module")
+def ranker(resources):
+    return services.RankerService(
+        resources, WEIGHTS, batch_buckets=(1, 2, 4), candidate_buckets=(8, 32)
+    )
+
+
+def request(config, rng, history: int, candidates: int, with_age: bool = True) -> dict:
+    ids = lambda *shape: rng.integers(1, 2**63 - 1, shape, dtype=np.int64)  # noqa: E731
+    out = {
+        "user_id": ids(1, 1),
+        "history_post_ids": ids(1, history),
+        "history_author_ids": ids(1, history),
+        "history_actions": (rng.random((1, history, config.num_actions)) > 0.7).astype(np.float32),
+        "history_product_surface": rng.integers(0, 4, (1, history), dtype=np.int32),
+        "history_dwell_seconds": rng.exponential(10, (1, history)).astype(np.float32),
+        "candidate_post_ids": ids(1, candidates),
+        "candidate_author_ids": ids(1, candidates),
+        "candidate_product_surface": rng.integers(0, 4, (1, candidates), dtype=np.int32),
+    }
+    if with_age:
+        out["candidate_post_age_seconds"] = rng.uniform(0, 4e5, (1, candidates)).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("entity", ["user", "item", "author"])
+def test_device_hashing_equals_numpy_hashing_at_the_edges(resources, entity):
+    config = resources.config
+    ids = np.array(
+        [0, 1, -1, 2**63 - 1, -(2**63), 2**62 + 7, 12_345_678_901_234, 2**53 + 1], np.int64
+    )
+    spec = entity_hashes(config)[entity]
+    with jax.enable_x64(True):
+        hashes, rows = hash_on_device(jnp.asarray(ids), spec)
+    expected = hash_ids(ids, config.hash_params.for_entity(entity), config.vocab_size(entity))
+    np.testing.assert_array_equal(np.asarray(hashes), expected)
+    np.testing.assert_array_equal(
+        np.asarray(rows), np.where(expected == 0, 0, expected + spec.table_offset)
+    )
+    assert np.asarray(hashes).dtype == np.int32
+
+
+def host_path_ranking(resources, ranker, rows):
+    """Host hashing + RankingEngine + numpy blend and sort (the path served before)."""
+    engine = RankingEngine(
+        resources.config.ranker_config(),
+        resources.artifacts.ranker_params,
+        compute_dtype=jnp.float32,
+        batch_buckets=(1, 2, 4),
+        candidate_buckets=(8, 32),
+    )
+    probs = jax.nn.sigmoid(engine.score(*ranker.features(rows)).logits)
+    blended = np.asarray(probs) @ ranker.weights
+    out = []
+    for r, row in enumerate(rows):
+        n = len(row["candidate_post_ids"])
+        order = np.argsort(-blended[r, :n], kind="stable")
+        out.append(
+            (row["candidate_post_ids"][order], blended[r, order], np.asarray(probs)[r, order])
+        )
+    return out
+
+
+def test_device_ranking_equals_the_host_path(resources, ranker):
+    rng = np.random.default_rng(0)
+    config = resources.config
+    sizes = [(5, 20), (0, 3), (config.history_seq_len + 9, 32), (2, 70)]  # 70: 3 chunks
+    rows = [
+        ranker.parse(request(config, rng, h, c, with_age=i % 2 == 0))[0]
+        for i, (h, c) in enumerate(sizes)
+    ]
+    served = ranker.rank(rows)
+    for got, (ids, scores, probs) in zip(served, host_path_ranking(resources, ranker, rows)):
+        np.testing.assert_array_equal(got["ranked_post_ids"], ids)
+        np.testing.assert_allclose(got["scores"], scores, rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(got["action_probs"], probs, rtol=TOL, atol=TOL)
+
+
+def test_scores_sorted_and_padding_never_returned(resources, ranker):
+    rng = np.random.default_rng(1)
+    rows = [ranker.parse(request(resources.config, rng, 4, n))[0] for n in (1, 5, 9)]
+    for row, out in zip(rows, ranker.rank(rows)):
+        assert len(out["ranked_post_ids"]) == len(row["candidate_post_ids"])
+        assert sorted(out["ranked_post_ids"].tolist()) == sorted(row["candidate_post_ids"].tolist())
+        assert np.all(np.diff(out["scores"]) <= 0)
+        assert np.all(np.isfinite(out["scores"]))
+
+
+def test_candidate_isolation_a_score_ignores_the_other_candidates(resources, ranker):
+    """Replacing every other candidate leaves candidate 3's score unchanged."""
+    rng = np.random.default_rng(2)
+    first = request(resources.config, rng, 6, 12)
+    second = {k: v.copy() for k, v in first.items()}
+    others = np.arange(12) != 3
+    for key in ("candidate_post_ids", "candidate_author_ids"):
+        second[key][0, others] = rng.integers(1, 2**62, others.sum())
+    second["candidate_product_surface"][0, others] = (
+        3 - second["candidate_product_surface"][0, others]
+    )
+    kept = int(first["candidate_post_ids"][0, 3])
+
+    def score_of_kept(inputs):
+        out = ranker.rank(ranker.parse(inputs))[0]
+        return out["scores"][list(out["ranked_post_ids"]).index(kept)]
+
+    np.testing.assert_allclose(score_of_kept(first), score_of_kept(second), rtol=TOL, atol=TOL)

@@ -1,0 +1,117 @@
+"""The GPU payload builder (bench/gpu/payload.py) and the machine set-up it feeds (machine.py).
+
+Building the whole payload takes minutes (xz over 100 MiB, pip downloads), so these tests check
+its parts on this venv's real files; a payload already built in .gpu is checked as well.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.gpu import machine, payload
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+SITE = payload.site_packages()
+STUB = "pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub"
+
+
+def relative_names(files):
+    return {str(path.relative_to(SITE)) for path in files}
+
+
+def test_server_files_hold_the_server_backend_one_stub_and_libraries():
+    names = relative_names(payload.server_files(SITE, "3.12"))
+    assert "pytriton/__init__.py" in names
+    assert "pytriton/tritonserver/bin/tritonserver" in names
+    assert "pytriton/tritonserver/backends/python/libtriton_python.so" in names
+    assert STUB in names
+    libraries = {Path(n).name for n in names if n.startswith("nvidia_pytriton.libs/")}
+    assert any(n.startswith("libcudart-") for n in libraries)
+    assert any(n.startswith("libb64-") for n in libraries)
+    assert any(n.startswith("libtritonserver-") for n in libraries)
+
+
+def test_server_files_leave_out_libpython_other_stubs_and_bytecode():
+    names = relative_names(payload.server_files(SITE, "3.12"))
+    assert not [n for n in names if Path(n).name.startswith("libpython")]
+    assert not [n for n in names if "__pycache__" in n]
+    stubs = {n.split("/")[3] for n in names if n.startswith(payload.STUBS)}
+    assert stubs == {"3.12"}
+
+
+def test_server_files_name_what_is_missing(tmp_path):
+    with pytest.raises(payload.PayloadError, match="nvidia-pytriton"):
+        payload.server_files(tmp_path, "3.12")
+
+
+def test_server_archive_unpacks_into_a_site_packages_with_the_stub_executable(tmp_path):
+    files = [SITE / "pytriton/__init__.py", SITE / STUB]
+    archive = payload.write_server_archive(files, SITE, tmp_path / "server.tar.xz")
+    site = tmp_path / "site"
+    site.mkdir()
+    present = site / machine.SERVER_MARKER
+    present.parent.mkdir(parents=True)
+    present.write_text("a server unpacked before")
+    assert machine.unpack_server(archive, site) is False  # kept, not unpacked again
+    present.unlink()
+    assert machine.unpack_server(archive, site) is True
+    for path in files:
+        assert (site / path.relative_to(SITE)).read_bytes() == path.read_bytes()
+    assert os.access(site / STUB, os.X_OK)
+
+
+def test_wheel_pins_are_this_venvs_versions():
+    pins = payload.wheel_pins()
+    assert "dm-haiku==0.0.17" in pins
+    assert [p.split("==")[0] for p in pins] == list(payload.MACHINE_LACKS)
+    with pytest.raises(payload.PayloadError, match="not installed"):
+        payload.wheel_pins(["surely-not-a-package-here"])
+
+
+def test_download_asks_for_binary_wheels_of_the_machines_python(tmp_path):
+    command = payload.download_command(["jmp==0.0.4"], tmp_path, "3.12")
+    assert command[:4] == [sys.executable, "-m", "pip", "download"]
+    for flag in ("--no-deps", "--only-binary=:all:", "--python-version"):
+        assert flag in command
+    assert command[command.index("--python-version") + 1] == "3.12"
+    assert "manylinux_2_28_x86_64" in command and command[-1] == "jmp==0.0.4"
+
+
+def test_size_check_fails_loudly_over_the_limit(tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"\0" * 2**21)
+    assert payload.check_size(tmp_path, limit_mib=3) == 2**21
+    with pytest.raises(payload.PayloadError, match="over the 1 MiB limit"):
+        payload.check_size(tmp_path, limit_mib=1)
+
+
+def test_perf_analyzer_wheel_is_taken_from_the_setup_cache(tmp_path):
+    with pytest.raises(payload.PayloadError, match="make setup"):
+        payload.copy_perf_analyzer_wheel(tmp_path, tmp_path / "out")
+
+
+def test_machine_links_perf_analyzers_libraries_to_pytritons_copies(tmp_path):
+    links = machine.link_bundled_libraries(SITE, tmp_path)
+    assert sorted(link.name for link in links) == ["libb64.so.0d", "libcudart.so.12"]
+    assert all(link.resolve().is_file() for link in links)
+
+
+def test_machine_reads_distribution_names_from_wheel_files():
+    wheel = Path("zope_event-6.2-py3-none-any.whl")
+    assert machine.distribution_of(wheel) == ("zope-event", "6.2")
+    assert machine.installed_version("dm-haiku") == "0.0.17"
+
+
+def test_built_payload_is_under_the_limit_with_every_member():
+    built = REPO_ROOT / ".gpu"
+    if not (built / payload.MANIFEST).is_file():
+        pytest.skip("no payload built in .gpu (make gpu-payload)")
+    members = json.loads((built / payload.MANIFEST).read_text())["members"]
+    assert payload.check_size(built) <= payload.LIMIT_MIB * 2**20
+    assert payload.SERVER_ARCHIVE in members
+    wheels = {Path(m).name.split("-")[0] for m in members if m.startswith("wheels/")}
+    assert {"dm_haiku", "jmp", "tritonclient", "gevent"} <= wheels
+    assert any(m.startswith("perf_analyzer/tritonclient-2.51.0-") for m in members)
