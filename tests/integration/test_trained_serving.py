@@ -48,14 +48,15 @@ def in_process_recommend(resources, seq, weights, top_k):
     scores = corpus.embeddings @ np.asarray(user)[0]
     scores[np.isin(corpus.post_ids, seq["history_post_ids"])] = -np.inf
     top = np.argsort(-scores, kind="stable")[:top_k]
-    candidates = dict(
-        seq,
-        candidate_post_ids=corpus.post_ids[top].tolist(),
-        candidate_author_ids=corpus.author_ids[top].tolist(),
-        candidate_product_surface=None,
-    )
+    # as the recommend ensemble sends it: no dwell seconds, surfaces or post ages
+    candidates = {k: v for k, v in seq.items() if k.startswith("history") or k == "user_id"}
+    candidates.pop("history_dwell_seconds")
+    candidates |= {
+        "candidate_post_ids": corpus.post_ids[top].tolist(),
+        "candidate_author_ids": corpus.author_ids[top].tolist(),
+    }
     ranker = _unvalidated(services.RankerService, resources)
-    batch, emb = ranker.features(ranker.parse(ranker_inputs(candidates, with_dwell=False)))
+    batch, emb = ranker.features(ranker.parse(ranker_inputs(candidates)))
     ranking = config.ranker_config()
     logits = hk.without_apply_rng(hk.transform(lambda b, e: ranking.make()(b, e))).apply(
         resources.artifacts.ranker_params, batch, emb
