@@ -125,7 +125,7 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
 
 
 # Tensors cross the Triton boundary through DLPack only. The 2.51 stub's pybind11 numpy layer
-# reads numpy 2 dtypes wrongly: `as_numpy()` repeats element 0 and `Tensor(name, ndarray)`
+# reads numpy 2 dtypes wrongly: the as_numpy method repeats element 0 and `Tensor(name, ndarray)`
 # sends empty tensors (docs/serving.md, "numpy 2 and DLPack").
 
 
