@@ -8,7 +8,7 @@ place that does), sends them over HTTP or gRPC, and formats a ranked feed as a t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
@@ -132,6 +132,39 @@ def result_arrays(result, names: Optional[Sequence[str]] = None) -> dict[str, np
     return {name: result.as_numpy(name) for name in names}
 
 
+class FeedRow(NamedTuple):
+    """One ranked post of a feed, as the feed tables print it."""
+
+    rank: int
+    post_id: int
+    score: float
+    retrieval_score: float  # NaN when the result carries none
+    top_actions: str  # "name prob, ..." of the most likely actions
+
+
+def feed_rows(
+    result: Mapping[str, np.ndarray], action_names: Sequence[str], rows: int, top_actions: int = 3
+) -> list[FeedRow]:
+    """The first ``rows`` posts of the first user of a ranked result."""
+    posts = result["ranked_post_ids"][0]
+    scores = result["scores"][0]
+    retrieval = result.get("retrieval_scores", result.get("ranked_retrieval_scores"))
+    retrieval = retrieval[0] if retrieval is not None else np.full(len(posts), np.nan)
+    probs = result["action_probs"][0]
+    out = []
+    for i in range(min(rows, len(posts))):
+        best = np.argsort(-probs[i])[:top_actions]
+        actions = ", ".join(f"{action_names[a]} {probs[i, a]:.2f}" for a in best)
+        out.append(FeedRow(i + 1, int(posts[i]), scores[i], retrieval[i], actions))
+    return out
+
+
+def more_line(result: Mapping[str, np.ndarray], rows: int) -> list[str]:
+    """ "... N more" when the feed is longer than the table."""
+    count = len(result["ranked_post_ids"][0])
+    return [f"... {count - rows} more"] if count > rows else []
+
+
 def feed_table(
     result: Mapping[str, np.ndarray],
     action_names: Sequence[str],
@@ -139,21 +172,13 @@ def feed_table(
     top_actions: int = 3,
 ) -> str:
     """A ranked feed as text: rank, post id, blended score, retrieval score, top actions."""
-    posts = result["ranked_post_ids"][0]
-    scores = result["scores"][0]
-    retrieval = result.get("retrieval_scores", result.get("ranked_retrieval_scores"))
-    retrieval = retrieval[0] if retrieval is not None else np.full(len(posts), np.nan)
-    probs = result["action_probs"][0]
     lines = [f"{'rank':>4}  {'post id':>20}  {'score':>8}  {'retrieval':>9}  top actions"]
-    for i in range(min(rows, len(posts))):
-        best = np.argsort(-probs[i])[:top_actions]
-        actions = ", ".join(f"{action_names[a]} {probs[i, a]:.2f}" for a in best)
+    for r in feed_rows(result, action_names, rows, top_actions):
         lines.append(
-            f"{i + 1:>4}  {int(posts[i]):>20}  {scores[i]:>8.3f}  {retrieval[i]:>9.3f}  {actions}"
+            f"{r.rank:>4}  {r.post_id:>20}  {r.score:>8.3f}  {r.retrieval_score:>9.3f}  "
+            f"{r.top_actions}"
         )
-    if len(posts) > rows:
-        lines.append(f"... {len(posts) - rows} more")
-    return "\n".join(lines)
+    return "\n".join(lines + more_line(result, rows))
 
 
 def http_status(url: str) -> int | None:

@@ -14,11 +14,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 from phoenix.checkpoint import load_config, load_example_sequence, read_npz, resolve_inside
 from phoenix.config import NEGATIVE_ACTIONS
-from phoenix.serving.client import connect, feed_table, infer, recommend_inputs
+from phoenix.serving.client import (
+    connect,
+    feed_rows,
+    feed_table,
+    infer,
+    more_line,
+    recommend_inputs,
+)
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
@@ -87,20 +92,13 @@ def planted_truth(artifacts_dir) -> list[str]:
 def topic_feed_table(result: dict, info: PostInfo, action_names, rows: int = FEED_ROWS) -> str:
     """Rank, topic, author, blended score, retrieval score and the top actions."""
     posts = result["ranked_post_ids"][0]
-    scores = result["scores"][0]
-    retrieval = result.get("retrieval_scores", result.get("ranked_retrieval_scores"))
-    retrieval = retrieval[0] if retrieval is not None else np.full(len(posts), np.nan)
-    probs = result["action_probs"][0]
     lines = [f"{'rank':>4}  {'topic':<10} {'author':<16} {'score':>7}  {'retr.':>6}  top actions"]
-    for i in range(min(rows, len(posts))):
-        best = np.argsort(-probs[i])[:3]
-        actions = ", ".join(f"{action_names[a]} {probs[i, a]:.2f}" for a in best)
+    for r in feed_rows(result, action_names, rows):
         lines.append(
-            f"{i + 1:>4}  {info.topic(posts[i]):<10} {info.author(posts[i]):<16} "
-            f"{scores[i]:>7.3f}  {retrieval[i]:>6.3f}  {actions}"
+            f"{r.rank:>4}  {info.topic(r.post_id):<10} {info.author(r.post_id):<16} "
+            f"{r.score:>7.3f}  {r.retrieval_score:>6.3f}  {r.top_actions}"
         )
-    if len(posts) > rows:
-        lines.append(f"... {len(posts) - rows} more")
+    lines += more_line(result, rows)
     lines.append(
         f"\n  topics of the top {min(rows, len(posts))}: "
         f"{_counts(info.topic(p) for p in posts[:rows])}"
