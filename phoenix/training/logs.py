@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 
@@ -54,32 +54,64 @@ from phoenix.training.synthetic import (
 SCHEMA_VERSION = 1
 FILES = ("impressions.npz", "posts.npz", "authors.npz", "ground_truth.npz", "meta.json")
 
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column of a log file: its type and rank, and how the generator's tables hold it.
+
+    ``field`` names the World or Impressions attribute that the column is, unchanged; the
+    reader fills that attribute from it. Columns that map ids through indices give ``of``.
+    """
+
+    dtype: Any
+    ndim: int = 1
+    field: str | None = None
+    of: Callable[[World, Impressions], np.ndarray] | None = None
+
+    def array(self, world: World, impressions: Impressions | None) -> np.ndarray:
+        if self.of is not None:
+            value = self.of(world, impressions)
+        else:
+            value = getattr(world if hasattr(world, self.field) else impressions, self.field)
+        return np.asarray(value).astype(self.dtype)
+
+
 IMPRESSION_COLUMNS = {
-    "user_id": (np.int64, 1),
-    "post_id": (np.int64, 1),
-    "author_id": (np.int64, 1),
-    "impression_ts": (np.int64, 1),
-    "request_id": (np.int64, 1),
-    "product_surface": (np.int32, 1),
-    "dwell_seconds": (np.float32, 1),
-    "actions": (np.uint8, 2),
+    "user_id": Column(np.int64, of=lambda w, i: w.user_ids[i.user]),
+    "post_id": Column(np.int64, of=lambda w, i: w.post_ids[i.post]),
+    "author_id": Column(np.int64, of=lambda w, i: w.author_ids[w.post_author[i.post]]),
+    "impression_ts": Column(np.int64, field="ts"),
+    "request_id": Column(np.int64, field="request"),
+    "product_surface": Column(np.int32, of=lambda w, i: i.surface),  # int8 in memory
+    "dwell_seconds": Column(np.float32, field="dwell_seconds"),
+    "actions": Column(np.uint8, 2, field="actions"),
 }
 POST_COLUMNS = {
-    "post_id": (np.int64, 1),
-    "author_id": (np.int64, 1),
-    "topic": (np.int32, 1),
-    "media": (np.int8, 1),
-    "created_ts": (np.int64, 1),
+    "post_id": Column(np.int64, field="post_ids"),
+    "author_id": Column(np.int64, of=lambda w, _: w.author_ids[w.post_author]),
+    "topic": Column(np.int32, field="post_topic"),
+    "media": Column(np.int8, field="post_media"),
+    "created_ts": Column(np.int64, field="post_created_ts"),
 }
-AUTHOR_COLUMNS = {"author_id": (np.int64, 1), "topic": (np.int32, 1), "handle": (np.str_, 1)}
+AUTHOR_COLUMNS = {
+    "author_id": Column(np.int64, field="author_ids"),
+    "topic": Column(np.int32, field="author_topic"),
+    "handle": Column(np.str_, of=lambda w, _: w.author_handles),  # derived, not read back
+}
 TRUTH_COLUMNS = {
-    "user_id": (np.int64, 1),
-    "interest": (np.float32, 2),
-    "dislike": (np.float32, 2),
-    "follows": (np.int64, 2),
-    "activity": (np.float32, 1),
-    "author_quality": (np.float32, 1),
-    "post_quality": (np.float32, 1),
+    "user_id": Column(np.int64, field="user_ids"),
+    "interest": Column(np.float32, 2, field="interest"),
+    "dislike": Column(np.float32, 2, field="dislike"),
+    "follows": Column(np.int64, 2, of=lambda w, _: w.author_ids[w.follows]),
+    "activity": Column(np.float32, field="activity"),
+    "author_quality": Column(np.float32, field="author_quality"),
+    "post_quality": Column(np.float32, field="post_quality"),
+}
+TABLES = {
+    "impressions.npz": IMPRESSION_COLUMNS,
+    "posts.npz": POST_COLUMNS,
+    "authors.npz": AUTHOR_COLUMNS,
+    "ground_truth.npz": TRUTH_COLUMNS,
 }
 
 
@@ -87,44 +119,11 @@ class LogError(ValueError):
     """A log directory is missing a file or a column, or a column has the wrong type."""
 
 
-def world_arrays(world: World) -> dict[str, dict[str, np.ndarray]]:
-    """The posts, authors and ground-truth tables of ``world`` as written."""
-    return {
-        "posts.npz": {
-            "post_id": world.post_ids,
-            "author_id": world.author_ids[world.post_author],
-            "topic": world.post_topic.astype(np.int32),
-            "media": world.post_media.astype(np.int8),
-            "created_ts": world.post_created_ts,
-        },
-        "authors.npz": {
-            "author_id": world.author_ids,
-            "topic": world.author_topic.astype(np.int32),
-            "handle": world.author_handles,
-        },
-        "ground_truth.npz": {
-            "user_id": world.user_ids,
-            "interest": world.interest,
-            "dislike": world.dislike,
-            "follows": world.author_ids[world.follows],
-            "activity": world.activity,
-            "author_quality": world.author_quality,
-            "post_quality": world.post_quality,
-        },
-    }
-
-
-def impression_arrays(world: World, impressions: Impressions) -> dict[str, np.ndarray]:
-    return {
-        "user_id": world.user_ids[impressions.user],
-        "post_id": world.post_ids[impressions.post],
-        "author_id": world.author_ids[world.post_author[impressions.post]],
-        "impression_ts": impressions.ts,
-        "request_id": impressions.request,
-        "product_surface": impressions.surface.astype(np.int32),
-        "dwell_seconds": impressions.dwell_seconds.astype(np.float32),
-        "actions": impressions.actions.astype(np.uint8),
-    }
+def table_arrays(
+    columns: dict[str, Column], world: World, impressions: Impressions
+) -> dict[str, np.ndarray]:
+    """One file's columns, as written, from the generator's index-based tables."""
+    return {name: column.array(world, impressions) for name, column in columns.items()}
 
 
 def meta(world: World, impressions: Impressions, seed: int) -> dict[str, Any]:
@@ -153,14 +152,14 @@ def save_logs(directory: Union[str, Path], world: World, impressions: Impression
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
-    for name, arrays in world_arrays(world).items():
-        write_npz(root / name, arrays)
-    write_npz(root / "impressions.npz", impression_arrays(world, impressions))
+    for name, columns in TABLES.items():
+        write_npz(root / name, table_arrays(columns, world, impressions))
     write_json(root / "meta.json", meta(world, impressions, seed))
 
 
 def _check_columns(arrays: dict, columns: dict, name: str, rows: int | None = None) -> dict:
-    for key, (dtype, ndim) in columns.items():
+    for key, column in columns.items():
+        dtype, ndim = column.dtype, column.ndim
         if key not in arrays:
             raise LogError(f"{name}: missing column '{key}'")
         array = arrays[key]
@@ -191,6 +190,11 @@ def _indices(ids: np.ndarray, of: np.ndarray, name: str) -> np.ndarray:
     if not np.array_equal(of[order][pos], ids):
         raise LogError(f"{name}: ids that the other tables do not know")
     return order[pos].astype(np.int32)
+
+
+def _fields(arrays: dict[str, np.ndarray], columns: dict[str, Column]) -> dict[str, np.ndarray]:
+    """The generator's attributes that are columns of one file unchanged."""
+    return {c.field: arrays[name] for name, c in columns.items() if c.field is not None}
 
 
 def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str, Any]]:
@@ -227,29 +231,17 @@ def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str
         raise LogError(f"impressions.npz: 'actions' must have {len(ACTION_NAMES)} columns")
     world = World(
         spec=spec,
-        user_ids=truth["user_id"],
-        interest=truth["interest"],
-        dislike=truth["dislike"],
         follows=_indices(truth["follows"], authors["author_id"], "ground_truth.npz follows"),
-        activity=truth["activity"],
-        author_ids=authors["author_id"],
-        author_topic=authors["topic"],
-        author_quality=truth["author_quality"],
-        post_ids=posts["post_id"],
         post_author=_indices(posts["author_id"], authors["author_id"], "posts.npz author_id"),
-        post_topic=posts["topic"],
-        post_media=posts["media"],
-        post_created_ts=posts["created_ts"],
-        post_quality=truth["post_quality"],
         topic_names=tuple(info["topic_names"]),
+        **_fields(truth, TRUTH_COLUMNS),
+        **_fields(authors, AUTHOR_COLUMNS),
+        **_fields(posts, POST_COLUMNS),
     )
     impressions = Impressions(
         user=_indices(imp["user_id"], world.user_ids, "impressions.npz user_id"),
         post=_indices(imp["post_id"], world.post_ids, "impressions.npz post_id"),
-        ts=imp["impression_ts"],
-        request=imp["request_id"],
         surface=imp["product_surface"].astype(np.int8),
-        dwell_seconds=imp["dwell_seconds"],
-        actions=imp["actions"],
+        **_fields(imp, IMPRESSION_COLUMNS),
     )
     return world, impressions, info

@@ -45,8 +45,9 @@ def test_logs_are_deterministic_and_follow_the_schema(tmp_path):
     assert not np.array_equal(other.post_ids, world.post_ids)
 
     arrays = np.load(first / "impressions.npz", allow_pickle=False)
-    for column, (dtype, ndim) in log_files.IMPRESSION_COLUMNS.items():
-        assert arrays[column].dtype == np.dtype(dtype) and arrays[column].ndim == ndim, column
+    for name, column in log_files.IMPRESSION_COLUMNS.items():
+        assert arrays[name].dtype == np.dtype(column.dtype), name
+        assert arrays[name].ndim == column.ndim, name
     assert arrays["actions"].shape[1] == len(ACTION_NAMES)
     assert set(np.unique(arrays["actions"])) <= {0, 1}
     meta = json.loads((first / "meta.json").read_text())
@@ -55,6 +56,11 @@ def test_logs_are_deterministic_and_follow_the_schema(tmp_path):
 
     # sorted by user and time; every post shown was already created, within the age limit
     loaded, imp, _ = log_files.load_logs(first)
+    for table, read in ((world, loaded), (impressions, imp)):  # the reader inverts the writer
+        for field in dataclasses.fields(table):
+            written, back = getattr(table, field.name), getattr(read, field.name)
+            assert np.array_equal(written, back), field.name
+            assert np.asarray(written).dtype == np.asarray(back).dtype, field.name
     order = np.lexsort((imp.ts, imp.user))
     assert np.array_equal(order, np.arange(len(imp)))
     age = imp.ts - loaded.post_created_ts[imp.post]
