@@ -20,7 +20,7 @@ import numpy as np
 
 from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.config import ArtifactConfig
-from phoenix.serving.client import connect, infer
+from phoenix.serving.client import connect, feed_table, infer
 from phoenix.serving.inprocess import InProcessModels
 from phoenix.serving.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 
@@ -156,6 +156,21 @@ def ask(args: argparse.Namespace, model: str, arrays: Mapping[str, np.ndarray], 
         return client, infer(client, args.protocol, model, arrays)
     except Exception as error:  # tritonclient raises several types; all mean "no answer"
         raise Exit(no_answer(args, model, error)) from None
+
+
+def show_feed(
+    args: argparse.Namespace,
+    model: str,
+    arrays: Mapping[str, np.ndarray],
+    title: str,
+    action_names: Sequence[str],
+    check: Callable[..., int],
+) -> int:
+    """Ask ``model``, print ``title`` over its ranked feed, then ``check`` it with --check."""
+    client, served = ask(args, model, arrays)
+    print(title + "\n")
+    print(feed_table(served, action_names, rows=args.rows))
+    return run_check(args, check, client, arrays, served)
 
 
 def no_answer(args: argparse.Namespace, what: str, error: Exception) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from clients import cli
-from phoenix.serving.client import feed_table, ranker_inputs
+from phoenix.serving.client import ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -42,12 +42,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def rank(args) -> int:
     config, user = cli.request_user(args)
+    title = f"{len(user['candidate_post_ids'])} candidates of user {user['user_id']}, ranked:"
     arrays = ranker_inputs(user)
-    client, served = cli.ask(args, "ranker", arrays)
-    count = len(user["candidate_post_ids"])
-    print(f"{count} candidates of user {user['user_id']}, ranked:\n")
-    print(feed_table(served, config.action_names, rows=args.rows))
-    return cli.run_check(args, check_ranking, client, arrays, served)
+    return cli.show_feed(args, "ranker", arrays, title, config.action_names, check_ranking)
 
 
 if __name__ == "__main__":

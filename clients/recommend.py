@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from clients import cli
-from phoenix.serving.client import feed_table, recommend_inputs
+from phoenix.serving.client import recommend_inputs
 from phoenix.serving.inprocess import SERVICE_MODELS
 
 RANKED_IDS = ("ranked_post_ids",)
@@ -58,12 +58,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def recommend(args) -> int:
     config, user = cli.request_user(args)
     top_k = int(args.top_k or user["top_k"])
-    arrays = recommend_inputs(user, top_k)
-    client, served = cli.ask(args, "recommend", arrays)
     history = len(user["history_post_ids"])
-    print(f"Feed for user {user['user_id']} ({history} history items, top_k {top_k}):\n")
-    print(feed_table(served, config.action_names, rows=args.rows))
-    return cli.run_check(args, check_feed, client, arrays, served)
+    title = f"Feed for user {user['user_id']} ({history} history items, top_k {top_k}):"
+    arrays = recommend_inputs(user, top_k)
+    return cli.show_feed(args, "recommend", arrays, title, config.action_names, check_feed)
 
 
 if __name__ == "__main__":
