@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from phoenix.engine import RankingEngine, bucket_for, example_inputs
-from phoenix.grok import TransformerConfig
-from phoenix.recsys_model import PhoenixModelConfig
+from tests.small_models import small_ranker, small_transformer
 
 CASES = {
     "mha": dict(num_q_heads=2, num_kv_heads=2, right_anchored_rope=False),
@@ -20,21 +19,11 @@ CASES = {
 def build(case, candidates=23, layers=3):
     c = dict(CASES[case])
     anchored = c.pop("right_anchored_rope")
-    tc = TransformerConfig(
-        emb_size=32,
-        key_size=8,
-        num_layers=layers,
-        widening_factor=2.0,
-        attn_output_multiplier=0.3,
-        **c,
-    )
-    config = PhoenixModelConfig(
-        model=tc,
-        emb_size=32,
-        num_actions=19,
-        history_seq_len=9,
-        candidate_seq_len=candidates,
-        fprop_dtype=jnp.float32,
+    heads, kv_heads = c["num_q_heads"], c["num_kv_heads"]
+    config = small_ranker(
+        small_transformer(32, 8, heads, kv_heads, layers, 0.3),
+        9,
+        candidates,
         right_anchored_rope=anchored,
     )
     f = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))

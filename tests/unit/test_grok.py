@@ -14,6 +14,7 @@ from phoenix.grok import (
     rms_normalize,
     rotate_half,
 )
+from tests.small_models import randomized
 
 
 def test_mask_of_user_two_history_three_candidates():
@@ -111,12 +112,7 @@ def _transformer(seq, config, candidate_start, positions=None, seed=0):
     f = hk.without_apply_rng(hk.transform(fn))
     x = jax.random.normal(jax.random.PRNGKey(seed), (2, seq, config.emb_size))
     mask = jnp.ones((2, seq), bool)
-    params = f.init(jax.random.PRNGKey(0), x, mask)
-    rng = np.random.default_rng(seed)
-    params = jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.3 + (p.ndim == 1), jnp.float32), params
-    )
-    return f, params, x, mask
+    return f, randomized(f.init(jax.random.PRNGKey(0), x, mask), seed, 0.3), x, mask
 
 
 def test_gqa_parameter_shapes():

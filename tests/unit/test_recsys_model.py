@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from phoenix.engine import example_inputs
-from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import (
     NormConfig,
     PhoenixModelConfig,
     compute_post_age_bucket,
     normalize_continuous_value,
 )
+from tests.small_models import randomized, small_ranker, small_transformer
 
 T0 = 1_000_000
 
@@ -57,25 +57,7 @@ def test_log_normalisation():
 
 
 def small_config(**overrides):
-    tc = TransformerConfig(
-        emb_size=16,
-        key_size=8,
-        num_q_heads=2,
-        num_kv_heads=1,
-        num_layers=2,
-        widening_factor=2.0,
-        attn_output_multiplier=0.25,
-    )
-    kwargs = dict(
-        model=tc,
-        emb_size=16,
-        num_actions=19,
-        history_seq_len=6,
-        candidate_seq_len=5,
-        fprop_dtype=jnp.float32,
-    )
-    kwargs.update(overrides)
-    return PhoenixModelConfig(**kwargs)
+    return small_ranker(small_transformer(16, 8, 2, 1, 2, 0.25), 6, 5, **overrides)
 
 
 def random_model(config, seed=0):
@@ -83,12 +65,7 @@ def random_model(config, seed=0):
     b, e = example_inputs(
         config, 2, config.candidate_seq_len, with_continuous=True, with_timestamps=True
     )
-    params = f.init(jax.random.PRNGKey(0), b, e)
-    rng = np.random.default_rng(seed)
-    params = jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.4 + (p.ndim == 1), jnp.float32), params
-    )
-    return f, params, b, e
+    return f, randomized(f.init(jax.random.PRNGKey(0), b, e), seed, 0.4), b, e
 
 
 def test_ranker_parameter_names_match_published_layout():

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from phoenix.engine import RetrievalEngine, example_inputs
-from phoenix.grok import TransformerConfig
-from phoenix.recsys_retrieval_model import CandidateTower, PhoenixRetrievalModelConfig
+from phoenix.recsys_retrieval_model import CandidateTower
 from phoenix.runners import (
     RecsysRetrievalInferenceRunner,
     RetrievalModelRunner,
     create_example_corpus,
 )
+from tests.small_models import randomized, small_retriever, small_transformer
 
 
 def tower(enable_linear_proj):
@@ -46,18 +46,7 @@ def test_linear_tower_parameter_shapes():
 
 
 def config(**kw):
-    tc = TransformerConfig(
-        emb_size=32,
-        key_size=16,
-        num_q_heads=2,
-        num_kv_heads=2,
-        num_layers=1,
-        widening_factor=2,
-        attn_output_multiplier=0.125,
-    )
-    return PhoenixRetrievalModelConfig(
-        model=tc, emb_size=32, history_seq_len=8, candidate_seq_len=4, fprop_dtype=jnp.float32, **kw
-    )
+    return small_retriever(small_transformer(32, 16, 2, 2, 1, 0.125), 8, 4, **kw)
 
 
 def random_runner(cfg):
@@ -65,11 +54,7 @@ def random_runner(cfg):
         RetrievalModelRunner(model=cfg, bs_per_device=0.125), "t"
     )
     runner.initialize()
-    rng = np.random.default_rng(0)
-    runner.params = jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.normal(size=p.shape) * 0.3 + (p.ndim == 1), jnp.float32),
-        runner.params,
-    )
+    runner.params = randomized(runner.params, 0, 0.3)
     return runner
 
 
