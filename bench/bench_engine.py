@@ -9,7 +9,6 @@ run). Prints a table and writes ``bench/results/engine.json``. Mini config (emb 
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -20,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.flops import flops_per_candidate, flops_per_context
+from phoenix.command_line import command_parser
 from phoenix.engine import RankingEngine, RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
@@ -279,9 +279,7 @@ def print_table(ranking, matmul_gflops, retrieval):
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_parser("python -m bench.bench_engine", __doc__)
     parser.add_argument("--quick", action="store_true", help="short timings, smaller corpus")
     parser.add_argument("--out", type=Path, default=RESULTS / "engine.json")
     args = parser.parse_args()

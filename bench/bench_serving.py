@@ -53,6 +53,7 @@ from bench.serving_report import (
 )
 from bench.serving_servers import start_servers, stop_servers
 from phoenix.checkpoint import load_config
+from phoenix.command_line import command_parser
 from phoenix.serving.client import connect
 from phoenix.serving.inprocess import InProcessModels
 from phoenix.serving.triton_server import TritonServer
@@ -84,11 +85,7 @@ def name_list(choices: Sequence[str]):
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python bench/bench_serving.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python bench/bench_serving.py", __doc__)
     parser.add_argument(
         "--artifacts",
         type=Path,

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from phoenix.checkpoint import ArtifactError, load_config
+from phoenix.command_line import command_parser
 from phoenix.config import ArtifactConfig
 from phoenix.serving.client import connect, feed_table, infer
 from phoenix.serving.inprocess import InProcessModels
@@ -62,12 +63,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """A parser with the server arguments every client takes."""
     epilog = "Examples:\n" + "\n".join(f"  {line}" for line in examples)
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=wrap_paragraphs(description),
-        epilog=f"{epilog}\n\n{EXIT_CODES_HELP}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog, wrap_paragraphs(description), f"{epilog}\n\n{EXIT_CODES_HELP}")
     parser.add_argument(
         "--url",
         help="server address host:port (default: 127.0.0.1:8000 for http, :8001 for grpc)",

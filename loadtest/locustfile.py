@@ -33,6 +33,7 @@ from locust import FastHttpUser, User, between, events, task
 from locust.util.timespan import parse_timespan
 
 from phoenix.checkpoint import load_config
+from phoenix.command_line import command_parser
 from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
 from phoenix.serving.contracts import RECOMMEND, contract
 from phoenix.serving.ensemble import next_step_inputs, step_inputs
@@ -407,16 +408,15 @@ class TritonGrpcUser(PhoenixTraffic):
 
 
 def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python loadtest/locustfile.py",
-        description="Run this Locust file headless with both user classes (HTTP and gRPC) "
+    parser = command_parser(
+        "python loadtest/locustfile.py",
+        "Run this Locust file headless with both user classes (HTTP and gRPC) "
         "against a Triton server, write Locust's CSV and HTML reports and fail when any "
         "request failed. Without --http-port it starts a server of its own on free loopback "
         "ports over --model-repository and stops it afterwards.",
-        epilog="Examples:\n"
+        "Examples:\n"
         "  python loadtest/locustfile.py --users 8 --run-time 30s\n"
         "  python loadtest/locustfile.py --host 127.0.0.1 --http-port 8000 --grpc-port 8001\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--artifacts",

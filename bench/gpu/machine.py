@@ -18,7 +18,6 @@ Running it again on the same machine redoes only what is missing.
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import re
 import subprocess
@@ -26,6 +25,8 @@ import sys
 import sysconfig
 import tarfile
 from pathlib import Path
+
+from phoenix.command_line import command_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PTH_NAME = "phoenix-checkout.pth"
@@ -133,11 +134,7 @@ def set_up(payload: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.machine",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python -m bench.gpu.machine", __doc__)
     parser.add_argument("--payload", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
     args = parser.parse_args(argv)
     print(f"setting up {sys.prefix} from {args.payload}", flush=True)

@@ -21,7 +21,6 @@ failed; the others still run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 from bench.gpu import machine, profiles, report
+from phoenix.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
 STEPS = report.STEPS  # engine, retrieval, startup, serving: one JSON each
@@ -44,11 +44,7 @@ STEP_MODULES = {
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.measure",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python -m bench.gpu.measure", __doc__)
     parser.add_argument(
         "--cpu",
         action="store_true",

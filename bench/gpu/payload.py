@@ -18,7 +18,6 @@ It must stay under the device tool's 64 MiB per call: the build fails above 60 M
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import shutil
@@ -29,6 +28,8 @@ import tarfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from phoenix.command_line import command_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LIMIT_MIB = 60
@@ -203,11 +204,7 @@ def build(out: Path, python_version: str, wheel_cache: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.payload",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python -m bench.gpu.payload", __doc__)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
     parser.add_argument(
         "--python-version",

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from phoenix.command_line import command_parser
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO_ROOT / "bench"
 RESULTS_GPU = BENCH_DIR / "results" / "gpu"
@@ -127,13 +129,8 @@ def machine_info() -> dict:
 
 def step_parser(module: str, doc: str):
     """The argument parser every step shares: --profile and --out (add a step's own options)."""
-    import argparse
 
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {module}",
-        description=doc,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(f"python -m {module}", doc)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="gpu")
     parser.add_argument("--out", type=Path, required=True, help="JSON written here")
     return parser

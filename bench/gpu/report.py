@@ -9,7 +9,6 @@ step (one device call per step) and re-rendered here from the files brought back
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench.gpu import profiles
+from phoenix.command_line import command_parser
 
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 NOT_MEASURED = "not yet measured"
@@ -215,11 +215,7 @@ def update_docs(path: Path, body: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.report",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python -m bench.gpu.report", __doc__)
     parser.add_argument("--results", type=Path, default=profiles.RESULTS_GPU,
                         help="folder of engine/retrieval/startup/serving.json "
                         "(default: bench/results/gpu)")  # fmt: skip

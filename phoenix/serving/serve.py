@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from phoenix.command_line import command_parser
 from phoenix.serving.admin_key import (
     ADMIN_HEADER,
     ADMIN_KEY_ENV,
@@ -59,16 +60,15 @@ def port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m phoenix.serving.serve",
-        description="Serve the Phoenix ranker and retriever on Triton Inference Server "
+    parser = command_parser(
+        "python -m phoenix.serving.serve",
+        "Serve the Phoenix ranker and retriever on Triton Inference Server "
         "(the tritonserver shipped in nvidia-pytriton, Python backend).",
-        epilog="Examples:\n"
+        "Examples:\n"
         "  python -m phoenix.serving.serve --artifacts artifacts/demo\n"
         "  python -m phoenix.serving.serve --device gpu --http-port 9000\n"
         "  python -m phoenix.serving.serve --demo\n"
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--artifacts",

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from phoenix.command_line import command_parser
 from phoenix.training.presets import PRESETS
 
 
@@ -42,13 +43,12 @@ class TqdmProgress:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m phoenix.training",
-        description="Train both Phoenix towers on synthetic engagement logs, evaluate them "
+    parser = command_parser(
+        "python -m phoenix.training",
+        "Train both Phoenix towers on synthetic engagement logs, evaluate them "
         "offline and write the published artifact layout (servable with `make serve "
         "ARTIFACTS=...`). Presets: " + _preset_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Examples:\n"
+        "Examples:\n"
         "  python -m phoenix.training pipeline --preset demo --out artifacts/trained-demo\n"
         "  python -m phoenix.training generate --preset tiny --out build/logs/tiny\n"
         "  python -m phoenix.training report artifacts/trained-demo/training.json\n"
