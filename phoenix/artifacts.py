@@ -74,36 +74,10 @@ class Preset:
 
 
 PRESETS = {
-    # the golden reference's tiny shapes: fast enough for unit tests
-    "tiny": Preset(
-        emb_size=32,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=2,
-        key_size=16,
-        history_seq_len=12,
-        candidate_seq_len=6,
-        user_vocab_size=1_000,
-        item_vocab_size=1_000,
-        author_vocab_size=1_000,
-        corpus_size=500,
-        num_authors=100,
-    ),
-    # the published mini checkpoint's shapes with small vocabularies
-    "mini": Preset(
-        emb_size=128,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=4,
-        key_size=32,
-        history_seq_len=127,
-        candidate_seq_len=64,
-        user_vocab_size=20_000,
-        item_vocab_size=100_000,
-        author_vocab_size=20_000,
-        corpus_size=20_000,
-        num_authors=2_000,
-    ),
+    # fields in order: emb, layers, heads, kv heads, key size, history, candidates,
+    # user / item / author vocabulary, corpus posts, corpus authors
+    "tiny": Preset(32, 2, 2, 2, 16, 12, 6, 1_000, 1_000, 1_000, 500, 100),  # golden's shapes
+    "mini": Preset(128, 4, 4, 4, 32, 127, 64, 20_000, 100_000, 20_000, 20_000, 2_000),  # published
 }
 
 

@@ -48,23 +48,9 @@ class TrainPreset:
         return dataclasses.replace(base, right_anchored_rope=True, action_names=ACTION_NAMES)
 
 
-def _model(emb, layers, heads, key, history, candidates, users, items, authors) -> Preset:
-    return Preset(
-        emb_size=emb,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=heads,
-        key_size=key,
-        history_seq_len=history,
-        candidate_seq_len=candidates,
-        user_vocab_size=users,
-        item_vocab_size=items,
-        author_vocab_size=authors,
-        corpus_size=0,  # the corpus is the logs' recent posts
-        num_authors=0,
-    )
-
-
+# model: fields in the order of phoenix.artifacts.PRESETS (emb, layers, heads, kv heads, key
+# size, history, candidates, user / item / author vocabulary); corpus sizes 0, because the
+# corpus is the logs' recent posts
 PRESETS = {
     "tiny": TrainPreset(
         description="unit tests: 3k users, 4k posts, emb 32, 2 layers, a few hundred steps",
@@ -76,7 +62,7 @@ PRESETS = {
             num_days=6,
             sessions_per_day=1.0,
         ),
-        model=_model(32, 2, 2, 16, 16, 16, 2_000, 8_000, 600),
+        model=Preset(32, 2, 2, 2, 16, 16, 16, 2_000, 8_000, 600, 0, 0),
         settings=TrainSettings(steps=0, ranker_batch=32, retrieval_batch=128, learning_rate=3e-3),
         retrieval_steps=300,
         ranker_steps=400,
@@ -87,7 +73,7 @@ PRESETS = {
         description="make demo: 100k users, 24k posts, 16 topics, emb 64, 2 layers, history 16 "
         "(about 3 min on 2 cores)",
         world=WorldSpec(num_users=100_000, num_authors=500, num_posts=24_000),
-        model=_model(64, 2, 4, 16, 16, 64, 5_000, 20_000, 1_000),
+        model=Preset(64, 2, 4, 4, 16, 16, 64, 5_000, 20_000, 1_000, 0, 0),
         settings=TrainSettings(steps=0, ranker_batch=64, retrieval_batch=256, learning_rate=3e-3),
         retrieval_steps=700,
         ranker_steps=2600,
@@ -98,7 +84,7 @@ PRESETS = {
         description="make train: 300k users, 100k posts, the published mini shapes (emb 128, "
         "4 layers, history 127); meant for a GPU",
         world=WorldSpec(num_users=300_000, num_authors=2_000, num_posts=100_000, num_days=10),
-        model=_model(128, 4, 4, 32, 127, 64, 100_000, 100_000, 4_000),
+        model=Preset(128, 4, 4, 4, 32, 127, 64, 100_000, 100_000, 4_000, 0, 0),
         settings=TrainSettings(steps=0, ranker_batch=128, retrieval_batch=512, learning_rate=2e-3),
         retrieval_steps=4000,
         ranker_steps=8000,
