@@ -1,11 +1,20 @@
-"""Embed posts with the served `candidate_tower` into a retriever corpus: `--help` explains.
+"""Embed posts with the served `candidate_tower` into a retriever corpus.
 
-Input formats (one row per post):
+Embed a file of (post_id, author_id) rows with the served `candidate_tower`, in batches, and
+write the corpus the retriever serves (phoenix.checkpoint.save_corpus) as ARTIFACTS/NAME.
+With --reload, the running server's retriever is reloaded through the model load API with
+its corpus_file parameter set to NAME (no restart; the server must run with
+--model-control-mode=explicit --load-model=*).
+
+Posts file formats (one row per post; post ids must be unique and > 0):
   .csv  columns post_id,author_id[,topic]; a header line with those names is optional
   .npy  an integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)
   .npz  integer arrays post_ids [N], author_ids [N] and optionally topics [N]
-Post ids must be unique and > 0. The corpus is written with phoenix.checkpoint.save_corpus into
-the artifact directory; `--reload` then makes the running server's retriever serve it.
+
+Examples:
+  python -m clients.build_corpus posts.csv --reload
+  python -m clients.build_corpus posts.npz --out corpus-new.npz --check
+  python -m clients.build_corpus --generate 5000 --seed 1 --protocol grpc --reload
 """
 
 from __future__ import annotations
@@ -36,13 +45,6 @@ REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call
 EXPLICIT_MODE_HINT = (
     "the model load API needs a server started with --model-control-mode=explicit --load-model=*"
 )
-FORMATS = (
-    "Posts file formats:\n"
-    "  .csv  columns post_id,author_id[,topic]; a header line with those names is optional\n"
-    "  .npy  integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)\n"
-    "  .npz  integer arrays post_ids [N], author_ids [N], optionally topics [N]\n"
-    "Post ids must be unique and > 0."
-)
 
 
 @dataclass(frozen=True)
@@ -61,17 +63,8 @@ class InputFileError(ValueError):
 
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(
-        "python -m clients.build_corpus",
-        "Embed a file of (post_id, author_id) rows with the served `candidate_tower`, in "
-        "batches, and write the corpus the retriever serves (phoenix.checkpoint.save_corpus) "
-        "as ARTIFACTS/NAME. With --reload, the running server's retriever is reloaded through "
-        "the model load API with its corpus_file parameter set to NAME (no restart; the "
-        "server must run with --model-control-mode=explicit --load-model=*).\n\n" + FORMATS,
-        [
-            "python -m clients.build_corpus posts.csv --reload",
-            "python -m clients.build_corpus posts.npz --out corpus-new.npz --check",
-            "python -m clients.build_corpus --generate 5000 --seed 1 --protocol grpc --reload",
-        ],
+        __spec__.name,
+        __doc__,
         artifacts_help="the server's artifact directory: the corpus is written there, and "
         "--check reads its weights (default: %(default)s)",
     )

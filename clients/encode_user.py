@@ -1,4 +1,13 @@
-"""Embed one user with the served `user_encoder`: `python -m clients.encode_user --help`."""
+"""Embed one user with the served `user_encoder`.
+
+Send one user's history to the served `user_encoder` (the retrieval user tower) and print
+the unit user embedding it returns.
+
+Examples:
+  python -m clients.encode_user --check
+  python -m clients.encode_user --generate --history 0 --protocol grpc
+  python -m clients.encode_user --input user.json --save user.npy
+"""
 
 from __future__ import annotations
 
@@ -14,16 +23,7 @@ from phoenix.serving.client import user_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(
-        "python -m clients.encode_user",
-        "Send one user's history to the served `user_encoder` (the retrieval user tower) and "
-        "print the unit user embedding it returns.",
-        [
-            "python -m clients.encode_user --check",
-            "python -m clients.encode_user --generate --history 0 --protocol grpc",
-            "python -m clients.encode_user --input user.json --save user.npy",
-        ],
-    )
+    parser = cli.build_parser(__spec__.name, __doc__)
     cli.add_user_args(parser)
     parser.add_argument(
         "--save", type=Path, metavar="FILE.npy", help="also write the embedding [D] to FILE.npy"

@@ -1,4 +1,14 @@
-"""Rank one user's candidates with the served `ranker`: `python -m clients.rank --help`."""
+"""Rank one user's candidates with the served `ranker`.
+
+Send one user's history and candidates to the served `ranker` and print the candidates in
+ranked order: rank, post id, blended score and the most likely actions. The input's
+candidate_* lists are the candidates.
+
+Examples:
+  python -m clients.rank                           # the artifacts' example user
+  python -m clients.rank --generate --candidates 512 --protocol grpc --check
+  python -m clients.rank --input user.json --url 10.0.0.5:8000
+"""
 
 from __future__ import annotations
 
@@ -11,17 +21,7 @@ from phoenix.serving.client import ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(
-        "python -m clients.rank",
-        "Send one user's history and candidates to the served `ranker` and print the "
-        "candidates in ranked order: rank, post id, blended score and the most likely actions. "
-        "The input's candidate_* lists are the candidates.",
-        [
-            "python -m clients.rank                           # the artifacts' example user",
-            "python -m clients.rank --generate --candidates 512 --protocol grpc --check",
-            "python -m clients.rank --input user.json --url 10.0.0.5:8000",
-        ],
-    )
+    parser = cli.build_parser(__spec__.name, __doc__)
     cli.add_user_args(parser, candidates=True)
     parser.add_argument(
         "--rows", type=int, default=20, help="ranked rows to print (default: %(default)s)"

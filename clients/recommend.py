@@ -1,7 +1,14 @@
-"""End-to-end recommendation through the `recommend` ensemble: `python -m clients.recommend --help`.
+"""End-to-end recommendation through the `recommend` ensemble.
 
-The ensemble encodes the user, retrieves the top_k corpus posts the user has not seen and
-ranks them; this prints the ranked feed.
+Ask the served `recommend` ensemble (user_encoder -> retriever -> ranker) for one user's
+feed: it encodes the user, retrieves the top_k corpus posts the user has not seen and ranks
+them. This prints the feed: rank, post id, blended score, retrieval score and the most
+likely actions.
+
+Examples:
+  python -m clients.recommend                      # the artifacts' example user
+  python -m clients.recommend --generate --seed 3 --top-k 100 --protocol grpc
+  python -m clients.recommend --input user.json --check
 """
 
 from __future__ import annotations
@@ -18,17 +25,7 @@ RANKED_IDS = ("ranked_post_ids",)
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(
-        "python -m clients.recommend",
-        "Ask the served `recommend` ensemble (user_encoder -> retriever -> ranker) for one "
-        "user's feed and print it: rank, post id, blended score, retrieval score and the most "
-        "likely actions.",
-        [
-            "python -m clients.recommend                      # the artifacts' example user",
-            "python -m clients.recommend --generate --seed 3 --top-k 100 --protocol grpc",
-            "python -m clients.recommend --input user.json --check",
-        ],
-    )
+    parser = cli.build_parser(__spec__.name, __doc__)
     cli.add_user_args(parser)
     parser.add_argument(
         "--top-k",

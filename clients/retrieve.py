@@ -1,7 +1,13 @@
-"""Retrieve corpus posts for one user: `python -m clients.retrieve --help`.
+"""Retrieve corpus posts for one user.
 
-Two served models: `user_encoder` embeds the user, `retriever` returns the exact top_k corpus
-posts by dot product, leaving out the posts of the user's history.
+Two served models: `user_encoder` embeds the user, then `retriever` returns the exact top_k
+corpus posts by dot product, leaving out the posts of the user's history. This prints rank,
+post id, author id and score. --check uses the corpus file the server's retriever reports
+(parameter corpus_file).
+
+Examples:
+  python -m clients.retrieve --top-k 20
+  python -m clients.retrieve --generate --seed 7 --protocol grpc --check
 """
 
 from __future__ import annotations
@@ -20,16 +26,7 @@ RETRIEVED_IDS = ("post_ids", "author_ids")
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(
-        "python -m clients.retrieve",
-        "Embed one user with the served `user_encoder`, then ask the served `retriever` for the "
-        "top_k corpus posts (history excluded) and print rank, post id, author id and score. "
-        "--check uses the corpus file the server's retriever reports (parameter corpus_file).",
-        [
-            "python -m clients.retrieve --top-k 20",
-            "python -m clients.retrieve --generate --seed 7 --protocol grpc --check",
-        ],
-    )
+    parser = cli.build_parser(__spec__.name, __doc__)
     cli.add_user_args(parser)
     parser.add_argument(
         "--top-k",
