@@ -147,18 +147,21 @@ class Evaluator:
 
     # -- scorers -----------------------------------------------------------------------
 
-    def _batches(self, arrays: dict):
+    def _in_batches(self, out: np.ndarray, fn, params: tuple, arrays: dict) -> np.ndarray:
+        """``out`` filled with ``fn(*params, chunk)`` over zero-padded chunks of ``arrays``'
+        rows, all of one compiled shape; the padding rows are dropped."""
         E = len(self.eval_set)
         for start in range(0, E, EVAL_BATCH):
             stop = min(start + EVAL_BATCH, E)
             chunk = {k: v[start:stop] for k, v in arrays.items()}
-            pad = EVAL_BATCH - (stop - start)  # one compiled shape
+            pad = EVAL_BATCH - (stop - start)
             if pad:
                 chunk = {
                     k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
                     for k, v in chunk.items()
                 }
-            yield start, stop, chunk
+            out[start:stop] = np.asarray(fn(*params, chunk))[: stop - start]
+        return out
 
     def ranker_probs(self, params: dict) -> np.ndarray:
         """Action probabilities [E, C, A] of the held-out candidates."""
@@ -170,13 +173,11 @@ class Evaluator:
                 return jax.nn.sigmoid(apply(ranker, batch, emb).logits.astype(jnp.float32))
 
             self._ranker_fn = jax.jit(probs)
-        arrays = self.user_arrays | self.candidate_arrays
         out = np.zeros(self.labels.shape, np.float32)
-        for start, stop, chunk in self._batches(arrays):
-            out[start:stop] = np.asarray(
-                self._ranker_fn(params["ranker"], params["tables"], chunk)
-            )[: stop - start]
-        return out
+        params = (params["ranker"], params["tables"])
+        return self._in_batches(
+            out, self._ranker_fn, params, self.user_arrays | self.candidate_arrays
+        )
 
     def user_vectors(self, params: dict) -> np.ndarray:
         if self._user_fn is None:
@@ -194,11 +195,8 @@ class Evaluator:
             "positive_post_hashes": np.zeros((E, c.num_item_hashes), np.int32),
             "positive_author_hashes": np.zeros((E, c.num_author_hashes), np.int32),
         }
-        for start, stop, chunk in self._batches(arrays):
-            out[start:stop] = np.asarray(
-                self._user_fn(params["retrieval"], params["tables"], chunk)
-            )[: stop - start]
-        return out
+        params = (params["retrieval"], params["tables"])
+        return self._in_batches(out, self._user_fn, params, arrays)
 
     def corpus_vectors(self, params: dict) -> np.ndarray:
         """Candidate-tower vectors of the corpus, as ``phoenix.artifacts`` embeds a corpus."""

@@ -432,15 +432,7 @@ def make_impressions(world: World, seed: int) -> Impressions:
     dwell = np.round(np.minimum(dwell, MAX_DWELL_S), 2).astype(np.float32)
     actions[:, ACTION_INDEX["dwell"]] = dwell >= DWELL_THRESHOLD_S
     actions[:, ACTION_INDEX["dwell_time"]] = dwell >= LONG_DWELL_THRESHOLD_S
-    return Impressions(
-        user=user,
-        post=post,
-        ts=ts,
-        request=request,
-        surface=surface,
-        dwell_seconds=dwell,
-        actions=actions,
-    )
+    return Impressions(user, post, ts, request, surface, dwell, actions)  # fields in order
 
 
 def generate_logs(spec: WorldSpec, seed: int) -> tuple[World, Impressions]:
