@@ -85,11 +85,9 @@ def timed_side_by_side(fns: dict, min_seconds: float, rounds: int = 7) -> dict:
 
 def split_candidates(batch, emb, start, stop):
     """Candidate window [start, stop) of a one-user request, padded to ORIGINAL_CHUNK."""
-    from phoenix.engine.batching import _pad_axis
+    from phoenix.engine.batching import pad_axis
 
-    cut = (
-        lambda x: None if x is None else _pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)
-    )  # noqa: E731
+    cut = lambda x: None if x is None else pad_axis(np.asarray(x)[:, start:stop], 1, ORIGINAL_CHUNK)  # noqa: E731
     b = batch._replace(
         candidate_post_hashes=cut(batch.candidate_post_hashes),
         candidate_author_hashes=cut(batch.candidate_author_hashes),

@@ -27,24 +27,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from phoenix.serving.client import http_status
-from phoenix.serving.triton_server import pick_free_ports
+from phoenix.serving.loadgen import error_kind, wait_until
+from phoenix.serving.triton_server import http_get_status, pick_free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 DRAIN_S = 1.0
-REFUSED = ("Connection refused", "failed to connect", "Server is stopping", "no available versions")
-CUT = ("reset", "Socket closed", "Broken pipe", "closed", "Disconnected", "CANCELLED")
-
-
-def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float | None:
-    """time.monotonic() when `condition()` first holds; None after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return time.monotonic()
-        time.sleep(interval_s)
-    return None
 
 
 def failure_kinds(failures_csv: Path) -> Counter:
@@ -56,13 +44,8 @@ def failure_kinds(failures_csv: Path) -> Counter:
     with failures_csv.open(newline="") as handle:
         for row in csv.DictReader(handle):
             error = row["Error"]
-            kind = "other"
-            if error.rstrip("()'\"") in ("InferenceServerException", ""):
-                kind = "unclassified"
-            elif any(marker.lower() in error.lower() for marker in REFUSED):
-                kind = "refused"
-            elif any(marker.lower() in error.lower() for marker in CUT):
-                kind = "cut"
+            unclassified = error.rstrip("()'\"") in ("InferenceServerException", "")
+            kind = "unclassified" if unclassified else error_kind(error)
             kinds[kind] += int(row["Occurrences"])
             if kind == "other":
                 kinds[f"other: {error[:120]}"] += int(row["Occurrences"])
@@ -105,13 +88,16 @@ def one_run(args, index: int) -> dict:
     serve, urls = start_serve(args, work)
     locust = None
     try:
-        if wait_for(lambda: http_status(urls["ready"]) == 200, args.ready_timeout, 0.5) is None:
+        if (
+            wait_until(lambda: http_get_status(urls["ready"]) == 200, args.ready_timeout, 0.5)
+            is None
+        ):
             return {"run": index, "error": "serve did not get ready", "exit_code": serve.poll()}
         locust = start_locust(args, urls, work / "locust")
         time.sleep(args.load_seconds)
         termed = time.monotonic()
         serve.send_signal(signal.SIGTERM)
-        unready = wait_for(lambda: http_status(urls["ready"]) != 200, 30, 0.02)
+        unready = wait_until(lambda: http_get_status(urls["ready"]) != 200, 30, 0.02)
         try:
             code = serve.wait(args.exit_limit)
         except subprocess.TimeoutExpired:

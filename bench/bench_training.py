@@ -38,31 +38,25 @@ def device_name() -> str:
     return f"{device.platform} ({getattr(device, 'device_kind', 'unknown')})"
 
 
-def bench_tower(preset_name: str, tower: str, steps: int, users: int) -> dict:
+def preset_index(preset_name: str, users: int) -> LogIndex:
+    """The preset's logs (at most ``users`` users, seed 0), indexed once for both towers."""
     preset = PRESETS[preset_name]
     world_spec = dataclasses.replace(preset.world, num_users=min(users, preset.world.num_users))
     world, impressions = generate_logs(world_spec, 0)
-    config = preset.config(0)
-    index = LogIndex(world, impressions, config)
+    return LogIndex(world, impressions, preset.config(0))
+
+
+def bench_tower(preset_name: str, index: LogIndex, tower: str, steps: int) -> dict:
+    preset = PRESETS[preset_name]
+    config = index.config
     phase = {s.towers[0]: s for s in preset.phases(0)}[tower]
     settings = dataclasses.replace(phase, steps=steps + 1)
     rng = np.random.default_rng(0)
-
-    def batch():
-        if tower == "ranker":
-            sessions = rng.choice(index.train_sessions, settings.ranker_batch)
-            return {"ranker": index.ranker_batch(sessions, settings.num_candidates, rng)}
-        return {
-            "retrieval": index.retrieval_batch(
-                rng.choice(index.train_positives, settings.retrieval_batch)
-            )
-        }
-
     optimizer = make_optimizer(settings)
     step = make_train_step(config, optimizer, settings.towers)
     params = jax.tree_util.tree_map(jax.numpy.asarray, init_params(config, 0))
     state = optimizer.init(params)
-    batches = [batch() for _ in range(min(steps, 32))]  # data building is not timed
+    batches = [index.train_batch(tower, settings, rng) for _ in range(min(steps, 32))]  # untimed
     started = time.perf_counter()
     params, state, metrics = step(params, state, batches[0])
     jax.block_until_ready(metrics["loss"])
@@ -99,8 +93,9 @@ def main() -> int:
     device = device_name()
     rows = []
     for preset in args.presets:
+        index = preset_index(preset, args.users)
         for tower in ("retrieval", "ranker"):
-            row = bench_tower(preset, tower, steps, args.users)
+            row = bench_tower(preset, index, tower, steps)
             rows.append(row)
             print(
                 f"{device:>24}  {preset:>5}  {tower:>9}  batch {row['batch']:>4}  "

@@ -13,13 +13,13 @@ TABLE_START, TABLE_END = "<!-- serving-table:start -->", "<!-- serving-table:end
 
 def served_rows(results: dict, **match) -> list[dict]:
     return [
-        r for r in results["served"]
+        r for r in results.get("served", [])
         if not r["error"] and all(r[k] == v for k, v in match.items())
     ]  # fmt: skip
 
 
 def best(rows: list[dict]) -> Optional[dict]:
-    return max(rows, key=lambda r: r["throughput"]) if rows else None
+    return max(rows, key=lambda r: r["throughput"], default=None)
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -92,6 +92,13 @@ def short_path(path: str) -> str:
         return str(path)
 
 
+def between_markers(text: str, start: str, end: str, body: str) -> str:
+    """``text`` with what stands between the ``start`` and ``end`` marker lines replaced."""
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def update_docs(path: Path, table: str, results: dict) -> None:
     """Rewrite the table between the markers of ``path`` (left alone without markers)."""
     if not path.is_file():
@@ -101,8 +108,6 @@ def update_docs(path: Path, table: str, results: dict) -> None:
     if TABLE_START not in text or TABLE_END not in text:
         print(f"note: {path} has no {TABLE_START} ... {TABLE_END} markers; table not written")
         return
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
     machine, settings = results["machine"], results["settings"]
     loads = machine["load_average_at_start"][0], machine.get("load_average_at_end", [0])[0]
     stamp = (
@@ -111,7 +116,7 @@ def update_docs(path: Path, table: str, results: dict) -> None:
         f"`{short_path(settings['artifacts'])}`, repository "
         f"`{short_path(settings.get('model_repository', 'model_repository'))}`."
     )
-    path.write_text(f"{head}{TABLE_START}\n{stamp}\n\n{table}\n{TABLE_END}{tail}")
+    path.write_text(between_markers(text, TABLE_START, TABLE_END, f"{stamp}\n\n{table}"))
     print(f"updated the table in {path}")
 
 

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
-from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, find_admin_key
+from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
 from phoenix.serving.client import infer
 from phoenix.serving.contracts import LIMITS
 from phoenix.serving.inprocess import server_model_config, server_parameters
@@ -243,19 +243,11 @@ def check_embeddings(args, client, posts: Posts, served: np.ndarray) -> int:
     return cli.report_check(problems, f"the served embeddings of {len(posts)} posts")
 
 
-def admin_headers(protocol: str, key: Optional[str]) -> Optional[dict[str, str]]:
-    """The admin-key header of the model load API (gRPC metadata carries Triton's prefix)."""
-    if not key:
-        return None
-    name = ADMIN_HEADER if protocol == "http" else f"triton-grpc-protocol-{ADMIN_HEADER}"
-    return {name: key}
-
-
 def reload_retriever(client, protocol: str, corpus_file: str, admin_key: Optional[str]) -> None:
     """Load the retriever again with corpus_file changed; the server reports the new value."""
     config = server_model_config(client, protocol, "retriever")
     config.setdefault("parameters", {})["corpus_file"] = {"string_value": corpus_file}
-    headers = admin_headers(protocol, admin_key)
+    headers = admin_headers(admin_key, protocol)
     client.load_model("retriever", headers=headers, config=json.dumps(config))
     now = server_parameters(client, protocol, "retriever").get("corpus_file")
     if now != corpus_file or not client.is_model_ready("retriever"):

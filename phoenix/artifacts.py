@@ -32,6 +32,7 @@ from phoenix.config import (
     HashParams,
     action_names_for,
 )
+from phoenix.engine.batching import pad_axis
 from phoenix.hashing import HashEmbedder, stack_tables
 
 HASH_MODULUS = 2**61 - 1  # a Mersenne prime
@@ -257,19 +258,13 @@ def embed_candidates(
     out = np.zeros((total, config.emb_size), np.float32)
     for start in _batches(total, batch_size, progress, "embedding corpus"):
         stop = min(start + batch_size, total)
-        # pad the last batch to the fixed size so that jit compiles once
+        # pad the last batch to the fixed size so that jit compiles once (row 0 is zero)
         inputs = [
-            _pad_rows(a[start:stop], batch_size) for a in (post_rows, post_hashes, author_rows)
+            pad_axis(a[start:stop], 0, batch_size) for a in (post_rows, post_hashes, author_rows)
         ]
         vectors = embed(device_params, device_table, *inputs)
         out[start:stop] = np.asarray(vectors)[: stop - start]
     return out
-
-
-def _pad_rows(array: np.ndarray, size: int) -> np.ndarray:
-    """Zero-pad the first axis to ``size`` rows (row 0 of the stacked table is zero)."""
-    padding = [(0, size - array.shape[0])] + [(0, 0)] * (array.ndim - 1)
-    return np.pad(array, padding)
 
 
 def random_corpus(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench.gpu import profiles
+from bench.serving_report import best, between_markers, ratio, served_rows
 from phoenix.command_line import command_parser
 
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
@@ -117,17 +118,6 @@ def startup_table(result: Optional[dict]) -> list[str]:
     ]
 
 
-def served(result: dict, **match) -> list[dict]:
-    return [
-        r for r in result.get("served", [])
-        if not r["error"] and all(r[k] == v for k, v in match.items())
-    ]  # fmt: skip
-
-
-def best(rows: list[dict]) -> Optional[dict]:
-    return max(rows, key=lambda r: r["throughput"], default=None)
-
-
 def first_value(rows: list[dict], pick: Callable[[dict], float]) -> Optional[float]:
     return pick(rows[0]) if rows else None
 
@@ -136,11 +126,12 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
     """(figure, measured, target) for the issue's served targets."""
     missing = NOT_MEASURED if result is None else NOT_IN_RUN
     result = result or {}
-    best_512 = best(served(result, workload="ranker-512", batching="on"))
-    best_64 = best(served(result, workload="ranker-64", batching="on"))
+    best_512 = best(served_rows(result, workload="ranker-512", batching="on"))
+    best_64 = best(served_rows(result, workload="ranker-64", batching="on"))
     summary = result.get("summary", {}).get("ranker-512", {})
     p99_64 = first_value(
-        served(result, workload="ranker-64", batching="on", concurrency=16), lambda r: r["p99_ms"]
+        served_rows(result, workload="ranker-64", batching="on", concurrency=16),
+        lambda r: r["p99_ms"],
     )
     rows = [
         (
@@ -167,13 +158,12 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
         ),
     ]
     for workload in ("ranker-64", "ranker-512"):
-        on = first_value(served(result, workload=workload, batching="on", concurrency=64),
+        on = first_value(served_rows(result, workload=workload, batching="on", concurrency=64),
                          lambda r: r["throughput"])  # fmt: skip
-        off = first_value(served(result, workload=workload, batching="off", concurrency=64),
+        off = first_value(served_rows(result, workload=workload, batching="off", concurrency=64),
                           lambda r: r["throughput"])  # fmt: skip
-        ratio = on / off if on and off else None
         figure = f"{workload} batching on / off at concurrency 64"
-        rows.append((figure, fmt(ratio, ".2f", "x", missing=missing), ">= 4x"))
+        rows.append((figure, fmt(ratio(on, off), ".2f", "x", missing=missing), ">= 4x"))
     failed = result.get("failed_requests")
     failures = sum(sum(v.values()) for v in failed.values()) if failed else None
     rows.append(("failed requests (server statistics)", fmt(failures, "d", missing=missing), "0"))
@@ -209,9 +199,7 @@ def update_docs(path: Path, body: str) -> None:
     text = path.read_text()
     if TABLE_START not in text or TABLE_END not in text:
         raise SystemExit(f"error: {path} has no {TABLE_START} ... {TABLE_END} markers")
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    path.write_text(f"{head}{TABLE_START}\n{body}\n{TABLE_END}{tail}")
+    path.write_text(between_markers(text, TABLE_START, TABLE_END, body))
 
 
 def main(argv=None) -> int:

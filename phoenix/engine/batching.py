@@ -49,7 +49,7 @@ def batch_slices(n: int, buckets: Sequence[int]):
         yield slice(start, stop), bucket_for(stop - start, buckets)
 
 
-def _pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
+def pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
     """Zero-pad ``x`` along ``axis`` up to ``size``."""
     missing = size - x.shape[axis]
     if missing <= 0:

@@ -31,9 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from phoenix.engine import kernels
-from phoenix.engine.batching import bucket_for, default_compute_dtype, default_max_rows_per_call
+from phoenix.engine.batching import (
+    DEFAULT_CANDIDATE_BUCKETS,
+    bucket_for,
+    default_compute_dtype,
+    default_max_rows_per_call,
+)
 from phoenix.engine.ranking import _model_method
-from phoenix.grok import right_anchored_rope_positions, rms_normalize
+from phoenix.grok import rms_normalize
 from phoenix.hashing import EntityHash
 from phoenix.recsys_model import DWELL_TIME_INDEX, PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
 
@@ -94,7 +99,7 @@ class DeviceRanker:
         *,
         compute_dtype=None,
         batch_buckets: Sequence[int] = (1, 2, 4, 8),
-        candidate_buckets: Sequence[int] = (16, 64, 256, 512, 1024),
+        candidate_buckets: Sequence[int] = DEFAULT_CANDIDATE_BUCKETS,
         max_rows_per_call: Optional[int] = None,
     ):
         self.dtype = compute_dtype or default_compute_dtype()
@@ -105,17 +110,11 @@ class DeviceRanker:
         # Users per candidate pass: on CPUs big [users, heads, rows, T] arrays spill the caches.
         self.max_rows = max_rows_per_call or default_max_rows_per_call()
         self.entities = entities
-        tc = config.model
-        self.shape = kernels.AttentionShape(
-            tc.num_q_heads, tc.num_kv_heads, tc.key_size, tc.attn_output_multiplier
-        )
+        self.shape = kernels.AttentionShape.of(config)
         self.weights = {
-            "params": params,
+            "params": jax.device_put(params),  # moved once, not with every call
             "table": jnp.asarray(table, jnp.float32),  # [rows, D], resident on the device
-            "layers": kernels.layer_weights(params, tc.num_layers, self.dtype),
-            "candidates": kernels.candidate_tables(params, config),
-            "final_norm": jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32),
-            "unembed": jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32),
+            **kernels.ranker_weights(params, config, self.dtype)._asdict(),
             "blend": jnp.asarray(weights, jnp.float32),  # [A]
         }
         self._context_tokens = _model_method(self.config, "build_context_inputs")
@@ -160,7 +159,9 @@ class DeviceRanker:
             candidate_author_embeddings=None,
         )
         tokens, mask = self._context_tokens(weights["params"], context, context_emb)  # [B,T,D]
-        rotation = kernels.rope_rotation(self._context_positions(mask), self.shape.key_size)
+        rotation = kernels.rope_rotation(
+            kernels.context_positions(mask, self.config), self.shape.key_size
+        )
         cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
 
         candidates = self._candidate_inputs(hashed, inputs, lookup)
@@ -217,11 +218,6 @@ class DeviceRanker:
         )
         h = rms_normalize(h, weights["final_norm"]).astype(jnp.float32)  # [B, c, D]
         return jnp.dot(h, weights["unembed"])  # [B, c, A]
-
-    def _context_positions(self, mask):
-        if self.config.right_anchored_rope:
-            return right_anchored_rope_positions(mask, self.config.history_seq_len, 1)
-        return jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
 
     def _candidate_rotation(self, width: int, start: int) -> kernels.Rotation:
         """cos/sin of candidate positions as constants of the program.

@@ -19,7 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phoenix.grok import MASKED_LOGIT, rms_normalize, rope_phase, rotate_half, soft_cap_logits
+from phoenix.grok import (
+    MASKED_LOGIT,
+    right_anchored_rope_positions,
+    rms_normalize,
+    rope_phase,
+    rotate_half,
+    soft_cap_logits,
+)
 from phoenix.recsys_model import PhoenixModelConfig, compute_post_age_bucket
 
 
@@ -128,6 +135,36 @@ class AttentionShape:
     @property
     def groups(self) -> int:
         return self.num_q_heads // self.num_kv_heads
+
+    @classmethod
+    def of(cls, config: PhoenixModelConfig) -> AttentionShape:
+        tc = config.model
+        return cls(tc.num_q_heads, tc.num_kv_heads, tc.key_size, tc.attn_output_multiplier)
+
+
+class RankerWeights(NamedTuple):
+    """The ranker's parameters as the engines use them, resident on the device."""
+
+    layers: list  # [LayerWeights] per layer, in the compute dtype
+    candidates: CandidateTables
+    final_norm: jax.Array  # [D] float32
+    unembed: jax.Array  # [D, A] float32
+
+
+def ranker_weights(params, config: PhoenixModelConfig, dtype) -> RankerWeights:
+    return RankerWeights(
+        layer_weights(params, config.model.num_layers, dtype),
+        candidate_tables(params, config),
+        jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32),
+        jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32),
+    )
+
+
+def context_positions(mask: jax.Array, config: PhoenixModelConfig) -> jax.Array:
+    """RoPE positions of the context tokens [B|1, 1 + S] (right-anchored or 0, 1, ...)."""
+    if config.right_anchored_rope:
+        return right_anchored_rope_positions(mask, config.history_seq_len, 1)
+    return jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
 
 
 class Rotation(NamedTuple):

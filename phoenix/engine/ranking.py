@@ -30,24 +30,24 @@ import numpy as np
 from phoenix.engine.batching import (
     DEFAULT_BATCH_BUCKETS,
     DEFAULT_CANDIDATE_BUCKETS,
-    _pad_axis,
     batch_slices,
     bucket_for,
     default_compute_dtype,
     default_max_rows_per_call,
+    pad_axis,
 )
 from phoenix.engine.kernels import (
     AttentionShape,
     CandidateInputs,
     Rotation,
     candidate_layers,
-    candidate_tables,
     candidate_tokens,
     context_layers,
-    layer_weights,
+    context_positions,
+    ranker_weights,
     rope_rotation,
 )
-from phoenix.grok import right_anchored_rope_positions, rms_normalize
+from phoenix.grok import rms_normalize
 from phoenix.recsys_model import PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
 
 
@@ -83,19 +83,15 @@ class RankingEngine:
         # None: the platform's default (a limit on CPUs, none on accelerators)
         self.max_rows = max_rows_per_call or default_max_rows_per_call()
         self.chunk = self.candidate_buckets[-1]
-        self.params = params
-        tc = config.model
-        self.shape = AttentionShape(
-            tc.num_q_heads, tc.num_kv_heads, tc.key_size, tc.attn_output_multiplier
-        )
-        self.layers = layer_weights(params, tc.num_layers, self.dtype)
-        self.final_norm = jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32)
-        self.unembed = jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32)
+        self.params = jax.device_put(params)  # moved once, not with every call
+        self.shape = AttentionShape.of(config)
+        weights = ranker_weights(params, config, self.dtype)
+        self.layers, self.candidate_tables = weights.layers, weights.candidates
+        self.final_norm, self.unembed = weights.final_norm, weights.unembed
         self.continuous = jnp.asarray(
             params["phoenix_model"]["continuous_unembeddings"], jnp.float32
         )
         self._context_tokens = _model_method(self.config, "build_context_inputs")
-        self.candidate_tables = candidate_tables(params, config)
         self._context_inputs_jit = jax.jit(self._context_tokens_fn)
         self._context_layers_jit = jax.jit(self._context_layers_fn)
         self._score_chunk = jax.jit(self._chunk_fn)
@@ -109,7 +105,7 @@ class RankingEngine:
     def _context_tokens_fn(self, params, batch: RecsysBatch, emb: RecsysEmbeddings):
         """Context tokens [B, T, D], mask [B, T] and rotation; candidate fields are None."""
         tokens, mask = self._context_tokens(params, batch, emb)
-        rotation = rope_rotation(self._context_positions(mask), self.shape.key_size)
+        rotation = rope_rotation(context_positions(mask, self.config), self.shape.key_size)
         return tokens, mask, rotation
 
     def _context_layers_fn(self, tokens, mask, rotation):
@@ -120,11 +116,6 @@ class RankingEngine:
         """(kv cache, context mask) of the users in ``batch``."""
         tokens, mask, rotation = self._context_inputs_jit(params, batch, emb)
         return self._context_layers_jit(tokens, mask, rotation), mask
-
-    def _context_positions(self, mask):
-        if self.config.right_anchored_rope:
-            return right_anchored_rope_positions(mask, self.config.history_seq_len, 1)
-        return jnp.arange(mask.shape[1], dtype=jnp.float32)[None, :]
 
     def _candidate_positions(self, mask, first_index):
         """Candidate i of the request sits at position T + i (or history_end when anchored)."""
@@ -154,7 +145,7 @@ class RankingEngine:
         """User and history fields padded to ``rows`` users; candidate fields left out."""
 
         def pad(x, dtype):
-            return _pad_axis(np.asarray(x, dtype), 0, rows)
+            return pad_axis(np.asarray(x, dtype), 0, rows)
 
         continuous = batch.history_continuous_actions
         if continuous is None:  # zeros are what the model uses for None (dwell 0 s)
@@ -188,10 +179,10 @@ class RankingEngine:
         width = bucket_for(stop - start, self.candidate_buckets)
 
         def cut(x, dtype):
-            return _pad_axis(_pad_axis(np.asarray(x[:, start:stop], dtype), 1, width), 0, rows)
+            return pad_axis(pad_axis(np.asarray(x[:, start:stop], dtype), 1, width), 0, rows)
 
         def pad(x):  # x already holds only this chunk's candidates
-            return _pad_axis(_pad_axis(x, 1, width), 0, rows)
+            return pad_axis(pad_axis(x, 1, width), 0, rows)
 
         post_hashes = np.asarray(batch.candidate_post_hashes)[:, start:stop]  # [B, c, nI]
         impr, created = batch.candidate_impr_ts, batch.candidate_post_creation_ts
@@ -321,8 +312,3 @@ def example_inputs(
         candidate_author_embeddings=normal(users, candidates, hashes.num_author_hashes),
     )
     return batch, emb
-
-
-# ----------------------------------------------------------------------------------------
-# Retrieval
-# ----------------------------------------------------------------------------------------

@@ -179,17 +179,3 @@ def feed_table(
             f"{r.top_actions}"
         )
     return "\n".join(lines + more_line(result, rows))
-
-
-def http_status(url: str) -> int | None:
-    """The HTTP status of a GET of ``url`` (say, a /ready endpoint); None when unreachable."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None

@@ -92,9 +92,6 @@ class ModelContract:
     def input(self, name: str) -> TensorSpec:
         return _by_name(self.inputs, name, f"{self.name} input")
 
-    def output(self, name: str) -> TensorSpec:
-        return _by_name(self.outputs, name, f"{self.name} output")
-
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(spec.name for spec in self.inputs)

@@ -114,6 +114,42 @@ def short_error(error: BaseException) -> str:
     return (text or type(error).__name__)[:300]
 
 
+# How a client sees a server going away: refused before any work (retry elsewhere is safe) ...
+REFUSED = (
+    "Connection refused",
+    "failed to connect to all addresses",
+    "Server is stopping",
+    "has no available versions",  # the models are unloading
+)
+# ... or its connection cut while a request was on it.
+CUT = (
+    "Connection reset",
+    "Socket closed",
+    "Broken pipe",
+    "connection closed",
+    "Disconnected",
+    "CANCELLED",
+)
+
+
+def error_kind(error: str) -> str:
+    """'refused', 'cut' or 'other': how a failed request met a server going away."""
+    for kind, markers in (("refused", REFUSED), ("cut", CUT)):
+        if any(marker.lower() in error.lower() for marker in markers):
+            return kind
+    return "other"
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.05):
+    """time.monotonic() when ``condition()`` first holds; None after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return time.monotonic()
+        time.sleep(interval_s)
+    return None
+
+
 class LoadRun:
     """`workers` threads sending requests until `duration_s` passes, `max_requests` are sent or
     stop() is called. Closed loop by default (each worker sends its next request when the
@@ -145,7 +181,6 @@ class LoadRun:
         self.max_requests = max_requests or int(1e9)
         self.pause_after_error_s = pause_after_error_s
         self.outcomes: list[Outcome] = []
-        self.setup_errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._tickets: queue.Queue = queue.Queue()
@@ -187,8 +222,11 @@ class LoadRun:
     def _work(self, index: int) -> None:
         try:
             caller = self.make_caller(index)
-        except Exception as error:  # noqa: BLE001 (reported with the results)
-            self.setup_errors.append(short_error(error))
+        except Exception as error:  # noqa: BLE001 (a failed request of its own, so it shows)
+            now = time.monotonic()
+            failed = Outcome(now, now, now, f"setup: {short_error(error)}", "", "")
+            with self._lock:
+                self.outcomes.append(failed)
             return
         try:
             while (due := self._take_ticket()) is not None:

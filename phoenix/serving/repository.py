@@ -185,8 +185,9 @@ def has_dynamic_batching(config: ModelConfig) -> bool:
 class GpuServing:
     """How a model is served on a GPU, where the CPU's settings would starve the device.
 
-    A GPU scores a batch of 64 users in about the time of one, so batches are larger and the
-    queue deeper; few batch and candidate buckets keep start-up compilation short (each
+    A GPU's time per batch grows far less than the batch at these sizes (an assumption until
+    the GPU section of docs/performance.md is measured), so batches are larger and the queue
+    deeper; few batch and candidate buckets keep start-up compilation short (each
     bucket is one program per instance); one or two instances per GPU keep host work
     overlapped with device work without multiplying device memory.
     """
@@ -203,7 +204,7 @@ GPU_SERVING = {
     "ranker": GpuServing(64, "1,8,64", 2, 1024, 1000, (("candidate_buckets", "64,256,1024"),)),
     "retriever": GpuServing(64, "1,8,64", 1, 1024, 500),
     "user_encoder": GpuServing(64, "1,8,64", 1, 1024, 500),
-    "candidate_tower": GpuServing(4096, "64,512,4096", 1, 64, 500),
+    "candidate_tower": GpuServing(4096, "4096", 1, 64, 500),  # one program of 4096 rows
 }
 
 

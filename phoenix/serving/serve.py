@@ -27,7 +27,7 @@ from phoenix.serving.admin_key import (
 )
 from phoenix.serving.repository import PbtxtError, derive_repository
 from phoenix.serving.shutdown import Shutdown, wait_in_short_naps
-from phoenix.serving.supervisor import ReadinessServer, Supervisor, TritonAdmin
+from phoenix.serving.supervisor import ReadinessServer, Supervisor
 from phoenix.serving.triton_server import (
     TritonServer,
     TritonServerError,
@@ -361,7 +361,7 @@ def serve_foreground(
         print(describe(server, ready_url, key_file), flush=True)
         print("Ctrl-C stops the server.", flush=True)
         # Unloading before the stop needs explicit model control, which the supervisor brings.
-        admin = TritonAdmin(server.http_url, admin_key) if supervisor_port is not None else None
+        admin = supervisor.admin if supervisor is not None else None
         shutdown = Shutdown(server, admin, supervisor, drain_seconds, stop_timeout_s)
         shutdown.install()
         return shutdown.exit_code(wait_in_short_naps(server.wait))

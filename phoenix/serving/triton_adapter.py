@@ -106,7 +106,9 @@ def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_
     if name == "user_encoder":
         return services.UserEncoderService(resources, batch_buckets=batch_buckets)
     if name == "candidate_tower":
-        return services.CandidateTowerService(resources)
+        if not params.get("batch_buckets"):  # the CPU default: 256-row calls
+            return services.CandidateTowerService(resources)
+        return services.CandidateTowerService(resources, rows_per_call=batch_buckets[-1])
     if name == "retriever":
         corpus = params.get("corpus_file") or "corpus.npz"
         return services.RetrieverService(resources, corpus, batch_buckets=batch_buckets)

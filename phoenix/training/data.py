@@ -25,11 +25,10 @@ from typing import Optional
 import numpy as np
 
 from phoenix.config import ArtifactConfig
+from phoenix.engine.device_ranking import REFERENCE_TIME
 from phoenix.hashing import hash_ids
 from phoenix.recsys_model import POST_AGE_MAX_MINUTES
 from phoenix.training.synthetic import DAY, Impressions, World, positive_mask
-
-REFERENCE_TIME = 1_700_000_000  # as phoenix.serving.services: impression time of a post age
 
 
 @dataclass
@@ -170,6 +169,15 @@ class LogIndex:
             "positive_logq": self.post_logq[post].astype(np.float32),
         }
         return arrays
+
+    def train_batch(self, tower: str, settings, rng: np.random.Generator) -> dict:
+        """{tower: batch} of one train step: random sessions (ranker) or random positive
+        impressions (retrieval) of the training days, ``settings``' batch size."""
+        if tower == "ranker":
+            sessions = rng.choice(self.train_sessions, settings.ranker_batch)
+            return {"ranker": self.ranker_batch(sessions, settings.num_candidates, rng)}
+        positives = rng.choice(self.train_positives, settings.retrieval_batch)
+        return {"retrieval": self.retrieval_batch(positives)}
 
     # -- evaluation --------------------------------------------------------------------
 

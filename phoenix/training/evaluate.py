@@ -4,7 +4,7 @@ One request per evaluation user at the first second of the held-out days
 (``phoenix.training.data.EvalSet``):
 
 - retrieval: the user vector against a corpus of recent posts (created from
-  ``max_post_age_days`` before the split on), the user's history excluded as the served
+  ``corpus_days`` before the split on), the user's history excluded as the served
   retriever excludes it; recall@k = share of the user's held-out positives (favorite, reply,
   repost or quote) in the top k, averaged over users;
 - ranking: the user's held-out impressions as candidates; AUC of each action's probability
@@ -28,6 +28,7 @@ from scipy.stats import rankdata
 
 from phoenix.artifacts import embed_candidates
 from phoenix.config import ArtifactConfig
+from phoenix.engine.batching import pad_axis
 from phoenix.hashing import stack_tables
 from phoenix.training import synthetic
 from phoenix.training.data import EvalSet, LogIndex
@@ -40,7 +41,6 @@ from phoenix.training.train import (
 
 RECALL_KS = (10, 20, 50, 100, 200, 500)
 NDCG_K = 20
-REPORTED_AUC_ACTIONS = ("favorite", "reply", "repost", "quote", "click", "dwell", "not_interested")
 EVAL_BATCH = 64  # requests per jitted call
 
 
@@ -107,6 +107,15 @@ def recall_at_ks(
 # ----------------------------------------------------------------------------------------
 
 
+def embed_posts(config: ArtifactConfig, params: dict, world, posts: np.ndarray) -> np.ndarray:
+    """Candidate-tower vectors [len(posts), D] of ``posts`` (world rows), embedded as
+    ``phoenix.artifacts`` embeds a corpus (the stacked tables of the trained params)."""
+    tables = artifact_tables(params)
+    stacked = stack_tables(*(tables[f"{e}_embeddings"] for e in ("user", "item", "author")))
+    post_ids, authors = world.post_ids[posts], world.author_ids[world.post_author[posts]]
+    return embed_candidates(config, params["retrieval"], stacked, post_ids, authors)
+
+
 class Evaluator:
     """Scores one ``EvalSet`` with every scorer and computes the metrics."""
 
@@ -153,13 +162,7 @@ class Evaluator:
         E = len(self.eval_set)
         for start in range(0, E, EVAL_BATCH):
             stop = min(start + EVAL_BATCH, E)
-            chunk = {k: v[start:stop] for k, v in arrays.items()}
-            pad = EVAL_BATCH - (stop - start)
-            if pad:
-                chunk = {
-                    k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
-                    for k, v in chunk.items()
-                }
+            chunk = {k: pad_axis(v[start:stop], 0, EVAL_BATCH) for k, v in arrays.items()}
             out[start:stop] = np.asarray(fn(*params, chunk))[: stop - start]
         return out
 
@@ -199,19 +202,7 @@ class Evaluator:
         return self._in_batches(out, self._user_fn, params, arrays)
 
     def corpus_vectors(self, params: dict) -> np.ndarray:
-        """Candidate-tower vectors of the corpus, as ``phoenix.artifacts`` embeds a corpus."""
-        world = self.index.world
-        tables = artifact_tables(params)
-        stacked = stack_tables(
-            tables["user_embeddings"], tables["item_embeddings"], tables["author_embeddings"]
-        )
-        return embed_candidates(
-            self.config,
-            params["retrieval"],
-            stacked,
-            world.post_ids[self.corpus],
-            world.author_ids[world.post_author[self.corpus]],
-        )
+        return embed_posts(self.config, params, self.index.world, self.corpus)
 
     def truth_probs(self) -> np.ndarray:
         """Ground-truth action probabilities [E, C, A] of the held-out impressions."""
@@ -238,9 +229,10 @@ class Evaluator:
         recall = recall_at_ks(score_rows, len(self.eval_set), self.targets, self.exclude)
         return {f"recall@{k}": v for k, v in recall.items()}
 
-    def model_metrics(self, params: dict) -> dict:
+    def model_metrics(self, params: dict, corpus: Optional[np.ndarray] = None) -> dict:
+        """Metrics of ``params``; ``corpus``: their corpus vectors when already computed."""
         users = self.user_vectors(params)
-        corpus = self.corpus_vectors(params)
+        corpus = self.corpus_vectors(params) if corpus is None else corpus
         metrics = self.retrieval_metrics(lambda rows: users[rows] @ corpus.T)
         metrics.update(self.ranking_metrics(self.ranker_probs(params)))
         return metrics
@@ -268,9 +260,15 @@ class Evaluator:
         metrics.update(self.ranking_metrics(self.truth_probs()))
         return metrics
 
-    def evaluate(self, trained: dict, initial: Optional[dict] = None) -> dict:
-        """{scorer: metrics} for the trained weights, the initial ones, popularity and truth."""
-        out = {"trained": self.model_metrics(trained)}
+    def evaluate(
+        self,
+        trained: dict,
+        initial: Optional[dict] = None,
+        trained_corpus: Optional[np.ndarray] = None,
+    ) -> dict:
+        """{scorer: metrics} for the trained weights, the initial ones, popularity and truth;
+        ``trained_corpus``: the trained corpus vectors when the caller has them already."""
+        out = {"trained": self.model_metrics(trained, trained_corpus)}
         if initial is not None:
             out["random_weights"] = self.model_metrics(initial)
         out["popularity"] = self.popularity_metrics()

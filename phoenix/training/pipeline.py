@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 import time
 from pathlib import Path
@@ -24,42 +23,25 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from phoenix import checkpoint
-from phoenix.artifacts import embed_candidates
-from phoenix.checkpoint import Corpus, ExampleSequence, write_json, write_npz
-from phoenix.hashing import stack_tables
+from phoenix.checkpoint import Corpus, ExampleSequence, read_json, write_json, write_npz
+from phoenix.serving.repository import read_config, string_parameters
 from phoenix.training import synthetic
 from phoenix.training.data import LogIndex
-from phoenix.training.evaluate import Evaluator
+from phoenix.training.evaluate import Evaluator, embed_posts
 from phoenix.training.logs import load_logs, save_logs
 from phoenix.training.presets import PRESETS, TrainPreset
 from phoenix.training.train import History, artifact_tables, init_params, train
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
-STAMP_FILE = ".train-args"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RANKER_PBTXT = REPO_ROOT / "model_repository" / "ranker" / "config.pbtxt"
-DEFAULT_SCORE_WEIGHTS = {
-    "favorite": 1.0,
-    "reply": 13.5,
-    "repost": 1.0,
-    "quote": 2.0,
-    "dwell": 0.5,
-    "vqv": 0.3,
-}
 EXAMPLE_TOP_K = 100
 
 
 def served_score_weights(pbtxt: Path = RANKER_PBTXT) -> dict[str, float]:
-    """The ranker's ``score_weights`` parameter (the served blend), or the defaults."""
-    try:
-        text = pbtxt.read_text(encoding="utf-8")
-    except OSError:
-        return dict(DEFAULT_SCORE_WEIGHTS)
-    match = re.search(r'key: "score_weights".*?string_value: "((?:[^"\\]|\\.)*)"', text)
-    if not match:
-        return dict(DEFAULT_SCORE_WEIGHTS)
-    return json.loads(match.group(1).encode().decode("unicode_escape"))
+    """The ranker's ``score_weights`` parameter: the blend the server ranks with."""
+    return json.loads(string_parameters(read_config(pbtxt))["score_weights"])
 
 
 # ----------------------------------------------------------------------------------------
@@ -67,17 +49,26 @@ def served_score_weights(pbtxt: Path = RANKER_PBTXT) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------
 
 
-def ensure_logs(preset: TrainPreset, seed: int, logs_dir: Path, log=print):
-    """Read the logs of ``logs_dir`` if they are this preset's and seed's, else generate them."""
+def ensure_logs(
+    preset: TrainPreset, seed: int, logs_dir: Path, log=print, replace_others: bool = False
+):
+    """Read the logs of ``logs_dir`` if they are this preset's and seed's, else generate them.
+    Logs of another preset or seed are replaced only with ``replace_others`` (the default
+    build/logs directory); a directory the user named is never written over."""
     meta_path = logs_dir / "meta.json"
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path, "meta.json")
         if meta.get("seed") == seed and meta.get("spec") == dataclasses.asdict(preset.world):
             started = time.perf_counter()
             world, impressions, _ = load_logs(logs_dir)
             log(f"read {len(impressions):,} impressions from {logs_dir} "
                 f"({time.perf_counter() - started:.1f} s)")  # fmt: skip
             return world, impressions
+        if not replace_others:
+            raise ValueError(
+                f"{logs_dir} holds logs of another preset or seed (seed {meta.get('seed')}); "
+                "name another --logs directory, or delete this one to generate it again"
+            )
     started = time.perf_counter()
     world, impressions = synthetic.generate_logs(preset.world, seed)
     save_logs(logs_dir, world, impressions, seed)
@@ -97,10 +88,8 @@ def build_corpus(index: LogIndex, config, params: dict) -> Corpus:
     """The held-out days' recent posts, embedded with the trained candidate tower."""
     world = index.world
     posts = index.corpus_posts()
-    tables = artifact_tables(params)
-    stacked = stack_tables(*(tables[f"{e}_embeddings"] for e in ("user", "item", "author")))
+    vectors = embed_posts(config, params, world, posts)
     authors = world.author_ids[world.post_author[posts]]
-    vectors = embed_candidates(config, params["retrieval"], stacked, world.post_ids[posts], authors)
     return Corpus(world.post_ids[posts], vectors, authors, world.post_topic[posts].astype(np.int64))
 
 
@@ -164,10 +153,6 @@ def user_truth(world, user_index: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------
 
 
-def stamp_text(preset: str, seed: int) -> str:
-    return f"preset={preset} seed={seed}\n"
-
-
 def run_pipeline(
     preset_name: str,
     out_dir: Path,
@@ -187,8 +172,10 @@ def run_pipeline(
     preset = preset or PRESETS[preset_name]
     started = time.perf_counter()
     out_dir = Path(out_dir)
-    logs_dir = Path(logs_dir) if logs_dir else Path("build/logs") / f"{preset_name}-seed{seed}"
-    world, impressions = ensure_logs(preset, seed, logs_dir, log)
+    default_dir = Path("build/logs") / f"{preset_name}-seed{seed}"
+    world, impressions = ensure_logs(
+        preset, seed, Path(logs_dir or default_dir), log, replace_others=not logs_dir
+    )
     config = preset.config(seed)
     index = LogIndex(world, impressions, config)
     log(
@@ -205,11 +192,7 @@ def run_pipeline(
         tower = settings.towers[0]
 
         def next_batches(step, settings=settings, tower=tower):
-            if tower == "ranker":
-                sessions = rng.choice(index.train_sessions, settings.ranker_batch)
-                return {"ranker": index.ranker_batch(sessions, settings.num_candidates, rng)}
-            positives = rng.choice(index.train_positives, settings.retrieval_batch)
-            return {"retrieval": index.retrieval_batch(positives)}
+            return index.train_batch(tower, settings, rng)
 
         eval_batches = held_out_batches(index, eval_set, settings, tower)
         progress = make_progress(f"train {tower}", settings.steps) if make_progress else None
@@ -258,12 +241,11 @@ def run_pipeline(
     if evaluate:
         t0 = time.perf_counter()
         evaluator = Evaluator(index, eval_set, config, summary["score_weights"])
-        summary["evaluation"] = evaluator.evaluate(params, initial)
+        summary["evaluation"] = evaluator.evaluate(params, initial, corpus.embeddings)
         timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
     summary["timings"] = timings
     write_json(out_dir.resolve() / TRAINING_FILE, _jsonable(summary))
-    (out_dir / STAMP_FILE).write_text(stamp_text(preset_name, seed))
     shutil.rmtree(final_dir, ignore_errors=True)
     out_dir.rename(final_dir)
     if results_path is not None:

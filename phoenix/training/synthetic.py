@@ -168,9 +168,6 @@ class Impressions:
     def __len__(self) -> int:
         return int(self.user.shape[0])
 
-    def take(self, index) -> Impressions:
-        return Impressions(**{k: v[index] for k, v in vars(self).items()})
-
 
 # ----------------------------------------------------------------------------------------
 # The world
@@ -324,14 +321,6 @@ def action_probabilities(
     for name, threshold in (("dwell", DWELL_THRESHOLD_S), ("dwell_time", LONG_DWELL_THRESHOLD_S)):
         probs[..., ACTION_INDEX[name]] = _normal_sf((np.log(threshold) - mu) / DWELL_SIGMA)
     return probs
-
-
-def positive_probability(probs: np.ndarray) -> np.ndarray:
-    """P(at least one of POSITIVE_ACTIONS) from [..., 19] probabilities (independent draws)."""
-    miss = np.ones(probs.shape[:-1], np.float64)
-    for name in POSITIVE_ACTIONS:
-        miss *= 1.0 - probs[..., ACTION_INDEX[name]]
-    return (1.0 - miss).astype(np.float32)
 
 
 def positive_mask(actions: np.ndarray) -> np.ndarray:

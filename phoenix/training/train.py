@@ -33,6 +33,7 @@ import optax
 from phoenix import checkpoint
 from phoenix.artifacts import random_params, stream
 from phoenix.config import ArtifactConfig
+from phoenix.engine.device_ranking import NUM_CONTINUOUS
 from phoenix.recsys_model import (
     DWELL_TIME_INDEX,
     NormConfig,
@@ -42,7 +43,6 @@ from phoenix.recsys_model import (
 )
 from phoenix.recsys_retrieval_model import INF
 
-NUM_CONTINUOUS = 8
 TABLE_INIT_STD = 0.05
 MIN_LOG_TEMPERATURE = float(np.log(0.02))
 INITIAL_LOG_TEMPERATURE = float(np.log(0.1))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -45,11 +46,11 @@ from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.serving.admin_key import admin_headers, find_admin_key
-from phoenix.serving.client import http_status, recommend_inputs
-from phoenix.serving.loadgen import Caller, LoadRun, summarize
+from phoenix.serving.client import recommend_inputs
+from phoenix.serving.loadgen import Caller, LoadRun, error_kind, summarize, wait_until
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
-from phoenix.serving.triton_server import pick_free_ports, read_log_tail
+from phoenix.serving.triton_server import http_get_status, pick_free_ports, read_log_tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -104,12 +105,10 @@ def supervisor_status(served: Served) -> dict:
 
 def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float:
     """time.monotonic() when `condition()` first holds; AssertionError after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return time.monotonic()
-        time.sleep(interval_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
+    when = wait_until(condition, timeout_s, interval_s)
+    if when is None:
+        raise AssertionError(f"condition not met within {timeout_s} s")
+    return when
 
 
 def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], set[int]]:
@@ -142,7 +141,7 @@ def start_serve(artifacts: Path, root: Path) -> tuple[subprocess.Popen, tuple[in
 
 def wait_until_served(served: Served) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S + 30
-    while http_status(served.ready_url) != 200:
+    while http_get_status(served.ready_url) != 200:
         if served.process.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"serve did not become ready:\n{read_log_tail(served.log_path, 60)}")
         time.sleep(0.5)
@@ -276,7 +275,7 @@ def test_the_generated_key_is_private_and_admin_apis_need_it(served):
     finally:
         http.close()
         grpc.close()
-    assert http_status(served.ready_url) == 200
+    assert http_get_status(served.ready_url) == 200
 
 
 # ----------------------------------------------------------------------------------------
@@ -318,7 +317,7 @@ def test_corpus_swap_under_load_fails_nothing(served):
     # The old stub exits after the new one started: the supervisor must not call that a death,
     # nor the ensemble's reload around its new step an unload.
     assert supervisor_status(served)["events"] == []
-    assert http_status(served.ready_url) == 200
+    assert http_get_status(served.ready_url) == 200
 
 
 def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serves(served):
@@ -334,7 +333,7 @@ def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serv
     summary = summarize(run.snapshot())
     assert after == before
     assert summary["failed"] == 0 and summary["ok"] > 0, summary["errors"]
-    assert http_status(served.ready_url) == 200
+    assert http_get_status(served.ready_url) == 200
 
 
 # ----------------------------------------------------------------------------------------
@@ -348,6 +347,18 @@ def ready_body(served: Served) -> tuple[int | None, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def test_readiness_probes_do_not_leak_open_files(served):
+    """A load balancer probes /ready for as long as the node lives: every probe asks Triton,
+    and the serve process (which runs the supervisor) must not open anything per probe."""
+    serve = psutil.Process(served.process.pid)
+    for _ in range(10):  # the endpoint's thread makes its Triton clients once
+        assert ready_body(served)[0] in (200, 503)
+    before = serve.num_fds()
+    for _ in range(200):
+        assert ready_body(served)[0] in (200, 503)
+    assert serve.num_fds() - before < 20, f"{before} -> {serve.num_fds()} open files"
 
 
 def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(served):
@@ -376,7 +387,7 @@ def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(
     served.admin.load_model("ranker", None, timeout=300)
     if served.admin.model_index()["recommend"][0] != "READY":
         served.admin.load_model("recommend", None, timeout=300)
-    wait_for(lambda: http_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
+    wait_for(lambda: http_get_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
 
 
 # ----------------------------------------------------------------------------------------
@@ -397,9 +408,9 @@ def kill_stub_and_recover(served: Served, model: str) -> dict:
         pid = stub_pid(served, model)
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        detected = wait_for(lambda: http_status(served.ready_url) == 503, DETECT_WAIT_S, 0.02)
+        detected = wait_for(lambda: http_get_status(served.ready_url) == 503, DETECT_WAIT_S, 0.02)
         reasons = ready_body(served)[1].get("reasons", [])
-        recovered = wait_for(lambda: http_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
+        recovered = wait_for(lambda: http_get_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
         time.sleep(AFTER_S)
     outcomes = run.snapshot()
     failures = [o for o in outcomes if not o.ok]
@@ -450,31 +461,6 @@ def test_killed_stub_is_healed_and_failures_stay_in_the_window(served, model):
 # SIGTERM: drain, finish in-flight requests, exit 0
 # ----------------------------------------------------------------------------------------
 
-# How a client sees a server going away: refused before any work (retry elsewhere is safe) ...
-REFUSED = (
-    "Connection refused",
-    "failed to connect to all addresses",
-    "Server is stopping",
-    "has no available versions",  # the models are unloading
-)
-# ... or its connection cut while a request was on it.
-CUT = (
-    "Connection reset",
-    "Socket closed",
-    "Broken pipe",
-    "connection closed",
-    "Disconnected",
-    "CANCELLED",
-)
-
-
-def error_kind(error: str) -> str:
-    """'refused', 'cut' or 'other'."""
-    for kind, markers in (("refused", REFUSED), ("cut", CUT)):
-        if any(marker.lower() in error.lower() for marker in markers):
-            return kind
-    return "other"
-
 
 def sigterm_under_load(served: Served) -> dict:
     """SIGTERM the serve command under load; the figures and the requests around it."""
@@ -484,7 +470,7 @@ def sigterm_under_load(served: Served) -> dict:
         time.sleep(WARMUP_S)
         termed = time.monotonic()
         served.process.send_signal(signal.SIGTERM)
-        unready = wait_for(lambda: http_status(served.ready_url) != 200, DETECT_WAIT_S, 0.02)
+        unready = wait_for(lambda: http_get_status(served.ready_url) != 200, DETECT_WAIT_S, 0.02)
         try:
             served.process.wait(limit_s)
         except subprocess.TimeoutExpired:

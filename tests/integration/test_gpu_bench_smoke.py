@@ -54,7 +54,7 @@ def test_engine_matches_the_original_at_every_point(cpu_run):
     assert {(r["config"], r["users"], r["candidates"]) for r in rows} == CPU_POINTS
     for r in rows:
         assert r["original_jit_cands_per_s"] > 0 and r["engine_cands_per_s"] > 0
-        assert r["engine_vs_original"] == pytest.approx(r["original_jit_s"] / r["engine_s"])
+        assert r["device_ranker_cands_per_s"] > 0  # the served path was timed too
         assert r["max_abs_prob_diff"] < 1e-4  # float32 on both sides: the same probabilities
 
 

@@ -60,10 +60,14 @@ def test_ensemble_steps_only_use_the_step_models_tensors():
     assert set(RECOMMEND.output_names) <= produced
 
 
-def test_candidate_limit_is_the_largest_ranker_bucket():
-    assert LIMITS.max_candidates == contracts.RANKER_CANDIDATE_BUCKETS[-1]
-    buckets = RANKER.parameters["candidate_buckets"].split(",")
-    assert int(buckets[-1]) == LIMITS.max_candidates
+def test_every_serving_profile_compiles_the_largest_allowed_request():
+    """The largest candidate bucket of each deployment (CPU contract, GPU profile) is the
+    request limit: a larger limit would compile new shapes while serving."""
+    from phoenix.serving.repository import GPU_SERVING
+
+    gpu = dict(GPU_SERVING["ranker"].parameters)["candidate_buckets"]
+    for buckets in (RANKER.parameters["candidate_buckets"], gpu):
+        assert int(buckets.split(",")[-1]) == LIMITS.max_candidates, buckets
 
 
 def test_batch_buckets_reach_max_batch_size():
@@ -83,16 +87,6 @@ def test_tensor_spec_names_its_dtypes_the_triton_way():
     assert spec.ndim == 3 and spec.ragged and not spec.optional
     with pytest.raises(KeyError, match="no served model"):
         contract("nope")
-
-
-def test_request_limits_of_the_services_are_the_contracts():
-    """Until services read the contract, their limits must equal it."""
-    from phoenix.serving.requests import LIMITS as SERVICE_LIMITS
-
-    assert SERVICE_LIMITS.max_history_items == LIMITS.max_history_items
-    assert SERVICE_LIMITS.max_candidates == LIMITS.max_candidates
-    assert SERVICE_LIMITS.max_top_k == LIMITS.max_top_k
-    assert SERVICE_LIMITS.max_rows == LIMITS.max_rows
 
 
 def test_engine_default_candidate_buckets_are_the_contracts():

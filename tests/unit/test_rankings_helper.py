@@ -33,3 +33,13 @@ def test_rejects_unsorted_scores_and_missing_candidates():
         assert_same_ranking_up_to_ties(IDS, SCORES[::-1], IDS, SCORES, TOL)
     with pytest.raises(AssertionError, match="same candidates"):
         assert_same_ranking_up_to_ties(IDS[:3], SCORES[:3], IDS, SCORES, TOL)
+
+
+def test_rejects_a_swap_of_candidates_further_apart_than_the_tolerance():
+    """Each served score within the tolerance of its own, yet the two expected scores are
+    1.8 tolerances apart: not a tie, so the swapped order is wrong."""
+    expected_ids = np.array([1, 2], np.int64)
+    expected = np.array([1e-3 + 1.8e-5, 1e-3])
+    served = np.array([1e-3 + 0.95e-5, 1e-3 + 0.9e-5])  # ids 2 then 1, each 0.9e-5 off
+    with pytest.raises(AssertionError, match="beyond a near-tie"):
+        assert_same_ranking_up_to_ties(expected_ids[::-1], served, expected_ids, expected, TOL)

@@ -192,3 +192,15 @@ def test_batch_buckets_parameter_or_powers_of_two():
     assert batch_buckets_of({"batch_buckets": "1,8,64"}, 64) == (1, 8, 64)
     with pytest.raises(ValueError, match="must reach max_batch_size 64"):
         batch_buckets_of({"batch_buckets": "1,8,32"}, 64)
+
+
+def test_candidate_tower_calls_are_its_largest_batch_bucket_when_configured(artifacts):
+    """The GPU profile's batch_buckets set the rows of the tower's one compiled program."""
+    from phoenix.serving.triton_adapter import build_service
+
+    default = build_service("candidate_tower", {}, artifacts, 4096)
+    gpu = build_service("candidate_tower", {"batch_buckets": "4096"}, artifacts, 4096)
+    assert default.engine.candidate_chunk == 256
+    assert gpu.engine.candidate_chunk == 4096
+    posts, authors = np.arange(1, 301, dtype=np.int64), np.arange(301, 601, dtype=np.int64)
+    np.testing.assert_allclose(gpu.embed(posts, authors), default.embed(posts, authors), atol=1e-5)

@@ -28,6 +28,7 @@ from phoenix.serving.supervisor import (
     stub_instance_of,
     with_restart_marker,
 )
+from phoenix.serving.supervisor.processes import STUB_INSTANCE_ARG
 from phoenix.serving.triton_server import redact_secrets
 
 SERVER_PID = 100
@@ -77,6 +78,9 @@ def python_config(name: str) -> dict:
 
 class FakeAdmin:
     """The Triton calls the supervisor makes, answered from dicts."""
+
+    def close_thread_clients(self) -> None:
+        pass  # no connections to close
 
     def __init__(self, processes: FakeProcesses | None = None):
         self.index = {m: ("READY", "") for m in ("retriever", "ranker", "recommend")}
@@ -164,6 +168,29 @@ def test_stub_instance_is_read_from_the_stub_command_line():
     assert stub_instance_of(["/usr/bin/python3", "-m", "x"]) is None
     assert stub_instance_of([STUB, "model.py"]) is None  # too short
     assert stub_instance_of([]) is None
+
+
+def test_list_stubs_finds_a_live_stub_child_and_drops_it_once_killed():
+    """A child whose command line is a stub's (a shell under the stub's name and argv) is
+    found with its instance; killed (a zombie until reaped) it is no stub any more."""
+    argv = stub_argv("retriever", "retriever_0_0")
+    # -c and its command take the places of the model path and the shm region, so the
+    # instance keeps its index; two commands keep the shell alive (no exec of sleep)
+    argv[1:3] = ["-c", "sleep 30; :"]
+    assert argv[STUB_INSTANCE_ARG] == "retriever_0_0"
+    child = subprocess.Popen(argv, executable="/bin/sh")
+    try:
+        deadline = time.monotonic() + 10
+        while not list_stubs(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list_stubs(os.getpid()) == [StubProcess(child.pid, "retriever_0_0")]
+        child.kill()
+        while is_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list_stubs(os.getpid()) == []
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_killed_child_is_a_zombie_and_not_alive_and_is_no_stub():

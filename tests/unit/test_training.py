@@ -151,3 +151,21 @@ def test_trained_checkpoint_round_trips_through_the_published_layout(trained):
     # the corpus holds the trained candidate tower's vectors of the held-out day's posts
     np.testing.assert_allclose(evaluator.corpus_vectors(params), corpus.embeddings, atol=1e-5)
     np.testing.assert_array_equal(world.post_ids[evaluator.corpus], corpus.post_ids)
+
+
+def test_logs_of_another_seed_in_a_named_directory_are_never_written_over(tmp_path):
+    from phoenix.training.pipeline import ensure_logs
+
+    preset = dataclasses.replace(PRESETS["tiny"], world=SMALL)
+    world, impressions = synthetic.generate_logs(SMALL, seed=1)
+    log_files.save_logs(tmp_path, world, impressions, seed=1)
+    before = {name: (tmp_path / name).read_bytes() for name in log_files.FILES}
+    with pytest.raises(ValueError, match="another preset or seed"):
+        ensure_logs(preset, 2, tmp_path, log=lambda *_: None)
+    assert {name: (tmp_path / name).read_bytes() for name in log_files.FILES} == before
+    # the same seed is read back; the default directory may be regenerated for another
+    read, _ = ensure_logs(preset, 1, tmp_path, log=lambda *_: None)
+    assert np.array_equal(read.post_ids, world.post_ids)
+    other, _ = ensure_logs(preset, 2, tmp_path, log=lambda *_: None, replace_others=True)
+    assert json.loads((tmp_path / "meta.json").read_text())["seed"] == 2
+    assert not np.array_equal(other.post_ids, world.post_ids)

@@ -147,7 +147,7 @@ class PhoenixResources:
         self.embedder = self.artifacts.embedder()
         self.root = Path(artifact_dir)
 
-    def user_features(self, users: UserRows, num_candidates: int = 0):
+    def user_features(self, users: UserRows):
         """Hash and look up the user + history part of a batch (candidates left empty)."""
         e = self.embedder
         user_hashes, user_rows = e.hash_users(users.user_ids)  # [R, nU]

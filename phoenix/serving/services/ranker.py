@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from phoenix.engine.batching import pad_axis
 from phoenix.engine.device_ranking import (
     REFERENCE_TIME,
     DeviceRanker,
@@ -41,11 +42,6 @@ from phoenix.serving.services.common import (
     stack_rows,
     stack_user_rows,
 )
-
-
-def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
-    """Zero rows appended up to ``rows``."""
-    return np.concatenate([x, np.zeros((rows - len(x),) + x.shape[1:], x.dtype)])
 
 
 def ranked_outputs(row: dict, ranked: RankedBatch, r: int) -> Outputs:
@@ -212,7 +208,7 @@ class RankerService:
         most = max(len(row["candidate_post_ids"]) for row in rows)
         users_to, width = self.ranker.padded_shape(len(rows), most)
         users = stack_user_rows(rows, c.history_seq_len, c.num_actions)
-        pad_users = lambda x: _pad_rows(x, users_to)  # noqa: E731
+        pad_users = lambda x: pad_axis(x, 0, users_to)  # noqa: E731
         dwell = users.dwell if users.dwell is not None else np.zeros(users.surfaces.shape)
 
         def candidates(key: str, dtype) -> np.ndarray:

@@ -89,12 +89,13 @@ class UserEncoderService:
 class CandidateTowerService:
     """Candidate tower: one unit vector per (post_id, author_id) row."""
 
-    def __init__(self, resources: PhoenixResources, compute_dtype=None):
+    def __init__(self, resources: PhoenixResources, compute_dtype=None, rows_per_call=256):
         self.resources = resources
         self.engine = RetrievalEngine(
             resources.config.retrieval_config(),
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
+            candidate_chunk=rows_per_call,  # one compiled program of this many rows
         )
 
     def warm_up(self) -> int:

@@ -1,7 +1,9 @@
 """The Triton calls the supervisor makes, through tritonclient's HTTP client, with the admin key.
 
-tritonclient's HTTP client is gevent-based and not shared between threads, so every thread
-(the watch loop, each /ready request) gets clients of its own.
+tritonclient's HTTP client is gevent-based and not shared between threads, so each thread
+that calls (the watch loop, the shutdown, each /ready request) gets clients of its own; a
+short-lived thread closes them when done (``close_thread_clients``), or their sockets and
+pipes would leak.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ import json
 import threading
 from collections.abc import Mapping
 
+import gevent
 import numpy as np
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from phoenix.serving.admin_key import admin_headers
+from phoenix.serving.client import infer_inputs
 
 NOT_HEALTHY = "is not healthy"
 DEFAULT_TIMEOUT_S = 5.0
@@ -38,7 +42,9 @@ def _api_error(call: str, error: Exception) -> TritonAPIError:
 class TritonAdmin:
     """Health, repository index, configs, loads, unloads, statistics and probes of one server."""
 
-    def __init__(self, http_url: str, admin_key: str | None = None, timeout: float = 5.0):
+    def __init__(
+        self, http_url: str, admin_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
+    ):
         self.url = http_url.split("://", 1)[-1].rstrip("/")
         self.headers = admin_headers(admin_key)
         self.timeout = timeout
@@ -51,6 +57,15 @@ class TritonAdmin:
                 self.url, connection_timeout=timeout, network_timeout=timeout
             )
         return clients[timeout]
+
+    def close_thread_clients(self) -> None:
+        """Close the clients this thread made and the gevent hub they started in it (an
+        endpoint thread, before it ends): the hub's pipes outlive the thread otherwise."""
+        clients = self._local.__dict__.pop("clients", {})
+        for client in clients.values():
+            client.close()
+        if clients:
+            gevent.get_hub().destroy(destroy_loop=True)
 
     def _call(self, name: str, *args, timeout: float | None = None, **kwargs):
         client = self._client(timeout or self.timeout)
@@ -79,8 +94,8 @@ class TritonAdmin:
         text = json.dumps(config) if config is not None else None
         self._call("load_model", model, headers=self.headers, config=text, timeout=timeout)
 
-    def unload_model(self, model: str, unload_dependents: bool = False) -> None:
-        self._call("unload_model", model, headers=self.headers, unload_dependents=unload_dependents)
+    def unload_model(self, model: str) -> None:
+        self._call("unload_model", model, headers=self.headers)
 
     def success_counts(self) -> dict[str, int]:
         """{model: requests answered so far} from the inference statistics."""
@@ -92,13 +107,8 @@ class TritonAdmin:
 
     def probe(self, model: str, inputs: Mapping[str, np.ndarray], timeout: float = 10.0) -> str:
         """'alive', 'dead' (stub not healthy) or 'unknown' (busy, timeout, other error)."""
-        tensors = []
-        for name, array in inputs.items():
-            tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array, binary_data=False)
-            tensors.append(tensor)
         try:
-            self._call("infer", model, tensors, timeout=timeout)
+            self._call("infer", model, infer_inputs(httpclient, inputs), timeout=timeout)
             return "alive"
         except TritonAPIError as error:
             if NOT_HEALTHY in str(error):

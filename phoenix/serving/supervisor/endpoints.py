@@ -13,7 +13,12 @@ from phoenix.serving.supervisor.state import Supervisor
 def _handler_for(supervisor: Supervisor, is_live: Callable[[], bool]):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's naming)
-            path = self.path.split("?", 1)[0].rstrip("/")
+            try:
+                self._answer(self.path.split("?", 1)[0].rstrip("/"))
+            finally:
+                supervisor.admin.close_thread_clients()
+
+        def _answer(self, path: str) -> None:
             if path == "/ready":
                 ready, reasons = supervisor.readiness()
                 self._reply(200 if ready else 503, {"ready": ready, "reasons": reasons})
@@ -44,6 +49,8 @@ class ReadinessServer:
 
     def __init__(self, supervisor: Supervisor, host: str, port: int, is_live=None):
         live = is_live or supervisor.is_running
+        # a thread per request, so a slow Triton call delays no other probe; each thread
+        # closes the Triton clients it made (left open, ~4 file descriptors leaked a probe)
         self.httpd = ThreadingHTTPServer((host, port), _handler_for(supervisor, live))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -136,19 +136,24 @@ class Supervisor:
             self.models[model].state = state
             self.models[model].detail = detail
 
-    def learn_models(self) -> None:
-        """Learn every READY model (Python-backend or ensemble) and its current config; a model
-        an operator had unloaded and that is READY again is healthy again."""
-        for model, (state, _reason) in self.admin.model_index().items():
+    def learn_models(self, index: dict | None = None) -> dict:
+        """Learn every READY model (Python-backend or ensemble) of the repository ``index``
+        (read now when not given) and its current config; a model an operator had unloaded
+        and that is READY again is healthy again. Returns the index."""
+        index = self.admin.model_index() if index is None else index
+        for model, (state, _reason) in index.items():
             if state != "READY":
                 continue
             config = self.admin.model_config(model)
             with self._lock:
                 entry = self.models.setdefault(model, ModelState())
                 entry.config = config
-                if entry.state == UNLOADED:
+                loaded_again = entry.state == UNLOADED
+                if loaded_again:
                     entry.state, entry.detail = HEALTHY, ""
-                    self.events.append({"time": self.clock(), "event": "loaded", "model": model})
+            if loaded_again:
+                self._record("loaded", model)
+        return index
 
     # -- detection -----------------------------------------------------------------------
     def _known_stub_died(self) -> bool:
@@ -187,8 +192,7 @@ class Supervisor:
     def confirm_dead(self, suspects: Iterable[str]) -> set[str]:
         """Re-read index and configs: a stub replaced by an operator's reload is not dead, nor
         is one that stopped because an operator unloads its model (not READY any more)."""
-        self.learn_models()
-        index = self.admin.model_index()
+        index = self.learn_models()
         suspects = {m for m in suspects if index.get(m, ("",))[0] == "READY"}
         if self.server_pid is None:
             return suspects & set(self.models)
@@ -211,7 +215,7 @@ class Supervisor:
         with self._lock:
             back = [m for m, e in self.models.items() if e.state == UNLOADED]
         if any(index.get(model, ("",))[0] == "READY" for model in back):
-            self.learn_models()  # an operator loaded it again
+            self.learn_models(index)  # an operator loaded it again
 
     # -- healing -------------------------------------------------------------------------
     def current_config(self, model: str) -> dict:
