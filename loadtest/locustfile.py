@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -146,6 +146,8 @@ class Prepared:
     check: Check
     chain: Optional[dict[str, np.ndarray]] = None  # retrieve only: the recommend request
     expected: int = 0  # retrieve only: how many posts the retriever must return
+    # the request encoded per protocol, built on first use (pooled requests are sent many times)
+    encoded: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def http_body(arrays: Mapping[str, np.ndarray]) -> tuple[bytes, int]:
@@ -163,8 +165,6 @@ class Workload:
         self.corpus = CorpusIds.load(artifacts, self.config)
         self.rng = np.random.default_rng(seed)
         self.pools = {name: [self.prepare(name) for _ in range(pool_size)] for name in TASK_WEIGHTS}
-        self._http_bodies: dict[int, tuple[bytes, int]] = {}
-        self._grpc_inputs: dict[int, list] = {}
 
     def user(self, **kwargs) -> dict[str, Any]:
         seq = random_sequence(self.rng, self.config, self.corpus, **kwargs)
@@ -209,22 +209,14 @@ class Workload:
         return Prepared("retriever", arrays, check)
 
     def http_body(self, prepared: Prepared) -> tuple[bytes, int]:
-        key = id(prepared)  # pooled requests are built once; retriever steps every time
-        if key in self._http_bodies:
-            return self._http_bodies[key]
-        body = http_body(prepared.arrays)
-        if prepared.model != "retriever":
-            self._http_bodies[key] = body
-        return body
+        if "http" not in prepared.encoded:
+            prepared.encoded["http"] = http_body(prepared.arrays)
+        return prepared.encoded["http"]
 
     def grpc_inputs(self, prepared: Prepared) -> list:
-        key = id(prepared)
-        if key in self._grpc_inputs:
-            return self._grpc_inputs[key]
-        inputs = infer_inputs(grpcclient, prepared.arrays)
-        if prepared.model != "retriever":
-            self._grpc_inputs[key] = inputs
-        return inputs
+        if "grpc" not in prepared.encoded:
+            prepared.encoded["grpc"] = infer_inputs(grpcclient, prepared.arrays)
+        return prepared.encoded["grpc"]
 
 
 WORKLOAD: Optional[Workload] = None

@@ -35,15 +35,22 @@ def hash_ids(ids, params: EntityHashParams, vocab_size: int) -> np.ndarray:
     """Hash ids [...] with every function of ``params``: int64 [..., num_hashes] in [0, V)."""
     if vocab_size < 2:
         raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
-    ids = _as_int64_ids(ids)[..., None]  # [..., 1]
-    scales = np.asarray(params.scales, dtype=np.int64)  # [H]
-    biases = np.asarray(params.biases, dtype=np.int64)  # [H]
     with np.errstate(over="ignore"):  # wrapping is the definition, not an accident
-        mixed = ids * scales + biases  # [..., H]
-    # np.remainder takes the divisor's sign, so a positive modulus gives a value in [0, modulus)
-    buckets = np.remainder(mixed, np.int64(params.modulus))
-    hashes = np.remainder(buckets, np.int64(vocab_size - 1)) + 1
-    return np.where(ids == 0, np.int64(0), hashes)
+        return hash_formula(
+            np, _as_int64_ids(ids), params.scales, params.biases, params.modulus, vocab_size
+        )
+
+
+def hash_formula(xp, ids, scales, biases, modulus: int, vocab_size: int):
+    """The hash of the module docstring for int64 ``ids`` [...] -> int64 [..., H], written
+    once for any array module ``xp`` with numpy's API (numpy here, jax.numpy under x64 on
+    the device)."""
+    ids = ids[..., None]  # [..., 1]
+    mixed = ids * xp.asarray(scales, xp.int64) + xp.asarray(biases, xp.int64)  # [..., H] wraps
+    # remainder takes the divisor's sign, so a positive modulus gives a value in [0, modulus)
+    buckets = xp.remainder(mixed, xp.int64(modulus))
+    hashes = xp.remainder(buckets, xp.int64(vocab_size - 1)) + 1
+    return xp.where(ids == 0, xp.int64(0), hashes)
 
 
 def table_offsets(config: ArtifactConfig) -> dict[str, int]:

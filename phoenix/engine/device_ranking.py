@@ -39,7 +39,7 @@ from phoenix.engine.batching import (
 )
 from phoenix.engine.ranking import _model_method
 from phoenix.grok import rms_normalize
-from phoenix.hashing import EntityHash
+from phoenix.hashing import EntityHash, hash_formula
 from phoenix.recsys_model import DWELL_TIME_INDEX, PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
 
 REFERENCE_TIME = 1_700_000_000  # impression time that turns post ages into timestamps
@@ -73,15 +73,12 @@ class RankedBatch(NamedTuple):
 def hash_on_device(ids: jax.Array, entity: EntityHash):
     """(hashes, table rows) int32 [..., h] of int64 ``ids`` [...]; traced under x64.
 
-    Equal to ``phoenix.hashing``: int64 multiply-add that wraps, non-negative remainders,
-    hash 0 and row 0 for padding id 0.
+    ``phoenix.hashing.hash_formula``, the host's formula, in jax.numpy; padding id 0 gets
+    hash 0 and row 0.
     """
-    scales = jnp.asarray(entity.scales, jnp.int64)  # [h]
-    biases = jnp.asarray(entity.biases, jnp.int64)  # [h]
-    mixed = ids[..., None] * scales + biases  # [..., h] wraps in int64
-    buckets = jnp.remainder(mixed, jnp.int64(entity.modulus))
-    hashes = jnp.remainder(buckets, jnp.int64(entity.vocab_size - 1)) + 1
-    hashes = jnp.where(ids[..., None] == 0, 0, hashes)
+    hashes = hash_formula(
+        jnp, ids, entity.scales, entity.biases, entity.modulus, entity.vocab_size
+    )  # [..., h]
     rows = jnp.where(hashes == 0, 0, hashes + entity.table_offset)
     return hashes.astype(jnp.int32), rows.astype(jnp.int32)
 

@@ -68,11 +68,10 @@ class LogIndex:
         self._eng_key = (eng_user << 40) + (impressions.ts[self.engaged] - world.post_created_ts[0])
         self._eng_start = np.searchsorted(eng_user, np.arange(n_users))
         self.positive = positive_mask(impressions.actions)
-        # sessions: runs of equal (user, ts) = one feed request
+        # sessions: runs of one request id = one feed request (two requests of a user in
+        # the same second stay apart)
         change = np.ones(len(impressions), bool)
-        change[1:] = (impressions.user[1:] != impressions.user[:-1]) | (
-            impressions.ts[1:] != impressions.ts[:-1]
-        )
+        change[1:] = impressions.request[1:] != impressions.request[:-1]
         self.session_start = np.flatnonzero(change)
         self.session_len = np.diff(np.append(self.session_start, len(impressions)))
         train = impressions.ts[self.session_start] < self.split_ts

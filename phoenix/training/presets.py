@@ -27,8 +27,9 @@ class TrainPreset:
 
     def phases(self, seed: int) -> list[TrainSettings]:
         """Two phases: the retrieval tower learns the shared hash tables, then the ranker
-        learns on top of them with the tables (and the retrieval tower) fixed, so the corpus
-        embedded after training matches the tables both towers are served with."""
+        learns on top of them with the tables fixed, so the corpus embedded after training
+        matches the tables both towers are served with. A phase never moves the other
+        tower's weights (``TrainSettings.trained_groups``)."""
         base = dataclasses.replace(self.settings, seed=seed)
         return [
             dataclasses.replace(base, steps=self.retrieval_steps, towers=("retrieval",)),
@@ -36,7 +37,7 @@ class TrainPreset:
                 base,
                 steps=self.ranker_steps,
                 towers=("ranker",),
-                frozen=("tables", "retrieval"),
+                frozen=("tables",),
             ),
         ]
 

@@ -64,6 +64,11 @@ class TrainSettings:
     towers: tuple[str, ...] = TOWERS
     frozen: tuple[str, ...] = ()  # parameter groups ('tables', 'ranker', 'retrieval') kept fixed
 
+    def trained_groups(self) -> tuple[str, ...]:
+        """Parameter groups this run updates: its towers and the shared tables, less
+        ``frozen``; the other tower's weights are left bit for bit as they are."""
+        return tuple(g for g in (*self.towers, "tables") if g not in self.frozen)
+
 
 # ----------------------------------------------------------------------------------------
 # Parameters
@@ -220,10 +225,11 @@ def make_optimizer(settings: TrainSettings) -> optax.GradientTransformation:
         optax.clip_by_global_norm(1.0),
         optax.adamw(schedule, weight_decay=settings.weight_decay),
     )
-    if not settings.frozen:
-        return adam
-    labels = lambda params: {k: "frozen" if k in settings.frozen else "train" for k in params}  # noqa: E731
-    return optax.multi_transform({"train": adam, "frozen": optax.set_to_zero()}, labels)
+    trained = set(settings.trained_groups())
+    # AdamW's decoupled decay moves parameters that get no gradient, so every group outside
+    # this phase is kept exactly as it is (and needs no optimiser state)
+    labels = lambda params: {k: "train" if k in trained else "fixed" for k in params}  # noqa: E731
+    return optax.multi_transform({"train": adam, "fixed": optax.set_to_zero()}, labels)
 
 
 def make_train_step(config: ArtifactConfig, optimizer, towers: Iterable[str] = TOWERS):

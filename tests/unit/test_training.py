@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import numpy as np
+import optax
 import pytest
 
 from phoenix.checkpoint import (
@@ -21,6 +22,7 @@ from phoenix.training import synthetic
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator, auc, ndcg_at_k
 from phoenix.training.presets import PRESETS
+from phoenix.training.train import TrainSettings, make_optimizer
 from tests.training_helpers import SEED, trained_tiny
 
 SMALL = dataclasses.replace(PRESETS["tiny"].world, num_users=400, num_posts=1_500)
@@ -96,6 +98,41 @@ def test_histories_use_the_served_layout():
     assert (hist[len(expected) :] == -1).all()  # right-padded
 
 
+def test_a_request_is_one_session_even_when_two_share_a_second():
+    world, imp = synthetic.generate_logs(SMALL, seed=2)
+    # give a user's second request the time of the first: (user, time) no longer tells them apart
+    first = int(np.flatnonzero(imp.request[1:] != imp.request[:-1])[0]) + 1  # a request's 1st row
+    user, ts = imp.user[first], imp.ts[first]
+    nxt = first + int(np.argmax(imp.request[first:] != imp.request[first]))
+    assert imp.user[nxt] == user, "pick a user with two requests"
+    rows = imp.request == imp.request[nxt]
+    collided = dataclasses.replace(imp, ts=np.where(rows, ts, imp.ts))
+    log_files.check_order(collided)  # still a valid log
+    index = LogIndex(world, collided, PRESETS["tiny"].config(0))
+    assert len(index.session_start) == len(np.unique(imp.request))
+    starts = set(index.session_start.tolist())
+    assert first in starts and nxt in starts
+
+
+def test_logs_out_of_order_are_refused_with_the_reason():
+    _, imp = synthetic.generate_logs(SMALL, seed=2)
+    log_files.check_order(imp)
+    swapped = np.arange(len(imp))
+    swapped[[10, 500]] = swapped[[500, 10]]
+    shuffled = dataclasses.replace(imp, **{f: getattr(imp, f)[swapped] for f in ("user", "ts")})
+    with pytest.raises(log_files.LogError, match="sorted by user_id, then impression_ts"):
+        log_files.check_order(shuffled)
+    one_request = dataclasses.replace(imp, request=np.zeros_like(imp.request))
+    with pytest.raises(log_files.LogError, match="more than one user_id or impression_ts"):
+        log_files.check_order(one_request)
+    # two requests of one user at one time, their rows interleaved
+    first4 = {f.name: getattr(imp, f.name)[:4] for f in dataclasses.fields(imp)}
+    first4.update(user=np.zeros(4, np.int32), ts=np.full(4, 5), request=np.array([1, 2, 1, 2]))
+    interleaved = synthetic.Impressions(**first4)
+    with pytest.raises(log_files.LogError, match="next to each other"):
+        log_files.check_order(interleaved)
+
+
 def test_metrics():
     assert auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
     scores = np.array([[3.0, 2.0, 1.0]])
@@ -120,6 +157,28 @@ def test_training_lowers_the_loss_and_beats_random_weights(trained):
     for action in ("favorite", "reply", "repost"):
         assert trained_["auc"][action] > random_["auc"][action] + 0.04, action
     assert ev["ground_truth"]["recall@50"] > trained_["recall@50"]
+
+
+def test_a_phase_moves_only_its_own_groups():
+    """AdamW's decay would shrink weights without a gradient; a phase keeps them exact."""
+    params = {g: {"w": np.full(4, 0.5, np.float32)} for g in ("ranker", "retrieval", "tables")}
+    grads = {g: {"w": np.zeros(4, np.float32)} for g in params}
+    grads["retrieval"]["w"][:] = 1.0
+    for towers, frozen, moved in (
+        (("retrieval",), (), {"retrieval", "tables"}),
+        (("ranker",), ("tables",), {"ranker"}),
+    ):
+        settings = TrainSettings(steps=10, warmup_steps=1, weight_decay=0.1, towers=towers)
+        settings = dataclasses.replace(settings, frozen=frozen)
+        assert set(settings.trained_groups()) == moved
+        optimizer = make_optimizer(settings)
+        state, current = optimizer.init(params), params
+        for _ in range(3):
+            updates, state = optimizer.update(grads, state, current)
+            current = optax.apply_updates(current, updates)
+        for group in params:
+            same = np.array_equal(current[group]["w"], params[group]["w"])
+            assert same == (group not in moved), (towers, group, current[group]["w"])
 
 
 def test_trained_checkpoint_round_trips_through_the_published_layout(trained):
