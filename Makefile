@@ -183,27 +183,28 @@ TRAIN_SEED ?= 0
 TRAINED ?= artifacts/trained-$(TRAIN_PRESET)
 DEMO_SEED ?= 0
 TRAIN_RESULTS := bench/results/training-$(TRAIN_PRESET)
-DEMO_STAMP := $(STAMPS)/train-$(subst /,_,$(DEMO_ARTIFACTS)).args
-TRAIN_STAMP := $(STAMPS)/train-$(subst /,_,$(TRAINED)).args
 
 .PHONY: train bench-training FORCE
 FORCE:
+# $(call write_stamp,TEXT): rewrite the target stamp only when TEXT differs from its content
+write_stamp = @mkdir -p $(@D); echo "$(1)" | cmp -s - $@ || echo "$(1)" > $@
 
-$(DEMO_STAMP): FORCE
-	@mkdir -p $(@D)
-	@echo "preset=demo seed=$(DEMO_SEED)" | cmp -s - $@ || echo "preset=demo seed=$(DEMO_SEED)" > $@
+# $(call trained_rules,DIR,PRESET,SEED,EXTRA ARGS): DIR/config.json, trained by the pipeline
+define trained_rules
+$(STAMPS)/train-$(subst /,_,$(1)).args: FORCE
+	$$(call write_stamp,preset=$(2) seed=$(3))
 
-$(DEMO_ARTIFACTS)/config.json: $(DEMO_STAMP) | $(BACKEND_STAMP)
-	$(PY) -m phoenix.training pipeline --preset demo --seed $(DEMO_SEED) --out $(DEMO_ARTIFACTS)
+$(1)/config.json: $(STAMPS)/train-$(subst /,_,$(1)).args | $(BACKEND_STAMP)
+	$(PY) -m phoenix.training pipeline --preset $(2) --seed $(3) --out $(1) $(4)
+endef
 
-$(TRAIN_STAMP): FORCE
-	@mkdir -p $(@D)
-	@echo "preset=$(TRAIN_PRESET) seed=$(TRAIN_SEED)" | cmp -s - $@ || \
-		echo "preset=$(TRAIN_PRESET) seed=$(TRAIN_SEED)" > $@
-
-$(TRAINED)/config.json: $(TRAIN_STAMP) | $(BACKEND_STAMP)
-	$(PY) -m phoenix.training pipeline --preset $(TRAIN_PRESET) --seed $(TRAIN_SEED) \
-		--out $(TRAINED) --results $(TRAIN_RESULTS).json --plot $(TRAIN_RESULTS).png
+# `make train TRAIN_PRESET=demo` trains the demo's directory with the train rule (figures
+# under bench/results); otherwise each directory has its own
+ifneq ($(abspath $(TRAINED)),$(abspath $(DEMO_ARTIFACTS)))
+$(eval $(call trained_rules,$(DEMO_ARTIFACTS),demo,$(DEMO_SEED)))
+endif
+$(eval $(call trained_rules,$(TRAINED),$(TRAIN_PRESET),$(TRAIN_SEED),\
+	--results $(TRAIN_RESULTS).json --plot $(TRAIN_RESULTS).png))
 
 train: setup $(TRAINED)/config.json  ## train both towers on synthetic logs (TRAIN_PRESET=mini|demo|tiny; GPU if JAX has one)
 	$(PY) -m phoenix.training report $(TRAINED)/training.json

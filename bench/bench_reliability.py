@@ -28,7 +28,8 @@ from collections import Counter
 from pathlib import Path
 
 from phoenix.serving.loadgen import error_kind, wait_until
-from phoenix.serving.triton_server import http_get_status, pick_free_ports
+from phoenix.serving.serve import ServePorts
+from phoenix.serving.triton_server import http_get_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
@@ -53,19 +54,14 @@ def failure_kinds(failures_csv: Path) -> Counter:
 
 
 def start_serve(args, work: Path) -> tuple[subprocess.Popen, dict[str, str]]:
-    http, grpc, metrics, ready = pick_free_ports(4)
-    command = [
-        sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(args.artifacts),
-        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-        "--supervisor-port", str(ready), "--drain-seconds", str(DRAIN_S), "--quiet",
-        "--build-dir", str(work / "build"),
-    ]  # fmt: skip
+    ports = ServePorts.free()
+    command = ports.command(args.artifacts, work / "build", DRAIN_S)
     out = (work / "serve.out").open("wb")
     process = subprocess.Popen(
         command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
     )
-    urls = {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}",
-            "ready": f"http://127.0.0.1:{ready}/ready"}  # fmt: skip
+    urls = {"http": f"127.0.0.1:{ports.http}", "grpc": f"127.0.0.1:{ports.grpc}",
+            "ready": f"http://127.0.0.1:{ports.ready}/ready"}  # fmt: skip
     return process, urls
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from phoenix.command_line import command_parser
 from phoenix.serving.admin_key import (
@@ -33,6 +33,7 @@ from phoenix.serving.triton_server import (
     TritonServerError,
     client_host,
     flags_to_args,
+    pick_free_ports,
 )
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
@@ -57,6 +58,28 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0 = any free port)")
     return value
+
+
+class ServePorts(NamedTuple):
+    """The four ports of one serve command (loopback)."""
+
+    http: int
+    grpc: int
+    metrics: int
+    ready: int
+
+    @classmethod
+    def free(cls) -> ServePorts:
+        return cls(*pick_free_ports(4))
+
+    def command(self, artifacts: Path, build_dir: Path, drain_seconds: float) -> list[str]:
+        """The quiet serve command line on these ports, as tests and benchmarks start it."""
+        return [
+            sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
+            "--http-port", str(self.http), "--grpc-port", str(self.grpc),
+            "--metrics-port", str(self.metrics), "--supervisor-port", str(self.ready),
+            "--drain-seconds", str(drain_seconds), "--build-dir", str(build_dir), "--quiet",
+        ]  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

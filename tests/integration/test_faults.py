@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -48,9 +47,9 @@ from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
 from phoenix.serving.loadgen import Caller, LoadRun, error_kind, summarize, wait_until
-from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
+from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S, ServePorts
 from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
-from phoenix.serving.triton_server import http_get_status, pick_free_ports, read_log_tail
+from phoenix.serving.triton_server import http_get_status, read_log_tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -123,20 +122,16 @@ def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], s
 
 def start_serve(artifacts: Path, root: Path) -> tuple[subprocess.Popen, tuple[int, int, int]]:
     """The serve command on free ports; returns it and its (HTTP, gRPC, /ready) ports."""
-    http, grpc, metrics, ready = pick_free_ports(4)
-    command = [
-        sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
-        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-        "--supervisor-port", str(ready), "--drain-seconds", str(DRAIN_S), "--quiet",
-        "--build-dir", str(root / "build"), "--ready-timeout", str(READY_TIMEOUT_S),
-    ]  # fmt: skip
+    ports = ServePorts.free()
+    command = ports.command(artifacts, root / "build", DRAIN_S)
+    command += ["--ready-timeout", str(READY_TIMEOUT_S)]
     env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
     with (root / "serve.out").open("wb") as out:
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-    return process, (http, grpc, ready)
+    return process, (ports.http, ports.grpc, ports.ready)
 
 
 def wait_until_served(served: Served) -> None:
