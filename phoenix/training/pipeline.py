@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import jax
 import numpy as np
 
 from phoenix import checkpoint
@@ -170,6 +171,9 @@ def run_pipeline(
     ``phoenix.training.train.train`` (the CLI passes tqdm bars).
     """
     preset = preset or PRESETS[preset_name]
+    warning = preset.cpu_warning(jax.default_backend())
+    if warning:
+        log(warning)
     started = time.perf_counter()
     out_dir = Path(out_dir)
     default_dir = Path("build/logs") / f"{preset_name}-seed{seed}"

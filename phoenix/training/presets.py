@@ -24,6 +24,16 @@ class TrainPreset:
     eval_users: int = 2000
     eval_candidates: int = 64  # held-out impressions per evaluation request
     eval_every: int = 100
+    for_accelerators: bool = False  # hours per phase on a few CPU cores
+
+    def cpu_warning(self, backend: str) -> str | None:
+        """What to tell a user who trains an accelerator-sized preset on a CPU."""
+        if not self.for_accelerators or backend != "cpu":
+            return None
+        return (
+            "warning: this preset is sized for a GPU and JAX sees none: on a few CPU cores it "
+            "takes hours (the progress bars show the estimate); --preset demo trains in minutes"
+        )
 
     def phases(self, seed: int) -> list[TrainSettings]:
         """Two phases: the retrieval tower learns the shared hash tables, then the ranker
@@ -91,5 +101,6 @@ PRESETS = {
         ranker_steps=8000,
         eval_users=5000,
         eval_every=500,
+        for_accelerators=True,
     ),
 }

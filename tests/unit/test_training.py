@@ -228,3 +228,9 @@ def test_logs_of_another_seed_in_a_named_directory_are_never_written_over(tmp_pa
     other, _ = ensure_logs(preset, 2, tmp_path, log=lambda *_: None, replace_others=True)
     assert json.loads((tmp_path / "meta.json").read_text())["seed"] == 2
     assert not np.array_equal(other.post_ids, world.post_ids)
+
+
+def test_only_accelerator_presets_warn_on_a_cpu():
+    assert "sized for a GPU" in PRESETS["mini"].cpu_warning("cpu")
+    assert PRESETS["mini"].cpu_warning("gpu") is None
+    assert PRESETS["demo"].cpu_warning("cpu") is None and PRESETS["tiny"].cpu_warning("cpu") is None
