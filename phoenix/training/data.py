@@ -62,7 +62,8 @@ class LogIndex:
         self.hashes = EntityHashes.of(world, config)
         self.split_ts = world.spec.split_ts
         n_users = world.user_ids.shape[0]
-        # engaged impressions (any action) make up histories; sorted by (user, time)
+        # engaged impressions (any action) make up histories; rows are in training order
+        # (logs.in_training_order): by user, then time
         self.engaged = np.flatnonzero(impressions.actions.any(axis=1))
         eng_user = impressions.user[self.engaged].astype(np.int64)
         self._eng_key = (eng_user << 40) + (impressions.ts[self.engaged] - world.post_created_ts[0])

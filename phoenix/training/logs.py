@@ -3,9 +3,8 @@
 A log directory holds uncompressed ``.npz`` files (``np.load(..., allow_pickle=False)`` reads
 them) and one JSON file. Ids are raw int64 ids as the servers take them; times are Unix seconds.
 
-``impressions.npz`` (one row per impression, sorted by user and time, the rows of one request
-next to each other with its user and time; the columns a real log of the original's features
-has)
+``impressions.npz`` (one row per impression, in any order: the reader groups them by user, time
+and request; the columns a real log of the original's features has)
     user_id          int64 [N]
     post_id          int64 [N]
     author_id        int64 [N]      the post's author
@@ -245,30 +244,35 @@ def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str
         surface=imp["product_surface"].astype(np.int8),
         **_fields(imp, IMPRESSION_COLUMNS),
     )
-    check_order(impressions)
-    return world, impressions, info
+    return world, in_training_order(impressions), info
 
 
-def check_order(imp: Impressions) -> None:
-    """The order training relies on: rows sorted by (user, time), each request one run of
-    rows with one user and one time. Raises ``LogError`` naming what is out of order."""
-    key = (imp.user.astype(np.int64) << 32) + (imp.ts - (imp.ts.min() if len(imp) else 0))
-    unsorted = np.flatnonzero(np.diff(key) < 0)
-    if unsorted.size:
-        raise LogError(
-            f"impressions.npz: rows must be sorted by user_id, then impression_ts; row "
-            f"{unsorted[0] + 1} sorts before row {unsorted[0]}"
-        )
-    same = imp.request[1:] == imp.request[:-1]
-    split = same & ((imp.user[1:] != imp.user[:-1]) | (imp.ts[1:] != imp.ts[:-1]))
+def in_training_order(imp: Impressions) -> Impressions:
+    """The rows in the order training relies on: grouped by user (in the order of
+    ground_truth.npz's rows), then by time, then by request, so each request is one run of
+    rows. Logs already in that order (as the generator writes them) are returned as they are.
+    Raises ``LogError`` for a request_id whose rows name more than one user or time."""
+    by_request = np.argsort(imp.request, kind="stable")
+    same = imp.request[by_request][1:] == imp.request[by_request][:-1]
+    user, ts = imp.user[by_request], imp.ts[by_request]
+    split = same & ((user[1:] != user[:-1]) | (ts[1:] != ts[:-1]))
     if split.any():
         raise LogError(
-            f"impressions.npz: request_id {imp.request[1:][split][0]} has rows of more than "
-            "one user_id or impression_ts (a request is one user at one time)"
+            f"impressions.npz: request_id {imp.request[by_request][1:][split][0]} has rows of "
+            "more than one user_id or impression_ts (a request is one user at one time)"
         )
-    runs = 1 + int(np.count_nonzero(~same)) if len(imp) else 0
-    if runs != len(np.unique(imp.request)):
-        raise LogError(
-            "impressions.npz: the rows of a request_id must be next to each other "
-            "(sort by user_id, impression_ts, request_id)"
-        )
+    if _ordered(imp.user, imp.ts, imp.request):
+        return imp
+    order = np.lexsort((imp.request, imp.ts, imp.user))
+    return Impressions(**{f.name: getattr(imp, f.name)[order] for f in dataclasses.fields(imp)})
+
+
+def _ordered(*keys: np.ndarray) -> bool:
+    """Whether rows are in lexicographic order of ``keys`` (most significant first)."""
+    ahead = np.zeros(max(len(keys[0]) - 1, 0), bool)  # decided: this row sorts after the last
+    for key in keys:
+        step = np.diff(key)
+        if ((step < 0) & ~ahead).any():
+            return False
+        ahead |= step > 0
+    return True

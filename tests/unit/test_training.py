@@ -107,30 +107,45 @@ def test_a_request_is_one_session_even_when_two_share_a_second():
     assert imp.user[nxt] == user, "pick a user with two requests"
     rows = imp.request == imp.request[nxt]
     collided = dataclasses.replace(imp, ts=np.where(rows, ts, imp.ts))
-    log_files.check_order(collided)  # still a valid log
+    assert log_files.in_training_order(collided) is collided  # a valid log, already in order
     index = LogIndex(world, collided, PRESETS["tiny"].config(0))
     assert len(index.session_start) == len(np.unique(imp.request))
     starts = set(index.session_start.tolist())
     assert first in starts and nxt in starts
 
 
-def test_logs_out_of_order_are_refused_with_the_reason():
+def test_logs_in_any_row_order_are_read_in_training_order():
     _, imp = synthetic.generate_logs(SMALL, seed=2)
-    log_files.check_order(imp)
-    swapped = np.arange(len(imp))
-    swapped[[10, 500]] = swapped[[500, 10]]
-    shuffled = dataclasses.replace(imp, **{f: getattr(imp, f)[swapped] for f in ("user", "ts")})
-    with pytest.raises(log_files.LogError, match="sorted by user_id, then impression_ts"):
-        log_files.check_order(shuffled)
-    one_request = dataclasses.replace(imp, request=np.zeros_like(imp.request))
-    with pytest.raises(log_files.LogError, match="more than one user_id or impression_ts"):
-        log_files.check_order(one_request)
-    # two requests of one user at one time, their rows interleaved
+    assert log_files.in_training_order(imp) is imp  # the generator writes that order
+    shuffle = np.random.default_rng(0).permutation(len(imp))
+    shuffled = synthetic.Impressions(
+        **{f.name: getattr(imp, f.name)[shuffle] for f in dataclasses.fields(imp)}
+    )
+    ordered = log_files.in_training_order(shuffled)
+    for name in ("user", "ts", "request"):  # the same runs; a request's rows in file order
+        assert np.array_equal(getattr(ordered, name), getattr(imp, name)), name
+    same_rows = [np.lexsort((x.dwell_seconds, x.post, x.request)) for x in (ordered, imp)]
+    for field in dataclasses.fields(imp):
+        mine, theirs = getattr(ordered, field.name), getattr(imp, field.name)
+        assert np.array_equal(mine[same_rows[0]], theirs[same_rows[1]]), field.name
+    # two requests of one user at one time, their rows interleaved: each becomes one run
     first4 = {f.name: getattr(imp, f.name)[:4] for f in dataclasses.fields(imp)}
     first4.update(user=np.zeros(4, np.int32), ts=np.full(4, 5), request=np.array([1, 2, 1, 2]))
-    interleaved = synthetic.Impressions(**first4)
-    with pytest.raises(log_files.LogError, match="next to each other"):
-        log_files.check_order(interleaved)
+    ordered = log_files.in_training_order(synthetic.Impressions(**first4))
+    assert ordered.request.tolist() == [1, 1, 2, 2]
+
+
+def test_a_request_of_two_users_or_times_is_refused_with_its_id():
+    _, imp = synthetic.generate_logs(SMALL, seed=2)
+    request = imp.request.copy()
+    request[imp.user != imp.user[0]] = 77  # every other user's rows in one request
+    with pytest.raises(log_files.LogError, match="request_id 77 has rows of more than one"):
+        log_files.in_training_order(dataclasses.replace(imp, request=request))
+    one_user = imp.user == imp.user[0]
+    request = np.where(one_user, 5, imp.request)  # one user's requests of different times
+    assert len(np.unique(imp.ts[one_user])) > 1
+    with pytest.raises(log_files.LogError, match="request_id 5 has rows"):
+        log_files.in_training_order(dataclasses.replace(imp, request=request))
 
 
 def test_metrics():
