@@ -84,10 +84,8 @@ def one_run(args, index: int) -> dict:
     serve, urls = start_serve(args, work)
     locust = None
     try:
-        if (
-            wait_until(lambda: http_get_status(urls["ready"]) == 200, args.ready_timeout, 0.5)
-            is None
-        ):
+        ready = wait_until(lambda: http_get_status(urls["ready"]) == 200, args.ready_timeout, 0.5)
+        if ready is None:
             return {"run": index, "error": "serve did not get ready", "exit_code": serve.poll()}
         locust = start_locust(args, urls, work / "locust")
         time.sleep(args.load_seconds)

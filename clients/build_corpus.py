@@ -63,7 +63,7 @@ class InputFileError(ValueError):
 
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(
-        __spec__.name,
+        __file__,
         __doc__,
         artifacts_help="the server's artifact directory: the corpus is written there, and "
         "--check reads its weights (default: %(default)s)",

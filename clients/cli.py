@@ -59,15 +59,15 @@ def wrap_paragraphs(text: str, width: int = 79) -> str:
 
 
 def build_parser(
-    module: str, doc: str, artifacts_help: str = ARTIFACTS_HELP
+    client_file: str, doc: str, artifacts_help: str = ARTIFACTS_HELP
 ) -> argparse.ArgumentParser:
-    """A parser with the server arguments every client takes, its help from the client's
-    module docstring ``doc`` (an ``Examples:`` section, if any, printed last)."""
+    """A parser with the server arguments every client takes, for the client module at
+    ``client_file`` (its ``__file__``: a script run by path has no module name), its help
+    from the module docstring ``doc`` (an ``Examples:`` section, if any, printed last)."""
     about, _, examples = doc.partition("\nExamples:\n")
     epilog = f"Examples:\n{examples.rstrip()}\n\n" if examples else ""
-    parser = command_parser(
-        f"python -m {module}", wrap_paragraphs(about.strip()), epilog + EXIT_CODES_HELP
-    )
+    prog = f"python -m clients.{Path(client_file).stem}"
+    parser = command_parser(prog, wrap_paragraphs(about.strip()), epilog + EXIT_CODES_HELP)
     parser.add_argument(
         "--url",
         help="server address host:port (default: 127.0.0.1:8000 for http, :8001 for grpc)",

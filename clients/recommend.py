@@ -25,7 +25,7 @@ RANKED_IDS = ("ranked_post_ids",)
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(__spec__.name, __doc__)
+    parser = cli.build_parser(__file__, __doc__)
     cli.add_user_args(parser)
     parser.add_argument(
         "--top-k",

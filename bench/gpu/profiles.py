@@ -129,7 +129,6 @@ def machine_info() -> dict:
 
 def step_parser(module: str, doc: str):
     """The argument parser every step shares: --profile and --out (add a step's own options)."""
-
     parser = command_parser(f"python -m {module}", doc)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="gpu")
     parser.add_argument("--out", type=Path, required=True, help="JSON written here")

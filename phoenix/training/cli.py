@@ -126,6 +126,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _print_report(summary)
         return 0
 
+    from phoenix.training.logs import LogError
     from phoenix.training.pipeline import run_pipeline
 
     started = time.perf_counter()
@@ -139,7 +140,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             evaluate=not args.no_eval,
             make_progress=None if args.quiet else TqdmProgress,
         )
-    except ValueError as error:  # logs of another preset, a broken log file (LogError)
+    except LogError as error:  # logs of another preset or seed, a broken log file
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.plot:

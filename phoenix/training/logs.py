@@ -116,7 +116,8 @@ TABLES = {
 
 
 class LogError(ValueError):
-    """A log directory is missing a file or a column, or a column has the wrong type."""
+    """A log directory is missing a file or a column, a column has the wrong type, rows
+    disagree (a request of two users), or the logs are another preset's or seed's."""
 
 
 def table_arrays(
@@ -253,13 +254,13 @@ def in_training_order(imp: Impressions) -> Impressions:
     rows. Logs already in that order (as the generator writes them) are returned as they are.
     Raises ``LogError`` for a request_id whose rows name more than one user or time."""
     by_request = np.argsort(imp.request, kind="stable")
-    same = imp.request[by_request][1:] == imp.request[by_request][:-1]
-    user, ts = imp.user[by_request], imp.ts[by_request]
+    request, user, ts = imp.request[by_request], imp.user[by_request], imp.ts[by_request]
+    same = request[1:] == request[:-1]
     split = same & ((user[1:] != user[:-1]) | (ts[1:] != ts[:-1]))
     if split.any():
         raise LogError(
-            f"impressions.npz: request_id {imp.request[by_request][1:][split][0]} has rows of "
-            "more than one user_id or impression_ts (a request is one user at one time)"
+            f"impressions.npz: request_id {request[1:][split][0]} has rows of more than one "
+            "user_id or impression_ts (a request is one user at one time)"
         )
     if _ordered(imp.user, imp.ts, imp.request):
         return imp

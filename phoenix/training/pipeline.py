@@ -29,7 +29,7 @@ from phoenix.serving.repository import read_config, string_parameters
 from phoenix.training import synthetic
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator, embed_posts
-from phoenix.training.logs import load_logs, save_logs
+from phoenix.training.logs import LogError, load_logs, save_logs
 from phoenix.training.presets import PRESETS, TrainPreset
 from phoenix.training.train import History, artifact_tables, init_params, train
 
@@ -66,7 +66,7 @@ def ensure_logs(
                 f"({time.perf_counter() - started:.1f} s)")  # fmt: skip
             return world, impressions
         if not replace_others:
-            raise ValueError(
+            raise LogError(
                 f"{logs_dir} holds logs of another preset or seed (seed {meta.get('seed')}); "
                 "name another --logs directory, or delete this one to generate it again"
             )

@@ -45,7 +45,7 @@ def in_process_recommend(resources, seq, score_weights, top_k):
     return plain_ranking(resources, score_weights, candidates)
 
 
-def test_trained_artifacts_serve_the_in_process_scores(trained_server, capsys):
+def test_trained_artifacts_serve_the_in_process_scores(trained_server):
     server, artifacts = trained_server
     resources = services.PhoenixResources(artifacts)
     client = connect(server.grpc_url, "grpc")

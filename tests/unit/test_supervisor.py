@@ -79,9 +79,6 @@ def python_config(name: str) -> dict:
 class FakeAdmin:
     """The Triton calls the supervisor makes, answered from dicts."""
 
-    def close_thread_clients(self) -> None:
-        pass  # no connections to close
-
     def __init__(self, processes: FakeProcesses | None = None):
         self.index = {m: ("READY", "") for m in ("retriever", "ranker", "recommend")}
         self.configs = {name: python_config(name) for name in ("retriever", "ranker")}
@@ -100,6 +97,9 @@ class FakeAdmin:
         self.on_load = None
         self.processes = processes
         self.next_pid = 500
+
+    def close_thread_clients(self) -> None:
+        pass  # no connections to close
 
     def is_ready(self) -> bool:
         return self.ready
