@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from phoenix.serving import services
+from phoenix.serving import contracts, services
 
 WEIGHTS = '{"favorite": 1.0, "reply": 13.5, "repost": 1.0, "quote": 2.0, "dwell": 0.5, "vqv": 0.3}'
 POINTS = [(1, 64), (8, 64), (1, 512), (8, 512), (1, 1024)]
@@ -49,7 +49,12 @@ def users_per_second(service, requests, min_seconds: float = 3.0) -> float:
 
 def main(artifact_dir: str) -> None:
     resources = services.PhoenixResources(artifact_dir)
-    service = services.RankerService(resources, WEIGHTS, batch_buckets=(1, 2, 4, 8))
+    service = services.RankerService(
+        resources,
+        WEIGHTS,
+        candidate_buckets=contracts.RANKER_CANDIDATE_BUCKETS,
+        batch_buckets=(1, 2, 4, 8),
+    )
     service.warm_up()
     rng = np.random.default_rng(0)
     result = {}

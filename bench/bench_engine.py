@@ -25,6 +25,7 @@ from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
+from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
 
 RESULTS = Path(__file__).parent / "results"
 ORIGINAL_CHUNK = 64
@@ -156,7 +157,9 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
     runner.initialize()
     runner.params = random_params(runner.params)
     jitted_rank = jax.jit(runner.rank_candidates)
-    engine = RankingEngine(config, runner.params, batch_buckets=(1,))
+    engine = RankingEngine(
+        config, runner.params, batch_buckets=(1,), candidate_buckets=RANKER_CANDIDATE_BUCKETS
+    )
     engine.warm_up()
     device = random_device_ranker(config, runner.params, tuple(counts))
 

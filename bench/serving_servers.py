@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phoenix.serving.repository import derive_repository
+from phoenix.serving.configs import write_repository
+from phoenix.serving.profiles import profile
 from phoenix.serving.triton_server import TritonServer, flags_to_args
 
 
@@ -25,10 +26,9 @@ def repository_for(batching: str, args) -> Path:
         return args.model_repository.resolve()
     device = "" if args.device == "cpu" else f"-{args.device}"
     dest = args.build_dir / f"model_repository{device}{'-nobatch' if batching == 'off' else ''}"
-    derive_repository(  # ensembles as they are
-        args.model_repository, dest, device=args.device, dynamic_batching=batching == "on"
+    return write_repository(
+        dest, profile(args.device), dynamic_batching=batching == "on", source=args.model_repository
     )
-    return dest
 
 
 def start_servers(args) -> dict[str, TritonServer]:

@@ -1,20 +1,51 @@
-"""References from the plain Haiku models (not the engine the servers use), computed from the
-features the services build, for the tests that compare a real server against them."""
+"""References from the plain Haiku models (not the engine the servers use), for the tests that
+compare a served or in-process answer against them. The host-side hashing and lookups that
+build the plain models' ``RecsysBatch`` live here: serving hashes on the device instead."""
 
 from __future__ import annotations
 
 import haiku as hk
 import numpy as np
 
+from phoenix.engine.device_ranking import REFERENCE_TIME
+from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving import services
 from phoenix.serving.client import ranker_inputs, user_inputs
+from phoenix.serving.requests import RankRequest, UserRequest, parse
+
+
+def ranker_features(resources, request: RankRequest) -> tuple[RecsysBatch, RecsysEmbeddings]:
+    """The plain model's batch for one ranker request (hashed and looked up on the host)."""
+    history = services.stack_histories([request], resources.config.history_seq_len, request.rows)
+    hashes, embeddings = resources.user_features(history)
+    (post_h, author_h), (post_e, author_e) = resources.candidate_features(
+        request.candidate_post_ids, request.candidate_author_ids
+    )
+    surfaces = request.candidate_product_surface
+    impr = created = None
+    if request.candidate_post_age_seconds is not None:  # ages as timestamps, as served
+        impr = np.full(request.candidate_post_ids.shape, REFERENCE_TIME, np.int64)
+        created = impr - np.floor(request.candidate_post_age_seconds).astype(np.int64)
+    batch = RecsysBatch(
+        **hashes,
+        candidate_post_hashes=post_h,
+        candidate_author_hashes=author_h,
+        candidate_product_surface=np.zeros(post_h.shape[:2], np.int32)
+        if surfaces is None
+        else surfaces,
+        candidate_impr_ts=impr,
+        candidate_post_creation_ts=created,
+    )
+    emb = RecsysEmbeddings(
+        **embeddings, candidate_post_embeddings=post_e, candidate_author_embeddings=author_e
+    )
+    return batch, emb
 
 
 def plain_ranking(resources, score_weights, seq):
     """Ranked ids, blended scores and probabilities from the plain PhoenixModel."""
-    svc = unvalidated(services.RankerService, resources)
-    rows = svc.parse(ranker_inputs(seq))
-    batch, emb = svc.features(rows)
+    request = parse(RankRequest, ranker_inputs(seq), resources.config)
+    batch, emb = ranker_features(resources, request)
     config = resources.config.ranker_config()
     model = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
     logits = np.asarray(model.apply(resources.artifacts.ranker_params, batch, emb).logits)[0]
@@ -25,17 +56,11 @@ def plain_ranking(resources, score_weights, seq):
     return np.asarray(seq["candidate_post_ids"], np.int64)[order], blended[order], probs[order]
 
 
-def unvalidated(service_class, resources):
-    """A service object for its parsing/feature code only (no engine, no compilation)."""
-    svc = service_class.__new__(service_class)
-    svc.resources, svc.config = resources, resources.config
-    return svc
-
-
 def plain_user_embedding(resources, seq):
     """The user tower's L2-normalised vector [D] from the plain retrieval model."""
-    svc = unvalidated(services.UserEncoderService, resources)
-    batch, emb = svc.features(svc.parse(user_inputs(seq)))
+    request = parse(UserRequest, user_inputs(seq), resources.config)
+    history = services.stack_histories([request], resources.config.history_seq_len, 1)
+    batch, emb = services.user_tower_inputs(resources, history)
     config = resources.config.retrieval_config()
     apply = hk.without_apply_rng(
         hk.transform(lambda b, e: config.make().build_user_representation(b, e)[0])

@@ -58,11 +58,18 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
 
     from bench.flops import flops_per_candidate, flops_per_context
     from phoenix.engine import RankingEngine, example_inputs
+    from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
 
     config = model_config(kwargs, candidates, dtype)
     runner = original_runner(config)
     jitted = jax.jit(runner.rank_candidates)
-    engine = RankingEngine(config, params, compute_dtype=dtype, batch_buckets=(users,))
+    engine = RankingEngine(
+        config,
+        params,
+        compute_dtype=dtype,
+        batch_buckets=(users,),
+        candidate_buckets=RANKER_CANDIDATE_BUCKETS,
+    )
     batch, emb = example_inputs(config, users, candidates, seed=users * 7 + candidates)
     # What the ranker serves: raw ids in, ranked order out (hashing, lookups, blend and sort
     # included, which the original's scores leave out).

@@ -21,10 +21,12 @@ READY_TIMEOUT_S = 900
 
 
 def derived_repository(device: str, build_dir: Path) -> Path:
-    from phoenix.serving.repository import derive_repository
+    """The repository generated for the device's deployment profile (as `serve --device`
+    serves it: the GPU profile's configs)."""
+    from phoenix.serving.configs import write_repository
+    from phoenix.serving.profiles import profile
 
-    source = profiles.REPO_ROOT / "model_repository"
-    return derive_repository(source, build_dir / f"model_repository-{device}", device=device)
+    return write_repository(build_dir / f"model_repository-{device}", profile(device))
 
 
 def seconds_to_ready(

@@ -10,7 +10,6 @@
 
 from phoenix.engine.batching import (
     DEFAULT_BATCH_BUCKETS,
-    DEFAULT_CANDIDATE_BUCKETS,
     DEFAULT_TOP_K_BUCKETS,
     bucket_for,
 )
@@ -19,7 +18,6 @@ from phoenix.engine.retrieval import RetrievalEngine
 
 __all__ = [
     "DEFAULT_BATCH_BUCKETS",
-    "DEFAULT_CANDIDATE_BUCKETS",
     "DEFAULT_TOP_K_BUCKETS",
     "RankingEngine",
     "RankingScores",

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16)
-DEFAULT_CANDIDATE_BUCKETS = (16, 64, 256, 512, 1024)
 DEFAULT_TOP_K_BUCKETS = (64, 256, 1024, 2048)
 
 

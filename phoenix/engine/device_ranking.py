@@ -32,7 +32,6 @@ import numpy as np
 
 from phoenix.engine import kernels
 from phoenix.engine.batching import (
-    DEFAULT_CANDIDATE_BUCKETS,
     bucket_for,
     default_compute_dtype,
     default_max_rows_per_call,
@@ -47,18 +46,19 @@ NUM_CONTINUOUS = 8  # width of history_continuous_actions
 
 
 class RankRequestBatch(NamedTuple):
-    """Raw inputs of B users, stacked and padded by the host (ids 0 = padding)."""
+    """Raw inputs of B users, stacked and padded by the host (ids 0 = padding); the fields
+    are named as the ranker's contract names its inputs."""
 
-    user_ids: np.ndarray  # [B] int64
+    user_id: np.ndarray  # [B] int64
     history_post_ids: np.ndarray  # [B, S] int64, newest S items, right-padded
     history_author_ids: np.ndarray  # [B, S] int64
     history_actions: np.ndarray  # [B, S, A] float32
-    history_surfaces: np.ndarray  # [B, S] int32
-    history_dwell: np.ndarray  # [B, S] float32 seconds (0 when not sent)
+    history_product_surface: np.ndarray  # [B, S] int32
+    history_dwell_seconds: np.ndarray  # [B, S] float32 (0 when not sent)
     candidate_post_ids: np.ndarray  # [B, C] int64
     candidate_author_ids: np.ndarray  # [B, C] int64
-    candidate_surfaces: np.ndarray  # [B, C] int32
-    candidate_age_seconds: np.ndarray  # [B, C] float32
+    candidate_product_surface: np.ndarray  # [B, C] int32
+    candidate_post_age_seconds: np.ndarray  # [B, C] float32
     candidate_has_age: np.ndarray  # [B, C] bool: False = unknown age
 
 
@@ -96,7 +96,7 @@ class DeviceRanker:
         *,
         compute_dtype=None,
         batch_buckets: Sequence[int] = (1, 2, 4, 8),
-        candidate_buckets: Sequence[int] = DEFAULT_CANDIDATE_BUCKETS,
+        candidate_buckets: Sequence[int],
         max_rows_per_call: Optional[int] = None,
     ):
         self.dtype = compute_dtype or default_compute_dtype()
@@ -134,7 +134,7 @@ class DeviceRanker:
         table = weights["table"]
         lookup = lambda rows: jnp.take(table, rows, axis=0)  # noqa: E731  [..., h, D]
         user_hashes, user_rows = (x[:, 0] for x in hashed["user"])  # [B, nU]
-        dwell = inputs.history_dwell  # [B, S]
+        dwell = inputs.history_dwell_seconds  # [B, S]
         continuous = jnp.zeros(dwell.shape + (NUM_CONTINUOUS,), jnp.float32)
         continuous = continuous.at[:, :, DWELL_TIME_INDEX].set(dwell)  # [B, S, N]
         context = RecsysBatch(
@@ -142,7 +142,7 @@ class DeviceRanker:
             history_post_hashes=hashed["history_post"][0],
             history_author_hashes=hashed["history_author"][0],
             history_actions=inputs.history_actions,
-            history_product_surface=inputs.history_surfaces,
+            history_product_surface=inputs.history_product_surface,
             candidate_post_hashes=None,
             candidate_author_hashes=None,
             candidate_product_surface=None,
@@ -174,10 +174,10 @@ class DeviceRanker:
         self, hashed, inputs: RankRequestBatch, lookup
     ) -> kernels.CandidateInputs:
         has_age = inputs.candidate_has_age  # [B, C]
-        age = jnp.floor(inputs.candidate_age_seconds).astype(jnp.int32)
+        age = jnp.floor(inputs.candidate_post_age_seconds).astype(jnp.int32)
         return kernels.CandidateInputs(
             valid=hashed["candidate_post"][0][:, :, 0] != 0,  # [B, C]
-            product_surface=inputs.candidate_surfaces,
+            product_surface=inputs.candidate_product_surface,
             impr_ts=jnp.where(has_age, REFERENCE_TIME, 0).astype(jnp.int32),
             creation_ts=jnp.where(has_age, REFERENCE_TIME - age, 0).astype(jnp.int32),
             post_embeddings=lookup(hashed["candidate_post"][1]),  # [B, C, nI, D]
@@ -245,14 +245,14 @@ class DeviceRanker:
         """Rank every user's candidates; ``batch`` must already be padded to a bucket shape."""
         with jax.enable_x64(True):
             hashed = self._hash(
-                batch.user_ids,
+                batch.user_id,
                 batch.history_post_ids,
                 batch.history_author_ids,
                 batch.candidate_post_ids,
                 batch.candidate_author_ids,
             )
         floats = batch._replace(
-            user_ids=None,
+            user_id=None,
             history_post_ids=None,
             history_author_ids=None,
             candidate_post_ids=None,
@@ -276,15 +276,15 @@ def empty_request_batch(users: int, candidates: int, config: PhoenixModelConfig)
     S, A = config.history_seq_len, config.num_actions
     zeros = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
     return RankRequestBatch(
-        user_ids=zeros((users,), np.int64),
+        user_id=zeros((users,), np.int64),
         history_post_ids=zeros((users, S), np.int64),
         history_author_ids=zeros((users, S), np.int64),
         history_actions=zeros((users, S, A), np.float32),
-        history_surfaces=zeros((users, S), np.int32),
-        history_dwell=zeros((users, S), np.float32),
+        history_product_surface=zeros((users, S), np.int32),
+        history_dwell_seconds=zeros((users, S), np.float32),
         candidate_post_ids=zeros((users, candidates), np.int64),
         candidate_author_ids=zeros((users, candidates), np.int64),
-        candidate_surfaces=zeros((users, candidates), np.int32),
-        candidate_age_seconds=zeros((users, candidates), np.float32),
+        candidate_product_surface=zeros((users, candidates), np.int32),
+        candidate_post_age_seconds=zeros((users, candidates), np.float32),
         candidate_has_age=zeros((users, candidates), bool),
     )

@@ -29,7 +29,6 @@ import numpy as np
 
 from phoenix.engine.batching import (
     DEFAULT_BATCH_BUCKETS,
-    DEFAULT_CANDIDATE_BUCKETS,
     batch_slices,
     bucket_for,
     default_compute_dtype,
@@ -73,7 +72,7 @@ class RankingEngine:
         *,
         compute_dtype=None,
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
-        candidate_buckets: Sequence[int] = DEFAULT_CANDIDATE_BUCKETS,
+        candidate_buckets: Sequence[int],
         max_rows_per_call: Optional[int] = None,
     ):
         self.dtype = compute_dtype or default_compute_dtype()

@@ -1,4 +1,4 @@
-"""Serving Phoenix on Triton: server process control, derived model repositories, CLI.
+"""Serving Phoenix on Triton: server process control, generated model configs, CLI.
 
 Names are imported lazily so `python -m phoenix.serving.<module>` and model.py files inside
 Triton's stubs only load what they use.
@@ -9,7 +9,7 @@ from importlib import import_module
 _EXPORTS = {
     "TritonServer": "phoenix.serving.triton_server",
     "TritonServerError": "phoenix.serving.triton_server",
-    "derive_repository": "phoenix.serving.repository",
+    "write_repository": "phoenix.serving.configs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,10 +1,11 @@
 """The contract of every served model, written once: inputs, outputs, batch sizes, limits.
 
-Each ``model_repository/<model>/config.pbtxt`` must say the same thing as its contract here;
-``tests/unit/test_contracts.py`` fails when they disagree. Everything else reads the contract:
-the client helpers build their request tensors from it, the load test and the benchmarks take
-model names, batch sizes and the recommend chain from it, and the services can check requests
-against it.
+Every ``model_repository/<model>/config.pbtxt`` is generated from its contract here and a
+deployment profile (``profiles``) by ``configs`` (``make configs``); a test fails when a
+committed config differs from the generated one. Everything else reads the contract too: the
+client helpers build their request tensors from it, the load test and the benchmarks take
+model names, batch sizes and the recommend chain from it, and the services name their typed
+request fields after its inputs.
 
 Per input (``TensorSpec``):
 
@@ -29,6 +30,7 @@ the model stubs can all read it cheaply.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
@@ -87,7 +89,8 @@ class ModelContract:
     backend: Optional[str] = "python"
     platform: Optional[str] = None  # "ensemble" for ensembles (then no backend)
     steps: tuple[EnsembleStep, ...] = ()  # ensembles only, in order
-    parameters: Mapping[str, str] = field(default_factory=dict)  # fixed config parameters
+    # Config parameters the model reads at start-up, with their defaults (profiles add more).
+    parameters: Mapping[str, str] = field(default_factory=dict)
 
     def input(self, name: str) -> TensorSpec:
         return _by_name(self.inputs, name, f"{self.name} input")
@@ -158,6 +161,16 @@ def _spec(name, dtype, dims, optional=False, ragged=False) -> TensorSpec:
 # Candidate counts the ranker compiles for; the largest is the per-user maximum.
 RANKER_CANDIDATE_BUCKETS = (16, 64, 256, 512, 1024)
 
+# The ranker's default blend of action probabilities, by the artifact's action names.
+RANKER_SCORE_WEIGHTS = {
+    "favorite": 1.0,
+    "reply": 13.5,
+    "repost": 1.0,
+    "quote": 2.0,
+    "dwell": 0.5,
+    "vqv": 0.3,
+}
+
 LIMITS = Limits(
     max_history_items=4096,
     max_candidates=RANKER_CANDIDATE_BUCKETS[-1],
@@ -220,6 +233,8 @@ RETRIEVER = ModelContract(
         _spec("retrieval_scores", np.float32, [-1]),
     ),
     max_batch_size=8,
+    # File inside the artifact directory; a load request with another value swaps the corpus.
+    parameters={"corpus_file": "corpus.npz"},
 )
 
 RANKER = ModelContract(
@@ -236,7 +251,7 @@ RANKER = ModelContract(
     ),
     outputs=(*RANKED_OUTPUTS, _spec("ranked_retrieval_scores", np.float32, [-1])),
     max_batch_size=8,
-    parameters={"candidate_buckets": ",".join(map(str, RANKER_CANDIDATE_BUCKETS))},
+    parameters={"score_weights": json.dumps(RANKER_SCORE_WEIGHTS)},
 )
 
 

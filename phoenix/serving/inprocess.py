@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from phoenix.serving.contracts import RECOMMEND
 from phoenix.serving.ensemble import run_ensemble
-from phoenix.serving.triton_adapter import model_parameters
 
 Arrays = dict[str, np.ndarray]
 SERVICE_MODELS = tuple(step.model for step in RECOMMEND.steps)  # ("user_encoder", ...)
@@ -28,6 +27,12 @@ def server_model_config(client, protocol: str, model: str) -> dict[str, Any]:
     if protocol == "grpc":
         return client.get_model_config(model, as_json=True)["config"]
     return client.get_model_config(model)
+
+
+def model_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
+    """``parameters`` of a model config (JSON form) as a plain {key: string} dict."""
+    params = model_config.get("parameters") or {}
+    return {key: value.get("string_value", "") for key, value in params.items()}
 
 
 def server_parameters(client, protocol: str, model: str) -> dict[str, str]:
@@ -42,13 +47,15 @@ class InProcessModels:
         self,
         artifacts: Path,
         params: Mapping[str, Mapping[str, str]],
-        max_batch: Optional[Mapping[str, int]] = None,
+        max_batch: Mapping[str, int],
+        batched: bool = False,
     ):
         # The server's CPU instances run JAX on the CPU in float32; so must the reference.
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         self.artifacts = Path(artifacts).resolve()
         self.params = {model: dict(values) for model, values in params.items()}
-        self.max_batch = dict(max_batch or {})  # default 1: compile single-request shapes
+        self.max_batch = dict(max_batch)  # the server's max_batch_size per model
+        self.batched = batched  # False: compile single-request shapes only (a quicker start)
         self._services: dict[str, Any] = {}
 
     @classmethod
@@ -60,22 +67,24 @@ class InProcessModels:
         models: Iterable[str] = SERVICE_MODELS,
         batched: bool = False,
     ) -> InProcessModels:
-        """Services with the server's parameters (and with ``batched``, its max_batch_size)."""
+        """Services with the server's parameters and batch sizes; without ``batched`` they
+        compile (and run) one request at a time."""
         configs = {model: server_model_config(client, protocol, model) for model in models}
         params = {model: model_parameters(config) for model, config in configs.items()}
-        max_batch = None
-        if batched:
-            max_batch = {m: int(c.get("max_batch_size", 1) or 1) for m, c in configs.items()}
-        return cls(artifacts, params, max_batch)
+        max_batch = {m: int(c.get("max_batch_size") or 1) for m, c in configs.items()}
+        return cls(artifacts, params, max_batch, batched)
 
     def service(self, model: str):
-        from phoenix.serving.triton_adapter import build_service, enable_compilation_cache
+        from phoenix.serving.services import ServiceSettings, build_service
+        from phoenix.serving.triton_adapter import enable_compilation_cache
 
         if model not in self._services:
             enable_compilation_cache()
-            self._services[model] = build_service(
-                model, self.params[model], self.artifacts, self.max_batch.get(model, 1)
-            )
+            params, max_batch = self.params[model], self.max_batch[model]
+            if not self.batched and "batch_buckets" in params:
+                params, max_batch = {**params, "batch_buckets": "1"}, 1
+            settings = ServiceSettings(model, self.artifacts, max_batch, params)
+            self._services[model] = build_service(settings)
         return self._services[model]
 
     def run_many(self, model: str, requests: Sequence[Mapping[str, np.ndarray]]) -> list[Arrays]:

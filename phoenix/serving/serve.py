@@ -1,8 +1,12 @@
 """Run the Phoenix models on Triton: `python -m phoenix.serving.serve --help`.
 
-Foreground mode runs until Ctrl-C (or SIGTERM), then drains and stops cleanly
-(`phoenix/serving/shutdown.py`). `--demo` starts the server, runs one end-to-end recommendation
-and stops. Triton's admin APIs always need the admin key (`phoenix/serving/admin_key.py`).
+Foreground mode runs until Ctrl-C (or SIGTERM), then drains and stops cleanly (`shutdown.py`).
+`--demo` starts the server, runs one end-to-end recommendation (`clients/demo.py`) and stops.
+Triton's admin APIs always need the admin key (`admin_key.py`).
+
+Nothing outlives the command: tritonserver and its stubs die with it, even when it is killed
+with SIGKILL (`triton_server.py`), and it stops as on SIGTERM when the process that started it
+dies (`make serve` when make is killed), unless it was detached on purpose (`stop_with_parent`).
 """
 
 from __future__ import annotations
@@ -10,28 +14,27 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import NamedTuple
 
 from phoenix.command_line import command_parser
-from phoenix.serving.admin_key import (
-    ADMIN_HEADER,
-    ADMIN_KEY_ENV,
-    AdminKeyError,
-    server_admin_key,
-)
-from phoenix.serving.repository import PbtxtError, derive_repository
+from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
+from phoenix.serving.configs import ConfigError, write_repository
+from phoenix.serving.profiles import profile
 from phoenix.serving.shutdown import Shutdown, wait_in_short_naps
-from phoenix.serving.supervisor import ReadinessServer, Supervisor
+from phoenix.serving.supervisor.endpoints import ReadinessServer
+from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import (
     TritonServer,
     TritonServerError,
     client_host,
+    die_with_parent,
     flags_to_args,
     pick_free_ports,
 )
@@ -43,7 +46,6 @@ DEFAULT_BUILD_DIR = Path("build/serve")
 # keep-alive connections, which clients never close on their own.
 EXIT_TIMEOUT_S = 3
 DEFAULT_STOP_TIMEOUT_S = 30.0
-DEFAULT_SUPERVISOR_PORT = 8003
 # APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
 # need the admin key; inference, health, metadata, config and statistics stay open.
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
@@ -93,130 +95,47 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m phoenix.serving.serve --demo\n"
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
-    parser.add_argument(
-        "--artifacts",
-        type=Path,
-        default=DEFAULT_ARTIFACTS,
-        help="artifact directory with config.json and weights, passed to the models as "
-        "PHOENIX_ARTIFACT_DIR (default: %(default)s; `make artifacts` creates it)",
-    )
-    parser.add_argument(
-        "--device",
-        choices=("cpu", "gpu"),
-        default="cpu",
-        help="cpu: serve model_repository as is; gpu: serve a copy whose instance groups are "
-        "KIND_GPU (needs jax[cuda12]==0.6.2) (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
-    )
+    add = parser.add_argument
+    artifacts = "artifact directory (config.json, weights) for the models (default: %(default)s;"
+    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=f"{artifacts} make artifacts)")
+    device = "the device the models run on; gpu needs `make setup DEVICE=gpu` (%(default)s)"
+    add("--device", choices=("cpu", "gpu"), default="cpu", help=device)
+    add("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     for name, default, what in (
         ("--http-port", 8000, "HTTP/REST (KServe v2)"),
         ("--grpc-port", 8001, "gRPC (KServe v2)"),
         ("--metrics-port", 8002, "Prometheus metrics"),
+        ("--supervisor-port", 8003, "the supervisor's /ready (probe it), /live and /status"),
     ):
-        parser.add_argument(
-            name,
-            type=port,
-            default=default,
-            metavar="PORT",
-            help=f"{what} port; 0 picks a free one (default: %(default)s)",
-        )
-    parser.add_argument(
-        "--model-repository",
-        type=Path,
-        default=DEFAULT_MODEL_REPOSITORY,
-        help="source model repository (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-dynamic-batching",
-        action="store_true",
-        help="serve a copy without dynamic_batching blocks (one request per execution)",
-    )
-    parser.add_argument(
-        "--max-queue-delay-us",
-        type=int,
-        metavar="US",
-        help="serve a copy with this max_queue_delay_microseconds in every dynamic_batching",
-    )
-    parser.add_argument(
-        "--build-dir",
-        type=Path,
-        default=DEFAULT_BUILD_DIR,
-        help="where derived repositories and server logs go (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--ready-timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="seconds to wait for all models to load (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--quiet", action="store_true", help="do not echo the server log to the terminal"
-    )
-    parser.add_argument(
-        "--demo",
-        action="store_true",
-        help="start, wait until ready, run one end-to-end recommendation, stop",
-    )
-    add_reliability_arguments(parser)
+        add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
+    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help="(%(default)s)")
+    add("--no-dynamic-batching", action="store_true", help="one request per execution")
+    add("--max-queue-delay-us", type=int, metavar="US", help="the batchers' queue delay")
+    logs = "where generated repositories, server logs and the admin key go (%(default)s)"
+    add("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help=logs)
+    ready = "seconds to wait for all models to load (%(default)s)"
+    add("--ready-timeout", type=float, default=600.0, metavar="S", help=ready)
+    add("--quiet", action="store_true", help="do not echo the server log to the terminal")
+    demo = "start, wait until ready, run one end-to-end recommendation, stop"
+    add("--demo", action="store_true", help=demo)
+    alone = "no supervisor: no stub healing, no /ready, model control mode 'none'"
+    add("--no-supervisor", action="store_true", help=alone)
+    drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
+    add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
+    stop = "seconds in-flight requests get to finish while the models unload (%(default)s)"
+    add("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="S", help=stop)
+    key = f"environment variable with the admin key (header '{ADMIN_HEADER}'); unset: a random "
+    key += "key kept in BUILD_DIR/admin-key, mode 0600 (%(default)s)"
+    add("--admin-key-env", default=ADMIN_KEY_ENV, metavar="NAME", help=key)
     return parser
-
-
-def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
-    """Supervisor, drain and admin-key options (see docs/reliability.md and SECURITY.md)."""
-    parser.add_argument(
-        "--supervisor-port",
-        type=port,
-        default=DEFAULT_SUPERVISOR_PORT,
-        metavar="PORT",
-        help="port of the supervisor's /ready, /live and /status; load balancers should probe "
-        "/ready; 0 picks a free one (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--no-supervisor",
-        action="store_true",
-        help="do not run the supervisor (no stub healing, no /ready; model control mode stays "
-        "'none')",
-    )
-    parser.add_argument(
-        "--drain-seconds",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="on SIGTERM/Ctrl-C, answer 503 on /ready for S seconds before stopping Triton, so "
-        "load balancers stop sending first (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--stop-timeout",
-        type=float,
-        default=DEFAULT_STOP_TIMEOUT_S,
-        metavar="S",
-        help="after the drain, seconds that in-flight requests get to finish while the models "
-        "unload; a stop that takes longer exits 1 and says why (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--admin-key-env",
-        default=ADMIN_KEY_ENV,
-        metavar="NAME",
-        help="environment variable with the admin key that Triton's model-repository, "
-        f"shared-memory, trace and logging APIs need (header '{ADMIN_HEADER}: <key>'); unset: "
-        "a random key kept in BUILD_DIR/admin-key (mode 0600) (default: %(default)s)",
-    )
 
 
 def validate_artifacts(artifacts: Path) -> Path:
     """Absolute artifact directory, or ServeError saying how to create it."""
-    if not artifacts.is_dir():
-        raise ServeError(
-            f"artifact directory {artifacts} does not exist. Create demo artifacts with "
-            f"`make artifacts` or `python -m phoenix.artifacts --preset mini --out {artifacts}`."
-        )
     if not (artifacts / "config.json").is_file():
         raise ServeError(
-            f"{artifacts} has no config.json: it is not a Phoenix artifact directory "
-            "(see `python -m phoenix.artifacts --help`)."
+            f"{artifacts} is no Phoenix artifact directory (no config.json). Create demo "
+            f"artifacts with `python -m phoenix.artifacts --preset mini --out {artifacts}`."
         )
     return artifacts.resolve()
 
@@ -236,10 +155,10 @@ def admin_key_for(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, 
 
 
 def check_port_free(host: str, port_: int, option: str) -> None:
-    """Fail before starting Triton when a port we must bind is taken (0 = any: always free)."""
-    if port_ == 0:
-        return
+    """Fail before starting Triton when a port we must bind is taken (0 = any: always free).
+    SO_REUSEADDR as the /ready server sets it: closed connections in TIME_WAIT do not count."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port_))
         except OSError as error:
@@ -249,11 +168,15 @@ def check_port_free(host: str, port_: int, option: str) -> None:
             ) from None
 
 
-def server_flags(supervised: bool, admin_key: str) -> dict[str, object]:
-    """tritonserver options: exit timeout, explicit model control for the supervisor's
-    reloads and the clean stop's unloads, and the admin-key restriction of the APIs that
-    change the server (on every bind, loopback too)."""
+def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
+    """tritonserver options: exit timeout, the device profile's configs (a model without one
+    keeps config.pbtxt), explicit model control for the supervisor's reloads and the clean
+    stop's unloads, and the admin-key restriction of the APIs that change the server (on every
+    bind, loopback too)."""
     flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
+    config_name = profile(device).config_name
+    if config_name:
+        flags["model_config_name"] = config_name
     if supervised:
         flags.update(model_control_mode="explicit", load_model="*")
     restriction = f"{RESTRICTED_APIS}:{ADMIN_HEADER}={admin_key}"
@@ -261,22 +184,22 @@ def server_flags(supervised: bool, admin_key: str) -> dict[str, object]:
     return flags
 
 
-def needs_derived_repository(args: argparse.Namespace) -> bool:
-    return args.device == "gpu" or args.no_dynamic_batching or args.max_queue_delay_us is not None
-
-
 def prepare_repository(args: argparse.Namespace) -> Path:
-    """The repository to serve: the source itself, or a derived copy under --build-dir."""
+    """The repository to serve: the committed one (whose GPU configs Triton picks with
+    --model-config-name), or for a benchmark variant (no dynamic batching, another queue
+    delay) one generated under --build-dir from the device's profile."""
     source = validate_model_repository(args.model_repository)
-    if not needs_derived_repository(args):
+    if not args.no_dynamic_batching and args.max_queue_delay_us is None:
         return source
+    deployment = profile(args.device)
+    if args.max_queue_delay_us is not None:
+        deployment = deployment.with_queue_delay(args.max_queue_delay_us)
     suffix = args.device + ("-nobatch" if args.no_dynamic_batching else "")
-    return derive_repository(
-        source,
+    return write_repository(
         args.build_dir / f"model_repository-{suffix}",
-        device=args.device,
+        deployment,
         dynamic_batching=not args.no_dynamic_batching,
-        max_queue_delay_us=args.max_queue_delay_us,
+        source=source,
     )
 
 
@@ -291,10 +214,18 @@ def warn_if_no_gpu_jax(device: str) -> None:
         )
 
 
+def stop_with_parent() -> None:
+    """Stop as on SIGTERM (drain, unload, exit) when the process that started us dies, even by
+    SIGKILL: `make serve` must not leave a server behind when make is killed. Not when started
+    detached on purpose: under nohup (SIGHUP ignored) or setsid (a session of its own)."""
+    detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN or os.getsid(0) == os.getpid()
+    if not detached:
+        die_with_parent(signal.SIGTERM, os.getppid())
+
+
 def make_server(
-    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str
+    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str, supervised: bool
 ) -> TritonServer:
-    supervised = not (getattr(args, "no_supervisor", True) or getattr(args, "demo", False))
     return TritonServer(
         repository,
         artifacts_dir=artifacts,
@@ -302,43 +233,28 @@ def make_server(
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
-        extra_args=flags_to_args(server_flags(supervised, admin_key)),
+        extra_args=flags_to_args(server_flags(supervised, admin_key, args.device)),
         # One log per run: several people may serve from the same checkout at once.
         log_path=args.build_dir / f"tritonserver-{os.getpid()}.log",
         ready_timeout=args.ready_timeout,
     )
 
 
-def follow_log(path: Path, stop: threading.Event, out: TextIO) -> None:
-    """Copy lines appended to `path` onto `out` until `stop` is set (then drain the rest)."""
-    while not path.exists() and not stop.is_set():
-        time.sleep(0.1)
-    if not path.exists():
-        return
+def echo_log(path: Path, stop: threading.Event) -> None:
+    """Copy the lines appended to `path` onto stdout until `stop` is set (then the rest)."""
     with path.open("r", errors="replace") as log:
         while True:
             line = log.readline()
             if line:
-                out.write(line)
-                out.flush()
+                sys.stdout.write(line)
+                sys.stdout.flush()
             elif stop.is_set():
                 return
             else:
                 time.sleep(0.1)
 
 
-def start_log_echo(server: TritonServer) -> tuple[threading.Thread, threading.Event]:
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=follow_log, args=(server.log_path, stop, sys.stdout), daemon=True
-    )
-    thread.start()
-    return thread, stop
-
-
-def describe(
-    server: TritonServer, ready_url: str | None = None, key_file: Path | None = None
-) -> str:
+def describe(server: TritonServer, ready_url: str | None, key_file: Path | None) -> str:
     key = f"in {key_file} (mode 0600)" if key_file else "from $" + ADMIN_KEY_ENV
     text = (
         f"Triton is ready after {server.ready_after_s:.1f} s\n"
@@ -353,68 +269,43 @@ def describe(
     return text
 
 
-def start_supervisor(
-    server: TritonServer, port_: int, admin_key: str
-) -> tuple[Supervisor, ReadinessServer]:
-    """The supervisor over a ready server, and its /ready endpoint on the server's host."""
-    supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
-    endpoint = ReadinessServer(supervisor, server.host, port_).start()
-    return supervisor, endpoint
-
-
 def serve_foreground(
-    server: TritonServer,
-    echo_log: bool,
-    admin_key: str,
-    supervisor_port: int | None = None,
-    drain_seconds: float = 0.0,
-    key_file: Path | None = None,
-    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    server: TritonServer, args: argparse.Namespace, admin_key: str, key_file: Path | None
 ) -> int:
-    """Run until the server exits (on its own or after a signal, see shutdown.py); with a
-    `supervisor_port`, the supervisor heals dead stubs and serves /ready meanwhile."""
-    echo = start_log_echo(server) if echo_log else None
+    """Run until the server exits (on its own or after a signal, see shutdown.py); unless
+    --no-supervisor, the supervisor heals dead stubs and serves /ready meanwhile."""
+    stop_echo = threading.Event()
+    echo = threading.Thread(target=echo_log, args=(server.log_path, stop_echo), daemon=True)
+    if not args.quiet:
+        echo.start()
     supervisor = endpoint = None
     try:
         server.wait_ready()
         ready_url = None
-        if supervisor_port is not None:
-            supervisor, endpoint = start_supervisor(server, supervisor_port, admin_key)
+        if not args.no_supervisor:
+            supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
+            endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
             ready_url = f"http://{client_host(server.host)}:{endpoint.port}/ready"
-        print(describe(server, ready_url, key_file), flush=True)
-        print("Ctrl-C stops the server.", flush=True)
-        # Unloading before the stop needs explicit model control, which the supervisor brings.
-        admin = supervisor.admin if supervisor is not None else None
-        shutdown = Shutdown(server, admin, supervisor, drain_seconds, stop_timeout_s)
+        print(describe(server, ready_url, key_file), "\nCtrl-C stops the server.", flush=True)
+        shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
         return shutdown.exit_code(wait_in_short_naps(server.wait))
     finally:
+        if endpoint is not None:
+            endpoint.stop()
         if supervisor is not None:
             supervisor.stop()
-            endpoint.stop()
         server.stop()
-        if echo:
-            thread, stop = echo
-            stop.set()
-            thread.join(timeout=2)
-
-
-def load_demo():
-    """`phoenix.serving.demo.run_demo`, imported only for --demo (it pulls in model code)."""
-    try:
-        from phoenix.serving.demo import run_demo
-    except ModuleNotFoundError as error:
-        if error.name not in ("phoenix.serving.demo", "phoenix.serving"):
-            raise
-        raise ServeError("--demo needs phoenix/serving/demo.py, which is missing") from error
-    return run_demo
+        stop_echo.set()
+        if echo.is_alive():
+            echo.join(timeout=2)
 
 
 def run_demo_once(server: TritonServer, artifacts: Path, run_demo) -> int:
     """Wait until ready, run one end-to-end recommendation, stop the server."""
     try:
         server.wait_ready()
-        print(describe(server), flush=True)
+        print(describe(server, None, None), flush=True)
         run_demo(server.http_url, artifacts)
     finally:
         server.stop()
@@ -423,29 +314,24 @@ def run_demo_once(server: TritonServer, artifacts: Path, run_demo) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop_with_parent()
     try:
         artifacts = validate_artifacts(args.artifacts)
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
-        run_demo = load_demo() if args.demo else None
+        if args.demo:
+            from clients.demo import run_demo  # model code: loaded only for --demo
         admin_key, key_file = admin_key_for(args.build_dir, args.admin_key_env)
-        if not (args.no_supervisor or args.demo):
+        supervised = not (args.no_supervisor or args.demo)
+        if supervised and args.supervisor_port:
             check_port_free(args.host, args.supervisor_port, "--supervisor-port")
-        server = make_server(args, repository, artifacts, admin_key)
+        server = make_server(args, repository, artifacts, admin_key, supervised)
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
         if args.demo:
             return run_demo_once(server, artifacts, run_demo)
-        return serve_foreground(
-            server,
-            echo_log=not args.quiet,
-            admin_key=admin_key,
-            supervisor_port=None if args.no_supervisor else args.supervisor_port,
-            drain_seconds=args.drain_seconds,
-            key_file=key_file,
-            stop_timeout_s=args.stop_timeout,
-        )
-    except (ServeError, TritonServerError, PbtxtError) as error:
+        return serve_foreground(server, args, admin_key, key_file)
+    except (ServeError, TritonServerError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -1,9 +1,11 @@
-"""The bridge between Triton's Python backend and ``phoenix.serving.services``.
+"""The bridge between Triton's Python backend and ``phoenix.serving.services``: tensors only.
 
-Each ``model_repository/<model>/1/model.py`` subclasses ``ServiceModel`` and names its
-service; everything else happens here. This module imports neither JAX nor Triton at import
-time: the device settings must be in the environment before JAX loads, and tests import it
-without a server.
+Each ``model_repository/<model>/1/model.py`` subclasses ``ServiceModel`` and names its model;
+the service comes from the registry in ``services``. Per ``execute`` the adapter reads each
+request's tensors (DLPack), hands them to the service, and turns each result into a response:
+outputs, or INVALID_ARG for a request the service refused. This module imports neither JAX nor
+Triton at import time: the device settings must be in the environment before JAX loads, and
+tests import it without a server.
 """
 
 from __future__ import annotations
@@ -20,31 +22,8 @@ import numpy as np
 
 logger = logging.getLogger("phoenix.serving")
 
-ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
 JAX_CACHE_ENV = "PHOENIX_JAX_CACHE_DIR"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def model_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
-    """``parameters`` of a model config as a plain {key: string} dict."""
-    params = model_config.get("parameters") or {}
-    return {key: value.get("string_value", "") for key, value in params.items()}
-
-
-def resolve_artifact_dir(params: Mapping[str, str], model_dir: str) -> Path:
-    """$PHOENIX_ARTIFACT_DIR, else the ``artifact_dir`` parameter relative to the model dir."""
-    chosen = os.environ.get(ARTIFACT_DIR_ENV) or params.get("artifact_dir", "")
-    if not chosen:
-        raise ValueError(
-            f"no artifact directory: set ${ARTIFACT_DIR_ENV} or the 'artifact_dir' parameter"
-        )
-    path = Path(chosen)
-    if not path.is_absolute():
-        path = Path(model_dir) / path
-    path = path.resolve()
-    if not (path / "config.json").is_file():
-        raise ValueError(f"artifact directory {path} has no config.json (make artifacts?)")
-    return path
 
 
 def configure_jax_environment(instance_kind: str, device_id: str) -> None:
@@ -68,64 +47,6 @@ def enable_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def parse_int_list(text: str, name: str) -> tuple[int, ...]:
-    try:
-        values = tuple(sorted(int(v) for v in text.split(",") if v.strip()))
-    except ValueError:
-        raise ValueError(
-            f"parameter '{name}' must be a comma-separated list of ints: {text!r}"
-        ) from None
-    if not values or values[0] < 1:
-        raise ValueError(f"parameter '{name}' must list positive ints, got {text!r}")
-    return values
-
-
-def batch_buckets_of(params: Mapping[str, str], max_batch: int) -> tuple[int, ...]:
-    """The ``batch_buckets`` parameter if given, else powers of two up to ``max_batch``.
-
-    Each bucket is one compiled shape per program, so GPU configurations list a few (fewer
-    compilations at start-up) and CPU ones take every power of two (less padding)."""
-    if params.get("batch_buckets"):
-        buckets = parse_int_list(params["batch_buckets"], "batch_buckets")
-        if buckets[-1] < max_batch:
-            raise ValueError(
-                f"parameter 'batch_buckets' {buckets} must reach max_batch_size {max_batch}"
-            )
-        return buckets
-    from phoenix.serving.contracts import powers_of_two_up_to
-
-    return powers_of_two_up_to(max_batch)
-
-
-def build_service(name: str, params: Mapping[str, str], artifact_dir: Path, max_batch: int):
-    """The service object of model ``name`` over ``artifact_dir``."""
-    from phoenix.serving import contracts, services
-
-    resources = services.PhoenixResources(artifact_dir)
-    batch_buckets = batch_buckets_of(params, max_batch)
-    if name == "user_encoder":
-        return services.UserEncoderService(resources, batch_buckets=batch_buckets)
-    if name == "candidate_tower":
-        if not params.get("batch_buckets"):  # the CPU default: 256-row calls
-            return services.CandidateTowerService(resources)
-        return services.CandidateTowerService(resources, rows_per_call=batch_buckets[-1])
-    if name == "retriever":
-        corpus = params.get("corpus_file") or "corpus.npz"
-        return services.RetrieverService(resources, corpus, batch_buckets=batch_buckets)
-    if name == "ranker":
-        return services.RankerService(
-            resources,
-            params.get("score_weights", ""),
-            candidate_buckets=(
-                parse_int_list(params["candidate_buckets"], "candidate_buckets")
-                if params.get("candidate_buckets")
-                else contracts.RANKER_CANDIDATE_BUCKETS
-            ),
-            batch_buckets=batch_buckets,
-        )
-    raise ValueError(f"unknown service {name!r}")
-
-
 # Tensors cross the Triton boundary through DLPack only. The 2.51 stub's pybind11 numpy layer
 # reads numpy 2 dtypes wrongly: the as_numpy method repeats element 0 and `Tensor(name, ndarray)`
 # sends empty tensors (docs/serving.md, "numpy 2 and DLPack").
@@ -140,7 +61,7 @@ def input_array(tensor) -> np.ndarray:
     return np.asarray(jax.dlpack.from_dlpack(tensor))
 
 
-def request_inputs(request) -> dict[str, np.ndarray]:
+def request_arrays(request) -> dict[str, np.ndarray]:
     """{input name: array} of one request."""
     return {tensor.name(): input_array(tensor) for tensor in request.inputs()}
 
@@ -159,7 +80,7 @@ def host_tensor(array: np.ndarray, dtype) -> Any:
 
 
 class ServiceModel:
-    """Triton Python-backend model delegating to a ``phoenix.serving.services`` service."""
+    """Triton Python-backend model delegating to the service of ``service_name``."""
 
     service_name = ""
 
@@ -169,53 +90,48 @@ class ServiceModel:
         )
         import triton_python_backend_utils as pb_utils
 
+        from phoenix.serving import contracts, services
+
         self.pb = pb_utils
-        config = json.loads(args["model_config"])
-        params = model_parameters(config)
         self.output_dtypes = {
-            out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
-            for out in config.get("output", [])
+            s.name: s.dtype for s in contracts.contract(self.service_name).outputs
         }
         enable_compilation_cache()
         started = time.perf_counter()
-        artifact_dir = resolve_artifact_dir(params, args["model_repository"])
-        self.service = build_service(
-            self.service_name, params, artifact_dir, int(config.get("max_batch_size", 1) or 1)
+        settings = services.ServiceSettings.from_model_config(
+            self.service_name, json.loads(args["model_config"]), args["model_repository"]
         )
+        self.service = services.build_service(settings)
         compiled = self.service.warm_up()
         logger.warning(
             "%s ready: artifacts %s, %d shapes compiled in %.1f s",
             args.get("model_instance_name", self.service_name),
-            artifact_dir,
+            settings.artifact_dir,
             compiled,
             time.perf_counter() - started,
         )
+        __import__("phoenix.serving.supervisor.stubs", fromlist=["*"]).register_stub(args)
 
     def execute(self, requests):
-        from phoenix.serving.requests import InputError
-
-        inputs = [request_inputs(request) for request in requests]
+        batch = [request_arrays(request) for request in requests]
         try:
-            results = self.service.handle(inputs)
+            results = self.service.handle(batch)
         except Exception as error:  # never crash the stub: report the batch as failed
             logger.exception("%s: batch failed", self.service_name)
             results = [RuntimeError(f"{type(error).__name__}: {error}")] * len(requests)
-        return [self._response(result, InputError) for result in results]
+        return [self._response(result) for result in results]
 
-    def _response(self, result, input_error_type):
+    def _response(self, result):
+        from phoenix.serving.requests import InputError
+
         pb = self.pb
-        if isinstance(result, input_error_type):
-            return pb.InferenceResponse(
-                output_tensors=[], error=pb.TritonError(str(result), pb.TritonError.INVALID_ARG)
-            )
         if isinstance(result, Exception):
-            return pb.InferenceResponse(
-                output_tensors=[], error=pb.TritonError(str(result), pb.TritonError.INTERNAL)
-            )
+            refused = isinstance(result, InputError)  # the request's fault, not the server's
+            code = pb.TritonError.INVALID_ARG if refused else pb.TritonError.INTERNAL
+            return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(str(result), code))
         tensors = [
             pb.Tensor.from_dlpack(name, host_tensor(array, self.output_dtypes[name]))
             for name, array in result.items()
-            if name in self.output_dtypes
         ]
         return pb.InferenceResponse(output_tensors=tensors)
 

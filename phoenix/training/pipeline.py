@@ -14,7 +14,6 @@ request), two sidecar files the loaders ignore, and evaluates on the held-out da
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 
 from phoenix import checkpoint
 from phoenix.checkpoint import Corpus, ExampleSequence, read_json, write_json, write_npz
-from phoenix.serving.repository import read_config, string_parameters
+from phoenix.serving.contracts import RANKER_SCORE_WEIGHTS
 from phoenix.training import synthetic
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator, embed_posts
@@ -35,14 +34,12 @@ from phoenix.training.train import History, artifact_tables, init_params, train
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RANKER_PBTXT = REPO_ROOT / "model_repository" / "ranker" / "config.pbtxt"
 EXAMPLE_TOP_K = 100
 
 
-def served_score_weights(pbtxt: Path = RANKER_PBTXT) -> dict[str, float]:
-    """The ranker's ``score_weights`` parameter: the blend the server ranks with."""
-    return json.loads(string_parameters(read_config(pbtxt))["score_weights"])
+def served_score_weights() -> dict[str, float]:
+    """The ranker's default ``score_weights``: the blend the server ranks with."""
+    return dict(RANKER_SCORE_WEIGHTS)
 
 
 # ----------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 from phoenix.serving import services
 from phoenix.serving.client import connect, infer
+from phoenix.serving.inprocess import InProcessModels
 from tests.rankings import assert_same_ranking_up_to_ties
 
 pytestmark = pytest.mark.integration
@@ -30,9 +31,15 @@ def resources(tiny_artifacts):
 
 
 @pytest.fixture(scope="module")
-def ranker(resources, triton):
-    weights = connect(triton.http_url).get_model_config("ranker")["parameters"]
-    return services.RankerService(resources, weights["score_weights"]["string_value"])
+def local(triton, tiny_artifacts):
+    """The served models' services in this process, built as the server built them."""
+    models = tuple(services.SERVICES)
+    return InProcessModels.like_server(connect(triton.http_url), "http", tiny_artifacts, models)
+
+
+@pytest.fixture(scope="module")
+def ranker(local):
+    return local.service("ranker")
 
 
 def history(config, rng, length: int) -> dict[str, np.ndarray]:
@@ -146,30 +153,28 @@ def test_mixed_requests_batched_together_each_match_in_process(triton, resources
         assert_same_ranking(result, local, request, same_shape=False)
 
 
-def test_candidate_tower_huge_ids_multi_row(triton, resources):
+def test_candidate_tower_huge_ids_multi_row(triton, resources, local):
     posts = HUGE_IDS[:, None]  # [5, 1]
     authors = HUGE_IDS[::-1, None].copy()
     request = {"post_id": posts, "author_id": authors}
     served = infer(connect(triton.grpc_url, "grpc"), "grpc", "candidate_tower", request)
-    (local,) = services.CandidateTowerService(resources).handle([request])
+    (mine,) = local.service("candidate_tower").handle([request])
     assert served["candidate_embedding"].dtype == np.float32
     assert served["candidate_embedding"].shape == (5, resources.config.emb_size)
-    np.testing.assert_allclose(
-        served["candidate_embedding"], local["candidate_embedding"], atol=TOL
-    )
+    np.testing.assert_allclose(served["candidate_embedding"], mine["candidate_embedding"], atol=TOL)
     assert len({tuple(np.round(v, 4)) for v in served["candidate_embedding"]}) == 5
 
 
-def test_user_encoder_and_retriever_round_trip(triton, resources):
+def test_user_encoder_and_retriever_round_trip(triton, resources, local):
     config = resources.config
     request = history(config, np.random.default_rng(5), 6)
     served_user = infer(connect(triton.http_url), "http", "user_encoder", request)
-    (local_user,) = services.UserEncoderService(resources).handle([request])
+    (local_user,) = local.service("user_encoder").handle([request])
     np.testing.assert_allclose(
         served_user["user_embedding"], local_user["user_embedding"], atol=TOL
     )
 
-    retriever = services.RetrieverService(resources)
+    retriever = local.service("retriever")
     corpus_ids = retriever.corpus.post_ids
     query = {
         "user_embedding": local_user["user_embedding"].astype(np.float32),
@@ -177,10 +182,10 @@ def test_user_encoder_and_retriever_round_trip(triton, resources):
         "history_post_ids": corpus_ids[None, :3].astype(np.int64),  # excluded from results
     }
     served = infer(connect(triton.grpc_url, "grpc"), "grpc", "retriever", query)
-    (local,) = retriever.handle([query])
-    np.testing.assert_array_equal(served["post_ids"], local["post_ids"])
-    np.testing.assert_array_equal(served["author_ids"], local["author_ids"])
-    np.testing.assert_allclose(served["retrieval_scores"], local["retrieval_scores"], atol=TOL)
+    (mine,) = retriever.handle([query])
+    np.testing.assert_array_equal(served["post_ids"], mine["post_ids"])
+    np.testing.assert_array_equal(served["author_ids"], mine["author_ids"])
+    np.testing.assert_allclose(served["retrieval_scores"], mine["retrieval_scores"], atol=TOL)
     assert not set(served["post_ids"][0].tolist()) & set(corpus_ids[:3].tolist())
 
     query["history_post_ids"] = np.zeros((1, 0), np.int64)  # an empty optional input

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving import services
 from phoenix.serving.client import connect, infer, ranker_inputs, recommend_inputs, user_inputs
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
@@ -96,13 +97,13 @@ def test_candidate_tower_matches_plain_model(triton, resources, tiny_artifacts, 
         hk.transform(lambda b, e: config.make().build_candidate_representation(b, e)[0])
     )
     (post_h, _), (post_e, author_e) = resources.candidate_features(posts.T, authors.T)
-    batch = services.RecsysBatch(
+    batch = RecsysBatch(
         *([None] * 5),
         candidate_post_hashes=post_h,
         candidate_author_hashes=None,
         candidate_product_surface=None,
     )
-    emb = services.RecsysEmbeddings(None, None, post_e, None, author_e)
+    emb = RecsysEmbeddings(None, None, post_e, None, author_e)
     plain = np.asarray(forward.apply(resources.artifacts.retrieval_params, batch, emb))[0]
     np.testing.assert_allclose(out["candidate_embedding"], plain, atol=TOL)
 

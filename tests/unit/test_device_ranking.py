@@ -12,6 +12,7 @@ from phoenix.engine import RankingEngine
 from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
+from tests.plain_models import ranker_features
 
 WEIGHTS = '{"favorite": 1.0, "reply": 13.5, "repost": 1.0}'
 TOL = 1e-5
@@ -66,7 +67,7 @@ def test_device_hashing_equals_numpy_hashing_at_the_edges(resources, entity):
     assert np.asarray(hashes).dtype == np.int32
 
 
-def host_path_ranking(resources, ranker, rows):
+def host_path_ranking(resources, ranker, requests):
     """Host hashing + RankingEngine + numpy blend and sort (the path served before)."""
     engine = RankingEngine(
         resources.config.ranker_config(),
@@ -75,15 +76,14 @@ def host_path_ranking(resources, ranker, rows):
         batch_buckets=(1, 2, 4),
         candidate_buckets=(8, 32),
     )
-    probs = jax.nn.sigmoid(engine.score(*ranker.features(rows)).logits)
-    blended = np.asarray(probs) @ ranker.weights
     out = []
-    for r, row in enumerate(rows):
-        n = len(row["candidate_post_ids"])
-        order = np.argsort(-blended[r, :n], kind="stable")
-        out.append(
-            (row["candidate_post_ids"][order], blended[r, order], np.asarray(probs)[r, order])
+    for request in requests:
+        probs = np.asarray(
+            jax.nn.sigmoid(engine.score(*ranker_features(resources, request)).logits)
         )
+        blended = probs[0] @ ranker.weights  # [C]
+        order = np.argsort(-blended, kind="stable")
+        out.append((request.candidate_post_ids[0, order], blended[order], probs[0, order]))
     return out
 
 
@@ -91,24 +91,25 @@ def test_device_ranking_equals_the_host_path(resources, ranker):
     rng = np.random.default_rng(0)
     config = resources.config
     sizes = [(5, 20), (0, 3), (config.history_seq_len + 9, 32), (2, 70)]  # 70: 3 chunks
-    rows = [
-        ranker.parse(request(config, rng, h, c, with_age=i % 2 == 0))[0]
+    requests = [
+        ranker.parse(request(config, rng, h, c, with_age=i % 2 == 0))
         for i, (h, c) in enumerate(sizes)
     ]
-    served = ranker.rank(rows)
-    for got, (ids, scores, probs) in zip(served, host_path_ranking(resources, ranker, rows)):
-        np.testing.assert_array_equal(got["ranked_post_ids"], ids)
-        np.testing.assert_allclose(got["scores"], scores, rtol=TOL, atol=TOL)
-        np.testing.assert_allclose(got["action_probs"], probs, rtol=TOL, atol=TOL)
+    served = ranker.run(requests)  # one batch of four users
+    for got, (ids, scores, probs) in zip(served, host_path_ranking(resources, ranker, requests)):
+        np.testing.assert_array_equal(got["ranked_post_ids"][0], ids)
+        np.testing.assert_allclose(got["scores"][0], scores, rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(got["action_probs"][0], probs, rtol=TOL, atol=TOL)
 
 
 def test_scores_sorted_and_padding_never_returned(resources, ranker):
     rng = np.random.default_rng(1)
-    rows = [ranker.parse(request(resources.config, rng, 4, n))[0] for n in (1, 5, 9)]
-    for row, out in zip(rows, ranker.rank(rows)):
-        assert len(out["ranked_post_ids"]) == len(row["candidate_post_ids"])
-        assert sorted(out["ranked_post_ids"].tolist()) == sorted(row["candidate_post_ids"].tolist())
-        assert np.all(np.diff(out["scores"]) <= 0)
+    requests = [ranker.parse(request(resources.config, rng, 4, n)) for n in (1, 5, 9)]
+    for sent, out in zip(requests, ranker.run(requests)):
+        ids = sent.candidate_post_ids[0]
+        assert out["ranked_post_ids"].shape == (1, len(ids))
+        assert sorted(out["ranked_post_ids"][0].tolist()) == sorted(ids.tolist())
+        assert np.all(np.diff(out["scores"][0]) <= 0)
         assert np.all(np.isfinite(out["scores"]))
 
 
@@ -126,7 +127,7 @@ def test_candidate_isolation_a_score_ignores_the_other_candidates(resources, ran
     kept = int(first["candidate_post_ids"][0, 3])
 
     def score_of_kept(inputs):
-        out = ranker.rank(ranker.parse(inputs))[0]
-        return out["scores"][list(out["ranked_post_ids"]).index(kept)]
+        (out,) = ranker.handle([inputs])
+        return out["scores"][0, list(out["ranked_post_ids"][0]).index(kept)]
 
     np.testing.assert_allclose(score_of_kept(first), score_of_kept(second), rtol=TOL, atol=TOL)

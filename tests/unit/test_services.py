@@ -8,8 +8,8 @@ import pytest
 from phoenix.serving import services
 from phoenix.serving.client import ranker_inputs
 from phoenix.serving.contracts import powers_of_two_up_to
-from phoenix.serving.requests import InputError
-from phoenix.serving.triton_adapter import parse_int_list
+from phoenix.serving.requests import InputError, UserRequest
+from phoenix.serving.services import ServiceSettings, build_service, parse_int_list
 
 
 @pytest.fixture(scope="module")
@@ -65,28 +65,44 @@ def test_score_weights_parse_and_reject_unknown_actions():
         services.parse_score_weights("{favorite: 1}", names)
 
 
-def test_stack_user_rows_keeps_newest_and_pads_right():
-    rows = [
-        {
-            "user_id": 1,
-            "post_ids": np.arange(1, 8),
-            "author_ids": np.arange(1, 8),
-            "actions": np.ones((7, 3), np.float32),
-            "surfaces": np.zeros(7, np.int32),
-            "dwell": None,
-        },
-        {
-            "user_id": 2,
-            "post_ids": np.array([5]),
-            "author_ids": np.array([6]),
-            "actions": np.ones((1, 3), np.float32),
-            "surfaces": np.zeros(1, np.int32),
-            "dwell": np.array([3.0], np.float32),
-        },
-    ]
-    users = services.stack_user_rows(rows, history_len=4, num_actions=3)
-    np.testing.assert_array_equal(users.post_ids, [[4, 5, 6, 7], [5, 0, 0, 0]])
-    np.testing.assert_array_equal(users.dwell, [[0, 0, 0, 0], [3, 0, 0, 0]])
+def user_request(user_id, posts, actions=3):
+    """A typed one-row user request whose history is ``posts`` (authors equal the posts)."""
+    posts = np.asarray([posts], np.int64)
+    return UserRequest(
+        user_id=np.array([[user_id]], np.int64),
+        history_post_ids=posts,
+        history_author_ids=posts,
+        history_actions=np.ones(posts.shape + (actions,), np.float32),
+        history_product_surface=np.zeros(posts.shape, np.int32),
+    )
+
+
+def test_stack_histories_keeps_newest_pads_right_and_pads_rows():
+    long = user_request(1, np.arange(1, 8))
+    short = user_request(2, [5])
+    users = services.stack_histories([long, short], history_len=4, rows=4)
+    np.testing.assert_array_equal(users.user_id, [1, 2, 0, 0])
+    np.testing.assert_array_equal(
+        users.history_post_ids, [[4, 5, 6, 7], [5, 0, 0, 0], *[[0] * 4] * 2]
+    )
+    assert users.history_actions.shape == (4, 4, 3)
+    np.testing.assert_array_equal(users.history_dwell_seconds, np.zeros((4, 4)))
+
+
+def test_stack_histories_fills_absent_dwell_with_zeros(ranker, resources):
+    """A request without dwell times and one with them share one batch (ranker requests)."""
+    from phoenix.serving.requests import RankRequest, parse
+
+    rng = np.random.default_rng(4)
+    with_dwell = parse(RankRequest, request(resources.config, rng, history=2), resources.config)
+    arrays = request(resources.config, rng, history=3)
+    arrays.pop("history_dwell_seconds")
+    without = parse(RankRequest, arrays, resources.config)
+    users = services.stack_histories([without, with_dwell], history_len=4, rows=2)
+    np.testing.assert_array_equal(users.history_dwell_seconds[0], np.zeros(4))
+    np.testing.assert_allclose(
+        users.history_dwell_seconds[1, :2], with_dwell.history_dwell_seconds[0]
+    )
 
 
 def test_ranker_outputs_are_sorted_blends(ranker, resources):
@@ -116,9 +132,10 @@ def test_one_bad_request_does_not_change_the_others(ranker, resources):
     "change, fragment",
     [
         ({"history_author_ids": np.ones((1, 2), np.int64)}, "same length"),
+        ({"candidate_author_ids": np.ones((2, 4), np.int64)}, "and 1 rows"),
         ({"history_post_ids": -np.ones((1, 5), np.int64)}, ">= 0"),
         ({"history_actions": np.full((1, 5, 19), 2.0, np.float32)}, "action flags"),
-        ({"history_actions": np.zeros((1, 5), np.float32)}, "expected 3 dimensions"),
+        ({"history_actions": np.zeros((1, 5, 4), np.float32)}, "expected 19 actions"),
         ({"history_dwell_seconds": np.full((1, 5), np.nan, np.float32)}, "NaN"),
         ({"candidate_post_ids": np.zeros((1, 4), np.int64)}, ">= 1"),
         (
@@ -129,10 +146,9 @@ def test_one_bad_request_does_not_change_the_others(ranker, resources):
             },
             "at most 1024",
         ),
-        ({"user_id": np.ones((1, 2), np.int64)}, "one id per row"),
-        ({"user_id": np.ones((1, 1), np.float32)}, "expected int values"),
+        ({"candidate_post_age_seconds": np.full((1, 4), np.inf, np.float32)}, "infinite"),
         ({"surprise": np.ones((1, 1), np.int64)}, "unknown inputs"),
-        ({"candidate_post_ids": None}, "missing required input 'candidate_post_ids'"),
+        ({"candidate_post_ids": None}, "missing required inputs ['candidate_post_ids']"),
     ],
 )
 def test_ranker_rejects_bad_input(ranker, resources, change, fragment):
@@ -149,13 +165,12 @@ def test_ranker_rejects_bad_input(ranker, resources, change, fragment):
 
 def test_user_encoder_and_retriever(resources):
     rng = np.random.default_rng(3)
-    encoder = services.UserEncoderService(resources)
+    encoder = services.UserEncoderService(resources, batch_buckets=(1, 2))
     arrays = request(resources.config, rng)
-    user_only = {k: v for k, v in arrays.items() if k in services.USER_INPUTS}
-    user_only.pop("history_dwell_seconds")
+    user_only = {k: v for k, v in arrays.items() if k in UserRequest.contract.input_names}
     (out,) = encoder.handle([user_only])
     assert abs(np.linalg.norm(out["user_embedding"][0]) - 1) < 1e-5
-    retriever = services.RetrieverService(resources)
+    retriever = services.RetrieverService(resources, "corpus.npz", batch_buckets=(1,))
     first = retriever.handle(
         [{"user_embedding": out["user_embedding"], "top_k": np.array([[5]], np.int32)}]
     )[0]
@@ -185,22 +200,38 @@ def test_adapter_parameter_helpers():
         parse_int_list("a,b", "candidate_buckets")
 
 
-def test_batch_buckets_parameter_or_powers_of_two():
-    from phoenix.serving.triton_adapter import batch_buckets_of
+def settings(artifacts, model, max_batch, **parameters):
+    return ServiceSettings(model, artifacts, max_batch, parameters)
 
-    assert batch_buckets_of({}, 8) == (1, 2, 4, 8)
-    assert batch_buckets_of({"batch_buckets": "1,8,64"}, 64) == (1, 8, 64)
+
+def test_batch_buckets_must_reach_the_batch_size(artifacts):
+    assert settings(artifacts, "ranker", 64, batch_buckets="64,1,8").batch_buckets == (1, 8, 64)
     with pytest.raises(ValueError, match="must reach max_batch_size 64"):
-        batch_buckets_of({"batch_buckets": "1,8,32"}, 64)
+        _ = settings(artifacts, "ranker", 64, batch_buckets="1,8,32").batch_buckets
 
 
-def test_candidate_tower_calls_are_its_largest_batch_bucket_when_configured(artifacts):
-    """The GPU profile's batch_buckets set the rows of the tower's one compiled program."""
-    from phoenix.serving.triton_adapter import build_service
+def test_a_missing_parameter_is_named(artifacts):
+    with pytest.raises(ValueError, match="'score_weights' is missing"):
+        build_service(settings(artifacts, "ranker", 8, batch_buckets="8"))
+    with pytest.raises(ValueError, match="no service for model 'nope'"):
+        build_service(settings(artifacts, "nope", 8))
 
-    default = build_service("candidate_tower", {}, artifacts, 4096)
-    gpu = build_service("candidate_tower", {"batch_buckets": "4096"}, artifacts, 4096)
-    assert default.engine.candidate_chunk == 256
+
+def test_candidate_tower_program_has_rows_per_call_rows(artifacts):
+    """The profiles' rows_per_call sets the rows of the tower's one compiled program."""
+    cpu = build_service(settings(artifacts, "candidate_tower", 4096, rows_per_call="256"))
+    gpu = build_service(settings(artifacts, "candidate_tower", 4096, rows_per_call="4096"))
+    assert cpu.engine.candidate_chunk == 256
     assert gpu.engine.candidate_chunk == 4096
     posts, authors = np.arange(1, 301, dtype=np.int64), np.arange(301, 601, dtype=np.int64)
-    np.testing.assert_allclose(gpu.embed(posts, authors), default.embed(posts, authors), atol=1e-5)
+    np.testing.assert_allclose(gpu.embed(posts, authors), cpu.embed(posts, authors), atol=1e-5)
+
+
+def test_requests_beyond_the_largest_bucket_run_in_groups(ranker, resources):
+    """In-process callers may send more requests than one batch holds (Triton never does)."""
+    rng = np.random.default_rng(6)
+    many = [request(resources.config, rng, candidates=n) for n in (2, 3, 5, 7, 9)]
+    together = ranker.handle(many)  # largest bucket 4: two groups
+    for arrays, out in zip(many, together):
+        (alone,) = ranker.handle([arrays])
+        np.testing.assert_array_equal(alone["ranked_post_ids"], out["ranked_post_ids"])

@@ -2,56 +2,67 @@
 
 A service receives the inputs of every request of one Triton ``execute`` call, checks each
 request on its own (a bad one gets an ``InputError``, the others are unaffected), stacks the
-good ones into one padded batch, makes one engine call and splits the results per request.
+good ones into one padded batch, makes one engine call and splits the results per request
+(``common.Service``).
 
-- ``common``: request types, user-history parsing and stacking, ``PhoenixResources``.
+- ``common``: settings, the artifacts an instance loads, stacking, the request loop.
 - ``retrieval``: ``UserEncoderService``, ``CandidateTowerService``, ``RetrieverService``.
 - ``ranker``: ``RankerService`` (the whole batch on the device) and its score weights.
+
+``SERVICES`` is the registry the Triton adapter and the in-process models build from.
 """
 
-from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.services.common import (
-    USER_INPUTS,
-    Inputs,
+    HistoryBatch,
     Outputs,
     PhoenixResources,
     Result,
-    UserRows,
-    handle_rows,
-    parse_user_rows,
-    stack_rows,
-    stack_user_rows,
+    Service,
+    ServiceSettings,
+    parse_int_list,
+    stack_histories,
+    stack_padded,
 )
-from phoenix.serving.services.ranker import (
-    RANKER_CANDIDATE_INPUTS,
-    RankerService,
-    parse_score_weights,
-    ranked_outputs,
-)
+from phoenix.serving.services.ranker import RankerService, parse_score_weights
 from phoenix.serving.services.retrieval import (
     CandidateTowerService,
     RetrieverService,
     UserEncoderService,
+    user_tower_inputs,
 )
 
+SERVICES: dict[str, type[Service]] = {
+    service.model: service
+    for service in (UserEncoderService, CandidateTowerService, RetrieverService, RankerService)
+}
+
+
+def build_service(settings: ServiceSettings) -> Service:
+    """The service of ``settings.model``, built from its settings."""
+    try:
+        service = SERVICES[settings.model]
+    except KeyError:
+        known = sorted(SERVICES)
+        raise ValueError(f"no service for model {settings.model!r}; served: {known}") from None
+    return service.from_settings(settings)
+
+
 __all__ = [
-    "RANKER_CANDIDATE_INPUTS",
-    "USER_INPUTS",
+    "SERVICES",
     "CandidateTowerService",
-    "Inputs",
+    "HistoryBatch",
     "Outputs",
     "PhoenixResources",
     "RankerService",
-    "RecsysBatch",
-    "RecsysEmbeddings",
     "Result",
     "RetrieverService",
+    "Service",
+    "ServiceSettings",
     "UserEncoderService",
-    "UserRows",
-    "handle_rows",
+    "build_service",
+    "parse_int_list",
     "parse_score_weights",
-    "parse_user_rows",
-    "ranked_outputs",
-    "stack_rows",
-    "stack_user_rows",
+    "stack_histories",
+    "stack_padded",
+    "user_tower_inputs",
 ]

@@ -1,141 +1,138 @@
-"""What every service shares: request types, user-history parsing and stacking, the
-artifacts an instance loads, and the parse-run-split loop over a batch of requests.
+"""What every service shares: its start-up settings, the artifacts it loads, the one loop that
+checks, stacks, runs and splits a batch of requests, and the stacking of histories.
 
-A service receives the inputs of every request of one Triton ``execute`` call, checks each
-request on its own (a bad one gets an ``InputError``, the others are unaffected), stacks the
-good ones into one padded batch, makes one engine call and splits the results per request.
+A request takes these forms on its way through a service (``docs/architecture.md``):
 
-Shape glossary (per request: leading dimension R = rows, usually one user)
+1. ``{input name: array}``: one Triton request's tensors, as the adapter reads them;
+2. a typed request (``requests.RankRequest`` ...), checked on its own: a bad request becomes
+   an ``InputError`` for itself alone;
+3. one padded batch of every good request's rows (``RankRequestBatch`` for the ranker), stacked
+   once, with the field names of 2;
+4. the engine's outputs for the whole batch;
+5. ``{output name: array}`` per request, split once.
+
+Shape glossary (R rows of one request, B rows of a batch)
   L  history items sent     S  history_seq_len (the newest S items are used)
-  C  candidates sent        D  emb_size     A  num_actions    M  corpus size
+  C  candidates sent        D  emb_size     A  num_actions
 """
 
 from __future__ import annotations
 
-import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, ClassVar, NamedTuple, Optional, Union
 
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, load_artifacts
-
-# The history_continuous_actions width is the device ranker's: the host reference path
-# builds the same features.
 from phoenix.engine.device_ranking import NUM_CONTINUOUS
 from phoenix.recsys_model import DWELL_TIME_INDEX
-from phoenix.serving import contracts
-from phoenix.serving.requests import (
-    LIMITS,
-    InputError,
-    check_ids,
-    check_limit,
-    check_range,
-    check_same_length,
-    check_same_rows,
-    get_input,
-)
+from phoenix.serving.requests import InputError, UserRequest, parse
 
-logger = logging.getLogger(__name__)
-
-Inputs = Mapping[str, np.ndarray]
+Arrays = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 Result = Union[Outputs, InputError]
 
-
-# Input names each service accepts, from the served models' contracts.
-USER_INPUTS = set(contracts.USER_ENCODER.input_names) | {"history_dwell_seconds"}
+ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
 
 
-@dataclass
-class UserRows:
-    """Users of several requests, history truncated to the newest S and right-padded."""
-
-    user_ids: np.ndarray  # [R] int64
-    post_ids: np.ndarray  # [R, S] int64, 0 = padding
-    author_ids: np.ndarray  # [R, S] int64
-    actions: np.ndarray  # [R, S, A] float32
-    surfaces: np.ndarray  # [R, S] int32
-    dwell: Optional[np.ndarray]  # [R, S] float32 seconds, None when no request sent any
+# ----------------------------------------------------------------------------------------
+# Settings
+# ----------------------------------------------------------------------------------------
 
 
-def parse_user_rows(inputs: Inputs, num_actions: int, surface_vocab: int) -> list[dict]:
-    """Checked per-row history of one request (rows = leading dimension)."""
-    user = get_input(inputs, "user_id", "int", 2)
-    posts = get_input(inputs, "history_post_ids", "int", 2)
-    authors = get_input(inputs, "history_author_ids", "int", 2)
-    actions = get_input(inputs, "history_actions", "float", 3)
-    surfaces = get_input(inputs, "history_product_surface", "int", 2)
-    dwell = get_input(inputs, "history_dwell_seconds", "float", 2, required=False)
-    if user.shape[1] != 1:
-        raise InputError(f"input 'user_id': expected one id per row, got shape {user.shape}")
-    history = {
-        "history_post_ids": posts,
-        "history_author_ids": authors,
-        "history_actions": actions,
-        "history_product_surface": surfaces,
-        "history_dwell_seconds": dwell,
-    }
-    check_same_rows({"user_id": user, **history})
-    length = check_same_length(history, "history")
-    check_limit("history_post_ids", length, LIMITS.max_history_items, "history items")
-    if actions.shape[2] != num_actions:
-        raise InputError(
-            f"input 'history_actions': expected {num_actions} actions per item, "
-            f"got shape {actions.shape}"
+def parse_int_list(text: str, name: str) -> tuple[int, ...]:
+    """Sorted positive ints of a comma-separated parameter; errors name the parameter."""
+    try:
+        values = tuple(sorted(int(v) for v in text.split(",") if v.strip()))
+    except ValueError:
+        raise ValueError(
+            f"parameter '{name}' must be a comma-separated list of ints: {text!r}"
+        ) from None
+    if not values or values[0] < 1:
+        raise ValueError(f"parameter '{name}' must list positive ints, got {text!r}")
+    return values
+
+
+def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:
+    """$PHOENIX_ARTIFACT_DIR, else ``chosen`` (the artifact_dir parameter) from the model dir."""
+    chosen = os.environ.get(ARTIFACT_DIR_ENV) or chosen
+    if not chosen:
+        raise ValueError(
+            f"no artifact directory: set ${ARTIFACT_DIR_ENV} or the 'artifact_dir' parameter"
         )
-    check_ids("user_id", user)
-    check_ids("history_post_ids", posts)
-    check_ids("history_author_ids", authors)
-    check_range("history_actions", actions, 0, 1, "action flags")
-    check_range("history_product_surface", surfaces, 0, surface_vocab - 1, "product surfaces")
-    if dwell is not None:
-        check_range("history_dwell_seconds", dwell, 0, np.inf, "dwell seconds")
-    return [
-        {
-            "user_id": int(user[r, 0]),
-            "post_ids": posts[r].astype(np.int64),
-            "author_ids": authors[r].astype(np.int64),
-            "actions": actions[r].astype(np.float32),
-            "surfaces": surfaces[r].astype(np.int32),
-            "dwell": None if dwell is None else dwell[r].astype(np.float32),
+    path = Path(chosen)
+    if not path.is_absolute():
+        path = Path(model_dir) / path
+    path = path.resolve()
+    if not (path / "config.json").is_file():
+        raise ValueError(f"artifact directory {path} has no config.json (make artifacts?)")
+    return path
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What a model instance starts with: its artifacts, batch size and config parameters."""
+
+    model: str
+    artifact_dir: Path
+    max_batch_size: int
+    parameters: Mapping[str, str]
+
+    @classmethod
+    def from_model_config(cls, model: str, config: Mapping[str, Any], model_dir: str):
+        """Settings from a model config as Triton hands it over (JSON form)."""
+        parameters = {
+            key: value.get("string_value", "")
+            for key, value in (config.get("parameters") or {}).items()
         }
-        for r in range(user.shape[0])
-    ]
+        return cls(
+            model=model,
+            artifact_dir=resolve_artifact_dir(parameters.get("artifact_dir", ""), model_dir),
+            max_batch_size=int(config.get("max_batch_size") or 1),
+            parameters=parameters,
+        )
+
+    def text(self, key: str) -> str:
+        try:
+            return self.parameters[key]
+        except KeyError:
+            raise ValueError(
+                f"{self.model}: config parameter '{key}' is missing (configs are generated by "
+                "`make configs`)"
+            ) from None
+
+    def ints(self, key: str) -> tuple[int, ...]:
+        return parse_int_list(self.text(key), key)
+
+    @property
+    def batch_buckets(self) -> tuple[int, ...]:
+        """The batch sizes compiled at start-up; the largest is at least max_batch_size."""
+        buckets = self.ints("batch_buckets")
+        if buckets[-1] < self.max_batch_size:
+            raise ValueError(
+                f"parameter 'batch_buckets' {buckets} must reach max_batch_size "
+                f"{self.max_batch_size}"
+            )
+        return buckets
 
 
-def stack_user_rows(rows: Sequence[dict], history_len: int, num_actions: int) -> UserRows:
-    """Keep the newest ``history_len`` items of each row and right-pad with zeros."""
-    n = len(rows)
+# ----------------------------------------------------------------------------------------
+# Artifacts
+# ----------------------------------------------------------------------------------------
 
-    def newest(values: np.ndarray) -> np.ndarray:
-        return values[max(0, len(values) - history_len) :]
 
-    def padded(key: str, dtype, tail=()) -> np.ndarray:
-        out = np.zeros((n, history_len) + tail, dtype)
-        for i, row in enumerate(rows):
-            kept = newest(row[key])
-            out[i, : len(kept)] = kept
-        return out
+class HistoryBatch(NamedTuple):
+    """The users of a batch, histories cut to the newest S items and right-padded (zeros)."""
 
-    any_dwell = any(row["dwell"] is not None for row in rows)
-    dwell = None
-    if any_dwell:
-        dwell = np.zeros((n, history_len), np.float32)
-        for i, row in enumerate(rows):
-            if row["dwell"] is not None:
-                kept = newest(row["dwell"])
-                dwell[i, : len(kept)] = kept
-    return UserRows(
-        user_ids=np.array([row["user_id"] for row in rows], np.int64),
-        post_ids=padded("post_ids", np.int64),
-        author_ids=padded("author_ids", np.int64),
-        actions=padded("actions", np.float32, (num_actions,)),
-        surfaces=padded("surfaces", np.int32),
-        dwell=dwell,
-    )
+    user_id: np.ndarray  # [B] int64
+    history_post_ids: np.ndarray  # [B, S] int64, 0 = padding
+    history_author_ids: np.ndarray  # [B, S] int64
+    history_actions: np.ndarray  # [B, S, A] float32
+    history_product_surface: np.ndarray  # [B, S] int32
+    history_dwell_seconds: np.ndarray  # [B, S] float32, zeros where not sent
 
 
 class PhoenixResources:
@@ -147,22 +144,22 @@ class PhoenixResources:
         self.embedder = self.artifacts.embedder()
         self.root = Path(artifact_dir)
 
-    def user_features(self, users: UserRows):
-        """Hash and look up the user + history part of a batch (candidates left empty)."""
+    def user_features(self, users: HistoryBatch):
+        """Hashes and embeddings of the user + history part of a batch (the RecsysBatch and
+        RecsysEmbeddings fields; candidates left out)."""
         e = self.embedder
-        user_hashes, user_rows = e.hash_users(users.user_ids)  # [R, nU]
-        post_hashes, post_rows = e.hash_items(users.post_ids)  # [R, S, nI]
-        author_hashes, author_rows = e.hash_authors(users.author_ids)  # [R, S, nA]
-        continuous = None
-        if users.dwell is not None:
-            continuous = np.zeros(users.dwell.shape + (NUM_CONTINUOUS,), np.float32)
-            continuous[:, :, DWELL_TIME_INDEX] = users.dwell
+        user_hashes, user_rows = e.hash_users(users.user_id)  # [B, nU]
+        post_hashes, post_rows = e.hash_items(users.history_post_ids)  # [B, S, nI]
+        author_hashes, author_rows = e.hash_authors(users.history_author_ids)  # [B, S, nA]
+        dwell = users.history_dwell_seconds  # [B, S]
+        continuous = np.zeros(dwell.shape + (NUM_CONTINUOUS,), np.float32)  # [B, S, N]
+        continuous[:, :, DWELL_TIME_INDEX] = dwell
         hashes = dict(
             user_hashes=user_hashes,
             history_post_hashes=post_hashes,
             history_author_hashes=author_hashes,
-            history_actions=users.actions,
-            history_product_surface=users.surfaces,
+            history_actions=users.history_actions,
+            history_product_surface=users.history_product_surface,
             history_continuous_actions=continuous,
         )
         embeddings = dict(
@@ -182,43 +179,119 @@ class PhoenixResources:
         )
 
 
-def _empty_candidates(rows: int, config) -> dict:
-    """Zero-width candidate fields for user-tower batches."""
-    return dict(
-        candidate_post_hashes=np.zeros((rows, 0, config.num_item_hashes), np.int64),
-        candidate_author_hashes=np.zeros((rows, 0, config.num_author_hashes), np.int64),
-        candidate_product_surface=np.zeros((rows, 0), np.int32),
+# ----------------------------------------------------------------------------------------
+# Stacking and splitting
+# ----------------------------------------------------------------------------------------
+
+
+def stack_padded(parts: Sequence[np.ndarray], width: int, rows: int) -> np.ndarray:
+    """Every request's rows ``[R_i, L_i, ...]`` in one zero-padded array ``[rows, width, ...]``.
+
+    Items beyond ``width`` are cut from the front, so a history keeps its newest items.
+    """
+    first = parts[0]
+    out = np.zeros((rows, width) + first.shape[2:], first.dtype)
+    start = 0
+    for part in parts:
+        kept = part[:, max(0, part.shape[1] - width) :]
+        out[start : start + part.shape[0], : kept.shape[1]] = kept
+        start += part.shape[0]
+    return out
+
+
+def optional_or_zeros(request, name: str, width_of: str, dtype) -> np.ndarray:
+    """The request's optional field ``name``, or zeros shaped like ``width_of`` when absent."""
+    value = getattr(request, name, None)
+    return np.zeros(getattr(request, width_of).shape, dtype) if value is None else value
+
+
+def stack_histories(requests: Sequence[UserRequest], history_len: int, rows: int) -> HistoryBatch:
+    """The users of ``requests`` in one batch of ``rows`` (zero rows pad it)."""
+
+    def stacked(name: str, dtype=None) -> np.ndarray:
+        if dtype is not None:  # optional: zeros where a request sent none
+            parts = [optional_or_zeros(r, name, "history_post_ids", dtype) for r in requests]
+        else:
+            parts = [getattr(r, name) for r in requests]
+        return stack_padded(parts, history_len, rows)
+
+    user_ids = stack_padded([r.user_id for r in requests], 1, rows)[:, 0]  # [B]
+    return HistoryBatch(
+        user_id=user_ids,
+        history_post_ids=stacked("history_post_ids"),
+        history_author_ids=stacked("history_author_ids"),
+        history_actions=stacked("history_actions"),
+        history_product_surface=stacked("history_product_surface"),
+        history_dwell_seconds=stacked("history_dwell_seconds", np.float32),
     )
 
 
-def run_per_request(requests: Sequence[Inputs], parse) -> tuple[list, list[Result]]:
-    """Parse each request on its own; returns (parsed rows per good request, result slots)."""
-    parsed, results = [], []
-    for inputs in requests:
-        try:
-            parsed.append(parse(inputs))
-            results.append(None)
-        except InputError as error:
-            parsed.append(None)
-            results.append(error)
-    return parsed, results
-
-
-def handle_rows(requests: Sequence[Inputs], parse, run, pack) -> list[Result]:
-    """Parse each request into rows (a bad request keeps its error), run every good row in
-    one call, and ``pack`` each request's slice of the outputs into its result."""
-    parsed, results = run_per_request(requests, parse)
-    rows = [row for rows_ in parsed if rows_ is not None for row in rows_]
-    outputs = run(rows) if rows else []
-    cursor = 0
-    for i, rows_ in enumerate(parsed):
-        if rows_ is not None:
-            results[i] = pack(outputs[cursor : cursor + len(rows_)])
-            cursor += len(rows_)
+def split_rows(requests: Sequence, outputs: Mapping[str, np.ndarray]) -> list[Outputs]:
+    """Each request's rows of batch ``outputs`` ({name: [B, ...]}), in request order."""
+    results, start = [], 0
+    for request in requests:
+        stop = start + request.rows
+        results.append({name: array[start:stop] for name, array in outputs.items()})
+        start = stop
     return results
 
 
-def stack_rows(outputs: Sequence[Outputs]) -> Outputs:
-    """Stack per-row outputs of one request; ragged rows are cut to the shortest."""
-    shortest = min(len(next(iter(o.values()))) for o in outputs)
-    return {name: np.stack([o[name][:shortest] for o in outputs]) for name in outputs[0]}
+# ----------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------
+
+
+class Service:
+    """A served model: checks each request, runs the good ones as one batch, splits results.
+
+    Subclasses name their ``model`` and ``request_type``, build themselves ``from_settings``,
+    and implement ``run`` (typed requests -> one Outputs per request) and ``warm_up``.
+    """
+
+    model: ClassVar[str]
+    request_type: ClassVar[type]
+    config: Any  # the artifact config the requests are checked against
+    batch_buckets: tuple[int, ...]
+
+    def run(self, requests: Sequence[Any]) -> list[Outputs]:
+        raise NotImplementedError
+
+    def warm_up(self) -> int:
+        raise NotImplementedError
+
+    def parse(self, arrays: Arrays):
+        """The checked typed request of one request's arrays; raises InputError."""
+        request = parse(self.request_type, arrays, self.config)
+        largest = self.batch_buckets[-1]
+        if request.rows > largest:  # Triton's max_batch_size, for in-process callers
+            raise InputError(f"{self.model}: a request of {request.rows} rows, at most {largest}")
+        return request
+
+    def handle(self, batch: Sequence[Arrays]) -> list[Result]:
+        """Results of a batch of requests, in order: Outputs, or the request's InputError.
+
+        Good requests run together in groups of at most the largest batch bucket: from Triton,
+        whose batches never exceed max_batch_size, that is one group.
+        """
+        results: list[Optional[Result]] = []
+        good = []
+        for arrays in batch:
+            try:
+                good.append((len(results), self.parse(arrays)))
+                results.append(None)
+            except InputError as error:
+                results.append(error)
+        for group in self._groups(good):
+            for (slot, _), outputs in zip(group, self.run([r for _, r in group])):
+                results[slot] = outputs
+        return results
+
+    def _groups(self, good: list) -> list[list]:
+        groups, rows, largest = [], 0, self.batch_buckets[-1]
+        for item in good:
+            if not groups or rows + item[1].rows > largest:
+                groups.append([])
+                rows = 0
+            groups[-1].append(item)
+            rows += item[1].rows
+        return groups

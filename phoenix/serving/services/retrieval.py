@@ -1,7 +1,7 @@
 """The retrieval side's services: the user tower, the candidate tower and top-k retrieval.
 
-Shape glossary (per request: leading dimension R = rows)
-  L  history items sent   D  emb_size   M  corpus size   K  top_k
+Shape glossary (R rows of one request, B rows of a batch)
+  S  history_seq_len   D  emb_size   M  corpus size   K  top_k
 """
 
 from __future__ import annotations
@@ -14,174 +14,149 @@ from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
 from phoenix.engine import RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving import contracts
-from phoenix.serving import requests as checks
+from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
-    USER_INPUTS,
-    Inputs,
+    HistoryBatch,
     Outputs,
     PhoenixResources,
-    Result,
-    _empty_candidates,
-    handle_rows,
-    parse_user_rows,
-    stack_rows,
-    stack_user_rows,
+    Service,
+    ServiceSettings,
+    split_rows,
+    stack_histories,
 )
 
-# ----------------------------------------------------------------------------------------
-# user_encoder
-# ----------------------------------------------------------------------------------------
+
+def user_tower_inputs(resources: PhoenixResources, users: HistoryBatch):
+    """The hashed and looked-up batch the user tower reads (it takes no candidates)."""
+    hashes, embeddings = resources.user_features(users)
+    hashes.pop("history_continuous_actions")  # the user tower reads no dwell time
+    rows = len(users.user_id)
+    no_posts = np.zeros((rows, 0), np.int64)
+    (post_h, author_h), (post_e, author_e) = resources.candidate_features(no_posts, no_posts)
+    batch = RecsysBatch(
+        **hashes,
+        candidate_post_hashes=post_h,  # [B, 0, nI]
+        candidate_author_hashes=author_h,  # [B, 0, nA]
+        candidate_product_surface=np.zeros((rows, 0), np.int32),
+    )
+    emb = RecsysEmbeddings(
+        **embeddings, candidate_post_embeddings=post_e, candidate_author_embeddings=author_e
+    )
+    return batch, emb
 
 
-class UserEncoderService:
+class UserEncoderService(Service):
     """Retrieval user tower: one unit vector per user."""
 
+    model = contracts.USER_ENCODER.name
+    request_type = UserRequest
+
     def __init__(
-        self,
-        resources: PhoenixResources,
-        compute_dtype=None,
-        batch_buckets: Sequence[int] = contracts.USER_ENCODER.batch_buckets,
+        self, resources: PhoenixResources, *, batch_buckets: Sequence[int], compute_dtype=None
     ):
         self.resources = resources
         self.config = resources.config
+        self.batch_buckets = tuple(sorted(batch_buckets))
         self.engine = RetrievalEngine(
             self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
-            batch_buckets=batch_buckets,
+            batch_buckets=self.batch_buckets,
         )
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings) -> UserEncoderService:
+        resources = PhoenixResources(settings.artifact_dir)
+        return cls(resources, batch_buckets=settings.batch_buckets)
 
     def warm_up(self) -> int:
         return self.engine.warm_up()
 
-    def parse(self, inputs: Inputs) -> list[dict]:
-        checks.check_unknown_inputs(inputs, USER_INPUTS)
-        c = self.config
-        return parse_user_rows(inputs, c.num_actions, c.product_surface_vocab_size)
-
-    def features(self, rows: Sequence[dict]) -> tuple[RecsysBatch, RecsysEmbeddings]:
-        """Hashed user + history batch (no candidates: the user tower reads none)."""
-        c = self.config
-        users = stack_user_rows(rows, c.history_seq_len, c.num_actions)
-        hashes, embeddings = self.resources.user_features(users)
-        hashes.pop("history_continuous_actions")  # the user tower takes no dwell time
-        _, (post_emb, author_emb) = self.resources.candidate_features(
-            np.zeros((len(rows), 0), np.int64), np.zeros((len(rows), 0), np.int64)
-        )
-        batch = RecsysBatch(**hashes, **_empty_candidates(len(rows), c))
-        emb = RecsysEmbeddings(
-            **embeddings, candidate_post_embeddings=post_emb, candidate_author_embeddings=author_emb
-        )
-        return batch, emb
-
-    def encode(self, rows: Sequence[dict]) -> np.ndarray:
-        return self.engine.encode_users(*self.features(rows))
-
-    def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        return handle_rows(requests, self.parse, self.encode, lambda v: {"user_embedding": v})
+    def run(self, requests: Sequence[UserRequest]) -> list[Outputs]:
+        rows = sum(r.rows for r in requests)
+        users = stack_histories(requests, self.config.history_seq_len, rows)
+        vectors = self.engine.encode_users(*user_tower_inputs(self.resources, users))  # [B, D]
+        return split_rows(requests, {"user_embedding": vectors})
 
 
-# ----------------------------------------------------------------------------------------
-# candidate_tower
-# ----------------------------------------------------------------------------------------
-
-
-class CandidateTowerService:
+class CandidateTowerService(Service):
     """Candidate tower: one unit vector per (post_id, author_id) row."""
 
-    def __init__(self, resources: PhoenixResources, compute_dtype=None, rows_per_call=256):
+    model = contracts.CANDIDATE_TOWER.name
+    request_type = CandidateRequest
+
+    def __init__(self, resources: PhoenixResources, *, max_rows: int, rows_per_call: int):
         self.resources = resources
+        self.config = resources.config
+        self.batch_buckets = (max_rows,)  # one program of rows_per_call rows serves them all
         self.engine = RetrievalEngine(
-            resources.config.retrieval_config(),
+            self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
-            compute_dtype=compute_dtype,
-            candidate_chunk=rows_per_call,  # one compiled program of this many rows
+            candidate_chunk=rows_per_call,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
+        (rows_per_call,) = settings.ints("rows_per_call")
+        return cls(
+            PhoenixResources(settings.artifact_dir),
+            max_rows=settings.max_batch_size,
+            rows_per_call=rows_per_call,
         )
 
     def warm_up(self) -> int:
         self.embed(np.ones(1, np.int64), np.ones(1, np.int64))
         return 1
 
-    def parse(self, inputs: Inputs) -> np.ndarray:
-        checks.check_unknown_inputs(inputs, set(contracts.CANDIDATE_TOWER.input_names))
-        posts = checks.get_input(inputs, "post_id", "int", 2)
-        authors = checks.get_input(inputs, "author_id", "int", 2)
-        checks.check_same_rows({"post_id": posts, "author_id": authors})
-        for name, ids in (("post_id", posts), ("author_id", authors)):
-            if ids.shape[1] != 1:
-                raise checks.InputError(f"input '{name}': expected one id per row, got {ids.shape}")
-        checks.check_ids("post_id", posts, minimum=1)
-        checks.check_ids("author_id", authors)
-        return np.concatenate([posts, authors], axis=1).astype(np.int64)  # [n, 2] rows
-
     def embed(self, post_ids: np.ndarray, author_ids: np.ndarray) -> np.ndarray:
+        """Unit vectors [n, D] of posts [n] by authors [n]."""
         _, (post_emb, author_emb) = self.resources.candidate_features(post_ids, author_ids)
         return self.engine.encode_candidates(post_emb, author_emb)  # [n, D]
 
-    def embed_rows(self, rows: Sequence[np.ndarray]) -> np.ndarray:
-        ids = np.stack(rows)  # [n, 2]: post id, author id
-        return self.embed(ids[:, 0], ids[:, 1])
-
-    def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        pack = lambda v: {"candidate_embedding": v}  # noqa: E731
-        return handle_rows(requests, self.parse, self.embed_rows, pack)
+    def run(self, requests: Sequence[CandidateRequest]) -> list[Outputs]:
+        posts = np.concatenate([r.post_id[:, 0] for r in requests])  # [B]
+        authors = np.concatenate([r.author_id[:, 0] for r in requests])  # [B]
+        return split_rows(requests, {"candidate_embedding": self.embed(posts, authors)})
 
 
-# ----------------------------------------------------------------------------------------
-# retriever
-# ----------------------------------------------------------------------------------------
-
-
-class RetrieverService:
+class RetrieverService(Service):
     """Exact top-k of a user vector over the corpus, excluding the user's history."""
+
+    model = contracts.RETRIEVER.name
+    request_type = RetrieveRequest
 
     def __init__(
         self,
         resources: PhoenixResources,
-        corpus_file: str = "corpus.npz",
+        corpus_file: str,
+        *,
+        batch_buckets: Sequence[int],
         compute_dtype=None,
-        batch_buckets: Sequence[int] = contracts.RETRIEVER.batch_buckets,
     ):
         self.config = resources.config
+        self.batch_buckets = tuple(sorted(batch_buckets))
         self.corpus: Corpus = load_corpus(resolve_inside(resources.root, corpus_file), self.config)
         self.engine = RetrievalEngine(
             self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
-            batch_buckets=batch_buckets,
+            batch_buckets=self.batch_buckets,
         )
         self.engine.set_corpus(self.corpus.embeddings)
         order = np.argsort(self.corpus.post_ids)
         self._sorted_ids = self.corpus.post_ids[order]
         self._sorted_index = order
 
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
+        return cls(
+            PhoenixResources(settings.artifact_dir),
+            settings.text("corpus_file"),
+            batch_buckets=settings.batch_buckets,
+        )
+
     def warm_up(self) -> int:
         return self.engine.warm_up()
-
-    def parse(self, inputs: Inputs) -> list[tuple[np.ndarray, int, np.ndarray]]:
-        checks.check_unknown_inputs(inputs, set(contracts.RETRIEVER.input_names))
-        users = checks.get_input(inputs, "user_embedding", "float", 2)
-        top_k = checks.get_input(inputs, "top_k", "int", 2)
-        seen = checks.get_input(inputs, "history_post_ids", "int", 2, required=False)
-        checks.check_same_rows({"user_embedding": users, "top_k": top_k, "history_post_ids": seen})
-        D = self.config.emb_size
-        if users.shape[1] != D:
-            raise checks.InputError(
-                f"input 'user_embedding': expected {D} values per row, got shape {users.shape}"
-            )
-        if top_k.shape[1] != 1:
-            raise checks.InputError(f"input 'top_k': expected one value per row, got {top_k.shape}")
-        checks.check_range("top_k", top_k, 1, checks.LIMITS.max_top_k, "top_k")
-        if seen is not None:
-            checks.check_ids("history_post_ids", seen)
-            checks.check_limit(
-                "history_post_ids", seen.shape[1], checks.LIMITS.max_history_items, "ids"
-            )
-        empty = np.zeros(0, np.int64)
-        return [
-            (users[r].astype(np.float32), int(top_k[r, 0]), empty if seen is None else seen[r])
-            for r in range(users.shape[0])
-        ]
 
     def corpus_indices(self, post_ids: np.ndarray) -> np.ndarray:
         """Corpus positions of the ids that are in the corpus."""
@@ -190,24 +165,31 @@ class RetrieverService:
         found = self._sorted_ids[pos] == post_ids
         return self._sorted_index[pos[found]]
 
-    def retrieve(self, rows: Sequence[tuple]) -> list[Outputs]:
+    def run(self, requests: Sequence[RetrieveRequest]) -> list[Outputs]:
+        users = np.concatenate([r.user_embedding for r in requests])  # [B, D]
+        wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]
+        no_history = lambda r: np.zeros((r.rows, 0), np.int64)  # noqa: E731
+        seen = [  # per row: corpus positions of the posts it must not get
+            np.unique(self.corpus_indices(row))
+            for r in requests
+            for row in (no_history(r) if r.history_post_ids is None else r.history_post_ids)
+        ]
+        indices, scores = self.engine.top_k(users, int(wanted.max()), exclude_indices=seen)
         size = len(self.corpus.post_ids)
-        seen = [np.unique(self.corpus_indices(np.asarray(row[2], np.int64))) for row in rows]
-        users = np.stack([row[0] for row in rows])
-        largest_k = max(row[1] for row in rows)
-        indices, scores = self.engine.top_k(users, largest_k, exclude_indices=seen)
-        outputs = []
-        for r, (_, k, _) in enumerate(rows):
-            keep = min(k, size - len(seen[r]))  # never return excluded entries
-            idx = indices[r, :keep]
+        # A row gets at most its top_k and never an excluded post; a request's rows are cut
+        # to its shortest row's count, so each output is one rectangular array.
+        counts = [min(int(k), size - len(s)) for k, s in zip(wanted, seen)]
+        outputs, start = [], 0
+        for request in requests:
+            rows = slice(start, start + request.rows)
+            keep = min(counts[rows])
+            idx = indices[rows, :keep]  # [R, K]
             outputs.append(
                 {
                     "post_ids": self.corpus.post_ids[idx],
                     "author_ids": self.corpus.author_ids[idx],
-                    "retrieval_scores": scores[r, :keep].astype(np.float32),
+                    "retrieval_scores": scores[rows, :keep].astype(np.float32),
                 }
             )
+            start = rows.stop
         return outputs
-
-    def handle(self, requests: Sequence[Inputs]) -> list[Result]:
-        return handle_rows(requests, self.parse, self.retrieve, stack_rows)

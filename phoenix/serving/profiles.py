@@ -1,0 +1,145 @@
+"""Deployment profiles: how each served model runs on CPUs and on GPUs, written once.
+
+A model's contract (``contracts``) says what it accepts and returns; a profile says how it is
+deployed: instances, batch sizes and the buckets compiled at start-up, the dynamic batcher's
+queue, and the parameters the model reads at start-up. ``configs`` generates every
+``config.pbtxt`` from the two: the CPU profile writes ``<model>/config.pbtxt``, the GPU profile
+``<model>/configs/gpu.pbtxt``, which Triton picks with ``--model-config-name=gpu``.
+
+Why the numbers are what they are:
+- CPU: two instances per model overlap one batch's Python work with the other's compute and
+  keep the batcher busy (Triton 2.51 with a queue policy and one instance stalls ~0.5 s at
+  times). Batch buckets are every power of two up to the batch size (least padding).
+- GPU: a GPU's time per batch grows far less than the batch at these sizes, so batches are
+  larger and queues deeper; few batch and candidate buckets keep start-up compilation short
+  (each bucket is one program per instance); one or two instances per GPU overlap host work
+  with device work without multiplying device memory. These are starting points until the GPU
+  issue measures them (docs/performance.md).
+- Queues: past capacity a request is refused at once (UNAVAILABLE) rather than queued without
+  bound; docs/reliability.md says how the sizes and the 5 s timeout were chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from phoenix.serving.contracts import CONTRACTS, RANKER_CANDIDATE_BUCKETS, powers_of_two_up_to
+
+# Relative to a model's directory: artifacts/demo at the repository root. PHOENIX_ARTIFACT_DIR
+# overrides it at start-up (serve --artifacts sets it).
+DEFAULT_ARTIFACT_DIR = "../../artifacts/demo"
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The dynamic batcher's queue of one model."""
+
+    max_delay_us: int  # how long the batcher waits to fill a batch
+    max_size: int  # requests waiting past this are refused
+    timeout_us: int = 5_000_000  # a request waiting longer is refused (clients may override)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How one model is deployed: instances, batch size and buckets, queue, parameters."""
+
+    instances: int
+    queue: Queue
+    max_batch_size: Optional[int] = None  # None: the contract's
+    # None: powers of two up to the batch size; (): none (the model compiles rows_per_call)
+    batch_buckets: Optional[tuple[int, ...]] = None
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+    def batch_size(self, model: str) -> int:
+        return self.max_batch_size or CONTRACTS[model].max_batch_size
+
+    def buckets(self, model: str) -> tuple[int, ...]:
+        if self.batch_buckets is not None:
+            return self.batch_buckets
+        return powers_of_two_up_to(self.batch_size(model))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every served model's deployment on one kind of device."""
+
+    name: str  # "cpu" or "gpu": also the value of serve --device
+    instance_kind: str  # Triton's instance_group kind
+    config_name: Optional[str]  # None: config.pbtxt, else configs/<name>.pbtxt
+    models: Mapping[str, Deployment]
+
+    def config_path(self, model: str) -> str:
+        """The config file of ``model`` under this profile, relative to the repository."""
+        if self.config_name is None:
+            return f"{model}/config.pbtxt"
+        return f"{model}/configs/{self.config_name}.pbtxt"
+
+    def with_queue_delay(self, max_delay_us: int) -> Profile:
+        """The same profile with every model's batcher waiting ``max_delay_us``."""
+        if max_delay_us < 0:
+            raise ValueError("max_queue_delay_us must be >= 0")
+        models = {
+            name: replace(d, queue=replace(d.queue, max_delay_us=max_delay_us))
+            for name, d in self.models.items()
+        }
+        return replace(self, models=models)
+
+
+def _candidate_buckets(buckets: tuple[int, ...]) -> dict[str, str]:
+    return {"candidate_buckets": ",".join(map(str, buckets))}
+
+
+def _rows_per_call(rows: int) -> dict[str, str]:
+    """The candidate tower's one compiled program: rows per call, as often as a batch needs."""
+    return {"rows_per_call": str(rows)}
+
+
+_CPU_QUEUE = Queue(max_delay_us=2000, max_size=64)
+
+CPU = Profile(
+    name="cpu",
+    instance_kind="KIND_CPU",
+    config_name=None,
+    models={
+        "user_encoder": Deployment(2, _CPU_QUEUE),
+        "candidate_tower": Deployment(
+            2, _CPU_QUEUE, batch_buckets=(), parameters=_rows_per_call(256)
+        ),
+        "retriever": Deployment(2, _CPU_QUEUE),
+        "ranker": Deployment(
+            2, _CPU_QUEUE, parameters=_candidate_buckets(RANKER_CANDIDATE_BUCKETS)
+        ),
+    },
+)
+
+_GPU_BATCHES = dict(max_batch_size=64, batch_buckets=(1, 8, 64))
+
+GPU = Profile(
+    name="gpu",
+    instance_kind="KIND_GPU",
+    config_name="gpu",
+    models={
+        "user_encoder": Deployment(1, Queue(500, 1024), **_GPU_BATCHES),
+        "candidate_tower": Deployment(
+            1, Queue(500, 64), batch_buckets=(), parameters=_rows_per_call(4096)
+        ),
+        "retriever": Deployment(1, Queue(500, 1024), **_GPU_BATCHES),
+        "ranker": Deployment(
+            2, Queue(1000, 1024), **_GPU_BATCHES, parameters=_candidate_buckets((64, 256, 1024))
+        ),
+    },
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (CPU, GPU)}
+
+
+def profile(name: str) -> Profile:
+    """The deployment profile by name ("cpu" or "gpu")."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"no deployment profile {name!r}; choose one of {sorted(PROFILES)}"
+        ) from None

@@ -1,0 +1,122 @@
+"""Every config.pbtxt is generated from its contract and a deployment profile."""
+
+import shutil
+
+import pytest
+
+from phoenix.serving import configs
+from phoenix.serving.configs import ConfigError, model_config, read_config
+from phoenix.serving.contracts import CONTRACTS, LIMITS, RANKER, RECOMMEND
+from phoenix.serving.profiles import CPU, GPU, PROFILES
+
+KIND = configs.model_config_pb2.ModelInstanceGroup.Kind.Name
+
+
+def instances(config) -> list[tuple[str, int]]:
+    return [(KIND(g.kind), g.count) for g in config.instance_group]
+
+
+def test_committed_configs_are_the_generated_ones():
+    assert configs.stale_files() == [], "run `make configs`"
+
+
+def test_every_model_has_a_config_and_every_backend_model_a_gpu_variant():
+    files = configs.generated_files()
+    for name, contract in CONTRACTS.items():
+        assert f"{name}/config.pbtxt" in files
+        assert (f"{name}/configs/gpu.pbtxt" in files) == (not contract.is_ensemble)
+
+
+def test_a_generated_config_says_what_the_contract_says():
+    config = read_config(configs.REPOSITORY / "ranker" / "config.pbtxt")
+    assert config.name == "ranker" and config.backend == "python"
+    assert config.max_batch_size == RANKER.max_batch_size
+    inputs = {t.name: t for t in config.input}
+    assert list(inputs) == list(RANKER.input_names)
+    actions = inputs["history_actions"]
+    assert list(actions.dims) == [-1, -1] and actions.allow_ragged_batch
+    assert inputs["history_dwell_seconds"].optional and not inputs["user_id"].optional
+    assert [t.name for t in config.output] == list(RANKER.output_names)
+    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    assert parameters["candidate_buckets"] == "16,64,256,512,1024"
+    assert parameters["batch_buckets"] == "1,2,4,8"
+    assert parameters["score_weights"] == RANKER.parameters["score_weights"]
+    assert instances(config) == [("KIND_CPU", 2)]
+
+
+def test_the_ensemble_config_wires_the_contract_steps():
+    config = read_config(configs.REPOSITORY / "recommend" / "config.pbtxt")
+    assert config.platform == "ensemble" and not config.instance_group
+    steps = [
+        (s.model_name, dict(s.input_map), dict(s.output_map))
+        for s in config.ensemble_scheduling.step
+    ]
+    assert steps == [(s.model, dict(s.input_map), dict(s.output_map)) for s in RECOMMEND.steps]
+
+
+def test_the_gpu_variant_batches_more_with_few_buckets():
+    ranker = read_config(configs.REPOSITORY / "ranker" / "configs" / "gpu.pbtxt")
+    parameters = {k: v.string_value for k, v in ranker.parameters.items()}
+    assert ranker.max_batch_size == 64
+    assert instances(ranker) == [("KIND_GPU", 2)]
+    assert parameters["batch_buckets"] == "1,8,64"
+    assert parameters["candidate_buckets"] == "64,256,1024"
+    assert parameters["score_weights"] == RANKER.parameters["score_weights"]
+    assert ranker.dynamic_batching.default_queue_policy.max_queue_size == 1024
+
+
+@pytest.mark.parametrize("profile", list(PROFILES.values()), ids=list(PROFILES))
+def test_every_profile_compiles_what_it_may_be_sent(profile):
+    """Batch buckets reach the batch size, the largest candidate bucket is the request limit
+    (a larger limit would compile new shapes while serving), and the ensemble never sends a
+    step more rows than that step takes."""
+    for contract in CONTRACTS.values():
+        if contract.is_ensemble:
+            continue
+        config = model_config(contract, profile)
+        parameters = {k: v.string_value for k, v in config.parameters.items()}
+        if "batch_buckets" in parameters:
+            assert int(parameters["batch_buckets"].split(",")[-1]) == config.max_batch_size
+        else:
+            assert int(parameters["rows_per_call"]) >= 1
+    ranker = {k: v.string_value for k, v in model_config(RANKER, profile).parameters.items()}
+    assert int(ranker["candidate_buckets"].split(",")[-1]) == LIMITS.max_candidates
+    for step in RECOMMEND.steps:
+        assert RECOMMEND.max_batch_size <= profile.models[step.model].batch_size(step.model)
+
+
+def test_a_variant_repository_is_generated_not_edited(tmp_path):
+    dest = configs.write_repository(tmp_path / "nobatch", CPU, dynamic_batching=False)
+    for name in CONTRACTS:
+        config = read_config(dest / name / "config.pbtxt")
+        assert not config.HasField("dynamic_batching")
+        assert not (dest / name / "configs").exists()
+    assert (dest / "ranker" / "1" / "model.py").read_text() == (
+        configs.REPOSITORY / "ranker" / "1" / "model.py"
+    ).read_text()
+    slow = configs.write_repository(tmp_path / "gpu-slow", GPU.with_queue_delay(0))
+    ranker = read_config(slow / "ranker" / "config.pbtxt")
+    assert ranker.dynamic_batching.max_queue_delay_microseconds == 0
+    assert ranker.max_batch_size == 64
+    with pytest.raises(ValueError, match="must lie outside"):
+        configs.write_repository(configs.REPOSITORY / "x", CPU)
+
+
+def test_check_reports_a_stale_config_and_make_configs_mends_it(tmp_path, capsys):
+    repository = tmp_path / "repo"
+    shutil.copytree(configs.REPOSITORY, repository)
+    path = repository / "ranker" / "config.pbtxt"
+    path.write_text(path.read_text().replace("max_batch_size: 8", "max_batch_size: 16"))
+    (repository / "retriever" / "configs" / "gpu.pbtxt").unlink()
+    assert configs.main(["--check", "--repository", str(repository)]) == 1
+    err = capsys.readouterr().err
+    assert "ranker/config.pbtxt" in err and "retriever/configs/gpu.pbtxt" in err
+    assert configs.main(["--repository", str(repository)]) == 0
+    assert configs.main(["--check", "--repository", str(repository)]) == 0
+
+
+def test_a_broken_config_file_is_named(tmp_path):
+    broken = tmp_path / "config.pbtxt"
+    broken.write_text('name: "ranker"\nmax_batch_sise: 8\n')
+    with pytest.raises(ConfigError, match=f"{broken}:.*max_batch_sise"):
+        read_config(broken)
