@@ -33,7 +33,7 @@ INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT)
 
-.PHONY: help setup artifacts serve demo test lint format clean distclean
+.PHONY: help setup artifacts configs serve demo test test-unit lint format clean distclean
 
 help:  ## list the targets
 	@echo "Targets:"
@@ -77,7 +77,7 @@ PERF_ANALYZER_WHEEL := tritonclient==2.51.0
 $(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
 		-d build/wheels $(PERF_ANALYZER_WHEEL)
-	$(PY) -m phoenix.serving.perf_analyzer --extract build/wheels --to $@
+	$(PY) -m bench.perf_analyzer --extract build/wheels --to $@
 
 # The project itself, editable: `phoenix`, `clients` and `bench` import from this checkout
 # and the console scripts (phoenix-serve, ...) land in .venv/bin.
@@ -103,9 +103,16 @@ demo: setup $(DEMO_ARTIFACTS)/config.json  ## train the demo towers once, serve,
 	$(PY) -m phoenix.serving.serve --demo --quiet --artifacts $(DEMO_ARTIFACTS) \
 		--device $(DEVICE) --host $(HOST) --http-port 0 --grpc-port 0 --metrics-port 0
 
-test: setup  ## ruff check + the whole pytest suite (unit tests first, then integration)
+configs: setup  ## write every model_repository config from the contracts and profiles
+	$(PY) -m phoenix.serving.configs
+
+test: setup  ## ruff check + the whole pytest suite (tests/unit, then tests/slow, then tests/integration)
 	$(RUFF) check .
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+
+# The quick tier while editing (under 2 min on 2 cores); `make test` runs it too, first.
+test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 lint: setup  ## ruff check and ruff format --check
 	$(RUFF) check .

@@ -135,7 +135,7 @@ def random_request_batch(config, users: int, candidates: int, seed: int = 0):
     ids = lambda *shape: rng.integers(1, 2**62, shape, dtype=np.int64)  # noqa: E731
     S = config.history_seq_len
     return empty_request_batch(users, candidates, config)._replace(
-        user_ids=ids(users),
+        user_id=ids(users),
         history_post_ids=ids(users, S),
         history_author_ids=ids(users, S),
         history_actions=(rng.random((users, S, config.num_actions)) > 0.7).astype(np.float32),

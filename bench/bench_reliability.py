@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from phoenix.serving.loadgen import error_kind, wait_until
+from bench.loadgen import error_kind, wait_until
 from phoenix.serving.serve import ServePorts
 from phoenix.serving.triton_server import http_get_status
 

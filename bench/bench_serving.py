@@ -52,12 +52,12 @@ from bench.serving_report import (
     update_docs,
 )
 from bench.serving_servers import start_servers, stop_servers
+from clients.workload import random_users
 from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.serving.client import connect
 from phoenix.serving.inprocess import InProcessModels
 from phoenix.serving.triton_server import TritonServer
-from phoenix.serving.workload import random_users
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from phoenix.serving import perf_analyzer
+from bench import perf_analyzer
 from phoenix.serving.client import connect, ranker_inputs, recommend_inputs
 from phoenix.serving.contracts import RANKER
 from phoenix.serving.inprocess import InProcessModels

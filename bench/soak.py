@@ -10,7 +10,7 @@ counted from when a request was due, so a stalled server cannot hide its backlog
 HTTP and half over gRPC, and samples the resident memory (RSS) of tritonserver and every stub.
 Writes JSON and PNG; exits 1 when a request failed or memory grew by more than --max-rss-growth.
 
-The load comes from `phoenix.serving.loadgen` (why not Locust or perf_analyzer: see its
+The load comes from `bench/loadgen.py` (why not Locust or perf_analyzer: see its
 docstring; in short, an open loop with every answer checked, reported in 10 s windows).
 Every run is bounded in time and in request count.
 """
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from phoenix.serving.loadgen import (
-    Caller,
+from bench.loadgen import (
     LoadRun,
     Outcome,
+    alternating_callers,
     measure_capacity,
     percentiles_ms,
     summarize,
@@ -75,12 +75,9 @@ def recommend_caller_factory(http_url: str, grpc_url: str, artifacts: Path, top_
         if ranked.shape[0] != 1 or not 0 < ranked.shape[1] <= top_k:
             raise AssertionError(f"wrong answer: ranked_post_ids of shape {ranked.shape}")
 
-    def make(index: int) -> Caller:
-        protocol = "http" if index % 2 == 0 else "grpc"
-        url = http_url if protocol == "http" else grpc_url
-        return Caller(url, protocol, "recommend", inputs, outputs=["ranked_post_ids"], check=check)
-
-    return make
+    return alternating_callers(
+        http_url, grpc_url, "recommend", inputs, outputs=["ranked_post_ids"], check=check
+    )
 
 
 def windows(outcomes: Sequence[Outcome], start: float, width_s: float) -> list[dict]:

@@ -18,12 +18,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from clients.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.command_line import command_parser
 from phoenix.config import ArtifactConfig
 from phoenix.serving.client import connect, feed_table, infer
 from phoenix.serving.inprocess import InProcessModels
-from phoenix.serving.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}

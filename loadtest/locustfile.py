@@ -32,12 +32,12 @@ import tritonclient.http as httpclient
 from locust import FastHttpUser, User, between, events, task
 from locust.util.timespan import parse_timespan
 
+from clients.workload import CorpusIds, random_sequence, with_action_width
 from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
 from phoenix.serving.contracts import RECOMMEND, contract
 from phoenix.serving.ensemble import next_step_inputs, step_inputs
-from phoenix.serving.workload import CorpusIds, random_sequence, with_action_width
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,9 @@
-"""Shared test setup: repo root on sys.path, markers, and unit tests before integration tests."""
+"""Shared test setup: repo root on sys.path, reference data, markers, and the tiers' order.
+
+Tiers, in the order `make test` runs them: tests/unit (fast, in process; `make test-unit`),
+tests/slow (in process, but whole runs: training, the GPU payload build, the engine against
+the plain model), tests/integration (real tritonservers).
+"""
 
 import sys
 from pathlib import Path
@@ -6,27 +11,46 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SLOW_DIR = REPO_ROOT / "tests" / "slow"
 INTEGRATION_DIR = REPO_ROOT / "tests" / "integration"
+# Reference data of the original implementation, copied into the repository (see its README) so
+# that a fresh clone with nothing beside it runs every test.
+DATA_DIR = REPO_ROOT / "tests" / "data"
 
 # `pytest` (unlike `python -m pytest`) does not put the repo root on sys.path.
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "integration: needs a real tritonserver (slower)")
+def reference_file(name: str) -> Path:
+    """tests/data/<name>, or a FileNotFoundError: a test against the reference never skips."""
+    path = DATA_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing; it comes with the repository (see tests/data/README.md)"
+        )
+    return path
 
 
-def is_integration(item) -> bool:
-    return INTEGRATION_DIR in Path(str(item.path)).parents
+def is_under(item, directory: Path) -> bool:
+    return directory in Path(str(item.path)).parents
+
+
+def tier_rank(item) -> int:
+    """0 unit, 1 slow, 2 integration: the quick failures come first."""
+    if item.get_closest_marker("integration") is not None:
+        return 2
+    return 1 if item.get_closest_marker("slow") is not None else 0
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark everything under tests/integration, and run it after the fast unit tests."""
+    """Mark tests/slow and tests/integration by folder, and run the tiers in order (stable)."""
     for item in items:
-        if is_integration(item):
+        if is_under(item, SLOW_DIR):
+            item.add_marker(pytest.mark.slow)
+        if is_under(item, INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
-    items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
+    items.sort(key=tier_rank)
 
 
 @pytest.fixture(scope="session")

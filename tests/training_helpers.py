@@ -1,4 +1,4 @@
-"""Tiny trained artifacts shared by the unit and integration tests (trained once per run)."""
+"""Tiny trained artifacts shared by the slow and integration tests (trained once per run)."""
 
 from __future__ import annotations
 

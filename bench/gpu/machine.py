@@ -93,7 +93,7 @@ def link_checkout(site: Path, checkout: Path = REPO_ROOT) -> Path:
 
 def install_perf_analyzer(wheel_folder: Path, dest: Path) -> Path:
     """perf_analyzer out of the tritonclient 2.51.0 wheel (Python's zipfile: no unzip here)."""
-    from phoenix.serving.perf_analyzer import extract_binary, find_wheel
+    from bench.perf_analyzer import extract_binary, find_wheel
 
     return extract_binary(find_wheel(wheel_folder), dest)
 

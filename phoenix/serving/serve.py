@@ -96,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
     add = parser.add_argument
-    artifacts = "artifact directory (config.json, weights) for the models (default: %(default)s;"
-    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=f"{artifacts} make artifacts)")
+    artifacts = "artifact directory (config.json, weights); `make artifacts` makes %(default)s"
+    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=artifacts)
     device = "the device the models run on; gpu needs `make setup DEVICE=gpu` (%(default)s)"
     add("--device", choices=("cpu", "gpu"), default="cpu", help=device)
     add("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
@@ -108,9 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("--supervisor-port", 8003, "the supervisor's /ready (probe it), /live and /status"),
     ):
         add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
-    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help="(%(default)s)")
-    add("--no-dynamic-batching", action="store_true", help="one request per execution")
-    add("--max-queue-delay-us", type=int, metavar="US", help="the batchers' queue delay")
+    repository = "the model repository to serve (default: %(default)s)"
+    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help=repository)
+    one = "serve a generated copy without dynamic batching (one request per execution)"
+    add("--no-dynamic-batching", action="store_true", help=one)
+    delay = "serve a generated copy with this max_queue_delay_microseconds"
+    add("--max-queue-delay-us", type=int, metavar="US", help=delay)
     logs = "where generated repositories, server logs and the admin key go (%(default)s)"
     add("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help=logs)
     ready = "seconds to wait for all models to load (%(default)s)"
@@ -286,7 +289,7 @@ def serve_foreground(
             supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
             endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
             ready_url = f"http://{client_host(server.host)}:{endpoint.port}/ready"
-        print(describe(server, ready_url, key_file), "\nCtrl-C stops the server.", flush=True)
+        print(describe(server, ready_url, key_file) + "\nCtrl-C stops the server.", flush=True)
         shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
         return shutdown.exit_code(wait_in_short_naps(server.wait))
@@ -301,11 +304,11 @@ def serve_foreground(
             echo.join(timeout=2)
 
 
-def run_demo_once(server: TritonServer, artifacts: Path, run_demo) -> int:
+def run_demo_once(server: TritonServer, artifacts: Path, run_demo, key_file: Path | None) -> int:
     """Wait until ready, run one end-to-end recommendation, stop the server."""
     try:
         server.wait_ready()
-        print(describe(server, None, None), flush=True)
+        print(describe(server, None, key_file), flush=True)
         run_demo(server.http_url, artifacts)
     finally:
         server.stop()
@@ -329,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
         if args.demo:
-            return run_demo_once(server, artifacts, run_demo)
+            return run_demo_once(server, artifacts, run_demo, key_file)
         return serve_foreground(server, args, admin_key, key_file)
     except (ServeError, TritonServerError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

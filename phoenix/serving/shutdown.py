@@ -1,19 +1,10 @@
-"""How `serve` stops: drain, stop taking requests, let in-flight ones finish, exit 0.
-
-First SIGINT/SIGTERM:
-1. drain: the supervisor's /ready answers 503 at once, so load balancers stop sending;
-2. after `--drain-seconds`, unload every model through the admin API (ensembles first).
-   Triton refuses new requests to an unloading model at once (the client sees "... has no
-   available versions", safe to retry elsewhere) and finishes unloading it when its in-flight
-   requests have been answered. We wait for that, up to `--stop-timeout` seconds;
-3. then SIGTERM to tritonserver, which has no request left to wait for: it waits at most its
-   short exit timeout for idle HTTP keep-alive connections, closes its ports and exits 0.
-
-Without step 2, keep-alive HTTP connections kept feeding the models through Triton's whole
-exit timeout, and Triton then exited 1 ("Exit timeout expired"), sometimes 139 (a crash in its
-teardown). A second signal kills tritonserver at once; a stop whose unloads outlive
-`--stop-timeout` (a request that never finishes, a model whose stub died earlier and cannot be
-unloaded) is finished by Triton's exit timeout. Both exit non-zero and say why.
+"""How `serve` stops (docs/reliability.md, "Shutdown"): on the first SIGINT/SIGTERM, /ready
+answers 503 at once (drain); after `--drain-seconds` every model is unloaded through the admin
+API, ensembles first, and we wait, up to `--stop-timeout`, until Triton has answered the requests
+in flight (it refuses new ones to an unloading model); then SIGTERM to tritonserver, which only
+waits its short exit timeout for idle keep-alive connections and exits 0. Without the unloads,
+keep-alive clients kept feeding the models through Triton's whole exit timeout, and it exited 1
+("Exit timeout expired") or 139. A second signal kills tritonserver; every non-zero exit says why.
 """
 
 from __future__ import annotations
@@ -24,9 +15,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TextIO
 
-from phoenix.serving.supervisor import Supervisor, TritonAdmin, TritonAPIError
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
+from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import TritonServer
 
 EXIT_TIMEOUT_EXPIRED = "Exit timeout expired"
@@ -35,10 +26,10 @@ EXIT_TIMEOUT_EXPIRED = "Exit timeout expired"
 def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
     """`wait(timeout)` until it returns, waking every `nap_s` seconds.
 
-    Python runs signal handlers only in the main thread, and only once that thread runs
-    bytecode again. The kernel may deliver SIGTERM to any thread (the supervisor's, the /ready
-    server's); a main thread blocked in one long waitpid() would then not run the drain handler
-    until tritonserver had exited on its own. Short naps bound that delay to `nap_s`.
+    Python runs signal handlers only in the main thread, and only once that thread runs bytecode
+    again. The kernel may deliver SIGTERM to any thread (the supervisor's, the /ready server's);
+    a main thread blocked in one long waitpid() would then not run the drain handler until
+    tritonserver had exited on its own. Short naps bound that delay to `nap_s`.
     """
     while True:
         try:
@@ -47,10 +38,14 @@ def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
             continue
 
 
+def models_in(admin: TritonAdmin, states: Callable[[str], bool]) -> list[str]:
+    return [m for m, (state, _) in sorted(admin.model_index().items()) if states(state)]
+
+
 def unload_everything(admin: TritonAdmin) -> list[str]:
-    """Ask Triton to unload every loaded model, ensembles first (so no ensemble is left
-    pointing at a missing step); returns what could not be asked."""
-    loaded = [m for m, (state, _) in sorted(admin.model_index().items()) if state == "READY"]
+    """Ask Triton to unload every loaded model, ensembles first (so no ensemble is left pointing
+    at a missing step); returns what could not be asked."""
+    loaded = models_in(admin, lambda state: state == "READY")
     ensembles = [m for m in loaded if admin.model_config(m).get("platform") == "ensemble"]
     problems = []
     for model in ensembles + [m for m in loaded if m not in ensembles]:
@@ -61,15 +56,11 @@ def unload_everything(admin: TritonAdmin) -> list[str]:
     return problems
 
 
-def still_loaded(admin: TritonAdmin) -> list[str]:
-    """Models READY, LOADING or UNLOADING (an unloading model still has requests in flight)."""
-    return [m for m, (state, _) in sorted(admin.model_index().items()) if state != "UNAVAILABLE"]
-
-
 def wait_until_unloaded(admin: TritonAdmin, timeout_s: float, poll_s: float = 0.1) -> list[str]:
-    """Wait until every model is unloaded; returns those still loaded after `timeout_s`."""
+    """Wait until every model is unloaded; returns those still READY, LOADING or UNLOADING (an
+    unloading model still has requests in flight) after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    while (left := still_loaded(admin)) and time.monotonic() < deadline:
+    while (left := models_in(admin, lambda s: s != "UNAVAILABLE")) and time.monotonic() < deadline:
         time.sleep(poll_s)
     return left
 
@@ -80,26 +71,24 @@ class Shutdown:
     def __init__(
         self,
         server: TritonServer,
-        admin: TritonAdmin | None,
         supervisor: Supervisor | None = None,
         drain_seconds: float = 0.0,
         stop_timeout_s: float = 30.0,
-        out: TextIO = sys.stderr,
     ):
-        self.server, self.admin, self.supervisor = server, admin, supervisor
-        self.drain_seconds = drain_seconds
-        self.stop_timeout_s = stop_timeout_s
-        self.out = out
+        self.server, self.supervisor = server, supervisor
+        # Unloading before the stop needs explicit model control, which the supervisor brings.
+        self.admin = supervisor.admin if supervisor is not None else None
+        self.drain_seconds, self.stop_timeout_s = drain_seconds, stop_timeout_s
         self.signals: list[int] = []
         self.started_at: float | None = None
-        self.overran: str = ""  # why the stop took longer than its limit
+        self.overran = ""  # why the stop took longer than its limit
 
     def install(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._handle)
 
     def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(text, file=sys.stderr, flush=True)
 
     def _handle(self, signum, _frame) -> None:
         self.signals.append(signum)
@@ -109,10 +98,8 @@ class Shutdown:
             self.server.kill()
             return
         self.started_at = time.monotonic()
-        self._say(
-            f"\n{name}: draining for {self.drain_seconds:g} s (/ready answers 503), then "
-            "stopping; a second signal kills the server"
-        )
+        then = "then stopping; a second signal kills the server"
+        self._say(f"\n{name}: draining for {self.drain_seconds:g} s (/ready answers 503), {then}")
         if self.supervisor is not None:
             self.supervisor.drain()
         threading.Thread(target=self._stop_serving, daemon=True, name="phoenix-stop").start()
@@ -135,15 +122,22 @@ class Shutdown:
                 self._say(f"stopping: {self.overran}")
         self.server.send_signal(signal.SIGTERM)
 
-    def healed_models(self) -> list[str]:
-        """Models the supervisor reloaded after a death during this run."""
-        if self.supervisor is None:
-            return []
-        return sorted({e["model"] for e in self.supervisor.events if e["event"] == "reloaded"})
+    def _why_it_failed(self, returncode: int, code: int) -> str:
+        if EXIT_TIMEOUT_EXPIRED not in self.server.log_tail(200):
+            died = returncode < 0 or code > 128
+            return f"tritonserver died of signal {code - 128}" if died else "tritonserver failed"
+        why = "the stop outlived Triton's exit timeout: a request still in flight or a model that "
+        why += "could not be unloaded"
+        events = self.supervisor.events if self.supervisor is not None else []
+        healed = sorted({e["model"] for e in events if e["event"] == "reloaded"})
+        if healed:
+            why += f"; here the version of {', '.join(healed)} whose stub died before the "
+            why += "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
+        return why
 
     def exit_code(self, returncode: int) -> int:
-        """Our exit code for tritonserver's `returncode`, with the reason on `out` when it is
-        not a clean stop."""
+        """Our exit code for tritonserver's `returncode`, with the reason on stderr when it is not
+        a clean stop."""
         if len(self.signals) > 1:
             self._say("exit: killed on a second signal; in-flight requests may have been cut")
             return 128 + self.signals[-1]
@@ -156,20 +150,7 @@ class Shutdown:
                 self._say(f"stopped cleanly {seconds:.1f} s after the signal")
             return 0
         code = 128 - returncode if returncode < 0 else returncode
-        if EXIT_TIMEOUT_EXPIRED in self.server.log_tail(200):
-            why = (
-                "the stop outlived Triton's exit timeout: a request still in flight or a model "
-                "that could not be unloaded"
-            )
-            healed = self.healed_models()
-            if healed:
-                why += (
-                    f"; here the version of {', '.join(healed)} whose stub died before the "
-                    "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
-                )
-        elif returncode < 0 or code > 128:
-            why = f"tritonserver died of signal {abs(returncode) if returncode < 0 else code - 128}"
-        else:
-            why = "tritonserver failed"
-        self._say(f"exit {code}: {why}; see {self.server.log_path}")
+        self._say(
+            f"exit {code}: {self._why_it_failed(returncode, code)}; see {self.server.log_path}"
+        )
         return code

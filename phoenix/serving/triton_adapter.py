@@ -91,6 +91,7 @@ class ServiceModel:
         import triton_python_backend_utils as pb_utils
 
         from phoenix.serving import contracts, services
+        from phoenix.serving.supervisor.stubs import register_stub
 
         self.pb = pb_utils
         self.output_dtypes = {
@@ -110,7 +111,7 @@ class ServiceModel:
             compiled,
             time.perf_counter() - started,
         )
-        __import__("phoenix.serving.supervisor.stubs", fromlist=["*"]).register_stub(args)
+        register_stub(args)  # so the supervisor can tell this process from the others
 
     def execute(self, requests):
         batch = [request_arrays(request) for request in requests]

@@ -1,19 +1,21 @@
 """Start and stop a real Triton Inference Server from the `nvidia-pytriton` wheel.
 
-`nvidia-pytriton` ships a complete `tritonserver` binary, the Python backend and one backend stub
-per Python version. The backend looks for `triton_python_backend_stub` beside
-`libtriton_python.so`, so we build a backend folder of our own (links only, site-packages stays
-untouched) and pass it with `--backend-directory`.
-
-Run `python -m phoenix.serving.triton_server --build-backend-dir DIR` to build that folder.
+The wheel ships `tritonserver`, the Python backend and one stub per Python version; the backend
+looks for its stub beside `libtriton_python.so`, so we build a backend folder of our own (links,
+site-packages untouched): `python -m phoenix.serving.triton_server --build-backend-dir DIR`.
+A server never outlives its launcher (`die_with_parent`), and its Python-backend stubs exit by
+themselves once tritonserver is gone (each stub checks its parent every 300 ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,103 +24,87 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from phoenix.serving.supervisor.stubs import STUB_DIR_ENV
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+BACKEND_DIR = Path(sys.prefix) / "triton-backends"
 BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 STUB_NAME = "triton_python_backend_stub"
-BACKEND_DIR_STAMP = ".phoenix-backend-dir"
-DEFAULT_READY_TIMEOUT_S = 180.0
-DEFAULT_STOP_TIMEOUT_S = 15.0
 LOOPBACK = "127.0.0.1"
 HARMLESS_LOG_ERRORS = ("CudaDriverHelper has not been initialized", "Failed to initialize NVML")
 _ERROR_LINE = re.compile(r"^E\d{4} ")
 # `--http-restricted-api=<apis>:<header>=<key>` (and the gRPC twin) carry a secret.
 _RESTRICTION_KEY = re.compile(r"^(--(?:http-restricted-api|grpc-restricted-protocol)=[^=]*=).*$")
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# tritonserver is started through a fresh interpreter that asks for SIGKILL on its launcher's
+# death and then becomes tritonserver (same pid): no Python runs in the forked child of this
+# multithreaded process (a preexec_fn would, and may deadlock; JAX warns about it).
+_EXEC_DYING_WITH_PARENT = (
+    "import os, signal, sys; from phoenix.serving.triton_server import die_with_parent; "
+    "die_with_parent(signal.SIGKILL, int(sys.argv[1])); os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 
 class TritonServerError(RuntimeError):
     """The server could not be found, started, or did not become ready."""
 
 
+def die_with_parent(signum: int, parent_pid: int) -> None:
+    """Have the kernel send `signum` to this process when its parent dies (Linux only).
+
+    The kernel tracks the parent *thread*: fork from a thread that lives as long as the child
+    (the main thread). A parent that died before this call is seen by comparing getppid() with
+    `parent_pid` afterwards, and then the signal comes at once.
+    """
+    if _LIBC is None:
+        return
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signum)
+
+
 def pytriton_server_root() -> Path:
     """Folder `pytriton/tritonserver` of the installed `nvidia-pytriton` wheel."""
     spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise TritonServerError(
-            "nvidia-pytriton is not installed in this Python environment "
-            f"({sys.prefix}); run `make setup`."
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
-    if not root.is_dir():
-        raise TritonServerError(f"{root} is missing: is nvidia-pytriton installed completely?")
+    folders = (spec.submodule_search_locations or []) if spec else []
+    root = Path(next(iter(folders), "")) / "tritonserver"
+    if not folders or not (root / "bin" / "tritonserver").is_file():
+        raise TritonServerError(f"no tritonserver from nvidia-pytriton in {sys.prefix}: make setup")
     return root
 
 
-def find_tritonserver_binary() -> Path:
-    """Path of the `tritonserver` executable shipped in the pytriton wheel."""
-    binary = pytriton_server_root() / "bin" / "tritonserver"
-    if not os.access(binary, os.X_OK):
-        raise TritonServerError(f"tritonserver binary not found or not executable: {binary}")
-    return binary
-
-
-def python_stub_path(python_version: str | None = None) -> Path:
-    """Python backend stub matching `python_version` (default: this interpreter's X.Y)."""
-    version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = pytriton_server_root() / "python_backend_stubs" / version / STUB_NAME
-    if not stub.is_file():
-        raise TritonServerError(f"no Python {version} backend stub in the pytriton wheel: {stub}")
-    return stub
-
-
-def default_backend_dir() -> Path:
-    """Where our backend folder lives: inside the active environment (the venv)."""
-    return Path(sys.prefix) / "triton-backends"
-
-
-def _link(target: Path, link: Path) -> None:
-    """Make `link` a symlink to `target`, replacing whatever was there."""
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(target)
-
-
-def build_backend_dir(dest: str | os.PathLike | None = None) -> Path:
-    """Build (or refresh) `dest/python/` with links to the Python backend and its stub.
+def build_backend_dir(dest: Path = BACKEND_DIR) -> Path:
+    """Build (or refresh) `dest/python/` with links to the Python backend and this Python's stub.
 
     Links rather than copies: the stub finds its bundled libcudart through an $ORIGIN-relative
-    rpath, which the kernel resolves from the link's real location. Returns `dest`.
+    rpath, which the kernel resolves from the link's real location.
     """
-    dest = Path(dest) if dest is not None else default_backend_dir()
-    backend_src = pytriton_server_root() / "backends" / "python"
-    python_dir = dest / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for name in BACKEND_FILES:
-        _link(backend_src / name, python_dir / name)
-    _link(python_stub_path(), python_dir / STUB_NAME)
-    (dest / BACKEND_DIR_STAMP).touch()
+    root = pytriton_server_root()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    targets = {name: root / "backends" / "python" / name for name in BACKEND_FILES}
+    targets[STUB_NAME] = root / "python_backend_stubs" / version / STUB_NAME
+    if not targets[STUB_NAME].is_file():
+        raise TritonServerError(f"no Python {version} backend stub in the pytriton wheel")
+    (dest / "python").mkdir(parents=True, exist_ok=True)
+    for name, target in targets.items():
+        link = dest / "python" / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+    (dest / ".phoenix-backend-dir").touch()  # the Makefile's stamp
     return dest
-
-
-def ensure_backend_dir(dest: str | os.PathLike | None = None) -> Path:
-    """Return a usable backend folder, building it when its links are missing or broken."""
-    dest = Path(dest) if dest is not None else default_backend_dir()
-    wanted = [dest / "python" / name for name in (*BACKEND_FILES, STUB_NAME)]
-    if all(path.exists() for path in wanted):
-        return dest
-    return build_backend_dir(dest)
 
 
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     """`count` distinct ports free on `host` right now (held together so they differ)."""
-    sockets = []
+    sockets = [socket.socket() for _ in range(count)]
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        for sock in sockets:
             sock.bind((host, 0))
-            sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:
@@ -130,27 +116,18 @@ def client_host(bind_host: str) -> str:
     return LOOPBACK if bind_host in ("", "0.0.0.0") else bind_host
 
 
-def server_environment(
-    artifacts_dir: str | os.PathLike | None = None,
-    overrides: Mapping[str, str] | None = None,
-    base: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """Environment for tritonserver and the stubs it spawns.
-
-    The stub runs model.py in the Python environment found first on PATH, so the venv's bin
-    goes first; PYTHONPATH gets the repo root so model.py can `import phoenix`.
-    """
-    env = dict(os.environ if base is None else base)
-    env["PATH"] = os.pathsep.join(
-        p for p in (str(Path(sys.prefix) / "bin"), env.get("PATH", "")) if p
-    )
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+def server_environment(artifacts_dir: Path | None, overrides: Mapping[str, str]) -> dict[str, str]:
+    """Environment for tritonserver and its stubs: a stub runs model.py in the Python found first
+    on PATH (the venv's) and imports `phoenix` from the checkout."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join(filter(None, (str(Path(sys.prefix) / "bin"), env.get("PATH"))))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
     # Without this the first JAX stub on a GPU grabs 75% of its memory and the others fail.
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     env.setdefault("PYTHONUNBUFFERED", "1")
     if artifacts_dir is not None:
-        env["PHOENIX_ARTIFACT_DIR"] = str(Path(artifacts_dir).resolve())
-    env.update(overrides or {})
+        env["PHOENIX_ARTIFACT_DIR"] = str(artifacts_dir)
+    env.update(overrides)
     return env
 
 
@@ -164,15 +141,13 @@ def read_log_tail(path: Path | None, lines: int = 40) -> str:
     if path is None or not path.exists():
         return ""
     with path.open("rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, handle.tell() - 64 * 1024))
+        handle.seek(max(0, handle.seek(0, os.SEEK_END) - 64 * 1024))
         text = handle.read().decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
 
 
 def log_error_lines(text: str, limit: int = 10) -> list[str]:
-    """Error lines of a tritonserver log (E-level entries, UNAVAILABLE models), minus the
-    warnings every GPU-less machine prints."""
+    """Error lines of a tritonserver log, minus the warnings every GPU-less machine prints."""
     errors = [
         line
         for line in text.splitlines()
@@ -189,16 +164,28 @@ def http_get_status(url: str, timeout: float = 2.0) -> int | None:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+    except OSError:  # refused, reset, timed out
         return None
+
+
+def flags_to_args(flags: Mapping[str, object]) -> list[str]:
+    """{"model_control_mode": "explicit", "load_model": ["a", "b"]} as tritonserver options:
+    True gives a bare `--flag`, False/None are skipped, lists repeat the flag."""
+    args = []
+    for key, value in flags.items():
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item is True:
+                args.append(f"--{key.replace('_', '-')}")
+            elif item is not None and item is not False:
+                args.append(f"--{key.replace('_', '-')}={item}")
+    return args
 
 
 class TritonServer:
     """One tritonserver process over a model repository.
 
-    Ports given as 0 or None are picked free at start. `http_url` and `grpc_url` are
-    `host:port`, the form tritonclient's `url=` takes; `metrics_url` is the full Prometheus URL.
-    Used as a context manager it starts, waits until ready, and stops on exit.
+    Ports given as 0 or None are picked free at start. As a context manager it starts, waits
+    until ready and stops. Each start gets a fresh stub directory (`supervisor/stubs.py`).
     """
 
     def __init__(
@@ -213,56 +200,36 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike | None = None,
-        backend_dir: str | os.PathLike | None = None,
-        binary: str | os.PathLike | None = None,
-        ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+        ready_timeout: float = 180.0,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         self.artifacts_dir = Path(artifacts_dir).resolve() if artifacts_dir else None
         self.host = host
         self.requested_ports = (http_port, grpc_port, metrics_port)
         self.http_port = self.grpc_port = self.metrics_port = 0
+        self.http_url = self.grpc_url = self.metrics_url = self.ready_url = ""
         self.extra_args = list(extra_args)
         self.env_overrides = dict(env or {})
         self.log_path = Path(log_path) if log_path else None
-        self.backend_dir = Path(backend_dir) if backend_dir else None
-        self.binary = Path(binary) if binary else None
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen | None = None
+        self.stub_dir: Path | None = None
         self.last_command: list[str] = []
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
 
-    # -- addresses -------------------------------------------------------------------------
     @property
-    def http_url(self) -> str:
-        """`host:port` of the HTTP/REST endpoint (tritonclient.http `url=`)."""
-        return f"{client_host(self.host)}:{self.http_port}"
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
 
-    @property
-    def grpc_url(self) -> str:
-        """`host:port` of the gRPC endpoint (tritonclient.grpc `url=`)."""
-        return f"{client_host(self.host)}:{self.grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        """Full URL of the Prometheus metrics page."""
-        return f"http://{client_host(self.host)}:{self.metrics_port}/metrics"
-
-    @property
-    def ready_url(self) -> str:
-        return f"http://{self.http_url}/v2/health/ready"
-
-    # -- lifecycle -------------------------------------------------------------------------
     def command(self) -> list[str]:
         """The tritonserver command line (ports must be assigned already)."""
+        linked = all((BACKEND_DIR / "python" / f).exists() for f in (*BACKEND_FILES, STUB_NAME))
         return [
-            str(self.binary or find_tritonserver_binary()),
+            str(pytriton_server_root() / "bin" / "tritonserver"),
             f"--model-repository={self.model_repository}",
-            f"--backend-directory={ensure_backend_dir(self.backend_dir)}",
-            f"--http-address={self.host}",
-            f"--grpc-address={self.host}",
-            f"--metrics-address={self.host}",
+            f"--backend-directory={BACKEND_DIR if linked else build_backend_dir()}",
+            *(f"--{api}-address={self.host}" for api in ("http", "grpc", "metrics")),
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
@@ -270,53 +237,50 @@ class TritonServer:
         ]
 
     def _assign_ports(self) -> None:
+        """Pick the free ports and set the URLs: `http_url` and `grpc_url` are `host:port`, the
+        form tritonclient's `url=` takes."""
         wanted = [port or 0 for port in self.requested_ports]
         free = iter(pick_free_ports(wanted.count(0), self.host or LOOPBACK))
         self.http_port, self.grpc_port, self.metrics_port = (p or next(free) for p in wanted)
-
-    def _open_log(self):
-        if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        return self.log_path.open("wb")
+        host = client_host(self.host)
+        self.http_url, self.grpc_url = f"{host}:{self.http_port}", f"{host}:{self.grpc_port}"
+        self.metrics_url = f"http://{host}:{self.metrics_port}/metrics"
+        self.ready_url = f"http://{self.http_url}/v2/health/ready"
 
     def start(self) -> TritonServer:
-        """Launch tritonserver in the background (no-op when already running)."""
+        """Launch tritonserver in the background (no-op when already running).
+
+        Call it from the thread that lives as long as the server, normally the main thread: the
+        server is killed when that thread ends (`die_with_parent`).
+        """
         if self.is_running():
             return self
         if not self.model_repository.is_dir():
             raise TritonServerError(f"model repository not found: {self.model_repository}")
         self._assign_ports()
         self.last_command = command = self.command()
-        env = server_environment(self.artifacts_dir, self.env_overrides)
-        with self._open_log() as log:
-            # A session of its own: a terminal's Ctrl-C reaches only us (we forward it), and
-            # the stubs share the server's process group so stop() can reap leftovers.
+        if self.log_path is None:
+            self.log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.stub_dir = Path(tempfile.mkdtemp(prefix=f"{self.log_path.stem}.stubs-",
+                                              dir=self.log_path.parent))  # fmt: skip
+        env = server_environment(
+            self.artifacts_dir, {**self.env_overrides, STUB_DIR_ENV: str(self.stub_dir)}
+        )
+        dying_with_us = [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid())]
+        with self.log_path.open("wb") as log:
+            # A session of its own: a terminal's Ctrl-C reaches only us (serve drains first),
+            # and the stubs share the server's process group so stop() can reap leftovers.
             self.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=str(REPO_ROOT),
-                start_new_session=True,
-            )
+                dying_with_us + command, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True,
+            )  # fmt: skip
         self.started_at = time.monotonic()
         self.ready_after_s = None
         return self
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll() if self.process else None
 
     def is_ready(self) -> bool:
         return self.is_running() and http_get_status(self.ready_url) == 200
@@ -325,8 +289,7 @@ class TritonServer:
         return read_log_tail(self.log_path, lines)
 
     def _failure(self, reason: str) -> TritonServerError:
-        full_log = read_log_tail(self.log_path, lines=2000)
-        errors = "\n".join(log_error_lines(full_log)) or "(none)"
+        errors = "\n".join(log_error_lines(self.log_tail(2000))) or "(none)"
         return TritonServerError(
             f"{reason}\nerrors in the server log:\n{errors}\n"
             f"command: {' '.join(redact_secrets(self.last_command))}\n"
@@ -334,25 +297,20 @@ class TritonServer:
         )
 
     def wait_ready(self, timeout: float | None = None, poll_interval: float = 0.2) -> float:
-        """Poll /v2/health/ready until 200; return seconds since start.
-
-        Raises TritonServerError, with the tail of the server log, when the process exits or
-        `timeout` seconds pass first.
-        """
+        """Poll /v2/health/ready until 200; return seconds since start. TritonServerError, with
+        the server log's errors and tail, when the process exits or `timeout` passes first."""
         if self.process is None or self.started_at is None:
             raise TritonServerError("wait_ready() called before start()")
         timeout = self.ready_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        while True:
-            code = self.process.poll()
-            if code is not None:
+        while http_get_status(self.ready_url) != 200:
+            if (code := self.process.poll()) is not None:
                 raise self._failure(f"tritonserver exited with code {code} before it was ready")
-            if http_get_status(self.ready_url) == 200:
-                self.ready_after_s = time.monotonic() - self.started_at
-                return self.ready_after_s
             if time.monotonic() > deadline:
                 raise self._failure(f"tritonserver was not ready after {timeout:.0f} s")
             time.sleep(poll_interval)
+        self.ready_after_s = time.monotonic() - self.started_at
+        return self.ready_after_s
 
     def send_signal(self, signum: int) -> None:
         if self.is_running():
@@ -364,20 +322,18 @@ class TritonServer:
             raise TritonServerError("wait() called before start()")
         return self.process.wait(timeout)
 
+    def _kill_process_group(self) -> None:
+        """SIGKILL whatever is left in the server's group (stubs orphaned by a hard kill)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
     def kill(self) -> None:
         """SIGKILL the server and its stubs at once (no graceful shutdown)."""
         if self.process is not None:
             self._kill_process_group()
             self.process.wait()
 
-    def _kill_process_group(self) -> None:
-        """SIGKILL whatever is left in the server's group (stubs orphaned by a hard kill)."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT_S) -> int | None:
+    def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after `timeout` seconds; return the exit code."""
         if self.process is None:
             return None
@@ -389,6 +345,7 @@ class TritonServer:
                 self._kill_process_group()
                 self.process.wait(timeout)
         self._kill_process_group()
+        shutil.rmtree(self.stub_dir, ignore_errors=True)
         return self.process.returncode
 
     def start_ready(self) -> TritonServer:
@@ -402,53 +359,20 @@ class TritonServer:
         return self
 
     def __enter__(self) -> TritonServer:
-        self.start_ready()
-        return self
+        return self.start_ready()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-    def __repr__(self) -> str:
-        state = "running" if self.is_running() else f"exited({self.returncode})"
-        return f"TritonServer({self.model_repository}, http={self.http_url}, {state})"
-
-
-def flags_to_args(flags: Mapping[str, object]) -> list[str]:
-    """Turn {"model_control_mode": "explicit", "load_model": ["a", "b"]} into CLI flags.
-
-    True gives a bare `--flag`, False/None are skipped, lists repeat the flag.
-    """
-    args: list[str] = []
-    for key, value in flags.items():
-        name = "--" + key.replace("_", "-")
-        values: Iterable = value if isinstance(value, list | tuple) else [value]
-        for item in values:
-            if item is True:
-                args.append(name)
-            elif item is not None and item is not False:
-                args.append(f"{name}={item}")
-    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m phoenix.serving.triton_server",
-        description="Helpers around the tritonserver shipped in nvidia-pytriton.",
+        description="Build the backend folder (Python backend + this Python's stub) in DIR.",
     )
-    parser.add_argument(
-        "--build-backend-dir",
-        metavar="DIR",
-        help="build the backend folder (python backend + this Python's stub) in DIR",
-    )
-    parser.add_argument("--print-binary", action="store_true", help="print tritonserver's path")
-    args = parser.parse_args(argv)
-    if not (args.build_backend_dir or args.print_binary):
-        parser.error("nothing to do: give --build-backend-dir or --print-binary")
+    parser.add_argument("--build-backend-dir", metavar="DIR", type=Path, required=True)
     try:
-        if args.build_backend_dir:
-            print(build_backend_dir(args.build_backend_dir))
-        if args.print_binary:
-            print(find_tritonserver_binary())
+        print(build_backend_dir(parser.parse_args(argv).build_backend_dir))
     except TritonServerError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -13,7 +13,9 @@ do. Tests run in file order on it and the last one shuts it down:
 - kill -9 of a model's stub: the supervisor notices, /ready turns 503, the model is reloaded,
   /ready turns 200; failures stay inside that window;
 - SIGTERM to the serve command: /ready turns 503 at once, in-flight requests complete, new
-  ones are refused cleanly, the process exits 0.
+  ones are refused cleanly, the process exits 0;
+- SIGKILL of the serve command leaves no tritonserver, stub or taken port behind; SIGKILL of the
+  `make` that started it stops it as SIGTERM does.
 
 Timing figures are reported, not asserted, except where the bound is the property (recovery),
 and then it is generous and relative to a load measured in the same run.
@@ -29,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -43,10 +46,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from bench.loadgen import LoadRun, alternating_callers, error_kind, summarize, wait_until
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
-from phoenix.serving.loadgen import Caller, LoadRun, error_kind, summarize, wait_until
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S, ServePorts
 from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
 from phoenix.serving.triton_server import http_get_status, read_log_tail
@@ -72,6 +75,8 @@ UNLOAD_VISIBLE_S = 1.0
 RECOVERY_BOUND_S = 15.0
 RECOVERY_REFERENCE_FACTOR = 3.0
 TOP_K = 20
+# A SIGKILLed serve command: the bound for tritonserver, its stubs and its ports to be gone.
+ORPHAN_LIMIT_S = 5.0
 
 
 def report(name: str, **figures) -> None:
@@ -93,6 +98,7 @@ class Served:
     log_path: Path
     old_ids: set[int]
     new_ids: set[int]
+    ports: ServePorts | None = None
     server_pid: int = 0
     reference_load_s: float = 0.0  # an operator's load of the retriever, measured here
 
@@ -120,18 +126,25 @@ def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], s
     return set(old.post_ids.tolist()), set(new_ids.tolist())
 
 
-def start_serve(artifacts: Path, root: Path) -> tuple[subprocess.Popen, tuple[int, int, int]]:
-    """The serve command on free ports; returns it and its (HTTP, gRPC, /ready) ports."""
+def start_serve(
+    artifacts: Path, root: Path, via_make: bool = False
+) -> tuple[subprocess.Popen, ServePorts]:
+    """The serve command on free ports (run by a `make` recipe, as `make serve` runs it, when
+    `via_make`); returns the process started and the ports."""
     ports = ServePorts.free()
     command = ports.command(artifacts, root / "build", DRAIN_S)
     command += ["--ready-timeout", str(READY_TIMEOUT_S)]
+    if via_make:
+        makefile = root / "serve.mk"
+        makefile.write_text(f"SHELL := /bin/bash\nserve:\n\t{' '.join(command)}\n")
+        command = ["make", "--no-print-directory", "-f", str(makefile), "serve"]
     env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
     with (root / "serve.out").open("wb") as out:
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-    return process, (ports.http, ports.grpc, ports.ready)
+    return process, ports
 
 
 def wait_until_served(served: Served) -> None:
@@ -157,11 +170,12 @@ def shut_down(served: Served) -> None:
 
 
 @contextlib.contextmanager
-def serving(tiny_artifacts, tmp_path_factory, name: str):
+def serving(tiny_artifacts, tmp_path_factory, name: str, via_make: bool = False):
     root = tmp_path_factory.mktemp(name)
     artifacts = Path(shutil.copytree(tiny_artifacts, root / "artifacts"))
     old_ids, new_ids = write_relabelled_corpus(artifacts, "corpus-b.npz")
-    process, (http, grpc, ready) = start_serve(artifacts, root)
+    process, ports = start_serve(artifacts, root, via_make)
+    http, grpc, ready = ports.http, ports.grpc, ports.ready
     key_file = root / "build" / "admin-key"
     deadline = time.monotonic() + 60
     while not key_file.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -179,6 +193,7 @@ def serving(tiny_artifacts, tmp_path_factory, name: str):
         log_path=root / "serve.out",
         old_ids=old_ids,
         new_ids=new_ids,
+        ports=ports,
     )
     try:
         assert admin_key, f"serve wrote no usable key to {key_file}"
@@ -220,14 +235,9 @@ def corpus_label(served: Served):
 
 def recommend_load(served: Served, duration_s: float) -> LoadRun:
     inputs = recommend_inputs(load_example_sequence(served.artifacts).to_dict(), top_k=TOP_K)
-    check = corpus_label(served)
-
-    def make(index: int) -> Caller:
-        protocol = "http" if index % 2 == 0 else "grpc"
-        url = served.http_url if protocol == "http" else served.grpc_url
-        return Caller(url, protocol, "recommend", inputs, outputs=["ranked_post_ids"],
-                      check=check, timeout_s=60)  # fmt: skip
-
+    make = alternating_callers(served.http_url, served.grpc_url, "recommend", inputs,
+                               outputs=["ranked_post_ids"], check=corpus_label(served),
+                               timeout_s=60)  # fmt: skip
     # The pause keeps a worker from spinning on instant refusals.
     return LoadRun(make, workers=WORKERS, duration_s=duration_s, pause_after_error_s=0.05)
 
@@ -515,3 +525,63 @@ def test_sigterm_after_a_heal_exits_non_zero_and_says_why(served):
     said = served.log_path.read_text()
     assert figures["exit_code"] != 0
     assert "the stop outlived" in said and "whose stub died" in said, said[-2000:]
+
+
+# ----------------------------------------------------------------------------------------
+# Nothing outlives the serve command
+# ----------------------------------------------------------------------------------------
+
+
+def port_is_free(port: int) -> bool:
+    """A new server could listen on `port` now (connections closing in TIME_WAIT do not count:
+    servers set SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def serve_processes(served: Served) -> list[int]:
+    """The serve command (under make, or itself), tritonserver and every stub."""
+    launchers = [served.process.pid]
+    if psutil.Process(served.process.pid).name() == "make":
+        launchers = [child.pid for child in psutil.Process(served.process.pid).children()]
+    stubs = [int(pid) for pid in supervisor_status(served)["stub_pids"]]
+    return [*launchers, served.server_pid, *stubs]
+
+
+def left_behind(pids: list[int], ports: ServePorts) -> list[str]:
+    return [f"pid {pid}" for pid in pids if is_alive(pid)] + [
+        f"port {port}" for port in ports if not port_is_free(port)
+    ]
+
+
+def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, tmp_path_factory):
+    """tritonserver gets SIGKILL from the kernel when serve dies (its parent-death signal), and
+    each stub exits once tritonserver is gone: within 5 s nothing runs and every port is free."""
+    with serving(tiny_artifacts, tmp_path_factory, "sigkill") as served:
+        pids = serve_processes(served)
+        assert len(pids) >= 3, pids  # serve, tritonserver and stubs
+        killed = time.monotonic()
+        served.process.kill()
+        gone = wait_until(lambda: not left_behind(pids, served.ports), ORPHAN_LIMIT_S)
+        report("sigkill", processes=len(pids), gone_after_s=gone and round(gone - killed, 2))
+        assert gone is not None, left_behind(pids, served.ports)
+
+
+def test_sigkill_of_make_stops_serve_cleanly(tiny_artifacts, tmp_path_factory):
+    """`make serve` killed with SIGKILL: serve, make's child, gets SIGTERM from the kernel and
+    stops as on any SIGTERM (drain, unload, exit 0), leaving nothing behind."""
+    with serving(tiny_artifacts, tmp_path_factory, "sigkill-make", via_make=True) as served:
+        pids = serve_processes(served)
+        assert psutil.Process(pids[0]).ppid() == served.process.pid  # make runs serve itself
+        killed = time.monotonic()
+        served.process.kill()
+        limit_s = DRAIN_S + DEFAULT_STOP_TIMEOUT_S + EXIT_TIMEOUT_S + 30
+        gone = wait_until(lambda: not left_behind(pids, served.ports), limit_s)
+        report("sigkill_make", gone_after_s=gone and round(gone - killed, 2))
+        assert gone is not None, left_behind(pids, served.ports)
+        assert "stopped cleanly" in served.log_path.read_text()

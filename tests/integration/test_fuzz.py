@@ -275,6 +275,7 @@ def test_hostile_inputs_get_right_answers_or_client_errors(start_server, tiny_ar
     requests = good_requests(tiny_artifacts)
     reference = answers(server, requests)
     stubs_before = sorted(list_stubs(server.pid), key=lambda s: s.instance)
+    assert len(stubs_before) >= len(MODELS) - 1, stubs_before  # every stub model registered
     clients = {
         "http": client_module("http").InferenceServerClient(
             server.http_url, connection_timeout=CLIENT_TIMEOUT_S, network_timeout=CLIENT_TIMEOUT_S

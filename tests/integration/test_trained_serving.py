@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from clients.demo import PostInfo, topic_feed_table
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.serving import services
 from phoenix.serving.client import connect, infer, ranker_inputs, recommend_inputs
-from phoenix.serving.demo import PostInfo, topic_feed_table
 from tests.integration.conftest import MODEL_REPOSITORY
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
 from tests.training_helpers import trained_tiny

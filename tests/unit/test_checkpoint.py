@@ -27,8 +27,8 @@ from phoenix.checkpoint import (
     save_example_sequence,
 )
 from phoenix.config import ArtifactConfig
+from tests.conftest import reference_file
 
-REFERENCE_TREE = Path("/work/shared/reference/param_tree.json")
 ARTIFACT_FILES = (
     "config.json",
     "ranker/model_params.npz",
@@ -90,9 +90,8 @@ def expect_error(fn, *fragments: str) -> str:
 # ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not REFERENCE_TREE.is_file(), reason="reference param tree not available")
 def test_mini_shapes_match_the_published_param_tree():
-    reference = json.loads(REFERENCE_TREE.read_text())
+    reference = json.loads(reference_file("param_tree.json").read_text())
     config = preset_config(PRESETS["mini"], seed=0)
     ranker = {k: tuple(v) for k, v in reference["ranker"].items()}
     retrieval = {k: tuple(v) for k, v in reference["retrieval"].items()}

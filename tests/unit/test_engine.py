@@ -1,135 +1,20 @@
-"""The cached-context engine equals the plain model, whatever the chunking or batching."""
+"""The engine's helpers: bucket choice, precomputed RoPE rotation, table lookups.
 
-import haiku as hk
+That the engine equals the plain model, whatever the chunking or batching, is slower-tier
+(whole models compiled for several buckets): tests/slow/test_engine_equivalence.py.
+"""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-from phoenix.engine import RankingEngine, bucket_for, example_inputs
-from tests.small_models import small_ranker, small_transformer
-
-CASES = {
-    "mha": dict(num_q_heads=2, num_kv_heads=2, right_anchored_rope=False),
-    "gqa_anchored": dict(num_q_heads=4, num_kv_heads=2, right_anchored_rope=True),
-    "mqa": dict(num_q_heads=4, num_kv_heads=1, right_anchored_rope=False),
-}
-
-
-def build(case, candidates=23, layers=3):
-    c = dict(CASES[case])
-    anchored = c.pop("right_anchored_rope")
-    heads, kv_heads = c["num_q_heads"], c["num_kv_heads"]
-    config = small_ranker(
-        small_transformer(32, 8, heads, kv_heads, layers, 0.3),
-        9,
-        candidates,
-        right_anchored_rope=anchored,
-    )
-    f = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
-    b, e = example_inputs(config, 3, candidates, with_continuous=True, with_timestamps=True, seed=4)
-    hist = np.array(b.history_post_hashes)
-    hist[0, 5:] = 0  # short history
-    hist[2] = 0  # empty history
-    cand = np.array(b.candidate_post_hashes)
-    cand[1, -4:] = 0  # trailing padded candidates
-    b = b._replace(history_post_hashes=hist, candidate_post_hashes=cand)
-    rng = np.random.default_rng(7)
-    params = jax.tree_util.tree_map(
-        lambda p: jnp.asarray(
-            rng.normal(size=p.shape) / np.sqrt(p.shape[0])
-            if p.ndim == 2
-            else 1 + 0.2 * rng.normal(size=p.shape),
-            jnp.float32,
-        ),
-        f.init(jax.random.PRNGKey(0), b, e),
-    )
-    return config, f, params, b, e
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("buckets", [(4, 8), (64,)])
-def test_engine_equals_plain_model(case, buckets):
-    config, f, params, b, e = build(case)
-    ref = f.apply(params, b, e)
-    engine = RankingEngine(config, params, batch_buckets=(1, 2), candidate_buckets=buckets)
-    out = engine.score(b, e)
-    valid = np.asarray(b.candidate_post_hashes)[:, :, 0] != 0
-    np.testing.assert_allclose(out.logits[valid], np.asarray(ref.logits)[valid], atol=1e-4)
-    np.testing.assert_allclose(out.continuous_preds, np.asarray(ref.continuous_preds), atol=1e-5)
-
-
-def test_scores_do_not_depend_on_batch_mates():
-    config, f, params, b, e = build("gqa_anchored")
-    engine = RankingEngine(config, params, batch_buckets=(1, 4), candidate_buckets=(8, 32))
-    together = engine.score(b, e).logits
-    from phoenix.engine.ranking import _take_users
-
-    for row in range(3):
-        alone = engine.score(*_take_users(b, e, slice(row, row + 1))).logits
-        np.testing.assert_allclose(alone[0], together[row], atol=1e-5)
-
-
-def test_zero_candidates():
-    config, f, params, b, e = build("mha", candidates=1)
-    engine = RankingEngine(config, params, batch_buckets=(4,), candidate_buckets=(8,))
-    b0 = b._replace(
-        candidate_post_hashes=np.zeros((3, 0, 2), np.int32),
-        candidate_author_hashes=np.zeros((3, 0, 2), np.int32),
-        candidate_product_surface=np.zeros((3, 0), np.int32),
-        candidate_impr_ts=None,
-        candidate_post_creation_ts=None,
-    )
-    e0 = type(e)(
-        **{
-            **e.__dict__,
-            "candidate_post_embeddings": np.zeros((3, 0, 2, 32), np.float32),
-            "candidate_author_embeddings": np.zeros((3, 0, 2, 32), np.float32),
-        }
-    )
-    out = engine.score(b0, e0)
-    assert out.logits.shape == (3, 0, 19) and out.continuous_preds.shape == (3, 0, 8)
-
-
-def test_warm_up_compiles_every_bucket_then_nothing_new():
-    config, f, params, b, e = build("mha", layers=1)
-    engine = RankingEngine(config, params, batch_buckets=(1, 2), candidate_buckets=(4, 8))
-    assert engine.warm_up() == 4
-    jitted = [
-        engine._context_inputs_jit,
-        engine._context_layers_jit,
-        engine._candidate_rotation,
-        engine._score_chunk,
-    ]
-    before = [fn._cache_size() for fn in jitted]
-    assert all(count >= 1 for count in before)
-    engine.score(b, e)  # 3 users -> 2 calls (2 + 1), 23 candidates -> chunks of 8
-    # absent optional features reuse the same compiled functions
-    engine.score(
-        b._replace(
-            history_continuous_actions=None, candidate_impr_ts=None, candidate_post_creation_ts=None
-        ),
-        e,
-    )
-    assert [fn._cache_size() for fn in jitted] == before
+from phoenix.engine import bucket_for
 
 
 def test_bucket_for():
     assert bucket_for(1, (4, 16)) == 4
     assert bucket_for(5, (4, 16)) == 16
     assert bucket_for(99, (4, 16)) == 16
-
-
-def test_row_limit_splits_users_into_smaller_calls_with_the_same_scores():
-    config, f, params, b, e = build("mqa")
-    kwargs = dict(batch_buckets=(1, 2, 4), candidate_buckets=(8, 32))
-    wide = RankingEngine(config, params, max_rows_per_call=10**6, **kwargs)
-    narrow = RankingEngine(config, params, max_rows_per_call=32, **kwargs)
-    assert wide.users_per_call(23) == 4
-    assert narrow.users_per_call(23) == 1  # 23 candidates -> width 32: one user per call
-    assert narrow.users_per_call(5) == 4  # width 8: 4 x 8 rows fit
-    assert narrow.warm_up() == 4  # width 8 with 1, 2, 4 users; width 32 with 1
-    np.testing.assert_allclose(narrow.score(b, e).logits, wide.score(b, e).logits, atol=1e-5)
 
 
 def test_rotation_from_precomputed_cos_sin_equals_grok_rope():

@@ -1,7 +1,5 @@
 """The published reference outputs, reproduced from the reference parameters."""
 
-from pathlib import Path
-
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -18,15 +16,14 @@ from phoenix.runners import (
     RecsysRetrievalInferenceRunner,
     RetrievalModelRunner,
 )
+from tests.conftest import reference_file
 
-GOLDEN = Path(__file__).resolve().parents[3] / "shared" / "reference" / "golden_public.npz"
-pytestmark = pytest.mark.skipif(not GOLDEN.exists(), reason=f"{GOLDEN} not present")
 TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
 def golden():
-    with np.load(GOLDEN, allow_pickle=False) as data:
+    with np.load(reference_file("golden_public.npz"), allow_pickle=False) as data:
         return {k: data[k] for k in data.files}
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import psutil
 import pytest
@@ -24,24 +27,15 @@ from phoenix.serving.supervisor import (
     is_alive,
     list_stubs,
     probe_inputs,
+    register_stub,
     rss_bytes,
-    stub_instance_of,
     with_restart_marker,
 )
-from phoenix.serving.supervisor.processes import STUB_INSTANCE_ARG
+from phoenix.serving.supervisor.stubs import STUB_DIR_ENV
 from phoenix.serving.triton_server import redact_secrets
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_PID = 100
-STUB = "/venv/triton-backends/python/triton_python_backend_stub"
-
-
-def stub_argv(model: str, instance: str) -> list[str]:
-    """A stub's command line as Triton 2.51 writes it."""
-    return [
-        STUB, f"/repo/{model}/1/model.py", "triton_python_backend_shm_region_1a2b-3c4d",
-        "1048576", "1048576", str(SERVER_PID), "/venv/triton-backends/python", "336",
-        instance, "DEFAULT",
-    ]  # fmt: skip
 
 
 class FakeProcesses:
@@ -60,9 +54,6 @@ class FakeProcesses:
     def list(self, server_pid: int) -> list[StubProcess]:
         assert server_pid == SERVER_PID
         return [StubProcess(p, i) for p, i in self.stubs.items() if p not in self.dead]
-
-    def alive(self, pid: int) -> bool:
-        return pid in self.stubs and pid not in self.dead
 
 
 def python_config(name: str) -> dict:
@@ -97,9 +88,6 @@ class FakeAdmin:
         self.on_load = None
         self.processes = processes
         self.next_pid = 500
-
-    def close_thread_clients(self) -> None:
-        pass  # no connections to close
 
     def is_ready(self) -> bool:
         return self.ready
@@ -153,44 +141,78 @@ def admin(processes) -> FakeAdmin:
 def make_supervisor(admin, processes, **kwargs) -> Supervisor:
     kwargs.setdefault("clock", Clock())
     supervisor = Supervisor(
-        "127.0.0.1:1", SERVER_PID, admin=admin, stub_lister=processes.list,
-        pid_alive=processes.alive, rescan_interval_s=5.0, **kwargs,
-    )  # fmt: skip
+        "127.0.0.1:1", SERVER_PID, admin=admin, stub_lister=processes.list, **kwargs
+    )
     supervisor.prime()  # what start() does, without the thread
     return supervisor
 
 
-# -- stub processes (psutil, on real processes of this machine) ---------------------------
+# -- stub processes (their records, on real processes of this machine) -------------------
+
+# A stand-in for tritonserver: it starts one "stub" (argv[1]) and never reaps it, as Triton does.
+FAKE_SERVER = """
+import subprocess, sys, time
+stub = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+print(stub.pid, flush=True)
+time.sleep(60)
+"""
+# What ServiceModel.initialize does at its end, in a stub of instance retriever_0_1.
+FAKE_STUB = """
+import time
+from phoenix.serving.supervisor import register_stub
+register_stub({"model_instance_name": "retriever_0_1"})
+time.sleep(60)
+"""
 
 
-def test_stub_instance_is_read_from_the_stub_command_line():
-    assert stub_instance_of(stub_argv("user_encoder", "user_encoder_0_0")) == "user_encoder_0_0"
-    assert stub_instance_of(["/usr/bin/python3", "-m", "x"]) is None
-    assert stub_instance_of([STUB, "model.py"]) is None  # too short
-    assert stub_instance_of([]) is None
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
-def test_list_stubs_finds_a_live_stub_child_and_drops_it_once_killed():
-    """A child whose command line is a stub's (a shell under the stub's name and argv) is
-    found with its instance; killed (a zombie until reaped) it is no stub any more."""
-    argv = stub_argv("retriever", "retriever_0_0")
-    # -c and its command take the places of the model path and the shm region, so the
-    # instance keeps its index; two commands keep the shell alive (no exec of sleep)
-    argv[1:3] = ["-c", "sleep 30; :"]
-    assert argv[STUB_INSTANCE_ARG] == "retriever_0_0"
-    child = subprocess.Popen(argv, executable="/bin/sh")
+def write_record(stub_dir: Path, pid: int, instance: str, started: int) -> None:
+    record = {"pid": pid, "instance": instance, "started": started}
+    (stub_dir / f"{instance}.{pid}.json").write_text(json.dumps(record))
+
+
+def test_list_stubs_finds_a_registered_stub_of_the_server_and_drops_it_once_killed(
+    tmp_path, monkeypatch
+):
+    """The server's environment names the stub directory; a child of the server that registered
+    is found with its instance; killed (a zombie until reaped) it is no stub any more."""
+    env = {**os.environ, STUB_DIR_ENV: str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    server = subprocess.Popen(
+        [sys.executable, "-c", FAKE_SERVER, FAKE_STUB], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
-        deadline = time.monotonic() + 10
-        while not list_stubs(os.getpid()) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert list_stubs(os.getpid()) == [StubProcess(child.pid, "retriever_0_0")]
-        child.kill()
-        while is_alive(child.pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert list_stubs(os.getpid()) == []
+        stub_pid = int(server.stdout.readline())
+        wait_until(lambda: list_stubs(server.pid))
+        assert list_stubs(server.pid) == [StubProcess(stub_pid, "retriever_0_1")]
+        record = json.loads((tmp_path / f"retriever_0_1.{stub_pid}.json").read_text())
+        # Records that match no live child of the server are no stubs: a reused pid (another
+        # start time), a live process of another parent (this one, registered as a stub).
+        write_record(tmp_path, stub_pid, "ranker_0_0", record["started"] + 1)
+        monkeypatch.setenv(STUB_DIR_ENV, str(tmp_path))
+        register_stub({"model_instance_name": "ranker_0_1"})
+        assert len(list(tmp_path.glob("*.json"))) == 3
+        assert list_stubs(server.pid) == [StubProcess(stub_pid, "retriever_0_1")]
+        assert list_stubs(os.getpid()) == []  # this process has no stub directory
+        os.kill(stub_pid, signal.SIGKILL)
+        wait_until(lambda: not is_alive(stub_pid))
+        assert psutil.Process(stub_pid).status() == psutil.STATUS_ZOMBIE
+        assert list_stubs(server.pid) == []
     finally:
-        child.kill()
-        child.wait()
+        server.kill()
+        server.wait()
+
+
+def test_register_stub_does_nothing_outside_a_server_with_a_stub_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv(STUB_DIR_ENV, raising=False)
+    register_stub({"model_instance_name": "ranker_0_0"})
+    monkeypatch.setenv(STUB_DIR_ENV, str(tmp_path))
+    register_stub({"model_instance_name": "ranker_0_0"})
+    assert [p.name for p in tmp_path.iterdir()] == [f"ranker_0_0.{os.getpid()}.json"]
 
 
 def test_a_killed_child_is_a_zombie_and_not_alive_and_is_no_stub():

@@ -32,7 +32,7 @@ from phoenix.serving.services.retrieval import (
 )
 
 SERVICES: dict[str, type[Service]] = {
-    service.model: service
+    service.model(): service
     for service in (UserEncoderService, CandidateTowerService, RetrieverService, RankerService)
 }
 

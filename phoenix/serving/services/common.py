@@ -244,14 +244,18 @@ def split_rows(requests: Sequence, outputs: Mapping[str, np.ndarray]) -> list[Ou
 class Service:
     """A served model: checks each request, runs the good ones as one batch, splits results.
 
-    Subclasses name their ``model`` and ``request_type``, build themselves ``from_settings``,
-    and implement ``run`` (typed requests -> one Outputs per request) and ``warm_up``.
+    Subclasses name their ``request_type`` (whose contract names the model), build themselves
+    ``from_settings``, and implement ``run`` (typed requests -> one Outputs per request) and
+    ``warm_up``.
     """
 
-    model: ClassVar[str]
     request_type: ClassVar[type]
     config: Any  # the artifact config the requests are checked against
     batch_buckets: tuple[int, ...]
+
+    @classmethod
+    def model(cls) -> str:
+        return cls.request_type.contract.name
 
     def run(self, requests: Sequence[Any]) -> list[Outputs]:
         raise NotImplementedError
@@ -264,7 +268,7 @@ class Service:
         request = parse(self.request_type, arrays, self.config)
         largest = self.batch_buckets[-1]
         if request.rows > largest:  # Triton's max_batch_size, for in-process callers
-            raise InputError(f"{self.model}: a request of {request.rows} rows, at most {largest}")
+            raise InputError(f"{self.model()}: a request of {request.rows} rows, at most {largest}")
         return request
 
     def handle(self, batch: Sequence[Arrays]) -> list[Result]:

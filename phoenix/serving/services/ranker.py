@@ -16,7 +16,6 @@ import numpy as np
 
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch, RankRequestBatch
 from phoenix.hashing import entity_hashes
-from phoenix.serving import contracts
 from phoenix.serving.requests import RankRequest
 from phoenix.serving.services.common import (
     Outputs,
@@ -96,7 +95,6 @@ def split_ranked(requests: Sequence[RankRequest], ranked: RankedBatch) -> list[O
 class RankerService(Service):
     """Ranks each user's candidates by a weighted blend of action probabilities."""
 
-    model = contracts.RANKER.name
     request_type = RankRequest
 
     def __init__(

@@ -13,7 +13,6 @@ import numpy as np
 from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
 from phoenix.engine import RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
-from phoenix.serving import contracts
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
     HistoryBatch,
@@ -48,7 +47,6 @@ def user_tower_inputs(resources: PhoenixResources, users: HistoryBatch):
 class UserEncoderService(Service):
     """Retrieval user tower: one unit vector per user."""
 
-    model = contracts.USER_ENCODER.name
     request_type = UserRequest
 
     def __init__(
@@ -82,7 +80,6 @@ class UserEncoderService(Service):
 class CandidateTowerService(Service):
     """Candidate tower: one unit vector per (post_id, author_id) row."""
 
-    model = contracts.CANDIDATE_TOWER.name
     request_type = CandidateRequest
 
     def __init__(self, resources: PhoenixResources, *, max_rows: int, rows_per_call: int):
@@ -122,7 +119,6 @@ class CandidateTowerService(Service):
 class RetrieverService(Service):
     """Exact top-k of a user vector over the corpus, excluding the user's history."""
 
-    model = contracts.RETRIEVER.name
     request_type = RetrieveRequest
 
     def __init__(

@@ -5,56 +5,35 @@ then fails with "Stub process '<instance>' is not healthy" while `/v2/health/rea
 model's ready endpoint keep answering 200. The supervisor runs beside the server (the serve
 command starts it) and
 
-- watches the stub processes that are children of tritonserver (`processes`, psutil);
-  optionally probes each model with a request its own validation refuses (`probe`);
-- reads the repository index: a served model that is no longer READY was either unloaded by
-  an operator (the admin key is needed for that: respected) or lost (healed) (`state`);
+- watches the stub processes, which register themselves (`stubs`); optionally probes each model
+  with a request its own validation refuses (`admin.probe_inputs`);
+- reads the repository index: a served model that is no longer READY was either unloaded by an
+  operator (the admin key is needed for that: respected) or lost (healed) (`state`);
 - reloads a dead model through the model-repository API (`admin`, tritonclient) with its
   *current* config plus a restart marker, with back-off and a cap on failed reloads;
 - serves `/ready` (200 only when every served model is READY and healthy, ensembles' steps
   included, and the server is not draining), `/live` and `/status` (`endpoints`).
 
 `python -m phoenix.serving.supervisor --help` runs it against a server started some other way.
+Names are imported lazily: a stub imports `stubs` alone, without tritonclient and gevent.
 """
 
-from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV
-from phoenix.serving.supervisor.admin import NOT_HEALTHY, TritonAdmin, TritonAPIError
-from phoenix.serving.supervisor.configs import (
-    RESTART_PARAMETER,
-    composing_models,
-    expected_instances,
-    has_stubs,
-    with_restart_marker,
-)
-from phoenix.serving.supervisor.endpoints import ReadinessServer
-from phoenix.serving.supervisor.probe import probe_inputs
-from phoenix.serving.supervisor.processes import (
-    StubProcess,
-    is_alive,
-    list_stubs,
-    rss_bytes,
-    stub_instance_of,
-)
-from phoenix.serving.supervisor.state import ModelState, Supervisor
+from importlib import import_module
 
-__all__ = [
-    "ADMIN_HEADER",
-    "ADMIN_KEY_ENV",
-    "NOT_HEALTHY",
-    "RESTART_PARAMETER",
-    "ModelState",
-    "ReadinessServer",
-    "StubProcess",
-    "Supervisor",
-    "TritonAPIError",
-    "TritonAdmin",
-    "composing_models",
-    "expected_instances",
-    "has_stubs",
-    "is_alive",
-    "list_stubs",
-    "probe_inputs",
-    "rss_bytes",
-    "stub_instance_of",
-    "with_restart_marker",
-]
+_NAMES = {
+    "phoenix.serving.admin_key": "ADMIN_HEADER ADMIN_KEY_ENV",
+    "phoenix.serving.supervisor.admin": "NOT_HEALTHY TritonAdmin TritonAPIError probe_inputs",
+    "phoenix.serving.supervisor.endpoints": "ReadinessServer",
+    "phoenix.serving.supervisor.state": "RESTART_PARAMETER ModelState Supervisor composing_models "
+    "expected_instances has_stubs with_restart_marker",
+    "phoenix.serving.supervisor.stubs": "StubProcess is_alive list_stubs register_stub rss_bytes "
+    "stub_dir_of",
+}
+_EXPORTS = {name: module for module, names in _NAMES.items() for name in names.split()}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

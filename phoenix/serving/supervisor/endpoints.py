@@ -13,12 +13,7 @@ from phoenix.serving.supervisor.state import Supervisor
 def _handler_for(supervisor: Supervisor, is_live: Callable[[], bool]):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's naming)
-            try:
-                self._answer(self.path.split("?", 1)[0].rstrip("/"))
-            finally:
-                supervisor.admin.close_thread_clients()
-
-        def _answer(self, path: str) -> None:
+            path = self.path.split("?", 1)[0].rstrip("/")
             if path == "/ready":
                 ready, reasons = supervisor.readiness()
                 self._reply(200 if ready else 503, {"ready": ready, "reasons": reasons})
@@ -49,8 +44,7 @@ class ReadinessServer:
 
     def __init__(self, supervisor: Supervisor, host: str, port: int, is_live=None):
         live = is_live or supervisor.is_running
-        # a thread per request, so a slow Triton call delays no other probe; each thread
-        # closes the Triton clients it made (left open, ~4 file descriptors leaked a probe)
+        # A thread per request, so a slow Triton call delays no other probe.
         self.httpd = ThreadingHTTPServer((host, port), _handler_for(supervisor, live))
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

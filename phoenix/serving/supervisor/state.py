@@ -1,47 +1,71 @@
-"""The supervisor's state machine: which served model is healthy, dead, reloading, failed,
-given up on or unloaded by an operator, and what /ready should answer.
+"""The supervisor: which served model is healthy, dead, reloading, failed, given up on or
+unloaded by an operator, the reloads, and what /ready answers (docs/reliability.md).
 
-Per model:  healthy -> dead (stub gone, failed load) -> reloading -> healthy
-                                                              \\-> failed -(back-off)-> reloading
-                                                                   ... -> gave_up after the cap
-            healthy -> unloaded (an operator's unload) -> healthy (loaded again)
-
-Operator intent is read from Triton itself. Every model-repository call needs the admin key
-(serve always restricts that API), so a model that Triton reports UNAVAILABLE with reason
-'unloaded' was unloaded by a key holder: an operator. The supervisor leaves it unloaded and
-/ready names it. Anything else that takes a model out of service (a dead stub, a failed load)
-happened without intent, and the supervisor reloads the model.
+Operator intent is read from Triton itself: every model-repository call needs the admin key, so
+a model Triton reports UNAVAILABLE with reason 'unloaded' was unloaded by a key holder, and is
+left so. Anything else that takes a model out of service (a dead stub, a failed load) happened
+without intent, and the model is reloaded, with back-off and a cap on failed reloads.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
-from phoenix.serving.supervisor.configs import (
-    composing_models,
-    expected_instances,
-    has_stubs,
-    with_restart_marker,
-)
-from phoenix.serving.supervisor.probe import probe_inputs
-from phoenix.serving.supervisor.processes import StubProcess, is_alive, list_stubs
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError, probe_inputs
+from phoenix.serving.supervisor.stubs import StubProcess, list_stubs
 
 logger = logging.getLogger("phoenix.supervisor")
 
 DEFAULT_POLL_S = 0.25
-DEFAULT_RESCAN_S = 5.0
-DEFAULT_LOAD_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 60.0
 DEFAULT_MAX_FAILED_RELOADS = 6  # 1 + 2 + 4 + 8 + 16 + 32 s of back-off, then give up
 HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
 GAVE_UP, UNLOADED = "gave_up", "unloaded"
 TRANSITIONAL = ("LOADING", "UNLOADING")
 OPERATOR_UNLOAD_REASON = "unloaded"
+RESTART_PARAMETER = "phoenix_supervisor_restart"
+REASONS = {
+    DEAD: "is dead (its stub died or its load failed); reloading",
+    RELOADING: "is reloading",
+    FAILED: "failed to reload; retrying",
+    GAVE_UP: "failed to reload too often; load it by hand",
+    UNLOADED: "was unloaded by an operator",
+}
+
+
+def has_stubs(config: Mapping) -> bool:
+    """Python-backend models run in stubs; ensembles and other backends do not."""
+    return config.get("backend") == "python"
+
+
+def expected_instances(config: Mapping) -> set[str]:
+    """Instance names Triton gives a model's instances: '<group name>_<index>'."""
+    names = set()
+    for index, group in enumerate(config.get("instance_group") or []):
+        group_name = group.get("name") or f"{config['name']}_{index}"
+        names.update(f"{group_name}_{i}" for i in range(int(group.get("count", 1))))
+    return names
+
+
+def composing_models(config: Mapping) -> set[str]:
+    """The models an ensemble's steps call (empty for other models)."""
+    steps = (config.get("ensemble_scheduling") or {}).get("step") or []
+    return {step["model_name"] for step in steps if step.get("model_name")}
+
+
+def with_restart_marker(config: Mapping, marker: str) -> dict:
+    """A copy of `config` with the restart marker parameter set to `marker`: a load request
+    whose config differs from the loaded one makes Triton load a new copy of the model (and
+    start new stubs); an unchanged config would be a no-op."""
+    override = copy.deepcopy(dict(config))
+    parameters = override.get("parameters") or {}
+    override["parameters"] = {**parameters, RESTART_PARAMETER: {"string_value": marker}}
+    return override
 
 
 @dataclass
@@ -64,26 +88,17 @@ class ModelState:
     def composing(self) -> set[str]:
         return composing_models(self.config)
 
-
-def describe(model: str, entry: ModelState) -> str:
-    """One /ready reason for a model the supervisor itself holds out of service."""
-    texts = {
-        DEAD: "is dead (its stub died or its load failed); reloading",
-        RELOADING: "is reloading",
-        FAILED: "failed to reload; retrying",
-        GAVE_UP: "failed to reload too often; load it by hand",
-        UNLOADED: "was unloaded by an operator",
-    }
-    text = f"model {model} {texts.get(entry.state, entry.state)}"
-    return f"{text}: {entry.detail}" if entry.detail else text
+    def summary(self) -> dict:
+        names = {"instances": sorted(self.instances), "composing": sorted(self.composing)}
+        return {"state": self.state, "restarts": self.restarts, "detail": self.detail, **names}
 
 
 class Supervisor:
     """Watch one tritonserver's models, reload those that died, report honest readiness.
 
-    `server_pid` enables the stub-process watch (same machine); `probe_interval_s` > 0 enables
-    inference probes (works without a pid). `events` records what happened, with
-    `clock()` timestamps, for tests and the /status page.
+    `server_pid` enables the stub watch (same machine, a server started by `TritonServer`:
+    `stubs.py`); `probe_interval_s` > 0 enables inference probes (works without a pid).
+    `events` records what happened, with `clock()` timestamps, for tests and /status.
     """
 
     def __init__(
@@ -93,24 +108,20 @@ class Supervisor:
         *,
         admin_key: str | None = None,
         poll_interval_s: float = DEFAULT_POLL_S,
-        rescan_interval_s: float = DEFAULT_RESCAN_S,
         probe_interval_s: float = 0.0,
-        load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
+        load_timeout_s: float = 600.0,
         max_failed_reloads: int = DEFAULT_MAX_FAILED_RELOADS,
         admin: TritonAdmin | None = None,
         stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
-        pid_alive: Callable[[int], bool] = is_alive,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.admin = admin or TritonAdmin(http_url, admin_key)
         self.server_pid = server_pid
         self.poll_interval_s = poll_interval_s
-        self.rescan_interval_s = rescan_interval_s
         self.probe_interval_s = probe_interval_s
         self.load_timeout_s = load_timeout_s
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
-        self.pid_alive = pid_alive
         self.clock = clock
         self.models: dict[str, ModelState] = {}
         self.known_pids: dict[int, str] = {}
@@ -120,10 +131,8 @@ class Supervisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_rescan = 0.0
         self._next_probe = 0.0
 
-    # -- bookkeeping ---------------------------------------------------------------------
     def _record(self, event: str, model: str = "", **details) -> None:
         entry = {"time": self.clock(), "event": event, "model": model, **details}
         with self._lock:
@@ -133,17 +142,14 @@ class Supervisor:
 
     def _set_state(self, model: str, state: str, detail: str = "") -> None:
         with self._lock:
-            self.models[model].state = state
-            self.models[model].detail = detail
+            self.models[model].state, self.models[model].detail = state, detail
 
     def learn_models(self, index: dict | None = None) -> dict:
-        """Learn every READY model (Python-backend or ensemble) of the repository ``index``
-        (read now when not given) and its current config; a model an operator had unloaded
-        and that is READY again is healthy again. Returns the index."""
+        """Learn every READY model of the repository `index` (read now when not given) and its
+        current config; a model an operator had unloaded and that is READY again is healthy
+        again. Returns the index."""
         index = self.admin.model_index() if index is None else index
-        for model, (state, _reason) in index.items():
-            if state != "READY":
-                continue
+        for model in [m for m, (state, _) in index.items() if state == "READY"]:
             config = self.admin.model_config(model)
             with self._lock:
                 entry = self.models.setdefault(model, ModelState())
@@ -155,13 +161,10 @@ class Supervisor:
                 self._record("loaded", model)
         return index
 
-    # -- detection -----------------------------------------------------------------------
-    def _known_stub_died(self) -> bool:
-        return any(not self.pid_alive(pid) for pid in self.known_pids)
-
     def dead_by_process_watch(self) -> set[str]:
-        """Healthy models with an expected instance that has no live stub process. A model
-        held failed whose stubs all run again (an operator loaded it) is healthy again."""
+        """Healthy models with an expected instance that no live stub serves. A stub replaced
+        by an operator's reload is not missing: the new one registers before the old one exits.
+        A model held failed whose stubs all run again (an operator loaded it) is healthy again."""
         stubs = self.list_stubs(self.server_pid)
         live = {stub.instance for stub in stubs}
         self.known_pids = {stub.pid: stub.instance for stub in stubs}
@@ -176,8 +179,8 @@ class Supervisor:
         return dead
 
     def dead_by_probe(self) -> set[str]:
-        """Stub models whose probe says 'not healthy'; a model that answered requests since
-        the last round is alive and not probed (its statistics say so)."""
+        """Stub models whose probe says 'not healthy'; a model that answered requests since the
+        last round is alive and not probed (its statistics say so)."""
         answered = self.admin.success_counts()
         dead = set()
         for model, entry in list(self.models.items()):
@@ -199,8 +202,8 @@ class Supervisor:
         return suspects & self.dead_by_process_watch()
 
     def check_index(self) -> None:
-        """Served models that are no longer READY: an operator's unload is respected, any
-        other loss (a failed load, a model gone from the index) is healed."""
+        """Served models that are no longer READY: an operator's unload is respected, any other
+        loss (a failed load, a model gone from the index) is healed."""
         index = self.admin.model_index()
         for model, entry in list(self.models.items()):
             state, reason = index.get(model, ("", "missing from the repository index"))
@@ -217,16 +220,14 @@ class Supervisor:
         if any(index.get(model, ("",))[0] == "READY" for model in back):
             self.learn_models(index)  # an operator loaded it again
 
-    # -- healing -------------------------------------------------------------------------
     def current_config(self, model: str) -> dict:
         """The model's config as loaded now; the last one seen when Triton cannot say (a model
         whose load failed is unavailable and has no config to read)."""
         try:
-            config = self.admin.model_config(model)
+            self.models[model].config = self.admin.model_config(model)
         except TritonAPIError:
-            return self.models[model].config
-        self.models[model].config = config
-        return config
+            pass
+        return self.models[model].config
 
     def heal(self, model: str) -> bool:
         """Reload `model`: a stub model with its current config plus a new restart marker (so
@@ -260,10 +261,7 @@ class Supervisor:
         """One round: detect dead stubs and lost models, then reload what is due."""
         now = self.clock()
         self.check_index()
-        suspects: set[str] = set()
-        if self.server_pid is not None and (now >= self._next_rescan or self._known_stub_died()):
-            self._next_rescan = now + self.rescan_interval_s
-            suspects |= self.dead_by_process_watch()
+        suspects = self.dead_by_process_watch() if self.server_pid is not None else set()
         if self.probe_interval_s > 0 and now >= self._next_probe:
             self._next_probe = now + self.probe_interval_s
             suspects |= self.dead_by_probe()
@@ -281,10 +279,9 @@ class Supervisor:
                 return
             self.heal(model)
 
-    # -- readiness -----------------------------------------------------------------------
     def readiness(self) -> tuple[bool, list[str]]:
-        """(ready, reasons it is not) as a load balancer should see it: every served model
-        READY in Triton, none held by the supervisor, ensembles' steps included."""
+        """(ready, reasons it is not) as a load balancer should see it: every served model READY
+        in Triton, none held by the supervisor, ensembles' steps included."""
         reasons = []
         if self.draining:
             reasons.append("draining: the server is shutting down")
@@ -300,9 +297,11 @@ class Supervisor:
         for model, (state, detail, _) in models.items():
             triton_state, reason = index.get(model, ("", "missing from the repository index"))
             if state != HEALTHY:
-                reasons.append(describe(model, ModelState(state=state, detail=detail)))
+                reasons.append(
+                    f"model {model} {REASONS[state]}" + (f": {detail}" if detail else "")
+                )
             elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
-                reasons.append(describe(model, ModelState(state=UNLOADED)))
+                reasons.append(f"model {model} {REASONS[UNLOADED]}")
             elif triton_state != "READY":
                 text = f"model {model} is {triton_state or 'absent'}"
                 reasons.append(f"{text}: {reason}" if reason else text)
@@ -324,28 +323,19 @@ class Supervisor:
     def status(self) -> dict:
         ready, reasons = self.readiness()
         with self._lock:
-            models = {
-                m: {
-                    "state": e.state,
-                    "restarts": e.restarts,
-                    "instances": sorted(e.instances),
-                    "composing": sorted(e.composing),
-                    "detail": e.detail,
-                }
-                for m, e in sorted(self.models.items())
-            }
+            models = {m: e.summary() for m, e in sorted(self.models.items())}
             events = list(self.events[-50:])
-        return {
-            "ready": ready,
-            "reasons": reasons,
-            "server_pid": self.server_pid,
-            "stub_pids": {str(pid): name for pid, name in sorted(self.known_pids.items())},
-            "models": models,
-            "events": events,
-            "clock": self.clock(),
-        }
+        stub_pids = {str(pid): name for pid, name in sorted(self.known_pids.items())}
+        return dict(
+            ready=ready,
+            reasons=reasons,
+            server_pid=self.server_pid,
+            stub_pids=stub_pids,
+            models=models,
+            events=events,
+            clock=self.clock(),
+        )
 
-    # -- thread --------------------------------------------------------------------------
     def run(self) -> None:
         last_error = ""
         while not self._stop.is_set():
@@ -372,7 +362,6 @@ class Supervisor:
         self.learn_models()
         if self.server_pid is not None:
             self.dead_by_process_watch()
-            self._next_rescan = self.clock() + self.rescan_interval_s
 
     def start(self) -> Supervisor:
         self.prime()

@@ -7,6 +7,9 @@ is an open loop whose latency counts from when a request was due, reported in wi
 time. Locust's users are closed loops (a stalled server slows the senders and hides its
 backlog) and perf_analyzer reports one aggregate per measurement; neither gives per-request
 timings relative to an event. Throughput and latency figures come from the benchmarks.
+
+A tool, not part of the served library: only the benchmarks (soak, bench_reliability) and the
+integration tests use it, so it lives in bench/ (tests import it as `bench.loadgen`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,20 @@ class Caller:
 
     def close(self) -> None:
         self.client.close()
+
+
+def alternating_callers(
+    http_url: str, grpc_url: str, model: str, inputs: Mapping[str, np.ndarray], **options
+) -> Callable[[int], Caller]:
+    """A LoadRun's `make_caller` whose even workers send over HTTP and odd ones over gRPC, so
+    one run loads both endpoints; `options` are Caller's keyword arguments."""
+
+    def make(index: int) -> Caller:
+        protocol = "http" if index % 2 == 0 else "grpc"
+        url = http_url if protocol == "http" else grpc_url
+        return Caller(url, protocol, model, inputs, **options)
+
+    return make
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""The Python-backend stubs of one tritonserver, as they report themselves.
+
+Triton runs each model instance in a stub process, a child of tritonserver, but documents no
+way to tell which process serves which instance (the stub's command line is internal). So each
+stub says it: `ServiceModel.initialize` ends with `register_stub(args)`, which writes
+`<instance>.<pid>.json` = {pid, instance, started} into the directory named by $PHOENIX_STUB_DIR.
+`instance` is Triton's documented `args["model_instance_name"]` (e.g. `retriever_0_1`); `started`
+is the kernel's start time of the process (proc(5)), which tells a reused pid from the stub.
+`TritonServer.start` makes that directory afresh for each server and passes it in the server's
+environment, which every stub inherits. A stub registers before Triton marks its model READY,
+so every stub of a READY model is on record.
+
+`list_stubs(server_pid)` finds the directory in the server's own environment and trusts a record
+only while its process is alive, started when the record says and is a child of that server. A
+killed stub stays a zombie (tritonserver never reaps it): that is dead. Records are never removed
+while the server runs: a killed stub's record just stops matching a live process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+STUB_DIR_ENV = "PHOENIX_STUB_DIR"
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
+
+
+@dataclass(frozen=True)
+class StubProcess:
+    """One live Python-backend stub: its pid and the model instance it serves."""
+
+    pid: int
+    instance: str
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time in clock ticks since boot) from /proc/<pid>/stat; None
+    when the process is gone. The command name may hold spaces and ')': fields follow the
+    last ')'."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def register_stub(args: Mapping[str, str]) -> None:
+    """Put this stub on record (called in the stub by `ServiceModel.initialize`); a no-op in a
+    server started without a stub directory."""
+    directory = os.environ.get(STUB_DIR_ENV)
+    if not directory:
+        return
+    pid, instance = os.getpid(), args["model_instance_name"]
+    record = {"pid": pid, "instance": instance, "started": _proc_stat(pid)[2]}
+    path = Path(directory) / f"{instance}.{pid}.json"
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(record))
+    partial.replace(path)  # a reader never sees half a record
+
+
+def stub_dir_of(server_pid: int) -> Path | None:
+    """The stub directory a running tritonserver was started with; None without one."""
+    try:
+        directory = psutil.Process(server_pid).environ().get(STUB_DIR_ENV)
+    except _GONE:
+        return None
+    return Path(directory) if directory else None
+
+
+def list_stubs(server_pid: int) -> list[StubProcess]:
+    """The live stubs of the tritonserver `server_pid`, as they registered."""
+    directory = stub_dir_of(server_pid)
+    stubs = []
+    for path in sorted(directory.glob("*.json")) if directory else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        stat = _proc_stat(record["pid"])
+        if stat and stat[0] not in "ZX" and stat[1:] == (server_pid, record["started"]):
+            stubs.append(StubProcess(record["pid"], record["instance"]))
+    return stubs
+
+
+def is_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] not in "ZX"
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process, or None when it is gone."""
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except _GONE:
+        return None
