@@ -65,13 +65,20 @@ def present(request, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     return {name: array for name, array in values.items() if array is not None}
 
 
+def check_rows(arrays: Mapping[str, np.ndarray], rows: int) -> None:
+    """Every array has the request's ``rows`` rows (the batch dimension)."""
+    wrong = {name: array.shape[0] for name, array in arrays.items() if array.shape[0] != rows}
+    if wrong:
+        raise InputError(f"inputs {sorted(wrong)} have {wrong} rows; the request has {rows}")
+
+
 def check_same_shape(arrays: Mapping[str, np.ndarray], what: str, rows: int) -> int:
     """Every array has ``rows`` rows and all share one length (axis 1); returns the length."""
-    shapes = {name: tuple(array.shape[:2]) for name, array in arrays.items()}
-    lengths = {shape[1] for shape in shapes.values()}
-    if len(lengths) > 1 or any(shape[0] != rows for shape in shapes.values()):
-        raise InputError(f"{what} inputs must have the same length and {rows} rows, got {shapes}")
-    return lengths.pop()
+    check_rows(arrays, rows)
+    lengths = {name: array.shape[1] for name, array in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise InputError(f"{what} inputs must have the same length, got {lengths}")
+    return next(iter(lengths.values()))
 
 
 def check_limit(name: str, size: int, limit: int, what: str) -> None:
@@ -233,8 +240,7 @@ class RetrieveRequest:
         return self.user_embedding.shape[0]
 
     def check(self, config) -> None:
-        rows_of = present(self, ("user_embedding", "top_k", "history_post_ids"))
-        check_same_shape({n: a[:, :0] for n, a in rows_of.items()}, "retriever", self.rows)
+        check_rows(present(self, ("top_k", "history_post_ids")), self.rows)
         check_width("user_embedding", self.user_embedding, 1, config.emb_size, "values per row")
         check_finite("user_embedding", self.user_embedding)
         check_range("top_k", self.top_k, 1, LIMITS.max_top_k, "top_k")

@@ -132,7 +132,7 @@ def test_one_bad_request_does_not_change_the_others(ranker, resources):
     "change, fragment",
     [
         ({"history_author_ids": np.ones((1, 2), np.int64)}, "same length"),
-        ({"candidate_author_ids": np.ones((2, 4), np.int64)}, "and 1 rows"),
+        ({"candidate_author_ids": np.ones((2, 4), np.int64)}, "the request has 1"),
         ({"history_post_ids": -np.ones((1, 5), np.int64)}, ">= 0"),
         ({"history_actions": np.full((1, 5, 19), 2.0, np.float32)}, "action flags"),
         ({"history_actions": np.zeros((1, 5, 4), np.float32)}, "expected 19 actions"),
