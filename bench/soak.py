@@ -41,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def process_rss(server_pid: int) -> dict[str, int]:
     """RSS in bytes of tritonserver and each of its stubs (by instance name), and the total."""
-    from phoenix.serving.supervisor import list_stubs, rss_bytes
+    from phoenix.serving.supervisor.stubs import list_stubs, rss_bytes
 
     sizes = {"tritonserver": rss_bytes(server_pid) or 0}
     for stub in list_stubs(server_pid):
@@ -113,7 +113,7 @@ def start_own_server(artifacts: Path, log_dir: Path):
     """A server configured like `serve` (explicit control mode + supervisor) on free ports."""
     from phoenix.serving.admin_key import server_admin_key
     from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY, server_flags
-    from phoenix.serving.supervisor import Supervisor
+    from phoenix.serving.supervisor.state import Supervisor
     from phoenix.serving.triton_server import TritonServer, flags_to_args
 
     admin_key, _ = server_admin_key(log_dir)  # $PHOENIX_ADMIN_KEY, else log_dir/admin-key

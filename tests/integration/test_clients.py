@@ -15,8 +15,8 @@ import pytest
 
 from clients import build_corpus
 from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.serving.admin_key import ADMIN_HEADER
 from phoenix.serving.client import connect, infer, user_inputs
-from phoenix.serving.supervisor import ADMIN_HEADER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]

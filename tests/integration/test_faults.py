@@ -51,7 +51,9 @@ from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S, ServePorts
-from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
+from phoenix.serving.supervisor.state import RESTART_PARAMETER
+from phoenix.serving.supervisor.stubs import is_alive
 from phoenix.serving.triton_server import http_get_status, read_log_tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

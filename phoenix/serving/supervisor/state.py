@@ -1,10 +1,7 @@
-"""The supervisor: which served model is healthy, dead, reloading, failed, given up on or
-unloaded by an operator, the reloads, and what /ready answers (docs/reliability.md).
-
-Operator intent is read from Triton itself: every model-repository call needs the admin key, so
-a model Triton reports UNAVAILABLE with reason 'unloaded' was unloaded by a key holder, and is
-left so. Anything else that takes a model out of service (a dead stub, a failed load) happened
-without intent, and the model is reloaded, with back-off and a cap on failed reloads.
+"""The supervisor's state machine: which served model is healthy, dead, reloading, failed, given
+up on or unloaded by an operator, the reloads, and what /ready answers (docs/reliability.md,
+"The supervisor"). Operator intent is read from Triton itself: only a key holder can unload a
+model, so a model UNAVAILABLE with reason 'unloaded' stays so; any other loss is healed.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError, probe_inputs
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.stubs import StubProcess, list_stubs
 
 logger = logging.getLogger("phoenix.supervisor")
@@ -94,21 +91,18 @@ class ModelState:
 
 
 class Supervisor:
-    """Watch one tritonserver's models, reload those that died, report honest readiness.
-
-    `server_pid` enables the stub watch (same machine, a server started by `TritonServer`:
-    `stubs.py`); `probe_interval_s` > 0 enables inference probes (works without a pid).
+    """Watch the models of the tritonserver `server_pid` (started by `TritonServer`, whose stubs
+    register themselves: `stubs.py`), reload those that died, report honest readiness.
     `events` records what happened, with `clock()` timestamps, for tests and /status.
     """
 
     def __init__(
         self,
         http_url: str,
-        server_pid: int | None = None,
+        server_pid: int,
         *,
         admin_key: str | None = None,
         poll_interval_s: float = DEFAULT_POLL_S,
-        probe_interval_s: float = 0.0,
         load_timeout_s: float = 600.0,
         max_failed_reloads: int = DEFAULT_MAX_FAILED_RELOADS,
         admin: TritonAdmin | None = None,
@@ -118,7 +112,6 @@ class Supervisor:
         self.admin = admin or TritonAdmin(http_url, admin_key)
         self.server_pid = server_pid
         self.poll_interval_s = poll_interval_s
-        self.probe_interval_s = probe_interval_s
         self.load_timeout_s = load_timeout_s
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
@@ -127,11 +120,9 @@ class Supervisor:
         self.known_pids: dict[int, str] = {}
         self.events: list[dict] = []
         self.draining = False
-        self._answered: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_probe = 0.0
 
     def _record(self, event: str, model: str = "", **details) -> None:
         entry = {"time": self.clock(), "event": event, "model": model, **details}
@@ -178,27 +169,11 @@ class Supervisor:
                     entry.state, entry.detail, entry.failed_reloads = HEALTHY, "", 0
         return dead
 
-    def dead_by_probe(self) -> set[str]:
-        """Stub models whose probe says 'not healthy'; a model that answered requests since the
-        last round is alive and not probed (its statistics say so)."""
-        answered = self.admin.success_counts()
-        dead = set()
-        for model, entry in list(self.models.items()):
-            busy = answered.get(model, 0) > self._answered.get(model, 0)
-            inputs = probe_inputs(model) if has_stubs(entry.config) else None
-            if entry.state == HEALTHY and inputs and not busy:
-                if self.admin.probe(model, inputs) == "dead":
-                    dead.add(model)
-        self._answered = answered
-        return dead
-
     def confirm_dead(self, suspects: Iterable[str]) -> set[str]:
         """Re-read index and configs: a stub replaced by an operator's reload is not dead, nor
         is one that stopped because an operator unloads its model (not READY any more)."""
         index = self.learn_models()
         suspects = {m for m in suspects if index.get(m, ("",))[0] == "READY"}
-        if self.server_pid is None:
-            return suspects & set(self.models)
         return suspects & self.dead_by_process_watch()
 
     def check_index(self) -> None:
@@ -229,7 +204,7 @@ class Supervisor:
             pass
         return self.models[model].config
 
-    def heal(self, model: str) -> bool:
+    def heal(self, model: str) -> None:
         """Reload `model`: a stub model with its current config plus a new restart marker (so
         Triton starts new stubs and keeps an operator's overrides), any other as it is."""
         entry = self.models[model]
@@ -248,23 +223,18 @@ class Supervisor:
             gave_up = entry.failed_reloads >= self.max_failed_reloads
             self._set_state(model, GAVE_UP if gave_up else FAILED, str(error)[:300])
             self._record("gave_up" if gave_up else "reload_failed", model, error=str(error)[:300])
-            return False
+            return
         entry.backoff_s, entry.failed_reloads = 1.0, 0
         self._set_state(model, HEALTHY)
         self._record("reloaded", model, seconds=round(self.clock() - started, 3))
         self.learn_models()
-        if self.server_pid is not None:
-            self.dead_by_process_watch()  # learn the new stub's pid
-        return True
+        self.dead_by_process_watch()  # learn the new stub's pid
 
     def poll_once(self) -> None:
         """One round: detect dead stubs and lost models, then reload what is due."""
         now = self.clock()
         self.check_index()
-        suspects = self.dead_by_process_watch() if self.server_pid is not None else set()
-        if self.probe_interval_s > 0 and now >= self._next_probe:
-            self._next_probe = now + self.probe_interval_s
-            suspects |= self.dead_by_probe()
+        suspects = self.dead_by_process_watch()
         for model in sorted(self.confirm_dead(suspects) if suspects else ()):
             self._set_state(model, DEAD)
             self._record("dead", model)
@@ -360,8 +330,7 @@ class Supervisor:
     def prime(self) -> None:
         """Learn the models and their stubs as they are now (all taken as healthy)."""
         self.learn_models()
-        if self.server_pid is not None:
-            self.dead_by_process_watch()
+        self.dead_by_process_watch()
 
     def start(self) -> Supervisor:
         self.prime()
