@@ -1,8 +1,8 @@
 """Run the Phoenix models on Triton: `python -m phoenix.serving.serve --help`.
 
 Foreground mode runs until Ctrl-C (or SIGTERM), then drains and stops cleanly (`shutdown.py`).
-`--demo` starts the server, runs one end-to-end recommendation (`clients/demo.py`) and stops.
-Triton's admin APIs always need the admin key (`admin_key.py`).
+Triton's admin APIs always need the admin key (`admin_key.py`). `make_server` builds the server
+this command runs; `clients/demo.py` starts the same one.
 
 Nothing outlives the command: tritonserver and its stubs die with it, even when it is killed
 with SIGKILL (`triton_server.py`), and it stops as on SIGTERM when the process that started it
@@ -31,6 +31,7 @@ from phoenix.serving.shutdown import Shutdown, wait_in_short_naps
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import (
+    LOOPBACK,
     TritonServer,
     TritonServerError,
     client_host,
@@ -46,6 +47,7 @@ DEFAULT_BUILD_DIR = Path("build/serve")
 # keep-alive connections, which clients never close on their own.
 EXIT_TIMEOUT_S = 3
 DEFAULT_STOP_TIMEOUT_S = 30.0
+DEFAULT_READY_TIMEOUT_S = 600.0
 # APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
 # need the admin key; inference, health, metadata, config and statistics stay open.
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
@@ -92,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
         "Examples:\n"
         "  python -m phoenix.serving.serve --artifacts artifacts/demo\n"
         "  python -m phoenix.serving.serve --device gpu --http-port 9000\n"
-        "  python -m phoenix.serving.serve --demo\n"
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
     add = parser.add_argument
@@ -117,10 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     logs = "where generated repositories, server logs and the admin key go (%(default)s)"
     add("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help=logs)
     ready = "seconds to wait for all models to load (%(default)s)"
-    add("--ready-timeout", type=float, default=600.0, metavar="S", help=ready)
+    add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
     add("--quiet", action="store_true", help="do not echo the server log to the terminal")
-    demo = "start, wait until ready, run one end-to-end recommendation, stop"
-    add("--demo", action="store_true", help=demo)
     alone = "no supervisor: no stub healing, no /ready, model control mode 'none'"
     add("--no-supervisor", action="store_true", help=alone)
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
@@ -227,19 +226,31 @@ def stop_with_parent() -> None:
 
 
 def make_server(
-    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str, supervised: bool
+    artifacts: Path,
+    admin_key: str,
+    *,
+    repository: Path = DEFAULT_MODEL_REPOSITORY,
+    device: str = "cpu",
+    host: str = LOOPBACK,
+    ports: Sequence[int] = (0, 0, 0),
+    build_dir: Path = DEFAULT_BUILD_DIR,
+    supervised: bool = True,
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
 ) -> TritonServer:
+    """The tritonserver of this command, not started: HTTP, gRPC and metrics on `ports` (0: a
+    free one) and `server_flags`. clients/demo.py starts its server here too."""
+    http_port, grpc_port, metrics_port = ports
     return TritonServer(
         repository,
         artifacts_dir=artifacts,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        extra_args=flags_to_args(server_flags(supervised, admin_key, args.device)),
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        extra_args=flags_to_args(server_flags(supervised, admin_key, device)),
         # One log per run: several people may serve from the same checkout at once.
-        log_path=args.build_dir / f"tritonserver-{os.getpid()}.log",
-        ready_timeout=args.ready_timeout,
+        log_path=build_dir / f"tritonserver-{os.getpid()}.log",
+        ready_timeout=ready_timeout,
     )
 
 
@@ -304,17 +315,6 @@ def serve_foreground(
             echo.join(timeout=2)
 
 
-def run_demo_once(server: TritonServer, artifacts: Path, run_demo, key_file: Path | None) -> int:
-    """Wait until ready, run one end-to-end recommendation, stop the server."""
-    try:
-        server.wait_ready()
-        print(describe(server, None, key_file), flush=True)
-        run_demo(server.http_url, artifacts)
-    finally:
-        server.stop()
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stop_with_parent()
@@ -322,17 +322,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         artifacts = validate_artifacts(args.artifacts)
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
-        if args.demo:
-            from clients.demo import run_demo  # model code: loaded only for --demo
         admin_key, key_file = admin_key_for(args.build_dir, args.admin_key_env)
-        supervised = not (args.no_supervisor or args.demo)
-        if supervised and args.supervisor_port:
+        if not args.no_supervisor and args.supervisor_port:
             check_port_free(args.host, args.supervisor_port, "--supervisor-port")
-        server = make_server(args, repository, artifacts, admin_key, supervised)
+        server = make_server(
+            artifacts,
+            admin_key,
+            repository=repository,
+            device=args.device,
+            host=args.host,
+            ports=(args.http_port, args.grpc_port, args.metrics_port),
+            build_dir=args.build_dir,
+            supervised=not args.no_supervisor,
+            ready_timeout=args.ready_timeout,
+        )
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
-        if args.demo:
-            return run_demo_once(server, artifacts, run_demo, key_file)
         return serve_foreground(server, args, admin_key, key_file)
     except (ServeError, TritonServerError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
