@@ -1,12 +1,9 @@
 """Run the Phoenix models on Triton: `python -m phoenix.serving.serve --help`.
 
-Foreground mode runs until Ctrl-C (or SIGTERM), then drains and stops cleanly (`shutdown.py`).
-Triton's admin APIs always need the admin key (`admin_key.py`). `make_server` builds the server
-this command runs; `clients/demo.py` starts the same one.
-
-Nothing outlives the command: tritonserver and its stubs die with it, even when it is killed
-with SIGKILL (`triton_server.py`), and it stops as on SIGTERM when the process that started it
-dies (`make serve` when make is killed), unless it was detached on purpose (`stop_with_parent`).
+Runs until Ctrl-C or SIGTERM, then drains, unloads every model and stops (docs/reliability.md,
+"Shutdown"). Nothing outlives it: tritonserver and its stubs die with it, even on SIGKILL
+(`triton_server.py`), and it stops as on SIGTERM when the process that started it dies (`make
+serve` killed), unless started detached. clients/demo.py starts its server with `make_server`.
 """
 
 from __future__ import annotations
@@ -16,10 +13,11 @@ import importlib.util
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,7 +25,7 @@ from phoenix.command_line import command_parser
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
 from phoenix.serving.configs import ConfigError, write_repository
 from phoenix.serving.profiles import profile
-from phoenix.serving.shutdown import Shutdown, wait_in_short_naps
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import (
@@ -43,11 +41,12 @@ from phoenix.serving.triton_server import (
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_MODEL_REPOSITORY = Path("model_repository")
 DEFAULT_BUILD_DIR = Path("build/serve")
-# Triton's own exit timeout: after our unloads (shutdown.py) it only waits for idle HTTP
-# keep-alive connections, which clients never close on their own.
-EXIT_TIMEOUT_S = 3
-DEFAULT_STOP_TIMEOUT_S = 30.0
 DEFAULT_READY_TIMEOUT_S = 600.0
+DEFAULT_STOP_TIMEOUT_S = 30.0
+# Triton's own exit timeout: after our unloads it only waits for idle HTTP keep-alive
+# connections, which clients never close on their own.
+EXIT_TIMEOUT_S = 3
+EXIT_TIMEOUT_EXPIRED = "Exit timeout expired"
 # APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
 # need the admin key; inference, health, metadata, config and statistics stay open.
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
@@ -55,6 +54,10 @@ RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
 
 class ServeError(RuntimeError):
     """A problem the user can fix (printed without a traceback)."""
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def port(text: str) -> int:
@@ -97,11 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
     add = parser.add_argument
-    artifacts = "artifact directory (config.json, weights); `make artifacts` makes %(default)s"
-    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=artifacts)
-    device = "the device the models run on; gpu needs `make setup DEVICE=gpu` (%(default)s)"
+    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help="artifacts (%(default)s)")
+    device = "the models' device; gpu needs `make setup DEVICE=gpu` (%(default)s)"
     add("--device", choices=("cpu", "gpu"), default="cpu", help=device)
-    add("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    add("--host", default=LOOPBACK, help="address to bind (%(default)s)")
     for name, default, what in (
         ("--http-port", 8000, "HTTP/REST (KServe v2)"),
         ("--grpc-port", 8001, "gRPC (KServe v2)"),
@@ -109,25 +111,25 @@ def build_parser() -> argparse.ArgumentParser:
         ("--supervisor-port", 8003, "the supervisor's /ready (probe it), /live and /status"),
     ):
         add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
-    repository = "the model repository to serve (default: %(default)s)"
+    repository = "the model repository (%(default)s)"
     add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help=repository)
-    one = "serve a generated copy without dynamic batching (one request per execution)"
+    one = "serve a generated copy without dynamic batching"
     add("--no-dynamic-batching", action="store_true", help=one)
     delay = "serve a generated copy with this max_queue_delay_microseconds"
     add("--max-queue-delay-us", type=int, metavar="US", help=delay)
-    logs = "where generated repositories, server logs and the admin key go (%(default)s)"
+    logs = "generated repositories, server logs and the admin key (%(default)s)"
     add("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help=logs)
-    ready = "seconds to wait for all models to load (%(default)s)"
+    ready = "seconds to wait for the models to load (%(default)s)"
     add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
-    add("--quiet", action="store_true", help="do not echo the server log to the terminal")
+    add("--quiet", action="store_true", help="do not echo the server log")
     alone = "no supervisor: no stub healing, no /ready, model control mode 'none'"
     add("--no-supervisor", action="store_true", help=alone)
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
     stop = "seconds in-flight requests get to finish while the models unload (%(default)s)"
     add("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="S", help=stop)
-    key = f"environment variable with the admin key (header '{ADMIN_HEADER}'); unset: a random "
-    key += "key kept in BUILD_DIR/admin-key, mode 0600 (%(default)s)"
+    key = f"variable with the admin key (header '{ADMIN_HEADER}'); unset: a random key kept in "
+    key += "BUILD_DIR/admin-key, mode 0600 (%(default)s)"
     add("--admin-key-env", default=ADMIN_KEY_ENV, metavar="NAME", help=key)
     return parser
 
@@ -142,12 +144,6 @@ def validate_artifacts(artifacts: Path) -> Path:
     return artifacts.resolve()
 
 
-def validate_model_repository(repository: Path) -> Path:
-    if not repository.is_dir():
-        raise ServeError(f"model repository {repository} does not exist.")
-    return repository.resolve()
-
-
 def admin_key_for(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, Path | None]:
     """The admin key (from $env_name, else generated into BUILD_DIR/admin-key) and its file."""
     try:
@@ -157,8 +153,8 @@ def admin_key_for(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, 
 
 
 def check_port_free(host: str, port_: int, option: str) -> None:
-    """Fail before starting Triton when a port we must bind is taken (0 = any: always free).
-    SO_REUSEADDR as the /ready server sets it: closed connections in TIME_WAIT do not count."""
+    """Fail before starting Triton when a port we must bind is taken. SO_REUSEADDR as the /ready
+    server sets it: closed connections in TIME_WAIT do not count."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -171,13 +167,11 @@ def check_port_free(host: str, port_: int, option: str) -> None:
 
 
 def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
-    """tritonserver options: exit timeout, the device profile's configs (a model without one
-    keeps config.pbtxt), explicit model control for the supervisor's reloads and the clean
-    stop's unloads, and the admin-key restriction of the APIs that change the server (on every
-    bind, loopback too)."""
+    """tritonserver options: the device profile's configs (a model without one keeps
+    config.pbtxt), explicit model control for the supervisor's reloads and the clean stop's
+    unloads, and the admin key on the APIs that change the server, on every bind."""
     flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
-    config_name = profile(device).config_name
-    if config_name:
+    if config_name := profile(device).config_name:
         flags["model_config_name"] = config_name
     if supervised:
         flags.update(model_control_mode="explicit", load_model="*")
@@ -187,10 +181,11 @@ def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[
 
 
 def prepare_repository(args: argparse.Namespace) -> Path:
-    """The repository to serve: the committed one (whose GPU configs Triton picks with
-    --model-config-name), or for a benchmark variant (no dynamic batching, another queue
-    delay) one generated under --build-dir from the device's profile."""
-    source = validate_model_repository(args.model_repository)
+    """The committed repository, or for a benchmark variant (no dynamic batching, another
+    queue delay) one generated under --build-dir from the device's profile."""
+    if not args.model_repository.is_dir():
+        raise ServeError(f"model repository {args.model_repository} does not exist.")
+    source = args.model_repository.resolve()
     if not args.no_dynamic_batching and args.max_queue_delay_us is None:
         return source
     deployment = profile(args.device)
@@ -209,17 +204,15 @@ def warn_if_no_gpu_jax(device: str) -> None:
     """JAX without its CUDA plugin silently runs on the CPU: say so up front."""
     plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin")
     if device == "gpu" and not any(importlib.util.find_spec(p) for p in plugins):
-        print(
+        say(
             "warning: --device gpu but jax's CUDA plugin is not installed; the models will run "
-            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)",
-            file=sys.stderr,
+            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)"
         )
 
 
 def stop_with_parent() -> None:
-    """Stop as on SIGTERM (drain, unload, exit) when the process that started us dies, even by
-    SIGKILL: `make serve` must not leave a server behind when make is killed. Not when started
-    detached on purpose: under nohup (SIGHUP ignored) or setsid (a session of its own)."""
+    """SIGTERM when the process that started us dies, even by SIGKILL (`make serve` killed);
+    not when started detached on purpose: under nohup (SIGHUP ignored) or setsid."""
     detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN or os.getsid(0) == os.getpid()
     if not detached:
         die_with_parent(signal.SIGTERM, os.getppid())
@@ -238,7 +231,7 @@ def make_server(
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
 ) -> TritonServer:
     """The tritonserver of this command, not started: HTTP, gRPC and metrics on `ports` (0: a
-    free one) and `server_flags`. clients/demo.py starts its server here too."""
+    free one), with `server_flags`."""
     http_port, grpc_port, metrics_port = ports
     return TritonServer(
         repository,
@@ -283,11 +276,128 @@ def describe(server: TritonServer, ready_url: str | None, key_file: Path | None)
     return text
 
 
+# -- the stop ------------------------------------------------------------------------------
+
+
+def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
+    """`wait(timeout)` until it returns, waking every `nap_s` seconds. Python runs signal
+    handlers in the main thread once it runs bytecode again, and the kernel may hand SIGTERM to
+    any thread: in one long waitpid() the drain would wait for tritonserver's own exit."""
+    while True:
+        try:
+            return wait(nap_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def unload_all(admin: TritonAdmin, timeout_s: float) -> list[str]:
+    """Unload every model, ensembles first (none is left pointing at a missing step), and wait
+    up to `timeout_s` until Triton has answered their requests in flight; returns the models
+    still READY, LOADING or UNLOADING then."""
+
+    def models(wanted: Callable[[str], bool]) -> list[str]:
+        return [m for m, (state, _) in sorted(admin.model_index().items()) if wanted(state)]
+
+    loaded = models(lambda state: state == "READY")
+    ensembles = [m for m in loaded if admin.model_config(m).get("platform") == "ensemble"]
+    for model in ensembles + [m for m in loaded if m not in ensembles]:
+        try:
+            admin.unload_model(model)
+        except TritonAPIError as error:
+            say(f"stopping: could not unload {model}: {error}")
+    deadline = time.monotonic() + timeout_s
+    while (left := models(lambda s: s != "UNAVAILABLE")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+class Shutdown:
+    """The signal handling of a foreground server (install() from the main thread)."""
+
+    def __init__(
+        self,
+        server: TritonServer,
+        supervisor: Supervisor | None = None,
+        drain_seconds: float = 0.0,
+        stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    ):
+        self.server, self.supervisor = server, supervisor
+        self.drain_seconds, self.stop_timeout_s = drain_seconds, stop_timeout_s
+        self.signals: list[int] = []
+        self.started_at: float | None = None
+        self.overran = ""  # why the stop took longer than its limit
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum, _frame) -> None:
+        self.signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(self.signals) > 1:
+            say(f"\n{name} again: killing tritonserver without waiting for requests")
+            self.server.kill()
+            return
+        self.started_at = time.monotonic()
+        then = "then stopping; a second signal kills the server"
+        say(f"\n{name}: draining for {self.drain_seconds:g} s (/ready answers 503), {then}")
+        if self.supervisor is not None:
+            self.supervisor.drain()
+        threading.Thread(target=self._stop_serving, daemon=True, name="phoenix-stop").start()
+
+    def _stop_serving(self) -> None:
+        time.sleep(self.drain_seconds)
+        # Unloading needs explicit model control, which comes with the supervisor.
+        if self.supervisor is not None:
+            try:
+                left = unload_all(self.supervisor.admin, self.stop_timeout_s)
+            except TritonAPIError as error:
+                left = [f"(Triton did not answer: {error})"]
+            if left:
+                self.overran = (
+                    f"models still loaded {self.stop_timeout_s:g} s after the unload: "
+                    f"{', '.join(left)} (a request that does not finish, or a stub that died "
+                    "earlier and cannot be unloaded)"
+                )
+                say(f"stopping: {self.overran}")
+        self.server.process.send_signal(signal.SIGTERM)  # a no-op once it has exited
+
+    def _why_it_failed(self, returncode: int, code: int) -> str:
+        if EXIT_TIMEOUT_EXPIRED not in self.server.log_tail(200):
+            died = returncode < 0 or code > 128
+            return f"tritonserver died of signal {code - 128}" if died else "tritonserver failed"
+        why = "the stop outlived Triton's exit timeout: a request still in flight or a model that "
+        why += "could not be unloaded"
+        events = self.supervisor.events if self.supervisor is not None else []
+        healed = sorted({e["model"] for e in events if e["event"] == "reloaded"})
+        if healed:
+            why += f"; here the version of {', '.join(healed)} whose stub died before the "
+            why += "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
+        return why
+
+    def exit_code(self, returncode: int) -> int:
+        """Our exit code for tritonserver's `returncode`, with the reason on stderr when it is not
+        a clean stop."""
+        if len(self.signals) > 1:
+            say("exit: killed on a second signal; in-flight requests may have been cut")
+            return 128 + self.signals[-1]
+        if self.overran:
+            say(f"exit 1: the stop outlived its limit: {self.overran}")
+            return 1
+        if returncode == 0:
+            if self.started_at is not None:
+                say(f"stopped cleanly {time.monotonic() - self.started_at:.1f} s after the signal")
+            return 0
+        code = 128 - returncode if returncode < 0 else returncode
+        say(f"exit {code}: {self._why_it_failed(returncode, code)}; see {self.server.log_path}")
+        return code
+
+
 def serve_foreground(
     server: TritonServer, args: argparse.Namespace, admin_key: str, key_file: Path | None
 ) -> int:
-    """Run until the server exits (on its own or after a signal, see shutdown.py); unless
-    --no-supervisor, the supervisor heals dead stubs and serves /ready meanwhile."""
+    """Run until the server exits (on its own or after a signal); unless --no-supervisor, the
+    supervisor heals dead stubs and serves /ready meanwhile."""
     stop_echo = threading.Event()
     echo = threading.Thread(target=echo_log, args=(server.log_path, stop_echo), daemon=True)
     if not args.quiet:
@@ -303,7 +413,7 @@ def serve_foreground(
         print(describe(server, ready_url, key_file) + "\nCtrl-C stops the server.", flush=True)
         shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
-        return shutdown.exit_code(wait_in_short_naps(server.wait))
+        return shutdown.exit_code(wait_in_short_naps(server.process.wait))
     finally:
         if endpoint is not None:
             endpoint.stop()
