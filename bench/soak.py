@@ -39,9 +39,19 @@ from bench.loadgen import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process, or None when it is gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
 def process_rss(server_pid: int) -> dict[str, int]:
     """RSS in bytes of tritonserver and each of its stubs (by instance name), and the total."""
-    from phoenix.serving.supervisor.stubs import list_stubs, rss_bytes
+    from phoenix.serving.supervisor.stubs import list_stubs
 
     sizes = {"tritonserver": rss_bytes(server_pid) or 0}
     for stub in list_stubs(server_pid):

@@ -37,6 +37,7 @@ from phoenix.checkpoint import (
     resolve_inside,
 )
 from phoenix.config import NEGATIVE_ACTIONS
+from phoenix.serving.admin_key import AdminKeyError, server_admin_key
 from phoenix.serving.client import (
     connect,
     feed_rows,
@@ -48,7 +49,6 @@ from phoenix.serving.client import (
 from phoenix.serving.serve import (
     DEFAULT_BUILD_DIR,
     ServeError,
-    admin_key_for,
     make_server,
     stop_with_parent,
     validate_artifacts,
@@ -59,6 +59,8 @@ from phoenix.serving.triton_server import LOOPBACK, TritonServerError
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
 FEED_ROWS = 20
+# What the demo reports in one line (exit 3) rather than with a traceback.
+FAILURES = (ServeError, AdminKeyError, TritonServerError, ArtifactError, InferenceServerException)
 
 
 class PostInfo:
@@ -191,12 +193,14 @@ def parse_args(argv: Optional[Sequence[str]]):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    stop_with_parent()  # `make demo` killed: SIGTERM, which stops the server on the way out
+    # SIGTERM (sent too when `make demo` dies) raises KeyboardInterrupt, so that the `with`
+    # below stops the server on the way out.
+    stop_with_parent()
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         artifacts = validate_artifacts(args.artifacts)
         warn_if_no_gpu_jax(args.device)
-        admin_key, _ = admin_key_for(args.build_dir)
+        admin_key, _ = server_admin_key(args.build_dir)
         server = make_server(
             artifacts,
             admin_key,
@@ -209,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with server:  # started, ready, and stopped on the way out
             print(f"tritonserver {server.pid} ready after {server.ready_after_s:.1f} s", flush=True)
             run_demo(server.http_url, artifacts)
-    except (ServeError, TritonServerError, ArtifactError, InferenceServerException) as error:
+    except FAILURES as error:
         return cli.fail(str(error))
     except KeyboardInterrupt:
         return 130

@@ -12,14 +12,13 @@ import argparse
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from phoenix.command_line import command_parser
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
@@ -35,7 +34,6 @@ from phoenix.serving.triton_server import (
     client_host,
     die_with_parent,
     flags_to_args,
-    pick_free_ports,
 )
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
@@ -65,28 +63,6 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0 = any free port)")
     return value
-
-
-class ServePorts(NamedTuple):
-    """The four ports of one serve command (loopback)."""
-
-    http: int
-    grpc: int
-    metrics: int
-    ready: int
-
-    @classmethod
-    def free(cls) -> ServePorts:
-        return cls(*pick_free_ports(4))
-
-    def command(self, artifacts: Path, build_dir: Path, drain_seconds: float) -> list[str]:
-        """The quiet serve command line on these ports, as tests and benchmarks start it."""
-        return [
-            sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
-            "--http-port", str(self.http), "--grpc-port", str(self.grpc),
-            "--metrics-port", str(self.metrics), "--supervisor-port", str(self.ready),
-            "--drain-seconds", str(drain_seconds), "--build-dir", str(build_dir), "--quiet",
-        ]  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,28 +118,6 @@ def validate_artifacts(artifacts: Path) -> Path:
             f"artifacts with `python -m phoenix.artifacts --preset mini --out {artifacts}`."
         )
     return artifacts.resolve()
-
-
-def admin_key_for(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, Path | None]:
-    """The admin key (from $env_name, else generated into BUILD_DIR/admin-key) and its file."""
-    try:
-        return server_admin_key(build_dir, env_name)
-    except AdminKeyError as error:
-        raise ServeError(str(error)) from None
-
-
-def check_port_free(host: str, port_: int, option: str) -> None:
-    """Fail before starting Triton when a port we must bind is taken. SO_REUSEADDR as the /ready
-    server sets it: closed connections in TIME_WAIT do not count."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port_))
-        except OSError as error:
-            raise ServeError(
-                f"{option} {port_} on {host} is not free ({error.strerror}): pick another port, "
-                "0 for any free one, or --no-supervisor"
-            ) from None
 
 
 def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
@@ -311,21 +265,17 @@ def unload_all(admin: TritonAdmin, timeout_s: float) -> list[str]:
     return left
 
 
+@dataclass
 class Shutdown:
     """The signal handling of a foreground server (install() from the main thread)."""
 
-    def __init__(
-        self,
-        server: TritonServer,
-        supervisor: Supervisor | None = None,
-        drain_seconds: float = 0.0,
-        stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
-    ):
-        self.server, self.supervisor = server, supervisor
-        self.drain_seconds, self.stop_timeout_s = drain_seconds, stop_timeout_s
-        self.signals: list[int] = []
-        self.started_at: float | None = None
-        self.overran = ""  # why the stop took longer than its limit
+    server: TritonServer
+    supervisor: Supervisor | None = None
+    drain_seconds: float = 0.0
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S
+    signals: list[int] = field(default_factory=list)
+    started_at: float | None = None
+    overran: str = ""  # why the stop took longer than its limit
 
     def install(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -397,19 +347,26 @@ def serve_foreground(
     server: TritonServer, args: argparse.Namespace, admin_key: str, key_file: Path | None
 ) -> int:
     """Run until the server exits (on its own or after a signal); unless --no-supervisor, the
-    supervisor heals dead stubs and serves /ready meanwhile."""
+    supervisor serves /ready (503 while the models load) and heals dead stubs meanwhile."""
     stop_echo = threading.Event()
     echo = threading.Thread(target=echo_log, args=(server.log_path, stop_echo), daemon=True)
     if not args.quiet:
         echo.start()
-    supervisor = endpoint = None
+    supervisor = endpoint = ready_url = None
     try:
-        server.wait_ready()
-        ready_url = None
-        if not args.no_supervisor:
-            supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
-            endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
+        if not args.no_supervisor:  # bound at once: a port in use fails before the models load
+            supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key)
+            try:
+                endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
+            except OSError as error:
+                raise ServeError(
+                    f"--supervisor-port {args.supervisor_port} on {server.host} is not free "
+                    f"({error.strerror}): pick another port, 0 for any free one, or --no-supervisor"
+                ) from None
             ready_url = f"http://{client_host(server.host)}:{endpoint.port}/ready"
+        server.wait_ready()
+        if supervisor is not None:
+            supervisor.start()
         print(describe(server, ready_url, key_file) + "\nCtrl-C stops the server.", flush=True)
         shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
@@ -432,9 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         artifacts = validate_artifacts(args.artifacts)
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
-        admin_key, key_file = admin_key_for(args.build_dir, args.admin_key_env)
-        if not args.no_supervisor and args.supervisor_port:
-            check_port_free(args.host, args.supervisor_port, "--supervisor-port")
+        admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
         server = make_server(
             artifacts,
             admin_key,
@@ -449,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
         return serve_foreground(server, args, admin_key, key_file)
-    except (ServeError, TritonServerError, ConfigError, ValueError) as error:
+    except (ServeError, AdminKeyError, TritonServerError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.soak import rss_bytes
 from phoenix.serving import admin_key, serve
 from phoenix.serving.supervisor.admin import TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
@@ -31,7 +32,6 @@ from phoenix.serving.supervisor.stubs import (
     is_alive,
     list_stubs,
     register_stub,
-    rss_bytes,
 )
 from phoenix.serving.triton_server import redact_secrets
 
@@ -433,11 +433,11 @@ def test_ready_endpoint_answers_503_with_reasons(admin, processes):
 
 def test_without_a_key_serve_generates_one_into_a_private_file_and_reuses_it(tmp_path, monkeypatch):
     monkeypatch.delenv("PHOENIX_ADMIN_KEY", raising=False)
-    key, path = serve.admin_key_for(tmp_path / "build")
+    key, path = admin_key.server_admin_key(tmp_path / "build")
     assert path == tmp_path / "build" / "admin-key"
     assert admin_key.is_valid_key(key) and path.read_text().strip() == key
     assert path.stat().st_mode & 0o777 == 0o600
-    assert serve.admin_key_for(tmp_path / "build") == (key, path)  # a restart keeps it
+    assert admin_key.server_admin_key(tmp_path / "build") == (key, path)  # a restart keeps it
     monkeypatch.chdir(tmp_path)
     assert admin_key.find_admin_key(key_file=path) == key  # how the tools find it
 
@@ -448,13 +448,13 @@ def test_a_key_file_others_could_read_is_replaced_and_never_used(tmp_path, monke
     path.write_text("k" * 32)
     path.chmod(0o644)
     assert admin_key.find_admin_key(key_file=path) is None
-    key, _ = serve.admin_key_for(tmp_path)
+    key, _ = admin_key.server_admin_key(tmp_path)
     assert key != "k" * 32 and path.stat().st_mode & 0o777 == 0o600
 
 
 def test_the_environment_key_wins_and_is_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("PHOENIX_ADMIN_KEY", "e" * 20)
-    assert serve.admin_key_for(tmp_path) == ("e" * 20, None)
+    assert admin_key.server_admin_key(tmp_path) == ("e" * 20, None)
     assert not (tmp_path / "admin-key").exists()
     assert admin_key.find_admin_key(key_file=tmp_path / "none") == "e" * 20
 
@@ -462,8 +462,8 @@ def test_the_environment_key_wins_and_is_checked(tmp_path, monkeypatch):
 @pytest.mark.parametrize("key", ["short", "has:colon-0123456789", "has,comma-0123456789"])
 def test_admin_keys_triton_cannot_parse_are_refused(key, tmp_path, monkeypatch):
     monkeypatch.setenv("PHOENIX_ADMIN_KEY", key)
-    with pytest.raises(serve.ServeError, match="at least 16 characters"):
-        serve.admin_key_for(tmp_path)
+    with pytest.raises(admin_key.AdminKeyError, match="at least 16 characters"):
+        admin_key.server_admin_key(tmp_path)
 
 
 def test_grpc_carries_the_key_with_tritons_prefix():

@@ -1,6 +1,5 @@
-"""The Triton calls the supervisor makes: KServe v2 HTTP/JSON with the admin key, standard library
-only. A connection per call keeps every thread (the watch loop, the shutdown, each /ready
-request) independent, with nothing to close afterwards."""
+"""The Triton calls of the supervisor and the clean stop: HTTP/JSON with the admin key, a
+connection per call, so every thread (the watch, the stop, each /ready request) is independent."""
 
 from __future__ import annotations
 
@@ -21,14 +20,6 @@ class TritonAPIError(RuntimeError):
         self.status = status
 
 
-def _error_message(error: urllib.error.HTTPError) -> str:
-    """Triton's own words: the `error` of its JSON answer."""
-    try:
-        return json.loads(error.read())["error"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return str(error.reason)
-
-
 class TritonAdmin:
     """Health, repository index, configs, loads and unloads of one server."""
 
@@ -45,8 +36,11 @@ class TritonAdmin:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 text = response.read()
         except urllib.error.HTTPError as error:
-            message = f"{path}: HTTP {error.code}: {_error_message(error)}"
-            raise TritonAPIError(message, error.code) from None
+            try:  # Triton's own words
+                message = json.loads(error.read())["error"]
+            except (OSError, ValueError, KeyError, TypeError):
+                message = str(error.reason)
+            raise TritonAPIError(f"{path}: HTTP {error.code}: {message}", error.code) from None
         except (OSError, ValueError) as error:  # refused, reset, timed out; not JSON
             raise TritonAPIError(f"{path}: {error}") from None
         return json.loads(text) if text else None

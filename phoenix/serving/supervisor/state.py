@@ -1,16 +1,14 @@
-"""The supervisor's state machine: which served model is healthy, dead, reloading, failed, given
-up on or unloaded by an operator, the reloads, and what /ready answers (docs/reliability.md,
-"The supervisor"). Operator intent is read from Triton itself: only a key holder can unload a
-model, so a model UNAVAILABLE with reason 'unloaded' stays so; any other loss is healed.
-"""
+"""Each served model's state (healthy, dead, reloading, failed, given up, unloaded by an
+operator), the reloads, and what /ready answers (docs/reliability.md, "The supervisor")."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
@@ -18,13 +16,14 @@ from phoenix.serving.supervisor.stubs import StubProcess, list_stubs
 
 logger = logging.getLogger("phoenix.supervisor")
 
-DEFAULT_POLL_S = 0.25
+POLL_S = 0.25
+LOAD_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 60.0
 DEFAULT_MAX_FAILED_RELOADS = 6  # 1 + 2 + 4 + 8 + 16 + 32 s of back-off, then give up
 HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
 GAVE_UP, UNLOADED = "gave_up", "unloaded"
 TRANSITIONAL = ("LOADING", "UNLOADING")
-OPERATOR_UNLOAD_REASON = "unloaded"
+OPERATOR_UNLOAD_REASON = "unloaded"  # only a key holder can unload: an operator meant it
 RESTART_PARAMETER = "phoenix_supervisor_restart"
 REASONS = {
     DEAD: "is dead (its stub died or its load failed); reloading",
@@ -91,10 +90,9 @@ class ModelState:
 
 
 class Supervisor:
-    """Watch the models of the tritonserver `server_pid` (started by `TritonServer`, whose stubs
-    register themselves: `stubs.py`), reload those that died, report honest readiness.
-    `events` records what happened, with `clock()` timestamps, for tests and /status.
-    """
+    """Watch the models of the tritonserver `server_pid` (started by `TritonServer`: its stubs
+    register themselves), reload those that died, report honest readiness. `events` records
+    what happened, with `clock()` timestamps, for tests and /status."""
 
     def __init__(
         self,
@@ -102,8 +100,6 @@ class Supervisor:
         server_pid: int,
         *,
         admin_key: str | None = None,
-        poll_interval_s: float = DEFAULT_POLL_S,
-        load_timeout_s: float = 600.0,
         max_failed_reloads: int = DEFAULT_MAX_FAILED_RELOADS,
         admin: TritonAdmin | None = None,
         stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
@@ -111,8 +107,6 @@ class Supervisor:
     ):
         self.admin = admin or TritonAdmin(http_url, admin_key)
         self.server_pid = server_pid
-        self.poll_interval_s = poll_interval_s
-        self.load_timeout_s = load_timeout_s
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
         self.clock = clock
@@ -169,13 +163,6 @@ class Supervisor:
                     entry.state, entry.detail, entry.failed_reloads = HEALTHY, "", 0
         return dead
 
-    def confirm_dead(self, suspects: Iterable[str]) -> set[str]:
-        """Re-read index and configs: a stub replaced by an operator's reload is not dead, nor
-        is one that stopped because an operator unloads its model (not READY any more)."""
-        index = self.learn_models()
-        suspects = {m for m in suspects if index.get(m, ("",))[0] == "READY"}
-        return suspects & self.dead_by_process_watch()
-
     def check_index(self) -> None:
         """Served models that are no longer READY: an operator's unload is respected, any other
         loss (a failed load, a model gone from the index) is healed."""
@@ -195,15 +182,6 @@ class Supervisor:
         if any(index.get(model, ("",))[0] == "READY" for model in back):
             self.learn_models(index)  # an operator loaded it again
 
-    def current_config(self, model: str) -> dict:
-        """The model's config as loaded now; the last one seen when Triton cannot say (a model
-        whose load failed is unavailable and has no config to read)."""
-        try:
-            self.models[model].config = self.admin.model_config(model)
-        except TritonAPIError:
-            pass
-        return self.models[model].config
-
     def heal(self, model: str) -> None:
         """Reload `model`: a stub model with its current config plus a new restart marker (so
         Triton starts new stubs and keeps an operator's overrides), any other as it is."""
@@ -211,11 +189,14 @@ class Supervisor:
         entry.restarts += 1
         self._set_state(model, RELOADING)
         started = self.clock()
+        # The config as loaded now; the last one seen when a failed load left none to read.
+        with contextlib.suppress(TritonAPIError):
+            entry.config = self.admin.model_config(model)
+        config = entry.config
         try:
-            config = self.current_config(model)
             if has_stubs(config):
                 config = with_restart_marker(config, f"{entry.restarts}@{time.time():.3f}")
-            self.admin.load_model(model, config, self.load_timeout_s)
+            self.admin.load_model(model, config, LOAD_TIMEOUT_S)
         except TritonAPIError as error:
             entry.failed_reloads += 1
             entry.next_attempt = self.clock() + entry.backoff_s
@@ -234,8 +215,12 @@ class Supervisor:
         """One round: detect dead stubs and lost models, then reload what is due."""
         now = self.clock()
         self.check_index()
-        suspects = self.dead_by_process_watch()
-        for model in sorted(self.confirm_dead(suspects) if suspects else ()):
+        if dead := self.dead_by_process_watch():
+            # Look again: a stub replaced by an operator's reload is not dead, nor one that
+            # stopped because an operator unloads its model (not READY any more).
+            ready = {m for m, (state, _) in self.learn_models().items() if state == "READY"}
+            dead &= ready & self.dead_by_process_watch()
+        for model in sorted(dead):
             self._set_state(model, DEAD)
             self._record("dead", model)
         with self._lock:
@@ -267,9 +252,8 @@ class Supervisor:
         for model, (state, detail, _) in models.items():
             triton_state, reason = index.get(model, ("", "missing from the repository index"))
             if state != HEALTHY:
-                reasons.append(
-                    f"model {model} {REASONS[state]}" + (f": {detail}" if detail else "")
-                )
+                text = f"model {model} {REASONS[state]}"
+                reasons.append(f"{text}: {detail}" if detail else text)
             elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
                 reasons.append(f"model {model} {REASONS[UNLOADED]}")
             elif triton_state != "READY":
@@ -322,7 +306,7 @@ class Supervisor:
                 last_error = str(error)
             except Exception:  # never let the watch die silently
                 logger.exception("supervisor: poll failed")
-            self._stop.wait(self.poll_interval_s)
+            self._stop.wait(POLL_S)
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

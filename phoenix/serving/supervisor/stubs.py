@@ -1,19 +1,9 @@
 """The Python-backend stubs of one tritonserver, as they report themselves.
 
-Triton runs each model instance in a stub process, a child of tritonserver, but documents no
-way to tell which process serves which instance (the stub's command line is internal). So each
-stub says it: `ServiceModel.initialize` ends with `register_stub(args)`, which writes
-`<instance>.<pid>.json` = {pid, instance, started} into the directory named by $PHOENIX_STUB_DIR.
-`instance` is Triton's documented `args["model_instance_name"]` (e.g. `retriever_0_1`); `started`
-is the kernel's start time of the process (proc(5)), which tells a reused pid from the stub.
-`TritonServer.start` makes that directory afresh for each server and passes it in the server's
-environment, which every stub inherits. A stub registers before Triton marks its model READY,
-so every stub of a READY model is on record.
-
-`list_stubs(server_pid)` finds the directory in the server's own environment and trusts a record
-only while its process is alive, started when the record says and is a child of that server. A
-killed stub stays a zombie (tritonserver never reaps it): that is dead. Records are never removed
-while the server runs: a killed stub's record just stops matching a live process.
+Triton documents no way to tell which process serves which model instance, so each stub says
+it: `ServiceModel.initialize` ends with `register_stub(args)`, which writes a record into the
+directory `TritonServer.start` names in $PHOENIX_STUB_DIR (docs/reliability.md, "The
+supervisor"). Every stub imports this module: standard library and psutil only.
 """
 
 from __future__ import annotations
@@ -63,20 +53,16 @@ def register_stub(args: Mapping[str, str]) -> None:
     partial.replace(path)  # a reader never sees half a record
 
 
-def stub_dir_of(server_pid: int) -> Path | None:
-    """The stub directory a running tritonserver was started with; None without one."""
+def list_stubs(server_pid: int) -> list[StubProcess]:
+    """The live stubs of the tritonserver `server_pid`: records whose process is alive, is a
+    child of that server and started when the record says (a reused pid is not the stub). A
+    killed stub stays a zombie (tritonserver never reaps it): dead, its record kept."""
     try:
         directory = psutil.Process(server_pid).environ().get(STUB_DIR_ENV)
     except _GONE:
-        return None
-    return Path(directory) if directory else None
-
-
-def list_stubs(server_pid: int) -> list[StubProcess]:
-    """The live stubs of the tritonserver `server_pid`, as they registered."""
-    directory = stub_dir_of(server_pid)
+        return []
     stubs = []
-    for path in sorted(directory.glob("*.json")) if directory else []:
+    for path in sorted(Path(directory).glob("*.json")) if directory else []:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -91,11 +77,3 @@ def is_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     stat = _proc_stat(pid)
     return stat is not None and stat[0] not in "ZX"
-
-
-def rss_bytes(pid: int) -> int | None:
-    """Resident memory of a process, or None when it is gone."""
-    try:
-        return psutil.Process(pid).memory_info().rss
-    except _GONE:
-        return None
