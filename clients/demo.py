@@ -48,11 +48,15 @@ from phoenix.serving.client import (
 )
 from phoenix.serving.serve import (
     DEFAULT_BUILD_DIR,
+    DEFAULT_MODEL_REPOSITORY,
     ServeError,
     make_server,
     stop_with_parent,
     validate_artifacts,
     warn_if_no_gpu_jax,
+)
+from phoenix.serving.serve import (
+    DEFAULT_READY_TIMEOUT_S as READY_TIMEOUT_S,
 )
 from phoenix.serving.triton_server import LOOPBACK, TritonServerError
 
@@ -188,6 +192,8 @@ def parse_args(argv: Optional[Sequence[str]]):
         default=DEFAULT_BUILD_DIR,
         help="where the log and admin key go (default: %(default)s)",
     )
+    # The rest of what serve.make_server reads: free ports, serve's patience.
+    parser.set_defaults(http_port=0, grpc_port=0, metrics_port=0, ready_timeout=READY_TIMEOUT_S)
     return parser.parse_args(argv)
 
 
@@ -201,14 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         artifacts = validate_artifacts(args.artifacts)
         warn_if_no_gpu_jax(args.device)
         admin_key, _ = server_admin_key(args.build_dir)
-        server = make_server(
-            artifacts,
-            admin_key,
-            device=args.device,
-            host=args.host,
-            build_dir=args.build_dir,
-            supervised=False,
-        )
+        server = make_server(args, artifacts, DEFAULT_MODEL_REPOSITORY, admin_key, supervised=False)
         print(f"starting tritonserver (log: {server.log_path})", flush=True)
         with server:  # started, ready, and stopped on the way out
             print(f"tritonserver {server.pid} ready after {server.ready_after_s:.1f} s", flush=True)

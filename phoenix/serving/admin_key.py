@@ -49,8 +49,7 @@ def _read_private_key(path: Path) -> str | None:
 
 
 def server_admin_key(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, Path | None]:
-    """The key a server starts with, and the file it is kept in (None when it came from the
-    environment): `$env_name`, else the one in BUILD_DIR/admin-key, created when unusable."""
+    """(key, its file): `$env_name` (no file), else BUILD_DIR/admin-key, created when unusable."""
     if key := os.environ.get(env_name):
         if not is_valid_key(key):
             raise AdminKeyError(
@@ -77,9 +76,8 @@ def server_admin_key(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[st
 def find_admin_key(
     env_name: str = ADMIN_KEY_ENV, key_file: str | os.PathLike | None = None
 ) -> str | None:
-    """The key for a client of a server started by `serve`: `$env_name`, else the key file
-    (`key_file`, `$PHOENIX_ADMIN_KEY_FILE`, or build/serve/admin-key in the working directory or
-    the repository); None when there is none."""
+    """The key of a server `serve` started: `$env_name`, else the file `key_file`,
+    `$PHOENIX_ADMIN_KEY_FILE`, or build/serve/admin-key here or in the repository; or None."""
     if os.environ.get(env_name):
         return os.environ[env_name]
     chosen = key_file or os.environ.get(ADMIN_KEY_FILE_ENV)

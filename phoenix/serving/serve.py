@@ -1,14 +1,12 @@
-"""Run the Phoenix models on Triton: `python -m phoenix.serving.serve --help`.
-
-Runs until Ctrl-C or SIGTERM, then drains, unloads every model and stops (docs/reliability.md,
-"Shutdown"). Nothing outlives it: tritonserver and its stubs die with it, even on SIGKILL
-(`triton_server.py`), and it stops as on SIGTERM when the process that started it dies (`make
-serve` killed), unless started detached. clients/demo.py starts its server with `make_server`.
+"""Serve the models on Triton until Ctrl-C or SIGTERM, then drain, unload and stop
+(docs/reliability.md, "Shutdown"). Nothing outlives it, even when SIGKILLed, and it stops as on
+SIGTERM when the process that started it dies (`make serve` killed), unless started detached.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import signal
@@ -44,7 +42,6 @@ DEFAULT_STOP_TIMEOUT_S = 30.0
 # Triton's own exit timeout: after our unloads it only waits for idle HTTP keep-alive
 # connections, which clients never close on their own.
 EXIT_TIMEOUT_S = 3
-EXIT_TIMEOUT_EXPIRED = "Exit timeout expired"
 # APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
 # need the admin key; inference, health, metadata, config and statistics stay open.
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
@@ -76,9 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
     add = parser.add_argument
-    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help="artifacts (%(default)s)")
-    device = "the models' device; gpu needs `make setup DEVICE=gpu` (%(default)s)"
-    add("--device", choices=("cpu", "gpu"), default="cpu", help=device)
+    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help="artifact folder (%(default)s)")
+    add("--device", choices=("cpu", "gpu"), default="cpu", help="gpu needs `make setup DEVICE=gpu`")
     add("--host", default=LOOPBACK, help="address to bind (%(default)s)")
     for name, default, what in (
         ("--http-port", 8000, "HTTP/REST (KServe v2)"),
@@ -87,25 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
         ("--supervisor-port", 8003, "the supervisor's /ready (probe it), /live and /status"),
     ):
         add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
-    repository = "the model repository (%(default)s)"
-    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help=repository)
-    one = "serve a generated copy without dynamic batching"
-    add("--no-dynamic-batching", action="store_true", help=one)
-    delay = "serve a generated copy with this max_queue_delay_microseconds"
-    add("--max-queue-delay-us", type=int, metavar="US", help=delay)
+    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help="%(default)s")
+    add("--no-dynamic-batching", action="store_true", help="serve a copy without dynamic batching")
+    add("--max-queue-delay-us", type=int, metavar="US", help="serve a copy with this queue delay")
     logs = "generated repositories, server logs and the admin key (%(default)s)"
     add("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help=logs)
-    ready = "seconds to wait for the models to load (%(default)s)"
+    ready = "seconds the models get to load (%(default)s)"
     add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
     add("--quiet", action="store_true", help="do not echo the server log")
-    alone = "no supervisor: no stub healing, no /ready, model control mode 'none'"
-    add("--no-supervisor", action="store_true", help=alone)
+    add("--no-supervisor", action="store_true", help="no stub healing, no /ready, no clean unloads")
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
-    stop = "seconds in-flight requests get to finish while the models unload (%(default)s)"
+    stop = "seconds in-flight requests get to finish (%(default)s)"
     add("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="S", help=stop)
-    key = f"variable with the admin key (header '{ADMIN_HEADER}'); unset: a random key kept in "
-    key += "BUILD_DIR/admin-key, mode 0600 (%(default)s)"
+    key = "variable with the admin key; unset: a random one in BUILD_DIR/admin-key (%(default)s)"
     add("--admin-key-env", default=ADMIN_KEY_ENV, metavar="NAME", help=key)
     return parser
 
@@ -121,9 +112,8 @@ def validate_artifacts(artifacts: Path) -> Path:
 
 
 def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
-    """tritonserver options: the device profile's configs (a model without one keeps
-    config.pbtxt), explicit model control for the supervisor's reloads and the clean stop's
-    unloads, and the admin key on the APIs that change the server, on every bind."""
+    """tritonserver options: the device's configs, explicit model control for the supervisor's
+    reloads and the clean stop's unloads, the admin key on every bind."""
     flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
     if config_name := profile(device).config_name:
         flags["model_config_name"] = config_name
@@ -135,23 +125,18 @@ def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[
 
 
 def prepare_repository(args: argparse.Namespace) -> Path:
-    """The committed repository, or for a benchmark variant (no dynamic batching, another
-    queue delay) one generated under --build-dir from the device's profile."""
-    if not args.model_repository.is_dir():
-        raise ServeError(f"model repository {args.model_repository} does not exist.")
-    source = args.model_repository.resolve()
+    """The repository, or a benchmark baseline generated from it under --build-dir."""
+    source = args.model_repository
+    if not source.is_dir():
+        raise ServeError(f"model repository {source} does not exist.")
     if not args.no_dynamic_batching and args.max_queue_delay_us is None:
-        return source
+        return source.resolve()
     deployment = profile(args.device)
     if args.max_queue_delay_us is not None:
         deployment = deployment.with_queue_delay(args.max_queue_delay_us)
-    suffix = args.device + ("-nobatch" if args.no_dynamic_batching else "")
-    return write_repository(
-        args.build_dir / f"model_repository-{suffix}",
-        deployment,
-        dynamic_batching=not args.no_dynamic_batching,
-        source=source,
-    )
+    batching = not args.no_dynamic_batching
+    dest = args.build_dir / f"model_repository-{args.device}{'' if batching else '-nobatch'}"
+    return write_repository(dest, deployment, dynamic_batching=batching, source=source)
 
 
 def warn_if_no_gpu_jax(device: str) -> None:
@@ -165,89 +150,65 @@ def warn_if_no_gpu_jax(device: str) -> None:
 
 
 def stop_with_parent() -> None:
-    """SIGTERM when the process that started us dies, even by SIGKILL (`make serve` killed);
-    not when started detached on purpose: under nohup (SIGHUP ignored) or setsid."""
+    """SIGTERM when our parent dies, unless started detached: under nohup or setsid."""
     detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN or os.getsid(0) == os.getpid()
     if not detached:
         die_with_parent(signal.SIGTERM, os.getppid())
 
 
 def make_server(
-    artifacts: Path,
-    admin_key: str,
-    *,
-    repository: Path = DEFAULT_MODEL_REPOSITORY,
-    device: str = "cpu",
-    host: str = LOOPBACK,
-    ports: Sequence[int] = (0, 0, 0),
-    build_dir: Path = DEFAULT_BUILD_DIR,
-    supervised: bool = True,
-    ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+    args: argparse.Namespace, artifacts: Path, repository: Path, admin_key: str, supervised: bool
 ) -> TritonServer:
-    """The tritonserver of this command, not started: HTTP, gRPC and metrics on `ports` (0: a
-    free one), with `server_flags`."""
-    http_port, grpc_port, metrics_port = ports
+    """The tritonserver of this command and of clients/demo.py, not started, with serve's options
+    in `args` (device, host, http_port, grpc_port, metrics_port, build_dir, ready_timeout)."""
     return TritonServer(
         repository,
         artifacts_dir=artifacts,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        extra_args=flags_to_args(server_flags(supervised, admin_key, device)),
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        extra_args=flags_to_args(server_flags(supervised, admin_key, args.device)),
         # One log per run: several people may serve from the same checkout at once.
-        log_path=build_dir / f"tritonserver-{os.getpid()}.log",
-        ready_timeout=ready_timeout,
+        log_path=args.build_dir / f"tritonserver-{os.getpid()}.log",
+        ready_timeout=args.ready_timeout,
     )
 
 
 def echo_log(path: Path, stop: threading.Event) -> None:
     """Copy the lines appended to `path` onto stdout until `stop` is set (then the rest)."""
     with path.open("r", errors="replace") as log:
-        while True:
-            line = log.readline()
+        while (line := log.readline()) or not stop.is_set():
             if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            elif stop.is_set():
-                return
+                print(line, end="", flush=True)
             else:
                 time.sleep(0.1)
 
 
 def describe(server: TritonServer, ready_url: str | None, key_file: Path | None) -> str:
     key = f"in {key_file} (mode 0600)" if key_file else "from $" + ADMIN_KEY_ENV
-    text = (
+    ready = f"\n  ready    {ready_url}  (load balancers: probe this)" if ready_url else ""
+    return (
         f"Triton is ready after {server.ready_after_s:.1f} s\n"
         f"  HTTP     http://{server.http_url}  (tritonclient url: {server.http_url})\n"
         f"  gRPC     {server.grpc_url}\n"
         f"  metrics  {server.metrics_url}\n"
         f"  log      {server.log_path}\n"
-        f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md)"
+        f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md){ready}"
     )
-    if ready_url:
-        text += f"\n  ready    {ready_url}  (supervisor: probe this from a load balancer)"
-    return text
-
-
-# -- the stop ------------------------------------------------------------------------------
 
 
 def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
-    """`wait(timeout)` until it returns, waking every `nap_s` seconds. Python runs signal
-    handlers in the main thread once it runs bytecode again, and the kernel may hand SIGTERM to
-    any thread: in one long waitpid() the drain would wait for tritonserver's own exit."""
+    """`wait(timeout)` until it returns, waking every `nap_s`: the kernel may hand SIGTERM to any
+    thread, and in one long waitpid() the main thread would not run the drain handler."""
     while True:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return wait(nap_s)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def unload_all(admin: TritonAdmin, timeout_s: float) -> list[str]:
-    """Unload every model, ensembles first (none is left pointing at a missing step), and wait
-    up to `timeout_s` until Triton has answered their requests in flight; returns the models
-    still READY, LOADING or UNLOADING then."""
+    """Unload every model, ensembles first (none left pointing at a missing step), and wait up
+    to `timeout_s` for their requests in flight; returns the models still loaded then."""
 
     def models(wanted: Callable[[str], bool]) -> list[str]:
         return [m for m, (state, _) in sorted(admin.model_index().items()) if wanted(state)]
@@ -312,22 +273,8 @@ class Shutdown:
                 say(f"stopping: {self.overran}")
         self.server.process.send_signal(signal.SIGTERM)  # a no-op once it has exited
 
-    def _why_it_failed(self, returncode: int, code: int) -> str:
-        if EXIT_TIMEOUT_EXPIRED not in self.server.log_tail(200):
-            died = returncode < 0 or code > 128
-            return f"tritonserver died of signal {code - 128}" if died else "tritonserver failed"
-        why = "the stop outlived Triton's exit timeout: a request still in flight or a model that "
-        why += "could not be unloaded"
-        events = self.supervisor.events if self.supervisor is not None else []
-        healed = sorted({e["model"] for e in events if e["event"] == "reloaded"})
-        if healed:
-            why += f"; here the version of {', '.join(healed)} whose stub died before the "
-            why += "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
-        return why
-
     def exit_code(self, returncode: int) -> int:
-        """Our exit code for tritonserver's `returncode`, with the reason on stderr when it is not
-        a clean stop."""
+        """Our exit code for tritonserver's, with the reason on stderr unless the stop was clean."""
         if len(self.signals) > 1:
             say("exit: killed on a second signal; in-flight requests may have been cut")
             return 128 + self.signals[-1]
@@ -339,7 +286,18 @@ class Shutdown:
                 say(f"stopped cleanly {time.monotonic() - self.started_at:.1f} s after the signal")
             return 0
         code = 128 - returncode if returncode < 0 else returncode
-        say(f"exit {code}: {self._why_it_failed(returncode, code)}; see {self.server.log_path}")
+        if "Exit timeout expired" in self.server.log_tail(200):
+            why = "the stop outlived Triton's exit timeout: a request still in flight or a model "
+            why += "that could not be unloaded"
+            events = self.supervisor.events if self.supervisor is not None else []
+            if healed := sorted({e["model"] for e in events if e["event"] == "reloaded"}):
+                why += f"; here the version of {', '.join(healed)} whose stub died before the "
+                why += "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
+        elif returncode < 0 or code > 128:
+            why = f"tritonserver died of signal {code - 128}"
+        else:
+            why = "tritonserver failed"
+        say(f"exit {code}: {why}; see {self.server.log_path}")
         return code
 
 
@@ -390,17 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
         admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
-        server = make_server(
-            artifacts,
-            admin_key,
-            repository=repository,
-            device=args.device,
-            host=args.host,
-            ports=(args.http_port, args.grpc_port, args.metrics_port),
-            build_dir=args.build_dir,
-            supervised=not args.no_supervisor,
-            ready_timeout=args.ready_timeout,
-        )
+        server = make_server(args, artifacts, repository, admin_key, not args.no_supervisor)
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
         return serve_foreground(server, args, admin_key, key_file)

@@ -1,8 +1,7 @@
 """Start and stop the tritonserver of the `nvidia-pytriton` wheel; it never outlives its launcher.
 
-The Python backend looks for its stub beside `libtriton_python.so`, which the wheel does not
-provide, so `python -m phoenix.serving.triton_server --build-backend-dir DIR` links a backend
-folder of our own (docs/serving.md).
+`python -m phoenix.serving.triton_server --build-backend-dir DIR` links the backend folder the
+wheel lacks: the Python backend looks for its stub beside `libtriton_python.so` (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -93,14 +92,11 @@ def build_backend_dir(dest: Path = BACKEND_DIR) -> Path:
 
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     """`count` distinct ports free on `host` right now (held together so they differ)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
         for sock in sockets:
             sock.bind((host, 0))
         return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def client_host(bind_host: str) -> str:
@@ -148,7 +144,7 @@ def flags_to_args(flags: Mapping[str, object]) -> list[str]:
 
 
 class TritonServer:
-    """One tritonserver over a model repository; ports 0 or None are picked free at start. As a
+    """One tritonserver over a model repository; ports 0 or None are picked free now. As a
     context manager it starts, waits until ready and stops."""
 
     def __init__(
@@ -168,9 +164,13 @@ class TritonServer:
         self.model_repository = Path(model_repository).resolve()
         self.artifacts_dir = Path(artifacts_dir).resolve() if artifacts_dir else None
         self.host = host
-        self.requested_ports = (http_port, grpc_port, metrics_port)
-        self.http_port = self.grpc_port = self.metrics_port = 0
-        self.http_url = self.grpc_url = self.metrics_url = self.ready_url = ""
+        free = iter(pick_free_ports(3, host or LOOPBACK))
+        ports = [port or next(free) for port in (http_port, grpc_port, metrics_port)]
+        self.http_port, self.grpc_port, self.metrics_port = ports
+        # `host:port`, as tritonclient's url= takes it
+        self.http_url, self.grpc_url = (f"{client_host(host)}:{port}" for port in ports[:2])
+        self.metrics_url = f"http://{client_host(host)}:{self.metrics_port}/metrics"
+        self.ready_url = f"http://{self.http_url}/v2/health/ready"
         self.extra_args = list(extra_args)
         self.env_overrides = dict(env or {})
         self.log_path = Path(log_path) if log_path else None
@@ -186,7 +186,7 @@ class TritonServer:
         return self.process.pid if self.process else None
 
     def command(self) -> list[str]:
-        """The tritonserver command line (ports must be assigned already)."""
+        """The tritonserver command line."""
         linked = all((BACKEND_DIR / "python" / f).exists() for f in (*BACKEND_FILES, STUB_NAME))
         return [
             str(pytriton_server_root() / "bin" / "tritonserver"),
@@ -199,16 +199,6 @@ class TritonServer:
             *self.extra_args,
         ]
 
-    def _assign_ports(self) -> None:
-        """Pick the free ports; `http_url` and `grpc_url` are `host:port`, as tritonclient takes."""
-        wanted = [port or 0 for port in self.requested_ports]
-        free = iter(pick_free_ports(wanted.count(0), self.host or LOOPBACK))
-        self.http_port, self.grpc_port, self.metrics_port = (p or next(free) for p in wanted)
-        host = client_host(self.host)
-        self.http_url, self.grpc_url = f"{host}:{self.http_port}", f"{host}:{self.grpc_port}"
-        self.metrics_url = f"http://{host}:{self.metrics_port}/metrics"
-        self.ready_url = f"http://{self.http_url}/v2/health/ready"
-
     def start(self) -> TritonServer:
         """Launch tritonserver (no-op when running), from the thread that lives as long as the
         server, normally the main thread: it is killed when that thread ends (`die_with_parent`)."""
@@ -216,7 +206,6 @@ class TritonServer:
             return self
         if not self.model_repository.is_dir():
             raise TritonServerError(f"model repository not found: {self.model_repository}")
-        self._assign_ports()
         self.last_command = command = self.command()
         if self.log_path is None:
             self.log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])

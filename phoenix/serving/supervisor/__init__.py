@@ -1,7 +1,4 @@
-"""Heal dead models and tell a load balancer the truth about readiness (docs/reliability.md).
-
-Triton 2.51 does not restart a model's dead stub, and its own health endpoints keep answering
-200. `serve` runs the supervisor beside its server: `stubs` (imported by every stub, so this
-package imports nothing heavy) is the stub registry, `admin` Triton's admin API, `state` the
-state machine and `endpoints` /ready, /live and /status.
-"""
+"""Heal dead models and tell a load balancer the truth about readiness: Triton 2.51 restarts no
+dead stub and keeps answering ready (docs/reliability.md). `stubs`, the registry, is imported by
+every stub, so this package imports nothing; `admin` is Triton's admin API, `state` the state
+machine, `endpoints` /ready, /live and /status."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from urllib.parse import quote
 
 from phoenix.serving.admin_key import admin_headers
+from phoenix.serving.triton_server import http_get_status
 
 
 class TritonAPIError(RuntimeError):
@@ -46,11 +47,7 @@ class TritonAdmin:
         return json.loads(text) if text else None
 
     def is_ready(self) -> bool:
-        try:
-            self._call("/v2/health/ready", timeout=2.0)
-            return True
-        except TritonAPIError:
-            return False
+        return http_get_status(self.url + "/v2/health/ready") == 200
 
     def model_index(self) -> dict[str, tuple[str, str]]:
         """{model: (state, reason)} of the repository index; state 'READY' when serving."""

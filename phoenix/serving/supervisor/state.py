@@ -22,7 +22,6 @@ MAX_BACKOFF_S = 60.0
 DEFAULT_MAX_FAILED_RELOADS = 6  # 1 + 2 + 4 + 8 + 16 + 32 s of back-off, then give up
 HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
 GAVE_UP, UNLOADED = "gave_up", "unloaded"
-TRANSITIONAL = ("LOADING", "UNLOADING")
 OPERATOR_UNLOAD_REASON = "unloaded"  # only a key holder can unload: an operator meant it
 RESTART_PARAMETER = "phoenix_supervisor_restart"
 REASONS = {
@@ -55,9 +54,8 @@ def composing_models(config: Mapping) -> set[str]:
 
 
 def with_restart_marker(config: Mapping, marker: str) -> dict:
-    """A copy of `config` with the restart marker parameter set to `marker`: a load request
-    whose config differs from the loaded one makes Triton load a new copy of the model (and
-    start new stubs); an unchanged config would be a no-op."""
+    """A copy of `config` with the restart marker set to `marker`: only a changed config makes a
+    load start a new copy of the model (and new stubs)."""
     override = copy.deepcopy(dict(config))
     parameters = override.get("parameters") or {}
     override["parameters"] = {**parameters, RESTART_PARAMETER: {"string_value": marker}}
@@ -90,9 +88,8 @@ class ModelState:
 
 
 class Supervisor:
-    """Watch the models of the tritonserver `server_pid` (started by `TritonServer`: its stubs
-    register themselves), reload those that died, report honest readiness. `events` records
-    what happened, with `clock()` timestamps, for tests and /status."""
+    """Watch the models of the tritonserver `server_pid` (a `TritonServer`), reload those that
+    died, report honest readiness; `events` (with `clock()` times) is for tests and /status."""
 
     def __init__(
         self,
@@ -130,9 +127,8 @@ class Supervisor:
             self.models[model].state, self.models[model].detail = state, detail
 
     def learn_models(self, index: dict | None = None) -> dict:
-        """Learn every READY model of the repository `index` (read now when not given) and its
-        current config; a model an operator had unloaded and that is READY again is healthy
-        again. Returns the index."""
+        """Learn every READY model of `index` (read now when not given) and its config (an
+        operator's unloaded model READY again is healthy again); returns the index."""
         index = self.admin.model_index() if index is None else index
         for model in [m for m, (state, _) in index.items() if state == "READY"]:
             config = self.admin.model_config(model)
@@ -147,9 +143,8 @@ class Supervisor:
         return index
 
     def dead_by_process_watch(self) -> set[str]:
-        """Healthy models with an expected instance that no live stub serves. A stub replaced
-        by an operator's reload is not missing: the new one registers before the old one exits.
-        A model held failed whose stubs all run again (an operator loaded it) is healthy again."""
+        """Healthy models with an instance no live stub serves (an operator's reload starts the
+        new stub first); a failed model whose stubs all run again is healthy again."""
         stubs = self.list_stubs(self.server_pid)
         live = {stub.instance for stub in stubs}
         self.known_pids = {stub.pid: stub.instance for stub in stubs}
@@ -164,12 +159,11 @@ class Supervisor:
         return dead
 
     def check_index(self) -> None:
-        """Served models that are no longer READY: an operator's unload is respected, any other
-        loss (a failed load, a model gone from the index) is healed."""
+        """Served models no longer READY: an operator's unload is respected, other losses healed."""
         index = self.admin.model_index()
         for model, entry in list(self.models.items()):
             state, reason = index.get(model, ("", "missing from the repository index"))
-            if state == "READY" or state in TRANSITIONAL or entry.state != HEALTHY:
+            if state == "READY" or state in ("LOADING", "UNLOADING") or entry.state != HEALTHY:
                 continue
             if state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
                 self._set_state(model, UNLOADED)
@@ -183,8 +177,8 @@ class Supervisor:
             self.learn_models(index)  # an operator loaded it again
 
     def heal(self, model: str) -> None:
-        """Reload `model`: a stub model with its current config plus a new restart marker (so
-        Triton starts new stubs and keeps an operator's overrides), any other as it is."""
+        """Reload `model` with its current config (an operator's overrides stay), for a stub model
+        plus a new restart marker."""
         entry = self.models[model]
         entry.restarts += 1
         self._set_state(model, RELOADING)
@@ -235,8 +229,7 @@ class Supervisor:
             self.heal(model)
 
     def readiness(self) -> tuple[bool, list[str]]:
-        """(ready, reasons it is not) as a load balancer should see it: every served model READY
-        in Triton, none held by the supervisor, ensembles' steps included."""
+        """(ready, reasons not): every served model, ensembles' steps too, READY and healthy."""
         reasons = []
         if self.draining:
             reasons.append("draining: the server is shutting down")
@@ -281,14 +274,9 @@ class Supervisor:
             events = list(self.events[-50:])
         stub_pids = {str(pid): name for pid, name in sorted(self.known_pids.items())}
         return dict(
-            ready=ready,
-            reasons=reasons,
-            server_pid=self.server_pid,
-            stub_pids=stub_pids,
-            models=models,
-            events=events,
-            clock=self.clock(),
-        )
+            ready=ready, reasons=reasons, server_pid=self.server_pid, stub_pids=stub_pids,
+            models=models, events=events, clock=self.clock(),
+        )  # fmt: skip
 
     def run(self) -> None:
         last_error = ""

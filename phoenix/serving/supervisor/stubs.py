@@ -1,27 +1,21 @@
-"""The Python-backend stubs of one tritonserver, as they report themselves.
-
-Triton documents no way to tell which process serves which model instance, so each stub says
-it: `ServiceModel.initialize` ends with `register_stub(args)`, which writes a record into the
-directory `TritonServer.start` names in $PHOENIX_STUB_DIR (docs/reliability.md, "The
-supervisor"). Every stub imports this module: standard library and psutil only.
-"""
+"""The stubs of one tritonserver, as they register themselves: Triton documents no way to tell
+which process serves which model instance (docs/reliability.md, "The supervisor"). Every stub
+imports this module: standard library and psutil only."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
 STUB_DIR_ENV = "PHOENIX_STUB_DIR"
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
 
-@dataclass(frozen=True)
-class StubProcess:
+class StubProcess(NamedTuple):
     """One live Python-backend stub: its pid and the model instance it serves."""
 
     pid: int
@@ -29,9 +23,8 @@ class StubProcess:
 
 
 def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, start time in clock ticks since boot) from /proc/<pid>/stat; None
-    when the process is gone. The command name may hold spaces and ')': fields follow the
-    last ')'."""
+    """(state, parent pid, start time in ticks since boot) from /proc/<pid>/stat, None when it
+    is gone; the command name may hold spaces and ')': fields follow the last ')'."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -40,8 +33,7 @@ def _proc_stat(pid: int) -> tuple[str, int, int] | None:
 
 
 def register_stub(args: Mapping[str, str]) -> None:
-    """Put this stub on record (called in the stub by `ServiceModel.initialize`); a no-op in a
-    server started without a stub directory."""
+    """Record this stub in $PHOENIX_STUB_DIR (from `ServiceModel.initialize`), if it is set."""
     directory = os.environ.get(STUB_DIR_ENV)
     if not directory:
         return
@@ -59,7 +51,7 @@ def list_stubs(server_pid: int) -> list[StubProcess]:
     killed stub stays a zombie (tritonserver never reaps it): dead, its record kept."""
     try:
         directory = psutil.Process(server_pid).environ().get(STUB_DIR_ENV)
-    except _GONE:
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return []
     stubs = []
     for path in sorted(Path(directory).glob("*.json")) if directory else []:
