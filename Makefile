@@ -97,11 +97,10 @@ $(ARTIFACTS)/config.json: | $(BACKEND_STAMP)
 serve: setup artifacts  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
 	$(PY) -m phoenix.serving.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
 
-# Free ports, so the demo also works beside a running `make serve`. The demo serves towers
+# The demo picks free ports, so it also works beside a running `make serve`. It serves towers
 # trained on synthetic logs (trained once, then cached: see "training" below).
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## train the demo towers once, serve, recommend, stop
-	$(PY) -m phoenix.serving.serve --demo --quiet --artifacts $(DEMO_ARTIFACTS) \
-		--device $(DEVICE) --host $(HOST) --http-port 0 --grpc-port 0 --metrics-port 0
+	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST)
 
 configs: setup  ## write every model_repository config from the contracts and profiles
 	$(PY) -m phoenix.serving.configs

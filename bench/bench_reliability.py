@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.loadgen import error_kind, wait_until
-from phoenix.serving.serve import ServePorts
+from bench.serving_servers import ServePorts
 from phoenix.serving.triton_server import http_get_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,12 +1,16 @@
-"""The servers of the serving benchmark: one per dynamic-batching setting, all up at once."""
+"""The servers the benchmarks start: for the serving benchmark one per dynamic-batching
+setting, all up at once; for the reliability benchmark and the fault tests the serve command
+(`ServePorts`)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from phoenix.serving.configs import write_repository
 from phoenix.serving.profiles import profile
-from phoenix.serving.triton_server import TritonServer, flags_to_args
+from phoenix.serving.triton_server import TritonServer, flags_to_args, pick_free_ports
 
 
 def start_server(repo: Path, artifacts: Path, log: Path) -> TritonServer:
@@ -48,3 +52,25 @@ def start_servers(args) -> dict[str, TritonServer]:
 def stop_servers(servers: dict[str, TritonServer]) -> None:
     for server in servers.values():
         server.stop()
+
+
+class ServePorts(NamedTuple):
+    """The four ports of one serve command (loopback)."""
+
+    http: int
+    grpc: int
+    metrics: int
+    ready: int
+
+    @classmethod
+    def free(cls) -> ServePorts:
+        return cls(*pick_free_ports(4))
+
+    def command(self, artifacts: Path, build_dir: Path, drain_seconds: float) -> list[str]:
+        """The quiet serve command line on these ports, as tests and benchmarks start it."""
+        return [
+            sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
+            "--http-port", str(self.http), "--grpc-port", str(self.grpc),
+            "--metrics-port", str(self.metrics), "--supervisor-port", str(self.ready),
+            "--drain-seconds", str(drain_seconds), "--build-dir", str(build_dir), "--quiet",
+        ]  # fmt: skip

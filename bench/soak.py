@@ -39,9 +39,19 @@ from bench.loadgen import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process, or None when it is gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
 def process_rss(server_pid: int) -> dict[str, int]:
     """RSS in bytes of tritonserver and each of its stubs (by instance name), and the total."""
-    from phoenix.serving.supervisor import list_stubs, rss_bytes
+    from phoenix.serving.supervisor.stubs import list_stubs
 
     sizes = {"tritonserver": rss_bytes(server_pid) or 0}
     for stub in list_stubs(server_pid):
@@ -113,7 +123,7 @@ def start_own_server(artifacts: Path, log_dir: Path):
     """A server configured like `serve` (explicit control mode + supervisor) on free ports."""
     from phoenix.serving.admin_key import server_admin_key
     from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY, server_flags
-    from phoenix.serving.supervisor import Supervisor
+    from phoenix.serving.supervisor.state import Supervisor
     from phoenix.serving.triton_server import TritonServer, flags_to_args
 
     admin_key, _ = server_admin_key(log_dir)  # $PHOENIX_ADMIN_KEY, else log_dir/admin-key

@@ -58,16 +58,23 @@ def wrap_paragraphs(text: str, width: int = 79) -> str:
     return "\n\n".join(paragraphs)
 
 
-def build_parser(
-    client_file: str, doc: str, artifacts_help: str = ARTIFACTS_HELP
+def docstring_parser(
+    client_file: str, doc: str, exit_codes: str = EXIT_CODES_HELP
 ) -> argparse.ArgumentParser:
-    """A parser with the server arguments every client takes, for the client module at
-    ``client_file`` (its ``__file__``: a script run by path has no module name), its help
-    from the module docstring ``doc`` (an ``Examples:`` section, if any, printed last)."""
+    """A parser for the client module at ``client_file`` (its ``__file__``: a script run by
+    path has no module name), its help from the module docstring ``doc`` (an ``Examples:``
+    section, if any, printed last, then ``exit_codes``)."""
     about, _, examples = doc.partition("\nExamples:\n")
     epilog = f"Examples:\n{examples.rstrip()}\n\n" if examples else ""
     prog = f"python -m clients.{Path(client_file).stem}"
-    parser = command_parser(prog, wrap_paragraphs(about.strip()), epilog + EXIT_CODES_HELP)
+    return command_parser(prog, wrap_paragraphs(about.strip()), epilog + exit_codes)
+
+
+def build_parser(
+    client_file: str, doc: str, artifacts_help: str = ARTIFACTS_HELP
+) -> argparse.ArgumentParser:
+    """``docstring_parser`` with the server arguments every client takes."""
+    parser = docstring_parser(client_file, doc)
     parser.add_argument(
         "--url",
         help="server address host:port (default: 127.0.0.1:8000 for http, :8001 for grpc)",

@@ -1,21 +1,43 @@
-"""The demo's end-to-end recommendation: one user through the ``recommend`` ensemble.
+"""Start Triton, recommend one user's feed end to end, stop: the `make demo` feed.
+
+Starts tritonserver over model_repository/ as `python -m phoenix.serving.serve` does (the
+device's configs, the admin key, no supervisor) on free ports, waits until every model is
+ready, asks the ``recommend`` ensemble for the artifacts' example user, prints the feed and
+stops the server. The server log and the admin key go to --build-dir.
 
 With trained artifacts (``python -m phoenix.training``), the artifact directory carries a
 ``metadata.npz`` sidecar (each post's topic and author handle) and ``training.json`` (the
 example user's planted interests); the demo then prints the user's history topics next to
 the recommended posts' topics and authors, so the match can be seen.
+
+Examples:
+  python -m clients.demo                                       # artifacts/demo on the CPU
+  python -m clients.demo --artifacts artifacts/trained-demo --device gpu
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from phoenix.checkpoint import load_config, load_example_sequence, read_npz, resolve_inside
+from tritonclient.utils import InferenceServerException
+
+from clients import cli
+from phoenix.checkpoint import (
+    ArtifactError,
+    load_config,
+    load_example_sequence,
+    read_npz,
+    resolve_inside,
+)
 from phoenix.config import NEGATIVE_ACTIONS
+from phoenix.serving.admin_key import AdminKeyError, server_admin_key
 from phoenix.serving.client import (
     connect,
     feed_rows,
@@ -24,10 +46,25 @@ from phoenix.serving.client import (
     more_line,
     recommend_inputs,
 )
+from phoenix.serving.serve import (
+    DEFAULT_BUILD_DIR,
+    DEFAULT_MODEL_REPOSITORY,
+    ServeError,
+    make_server,
+    stop_with_parent,
+    validate_artifacts,
+    warn_if_no_gpu_jax,
+)
+from phoenix.serving.serve import (
+    DEFAULT_READY_TIMEOUT_S as READY_TIMEOUT_S,
+)
+from phoenix.serving.triton_server import LOOPBACK, TritonServerError
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
 FEED_ROWS = 20
+# What the demo reports in one line (exit 3) rather than with a traceback.
+FAILURES = (ServeError, AdminKeyError, TritonServerError, ArtifactError, InferenceServerException)
 
 
 class PostInfo:
@@ -130,3 +167,57 @@ def run_demo(http_url: str, artifacts_dir: str | Path, top_k: int = 50) -> None:
         print(line)
     print(f"\nRecommended feed (retrieve {top_k} then rank) in {elapsed_ms:.0f} ms over HTTP:\n")
     print(topic_feed_table(result, info, config.action_names))
+
+
+def parse_args(argv: Optional[Sequence[str]]):
+    exit_codes = "Exit status: 0 ok, 2 bad arguments, 3 server or input error, 130 interrupted."
+    parser = cli.docstring_parser(__file__, __doc__, exit_codes)
+    add = parser.add_argument
+    add(
+        "--artifacts",
+        type=Path,
+        default=cli.DEFAULT_ARTIFACTS,
+        help="the artifact directory to serve (default: %(default)s)",
+    )
+    add(
+        "--device",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="the device the models run on (default: %(default)s)",
+    )
+    add("--host", default=LOOPBACK, help="address to bind (default: %(default)s)")
+    add(
+        "--build-dir",
+        type=Path,
+        default=DEFAULT_BUILD_DIR,
+        help="where the log and admin key go (default: %(default)s)",
+    )
+    # The rest of what serve.make_server reads: free ports, serve's patience.
+    parser.set_defaults(http_port=0, grpc_port=0, metrics_port=0, ready_timeout=READY_TIMEOUT_S)
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM (sent too when `make demo` dies) raises KeyboardInterrupt, so that the `with`
+    # below stops the server on the way out.
+    stop_with_parent()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        artifacts = validate_artifacts(args.artifacts)
+        warn_if_no_gpu_jax(args.device)
+        admin_key, _ = server_admin_key(args.build_dir)
+        server = make_server(args, artifacts, DEFAULT_MODEL_REPOSITORY, admin_key, supervised=False)
+        print(f"starting tritonserver (log: {server.log_path})", flush=True)
+        with server:  # started, ready, and stopped on the way out
+            print(f"tritonserver {server.pid} ready after {server.ready_after_s:.1f} s", flush=True)
+            run_demo(server.http_url, artifacts)
+    except FAILURES as error:
+        return cli.fail(str(error))
+    except KeyboardInterrupt:
+        return 130
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

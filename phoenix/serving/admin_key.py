@@ -1,8 +1,5 @@
 """The admin key that guards Triton's model-repository, shared-memory, trace and logging APIs
-(SECURITY.md): `$PHOENIX_ADMIN_KEY`, else one `serve` generates and keeps in `<build dir>/
-admin-key` (mode 0600, reused by later starts). `find_admin_key()` is how the project's tools
-find it: the environment first, then the file.
-"""
+(SECURITY.md): `$PHOENIX_ADMIN_KEY`, else one `serve` keeps in `<build dir>/admin-key`."""
 
 from __future__ import annotations
 
@@ -20,7 +17,6 @@ DEFAULT_KEY_FILE = Path("build/serve/admin-key")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Triton splits the restriction flag on ',', ':' and '=': keep the key to URL-safe characters.
 _VALID_KEY = re.compile(r"^[A-Za-z0-9._~-]{16,}$")
-KEY_RULE = "at least 16 characters from A-Z a-z 0-9 . _ ~ -"
 
 
 class AdminKeyError(RuntimeError):
@@ -52,44 +48,36 @@ def _read_private_key(path: Path) -> str | None:
     return key if is_valid_key(key) else None
 
 
-def write_private_key(path: Path, key: str) -> None:
-    """Write `key` to `path` with mode 0600, atomically (a reader never sees half a key)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # the umask cannot widen it, an old file's mode does not stay
-        os.write(fd, (key + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(partial, path)
-
-
 def server_admin_key(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, Path | None]:
-    """The key a server starts with, and the file it is kept in (None when it came from the
-    environment): `$env_name`, else the one in BUILD_DIR/admin-key, created when unusable."""
-    key = os.environ.get(env_name)
-    if key:
+    """(key, its file): `$env_name` (no file), else BUILD_DIR/admin-key, created when unusable."""
+    if key := os.environ.get(env_name):
         if not is_valid_key(key):
             raise AdminKeyError(
-                f"${env_name} must be {KEY_RULE} "
+                f"${env_name} must be at least 16 characters from A-Z a-z 0-9 . _ ~ - "
                 "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         return key, None
     path = Path(build_dir) / "admin-key"
     key = _read_private_key(path)
-    if key is None:
+    if key is None:  # written with mode 0600 whatever the umask, atomically (never half a key)
         key = secrets.token_urlsafe(32)
-        write_private_key(path, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # an old file's wider mode does not stay either
+            os.write(fd, (key + "\n").encode())
+        finally:
+            os.close(fd)
+        os.replace(partial, path)
     return key, path
 
 
 def find_admin_key(
     env_name: str = ADMIN_KEY_ENV, key_file: str | os.PathLike | None = None
 ) -> str | None:
-    """The key for a client of a server started by `serve`: `$env_name`, else the key file
-    (`key_file`, `$PHOENIX_ADMIN_KEY_FILE`, or build/serve/admin-key in the working directory or
-    the repository); None when there is none."""
+    """The key of a server `serve` started: `$env_name`, else the file `key_file`,
+    `$PHOENIX_ADMIN_KEY_FILE`, or build/serve/admin-key here or in the repository; or None."""
     if os.environ.get(env_name):
         return os.environ[env_name]
     chosen = key_file or os.environ.get(ADMIN_KEY_FILE_ENV)

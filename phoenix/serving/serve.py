@@ -1,51 +1,47 @@
-"""Run the Phoenix models on Triton: `python -m phoenix.serving.serve --help`.
-
-Foreground mode runs until Ctrl-C (or SIGTERM), then drains and stops cleanly (`shutdown.py`).
-`--demo` starts the server, runs one end-to-end recommendation (`clients/demo.py`) and stops.
-Triton's admin APIs always need the admin key (`admin_key.py`).
-
-Nothing outlives the command: tritonserver and its stubs die with it, even when it is killed
-with SIGKILL (`triton_server.py`), and it stops as on SIGTERM when the process that started it
-dies (`make serve` when make is killed), unless it was detached on purpose (`stop_with_parent`).
+"""Serve the models on Triton until Ctrl-C or SIGTERM, then drain, unload and stop
+(docs/reliability.md, "Shutdown"). Nothing outlives it, even when SIGKILLed, and it stops as on
+SIGTERM when the process that started it dies (`make serve` killed), unless started detached.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import signal
-import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from phoenix.command_line import command_parser
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
 from phoenix.serving.configs import ConfigError, write_repository
 from phoenix.serving.profiles import profile
-from phoenix.serving.shutdown import Shutdown, wait_in_short_naps
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import (
+    LOOPBACK,
     TritonServer,
     TritonServerError,
     client_host,
     die_with_parent,
     flags_to_args,
-    pick_free_ports,
 )
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_MODEL_REPOSITORY = Path("model_repository")
 DEFAULT_BUILD_DIR = Path("build/serve")
-# Triton's own exit timeout: after our unloads (shutdown.py) it only waits for idle HTTP
-# keep-alive connections, which clients never close on their own.
-EXIT_TIMEOUT_S = 3
+DEFAULT_READY_TIMEOUT_S = 600.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
+# Triton's own exit timeout: after our unloads it only waits for idle HTTP keep-alive
+# connections, which clients never close on their own.
+EXIT_TIMEOUT_S = 3
 # APIs that change the server (load/unload = run model code, shared memory, trace, log settings)
 # need the admin key; inference, health, metadata, config and statistics stay open.
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
@@ -55,33 +51,15 @@ class ServeError(RuntimeError):
     """A problem the user can fix (printed without a traceback)."""
 
 
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0 = any free port)")
     return value
-
-
-class ServePorts(NamedTuple):
-    """The four ports of one serve command (loopback)."""
-
-    http: int
-    grpc: int
-    metrics: int
-    ready: int
-
-    @classmethod
-    def free(cls) -> ServePorts:
-        return cls(*pick_free_ports(4))
-
-    def command(self, artifacts: Path, build_dir: Path, drain_seconds: float) -> list[str]:
-        """The quiet serve command line on these ports, as tests and benchmarks start it."""
-        return [
-            sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
-            "--http-port", str(self.http), "--grpc-port", str(self.grpc),
-            "--metrics-port", str(self.metrics), "--supervisor-port", str(self.ready),
-            "--drain-seconds", str(drain_seconds), "--build-dir", str(build_dir), "--quiet",
-        ]  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,15 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Examples:\n"
         "  python -m phoenix.serving.serve --artifacts artifacts/demo\n"
         "  python -m phoenix.serving.serve --device gpu --http-port 9000\n"
-        "  python -m phoenix.serving.serve --demo\n"
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
     add = parser.add_argument
-    artifacts = "artifact directory (config.json, weights); `make artifacts` makes %(default)s"
-    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=artifacts)
-    device = "the device the models run on; gpu needs `make setup DEVICE=gpu` (%(default)s)"
-    add("--device", choices=("cpu", "gpu"), default="cpu", help=device)
-    add("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help="artifact folder (%(default)s)")
+    add("--device", choices=("cpu", "gpu"), default="cpu", help="gpu needs `make setup DEVICE=gpu`")
+    add("--host", default=LOOPBACK, help="address to bind (%(default)s)")
     for name, default, what in (
         ("--http-port", 8000, "HTTP/REST (KServe v2)"),
         ("--grpc-port", 8001, "gRPC (KServe v2)"),
@@ -108,27 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
         ("--supervisor-port", 8003, "the supervisor's /ready (probe it), /live and /status"),
     ):
         add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
-    repository = "the model repository to serve (default: %(default)s)"
-    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help=repository)
-    one = "serve a generated copy without dynamic batching (one request per execution)"
-    add("--no-dynamic-batching", action="store_true", help=one)
-    delay = "serve a generated copy with this max_queue_delay_microseconds"
-    add("--max-queue-delay-us", type=int, metavar="US", help=delay)
-    logs = "where generated repositories, server logs and the admin key go (%(default)s)"
+    add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help="%(default)s")
+    add("--no-dynamic-batching", action="store_true", help="serve a copy without dynamic batching")
+    add("--max-queue-delay-us", type=int, metavar="US", help="serve a copy with this queue delay")
+    logs = "generated repositories, server logs and the admin key (%(default)s)"
     add("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help=logs)
-    ready = "seconds to wait for all models to load (%(default)s)"
-    add("--ready-timeout", type=float, default=600.0, metavar="S", help=ready)
-    add("--quiet", action="store_true", help="do not echo the server log to the terminal")
-    demo = "start, wait until ready, run one end-to-end recommendation, stop"
-    add("--demo", action="store_true", help=demo)
-    alone = "no supervisor: no stub healing, no /ready, model control mode 'none'"
-    add("--no-supervisor", action="store_true", help=alone)
+    ready = "seconds the models get to load (%(default)s)"
+    add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
+    add("--quiet", action="store_true", help="do not echo the server log")
+    add("--no-supervisor", action="store_true", help="no stub healing, no /ready, no clean unloads")
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
-    stop = "seconds in-flight requests get to finish while the models unload (%(default)s)"
+    stop = "seconds in-flight requests get to finish (%(default)s)"
     add("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="S", help=stop)
-    key = f"environment variable with the admin key (header '{ADMIN_HEADER}'); unset: a random "
-    key += "key kept in BUILD_DIR/admin-key, mode 0600 (%(default)s)"
+    key = "variable with the admin key; unset: a random one in BUILD_DIR/admin-key (%(default)s)"
     add("--admin-key-env", default=ADMIN_KEY_ENV, metavar="NAME", help=key)
     return parser
 
@@ -143,42 +111,11 @@ def validate_artifacts(artifacts: Path) -> Path:
     return artifacts.resolve()
 
 
-def validate_model_repository(repository: Path) -> Path:
-    if not repository.is_dir():
-        raise ServeError(f"model repository {repository} does not exist.")
-    return repository.resolve()
-
-
-def admin_key_for(build_dir: Path, env_name: str = ADMIN_KEY_ENV) -> tuple[str, Path | None]:
-    """The admin key (from $env_name, else generated into BUILD_DIR/admin-key) and its file."""
-    try:
-        return server_admin_key(build_dir, env_name)
-    except AdminKeyError as error:
-        raise ServeError(str(error)) from None
-
-
-def check_port_free(host: str, port_: int, option: str) -> None:
-    """Fail before starting Triton when a port we must bind is taken (0 = any: always free).
-    SO_REUSEADDR as the /ready server sets it: closed connections in TIME_WAIT do not count."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port_))
-        except OSError as error:
-            raise ServeError(
-                f"{option} {port_} on {host} is not free ({error.strerror}): pick another port, "
-                "0 for any free one, or --no-supervisor"
-            ) from None
-
-
 def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
-    """tritonserver options: exit timeout, the device profile's configs (a model without one
-    keeps config.pbtxt), explicit model control for the supervisor's reloads and the clean
-    stop's unloads, and the admin-key restriction of the APIs that change the server (on every
-    bind, loopback too)."""
+    """tritonserver options: the device's configs, explicit model control for the supervisor's
+    reloads and the clean stop's unloads, the admin key on every bind."""
     flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
-    config_name = profile(device).config_name
-    if config_name:
+    if config_name := profile(device).config_name:
         flags["model_config_name"] = config_name
     if supervised:
         flags.update(model_control_mode="explicit", load_model="*")
@@ -188,47 +125,42 @@ def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[
 
 
 def prepare_repository(args: argparse.Namespace) -> Path:
-    """The repository to serve: the committed one (whose GPU configs Triton picks with
-    --model-config-name), or for a benchmark variant (no dynamic batching, another queue
-    delay) one generated under --build-dir from the device's profile."""
-    source = validate_model_repository(args.model_repository)
+    """The repository, or a benchmark baseline generated from it under --build-dir."""
+    source = args.model_repository
+    if not source.is_dir():
+        raise ServeError(f"model repository {source} does not exist.")
     if not args.no_dynamic_batching and args.max_queue_delay_us is None:
-        return source
+        return source.resolve()
     deployment = profile(args.device)
     if args.max_queue_delay_us is not None:
         deployment = deployment.with_queue_delay(args.max_queue_delay_us)
-    suffix = args.device + ("-nobatch" if args.no_dynamic_batching else "")
-    return write_repository(
-        args.build_dir / f"model_repository-{suffix}",
-        deployment,
-        dynamic_batching=not args.no_dynamic_batching,
-        source=source,
-    )
+    batching = not args.no_dynamic_batching
+    dest = args.build_dir / f"model_repository-{args.device}{'' if batching else '-nobatch'}"
+    return write_repository(dest, deployment, dynamic_batching=batching, source=source)
 
 
 def warn_if_no_gpu_jax(device: str) -> None:
     """JAX without its CUDA plugin silently runs on the CPU: say so up front."""
     plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin")
     if device == "gpu" and not any(importlib.util.find_spec(p) for p in plugins):
-        print(
+        say(
             "warning: --device gpu but jax's CUDA plugin is not installed; the models will run "
-            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)",
-            file=sys.stderr,
+            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)"
         )
 
 
 def stop_with_parent() -> None:
-    """Stop as on SIGTERM (drain, unload, exit) when the process that started us dies, even by
-    SIGKILL: `make serve` must not leave a server behind when make is killed. Not when started
-    detached on purpose: under nohup (SIGHUP ignored) or setsid (a session of its own)."""
+    """SIGTERM when our parent dies, unless started detached: under nohup or setsid."""
     detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN or os.getsid(0) == os.getpid()
     if not detached:
         die_with_parent(signal.SIGTERM, os.getppid())
 
 
 def make_server(
-    args: argparse.Namespace, repository: Path, artifacts: Path, admin_key: str, supervised: bool
+    args: argparse.Namespace, artifacts: Path, repository: Path, admin_key: str, supervised: bool
 ) -> TritonServer:
+    """The tritonserver of this command and of clients/demo.py, not started, with serve's options
+    in `args` (device, host, http_port, grpc_port, metrics_port, build_dir, ready_timeout)."""
     return TritonServer(
         repository,
         artifacts_dir=artifacts,
@@ -246,53 +178,157 @@ def make_server(
 def echo_log(path: Path, stop: threading.Event) -> None:
     """Copy the lines appended to `path` onto stdout until `stop` is set (then the rest)."""
     with path.open("r", errors="replace") as log:
-        while True:
-            line = log.readline()
+        while (line := log.readline()) or not stop.is_set():
             if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            elif stop.is_set():
-                return
+                print(line, end="", flush=True)
             else:
                 time.sleep(0.1)
 
 
 def describe(server: TritonServer, ready_url: str | None, key_file: Path | None) -> str:
     key = f"in {key_file} (mode 0600)" if key_file else "from $" + ADMIN_KEY_ENV
-    text = (
+    ready = f"\n  ready    {ready_url}  (load balancers: probe this)" if ready_url else ""
+    return (
         f"Triton is ready after {server.ready_after_s:.1f} s\n"
         f"  HTTP     http://{server.http_url}  (tritonclient url: {server.http_url})\n"
         f"  gRPC     {server.grpc_url}\n"
         f"  metrics  {server.metrics_url}\n"
         f"  log      {server.log_path}\n"
-        f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md)"
+        f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md){ready}"
     )
-    if ready_url:
-        text += f"\n  ready    {ready_url}  (supervisor: probe this from a load balancer)"
-    return text
+
+
+def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
+    """`wait(timeout)` until it returns, waking every `nap_s`: the kernel may hand SIGTERM to any
+    thread, and in one long waitpid() the main thread would not run the drain handler."""
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return wait(nap_s)
+
+
+def unload_all(admin: TritonAdmin, timeout_s: float) -> list[str]:
+    """Unload every model, ensembles first (none left pointing at a missing step), and wait up
+    to `timeout_s` for their requests in flight; returns the models still loaded then."""
+
+    def models(wanted: Callable[[str], bool]) -> list[str]:
+        return [m for m, (state, _) in sorted(admin.model_index().items()) if wanted(state)]
+
+    loaded = models(lambda state: state == "READY")
+    ensembles = [m for m in loaded if admin.model_config(m).get("platform") == "ensemble"]
+    for model in ensembles + [m for m in loaded if m not in ensembles]:
+        try:
+            admin.unload_model(model)
+        except TritonAPIError as error:
+            say(f"stopping: could not unload {model}: {error}")
+    deadline = time.monotonic() + timeout_s
+    while (left := models(lambda s: s != "UNAVAILABLE")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@dataclass
+class Shutdown:
+    """The signal handling of a foreground server (install() from the main thread)."""
+
+    server: TritonServer
+    supervisor: Supervisor | None = None
+    drain_seconds: float = 0.0
+    stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S
+    signals: list[int] = field(default_factory=list)
+    started_at: float | None = None
+    overran: str = ""  # why the stop took longer than its limit
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum, _frame) -> None:
+        self.signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(self.signals) > 1:
+            say(f"\n{name} again: killing tritonserver without waiting for requests")
+            self.server.kill()
+            return
+        self.started_at = time.monotonic()
+        then = "then stopping; a second signal kills the server"
+        say(f"\n{name}: draining for {self.drain_seconds:g} s (/ready answers 503), {then}")
+        if self.supervisor is not None:
+            self.supervisor.drain()
+        threading.Thread(target=self._stop_serving, daemon=True, name="phoenix-stop").start()
+
+    def _stop_serving(self) -> None:
+        time.sleep(self.drain_seconds)
+        # Unloading needs explicit model control, which comes with the supervisor.
+        if self.supervisor is not None:
+            try:
+                left = unload_all(self.supervisor.admin, self.stop_timeout_s)
+            except TritonAPIError as error:
+                left = [f"(Triton did not answer: {error})"]
+            if left:
+                self.overran = (
+                    f"models still loaded {self.stop_timeout_s:g} s after the unload: "
+                    f"{', '.join(left)} (a request that does not finish, or a stub that died "
+                    "earlier and cannot be unloaded)"
+                )
+                say(f"stopping: {self.overran}")
+        self.server.process.send_signal(signal.SIGTERM)  # a no-op once it has exited
+
+    def exit_code(self, returncode: int) -> int:
+        """Our exit code for tritonserver's, with the reason on stderr unless the stop was clean."""
+        if len(self.signals) > 1:
+            say("exit: killed on a second signal; in-flight requests may have been cut")
+            return 128 + self.signals[-1]
+        if self.overran:
+            say(f"exit 1: the stop outlived its limit: {self.overran}")
+            return 1
+        if returncode == 0:
+            if self.started_at is not None:
+                say(f"stopped cleanly {time.monotonic() - self.started_at:.1f} s after the signal")
+            return 0
+        code = 128 - returncode if returncode < 0 else returncode
+        if "Exit timeout expired" in self.server.log_tail(200):
+            why = "the stop outlived Triton's exit timeout: a request still in flight or a model "
+            why += "that could not be unloaded"
+            events = self.supervisor.events if self.supervisor is not None else []
+            if healed := sorted({e["model"] for e in events if e["event"] == "reloaded"}):
+                why += f"; here the version of {', '.join(healed)} whose stub died before the "
+                why += "supervisor reloaded it (Triton 2.51 never finishes unloading it)"
+        elif returncode < 0 or code > 128:
+            why = f"tritonserver died of signal {code - 128}"
+        else:
+            why = "tritonserver failed"
+        say(f"exit {code}: {why}; see {self.server.log_path}")
+        return code
 
 
 def serve_foreground(
     server: TritonServer, args: argparse.Namespace, admin_key: str, key_file: Path | None
 ) -> int:
-    """Run until the server exits (on its own or after a signal, see shutdown.py); unless
-    --no-supervisor, the supervisor heals dead stubs and serves /ready meanwhile."""
+    """Run until the server exits (on its own or after a signal); unless --no-supervisor, the
+    supervisor serves /ready (503 while the models load) and heals dead stubs meanwhile."""
     stop_echo = threading.Event()
     echo = threading.Thread(target=echo_log, args=(server.log_path, stop_echo), daemon=True)
     if not args.quiet:
         echo.start()
-    supervisor = endpoint = None
+    supervisor = endpoint = ready_url = None
     try:
-        server.wait_ready()
-        ready_url = None
-        if not args.no_supervisor:
-            supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
-            endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
+        if not args.no_supervisor:  # bound at once: a port in use fails before the models load
+            supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key)
+            try:
+                endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
+            except OSError as error:
+                raise ServeError(
+                    f"--supervisor-port {args.supervisor_port} on {server.host} is not free "
+                    f"({error.strerror}): pick another port, 0 for any free one, or --no-supervisor"
+                ) from None
             ready_url = f"http://{client_host(server.host)}:{endpoint.port}/ready"
+        server.wait_ready()
+        if supervisor is not None:
+            supervisor.start()
         print(describe(server, ready_url, key_file) + "\nCtrl-C stops the server.", flush=True)
         shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
-        return shutdown.exit_code(wait_in_short_naps(server.wait))
+        return shutdown.exit_code(wait_in_short_naps(server.process.wait))
     finally:
         if endpoint is not None:
             endpoint.stop()
@@ -304,17 +340,6 @@ def serve_foreground(
             echo.join(timeout=2)
 
 
-def run_demo_once(server: TritonServer, artifacts: Path, run_demo, key_file: Path | None) -> int:
-    """Wait until ready, run one end-to-end recommendation, stop the server."""
-    try:
-        server.wait_ready()
-        print(describe(server, None, key_file), flush=True)
-        run_demo(server.http_url, artifacts)
-    finally:
-        server.stop()
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stop_with_parent()
@@ -322,19 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         artifacts = validate_artifacts(args.artifacts)
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
-        if args.demo:
-            from clients.demo import run_demo  # model code: loaded only for --demo
-        admin_key, key_file = admin_key_for(args.build_dir, args.admin_key_env)
-        supervised = not (args.no_supervisor or args.demo)
-        if supervised and args.supervisor_port:
-            check_port_free(args.host, args.supervisor_port, "--supervisor-port")
-        server = make_server(args, repository, artifacts, admin_key, supervised)
+        admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
+        server = make_server(args, artifacts, repository, admin_key, not args.no_supervisor)
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
         server.start()
-        if args.demo:
-            return run_demo_once(server, artifacts, run_demo, key_file)
         return serve_foreground(server, args, admin_key, key_file)
-    except (ServeError, TritonServerError, ConfigError, ValueError) as error:
+    except (ServeError, AdminKeyError, TritonServerError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

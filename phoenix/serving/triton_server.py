@@ -1,10 +1,7 @@
-"""Start and stop a real Triton Inference Server from the `nvidia-pytriton` wheel.
+"""Start and stop the tritonserver of the `nvidia-pytriton` wheel; it never outlives its launcher.
 
-The wheel ships `tritonserver`, the Python backend and one stub per Python version; the backend
-looks for its stub beside `libtriton_python.so`, so we build a backend folder of our own (links,
-site-packages untouched): `python -m phoenix.serving.triton_server --build-backend-dir DIR`.
-A server never outlives its launcher (`die_with_parent`), and its Python-backend stubs exit by
-themselves once tritonserver is gone (each stub checks its parent every 300 ms).
+`python -m phoenix.serving.triton_server --build-backend-dir DIR` links the backend folder the
+wheel lacks: the Python backend looks for its stub beside `libtriton_python.so` (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -34,8 +31,9 @@ BACKEND_DIR = Path(sys.prefix) / "triton-backends"
 BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 STUB_NAME = "triton_python_backend_stub"
 LOOPBACK = "127.0.0.1"
-HARMLESS_LOG_ERRORS = ("CudaDriverHelper has not been initialized", "Failed to initialize NVML")
-_ERROR_LINE = re.compile(r"^E\d{4} ")
+# Error lines of a tritonserver log, and the ones every GPU-less machine prints.
+_ERROR_LINE = re.compile(r"^E\d{4} |UNAVAILABLE")
+_HARMLESS_ERROR = re.compile("CudaDriverHelper has not been initialized|Failed to initialize NVML")
 # `--http-restricted-api=<apis>:<header>=<key>` (and the gRPC twin) carry a secret.
 _RESTRICTION_KEY = re.compile(r"^(--(?:http-restricted-api|grpc-restricted-protocol)=[^=]*=).*$")
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -54,12 +52,8 @@ class TritonServerError(RuntimeError):
 
 
 def die_with_parent(signum: int, parent_pid: int) -> None:
-    """Have the kernel send `signum` to this process when its parent dies (Linux only).
-
-    The kernel tracks the parent *thread*: fork from a thread that lives as long as the child
-    (the main thread). A parent that died before this call is seen by comparing getppid() with
-    `parent_pid` afterwards, and then the signal comes at once.
-    """
+    """Have the kernel send `signum` to this process when its parent *thread* dies (Linux); a
+    parent that died before this call (getppid() is no longer `parent_pid`) sends it at once."""
     if _LIBC is None:
         return
     if _LIBC.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
@@ -79,11 +73,8 @@ def pytriton_server_root() -> Path:
 
 
 def build_backend_dir(dest: Path = BACKEND_DIR) -> Path:
-    """Build (or refresh) `dest/python/` with links to the Python backend and this Python's stub.
-
-    Links rather than copies: the stub finds its bundled libcudart through an $ORIGIN-relative
-    rpath, which the kernel resolves from the link's real location.
-    """
+    """Build (or refresh) `dest/python/` with links to the Python backend and this Python's stub
+    (links: the stub finds its libcudart by an $ORIGIN rpath, resolved from the real file)."""
     root = pytriton_server_root()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     targets = {name: root / "backends" / "python" / name for name in BACKEND_FILES}
@@ -101,34 +92,16 @@ def build_backend_dir(dest: Path = BACKEND_DIR) -> Path:
 
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     """`count` distinct ports free on `host` right now (held together so they differ)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
         for sock in sockets:
             sock.bind((host, 0))
         return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def client_host(bind_host: str) -> str:
     """Address a client on this machine should dial for a server bound to `bind_host`."""
     return LOOPBACK if bind_host in ("", "0.0.0.0") else bind_host
-
-
-def server_environment(artifacts_dir: Path | None, overrides: Mapping[str, str]) -> dict[str, str]:
-    """Environment for tritonserver and its stubs: a stub runs model.py in the Python found first
-    on PATH (the venv's) and imports `phoenix` from the checkout."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(filter(None, (str(Path(sys.prefix) / "bin"), env.get("PATH"))))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
-    # Without this the first JAX stub on a GPU grabs 75% of its memory and the others fail.
-    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if artifacts_dir is not None:
-        env["PHOENIX_ARTIFACT_DIR"] = str(artifacts_dir)
-    env.update(overrides)
-    return env
 
 
 def redact_secrets(command: Sequence[str]) -> list[str]:
@@ -146,17 +119,6 @@ def read_log_tail(path: Path | None, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def log_error_lines(text: str, limit: int = 10) -> list[str]:
-    """Error lines of a tritonserver log, minus the warnings every GPU-less machine prints."""
-    errors = [
-        line
-        for line in text.splitlines()
-        if (_ERROR_LINE.match(line) or "UNAVAILABLE" in line)
-        and not any(noise in line for noise in HARMLESS_LOG_ERRORS)
-    ]
-    return errors[:limit]
-
-
 def http_get_status(url: str, timeout: float = 2.0) -> int | None:
     """HTTP status of GET `url`, or None when nothing answers."""
     try:
@@ -169,8 +131,8 @@ def http_get_status(url: str, timeout: float = 2.0) -> int | None:
 
 
 def flags_to_args(flags: Mapping[str, object]) -> list[str]:
-    """{"model_control_mode": "explicit", "load_model": ["a", "b"]} as tritonserver options:
-    True gives a bare `--flag`, False/None are skipped, lists repeat the flag."""
+    """{"load_model": ["a", "b"], "strict": True} as `--load-model=a --load-model=b --strict`
+    (False and None are left out)."""
     args = []
     for key, value in flags.items():
         for item in value if isinstance(value, list | tuple) else [value]:
@@ -182,11 +144,8 @@ def flags_to_args(flags: Mapping[str, object]) -> list[str]:
 
 
 class TritonServer:
-    """One tritonserver process over a model repository.
-
-    Ports given as 0 or None are picked free at start. As a context manager it starts, waits
-    until ready and stops. Each start gets a fresh stub directory (`supervisor/stubs.py`).
-    """
+    """One tritonserver over a model repository; ports 0 or None are picked free now. As a
+    context manager it starts, waits until ready and stops."""
 
     def __init__(
         self,
@@ -205,9 +164,13 @@ class TritonServer:
         self.model_repository = Path(model_repository).resolve()
         self.artifacts_dir = Path(artifacts_dir).resolve() if artifacts_dir else None
         self.host = host
-        self.requested_ports = (http_port, grpc_port, metrics_port)
-        self.http_port = self.grpc_port = self.metrics_port = 0
-        self.http_url = self.grpc_url = self.metrics_url = self.ready_url = ""
+        free = iter(pick_free_ports(3, host or LOOPBACK))
+        ports = [port or next(free) for port in (http_port, grpc_port, metrics_port)]
+        self.http_port, self.grpc_port, self.metrics_port = ports
+        # `host:port`, as tritonclient's url= takes it
+        self.http_url, self.grpc_url = (f"{client_host(host)}:{port}" for port in ports[:2])
+        self.metrics_url = f"http://{client_host(host)}:{self.metrics_port}/metrics"
+        self.ready_url = f"http://{self.http_url}/v2/health/ready"
         self.extra_args = list(extra_args)
         self.env_overrides = dict(env or {})
         self.log_path = Path(log_path) if log_path else None
@@ -223,7 +186,7 @@ class TritonServer:
         return self.process.pid if self.process else None
 
     def command(self) -> list[str]:
-        """The tritonserver command line (ports must be assigned already)."""
+        """The tritonserver command line."""
         linked = all((BACKEND_DIR / "python" / f).exists() for f in (*BACKEND_FILES, STUB_NAME))
         return [
             str(pytriton_server_root() / "bin" / "tritonserver"),
@@ -236,48 +199,43 @@ class TritonServer:
             *self.extra_args,
         ]
 
-    def _assign_ports(self) -> None:
-        """Pick the free ports and set the URLs: `http_url` and `grpc_url` are `host:port`, the
-        form tritonclient's `url=` takes."""
-        wanted = [port or 0 for port in self.requested_ports]
-        free = iter(pick_free_ports(wanted.count(0), self.host or LOOPBACK))
-        self.http_port, self.grpc_port, self.metrics_port = (p or next(free) for p in wanted)
-        host = client_host(self.host)
-        self.http_url, self.grpc_url = f"{host}:{self.http_port}", f"{host}:{self.grpc_port}"
-        self.metrics_url = f"http://{host}:{self.metrics_port}/metrics"
-        self.ready_url = f"http://{self.http_url}/v2/health/ready"
-
     def start(self) -> TritonServer:
-        """Launch tritonserver in the background (no-op when already running).
-
-        Call it from the thread that lives as long as the server, normally the main thread: the
-        server is killed when that thread ends (`die_with_parent`).
-        """
+        """Launch tritonserver (no-op when running), from the thread that lives as long as the
+        server, normally the main thread: it is killed when that thread ends (`die_with_parent`)."""
         if self.is_running():
             return self
         if not self.model_repository.is_dir():
             raise TritonServerError(f"model repository not found: {self.model_repository}")
-        self._assign_ports()
         self.last_command = command = self.command()
         if self.log_path is None:
             self.log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.stub_dir = Path(tempfile.mkdtemp(prefix=f"{self.log_path.stem}.stubs-",
                                               dir=self.log_path.parent))  # fmt: skip
-        env = server_environment(
-            self.artifacts_dir, {**self.env_overrides, STUB_DIR_ENV: str(self.stub_dir)}
-        )
         dying_with_us = [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid())]
         with self.log_path.open("wb") as log:
             # A session of its own: a terminal's Ctrl-C reaches only us (serve drains first),
             # and the stubs share the server's process group so stop() can reap leftovers.
             self.process = subprocess.Popen(
-                dying_with_us + command, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True,
+                dying_with_us + command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=self._environment(), cwd=REPO_ROOT, start_new_session=True,
             )  # fmt: skip
         self.started_at = time.monotonic()
         self.ready_after_s = None
         return self
+
+    def _environment(self) -> dict[str, str]:
+        """A stub runs model.py in the Python first on PATH (the venv's), importing this checkout,
+        and registers itself in `stub_dir` (supervisor/stubs.py)."""
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join(filter(None, (f"{sys.prefix}/bin", env.get("PATH"))))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
+        # Without this the first JAX stub on a GPU grabs 75% of its memory and the others fail.
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.artifacts_dir is not None:
+            env["PHOENIX_ARTIFACT_DIR"] = str(self.artifacts_dir)
+        return {**env, **self.env_overrides, STUB_DIR_ENV: str(self.stub_dir)}
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -289,16 +247,18 @@ class TritonServer:
         return read_log_tail(self.log_path, lines)
 
     def _failure(self, reason: str) -> TritonServerError:
-        errors = "\n".join(log_error_lines(self.log_tail(2000))) or "(none)"
+        lines = self.log_tail(2000).splitlines()
+        errors = [x for x in lines if _ERROR_LINE.search(x) and not _HARMLESS_ERROR.search(x)]
+        errors_text = "\n".join(errors[:10]) or "(none)"
         return TritonServerError(
-            f"{reason}\nerrors in the server log:\n{errors}\n"
+            f"{reason}\nerrors in the server log:\n{errors_text}\n"
             f"command: {' '.join(redact_secrets(self.last_command))}\n"
             f"server log ({self.log_path}), last lines:\n{self.log_tail()}"
         )
 
     def wait_ready(self, timeout: float | None = None, poll_interval: float = 0.2) -> float:
-        """Poll /v2/health/ready until 200; return seconds since start. TritonServerError, with
-        the server log's errors and tail, when the process exits or `timeout` passes first."""
+        """Seconds from start to /v2/health/ready answering 200; TritonServerError with the log's
+        errors and tail when the process exits or `timeout` passes first."""
         if self.process is None or self.started_at is None:
             raise TritonServerError("wait_ready() called before start()")
         timeout = self.ready_timeout if timeout is None else timeout
@@ -312,39 +272,21 @@ class TritonServer:
         self.ready_after_s = time.monotonic() - self.started_at
         return self.ready_after_s
 
-    def send_signal(self, signum: int) -> None:
-        if self.is_running():
-            self.process.send_signal(signum)
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Block until the server exits; return its exit code."""
-        if self.process is None:
-            raise TritonServerError("wait() called before start()")
-        return self.process.wait(timeout)
-
-    def _kill_process_group(self) -> None:
-        """SIGKILL whatever is left in the server's group (stubs orphaned by a hard kill)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-
     def kill(self) -> None:
-        """SIGKILL the server and its stubs at once (no graceful shutdown)."""
+        """SIGKILL the server and what is left in its group (stubs orphaned by a hard kill)."""
         if self.process is not None:
-            self._kill_process_group()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after `timeout` seconds; return the exit code."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._kill_process_group()
-                self.process.wait(timeout)
-        self._kill_process_group()
+        self.process.send_signal(signal.SIGTERM)  # a no-op once it has exited
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)
+        self.kill()
         shutil.rmtree(self.stub_dir, ignore_errors=True)
         return self.process.returncode
 
@@ -374,8 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(build_backend_dir(parser.parse_args(argv).build_backend_dir))
     except TritonServerError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        parser.exit(1, f"error: {error}\n")
     return 0
 
 

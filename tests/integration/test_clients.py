@@ -7,16 +7,20 @@ the phoenix services run in the test process, so exit code 0 means the answers a
 from __future__ import annotations
 
 import importlib
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from clients import build_corpus
 from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.serving.admin_key import ADMIN_HEADER
 from phoenix.serving.client import connect, infer, user_inputs
-from phoenix.serving.supervisor import ADMIN_HEADER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]
@@ -96,6 +100,24 @@ def test_unreachable_server_is_a_clear_error(tiny_artifacts, capsys):
     )
     assert code == 3
     assert "candidate_tower at 127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_demo_starts_its_own_server_prints_the_feed_and_stops_it(tiny_artifacts, tmp_path):
+    """`make demo`: a process of its own (it installs a SIGTERM handler), exit 0, a feed, and
+    the tritonserver it started gone with it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "clients.demo", "--artifacts", str(tiny_artifacts)]
+        + ["--build-dir", str(tmp_path / "build")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,  # within the test's limit of 600 s
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Recommended feed for user" in done.stdout and "rank" in done.stdout
+    server_pid = int(re.search(r"^tritonserver (\d+) ready after", done.stdout, re.M)[1])
+    assert not psutil.pid_exists(server_pid)
+    assert (tmp_path / "build" / "admin-key").stat().st_mode & 0o777 == 0o600
 
 
 # -- build_corpus: input formats -----------------------------------------------------------

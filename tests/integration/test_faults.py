@@ -47,11 +47,14 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from bench.loadgen import LoadRun, alternating_callers, error_kind, summarize, wait_until
+from bench.serving_servers import ServePorts
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
-from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S, ServePorts
-from phoenix.serving.supervisor import RESTART_PARAMETER, TritonAdmin, TritonAPIError, is_alive
+from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
+from phoenix.serving.supervisor.state import RESTART_PARAMETER
+from phoenix.serving.supervisor.stubs import is_alive
 from phoenix.serving.triton_server import http_get_status, read_log_tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

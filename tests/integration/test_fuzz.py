@@ -38,7 +38,7 @@ from phoenix.serving.client import (
     recommend_inputs,
     user_inputs,
 )
-from phoenix.serving.supervisor import is_alive, list_stubs
+from phoenix.serving.supervisor.stubs import is_alive, list_stubs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

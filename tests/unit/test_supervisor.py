@@ -15,23 +15,24 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.soak import rss_bytes
 from phoenix.serving import admin_key, serve
-from phoenix.serving.supervisor import (
+from phoenix.serving.supervisor.admin import TritonAPIError
+from phoenix.serving.supervisor.endpoints import ReadinessServer
+from phoenix.serving.supervisor.state import (
     RESTART_PARAMETER,
-    ReadinessServer,
-    StubProcess,
     Supervisor,
-    TritonAPIError,
     composing_models,
     expected_instances,
-    is_alive,
-    list_stubs,
-    probe_inputs,
-    register_stub,
-    rss_bytes,
     with_restart_marker,
 )
-from phoenix.serving.supervisor.stubs import STUB_DIR_ENV
+from phoenix.serving.supervisor.stubs import (
+    STUB_DIR_ENV,
+    StubProcess,
+    is_alive,
+    list_stubs,
+    register_stub,
+)
 from phoenix.serving.triton_server import redact_secrets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -83,8 +84,6 @@ class FakeAdmin:
         self.loads: list[tuple[str, dict | None]] = []
         self.fail_loads = 0
         self.ready = True
-        self.probes: dict[str, str] = {}
-        self.answered: dict[str, int] = {}
         self.on_load = None
         self.processes = processes
         self.next_pid = 500
@@ -112,12 +111,6 @@ class FakeAdmin:
         if self.processes is not None and model != "recommend":  # new stubs start
             self.next_pid += 1
             self.processes.add(self.next_pid, f"{model}_0_0")
-
-    def success_counts(self) -> dict[str, int]:
-        return dict(self.answered)
-
-    def probe(self, model: str, inputs: dict, timeout: float = 10.0) -> str:
-        return self.probes.get(model, "alive")
 
 
 class Clock:
@@ -159,7 +152,7 @@ time.sleep(60)
 # What ServiceModel.initialize does at its end, in a stub of instance retriever_0_1.
 FAKE_STUB = """
 import time
-from phoenix.serving.supervisor import register_stub
+from phoenix.serving.supervisor.stubs import register_stub
 register_stub({"model_instance_name": "retriever_0_1"})
 time.sleep(60)
 """
@@ -232,7 +225,7 @@ def test_a_killed_child_is_a_zombie_and_not_alive_and_is_no_stub():
     assert not is_alive(child.pid) and rss_bytes(child.pid) is None
 
 
-# -- configs and the probe ---------------------------------------------------------------
+# -- configs -------------------------------------------------------------------------
 
 
 def test_expected_instances_follow_the_instance_groups():
@@ -255,17 +248,6 @@ def test_restart_marker_keeps_the_config_and_does_not_touch_the_original():
     assert override["parameters"][RESTART_PARAMETER] == {"string_value": "1@123"}
     assert override["parameters"]["corpus_file"] == {"string_value": "b.npz"}
     assert RESTART_PARAMETER not in config["parameters"]
-
-
-def test_probe_request_fills_the_contracts_required_inputs_with_values_validation_refuses():
-    inputs = probe_inputs("retriever")
-    assert [(n, a.shape, a.dtype.name, a.ravel().tolist()) for n, a in inputs.items()] == [
-        ("user_embedding", (1, 1), "float32", [-1.0]),
-        ("top_k", (1, 1), "int32", [-1]),
-    ]  # history_post_ids is optional: left out
-    assert probe_inputs("ranker")["history_actions"].shape == (1, 1, 1)
-    assert probe_inputs("recommend") is None  # an ensemble has no stub to probe
-    assert probe_inputs("someone_elses_model") is None
 
 
 # -- detection and healing ---------------------------------------------------------------
@@ -407,26 +389,6 @@ def test_models_in_transition_are_not_ready_but_not_healed(admin, processes):
     )
 
 
-def test_probes_find_dead_stubs_without_a_pid(admin):
-    supervisor = Supervisor("127.0.0.1:1", None, admin=admin, probe_interval_s=1.0, clock=Clock())
-    supervisor.learn_models()
-    supervisor.poll_once()
-    assert admin.loads == []
-    admin.probes["ranker"] = "dead"
-    supervisor._next_probe = 0.0
-    supervisor.poll_once()
-    assert [m for m, _ in admin.loads] == ["ranker"]
-
-
-def test_a_model_that_answered_requests_since_the_last_probe_is_not_probed(admin):
-    supervisor = Supervisor("127.0.0.1:1", None, admin=admin, probe_interval_s=1.0, clock=Clock())
-    supervisor.learn_models()
-    admin.probes["ranker"] = "dead"  # would be reloaded if probed
-    admin.answered["ranker"] = 5
-    supervisor.poll_once()
-    assert admin.loads == []
-
-
 def test_draining_and_an_unready_triton_make_readiness_false(admin, processes):
     supervisor = make_supervisor(admin, processes)
     admin.ready = False
@@ -471,11 +433,11 @@ def test_ready_endpoint_answers_503_with_reasons(admin, processes):
 
 def test_without_a_key_serve_generates_one_into_a_private_file_and_reuses_it(tmp_path, monkeypatch):
     monkeypatch.delenv("PHOENIX_ADMIN_KEY", raising=False)
-    key, path = serve.admin_key_for(tmp_path / "build")
+    key, path = admin_key.server_admin_key(tmp_path / "build")
     assert path == tmp_path / "build" / "admin-key"
     assert admin_key.is_valid_key(key) and path.read_text().strip() == key
     assert path.stat().st_mode & 0o777 == 0o600
-    assert serve.admin_key_for(tmp_path / "build") == (key, path)  # a restart keeps it
+    assert admin_key.server_admin_key(tmp_path / "build") == (key, path)  # a restart keeps it
     monkeypatch.chdir(tmp_path)
     assert admin_key.find_admin_key(key_file=path) == key  # how the tools find it
 
@@ -486,13 +448,13 @@ def test_a_key_file_others_could_read_is_replaced_and_never_used(tmp_path, monke
     path.write_text("k" * 32)
     path.chmod(0o644)
     assert admin_key.find_admin_key(key_file=path) is None
-    key, _ = serve.admin_key_for(tmp_path)
+    key, _ = admin_key.server_admin_key(tmp_path)
     assert key != "k" * 32 and path.stat().st_mode & 0o777 == 0o600
 
 
 def test_the_environment_key_wins_and_is_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("PHOENIX_ADMIN_KEY", "e" * 20)
-    assert serve.admin_key_for(tmp_path) == ("e" * 20, None)
+    assert admin_key.server_admin_key(tmp_path) == ("e" * 20, None)
     assert not (tmp_path / "admin-key").exists()
     assert admin_key.find_admin_key(key_file=tmp_path / "none") == "e" * 20
 
@@ -500,8 +462,8 @@ def test_the_environment_key_wins_and_is_checked(tmp_path, monkeypatch):
 @pytest.mark.parametrize("key", ["short", "has:colon-0123456789", "has,comma-0123456789"])
 def test_admin_keys_triton_cannot_parse_are_refused(key, tmp_path, monkeypatch):
     monkeypatch.setenv("PHOENIX_ADMIN_KEY", key)
-    with pytest.raises(serve.ServeError, match="at least 16 characters"):
-        serve.admin_key_for(tmp_path)
+    with pytest.raises(admin_key.AdminKeyError, match="at least 16 characters"):
+        admin_key.server_admin_key(tmp_path)
 
 
 def test_grpc_carries_the_key_with_tritons_prefix():

@@ -1,6 +1,5 @@
-"""The Triton calls the supervisor makes: KServe v2 HTTP/JSON with the admin key, standard library
-only. A connection per call keeps every thread (the watch loop, the shutdown, each /ready
-request) independent, with nothing to close afterwards."""
+"""The Triton calls of the supervisor and the clean stop: HTTP/JSON with the admin key, a
+connection per call, so every thread (the watch, the stop, each /ready request) is independent."""
 
 from __future__ import annotations
 
@@ -10,13 +9,8 @@ import urllib.request
 from collections.abc import Mapping
 from urllib.parse import quote
 
-import numpy as np
-from tritonclient.utils import np_to_triton_dtype
-
 from phoenix.serving.admin_key import admin_headers
-from phoenix.serving.contracts import CONTRACTS
-
-NOT_HEALTHY = "is not healthy"
+from phoenix.serving.triton_server import http_get_status
 
 
 class TritonAPIError(RuntimeError):
@@ -27,45 +21,8 @@ class TritonAPIError(RuntimeError):
         self.status = status
 
 
-def probe_inputs(model: str) -> dict[str, np.ndarray] | None:
-    """{input name: array} of one probe request of `model`; None for a model without a contract
-    (nothing known to send) or an ensemble (it has no stub of its own).
-
-    Every required input of the model's contract, one row, every value -1: ids must be >= 0,
-    top_k >= 1, actions in [0, 1] and embeddings have D > 1 values, so the stub answers
-    INVALID_ARG at once, proof that it is alive, without doing work. Triton itself only checks
-    names, types and shapes, which are right.
-    """
-    spec = CONTRACTS.get(model)
-    if spec is None or spec.is_ensemble:
-        return None
-    return {
-        tensor.name: np.full([1] + [1 if d == -1 else d for d in tensor.dims], -1, tensor.dtype)
-        for tensor in spec.inputs
-        if not tensor.optional
-    }
-
-
-def _error_message(error: urllib.error.HTTPError) -> str:
-    """Triton's own words: the `error` of its JSON answer."""
-    try:
-        return json.loads(error.read())["error"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return str(error.reason)
-
-
-def _json_tensor(name: str, array: np.ndarray) -> dict:
-    datatype = np_to_triton_dtype(array.dtype)
-    return {
-        "name": name,
-        "shape": list(array.shape),
-        "datatype": datatype,
-        "data": array.ravel().tolist(),
-    }
-
-
 class TritonAdmin:
-    """Health, repository index, configs, loads, unloads, statistics and probes of one server."""
+    """Health, repository index, configs, loads and unloads of one server."""
 
     def __init__(self, http_url: str, admin_key: str | None = None, timeout: float = 5.0):
         self.url = "http://" + http_url.split("://", 1)[-1].rstrip("/")
@@ -80,18 +37,17 @@ class TritonAdmin:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 text = response.read()
         except urllib.error.HTTPError as error:
-            message = f"{path}: HTTP {error.code}: {_error_message(error)}"
-            raise TritonAPIError(message, error.code) from None
+            try:  # Triton's own words
+                message = json.loads(error.read())["error"]
+            except (OSError, ValueError, KeyError, TypeError):
+                message = str(error.reason)
+            raise TritonAPIError(f"{path}: HTTP {error.code}: {message}", error.code) from None
         except (OSError, ValueError) as error:  # refused, reset, timed out; not JSON
             raise TritonAPIError(f"{path}: {error}") from None
         return json.loads(text) if text else None
 
     def is_ready(self) -> bool:
-        try:
-            self._call("/v2/health/ready", timeout=2.0)
-            return True
-        except TritonAPIError:
-            return False
+        return http_get_status(self.url + "/v2/health/ready") == 200
 
     def model_index(self) -> dict[str, tuple[str, str]]:
         """{model: (state, reason)} of the repository index; state 'READY' when serving."""
@@ -109,22 +65,3 @@ class TritonAdmin:
 
     def unload_model(self, model: str) -> None:
         self._call(f"/v2/repository/models/{quote(model)}/unload", {})
-
-    def success_counts(self) -> dict[str, int]:
-        """{model: requests answered so far} from the inference statistics."""
-        stats = self._call("/v2/models/stats")
-        return {
-            entry["name"]: int(entry["inference_stats"]["success"]["count"])
-            for entry in stats.get("model_stats", [])
-        }
-
-    def probe(self, model: str, inputs: Mapping[str, np.ndarray], timeout: float = 10.0) -> str:
-        """'alive', 'dead' (stub not healthy) or 'unknown' (busy, timeout, other error)."""
-        tensors = [_json_tensor(name, array) for name, array in inputs.items()]
-        try:
-            self._call(f"/v2/models/{quote(model)}/infer", {"inputs": tensors}, timeout)
-            return "alive"
-        except TritonAPIError as error:
-            if NOT_HEALTHY in str(error):
-                return "dead"
-            return "alive" if error.status == 400 else "unknown"

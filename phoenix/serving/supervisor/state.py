@@ -1,33 +1,28 @@
-"""The supervisor: which served model is healthy, dead, reloading, failed, given up on or
-unloaded by an operator, the reloads, and what /ready answers (docs/reliability.md).
-
-Operator intent is read from Triton itself: every model-repository call needs the admin key, so
-a model Triton reports UNAVAILABLE with reason 'unloaded' was unloaded by a key holder, and is
-left so. Anything else that takes a model out of service (a dead stub, a failed load) happened
-without intent, and the model is reloaded, with back-off and a cap on failed reloads.
-"""
+"""Each served model's state (healthy, dead, reloading, failed, given up, unloaded by an
+operator), the reloads, and what /ready answers (docs/reliability.md, "The supervisor")."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError, probe_inputs
+from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.stubs import StubProcess, list_stubs
 
 logger = logging.getLogger("phoenix.supervisor")
 
-DEFAULT_POLL_S = 0.25
+POLL_S = 0.25
+LOAD_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 60.0
 DEFAULT_MAX_FAILED_RELOADS = 6  # 1 + 2 + 4 + 8 + 16 + 32 s of back-off, then give up
 HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
 GAVE_UP, UNLOADED = "gave_up", "unloaded"
-TRANSITIONAL = ("LOADING", "UNLOADING")
-OPERATOR_UNLOAD_REASON = "unloaded"
+OPERATOR_UNLOAD_REASON = "unloaded"  # only a key holder can unload: an operator meant it
 RESTART_PARAMETER = "phoenix_supervisor_restart"
 REASONS = {
     DEAD: "is dead (its stub died or its load failed); reloading",
@@ -59,9 +54,8 @@ def composing_models(config: Mapping) -> set[str]:
 
 
 def with_restart_marker(config: Mapping, marker: str) -> dict:
-    """A copy of `config` with the restart marker parameter set to `marker`: a load request
-    whose config differs from the loaded one makes Triton load a new copy of the model (and
-    start new stubs); an unchanged config would be a no-op."""
+    """A copy of `config` with the restart marker set to `marker`: only a changed config makes a
+    load start a new copy of the model (and new stubs)."""
     override = copy.deepcopy(dict(config))
     parameters = override.get("parameters") or {}
     override["parameters"] = {**parameters, RESTART_PARAMETER: {"string_value": marker}}
@@ -94,22 +88,15 @@ class ModelState:
 
 
 class Supervisor:
-    """Watch one tritonserver's models, reload those that died, report honest readiness.
-
-    `server_pid` enables the stub watch (same machine, a server started by `TritonServer`:
-    `stubs.py`); `probe_interval_s` > 0 enables inference probes (works without a pid).
-    `events` records what happened, with `clock()` timestamps, for tests and /status.
-    """
+    """Watch the models of the tritonserver `server_pid` (a `TritonServer`), reload those that
+    died, report honest readiness; `events` (with `clock()` times) is for tests and /status."""
 
     def __init__(
         self,
         http_url: str,
-        server_pid: int | None = None,
+        server_pid: int,
         *,
         admin_key: str | None = None,
-        poll_interval_s: float = DEFAULT_POLL_S,
-        probe_interval_s: float = 0.0,
-        load_timeout_s: float = 600.0,
         max_failed_reloads: int = DEFAULT_MAX_FAILED_RELOADS,
         admin: TritonAdmin | None = None,
         stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
@@ -117,9 +104,6 @@ class Supervisor:
     ):
         self.admin = admin or TritonAdmin(http_url, admin_key)
         self.server_pid = server_pid
-        self.poll_interval_s = poll_interval_s
-        self.probe_interval_s = probe_interval_s
-        self.load_timeout_s = load_timeout_s
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
         self.clock = clock
@@ -127,11 +111,9 @@ class Supervisor:
         self.known_pids: dict[int, str] = {}
         self.events: list[dict] = []
         self.draining = False
-        self._answered: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_probe = 0.0
 
     def _record(self, event: str, model: str = "", **details) -> None:
         entry = {"time": self.clock(), "event": event, "model": model, **details}
@@ -145,9 +127,8 @@ class Supervisor:
             self.models[model].state, self.models[model].detail = state, detail
 
     def learn_models(self, index: dict | None = None) -> dict:
-        """Learn every READY model of the repository `index` (read now when not given) and its
-        current config; a model an operator had unloaded and that is READY again is healthy
-        again. Returns the index."""
+        """Learn every READY model of `index` (read now when not given) and its config (an
+        operator's unloaded model READY again is healthy again); returns the index."""
         index = self.admin.model_index() if index is None else index
         for model in [m for m, (state, _) in index.items() if state == "READY"]:
             config = self.admin.model_config(model)
@@ -162,9 +143,8 @@ class Supervisor:
         return index
 
     def dead_by_process_watch(self) -> set[str]:
-        """Healthy models with an expected instance that no live stub serves. A stub replaced
-        by an operator's reload is not missing: the new one registers before the old one exits.
-        A model held failed whose stubs all run again (an operator loaded it) is healthy again."""
+        """Healthy models with an instance no live stub serves (an operator's reload starts the
+        new stub first); a failed model whose stubs all run again is healthy again."""
         stubs = self.list_stubs(self.server_pid)
         live = {stub.instance for stub in stubs}
         self.known_pids = {stub.pid: stub.instance for stub in stubs}
@@ -178,36 +158,12 @@ class Supervisor:
                     entry.state, entry.detail, entry.failed_reloads = HEALTHY, "", 0
         return dead
 
-    def dead_by_probe(self) -> set[str]:
-        """Stub models whose probe says 'not healthy'; a model that answered requests since the
-        last round is alive and not probed (its statistics say so)."""
-        answered = self.admin.success_counts()
-        dead = set()
-        for model, entry in list(self.models.items()):
-            busy = answered.get(model, 0) > self._answered.get(model, 0)
-            inputs = probe_inputs(model) if has_stubs(entry.config) else None
-            if entry.state == HEALTHY and inputs and not busy:
-                if self.admin.probe(model, inputs) == "dead":
-                    dead.add(model)
-        self._answered = answered
-        return dead
-
-    def confirm_dead(self, suspects: Iterable[str]) -> set[str]:
-        """Re-read index and configs: a stub replaced by an operator's reload is not dead, nor
-        is one that stopped because an operator unloads its model (not READY any more)."""
-        index = self.learn_models()
-        suspects = {m for m in suspects if index.get(m, ("",))[0] == "READY"}
-        if self.server_pid is None:
-            return suspects & set(self.models)
-        return suspects & self.dead_by_process_watch()
-
     def check_index(self) -> None:
-        """Served models that are no longer READY: an operator's unload is respected, any other
-        loss (a failed load, a model gone from the index) is healed."""
+        """Served models no longer READY: an operator's unload is respected, other losses healed."""
         index = self.admin.model_index()
         for model, entry in list(self.models.items()):
             state, reason = index.get(model, ("", "missing from the repository index"))
-            if state == "READY" or state in TRANSITIONAL or entry.state != HEALTHY:
+            if state == "READY" or state in ("LOADING", "UNLOADING") or entry.state != HEALTHY:
                 continue
             if state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
                 self._set_state(model, UNLOADED)
@@ -220,27 +176,21 @@ class Supervisor:
         if any(index.get(model, ("",))[0] == "READY" for model in back):
             self.learn_models(index)  # an operator loaded it again
 
-    def current_config(self, model: str) -> dict:
-        """The model's config as loaded now; the last one seen when Triton cannot say (a model
-        whose load failed is unavailable and has no config to read)."""
-        try:
-            self.models[model].config = self.admin.model_config(model)
-        except TritonAPIError:
-            pass
-        return self.models[model].config
-
-    def heal(self, model: str) -> bool:
-        """Reload `model`: a stub model with its current config plus a new restart marker (so
-        Triton starts new stubs and keeps an operator's overrides), any other as it is."""
+    def heal(self, model: str) -> None:
+        """Reload `model` with its current config (an operator's overrides stay), for a stub model
+        plus a new restart marker."""
         entry = self.models[model]
         entry.restarts += 1
         self._set_state(model, RELOADING)
         started = self.clock()
+        # The config as loaded now; the last one seen when a failed load left none to read.
+        with contextlib.suppress(TritonAPIError):
+            entry.config = self.admin.model_config(model)
+        config = entry.config
         try:
-            config = self.current_config(model)
             if has_stubs(config):
                 config = with_restart_marker(config, f"{entry.restarts}@{time.time():.3f}")
-            self.admin.load_model(model, config, self.load_timeout_s)
+            self.admin.load_model(model, config, LOAD_TIMEOUT_S)
         except TritonAPIError as error:
             entry.failed_reloads += 1
             entry.next_attempt = self.clock() + entry.backoff_s
@@ -248,24 +198,23 @@ class Supervisor:
             gave_up = entry.failed_reloads >= self.max_failed_reloads
             self._set_state(model, GAVE_UP if gave_up else FAILED, str(error)[:300])
             self._record("gave_up" if gave_up else "reload_failed", model, error=str(error)[:300])
-            return False
+            return
         entry.backoff_s, entry.failed_reloads = 1.0, 0
         self._set_state(model, HEALTHY)
         self._record("reloaded", model, seconds=round(self.clock() - started, 3))
         self.learn_models()
-        if self.server_pid is not None:
-            self.dead_by_process_watch()  # learn the new stub's pid
-        return True
+        self.dead_by_process_watch()  # learn the new stub's pid
 
     def poll_once(self) -> None:
         """One round: detect dead stubs and lost models, then reload what is due."""
         now = self.clock()
         self.check_index()
-        suspects = self.dead_by_process_watch() if self.server_pid is not None else set()
-        if self.probe_interval_s > 0 and now >= self._next_probe:
-            self._next_probe = now + self.probe_interval_s
-            suspects |= self.dead_by_probe()
-        for model in sorted(self.confirm_dead(suspects) if suspects else ()):
+        if dead := self.dead_by_process_watch():
+            # Look again: a stub replaced by an operator's reload is not dead, nor one that
+            # stopped because an operator unloads its model (not READY any more).
+            ready = {m for m, (state, _) in self.learn_models().items() if state == "READY"}
+            dead &= ready & self.dead_by_process_watch()
+        for model in sorted(dead):
             self._set_state(model, DEAD)
             self._record("dead", model)
         with self._lock:
@@ -280,8 +229,7 @@ class Supervisor:
             self.heal(model)
 
     def readiness(self) -> tuple[bool, list[str]]:
-        """(ready, reasons it is not) as a load balancer should see it: every served model READY
-        in Triton, none held by the supervisor, ensembles' steps included."""
+        """(ready, reasons not): every served model, ensembles' steps too, READY and healthy."""
         reasons = []
         if self.draining:
             reasons.append("draining: the server is shutting down")
@@ -297,9 +245,8 @@ class Supervisor:
         for model, (state, detail, _) in models.items():
             triton_state, reason = index.get(model, ("", "missing from the repository index"))
             if state != HEALTHY:
-                reasons.append(
-                    f"model {model} {REASONS[state]}" + (f": {detail}" if detail else "")
-                )
+                text = f"model {model} {REASONS[state]}"
+                reasons.append(f"{text}: {detail}" if detail else text)
             elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
                 reasons.append(f"model {model} {REASONS[UNLOADED]}")
             elif triton_state != "READY":
@@ -327,14 +274,9 @@ class Supervisor:
             events = list(self.events[-50:])
         stub_pids = {str(pid): name for pid, name in sorted(self.known_pids.items())}
         return dict(
-            ready=ready,
-            reasons=reasons,
-            server_pid=self.server_pid,
-            stub_pids=stub_pids,
-            models=models,
-            events=events,
-            clock=self.clock(),
-        )
+            ready=ready, reasons=reasons, server_pid=self.server_pid, stub_pids=stub_pids,
+            models=models, events=events, clock=self.clock(),
+        )  # fmt: skip
 
     def run(self) -> None:
         last_error = ""
@@ -352,7 +294,7 @@ class Supervisor:
                 last_error = str(error)
             except Exception:  # never let the watch die silently
                 logger.exception("supervisor: poll failed")
-            self._stop.wait(self.poll_interval_s)
+            self._stop.wait(POLL_S)
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -360,8 +302,7 @@ class Supervisor:
     def prime(self) -> None:
         """Learn the models and their stubs as they are now (all taken as healthy)."""
         self.learn_models()
-        if self.server_pid is not None:
-            self.dead_by_process_watch()
+        self.dead_by_process_watch()
 
     def start(self) -> Supervisor:
         self.prime()

@@ -1,37 +1,21 @@
-"""The Python-backend stubs of one tritonserver, as they report themselves.
-
-Triton runs each model instance in a stub process, a child of tritonserver, but documents no
-way to tell which process serves which instance (the stub's command line is internal). So each
-stub says it: `ServiceModel.initialize` ends with `register_stub(args)`, which writes
-`<instance>.<pid>.json` = {pid, instance, started} into the directory named by $PHOENIX_STUB_DIR.
-`instance` is Triton's documented `args["model_instance_name"]` (e.g. `retriever_0_1`); `started`
-is the kernel's start time of the process (proc(5)), which tells a reused pid from the stub.
-`TritonServer.start` makes that directory afresh for each server and passes it in the server's
-environment, which every stub inherits. A stub registers before Triton marks its model READY,
-so every stub of a READY model is on record.
-
-`list_stubs(server_pid)` finds the directory in the server's own environment and trusts a record
-only while its process is alive, started when the record says and is a child of that server. A
-killed stub stays a zombie (tritonserver never reaps it): that is dead. Records are never removed
-while the server runs: a killed stub's record just stops matching a live process.
-"""
+"""The stubs of one tritonserver, as they register themselves: Triton documents no way to tell
+which process serves which model instance (docs/reliability.md, "The supervisor"). Every stub
+imports this module: standard library and psutil only."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
 STUB_DIR_ENV = "PHOENIX_STUB_DIR"
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
 
-@dataclass(frozen=True)
-class StubProcess:
+class StubProcess(NamedTuple):
     """One live Python-backend stub: its pid and the model instance it serves."""
 
     pid: int
@@ -39,9 +23,8 @@ class StubProcess:
 
 
 def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, start time in clock ticks since boot) from /proc/<pid>/stat; None
-    when the process is gone. The command name may hold spaces and ')': fields follow the
-    last ')'."""
+    """(state, parent pid, start time in ticks since boot) from /proc/<pid>/stat, None when it
+    is gone; the command name may hold spaces and ')': fields follow the last ')'."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -50,8 +33,7 @@ def _proc_stat(pid: int) -> tuple[str, int, int] | None:
 
 
 def register_stub(args: Mapping[str, str]) -> None:
-    """Put this stub on record (called in the stub by `ServiceModel.initialize`); a no-op in a
-    server started without a stub directory."""
+    """Record this stub in $PHOENIX_STUB_DIR (from `ServiceModel.initialize`), if it is set."""
     directory = os.environ.get(STUB_DIR_ENV)
     if not directory:
         return
@@ -63,20 +45,16 @@ def register_stub(args: Mapping[str, str]) -> None:
     partial.replace(path)  # a reader never sees half a record
 
 
-def stub_dir_of(server_pid: int) -> Path | None:
-    """The stub directory a running tritonserver was started with; None without one."""
+def list_stubs(server_pid: int) -> list[StubProcess]:
+    """The live stubs of the tritonserver `server_pid`: records whose process is alive, is a
+    child of that server and started when the record says (a reused pid is not the stub). A
+    killed stub stays a zombie (tritonserver never reaps it): dead, its record kept."""
     try:
         directory = psutil.Process(server_pid).environ().get(STUB_DIR_ENV)
-    except _GONE:
-        return None
-    return Path(directory) if directory else None
-
-
-def list_stubs(server_pid: int) -> list[StubProcess]:
-    """The live stubs of the tritonserver `server_pid`, as they registered."""
-    directory = stub_dir_of(server_pid)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
     stubs = []
-    for path in sorted(directory.glob("*.json")) if directory else []:
+    for path in sorted(Path(directory).glob("*.json")) if directory else []:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -91,11 +69,3 @@ def is_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     stat = _proc_stat(pid)
     return stat is not None and stat[0] not in "ZX"
-
-
-def rss_bytes(pid: int) -> int | None:
-    """Resident memory of a process, or None when it is gone."""
-    try:
-        return psutil.Process(pid).memory_info().rss
-    except _GONE:
-        return None
