@@ -1,6 +1,6 @@
 """Serve the models on Triton until Ctrl-C or SIGTERM, then drain, unload and stop
-(docs/reliability.md, "Shutdown"). Nothing outlives it, even when SIGKILLed, and it stops as on
-SIGTERM when the process that started it dies (`make serve` killed), unless started detached.
+(docs/reliability.md, "Shutdown"). Nothing outlives it, even when SIGKILLed, and it dies with
+the process that started it (`make serve` killed), unless started detached.
 """
 
 from __future__ import annotations
@@ -150,10 +150,14 @@ def warn_if_no_gpu_jax(device: str) -> None:
 
 
 def stop_with_parent() -> None:
-    """SIGTERM when our parent dies, unless started detached: under nohup or setsid."""
+    """SIGKILL when our parent dies, unless started detached (under nohup or setsid).
+
+    A parent that dies without stopping us first (`make serve` killed) was stopped hard, so we
+    stop hard too, within the seconds the stubs take to follow (tritonserver gets SIGKILL with
+    us). Ctrl-C and SIGTERM reach serve itself and drain cleanly."""
     detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN or os.getsid(0) == os.getpid()
     if not detached:
-        die_with_parent(signal.SIGTERM, os.getppid())
+        die_with_parent(signal.SIGKILL, os.getppid())
 
 
 def make_server(

@@ -575,16 +575,15 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
         assert gone is not None, left_behind(pids, served.ports)
 
 
-def test_sigkill_of_make_stops_serve_cleanly(tiny_artifacts, tmp_path_factory):
-    """`make serve` killed with SIGKILL: serve, make's child, gets SIGTERM from the kernel and
-    stops as on any SIGTERM (drain, unload, exit 0), leaving nothing behind."""
+def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory):
+    """`make serve` killed with SIGKILL: serve, make's child, gets SIGKILL from the kernel (its
+    parent-death signal), tritonserver follows it and the stubs follow tritonserver: within 5 s
+    nothing runs and every port is free."""
     with serving(tiny_artifacts, tmp_path_factory, "sigkill-make", via_make=True) as served:
         pids = serve_processes(served)
         assert psutil.Process(pids[0]).ppid() == served.process.pid  # make runs serve itself
         killed = time.monotonic()
         served.process.kill()
-        limit_s = DRAIN_S + DEFAULT_STOP_TIMEOUT_S + EXIT_TIMEOUT_S + 30
-        gone = wait_until(lambda: not left_behind(pids, served.ports), limit_s)
+        gone = wait_until(lambda: not left_behind(pids, served.ports), ORPHAN_LIMIT_S)
         report("sigkill_make", gone_after_s=gone and round(gone - killed, 2))
         assert gone is not None, left_behind(pids, served.ports)
-        assert "stopped cleanly" in served.log_path.read_text()
