@@ -150,11 +150,8 @@ def warn_if_no_gpu_jax(device: str) -> None:
 
 
 def stop_with_parent() -> None:
-    """SIGKILL when our parent dies, unless started detached (under nohup or setsid).
-
-    A parent that dies without stopping us first (`make serve` killed) was stopped hard, so we
-    stop hard too, within the seconds the stubs take to follow (tritonserver gets SIGKILL with
-    us). Ctrl-C and SIGTERM reach serve itself and drain cleanly."""
+    """SIGKILL when our parent dies (`make serve` killed hard: so are we, and tritonserver with
+    us), unless started detached (nohup, setsid). Ctrl-C and SIGTERM to serve still drain."""
     detached = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN or os.getsid(0) == os.getpid()
     if not detached:
         die_with_parent(signal.SIGKILL, os.getppid())
