@@ -261,6 +261,27 @@ def test_learns_every_served_model_and_the_stubs(admin, processes):
     assert supervisor.readiness() == (True, [])
 
 
+def test_models_loading_after_the_start_are_watched_healed_and_only_then_ready(admin, processes):
+    """The supervisor starts with tritonserver, before the models load: each model is learned
+    once READY, /ready waits until its stubs were checked, and a late model is healed too."""
+    loaded = dict(admin.index)
+    admin.index = {model: ("LOADING", "") for model in loaded}
+    supervisor = make_supervisor(admin, processes)
+    assert supervisor.models == {}
+    admin.index["retriever"] = ("READY", "")
+    ready, reasons = supervisor.readiness()
+    assert not ready and "model retriever is not watched by the supervisor yet" in reasons
+    supervisor.poll_once()
+    assert sorted(supervisor.models) == ["retriever"]
+    admin.index = loaded
+    supervisor.poll_once()
+    assert sorted(supervisor.models) == ["ranker", "recommend", "retriever"]
+    assert supervisor.readiness() == (True, [])
+    processes.kill(102)  # the ranker's stub: the ranker became READY last
+    supervisor.poll_once()
+    assert [model for model, _ in admin.loads] == ["ranker"]
+
+
 def test_a_killed_stub_is_reloaded_with_its_current_config(admin, processes):
     supervisor = make_supervisor(admin, processes)
     seen_during_load = []

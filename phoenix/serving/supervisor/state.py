@@ -109,6 +109,7 @@ class Supervisor:
         self.clock = clock
         self.models: dict[str, ModelState] = {}
         self.known_pids: dict[int, str] = {}
+        self.watched: set[str] = set()  # models whose stubs the last process watch checked
         self.events: list[dict] = []
         self.draining = False
         self._lock = threading.Lock()
@@ -147,7 +148,7 @@ class Supervisor:
         new stub first); a failed model whose stubs all run again is healthy again."""
         stubs = self.list_stubs(self.server_pid)
         live = {stub.instance for stub in stubs}
-        self.known_pids = {stub.pid: stub.instance for stub in stubs}
+        self.known_pids, self.watched = {s.pid: s.instance for s in stubs}, set(self.models)
         dead = set()
         with self._lock:
             for model, entry in self.models.items():
@@ -171,10 +172,11 @@ class Supervisor:
             else:
                 self._set_state(model, DEAD, f"{state or 'absent'}: {reason}"[:300])
                 self._record("dead", model, reason=reason[:300])
-        with self._lock:
-            back = [m for m, e in self.models.items() if e.state == UNLOADED]
-        if any(index.get(model, ("",))[0] == "READY" for model in back):
-            self.learn_models(index)  # an operator loaded it again
+        ready = {m for m, (state, _) in index.items() if state == "READY"}
+        with self._lock:  # loaded since the last round, or by an operator again: learn them
+            new = [m for m in ready if getattr(self.models.get(m), "state", UNLOADED) == UNLOADED]
+        if new:
+            self.learn_models(index)
 
     def heal(self, model: str) -> None:
         """Reload `model` with its current config (an operator's overrides stay), for a stub model
@@ -241,6 +243,8 @@ class Supervisor:
             return False, [*reasons, f"triton does not answer: {error}"]
         with self._lock:
             models = {m: (e.state, e.detail, e.composing) for m, e in sorted(self.models.items())}
+            unwatched = {m for m, (state, _) in index.items() if state == "READY"} - self.watched
+        reasons += [f"model {m} is not watched by the supervisor yet" for m in sorted(unwatched)]
         down = set()
         for model, (state, detail, _) in models.items():
             triton_state, reason = index.get(model, ("", "missing from the repository index"))
@@ -282,10 +286,7 @@ class Supervisor:
         last_error = ""
         while not self._stop.is_set():
             try:
-                # While draining, the server unloads every model on purpose: nothing to heal.
-                if not self.draining:
-                    if not self.models:
-                        self.learn_models()
+                if not self.draining:  # draining unloads every model on purpose: no healing
                     self.poll_once()
                 last_error = ""
             except TritonAPIError as error:  # Triton busy or restarting: try again next round
