@@ -155,25 +155,23 @@ def read_config(path: str | Path) -> ModelConfig:
 # ----------------------------------------------------------------------------------------
 
 
-def stale_files(repository: Path = REPOSITORY) -> list[str]:
-    """Generated configs that are missing from ``repository`` or differ from its files."""
-    stale = []
-    for relative, text in generated_files().items():
-        path = repository / relative
-        if not path.is_file() or path.read_text() != text:
-            stale.append(relative)
-    return stale
+def stale_files(repository: Path = REPOSITORY) -> dict[str, str]:
+    """{path: generated text} of the configs missing from ``repository`` or differing there."""
+    return {
+        relative: text
+        for relative, text in generated_files().items()
+        if not (repository / relative).is_file() or (repository / relative).read_text() != text
+    }
 
 
 def write_configs(repository: Path = REPOSITORY) -> list[str]:
-    """Write every generated config into ``repository``; returns the files that changed."""
-    changed = stale_files(repository)
-    for relative, text in generated_files().items():
-        if relative in changed:
-            path = repository / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    return changed
+    """Write every stale generated config into ``repository``; returns the files written."""
+    stale = stale_files(repository)
+    for relative, text in stale.items():
+        path = repository / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(stale)
 
 
 def write_repository(

@@ -29,15 +29,11 @@ def server_model_config(client, protocol: str, model: str) -> dict[str, Any]:
     return client.get_model_config(model)
 
 
-def model_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
-    """``parameters`` of a model config (JSON form) as a plain {key: string} dict."""
-    params = model_config.get("parameters") or {}
-    return {key: value.get("string_value", "") for key, value in params.items()}
-
-
 def server_parameters(client, protocol: str, model: str) -> dict[str, str]:
     """The model's ``parameters`` as {key: string value}."""
-    return model_parameters(server_model_config(client, protocol, model))
+    from phoenix.serving.services.common import config_parameters
+
+    return config_parameters(server_model_config(client, protocol, model))
 
 
 class InProcessModels:
@@ -70,7 +66,9 @@ class InProcessModels:
         """Services with the server's parameters and batch sizes; without ``batched`` they
         compile (and run) one request at a time."""
         configs = {model: server_model_config(client, protocol, model) for model in models}
-        params = {model: model_parameters(config) for model, config in configs.items()}
+        from phoenix.serving.services.common import config_parameters
+
+        params = {model: config_parameters(config) for model, config in configs.items()}
         max_batch = {m: int(c.get("max_batch_size") or 1) for m, c in configs.items()}
         return cls(artifacts, params, max_batch, batched)
 

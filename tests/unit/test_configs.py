@@ -17,7 +17,7 @@ def instances(config) -> list[tuple[str, int]]:
 
 
 def test_committed_configs_are_the_generated_ones():
-    assert configs.stale_files() == [], "run `make configs`"
+    assert list(configs.stale_files()) == [], "run `make configs`"
 
 
 def test_every_model_has_a_config_and_every_backend_model_a_gpu_variant():

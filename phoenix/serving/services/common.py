@@ -72,6 +72,11 @@ def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:
     return path
 
 
+def config_parameters(config: Mapping[str, Any]) -> dict[str, str]:
+    """``parameters`` of a model config in JSON form (as Triton reports it) as {key: string}."""
+    return {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """What a model instance starts with: its artifacts, batch size and config parameters."""
@@ -84,10 +89,7 @@ class ServiceSettings:
     @classmethod
     def from_model_config(cls, model: str, config: Mapping[str, Any], model_dir: str):
         """Settings from a model config as Triton hands it over (JSON form)."""
-        parameters = {
-            key: value.get("string_value", "")
-            for key, value in (config.get("parameters") or {}).items()
-        }
+        parameters = config_parameters(config)
         return cls(
             model=model,
             artifact_dir=resolve_artifact_dir(parameters.get("artifact_dir", ""), model_dir),
@@ -208,21 +210,20 @@ def optional_or_zeros(request, name: str, width_of: str, dtype) -> np.ndarray:
 def stack_histories(requests: Sequence[UserRequest], history_len: int, rows: int) -> HistoryBatch:
     """The users of ``requests`` in one batch of ``rows`` (zero rows pad it)."""
 
-    def stacked(name: str, dtype=None) -> np.ndarray:
-        if dtype is not None:  # optional: zeros where a request sent none
-            parts = [optional_or_zeros(r, name, "history_post_ids", dtype) for r in requests]
-        else:
-            parts = [getattr(r, name) for r in requests]
-        return stack_padded(parts, history_len, rows)
+    def stacked(name: str) -> np.ndarray:  # [B, S, ...]
+        return stack_padded([getattr(r, name) for r in requests], history_len, rows)
 
-    user_ids = stack_padded([r.user_id for r in requests], 1, rows)[:, 0]  # [B]
+    dwell = [  # optional: zeros where a request sent none (the user tower's requests never do)
+        optional_or_zeros(r, "history_dwell_seconds", "history_post_ids", np.float32)
+        for r in requests
+    ]
     return HistoryBatch(
-        user_id=user_ids,
+        user_id=stack_padded([r.user_id for r in requests], 1, rows)[:, 0],  # [B]
         history_post_ids=stacked("history_post_ids"),
         history_author_ids=stacked("history_author_ids"),
         history_actions=stacked("history_actions"),
         history_product_surface=stacked("history_product_surface"),
-        history_dwell_seconds=stacked("history_dwell_seconds", np.float32),
+        history_dwell_seconds=stack_padded(dwell, history_len, rows),
     )
 
 
