@@ -75,7 +75,7 @@ def parse_args(argv):
     parser.add_argument(
         "--cache",
         type=Path,
-        help="JAX compilation cache of the served models (default: in --build-dir)",
+        help="compiled-program store of the served models (default: in --build-dir)",
     )
     parser.add_argument(
         "--copy-to", type=Path, help="also copy the result files here (the device tool's $OUT)"
@@ -96,20 +96,22 @@ def parse_args(argv):
     args.artifacts = (
         args.artifacts or args.build_dir / f"artifacts-{args.profile.artifacts_preset}"
     ).resolve()
-    args.cache = (args.cache or args.build_dir / f"jax-cache-{args.profile.device}").resolve()
+    args.cache = (args.cache or args.build_dir / f"programs-{args.profile.device}").resolve()
     # The start-up step empties its cache. Loading every model, it then leaves the serving
     # step a filled cache; loading a few (CPU profile), it keeps out of a shared one.
     whole = not args.profile.startup_models
-    args.startup_cache = args.cache if whole else args.build_dir / "jax-cache-startup"
+    args.startup_cache = args.cache if whole else args.build_dir / "programs-startup"
     return args
 
 
 def step_environment(profile: profiles.Profile, cache: Path) -> dict[str, str]:
     """The steps' environment: platform, shared compilation cache, perf_analyzer's libraries."""
+    from phoenix.engine.programs import STORE_ENV  # imports JAX; no device is touched
+
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["JAX_PLATFORMS"] = "cpu" if profile.device == "cpu" else "cuda"
-    env["PHOENIX_JAX_CACHE_DIR"] = str(cache)
+    env[STORE_ENV] = str(cache)
     # bench_serving.py measures in-process beside two servers whose stubs also use the GPU.
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if machine.PERF_ANALYZER_LIBS.is_dir():

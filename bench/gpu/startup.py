@@ -34,7 +34,7 @@ def seconds_to_ready(
 ) -> float:
     """Start a server over ``repository`` (only ``models`` if any), wait until ready, stop it;
     the seconds it took."""
-    from phoenix.serving.triton_adapter import JAX_CACHE_ENV
+    from phoenix.engine.programs import STORE_ENV
     from phoenix.serving.triton_server import TritonServer, flags_to_args
 
     only = {"model_control_mode": "explicit", "load_model": list(models)} if models else {}
@@ -42,7 +42,7 @@ def seconds_to_ready(
         repository,
         artifacts_dir=artifacts,
         extra_args=flags_to_args(only),
-        env={JAX_CACHE_ENV: str(cache)},
+        env={STORE_ENV: str(cache)},
         log_path=log,
         ready_timeout=READY_TIMEOUT_S,
     )

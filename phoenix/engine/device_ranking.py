@@ -36,6 +36,7 @@ from phoenix.engine.batching import (
     default_compute_dtype,
     default_max_rows_per_call,
 )
+from phoenix.engine.programs import Program, ProgramStore
 from phoenix.engine.ranking import _model_method
 from phoenix.grok import rms_normalize
 from phoenix.hashing import EntityHash, hash_formula
@@ -98,6 +99,7 @@ class DeviceRanker:
         batch_buckets: Sequence[int] = (1, 2, 4, 8),
         candidate_buckets: Sequence[int],
         max_rows_per_call: Optional[int] = None,
+        store: Optional[ProgramStore] = None,
     ):
         self.dtype = compute_dtype or default_compute_dtype()
         self.config = dataclasses.replace(config, fprop_dtype=self.dtype)
@@ -115,8 +117,14 @@ class DeviceRanker:
             "blend": jnp.asarray(weights, jnp.float32),  # [A]
         }
         self._context_tokens = _model_method(self.config, "build_context_inputs")
-        self._hash = jax.jit(self._hash_fn)
-        self._rank = jax.jit(self._rank_fn)
+        self._hash = Program("ranker_hash", self._hash_fn, store, x64=True)
+        # What shapes the ranking program besides its inputs (the config is the store's).
+        settings = {
+            "dtype": jnp.dtype(self.dtype).name,
+            "chunk": self.chunk,
+            "max_rows": self.max_rows,
+        }
+        self._rank = Program("ranker", self._rank_fn, store, settings=settings)
 
     # -- programs ------------------------------------------------------------------------
 
@@ -243,32 +251,42 @@ class DeviceRanker:
 
     def rank(self, batch: RankRequestBatch) -> RankedBatch:
         """Rank every user's candidates; ``batch`` must already be padded to a bucket shape."""
-        with jax.enable_x64(True):
-            hashed = self._hash(
-                batch.user_id,
-                batch.history_post_ids,
-                batch.history_author_ids,
-                batch.candidate_post_ids,
-                batch.candidate_author_ids,
-            )
-        floats = batch._replace(
-            user_id=None,
-            history_post_ids=None,
-            history_author_ids=None,
-            candidate_post_ids=None,
-            candidate_author_ids=None,
-        )
-        order, scores, probs = self._rank(self.weights, hashed, floats)
+        hashed = self._hash(*id_inputs(batch))
+        order, scores, probs = self._rank(self.weights, hashed, float_inputs(batch))
         return RankedBatch(np.asarray(order), np.asarray(scores), np.asarray(probs))
 
     def warm_up(self) -> int:
-        """Compile both programs for every (batch bucket, candidate bucket); returns how many."""
-        compiled = 0
+        """Load (or compile) both programs for every (batch bucket, candidate bucket), from
+        shapes alone: nothing runs. Returns how many buckets."""
         for users in self.batch_buckets:
             for width in self.candidate_buckets:
-                self.rank(empty_request_batch(users, width, self.config))
-                compiled += 1
-        return compiled
+                batch = empty_request_batch(users, width, self.config)
+                self._hash.prepare(*id_inputs(batch))
+                hashed = self._hash.output_shapes(*id_inputs(batch))
+                self._rank.prepare(self.weights, hashed, float_inputs(batch))
+        return len(self.batch_buckets) * len(self.candidate_buckets)
+
+
+def id_inputs(batch: RankRequestBatch) -> tuple[np.ndarray, ...]:
+    """The int64 id arrays the hashing program takes, in its argument order."""
+    return (
+        batch.user_id,
+        batch.history_post_ids,
+        batch.history_author_ids,
+        batch.candidate_post_ids,
+        batch.candidate_author_ids,
+    )
+
+
+def float_inputs(batch: RankRequestBatch) -> RankRequestBatch:
+    """The batch without its id arrays (the ranking program gets their hashes instead)."""
+    return batch._replace(
+        user_id=None,
+        history_post_ids=None,
+        history_author_ids=None,
+        candidate_post_ids=None,
+        candidate_author_ids=None,
+    )
 
 
 def empty_request_batch(users: int, candidates: int, config: PhoenixModelConfig):

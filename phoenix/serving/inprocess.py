@@ -74,10 +74,8 @@ class InProcessModels:
 
     def service(self, model: str):
         from phoenix.serving.services import ServiceSettings, build_service
-        from phoenix.serving.triton_adapter import enable_compilation_cache
 
         if model not in self._services:
-            enable_compilation_cache()
             params, max_batch = self.params[model], self.max_batch[model]
             if not self.batched and "batch_buckets" in params:
                 params, max_batch = {**params, "batch_buckets": "1"}, 1

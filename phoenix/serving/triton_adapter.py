@@ -15,15 +15,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 logger = logging.getLogger("phoenix.serving")
-
-JAX_CACHE_ENV = "PHOENIX_JAX_CACHE_DIR"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def configure_jax_environment(instance_kind: str, device_id: str) -> None:
@@ -34,17 +30,6 @@ def configure_jax_environment(instance_kind: str, device_id: str) -> None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     else:
         os.environ["JAX_PLATFORMS"] = "cpu"
-
-
-def enable_compilation_cache() -> None:
-    """Persist compiled executables so restarts skip most of the warm-up compilation."""
-    import jax
-
-    cache = os.environ.get(JAX_CACHE_ENV) or str(REPO_ROOT / "build" / "jax-cache")
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 # Tensors cross the Triton boundary through DLPack only. The 2.51 stub's pybind11 numpy layer
@@ -90,6 +75,7 @@ class ServiceModel:
         )
         import triton_python_backend_utils as pb_utils
 
+        from phoenix.engine.programs import ProgramStore
         from phoenix.serving import contracts, services
         from phoenix.serving.supervisor.stubs import register_stub
 
@@ -97,19 +83,21 @@ class ServiceModel:
         self.output_dtypes = {
             s.name: s.dtype for s in contracts.contract(self.service_name).outputs
         }
-        enable_compilation_cache()
         started = time.perf_counter()
         settings = services.ServiceSettings.from_model_config(
             self.service_name, json.loads(args["model_config"]), args["model_repository"]
         )
         self.service = services.build_service(settings)
-        compiled = self.service.warm_up()
+        self.service.warm_up()
+        store = ProgramStore.beside(settings.artifact_dir)  # the one the service used
         logger.warning(
-            "%s ready: artifacts %s, %d shapes compiled in %.1f s",
+            "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",
             args.get("model_instance_name", self.service_name),
-            settings.artifact_dir,
-            compiled,
             time.perf_counter() - started,
+            settings.artifact_dir,
+            store.counts["loaded"],
+            store.counts["compiled"],
+            store.directory,
         )
         register_stub(args)  # so the supervisor can tell this process from the others
 

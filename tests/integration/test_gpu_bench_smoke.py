@@ -16,7 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN = REPO_ROOT / "bench" / "gpu" / "run.sh"
 CPU_POINTS = {("mini", 1, 64), ("small-gqa", 2, 64)}
 # The servers of the other integration tests fill it with the same tiny models' programs.
-SHARED_CACHE = REPO_ROOT / "build" / "jax-cache"
+SHARED_CACHE = REPO_ROOT / "build" / "programs-gpu-bench"
 
 
 @pytest.fixture(scope="module")

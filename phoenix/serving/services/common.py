@@ -28,6 +28,7 @@ import numpy as np
 
 from phoenix.checkpoint import Artifacts, load_artifacts
 from phoenix.engine.device_ranking import NUM_CONTINUOUS
+from phoenix.engine.programs import ProgramStore
 from phoenix.recsys_model import DWELL_TIME_INDEX
 from phoenix.serving.requests import InputError, UserRequest, parse
 
@@ -145,6 +146,8 @@ class PhoenixResources:
         self.config = self.artifacts.config
         self.embedder = self.artifacts.embedder()
         self.root = Path(artifact_dir)
+        # Compiled programs beside the artifacts (phoenix-compile fills it; docs/serving.md)
+        self.programs = ProgramStore.beside(self.root)
 
     def user_features(self, users: HistoryBatch):
         """Hashes and embeddings of the user + history part of a batch (the RecsysBatch and

@@ -117,6 +117,7 @@ class RankerService(Service):
             compute_dtype=compute_dtype,
             batch_buckets=batch_buckets,
             candidate_buckets=candidate_buckets,
+            store=resources.programs,
         )
         self.batch_buckets = self.ranker.batch_buckets
 

@@ -60,6 +60,7 @@ class UserEncoderService(Service):
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
             batch_buckets=self.batch_buckets,
+            store=resources.programs,
         )
 
     @classmethod
@@ -68,7 +69,7 @@ class UserEncoderService(Service):
         return cls(resources, batch_buckets=settings.batch_buckets)
 
     def warm_up(self) -> int:
-        return self.engine.warm_up()
+        return self.engine.warm_up_users()
 
     def run(self, requests: Sequence[UserRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
@@ -90,6 +91,7 @@ class CandidateTowerService(Service):
             self.config.retrieval_config(),
             resources.artifacts.retrieval_params,
             candidate_chunk=rows_per_call,
+            store=resources.programs,
         )
 
     @classmethod
@@ -137,6 +139,7 @@ class RetrieverService(Service):
             resources.artifacts.retrieval_params,
             compute_dtype=compute_dtype,
             batch_buckets=self.batch_buckets,
+            store=resources.programs,
         )
         self.engine.set_corpus(self.corpus.embeddings)
         order = np.argsort(self.corpus.post_ids)
@@ -152,7 +155,7 @@ class RetrieverService(Service):
         )
 
     def warm_up(self) -> int:
-        return self.engine.warm_up()
+        return self.engine.warm_up_top_k()
 
     def corpus_indices(self, post_ids: np.ndarray) -> np.ndarray:
         """Corpus positions of the ids that are in the corpus."""

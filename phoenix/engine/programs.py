@@ -1,0 +1,298 @@
+"""Compiled programs as a build product: XLA executables stored beside the artifacts.
+
+``jax.jit`` compiles a program for every input shape the first time it sees it, in every
+process. JAX's persistent cache saves the compile but still traces and lowers each program to
+find its entry: 0.4 to 1.5 s per ranker bucket on 2 cores, 20 buckets, in every instance of
+every start. A ``ProgramStore`` keeps the executables themselves
+(``jax.experimental.serialize_executable``); loading one takes milliseconds.
+
+A store is one directory per (JAX version, device, host, artifact config, model code) under
+``<artifacts>/compiled/``; its ``manifest.json`` says what it was compiled for. A store whose
+manifest differs from what this process would compile (copied from another machine, another
+JAX, edited code) is foreign: it is emptied and rebuilt, never loaded. An entry that cannot be
+read is compiled again. A store that cannot be written (a read-only volume) still loads what
+it has and compiles the rest in memory.
+
+Executables are pickles: load stores only from your own artifacts, never from untrusted
+sources (as any checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import pickle
+import platform
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from jax.experimental import serialize_executable
+
+logger = logging.getLogger("phoenix.engine.programs")
+
+FORMAT = 1  # of the files below; a new format makes every older store foreign
+STORE_DIR = "compiled"  # under the artifact directory
+STORE_ENV = "PHOENIX_PROGRAM_STORE"  # set: stores live under this directory instead
+MANIFEST = "manifest.json"
+SUFFIX = ".xla"
+
+PACKAGE = Path(__file__).resolve().parents[1]  # phoenix/
+# The code a program is traced from: the model, the kernels and the hash formula.
+CODE = (
+    "config.py",
+    "grok.py",
+    "hashing.py",
+    "recsys_model.py",
+    "recsys_retrieval_model.py",
+    "engine/*.py",
+)
+
+
+def code_digest() -> str:
+    """One digest of the source files programs are traced from: edited code, new store."""
+    digest = hashlib.sha256()
+    for pattern in CODE:
+        for path in sorted(PACKAGE.glob(pattern)):
+            digest.update(path.relative_to(PACKAGE).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def host_signature() -> str:
+    """The host's instruction set: XLA's CPU compiler emits code for the CPU it runs on, so an
+    executable built on another CPU model may not run here."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1]
+                break
+    except OSError:
+        pass
+    return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:16]
+
+
+def fingerprint(artifact_config: bytes, device: Optional[jax.Device] = None) -> dict[str, str]:
+    """What a program compiled in this process depends on besides its inputs and settings."""
+    import jaxlib
+
+    device = device or jax.devices()[0]
+    client = device.client
+    return {
+        "format": str(FORMAT),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "platform": client.platform,
+        "platform_version": client.platform_version,
+        "device_kind": device.device_kind,
+        "host": host_signature() if client.platform == "cpu" else "",
+        "artifact_config": hashlib.sha256(artifact_config).hexdigest()[:16],
+        "code": code_digest(),
+    }
+
+
+def input_key(args: Sequence[Any], static: Mapping[str, Any]) -> tuple:
+    """The input structure, shapes and dtypes, and static arguments a program is compiled for.
+
+    Arrays and ``jax.ShapeDtypeStruct`` give the same key, so warm-up can prepare a program
+    from shapes alone.
+    """
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    shapes = tuple(
+        (np.shape(x), str(getattr(x, "dtype", type(x).__name__)), getattr(x, "weak_type", False))
+        for x in leaves
+    )
+    return tree, shapes, tuple(sorted(static.items()))
+
+
+class ProgramStore:
+    """Serialized executables in ``directory``, valid for one ``fingerprint``."""
+
+    def __init__(self, directory: Path, fingerprint: Mapping[str, str]):
+        self.directory = Path(directory)
+        self.fingerprint = dict(fingerprint)
+        self.writable = True
+        self.counts = {"loaded": 0, "compiled": 0}  # by this process's programs
+        self.report: Optional[Callable[[str, str, float], None]] = None  # (program, how, s)
+        self._check_manifest()
+
+    @classmethod
+    def beside(cls, artifact_dir, device: Optional[jax.Device] = None) -> ProgramStore:
+        """The store for this process's device and code under ``<artifact_dir>/compiled/``
+        (or ``$PHOENIX_PROGRAM_STORE``)."""
+        root = Path(artifact_dir)
+        print_ = fingerprint((root / "config.json").read_bytes(), device)
+        digest = hashlib.sha256(json.dumps(print_, sort_keys=True).encode()).hexdigest()[:12]
+        base = Path(os.environ.get(STORE_ENV) or root / STORE_DIR)
+        directory = (base / f"{print_['platform']}-{digest}").resolve()
+        if directory not in _OPEN:  # one per process: the models of one process share it
+            _OPEN[directory] = cls(directory, print_)
+        return _OPEN[directory]
+
+    def _check_manifest(self) -> None:
+        manifest = self.directory / MANIFEST
+        try:
+            found = json.loads(manifest.read_text())
+        except FileNotFoundError:
+            found = None
+        except (OSError, ValueError) as error:
+            found = {"unreadable": str(error)}
+        if found == self.fingerprint:
+            return
+        if found is not None:
+            differs = sorted(
+                k
+                for k in set(found) | set(self.fingerprint)
+                if found.get(k) != self.fingerprint.get(k)
+            )
+            logger.warning(
+                "program store %s was compiled for another %s: rebuilding it",
+                self.directory,
+                ", ".join(differs),
+            )
+        try:
+            if found is not None:
+                shutil.rmtree(self.directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _atomic_write(manifest, json.dumps(self.fingerprint, indent=1).encode())
+        except OSError as error:
+            self._read_only(error)
+            self.fingerprint = {}  # never load from a store whose manifest did not match
+
+    def _read_only(self, error: OSError) -> None:
+        if self.writable:
+            logger.warning(
+                "program store %s is not writable (%s): programs missing from it are compiled "
+                "in memory at every start; run phoenix-compile where it can be written",
+                self.directory,
+                error,
+            )
+        self.writable = False
+
+    def _path(self, name: str, sig: str) -> Path:
+        return self.directory / f"{name}-{hashlib.sha256(sig.encode()).hexdigest()[:20]}{SUFFIX}"
+
+    def load(self, name: str, sig: str):
+        """The stored executable of ``name`` for ``sig``, or None."""
+        if not self.fingerprint:
+            return None
+        path = self._path(name, sig)
+        try:
+            with path.open("rb") as file:
+                entry = pickle.load(file)
+            if entry["signature"] != sig:
+                return None
+            return serialize_executable.deserialize_and_load(*entry["executable"])
+        except FileNotFoundError:
+            return None
+        except Exception as error:  # a torn or foreign file: compile it again
+            logger.warning("program %s unreadable (%s): compiling it again", path, error)
+            return None
+
+    def save(self, name: str, sig: str, compiled) -> None:
+        if not self.writable or not self.fingerprint:
+            return
+        entry = {"signature": sig, "executable": serialize_executable.serialize(compiled)}
+        try:
+            _atomic_write(self._path(name, sig), pickle.dumps(entry))
+        except OSError as error:
+            self._read_only(error)
+
+    def entries(self) -> list[Path]:
+        return sorted(self.directory.glob(f"*{SUFFIX}"))
+
+
+_OPEN: dict[Path, ProgramStore] = {}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of one (instances load at once)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def persistent_cache_off():
+    """Compile past JAX's persistent cache. An executable it loaded, serialized again, fails
+    on XLA's CPU backend when it runs ("Function broadcast_remainder_fusion not found")."""
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", before)
+
+
+class Program:
+    """A jitted function whose executables, one per input signature, come from a store.
+
+    ``settings`` names whatever shapes the program besides its inputs (compute dtype, chunk
+    sizes): two programs with the same inputs and other settings are stored apart.
+    ``x64`` traces and runs it with 64-bit integers (the id hashes wrap in int64).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable,
+        store: Optional[ProgramStore] = None,
+        *,
+        settings: Optional[Mapping[str, Any]] = None,
+        static_argnames: Sequence[str] = (),
+        x64: bool = False,
+    ):
+        self.name = name
+        self.store = store
+        self.settings = dict(settings or {})
+        self.x64 = x64
+        self._jit = jax.jit(fn, static_argnames=tuple(static_argnames))
+        self._executables: dict[tuple, Any] = {}
+        self.loaded = self.compiled = 0
+
+    def prepare(self, *args, **static) -> str:
+        """Load or compile the executable for inputs like ``args`` (arrays or shapes);
+        returns how: "ready", "loaded" or "compiled"."""
+        key = input_key(args, static)
+        if key in self._executables:
+            return "ready"
+        started = time.perf_counter()
+        # The stored entry's name: inputs and settings as text (stable across processes).
+        sig = f"{key}|{sorted(self.settings.items())}"
+        executable = self.store.load(self.name, sig) if self.store else None
+        how = "loaded"
+        if executable is None:
+            with jax.enable_x64(self.x64), persistent_cache_off():
+                executable = self._jit.lower(*args, **static).compile()
+            if self.store:
+                self.store.save(self.name, sig, executable)
+            how = "compiled"
+        self._executables[key] = executable
+        setattr(self, how, getattr(self, how) + 1)
+        if self.store:
+            self.store.counts[how] += 1
+            if self.store.report:
+                self.store.report(self.name, how, time.perf_counter() - started)
+        return how
+
+    def __call__(self, *args, **static):
+        key = input_key(args, static)
+        executable = self._executables.get(key)
+        if executable is None:  # a shape warm-up did not prepare: compile it now
+            self.prepare(*args, **static)
+            executable = self._executables[key]
+        with jax.enable_x64(self.x64):
+            return executable(*args)
+
+    def output_shapes(self, *args, **static):
+        """The output shapes and dtypes for inputs like ``args``, without compiling."""
+        with jax.enable_x64(self.x64):
+            return jax.eval_shape(lambda *a: self._jit(*a, **static), *args)

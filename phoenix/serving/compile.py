@@ -1,0 +1,123 @@
+"""Build the compiled programs of every served model once, beside the artifacts.
+
+    python -m phoenix.serving.compile --artifacts artifacts/demo [--device cpu|gpu]
+
+Each served model is built as a Triton instance builds it (the deployment profile's generated
+config: the same buckets, batch sizes and parameters) and warmed up in this one process: a
+program already in the store is loaded, a missing one compiled and stored. Model instances then
+only load (``phoenix.engine.programs``). ``make artifacts`` and ``make demo`` run it; run it
+again after changing JAX, the model code or the profile, or on a new kind of machine (a store
+compiled for another one is detected and rebuilt, never loaded).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from phoenix.command_line import command_parser
+
+DEVICES = ("cpu", "gpu")
+
+
+def service_settings(model: str, artifact_dir: Path, device: str):
+    """The settings an instance of ``model`` starts with under the ``device`` profile."""
+    from google.protobuf.json_format import MessageToDict
+
+    from phoenix.serving.configs import model_config
+    from phoenix.serving.contracts import contract
+    from phoenix.serving.profiles import profile
+    from phoenix.serving.services import ServiceSettings
+    from phoenix.serving.services.common import config_parameters
+
+    config = MessageToDict(
+        model_config(contract(model), profile(device)), preserving_proto_field_name=True
+    )
+    return ServiceSettings(
+        model=model,
+        artifact_dir=artifact_dir,
+        max_batch_size=int(config.get("max_batch_size") or 1),
+        parameters=config_parameters(config),
+    )
+
+
+def build_programs(artifact_dir: Path, device: str, models: Sequence[str]):
+    """Warm up each model's service against the store: (one summary row per model, store)."""
+    from tqdm import tqdm
+
+    from phoenix.engine.programs import ProgramStore
+    from phoenix.serving.services import build_service
+
+    store = ProgramStore.beside(artifact_dir)
+    rows = []
+    with tqdm(desc="programs", unit=" program", file=sys.stderr) as bar:
+        for model in models:
+            bar.set_description(model)
+            started = time.perf_counter()
+            counts = {"loaded": 0, "compiled": 0}
+
+            def report(name: str, how: str, seconds: float, counts=counts) -> None:
+                counts[how] += 1
+                bar.update()
+
+            store.report = report
+            build_service(service_settings(model, artifact_dir, device)).warm_up()
+            rows.append({"model": model, **counts, "seconds": time.perf_counter() - started})
+    store.report = None
+    return rows, store
+
+
+def parse_args(argv: Sequence[str] | None):
+    from phoenix.serving.services import SERVICES
+
+    parser = command_parser(
+        "python -m phoenix.serving.compile",
+        "Compile every served model's programs once into the store beside the artifacts "
+        "(<artifacts>/compiled/, or $PHOENIX_PROGRAM_STORE); model instances then load them.",
+    )
+    add = parser.add_argument
+    add("--artifacts", type=Path, default=Path("artifacts/demo"), help="artifacts (%(default)s)")
+    add("--device", choices=DEVICES, default="cpu", help="profile and device (%(default)s)")
+    parser.add_argument(
+        "--models",
+        default=",".join(SERVICES),
+        help="comma-separated served models (%(default)s)",
+    )
+    args = parser.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(args.models) - set(SERVICES))
+    if unknown:
+        parser.error(f"unknown models {unknown}; served models: {sorted(SERVICES)}")
+    if not (args.artifacts / "config.json").is_file():
+        parser.error(f"{args.artifacts} has no config.json (make artifacts?)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from phoenix.serving.triton_adapter import configure_jax_environment
+
+    configure_jax_environment("GPU" if args.device == "gpu" else "CPU", "0")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import jax
+
+    if args.device == "gpu" and jax.default_backend() == "cpu":
+        print("error: --device gpu, but JAX sees no GPU (make setup DEVICE=gpu?)", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    rows, store = build_programs(args.artifacts.resolve(), args.device, args.models)
+    for row in rows:
+        print(
+            f"{row['model']:<16} {row['loaded']:>3} loaded  {row['compiled']:>3} compiled  "
+            f"{row['seconds']:6.1f} s"
+        )
+    seconds = time.perf_counter() - started
+    print(f"programs ready in {seconds:.1f} s, stored in {store.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Compiled programs stored beside the artifacts: loaded, not compiled, by a second process's
+programs; a foreign or torn store is rebuilt, never loaded; a read-only one still serves."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phoenix.artifacts import generate
+from phoenix.engine import programs
+from phoenix.engine.programs import MANIFEST, STORE_ENV, Program, ProgramStore
+from phoenix.serving import services
+
+FINGERPRINT = {"jax": jax.__version__, "device": "test", "code": "abc"}
+
+
+def affine(w, x):
+    return jnp.tanh(x @ w) + 1.0  # [n, d]
+
+
+def inputs(rows=4):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(8, 8)).astype(np.float32), rng.normal(size=(rows, 8)).astype(np.float32)
+
+
+def test_a_second_store_loads_what_the_first_compiled(tmp_path):
+    first = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    expected = np.asarray(first(*inputs()))
+    assert (first.compiled, first.loaded) == (1, 0)
+    second = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    assert second.prepare(*inputs()) == "loaded"
+    np.testing.assert_array_equal(np.asarray(second(*inputs())), expected)
+    assert (second.compiled, second.loaded) == (0, 1)
+    np.testing.assert_allclose(expected, np.asarray(jax.jit(affine)(*inputs())), rtol=1e-6)
+
+
+def test_prepare_from_shapes_alone_serves_arrays_of_those_shapes(tmp_path):
+    program = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs()]
+    assert program.prepare(*shapes) == "compiled"
+    program(*inputs())
+    assert program.compiled == 1  # the call found the prepared executable
+
+
+def test_each_shape_and_each_setting_is_its_own_entry(tmp_path):
+    store = ProgramStore(tmp_path, FINGERPRINT)
+    Program("affine", affine, store)(*inputs(4))
+    Program("affine", affine, store)(*inputs(16))
+    Program("affine", affine, store, settings={"chunk": 2})(*inputs(4))
+    assert len(store.entries()) == 3
+    assert store.counts == {"loaded": 0, "compiled": 3}
+
+
+def test_a_store_compiled_for_something_else_is_rebuilt_not_loaded(tmp_path, caplog):
+    Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))(*inputs())
+    foreign = {**FINGERPRINT, "jax": "0.0.1"}
+    (tmp_path / MANIFEST).write_text(json.dumps(foreign))
+    with caplog.at_level(logging.WARNING, "phoenix.engine.programs"):
+        store = ProgramStore(tmp_path, FINGERPRINT)
+    assert "compiled for another jax: rebuilding" in caplog.text
+    assert store.entries() == []
+    program = Program("affine", affine, store)
+    assert program.prepare(*inputs()) == "compiled"
+    assert json.loads((tmp_path / MANIFEST).read_text()) == FINGERPRINT
+
+
+def test_a_torn_entry_is_compiled_again_and_rewritten(tmp_path, caplog):
+    Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))(*inputs())
+    (entry,) = ProgramStore(tmp_path, FINGERPRINT).entries()
+    entry.write_bytes(entry.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, "phoenix.engine.programs"):
+        again = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+        assert again.prepare(*inputs()) == "compiled"
+    assert "unreadable" in caplog.text
+    assert (
+        Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT)).prepare(*inputs())
+        == "loaded"
+    )
+
+
+def test_a_store_that_cannot_be_written_still_serves(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, "phoenix.engine.programs"):
+        store = ProgramStore(blocker / "store", FINGERPRINT)
+        program = Program("affine", affine, store)
+        out = program(*inputs())
+    assert not store.writable and "not writable" in caplog.text
+    np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(affine)(*inputs())))
+
+
+def wrap_hash(ids):
+    return ids * jnp.int64(6364136223846793005) + 1  # wraps in int64
+
+
+def test_an_x64_program_keeps_int64_through_the_store(tmp_path):
+    ids = np.array([1, 2**62, -(2**63) + 5], np.int64)
+    expected = ids * np.int64(6364136223846793005) + 1  # numpy wraps the same way
+    Program("wrap", wrap_hash, ProgramStore(tmp_path, FINGERPRINT), x64=True)(ids)
+    loaded = Program("wrap", wrap_hash, ProgramStore(tmp_path, FINGERPRINT), x64=True)
+    assert loaded.prepare(ids) == "loaded"
+    np.testing.assert_array_equal(np.asarray(loaded(ids)), expected)
+
+
+@pytest.fixture(scope="module")
+def tiny_artifacts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=3, corpus_size=64)
+    return out
+
+
+def test_the_store_beside_artifacts_follows_config_and_env(tiny_artifacts, tmp_path, monkeypatch):
+    store = ProgramStore.beside(tiny_artifacts)
+    assert store.directory.parent == (tiny_artifacts / programs.STORE_DIR).resolve()
+    assert store.fingerprint["platform"] == "cpu" and store.fingerprint["host"]
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "elsewhere"))
+    moved = ProgramStore.beside(tiny_artifacts)
+    assert moved.directory.parent == (tmp_path / "elsewhere").resolve()
+    assert moved.directory.name == store.directory.name
+    other = tmp_path / "other"
+    generate("tiny", other, seed=4, corpus_size=64)  # other hash seeds: other programs
+    assert ProgramStore.beside(other).directory.name != store.directory.name
+
+
+def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts):
+    weights = '{"favorite": 1.0, "reply": 13.5}'
+    buckets = dict(batch_buckets=(1, 2), candidate_buckets=(8, 32))
+
+    def ranker():
+        resources = services.PhoenixResources(tiny_artifacts)
+        return services.RankerService(resources, weights, **buckets).ranker
+
+    first = ranker()
+    assert first.warm_up() == 4
+    second = ranker()
+    second.warm_up()
+    assert (second._rank.loaded, second._rank.compiled) == (4, 0)
+    assert (second._hash.loaded, second._hash.compiled) == (4, 0)
