@@ -89,16 +89,18 @@ $(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_
 	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)
 	@touch $@
 
-artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACTS unless present
+artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACTS unless present, and their compiled programs
+	$(PY) -m phoenix.serving.compile --artifacts $(ARTIFACTS) --device $(DEVICE)
 
 $(ARTIFACTS)/config.json: | $(BACKEND_STAMP)
 	$(PY) -m phoenix.artifacts --preset mini --out $(ARTIFACTS)
 
-serve: setup artifacts  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
+# serve builds missing programs itself (phoenix.serving.compile), before Triton starts
+serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
 	$(PY) -m phoenix.serving.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
 
-# The demo picks free ports, so it also works beside a running `make serve`. It serves towers
-# trained on synthetic logs (trained once, then cached: see "training" below).
+# The demo picks free ports, so it also works beside a running `make serve`. It serves the
+# towers trained on synthetic logs that ship in artifacts/trained-demo (see "training" below).
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## train the demo towers once, serve, recommend, stop
 	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST)
 
@@ -125,8 +127,9 @@ clean:  ## remove build outputs and caches (keeps .venv and artifacts)
 	rm -rf build .pytest_cache .ruff_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-distclean: clean  ## also remove .venv and artifacts
-	rm -rf $(VENV) artifacts
+distclean: clean  ## also remove .venv and the built artifacts (the shipped trained demo stays)
+	rm -rf $(VENV) artifacts/trained-demo/compiled
+	find artifacts -mindepth 1 -maxdepth 1 ! -name trained-demo -exec rm -rf {} +
 
 # ---- load test and serving benchmark ----------------------------------------------------------
 LOADTEST_USERS ?= 8
@@ -204,10 +207,12 @@ $(1)/config.json: $(STAMPS)/train-$(subst /,_,$(1)).args | $(BACKEND_STAMP)
 	$(PY) -m phoenix.training pipeline --preset $(2) --seed $(3) --out $(1) $(4)
 endef
 
-# `make train TRAIN_PRESET=demo` trains the demo's directory with the train rule (figures
-# under bench/results); otherwise each directory has its own
+# The demo's towers are in the repository (artifacts/trained-demo, 9.6 MB): `make demo` serves
+# them at once. `make train TRAIN_PRESET=demo` trains them again with the train rule (figures
+# under bench/results); another DEMO_ARTIFACTS directory is trained when it has no config.json.
 ifneq ($(abspath $(TRAINED)),$(abspath $(DEMO_ARTIFACTS)))
-$(eval $(call trained_rules,$(DEMO_ARTIFACTS),demo,$(DEMO_SEED)))
+$(DEMO_ARTIFACTS)/config.json: | $(BACKEND_STAMP)
+	$(PY) -m phoenix.training pipeline --preset demo --seed $(DEMO_SEED) --out $(DEMO_ARTIFACTS)
 endif
 $(eval $(call trained_rules,$(TRAINED),$(TRAIN_PRESET),$(TRAIN_SEED),\
 	--results $(TRAIN_RESULTS).json --plot $(TRAIN_RESULTS).png))

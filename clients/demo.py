@@ -46,6 +46,7 @@ from phoenix.serving.client import (
     more_line,
     recommend_inputs,
 )
+from phoenix.serving.compile import CompileError, ensure_programs
 from phoenix.serving.serve import (
     DEFAULT_BUILD_DIR,
     DEFAULT_MODEL_REPOSITORY,
@@ -64,7 +65,14 @@ METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
 FEED_ROWS = 20
 # What the demo reports in one line (exit 3) rather than with a traceback.
-FAILURES = (ServeError, AdminKeyError, TritonServerError, ArtifactError, InferenceServerException)
+FAILURES = (
+    ServeError,
+    AdminKeyError,
+    TritonServerError,
+    ArtifactError,
+    InferenceServerException,
+    CompileError,
+)
 
 
 class PostInfo:
@@ -206,6 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         artifacts = validate_artifacts(args.artifacts)
         warn_if_no_gpu_jax(args.device)
+        ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, _ = server_admin_key(args.build_dir)
         server = make_server(args, artifacts, DEFAULT_MODEL_REPOSITORY, admin_key, supervised=False)
         print(f"starting tritonserver (log: {server.log_path})", flush=True)

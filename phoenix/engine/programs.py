@@ -206,6 +206,21 @@ class ProgramStore:
         except OSError as error:
             self._read_only(error)
 
+    def stale_siblings(self) -> list[Path]:
+        """Other stores beside this one built on this machine (same device and host) for
+        another JAX, code or config: replaced by this one, never loaded again."""
+        same_machine = ("platform", "device_kind", "host")
+        stale = []
+        for sibling in self.directory.parent.glob("*/" + MANIFEST):
+            try:
+                other = json.loads(sibling.read_text())
+            except (OSError, ValueError):
+                continue
+            mine = all(other.get(k) == self.fingerprint.get(k) for k in same_machine)
+            if mine and sibling.parent != self.directory:
+                stale.append(sibling.parent)
+        return sorted(stale)
+
     def entries(self) -> list[Path]:
         return sorted(self.directory.glob(f"*{SUFFIX}"))
 

@@ -12,7 +12,11 @@ compiled for another one is detected and rebuilt, never loaded).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -21,6 +25,10 @@ from pathlib import Path
 from phoenix.command_line import command_parser
 
 DEVICES = ("cpu", "gpu")
+
+
+class CompileError(ValueError):
+    """The programs could not be built (the compile step printed why)."""
 
 
 def service_settings(model: str, artifact_dir: Path, device: str):
@@ -44,14 +52,22 @@ def service_settings(model: str, artifact_dir: Path, device: str):
     )
 
 
-def build_programs(artifact_dir: Path, device: str, models: Sequence[str]):
-    """Warm up each model's service against the store: (one summary row per model, store)."""
+def profile_digest(artifact_dir: Path, device: str, models: Sequence[str]) -> str:
+    """What a complete build covers: each model's settings under the profile."""
+    settings = {m: service_settings(m, artifact_dir, device) for m in models}
+    text = json.dumps(
+        {m: [s.max_batch_size, sorted(s.parameters.items())] for m, s in settings.items()},
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_programs(artifact_dir: Path, device: str, models: Sequence[str], store) -> list[dict]:
+    """Warm up each model's service against ``store``: one summary row per model."""
     from tqdm import tqdm
 
-    from phoenix.engine.programs import ProgramStore
     from phoenix.serving.services import build_service
 
-    store = ProgramStore.beside(artifact_dir)
     rows = []
     with tqdm(desc="programs", unit=" program", file=sys.stderr) as bar:
         for model in models:
@@ -67,7 +83,15 @@ def build_programs(artifact_dir: Path, device: str, models: Sequence[str]):
             build_service(service_settings(model, artifact_dir, device)).warm_up()
             rows.append({"model": model, **counts, "seconds": time.perf_counter() - started})
     store.report = None
-    return rows, store
+    return rows
+
+
+def ensure_programs(artifacts: Path, device: str) -> None:
+    """Build what the store lacks before a server starts (a second or so when it is complete),
+    in a process of its own: JAX is not loaded in the launcher."""
+    command = [sys.executable, "-m", "phoenix.serving.compile", "--artifacts", str(artifacts)]
+    if subprocess.run([*command, "--device", device]).returncode != 0:
+        raise CompileError(f"compiling the programs of {artifacts} failed (see above)")
 
 
 def parse_args(argv: Sequence[str] | None):
@@ -86,6 +110,7 @@ def parse_args(argv: Sequence[str] | None):
         default=",".join(SERVICES),
         help="comma-separated served models (%(default)s)",
     )
+    add("--force", action="store_true", help="load or compile every program, even if built")
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(args.models) - set(SERVICES))
@@ -104,11 +129,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import jax
 
-    if args.device == "gpu" and jax.default_backend() == "cpu":
-        print("error: --device gpu, but JAX sees no GPU (make setup DEVICE=gpu?)", file=sys.stderr)
-        return 2
+    if args.device == "gpu" and jax.default_backend() == "cpu":  # the stubs will run so too
+        print("warning: --device gpu, but JAX sees no GPU: compiling for the CPU", file=sys.stderr)
+    from phoenix.engine.programs import ProgramStore
+
     started = time.perf_counter()
-    rows, store = build_programs(args.artifacts.resolve(), args.device, args.models)
+    artifacts = args.artifacts.resolve()
+    store = ProgramStore.beside(artifacts)
+    built = store.directory / f"built-{args.device}.json"  # the last complete build
+    digest = profile_digest(artifacts, args.device, args.models)
+    if not args.force and built.is_file() and built.read_text() == digest:
+        print(f"programs up to date in {store.directory}")
+        return 0
+    rows = build_programs(artifacts, args.device, args.models, store)
     for row in rows:
         print(
             f"{row['model']:<16} {row['loaded']:>3} loaded  {row['compiled']:>3} compiled  "
@@ -116,6 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     seconds = time.perf_counter() - started
     print(f"programs ready in {seconds:.1f} s, stored in {store.directory}")
+    if store.writable:
+        built.write_text(digest)
+        for stale in store.stale_siblings():
+            shutil.rmtree(stale, ignore_errors=True)
+            print(f"removed {stale}: built for another JAX, model code or config")
     return 0
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from phoenix.command_line import command_parser
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
+from phoenix.serving.compile import ensure_programs
 from phoenix.serving.configs import ConfigError, write_repository
 from phoenix.serving.profiles import profile
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
@@ -348,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         artifacts = validate_artifacts(args.artifacts)
         repository = prepare_repository(args)
         warn_if_no_gpu_jax(args.device)
+        ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
         server = make_server(args, artifacts, repository, admin_key, not args.no_supervisor)
         print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)

@@ -64,8 +64,11 @@ def tiny_artifacts(tmp_path_factory) -> Path:
     """Tiny ranker/retriever artifacts (500-item corpus), generated once per session."""
     from phoenix.artifacts import generate  # lazy: only integration tests need it
 
+    from phoenix.serving.compile import ensure_programs
+
     out_dir = tmp_path_factory.mktemp("tiny-artifacts")
     generate("tiny", out_dir, seed=0, corpus_size=500)
+    ensure_programs(out_dir, "cpu")  # as serve does: the servers' instances only load
     return out_dir
 
 
