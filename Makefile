@@ -140,7 +140,7 @@ BENCH_ARGS ?=
 LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
-.PHONY: loadtest bench-serving bench-engine
+.PHONY: loadtest bench-serving bench-engine bench-startup
 
 bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
@@ -148,6 +148,9 @@ bench-engine: setup  ## engine vs the original runner and the same under jax.jit
 loadtest: setup artifacts  ## Locust, HTTP + gRPC users, reports in loadtest/results/; fails on errors
 	$(PY) loadtest/locustfile.py --artifacts $(ARTIFACTS) --users $(LOADTEST_USERS) \
 		--run-time $(LOADTEST_TIME) $(LOADTEST_TARGET)
+
+bench-startup: setup artifacts  ## ranker buckets' start cost vs padding, serve ready time, heal time -> bench/results/startup.*
+	$(PY) -m bench.bench_startup --artifacts $(ARTIFACTS) $(BENCH_ARGS)
 
 bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENCH_ARGS=--quick)
 	$(PY) bench/bench_serving.py --artifacts $(ARTIFACTS) $(BENCH_ARGS)

@@ -212,12 +212,13 @@ def save_config(directory: PathLike, config: ArtifactConfig) -> None:
 
 @dataclass(frozen=True)
 class Artifacts:
-    """A validated artifact directory: config, both models' weights and the hash tables."""
+    """A validated artifact directory: config, both models' weights and the hash tables (a
+    part not asked of ``load_artifacts`` is None)."""
 
     config: ArtifactConfig
-    ranker_params: Params
-    retrieval_params: Params
-    tables: dict[str, np.ndarray]  # user_embeddings, item_embeddings, author_embeddings
+    ranker_params: Optional[Params]
+    retrieval_params: Optional[Params]
+    tables: Optional[dict[str, np.ndarray]]  # user_embeddings, item_embeddings, author_embeddings
     root: Optional[Path] = None
 
     def stacked_table(self) -> np.ndarray:
@@ -228,16 +229,26 @@ class Artifacts:
         return HashEmbedder(self.config, self.stacked_table())
 
 
-def load_artifacts(directory: PathLike) -> Artifacts:
-    """Load and validate config, ranker and retrieval weights and the tables of ``directory``."""
+def load_artifacts(
+    directory: PathLike, *, ranker: bool = True, retrieval: bool = True, tables: bool = True
+) -> Artifacts:
+    """Load and validate config, ranker and retrieval weights and the tables of ``directory``;
+    a served model asks only for the parts it uses (each costs reading and shape checks)."""
     root = artifact_root(directory)
     config = load_config(root)
-    ranker = _load_params(root, RANKER_PARAMS_FILE, ranker_param_shapes(config))
-    retrieval = _load_params(
-        root, RETRIEVAL_PARAMS_FILE, retrieval_param_shapes(config), (LOG_TEMPERATURE_KEY,)
+    return Artifacts(
+        config,
+        _load_params(root, RANKER_PARAMS_FILE, ranker_param_shapes(config)) if ranker else None,
+        _load_params(
+            root, RETRIEVAL_PARAMS_FILE, retrieval_param_shapes(config), (LOG_TEMPERATURE_KEY,)
+        )
+        if retrieval
+        else None,
+        check_tables(read_npz(existing_file(root, TABLES_FILE), TABLES_FILE), config)
+        if tables
+        else None,
+        root,
     )
-    tables = check_tables(read_npz(existing_file(root, TABLES_FILE), TABLES_FILE), config)
-    return Artifacts(config, ranker, retrieval, tables, root)
 
 
 def _as_numpy_tree(params: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:

@@ -36,7 +36,7 @@ from phoenix.engine.batching import (
     default_compute_dtype,
     default_max_rows_per_call,
 )
-from phoenix.engine.programs import Program, ProgramStore
+from phoenix.engine.programs import Program, ProgramStore, prepare_all
 from phoenix.engine.ranking import _model_method
 from phoenix.grok import rms_normalize
 from phoenix.hashing import EntityHash, hash_formula
@@ -258,12 +258,14 @@ class DeviceRanker:
     def warm_up(self) -> int:
         """Load (or compile) both programs for every (batch bucket, candidate bucket), from
         shapes alone: nothing runs. Returns how many buckets."""
+        calls = []
         for users in self.batch_buckets:
             for width in self.candidate_buckets:
                 batch = empty_request_batch(users, width, self.config)
-                self._hash.prepare(*id_inputs(batch))
                 hashed = self._hash.output_shapes(*id_inputs(batch))
-                self._rank.prepare(self.weights, hashed, float_inputs(batch))
+                calls.append((self._hash, id_inputs(batch), {}))
+                calls.append((self._rank, (self.weights, hashed, float_inputs(batch)), {}))
+        prepare_all(calls)
         return len(self.batch_buckets) * len(self.candidate_buckets)
 
 

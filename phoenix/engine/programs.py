@@ -137,6 +137,11 @@ class ProgramStore:
             _OPEN[directory] = cls(directory, print_)
         return _OPEN[directory]
 
+    @staticmethod
+    def forget_open() -> None:
+        """Forget the stores opened so far: the next ``beside`` reads its manifest again."""
+        _OPEN.clear()
+
     def _check_manifest(self) -> None:
         manifest = self.directory / MANIFEST
         try:
@@ -245,6 +250,18 @@ def persistent_cache_off():
         yield
     finally:
         jax.config.update("jax_enable_compilation_cache", before)
+
+
+def prepare_all(calls: Sequence[tuple[Program, tuple, dict]], workers: Optional[int] = None):
+    """``program.prepare(*args, **static)`` for every call, on a few threads: XLA compiles
+    without holding the GIL, so an empty store fills about as many times faster as there are
+    cores. Returns how each went, in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = workers or min(4, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compile") as pool:
+        futures = [pool.submit(program.prepare, *args, **static) for program, args, static in calls]
+        return [future.result() for future in futures]
 
 
 class Program:

@@ -138,13 +138,21 @@ class HistoryBatch(NamedTuple):
     history_dwell_seconds: np.ndarray  # [B, S] float32, zeros where not sent
 
 
+PARTS = ("ranker", "retrieval", "tables")  # of an artifact directory, loaded on demand
+
+
 class PhoenixResources:
     """Artifacts loaded once per model instance: config, weights and the hash embedder."""
 
-    def __init__(self, artifact_dir: Union[str, Path]):
-        self.artifacts: Artifacts = load_artifacts(artifact_dir)
+    def __init__(self, artifact_dir: Union[str, Path], parts: Sequence[str] = PARTS):
+        unknown = set(parts) - set(PARTS)
+        if unknown:
+            raise ValueError(f"unknown artifact parts {sorted(unknown)}; known: {PARTS}")
+        self.artifacts: Artifacts = load_artifacts(
+            artifact_dir, **{part: part in parts for part in PARTS}
+        )
         self.config = self.artifacts.config
-        self.embedder = self.artifacts.embedder()
+        self.embedder = self.artifacts.embedder() if "tables" in parts else None
         self.root = Path(artifact_dir)
         # Compiled programs beside the artifacts (phoenix-compile fills it; docs/serving.md)
         self.programs = ProgramStore.beside(self.root)

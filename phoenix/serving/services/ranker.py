@@ -124,7 +124,7 @@ class RankerService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RankerService:
         return cls(
-            PhoenixResources(settings.artifact_dir),
+            PhoenixResources(settings.artifact_dir, ("ranker", "tables")),
             settings.text("score_weights"),
             candidate_buckets=settings.ints("candidate_buckets"),
             batch_buckets=settings.batch_buckets,

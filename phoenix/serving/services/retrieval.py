@@ -65,7 +65,7 @@ class UserEncoderService(Service):
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> UserEncoderService:
-        resources = PhoenixResources(settings.artifact_dir)
+        resources = PhoenixResources(settings.artifact_dir, ("retrieval", "tables"))
         return cls(resources, batch_buckets=settings.batch_buckets)
 
     def warm_up(self) -> int:
@@ -98,7 +98,7 @@ class CandidateTowerService(Service):
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
         (rows_per_call,) = settings.ints("rows_per_call")
         return cls(
-            PhoenixResources(settings.artifact_dir),
+            PhoenixResources(settings.artifact_dir, ("retrieval", "tables")),
             max_rows=settings.max_batch_size,
             rows_per_call=rows_per_call,
         )
@@ -149,7 +149,7 @@ class RetrieverService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
         return cls(
-            PhoenixResources(settings.artifact_dir),
+            PhoenixResources(settings.artifact_dir, ("retrieval",)),  # no tables: it gets vectors
             settings.text("corpus_file"),
             batch_buckets=settings.batch_buckets,
         )

@@ -1,0 +1,381 @@
+"""Start-up: what each ranker bucket costs and buys, how fast a server answers, how fast a
+killed model answers again. What `make bench-startup` runs.
+
+    python -m bench.bench_startup --artifacts artifacts/demo [--steps buckets,serve,heal]
+
+Steps:
+  buckets  in process, for every (batch, candidates) bucket of the CPU ranker profile: seconds
+           to compile its two programs into an empty store, seconds to load them from the
+           store, milliseconds per call; the share of requests each candidate bucket gets in
+           the project's traffic (clients/workload.py: recommend asks for 10-200 posts, a
+           direct ranker call sends 1-512 candidates); and what removing the bucket would
+           cost: its requests padded to the next bucket, over one hour at REFERENCE_RPS,
+           against the load seconds it saves at every start of every instance.
+  serve    the serve command (store built, as `make serve` runs it) from start to /ready 200,
+           --starts times.
+  heal     under a recommend load, kill -9 every ranker stub at once: seconds until /ready is
+           200 again and until answers are good again, and the failed requests.
+
+Figures: bench/results/startup.json and startup.png (the bucket table as bars). Timings are
+printed and written, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from bench.loadgen import LoadRun, alternating_callers, wait_until
+from bench.serving_servers import ServePorts
+from phoenix.command_line import command_parser
+from phoenix.serving.triton_server import http_get_status
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results"
+STEPS = ("buckets", "serve", "heal")
+REFERENCE_RPS = 100.0  # requests/s one replica serves, for the padding side of the table
+CALLS_PER_BUCKET = 7  # timed calls per bucket (the fastest is kept)
+TOP_K = 50
+
+
+# ----------------------------------------------------------------------------------------
+# buckets
+# ----------------------------------------------------------------------------------------
+
+
+def candidate_shares(buckets: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """Share of requests per candidate bucket in each workload of clients/workload.py."""
+    from clients.workload import MAX_RANDOM_CANDIDATES
+    from phoenix.engine.batching import bucket_for
+
+    workloads = {
+        "recommend": np.arange(10, 201),  # top_k drawn uniformly from 10..200
+        "rank": np.arange(1, MAX_RANDOM_CANDIDATES + 1),  # 1..512 candidates
+    }
+    shares = {}
+    for name, counts in workloads.items():
+        chosen = [bucket_for(int(c), buckets) for c in counts]
+        shares[name] = {b: chosen.count(b) / len(chosen) for b in buckets}
+    return shares
+
+
+def time_buckets(artifacts: Path) -> list[dict]:
+    """Compile, load and call seconds of every ranker bucket of the CPU profile."""
+    from phoenix.engine.programs import STORE_ENV, ProgramStore
+    from phoenix.serving.compile import service_settings
+    from phoenix.serving.services import build_service
+
+    settings = service_settings("ranker", artifacts, "cpu")
+    batch_buckets = settings.batch_buckets
+    candidate_buckets = settings.ints("candidate_buckets")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="startup-store-") as empty:
+        os.environ[STORE_ENV] = empty  # the artifacts' own store stays as it is
+        try:
+            for users in batch_buckets:
+                for width in candidate_buckets:
+                    rows.append(time_one_bucket(settings, users, width, build_service))
+                    print(_bucket_line(rows[-1]), flush=True)
+        finally:
+            del os.environ[STORE_ENV]
+            ProgramStore.forget_open()
+    return rows
+
+
+def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
+    """One bucket's programs compiled, then loaded by a second ranker, then called."""
+    from dataclasses import replace
+
+    from phoenix.engine.device_ranking import empty_request_batch
+    from phoenix.engine.programs import ProgramStore
+
+    one = replace(
+        settings,
+        max_batch_size=users,
+        parameters={**settings.parameters, "batch_buckets": str(users),
+                    "candidate_buckets": str(width)},
+    )  # fmt: skip
+    ProgramStore.forget_open()
+    started = time.perf_counter()
+    build_service(one).warm_up()
+    compile_s = time.perf_counter() - started
+    ProgramStore.forget_open()
+    service = build_service(one)
+    started = time.perf_counter()
+    service.warm_up()
+    load_s = time.perf_counter() - started
+    ranker = service.ranker
+    batch = empty_request_batch(users, width, ranker.config)
+    ranker.rank(batch)  # the first call of a loaded program pays a little extra
+    calls = []
+    for _ in range(CALLS_PER_BUCKET):
+        started = time.perf_counter()
+        ranker.rank(batch)
+        calls.append(time.perf_counter() - started)
+    return {
+        "users": users,
+        "candidates": width,
+        "compile_s": round(compile_s, 3),
+        "load_s": round(load_s, 3),
+        "call_ms": round(1e3 * min(calls), 2),  # the least disturbed call of a busy machine
+    }
+
+
+def _bucket_line(row: dict) -> str:
+    return (
+        f"  bucket {row['users']} x {row['candidates']:>4}: compile {row['compile_s']:5.2f} s, "
+        f"load {row['load_s']:5.3f} s, call {row['call_ms']:7.2f} ms"
+    )
+
+
+def bucket_verdicts(rows: list[dict], instances: int) -> list[dict]:
+    """Each bucket against the next larger candidate bucket of the same batch size: the
+    padding its requests would pay over an hour, and the load seconds every start saves."""
+    widths = sorted({r["candidates"] for r in rows})
+    shares = candidate_shares(tuple(widths))
+    by_key = {(r["users"], r["candidates"]): r for r in rows}
+    out = []
+    for row in rows:
+        users, width = row["users"], row["candidates"]
+        share = max(shares["recommend"][width], shares["rank"][width])
+        verdict = dict(row, share_recommend=round(shares["recommend"][width], 3),
+                       share_rank=round(shares["rank"][width], 3))  # fmt: skip
+        larger = [w for w in widths if w > width]
+        if not larger:
+            verdict.update(padding_ms=None, padding_s_per_hour=None, saved_s_per_start=None,
+                           keep=True, why="the largest bucket: the contract's limit")  # fmt: skip
+            out.append(verdict)
+            continue
+        padding_ms = by_key[(users, larger[0])]["call_ms"] - row["call_ms"]
+        per_hour = max(padding_ms, 0.0) / 1e3 * share * REFERENCE_RPS * 3600
+        saved = row["load_s"] * instances
+        keep = per_hour >= saved
+        why = (
+            f"padding {per_hour:.1f} s/hour >= {saved:.2f} s saved per start"
+            if keep
+            else f"saves {saved:.2f} s per start > padding {per_hour:.1f} s/hour"
+        )
+        verdict.update(padding_ms=round(padding_ms, 2), padding_s_per_hour=round(per_hour, 1),
+                       saved_s_per_start=round(saved, 3), keep=keep, why=why)  # fmt: skip
+        out.append(verdict)
+    return out
+
+
+def bucket_table(verdicts: list[dict]) -> str:
+    lines = [
+        "| bucket (users x candidates) | compile s | load s | call ms | share recommend / rank "
+        "| padding ms if removed | padding s/hour | saved s/start | keep |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        pad = "-" if v["padding_ms"] is None else f"{v['padding_ms']:.2f}"
+        hour = "-" if v["padding_s_per_hour"] is None else f"{v['padding_s_per_hour']:.1f}"
+        saved = "-" if v["saved_s_per_start"] is None else f"{v['saved_s_per_start']:.2f}"
+        lines.append(
+            f"| {v['users']} x {v['candidates']} | {v['compile_s']:.2f} | {v['load_s']:.3f} | "
+            f"{v['call_ms']:.2f} | {v['share_recommend']:.2f} / {v['share_rank']:.2f} | {pad} "
+            f"| {hour} | {saved} | {'yes' if v['keep'] else 'no'}: {v['why']} |"
+        )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------
+# serve and heal
+# ----------------------------------------------------------------------------------------
+
+
+class Serve:
+    """The serve command on free ports, as `make serve` runs it."""
+
+    def __init__(self, artifacts: Path, work: Path):
+        self.ports = ServePorts.free()
+        work.mkdir(parents=True, exist_ok=True)
+        self.out = work / "serve.out"
+        command = self.ports.command(artifacts, work / "build", drain_seconds=0.5)
+        self.started = time.monotonic()
+        with self.out.open("wb") as out:
+            self.process = subprocess.Popen(
+                command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        self.ready_url = f"http://127.0.0.1:{self.ports.ready}/ready"
+        self.http_url, self.grpc_url = (f"127.0.0.1:{p}" for p in self.ports[:2])
+
+    def wait_ready(self, timeout_s: float = 600) -> float:
+        """Seconds from the command's start until /ready answers 200."""
+        when = wait_until(lambda: http_get_status(self.ready_url) == 200, timeout_s, 0.05)
+        if when is None:
+            raise RuntimeError(f"serve was not ready in {timeout_s} s; see {self.out}")
+        return when - self.started
+
+    def status(self) -> dict:
+        url = f"http://127.0.0.1:{self.ports.ready}/status"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def time_serve_starts(artifacts: Path, work: Path, starts: int) -> list[float]:
+    seconds = []
+    for index in range(starts):
+        serve = Serve(artifacts, work / f"start-{index}")
+        try:
+            seconds.append(round(serve.wait_ready(), 2))
+            print(f"  start {index + 1}: ready after {seconds[-1]:.1f} s", flush=True)
+        finally:
+            serve.stop()
+    return seconds
+
+
+def recommend_load(serve: Serve, artifacts: Path, duration_s: float) -> LoadRun:
+    from phoenix.checkpoint import load_example_sequence
+    from phoenix.serving.client import recommend_inputs
+
+    inputs = recommend_inputs(load_example_sequence(artifacts).to_dict(), top_k=TOP_K)
+    make = alternating_callers(serve.http_url, serve.grpc_url, "recommend", inputs,
+                               outputs=["ranked_post_ids"], timeout_s=60)  # fmt: skip
+    return LoadRun(make, workers=4, duration_s=duration_s, pause_after_error_s=0.05)
+
+
+def kill_all_ranker_stubs(serve: Serve, artifacts: Path) -> dict:
+    """Under load, kill -9 every ranker stub; when answers and /ready are good again."""
+    with recommend_load(serve, artifacts, duration_s=120) as run:
+        time.sleep(5)
+        pids = [int(p) for p, name in serve.status()["stub_pids"].items()
+                if name.startswith("ranker_")]  # fmt: skip
+        killed = time.monotonic()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        ready = wait_until(lambda: http_get_status(serve.ready_url) == 200
+                           and time.monotonic() > killed + 0.5, 120, 0.05)  # fmt: skip
+        time.sleep(5)
+        run.stop()
+    outcomes = run.snapshot()
+    failed = [o for o in outcomes if not o.ok and o.ended >= killed]
+    last_failure = max((o.started for o in failed), default=killed)
+    good_again = min((o.ended for o in outcomes if o.ok and o.started > last_failure),
+                     default=None)  # fmt: skip
+    return {
+        "stubs_killed": len(pids),
+        "ready_again_s": round(ready - killed, 2) if ready else None,
+        "good_answers_again_s": round(good_again - killed, 2) if good_again else None,
+        "requests": len(outcomes),
+        "failed": len(failed),
+        "ok_after": sum(o.ok and o.started > last_failure for o in outcomes),
+    }
+
+
+def time_heals(artifacts: Path, work: Path, kills: int) -> list[dict]:
+    serve = Serve(artifacts, work / "heal")
+    rows = []
+    try:
+        serve.wait_ready()
+        for index in range(kills):
+            rows.append(kill_all_ranker_stubs(serve, artifacts))
+            print(f"  kill {index + 1}: {json.dumps(rows[-1])}", flush=True)
+    finally:
+        serve.stop()
+    return rows
+
+
+# ----------------------------------------------------------------------------------------
+# report
+# ----------------------------------------------------------------------------------------
+
+
+def write_plot(verdicts: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{v['users']}x{v['candidates']}" for v in verdicts]
+    x = np.arange(len(labels))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    top.bar(x - 0.2, [v["compile_s"] for v in verdicts], 0.4, label="compile (empty store)")
+    top.bar(x + 0.2, [v["load_s"] for v in verdicts], 0.4, label="load (built store)")
+    top.set_ylabel("seconds per instance start")
+    top.legend()
+    top.set_title("Ranker buckets: start-up cost and call time (2-core CPU)")
+    bottom.bar(x, [v["call_ms"] for v in verdicts], 0.6, color="tab:green")
+    bottom.set_ylabel("ms per call")
+    bottom.set_xticks(x, labels, rotation=45)
+    bottom.set_xlabel("bucket (users x candidates)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv):
+    parser = command_parser("python -m bench.bench_startup", __doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--artifacts", type=Path, default=Path("artifacts/demo"), help="(%(default)s)")
+    add("--steps", default=",".join(STEPS), help="comma-separated: %(default)s")
+    add("--starts", type=int, default=3, help="serve starts to time (%(default)s)")
+    add("--kills", type=int, default=2, help="kills of every ranker stub (%(default)s)")
+    add("--results", type=Path, default=RESULTS / "startup.json", help="(%(default)s)")
+    args = parser.parse_args(argv)
+    args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = sorted(set(args.steps) - set(STEPS))
+    if unknown:
+        parser.error(f"unknown steps {unknown}; choose from {list(STEPS)}")
+    args.artifacts = args.artifacts.resolve()
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from phoenix.serving.compile import ensure_programs
+    from phoenix.serving.profiles import CPU
+
+    results = json.loads(args.results.read_text()) if args.results.is_file() else {}
+    results["machine"] = f"{os.cpu_count()} cores"
+    results["artifacts"] = str(args.artifacts.relative_to(REPO_ROOT))
+    work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
+    try:
+        if "buckets" in args.steps:
+            print("== buckets (in process)", flush=True)
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+            instances = CPU.models["ranker"].instances
+            verdicts = bucket_verdicts(time_buckets(args.artifacts), instances)
+            results["buckets"] = {"instances": instances, "reference_rps": REFERENCE_RPS,
+                                  "rows": verdicts}  # fmt: skip
+            print(bucket_table(verdicts))
+            write_plot(verdicts, args.results.with_suffix(".png"))
+        if {"serve", "heal"} & set(args.steps):
+            ensure_programs(args.artifacts, "cpu")
+        if "serve" in args.steps:
+            print(f"== serve: {args.starts} starts, store built", flush=True)
+            starts = time_serve_starts(args.artifacts, work, args.starts)
+            results["serve_ready_s"] = starts
+        if "heal" in args.steps:
+            print(f"== heal: kill every ranker stub under load, {args.kills} times", flush=True)
+            results["heal"] = time_heals(args.artifacts, work, args.kills)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

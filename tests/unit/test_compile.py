@@ -1,0 +1,53 @@
+"""phoenix-compile builds what the instances load: the same settings as the generated configs,
+every program once, then nothing until something changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from phoenix.artifacts import generate
+from phoenix.engine.programs import ProgramStore
+from phoenix.serving import compile as compile_cli
+from phoenix.serving.configs import REPOSITORY, read_config
+from phoenix.serving.profiles import PROFILES
+from phoenix.serving.services import SERVICES
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=5, corpus_size=64)
+    return out
+
+
+@pytest.mark.parametrize("device", sorted(PROFILES))
+@pytest.mark.parametrize("model", sorted(SERVICES))
+def test_compiled_settings_are_the_generated_configs(tiny, model, device):
+    """An instance reads its config file; phoenix-compile must build the very same programs."""
+    settings = compile_cli.service_settings(model, tiny, device)
+    config = read_config(REPOSITORY / PROFILES[device].config_path(model))
+    assert settings.max_batch_size == config.max_batch_size
+    assert dict(settings.parameters) == {k: v.string_value for k, v in config.parameters.items()}
+
+
+def test_a_second_run_is_up_to_date_and_force_loads_everything(tiny, capsys):
+    run = ["--artifacts", str(tiny), "--models", "candidate_tower,retriever"]  # the quick ones
+    ProgramStore.forget_open()
+    assert compile_cli.main(run) == 0
+    first = [line for line in capsys.readouterr().out.splitlines() if "loaded" in line]
+    assert len(first) == 2 and all(" 0 loaded" in row for row in first), first
+    assert compile_cli.main(run) == 0
+    assert "programs up to date" in capsys.readouterr().out
+    ProgramStore.forget_open()
+    assert compile_cli.main([*run, "--force"]) == 0
+    again = [line for line in capsys.readouterr().out.splitlines() if "loaded" in line]
+    assert len(again) == 2 and all(" 0 compiled" in row for row in again), again
+
+
+def test_unknown_models_and_missing_artifacts_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        compile_cli.main(["--models", "nope"])
+    assert "unknown models ['nope']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compile_cli.main(["--artifacts", str(tmp_path)])
+    assert "has no config.json" in capsys.readouterr().err
