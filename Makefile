@@ -172,6 +172,13 @@ test-reliability-long: setup  ## long versions: every stub killed, 2 workloads x
 soak: setup artifacts  ## 10 min at half capacity: failures, latency, RSS -> bench/results/soak.*
 	$(PY) bench/soak.py --artifacts $(ARTIFACTS) $(SOAK_ARGS)
 
+# Two serve replicas behind nginx (deploy/k8s's balancing): HTTP and gRPC shares, a replica
+# stopped under load with a plain proxy and drained (docs/deploy.md). Heavy: ~10 min.
+REPLICAS_ARGS ?=
+.PHONY: bench-replicas
+bench-replicas: setup artifacts  ## two replicas behind nginx: balance + a stop under load -> bench/results/replicas.json
+	$(PY) -m bench.bench_replicas --artifacts $(ARTIFACTS) $(REPLICAS_ARGS)
+
 bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
 	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)
 
