@@ -12,7 +12,9 @@ goes through nginx. Phases:
    share is counted from its own Triton metrics (nv_inference_request_success, every model).
 2. `stop-plain`: SIGTERM to one replica under load (HTTP and gRPC users), with a plain proxy:
    static upstreams, no retries. Locust's failures, by kind.
-3. `stop-drained`: the same, the way the manifests stop a pod: the replica's /ready (the
+3. `stop-retries`: the same with nginx's retries of requests that never ran (below), static
+   upstreams: what the proxy alone can do.
+4. `stop-drained`: the same, the way the manifests stop a pod: the replica's /ready (the
    readiness probe) is watched every 0.5 s and nginx's upstreams follow the ready replicas (an
    endpoint controller, as Kubernetes and ingress-nginx do); serve drains first (/ready 503 for
    --drain-seconds) and then unloads, letting in-flight requests finish; nginx sends a request
@@ -294,12 +296,24 @@ def balance(args, proxy: Proxy, replicas: list[Replica], user: str, work: Path) 
     }
 
 
-def stop_one(args, proxy: Proxy, replicas: list[Replica], work: Path, drained: bool) -> dict:
+STOPS = {  # name: (upstreams follow /ready, retries)
+    "stop-plain": (False, False),
+    "stop-retries": (False, True),
+    "stop-drained": (True, True),
+}
+PROXY_SETUPS = {
+    (False, False): "static upstreams, no retries",
+    (False, True): "static upstreams, retries of requests that never ran",
+    (True, True): "upstreams follow /ready, retries of requests that never ran",
+}
+
+
+def stop_one(args, proxy: Proxy, replicas: list[Replica], work: Path, name: str) -> dict:
     """SIGTERM replica a under HTTP + gRPC load; Locust's failures and the stop's timings."""
-    name = "stop-drained" if drained else "stop-plain"
+    follow_ready, retries = STOPS[name]
     victim = replicas[0]
-    proxy.configure({r.name for r in replicas}, retries=drained)
-    controller = EndpointController(proxy, replicas) if drained else None
+    proxy.configure({r.name for r in replicas}, retries=retries)
+    controller = EndpointController(proxy, replicas) if follow_ready else None
     if controller:
         controller.start()
     prefix = work / name
@@ -323,8 +337,7 @@ def stop_one(args, proxy: Proxy, replicas: list[Replica], work: Path, drained: b
     removed = [round(t - termed, 2) for t, ready in (controller.changes if controller else [])]
     return {
         "phase": name,
-        "proxy": "upstreams follow /ready, retries of requests that never ran" if drained
-        else "static upstreams, no retries",
+        "proxy": PROXY_SETUPS[STOPS[name]],
         "drain_seconds": args.drain,
         "locust_requests": requests,
         "locust_failures": failures,
@@ -356,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # Stop the replicas and nginx on SIGTERM and Ctrl-C too (a background job ignores SIGINT).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     work = args.work_dir.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -376,13 +392,15 @@ def main(argv=None) -> int:
         ]
         for row in result["balance"]:
             print(json.dumps(row), flush=True)
-        result["stops"] = [stop_one(args, proxy, replicas, work, drained=False)]
-        print(json.dumps(result["stops"][-1]), flush=True)
-        replicas[0].start()
-        result["restart_ready_after_s"] = round(replicas[0].wait_ready(args.ready_timeout), 1)
-        proxy.configure({r.name for r in replicas})
-        result["stops"].append(stop_one(args, proxy, replicas, work, drained=True))
-        print(json.dumps(result["stops"][-1]), flush=True)
+        result["stops"], result["restart_ready_after_s"] = [], []
+        for index, name in enumerate(STOPS):
+            if index:  # the stopped replica again
+                replicas[0].start()
+                restarted = round(replicas[0].wait_ready(args.ready_timeout), 1)
+                result["restart_ready_after_s"].append(restarted)
+                proxy.configure({r.name for r in replicas})
+            result["stops"].append(stop_one(args, proxy, replicas, work, name))
+            print(json.dumps(result["stops"][-1]), flush=True)
     finally:
         proxy.stop()
         for replica in replicas:
