@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from phoenix.serving import serve
+from phoenix.serving.profiles import profile
 from phoenix.serving.serve import EXIT_TIMEOUT_S
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +36,13 @@ PORT_OPTIONS = {"http": "http_port", "grpc": "grpc_port", "metrics": "metrics_po
 SHM_PATH = "/dev/shm"
 JAX_MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 GPU_RESOURCE = "nvidia.com/gpu"
+MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+GPU_MEMORY_FOR_STUBS = 0.9  # the rest: CUDA contexts, Triton
+
+
+def stubs(device: str) -> int:
+    """Stub processes of one server: every model's instances under the device's profile."""
+    return sum(d.instances for d in profile(device).models.values())
 
 
 def kubectl() -> str:
@@ -176,6 +184,12 @@ def pod_violations(owner: str, spec: dict) -> list[str]:
         bad.append(f"{owner}: no memory limit")
     if args.device == "gpu" and int(limits.get(GPU_RESOURCE, 0)) < 1:
         bad.append(f"{owner}: --device gpu without a {GPU_RESOURCE} limit")
+    if args.device == "gpu" and env.get(MEM_FRACTION_ENV):
+        share = float(env[MEM_FRACTION_ENV]) * stubs("gpu")
+        if share > GPU_MEMORY_FOR_STUBS:
+            bad.append(
+                f"{owner}: {MEM_FRACTION_ENV} x {stubs('gpu')} stubs = {share:.2f} of the GPU"
+            )
     return bad
 
 

@@ -145,6 +145,13 @@ def grpc_behind_virtual_ip(objects):
     service["spec"].pop("clusterIP")
 
 
+def greedy_gpu_stubs(objects):
+    container = container_of(objects)[1]
+    container["args"].append("--device=gpu")
+    container["resources"]["limits"]["nvidia.com/gpu"] = 1
+    container["env"].append({"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0.5"})
+
+
 MUTATIONS = {
     "no readinessProbe": (drop_probe("readinessProbe"), "no readinessProbe"),
     "no livenessProbe": (drop_probe("livenessProbe"), "no livenessProbe"),
@@ -159,6 +166,7 @@ MUTATIONS = {
     "JAX preallocates": (preallocate, "XLA_PYTHON_CLIENT_PREALLOCATE is not 'false'"),
     "short grace period": (short_grace, "terminationGracePeriodSeconds 30 <"),
     "gRPC behind a virtual IP": (grpc_behind_virtual_ip, "gRPC behind a virtual IP"),
+    "GPU stubs over-allotted": (greedy_gpu_stubs, "XLA_PYTHON_CLIENT_MEM_FRACTION x"),
 }
 
 
