@@ -30,7 +30,7 @@ from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "600"))
+READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))  # as test_faults
 
 
 def status(url: str) -> int | None:
