@@ -95,13 +95,19 @@ def test_the_image_exposes_serves_ports_and_runs_as_the_manifests_user():
     )
 
 
-def test_the_files_the_image_copies_exist():
+def test_the_files_the_image_copies_exist_and_are_in_the_build_context():
+    """Every COPY source exists and .dockerignore (everything out, then what the image needs
+    back in) lets it through."""
     from tests.deploy_checks import REPO_ROOT
 
+    ignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    allowed = [line[1:] for line in ignore if line.startswith("!")]
+    assert "*" in ignore
     for op, text in INSTRUCTIONS:
         if op == "COPY":
             for source in shlex.split(text)[:-1]:
                 assert (REPO_ROOT / source).exists(), source
+                assert any(source == a or source.startswith(a + "/") for a in allowed), source
 
 
 def test_serve_starts_the_images_tritonserver_when_told_where_it_is(tmp_path, monkeypatch):
