@@ -1,6 +1,6 @@
 """deploy/image/Dockerfile, read as text (no Docker engine here): the pinned Triton image, the
 targets, non-root, the JAX memory setting, and a command line serve accepts with the ports the
-manifests declare. The requirements' resolution is in tests/slow/test_deploy_image.py."""
+manifests declare. The requirements' resolution is in tests/slow/test_deploy_requirements.py."""
 
 from __future__ import annotations
 
