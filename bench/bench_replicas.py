@@ -51,7 +51,8 @@ POLL_S = 0.5
 
 # Retries of requests that never ran: a connection error before the request reached Triton,
 # or Triton's refusals (404 while unloading, 503 queue full). POST is not idempotent to nginx,
-# hence non_idempotent for those statuses; a request cut mid-way is not retried by gRPC.
+# hence non_idempotent for those statuses, which also resends an HTTP request cut after it was
+# sent (read-only models: harmless); gRPC retries only calls that never reached a replica.
 RETRY_HTTP = (
     "proxy_next_upstream error timeout http_404 http_503 non_idempotent;\n"
     "        proxy_next_upstream_tries 2;"
