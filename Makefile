@@ -20,9 +20,10 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PYTEST_ARGS ?=
 
-# The backend stub links the system libpython of the venv's Python; perf_analyzer needs libb64.
+# The backend stub links the system libpython of the venv's Python; perf_analyzer needs libb64;
+# nginx is the L7 proxy of `make bench-replicas` (Debian's build has the gRPC proxy module).
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d
+SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d nginx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SYSTEM_STAMP := $(STAMPS)/system-packages
@@ -43,7 +44,12 @@ help:  ## list the targets
 
 setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
 
-$(SYSTEM_STAMP):
+# The list itself is a stamp, rewritten only when it changes: a checkout that adds a package
+# installs it on the next `make setup` (the venv does not depend on it, so it is not rebuilt).
+$(STAMPS)/system-packages.list: FORCE
+	$(call write_stamp,$(SYSTEM_PACKAGES))
+
+$(SYSTEM_STAMP): $(STAMPS)/system-packages.list
 	@mkdir -p $(@D)
 	@if dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
 		echo "system packages already installed: $(SYSTEM_PACKAGES)"; \
@@ -171,6 +177,13 @@ test-reliability-long: setup  ## long versions: every stub killed, 2 workloads x
 
 soak: setup artifacts  ## 10 min at half capacity: failures, latency, RSS -> bench/results/soak.*
 	$(PY) bench/soak.py --artifacts $(ARTIFACTS) $(SOAK_ARGS)
+
+# Two serve replicas behind nginx (deploy/k8s's balancing): HTTP and gRPC shares, a replica
+# stopped under load with a plain proxy and drained (docs/deploy.md). Heavy: ~10 min.
+REPLICAS_ARGS ?=
+.PHONY: bench-replicas
+bench-replicas: setup artifacts  ## two replicas behind nginx: balance + a stop under load -> bench/results/replicas.json
+	$(PY) -m bench.bench_replicas --artifacts $(ARTIFACTS) $(REPLICAS_ARGS)
 
 bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
 	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)

@@ -30,6 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BACKEND_DIR = Path(sys.prefix) / "triton-backends"
 BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 STUB_NAME = "triton_python_backend_stub"
+# A Triton install to use instead of the wheel's (deploy/image: /opt/tritonserver).
+TRITON_HOME_ENV = "PHOENIX_TRITON_HOME"
 LOOPBACK = "127.0.0.1"
 # Error lines of a tritonserver log, and the ones every GPU-less machine prints.
 _ERROR_LINE = re.compile(r"^E\d{4} |UNAVAILABLE")
@@ -186,12 +188,19 @@ class TritonServer:
         return self.process.pid if self.process else None
 
     def command(self) -> list[str]:
-        """The tritonserver command line."""
-        linked = all((BACKEND_DIR / "python" / f).exists() for f in (*BACKEND_FILES, STUB_NAME))
+        """The tritonserver command line: the wheel's server and our backend folder, or with
+        $PHOENIX_TRITON_HOME (NVIDIA's image: /opt/tritonserver) that install's own."""
+        if home := os.environ.get(TRITON_HOME_ENV):
+            binary, backends = Path(home) / "bin" / "tritonserver", Path(home) / "backends"
+        else:
+            files = (*BACKEND_FILES, STUB_NAME)
+            linked = all((BACKEND_DIR / "python" / f).exists() for f in files)
+            binary = pytriton_server_root() / "bin" / "tritonserver"
+            backends = BACKEND_DIR if linked else build_backend_dir()
         return [
-            str(pytriton_server_root() / "bin" / "tritonserver"),
+            str(binary),
             f"--model-repository={self.model_repository}",
-            f"--backend-directory={BACKEND_DIR if linked else build_backend_dir()}",
+            f"--backend-directory={backends}",
             *(f"--{api}-address={self.host}" for api in ("http", "grpc", "metrics")),
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",

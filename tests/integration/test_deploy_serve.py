@@ -1,0 +1,126 @@
+"""The rendered Deployment's container, run here for real: serve with the manifest's own args
+(ports made free, loopback, tiny artifacts) and the image's way of naming Triton
+(PHOENIX_TRITON_HOME pointing at a /opt/tritonserver-like folder). The manifest's probe paths
+answer on its probe port, Triton serves on its HTTP, gRPC and metrics ports, and a SIGTERM
+ends in exit 0 within the grace period the manifest leaves after its preStop sleep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+import tritonclient.grpc as grpcclient
+
+from bench.loadgen import wait_until
+from phoenix.serving.triton_server import (
+    BACKEND_DIR,
+    TRITON_HOME_ENV,
+    pick_free_ports,
+    pytriton_server_root,
+)
+from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))  # as test_faults
+
+
+def status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def triton_home(root: Path) -> Path:
+    """A folder laid out as NVIDIA's image lays out /opt/tritonserver: bin/tritonserver and
+    backends/python, here links to the wheel's server and the project's backend folder."""
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tritonserver").symlink_to(pytriton_server_root() / "bin" / "tritonserver")
+    (root / "backends").mkdir()
+    (root / "backends" / "python").symlink_to((BACKEND_DIR / "python").resolve())
+    return root
+
+
+def local_args(args: list[str], ports: dict[str, int], artifacts: Path, build: Path) -> list[str]:
+    """The manifest's args with free ports, loopback, these artifacts and build folder."""
+    replaced = {f"--{option.replace('_', '-')}": str(ports[name])
+                for name, option in PORT_OPTIONS.items()}  # fmt: skip
+    replaced.update(
+        {"--host": "127.0.0.1", "--artifacts": str(artifacts), "--build-dir": str(build)}
+    )
+    out = []
+    for arg in args:
+        option = arg.split("=", 1)[0]
+        out.append(f"{option}={replaced[option]}" if option in replaced else arg)
+    return [*out, "--quiet"]
+
+
+def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
+    tiny_artifacts, tmp_path
+):
+    deployment = next(o for o in render(K8S_DIR / "overlays" / "cpu") if o["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    container = serving_container(spec)
+    ports = dict(zip(PORT_OPTIONS, pick_free_ports(len(PORT_OPTIONS))))
+    declared = {p["name"]: p["containerPort"] for p in container["ports"]}
+    local = {declared[name]: port for name, port in ports.items()}  # manifest port -> here
+    home = triton_home(tmp_path / "tritonserver")
+    env = dict(os.environ, **{TRITON_HOME_ENV: str(home)})
+    env.update(
+        {
+            e["name"]: e["value"]
+            for e in container["env"]
+            if "value" in e and not e["value"].startswith("/")
+        }
+    )  # fmt: skip  (paths of the image's layout)
+    args = local_args(container["args"], ports, tiny_artifacts, tmp_path / "build")
+    command = [sys.executable, "-m", "phoenix.serving.serve", *args]
+    log = (tmp_path / "serve.out").open("wb")
+    serve = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)  # fmt: skip
+    try:
+
+        def probe(kind: str) -> int | None:
+            get = container[kind]["httpGet"]
+            port = get["port"] if isinstance(get["port"], int) else declared[get["port"]]
+            return status(f"http://127.0.0.1:{local[port]}{get['path']}")
+
+        started = wait_until(lambda: probe("startupProbe") == 200 or serve.poll() is not None,
+                             READY_TIMEOUT_S, 0.5)  # fmt: skip
+        assert started and serve.poll() is None, (tmp_path / "serve.out").read_text()[-3000:]
+        assert probe("readinessProbe") == 200 and probe("livenessProbe") == 200
+        # Triton's own ports, as the Services reach them, and the server the image names.
+        assert status(f"http://127.0.0.1:{ports['http']}/v2/health/ready") == 200
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+        assert grpc.is_server_ready()
+        grpc.close()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics").read()
+        assert b"nv_inference_request_success" in metrics
+        servers = [p for p in psutil.Process(serve.pid).children() if "tritonserver" in p.name()]
+        assert servers and servers[0].cmdline()[0] == str(home / "bin" / "tritonserver")
+        # Pod deletion: preStop sleeps, then SIGTERM; what is left of the grace period must do.
+        left = spec["terminationGracePeriodSeconds"] - sleep_seconds(
+            container["lifecycle"]["preStop"]
+        )
+        termed = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: probe("readinessProbe") != 200, 5, 0.02), "no drain"
+        code = serve.wait(left)
+        print(f"DEPLOY stop: exit {code} after {time.monotonic() - termed:.1f} s of {left:g} s")
+        assert code == 0, (tmp_path / "serve.out").read_text()[-3000:]
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.wait()
