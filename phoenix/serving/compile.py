@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.device == "gpu" and jax.default_backend() == "cpu":  # the stubs will run so too
         print("warning: --device gpu, but JAX sees no GPU: compiling for the CPU", file=sys.stderr)
-    from phoenix.engine.programs import ProgramStore
+    from phoenix.engine.programs import STORE_ENV, ProgramStore
 
     started = time.perf_counter()
     artifacts = args.artifacts.resolve()
@@ -140,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     digest = profile_digest(artifacts, args.device, args.models)
     if not args.force and built.is_file() and built.read_text() == digest:
         print(f"programs up to date in {store.directory}")
+        return 0
+    if not store.writable:  # compiling here would be lost: the instances compile for themselves
+        print(f"warning: {store.directory} cannot be written; set ${STORE_ENV} to a writable "
+              "directory so that the programs are built once", file=sys.stderr)  # fmt: skip
         return 0
     rows = build_programs(artifacts, args.device, args.models, store)
     for row in rows:
