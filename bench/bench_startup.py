@@ -138,54 +138,60 @@ def _bucket_line(row: dict) -> str:
     )
 
 
-def bucket_verdicts(rows: list[dict], instances: int) -> list[dict]:
-    """Each bucket against the next larger candidate bucket of the same batch size: the
-    padding its requests would pay over an hour, and the load seconds every start saves."""
-    widths = sorted({r["candidates"] for r in rows})
+def bucket_decisions(rows: list[dict], instances: int) -> list[dict]:
+    """Whether each candidate bucket and each batch bucket earns its place (a profile chooses
+    the two sets, not single pairs). Removing one pads its calls to the next larger bucket:
+    the extra call time, over an hour of REFERENCE_RPS calls (spread evenly over the batch
+    buckets, over candidate counts as the two workloads' average share), against the load
+    seconds every start of every instance saves (its programs at every size of the other
+    dimension). The largest bucket of each set is the limit and stays."""
+    call = {(r["users"], r["candidates"]): r["call_ms"] for r in rows}
+    load = {(r["users"], r["candidates"]): r["load_s"] for r in rows}
+    users = sorted({u for u, _ in call})
+    widths = sorted({w for _, w in call})
     shares = candidate_shares(tuple(widths))
-    by_key = {(r["users"], r["candidates"]): r for r in rows}
-    out = []
-    for row in rows:
-        users, width = row["users"], row["candidates"]
-        share = max(shares["recommend"][width], shares["rank"][width])
-        verdict = dict(row, share_recommend=round(shares["recommend"][width], 3),
-                       share_rank=round(shares["rank"][width], 3))  # fmt: skip
-        larger = [w for w in widths if w > width]
-        if not larger:
-            verdict.update(padding_ms=None, padding_s_per_hour=None, saved_s_per_start=None,
-                           keep=True, why="the largest bucket: the contract's limit")  # fmt: skip
-            out.append(verdict)
-            continue
-        padding_ms = by_key[(users, larger[0])]["call_ms"] - row["call_ms"]
-        per_hour = max(padding_ms, 0.0) / 1e3 * share * REFERENCE_RPS * 3600
-        saved = row["load_s"] * instances
-        keep = per_hour >= saved
-        why = (
-            f"padding {per_hour:.1f} s/hour >= {saved:.2f} s saved per start"
-            if keep
-            else f"saves {saved:.2f} s per start > padding {per_hour:.1f} s/hour"
+    share = {w: (shares["recommend"][w] + shares["rank"][w]) / 2 for w in widths}
+    calls_per_hour = REFERENCE_RPS * 3600 / len(users)  # per batch bucket
+
+    def decide(kind, value, pairs_now, pairs_padded, weights):
+        saved = sum(load[p] for p in pairs_now) * instances
+        padding_s = sum(
+            weight * max(call[padded] - call[now], 0.0) / 1e3 * calls_per_hour
+            for now, padded, weight in zip(pairs_now, pairs_padded, weights)
         )
-        verdict.update(padding_ms=round(padding_ms, 2), padding_s_per_hour=round(per_hour, 1),
-                       saved_s_per_start=round(saved, 3), keep=keep, why=why)  # fmt: skip
-        out.append(verdict)
+        keep = padding_s >= saved
+        return {"dimension": kind, "bucket": value, "saved_s_per_start": round(saved, 2),
+                "padding_s_per_hour": round(padding_s, 1), "keep": keep}  # fmt: skip
+
+    out = []
+    for i, w in enumerate(widths[:-1]):
+        nxt = widths[i + 1]
+        out.append(decide("candidates", w, [(u, w) for u in users], [(u, nxt) for u in users],
+                          [share[w]] * len(users)))  # fmt: skip
+    for i, u in enumerate(users[:-1]):
+        nxt = users[i + 1]
+        out.append(decide("users", u, [(u, w) for w in widths], [(nxt, w) for w in widths],
+                          [share[w] for w in widths]))  # fmt: skip
     return out
 
 
-def bucket_table(verdicts: list[dict]) -> str:
+def bucket_table(rows: list[dict]) -> str:
+    lines = ["| bucket (users x candidates) | compile s | load s | call ms |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['users']} x {r['candidates']} | {r['compile_s']:.2f} | "
+                     f"{r['load_s']:.3f} | {r['call_ms']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def decision_table(decisions: list[dict]) -> str:
     lines = [
-        "| bucket (users x candidates) | compile s | load s | call ms | share recommend / rank "
-        "| padding ms if removed | padding s/hour | saved s/start | keep |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| bucket removed | start-up saved per start (s) | padding added per hour (s) | keep |",
+        "|---|---|---|---|",
     ]
-    for v in verdicts:
-        pad = "-" if v["padding_ms"] is None else f"{v['padding_ms']:.2f}"
-        hour = "-" if v["padding_s_per_hour"] is None else f"{v['padding_s_per_hour']:.1f}"
-        saved = "-" if v["saved_s_per_start"] is None else f"{v['saved_s_per_start']:.2f}"
-        lines.append(
-            f"| {v['users']} x {v['candidates']} | {v['compile_s']:.2f} | {v['load_s']:.3f} | "
-            f"{v['call_ms']:.2f} | {v['share_recommend']:.2f} / {v['share_rank']:.2f} | {pad} "
-            f"| {hour} | {saved} | {'yes' if v['keep'] else 'no'}: {v['why']} |"
-        )
+    for d in decisions:
+        keep = "yes" if d["keep"] else "no"
+        lines.append(f"| {d['dimension']} {d['bucket']} | {d['saved_s_per_start']:.2f} | "
+                     f"{d['padding_s_per_hour']:.1f} | {keep} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -301,21 +307,21 @@ def time_heals(artifacts: Path, work: Path, kills: int) -> list[dict]:
 # ----------------------------------------------------------------------------------------
 
 
-def write_plot(verdicts: list[dict], path: Path) -> None:
+def write_plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{v['users']}x{v['candidates']}" for v in verdicts]
+    labels = [f"{v['users']}x{v['candidates']}" for v in rows]
     x = np.arange(len(labels))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
-    top.bar(x - 0.2, [v["compile_s"] for v in verdicts], 0.4, label="compile (empty store)")
-    top.bar(x + 0.2, [v["load_s"] for v in verdicts], 0.4, label="load (built store)")
+    top.bar(x - 0.2, [v["compile_s"] for v in rows], 0.4, label="compile (empty store)")
+    top.bar(x + 0.2, [v["load_s"] for v in rows], 0.4, label="load (built store)")
     top.set_ylabel("seconds per instance start")
     top.legend()
     top.set_title("Ranker buckets: start-up cost and call time (2-core CPU)")
-    bottom.bar(x, [v["call_ms"] for v in verdicts], 0.6, color="tab:green")
+    bottom.bar(x, [v["call_ms"] for v in rows], 0.6, color="tab:green")
     bottom.set_ylabel("ms per call")
     bottom.set_xticks(x, labels, rotation=45)
     bottom.set_xlabel("bucket (users x candidates)")
@@ -355,11 +361,12 @@ def main(argv=None) -> int:
             print("== buckets (in process)", flush=True)
             os.environ.setdefault("JAX_PLATFORMS", "cpu")
             instances = CPU.models["ranker"].instances
-            verdicts = bucket_verdicts(time_buckets(args.artifacts), instances)
+            rows = time_buckets(args.artifacts)
+            decisions = bucket_decisions(rows, instances)
             results["buckets"] = {"instances": instances, "reference_rps": REFERENCE_RPS,
-                                  "rows": verdicts}  # fmt: skip
-            print(bucket_table(verdicts))
-            write_plot(verdicts, args.results.with_suffix(".png"))
+                                  "rows": rows, "decisions": decisions}  # fmt: skip
+            print(bucket_table(rows), decision_table(decisions), sep="\n\n")
+            write_plot(rows, args.results.with_suffix(".png"))
         if {"serve", "heal"} & set(args.steps):
             ensure_programs(args.artifacts, "cpu")
         if "serve" in args.steps:
