@@ -112,9 +112,10 @@ CPU = Profile(
         "ranker": Deployment(
             2, _CPU_QUEUE, parameters=_candidate_buckets(RANKER_CANDIDATE_BUCKETS)
         ),
-        # numpy only, well under a millisecond per batch: no buckets to compile; two
-        # instances for the same reason as the others (one instance can stall)
-        "feed_policy": Deployment(2, _CPU_QUEUE, batch_buckets=()),
+        # numpy only, well under a millisecond per batch: no buckets to compile, and no
+        # wait to fill a batch (it handles each request on its own, so waiting only adds
+        # latency); two instances for the same reason as the others (one can stall)
+        "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64), batch_buckets=()),
     },
 )
 
@@ -135,7 +136,7 @@ GPU = Profile(
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
         "feed_policy": Deployment(
-            2, Queue(500, 1024), max_batch_size=64, batch_buckets=(), instance_kind="KIND_CPU"
+            2, Queue(0, 1024), max_batch_size=64, batch_buckets=(), instance_kind="KIND_CPU"
         ),
     },
 )
