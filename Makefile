@@ -19,6 +19,8 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PYTEST_ARGS ?=
+# e.g. DEMO_ARGS=--no-policy: the ranker's own ranking beside the feed
+DEMO_ARGS ?=
 
 # The backend stub links the system libpython of the venv's Python; perf_analyzer needs libb64;
 # nginx is the L7 proxy of `make bench-replicas` (Debian's build has the gRPC proxy module).
@@ -108,7 +110,7 @@ serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, 
 # The demo picks free ports, so it also works beside a running `make serve`. It serves the
 # towers trained on synthetic logs that ship in artifacts/trained-demo (see "training" below).
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## train the demo towers once, serve, recommend, stop
-	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST)
+	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
 
 configs: setup  ## write every model_repository config from the contracts and profiles
 	$(PY) -m phoenix.serving.configs

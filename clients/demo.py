@@ -2,8 +2,11 @@
 
 Starts tritonserver over model_repository/ as `python -m phoenix.serving.serve` does (the
 device's configs, the admin key, no supervisor) on free ports, waits until every model is
-ready, asks the ``recommend`` ensemble for the artifacts' example user, prints the feed and
-stops the server. The server log and the admin key go to --build-dir.
+ready, asks the ``recommend`` ensemble for the artifacts' example user, prints the feed (after
+the feed policy: filters, every action's weight, author diversity) and how many of the top 10
+posts the most frequent author holds, and stops the server. With --no-policy it also asks the
+steps one by one and prints the ranker's own ranking beside the feed, so what the policy
+changed can be seen. The server log and the admin key go to --build-dir.
 
 With trained artifacts (``python -m phoenix.training``), the artifact directory carries a
 ``metadata.npz`` sidecar (each post's topic and author handle) and ``training.json`` (the
@@ -13,6 +16,7 @@ the recommended posts' topics and authors, so the match can be seen.
 Examples:
   python -m clients.demo                                       # artifacts/demo on the CPU
   python -m clients.demo --artifacts artifacts/trained-demo --device gpu
+  python -m clients.demo --artifacts artifacts/trained-demo --no-policy
 """
 
 from __future__ import annotations
@@ -44,9 +48,13 @@ from phoenix.serving.client import (
     feed_table,
     infer,
     more_line,
+    most_posts_by_one_author,
     recommend_inputs,
+    served_models,
+    side_by_side,
 )
 from phoenix.serving.compile import CompileError, ensure_programs
+from phoenix.serving.ensemble import run_until
 from phoenix.serving.serve import (
     DEFAULT_BUILD_DIR,
     DEFAULT_MODEL_REPOSITORY,
@@ -64,6 +72,7 @@ from phoenix.serving.triton_server import LOOPBACK, TritonServerError
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
 FEED_ROWS = 20
+DIVERSITY_ROWS = 10  # the feed policy's author diversity is reported over the top 10
 # What the demo reports in one line (exit 3) rather than with a traceback.
 FAILURES = (
     ServeError,
@@ -151,30 +160,78 @@ def topic_feed_table(result: dict, info: PostInfo, action_names, rows: int = FEE
     return "\n".join(lines)
 
 
-def run_demo(http_url: str, artifacts_dir: str | Path, top_k: int = 50) -> None:
-    """Recommend ``top_k`` posts for the artifact's example user and print the feed."""
+def compact_feed_table(result: dict, info: Optional[PostInfo], rows: int = FEED_ROWS) -> str:
+    """Rank, topic and author (or post id without metadata) and score: one column of the
+    side-by-side comparison."""
+    posts, scores = result["ranked_post_ids"][0], result["scores"][0]
+    if info is None:
+        lines = [f"{'rank':>4}  {'post id':>20}  {'score':>7}"]
+        lines += [
+            f"{i + 1:>4}  {posts[i]:>20}  {scores[i]:>7.3f}" for i in range(min(rows, len(posts)))
+        ]
+    else:
+        lines = [f"{'rank':>4}  {'topic':<10} {'author':<14} {'score':>7}"]
+        lines += [
+            f"{i + 1:>4}  {info.topic(posts[i]):<10} {info.author(posts[i]):<14} {scores[i]:>7.3f}"
+            for i in range(min(rows, len(posts)))
+        ]
+    return "\n".join(lines)
+
+
+def diversity_line(result: dict, info: Optional[PostInfo], what: str) -> str:
+    """How many of the top posts the most frequent author holds."""
+    author, count = most_posts_by_one_author(result, DIVERSITY_ROWS)
+    name = str(author)
+    if info is not None and count:
+        first = result["ranked_post_ids"][0][result["ranked_author_ids"][0].tolist().index(author)]
+        name = info.author(first)
+    return f"  {what}: at most {count} of the top {DIVERSITY_ROWS} posts by one author ({name})"
+
+
+def ranking_before_policy(client, request: dict) -> dict:
+    """The ranker's own outputs for ``request``: the recommend steps asked one by one."""
+    return run_until(served_models(client, "http"), request, "ranker")
+
+
+def run_demo(
+    http_url: str, artifacts_dir: str | Path, top_k: int = 50, no_policy: bool = False
+) -> None:
+    """Recommend ``top_k`` posts for the artifact's example user and print the feed; with
+    ``no_policy`` the ranker's own ranking beside it."""
     config = load_config(artifacts_dir)
     seq = load_example_sequence(artifacts_dir).to_dict()
     client = connect(http_url, "http")
+    request = recommend_inputs(seq, top_k)
     started = time.perf_counter()
-    result = infer(client, "http", "recommend", recommend_inputs(seq, top_k))
+    result = infer(client, "http", "recommend", request)
     elapsed_ms = 1e3 * (time.perf_counter() - started)
     history = len(seq["history_post_ids"])
     info = PostInfo.load(artifacts_dir)
+    what = f"retrieve {top_k}, rank, feed policy"
     if info is None:
         print(
             f"\nRecommended feed for user {seq['user_id']} ({history} history items, "
-            f"retrieve {top_k} then rank) in {elapsed_ms:.0f} ms over HTTP:\n"
+            f"{what}) in {elapsed_ms:.0f} ms over HTTP:\n"
         )
+    else:
+        print(f"\nDemo user {seq['user_id']}, {history} history items:")
+        for line in history_summary(seq, info, list(config.action_names)) + planted_truth(
+            artifacts_dir
+        ):
+            print(line)
+        print(f"\nRecommended feed ({what}) in {elapsed_ms:.0f} ms over HTTP:\n")
+    if no_policy:
+        raw = ranking_before_policy(client, request)
+        left = "the ranker alone (no policy)\n" + compact_feed_table(raw, info)
+        right = "after the feed policy\n" + compact_feed_table(result, info)
+        print(side_by_side(left, right))
+        print()
+        print(diversity_line(raw, info, "ranker alone"))
+    elif info is None:
         print(feed_table(result, config.action_names, rows=FEED_ROWS))
-        return
-    print(f"\nDemo user {seq['user_id']}, {history} history items:")
-    for line in history_summary(seq, info, list(config.action_names)) + planted_truth(
-        artifacts_dir
-    ):
-        print(line)
-    print(f"\nRecommended feed (retrieve {top_k} then rank) in {elapsed_ms:.0f} ms over HTTP:\n")
-    print(topic_feed_table(result, info, config.action_names))
+    else:
+        print(topic_feed_table(result, info, config.action_names))
+    print(diversity_line(result, info, "after the feed policy"))
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -200,6 +257,11 @@ def parse_args(argv: Optional[Sequence[str]]):
         default=DEFAULT_BUILD_DIR,
         help="where the log and admin key go (default: %(default)s)",
     )
+    add(
+        "--no-policy",
+        action="store_true",
+        help="also print the ranker's own ranking (before the feed policy) beside the feed",
+    )
     # The rest of what serve.make_server reads: free ports, serve's patience.
     parser.set_defaults(http_port=0, grpc_port=0, metrics_port=0, ready_timeout=READY_TIMEOUT_S)
     return parser.parse_args(argv)
@@ -220,7 +282,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"starting tritonserver (log: {server.log_path})", flush=True)
         with server:  # started, ready, and stopped on the way out
             print(f"tritonserver {server.pid} ready after {server.ready_after_s:.1f} s", flush=True)
-            run_demo(server.http_url, artifacts)
+            run_demo(server.http_url, artifacts, no_policy=args.no_policy)
     except FAILURES as error:
         return cli.fail(str(error))
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """Locust load test of the served Phoenix models over HTTP and gRPC (KServe v2).
 
 Two user classes share one weighted mix of traffic: `rank` (the ranker, 1..512 candidates),
-`recommend` (the ensemble, top_k 10..200) and `retrieve` (user_encoder, then retriever with the
+`recommend` (the ensemble with its feed policy, top_k 10..200, half of the requests with seen
+posts and excluded authors) and `retrieve` (user_encoder, then retriever with the
 returned vector). Users have histories of 0..history_seq_len posts; post and author ids come from
 the artifact directory's corpus. Every response is checked (status, output shapes, ranked ids
 are the candidates, scores sorted descending, history excluded); a failed check is a failure.
@@ -46,6 +47,7 @@ DEFAULT_GRPC_URL = "127.0.0.1:8001"
 TASK_WEIGHTS = {"rank": 3, "recommend": 2, "retrieve": 1}
 MAX_CANDIDATES = 512
 TOP_K_RANGE = (10, 200)
+FILTERED_SHARE = 0.5  # recommend requests carrying the feed policy's filters
 NORM_TOLERANCE = 1e-3
 
 Check = Callable[[Mapping[str, np.ndarray]], Optional[str]]
@@ -119,6 +121,29 @@ def check_retrieved(
     return check
 
 
+def check_filtered(
+    count: int, history: np.ndarray, seen: np.ndarray, excluded: np.ndarray
+) -> Check:
+    """A feed with filters: at most `count` unique posts, sorted, none from the history, the
+    seen posts or the excluded authors."""
+
+    def check(out):
+        problem = shape_problem("recommend", out, {})
+        posts, authors = out["ranked_post_ids"][0], out["ranked_author_ids"][0]
+        problem = problem or sorted_problem(out["scores"][0], "scores")
+        if problem:
+            return problem
+        if len(posts) > count or len(np.unique(posts)) != len(posts):
+            return f"ranked_post_ids: {len(posts)} posts, at most {count} unique expected"
+        if np.isin(posts, history).any() or np.isin(posts, seen).any():
+            return "ranked_post_ids contains posts of the history or seen posts"
+        if np.isin(authors, excluded).any():
+            return "ranked_author_ids contains an excluded author"
+        return None
+
+    return check
+
+
 def check_user_embedding(emb_size: int) -> Check:
     def check(out):
         problem = shape_problem("user_encoder", out, {"user_embedding": (1, emb_size)})
@@ -185,8 +210,14 @@ class Workload:
             }
             return Prepared("ranker", arrays, check_ranking(posts, self.config.num_actions))
         expected = self.corpus.retrieved_count(seq["top_k"], history)
+        if task_name == "recommend" and self.rng.random() < FILTERED_SHARE:
+            # the feed policy's filters: a few corpus posts seen, a few authors excluded
+            seen, _ = self.corpus.draw(self.rng, 20)
+            _, excluded = self.corpus.draw(self.rng, 5)
+            request["seen_post_ids"], request["excluded_author_ids"] = seen[None], excluded[None]
+            return Prepared("recommend", request, check_filtered(expected, history, seen, excluded))
         if task_name == "recommend":
-            extra = ("retrieval_scores",)
+            extra = ("retrieval_scores", "ranked_author_ids")
             check = check_retrieved(
                 "recommend", expected, history, "ranked_post_ids", "scores", extra
             )

@@ -22,7 +22,7 @@ from phoenix.checkpoint.files import (
 from phoenix.config import ArtifactConfig, ArtifactError
 
 CORPUS_KEYS = ("post_ids", "candidate_representations", "author_ids")
-OPTIONAL_CORPUS_KEYS = ("topics",)
+OPTIONAL_CORPUS_KEYS = ("topics", "created_at")
 UNIT_NORM_TOLERANCE = 1e-3
 
 
@@ -34,6 +34,7 @@ class Corpus:
     embeddings: np.ndarray  # float32 [N, D], unit L2 norm
     author_ids: np.ndarray  # int64 [N]
     topics: Optional[np.ndarray] = None  # int64 [N]
+    created_at: Optional[np.ndarray] = None  # int64 [N], unix seconds (the feed's age filter)
 
     def __len__(self) -> int:
         return int(self.post_ids.shape[0])
@@ -46,6 +47,8 @@ class Corpus:
         }
         if self.topics is not None:
             arrays["topics"] = self.topics
+        if self.created_at is not None:
+            arrays["created_at"] = self.created_at
         return arrays
 
 
@@ -99,7 +102,10 @@ def check_corpus(
     topics = arrays.get("topics")
     if topics is not None:
         topics = _check_int_vector(np.asarray(topics), "topics", name, size)
-    return Corpus(post_ids, embeddings, author_ids, topics)
+    created_at = arrays.get("created_at")
+    if created_at is not None:
+        created_at = _check_int_vector(np.asarray(created_at), "created_at", name, size)
+    return Corpus(post_ids, embeddings, author_ids, topics, created_at)
 
 
 def _corpus_location(path_or_dir: PathLike) -> tuple[Path, str]:

@@ -7,6 +7,7 @@ place that does), sends them over HTTP or gRPC, and formats a ranked feed as a t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -120,6 +121,16 @@ def infer(
     return result_arrays(result, outputs)
 
 
+def served_models(client, protocol: str):
+    """``run_model(model, requests) -> outputs`` over a server, one inference per request (for
+    ``ensemble.run_until``: the ranking before the feed policy, step by step)."""
+
+    def run_model(model: str, requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict]:
+        return [infer(client, protocol, model, request) for request in requests]
+
+    return run_model
+
+
 def result_arrays(result, names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
     """The outputs of an InferResult (either protocol) by name; all of them without ``names``."""
     if names is None:
@@ -179,3 +190,22 @@ def feed_table(
             f"{r.top_actions}"
         )
     return "\n".join(lines + more_line(result, rows))
+
+
+def most_posts_by_one_author(result: Mapping[str, np.ndarray], rows: int = 10) -> tuple[int, int]:
+    """(author id, posts) of the author with the most posts among the first ``rows`` of the
+    first user's feed (the feed policy's diversity at work)."""
+    authors = result["ranked_author_ids"][0][:rows].tolist()
+    if not authors:
+        return 0, 0
+    return Counter(authors).most_common(1)[0]
+
+
+def side_by_side(left: str, right: str, gap: int = 4) -> str:
+    """Two text tables next to each other, line by line."""
+    left_lines, right_lines = left.split("\n"), right.split("\n")
+    width = max(len(line) for line in left_lines) + gap
+    count = max(len(left_lines), len(right_lines))
+    left_lines += [""] * (count - len(left_lines))
+    right_lines += [""] * (count - len(right_lines))
+    return "\n".join(f"{a:<{width}}{b}".rstrip() for a, b in zip(left_lines, right_lines))

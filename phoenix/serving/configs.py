@@ -77,7 +77,9 @@ def _add_deployment(config: ModelConfig, contract: ModelContract, profile: Profi
     policy.allow_timeout_override = True
     policy.max_queue_size = queue.max_size
     config.instance_group.add(
-        kind=model_config_pb2.ModelInstanceGroup.Kind.Value(profile.instance_kind),
+        kind=model_config_pb2.ModelInstanceGroup.Kind.Value(
+            deployment.instance_kind or profile.instance_kind
+        ),
         count=deployment.instances,
     )
     parameters = {"artifact_dir": DEFAULT_ARTIFACT_DIR, **contract.parameters}

@@ -131,6 +131,7 @@ class Limits:
     max_candidates: int  # per user row of a ranker request
     max_top_k: int
     max_rows: int  # batch rows in one request (candidate_tower posts, users)
+    max_filter_ids: int  # excluded authors or seen posts per user row of a feed request
 
 
 def _by_name(specs: tuple[TensorSpec, ...], name: str, what: str) -> TensorSpec:
@@ -171,11 +172,49 @@ RANKER_SCORE_WEIGHTS = {
     "vqv": 0.3,
 }
 
+# The feed policy after the ranker (``feed_policy``; docs/policy.md says what each parameter
+# does and why its default is what it is). Weights are per action name, over every action the
+# model predicts: the four negative actions push a post down. Positive weights follow the
+# ranker's blend (reply the strongest signal) and add the other positive actions with small
+# weights; negative weights are large because their probabilities are small and a block or
+# report costs the feed far more than one more favorite earns.
+POLICY_ACTION_WEIGHTS = {
+    "favorite": 1.0,
+    "reply": 13.5,
+    "repost": 1.0,
+    "photo_expand": 0.1,
+    "click": 0.3,
+    "profile_click": 0.2,
+    "vqv": 0.3,
+    "share": 1.0,
+    "share_via_dm": 1.0,
+    "share_via_copy_link": 1.0,
+    "dwell": 0.5,
+    "quote": 2.0,
+    "quoted_click": 0.1,
+    "follow_author": 2.0,
+    "not_interested": -10.0,
+    "block_author": -40.0,
+    "mute_author": -20.0,
+    "report": -80.0,
+    "dwell_time": 0.0,
+}
+POLICY_PARAMETERS = {
+    "action_weights": json.dumps(POLICY_ACTION_WEIGHTS),
+    "negative_scores_offset": "0.1",
+    "author_diversity_decay": "0.5",
+    "author_diversity_floor": "0.1",
+    "filter_own_posts": "true",
+}
+# The retriever's corpus, which also holds the posts' creation times the age filter reads.
+CORPUS_PARAMETERS = {"corpus_file": "corpus.npz"}
+
 LIMITS = Limits(
     max_history_items=4096,
     max_candidates=RANKER_CANDIDATE_BUCKETS[-1],
     max_top_k=1024,
     max_rows=4096,
+    max_filter_ids=4096,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -200,6 +239,14 @@ RANKED_OUTPUTS = (
     _spec("ranked_post_ids", np.int64, [-1]),  # [C]
     _spec("scores", np.float32, [-1]),  # [C]
     _spec("action_probs", np.float32, [-1, -1]),  # [C, A]
+)
+RANKED_AUTHOR_IDS = _spec("ranked_author_ids", np.int64, [-1])  # [C], the author of each post
+
+# The feed filters a recommend request may carry (all optional, per user row).
+FEED_FILTERS = (
+    _spec("excluded_author_ids", np.int64, [-1], optional=True, ragged=True),  # blocked, muted
+    _spec("seen_post_ids", np.int64, [-1], optional=True, ragged=True),  # seen or served
+    _spec("max_age_seconds", np.float32, [1], optional=True),  # older posts are dropped
 )
 
 # ----------------------------------------------------------------------------------------
@@ -234,7 +281,7 @@ RETRIEVER = ModelContract(
     ),
     max_batch_size=8,
     # File inside the artifact directory; a load request with another value swaps the corpus.
-    parameters={"corpus_file": "corpus.npz"},
+    parameters=CORPUS_PARAMETERS,
 )
 
 RANKER = ModelContract(
@@ -249,9 +296,35 @@ RANKER = ModelContract(
         _spec("candidate_post_age_seconds", np.float32, [-1], optional=True, ragged=True),
         _spec("candidate_retrieval_scores", np.float32, [-1], optional=True, ragged=True),
     ),
-    outputs=(*RANKED_OUTPUTS, _spec("ranked_retrieval_scores", np.float32, [-1])),
+    outputs=(
+        *RANKED_OUTPUTS,
+        RANKED_AUTHOR_IDS,
+        _spec("ranked_retrieval_scores", np.float32, [-1]),
+    ),
     max_batch_size=8,
     parameters={"score_weights": json.dumps(RANKER_SCORE_WEIGHTS)},
+)
+
+# The feed policy: the ranker's candidates (in its order) filtered, scored by every action and
+# diversified by author. C' <= C posts stay; rows of a multi-user request are padded to the
+# longest with post id 0 (real post ids are >= 1).
+FEED_POLICY = ModelContract(
+    name="feed_policy",
+    inputs=(
+        USER_ID,
+        _spec("candidate_post_ids", np.int64, [-1], ragged=True),  # [C], the ranker's order
+        _spec("candidate_author_ids", np.int64, [-1], ragged=True),
+        _spec("candidate_action_probs", np.float32, [-1, -1], ragged=True),  # [C, A]
+        _spec("candidate_retrieval_scores", np.float32, [-1], optional=True, ragged=True),
+        *FEED_FILTERS,
+    ),
+    outputs=(  # [C'] each
+        *RANKED_OUTPUTS,
+        RANKED_AUTHOR_IDS,
+        _spec("ranked_retrieval_scores", np.float32, [-1]),
+    ),
+    max_batch_size=8,
+    parameters={**POLICY_PARAMETERS, **CORPUS_PARAMETERS},
 )
 
 
@@ -261,12 +334,17 @@ def _same_names(names) -> dict[str, str]:
 
 _USER_TENSORS = ("user_id", *(spec.name for spec in history_inputs(ragged=False)))
 
-# Encode the user, retrieve top_k unseen posts, rank them. Tensors starting with "_" live
-# only inside the ensemble.
+# Encode the user, retrieve top_k unseen posts, rank them, apply the feed policy. Tensors
+# starting with "_" live only inside the ensemble. The optional filters reach feed_policy only
+# when the request carries them (Triton 2.51 passes an absent optional input on as absent).
 RECOMMEND = ModelContract(
     name="recommend",
-    inputs=(USER_ID, *history_inputs(ragged=False), TOP_K),
-    outputs=(*RANKED_OUTPUTS, _spec("retrieval_scores", np.float32, [-1])),
+    inputs=(USER_ID, *history_inputs(ragged=False), TOP_K, *FEED_FILTERS),
+    outputs=(
+        *RANKED_OUTPUTS,
+        RANKED_AUTHOR_IDS,
+        _spec("retrieval_scores", np.float32, [-1]),
+    ),
     max_batch_size=8,
     backend=None,
     platform="ensemble",
@@ -298,7 +376,24 @@ RECOMMEND = ModelContract(
                 "candidate_retrieval_scores": "_candidate_retrieval_scores",
             },
             output_map={
-                **_same_names(spec.name for spec in RANKED_OUTPUTS),
+                "ranked_post_ids": "_ranked_post_ids",
+                "ranked_author_ids": "_ranked_author_ids",
+                "action_probs": "_ranked_action_probs",
+                "ranked_retrieval_scores": "_ranked_retrieval_scores",
+            },
+        ),
+        EnsembleStep(
+            "feed_policy",
+            input_map={
+                "user_id": "user_id",
+                "candidate_post_ids": "_ranked_post_ids",
+                "candidate_author_ids": "_ranked_author_ids",
+                "candidate_action_probs": "_ranked_action_probs",
+                "candidate_retrieval_scores": "_ranked_retrieval_scores",
+                **_same_names(spec.name for spec in FEED_FILTERS),
+            },
+            output_map={
+                **_same_names(spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS)),
                 "ranked_retrieval_scores": "retrieval_scores",
             },
         ),
@@ -306,7 +401,7 @@ RECOMMEND = ModelContract(
 )
 
 CONTRACTS: dict[str, ModelContract] = {
-    c.name: c for c in (USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, RECOMMEND)
+    c.name: c for c in (USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, RECOMMEND)
 }
 
 

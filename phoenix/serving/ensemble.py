@@ -56,3 +56,20 @@ def next_step_inputs(
         if step.model in done:
             store_outputs(step, done[step.model], tensors)
     return step_inputs(ensemble.step(model), tensors)
+
+
+def run_until(
+    run_model: RunModel,
+    request: Mapping[str, np.ndarray],
+    model: str,
+    ensemble: ModelContract = RECOMMEND,
+) -> Arrays:
+    """The outputs of the step running ``model`` for one request, the steps before it run as
+    the ensemble wires them: e.g. the ranking before the feed policy (``model="ranker"``)."""
+    tensors = dict(request)
+    for step in ensemble.steps:
+        (outputs,) = run_model(step.model, [step_inputs(step, tensors)])
+        if step.model == model:
+            return dict(outputs)
+        store_outputs(step, outputs, tensors)
+    raise KeyError(f"{ensemble.name} has no step running {model!r}")

@@ -51,6 +51,7 @@ class Deployment:
     # None: powers of two up to the batch size; (): none (the model compiles rows_per_call)
     batch_buckets: Optional[tuple[int, ...]] = None
     parameters: Mapping[str, str] = field(default_factory=dict)
+    instance_kind: Optional[str] = None  # None: the profile's; "KIND_CPU" for host-only models
 
     def batch_size(self, model: str) -> int:
         return self.max_batch_size or CONTRACTS[model].max_batch_size
@@ -111,6 +112,10 @@ CPU = Profile(
         "ranker": Deployment(
             2, _CPU_QUEUE, parameters=_candidate_buckets(RANKER_CANDIDATE_BUCKETS)
         ),
+        # numpy only, well under a millisecond per batch: no buckets to compile, and no
+        # wait to fill a batch (it handles each request on its own, so waiting only adds
+        # latency); two instances for the same reason as the others (one can stall)
+        "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64), batch_buckets=()),
     },
 )
 
@@ -128,6 +133,10 @@ GPU = Profile(
         "retriever": Deployment(1, Queue(500, 1024), **_GPU_BATCHES),
         "ranker": Deployment(
             2, Queue(1000, 1024), **_GPU_BATCHES, parameters=_candidate_buckets((64, 256, 1024))
+        ),
+        # the policy runs on the host (numpy) whatever the device: a CPU instance group
+        "feed_policy": Deployment(
+            2, Queue(0, 1024), max_batch_size=64, batch_buckets=(), instance_kind="KIND_CPU"
         ),
     },
 )

@@ -250,6 +250,54 @@ class RetrieveRequest:
             check_limit("history_post_ids", length, LIMITS.max_history_items, "ids")
 
 
+_POLICY_CANDIDATES = (
+    "candidate_post_ids",
+    "candidate_author_ids",
+    "candidate_action_probs",
+    "candidate_retrieval_scores",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyRequest:
+    """``feed_policy``: R users, each with C ranked candidates and the feed's filters."""
+
+    contract = contracts.FEED_POLICY
+
+    user_id: np.ndarray  # [R, 1] int64
+    candidate_post_ids: np.ndarray  # [R, C] int64, the ranker's order
+    candidate_author_ids: np.ndarray  # [R, C] int64
+    candidate_action_probs: np.ndarray  # [R, C, A] float32
+    candidate_retrieval_scores: Optional[np.ndarray] = None  # [R, C] float32, passed through
+    excluded_author_ids: Optional[np.ndarray] = None  # [R, E] int64
+    seen_post_ids: Optional[np.ndarray] = None  # [R, N] int64
+    max_age_seconds: Optional[np.ndarray] = None  # [R, 1] float32
+
+    @property
+    def rows(self) -> int:
+        return self.user_id.shape[0]
+
+    def check(self, config) -> None:
+        candidates = present(self, _POLICY_CANDIDATES)
+        count = check_same_shape(candidates, "candidate", self.rows)
+        check_limit("candidate_post_ids", count, LIMITS.max_candidates, "candidates")
+        check_ids("candidate_post_ids", self.candidate_post_ids, minimum=1)
+        check_ids("candidate_author_ids", self.candidate_author_ids)
+        probs = self.candidate_action_probs
+        check_width("candidate_action_probs", probs, 2, config.num_actions, "actions per post")
+        check_range("candidate_action_probs", probs, 0, 1, "probabilities")
+        if self.candidate_retrieval_scores is not None:
+            check_finite("candidate_retrieval_scores", self.candidate_retrieval_scores)
+        filters = present(self, ("excluded_author_ids", "seen_post_ids", "max_age_seconds"))
+        check_rows(filters, self.rows)
+        for name in ("excluded_author_ids", "seen_post_ids"):
+            if name in filters:
+                check_limit(name, filters[name].shape[1], LIMITS.max_filter_ids, "ids")
+                check_ids(name, filters[name])
+        if self.max_age_seconds is not None:
+            check_range("max_age_seconds", self.max_age_seconds, 0, np.inf, "ages in seconds")
+
+
 def parse(request_type: type[Request], arrays: Mapping[str, np.ndarray], config) -> Request:
     """The checked typed request of ``arrays``; raises InputError."""
     request = from_arrays(request_type, arrays)

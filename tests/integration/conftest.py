@@ -63,7 +63,6 @@ def start_server(tmp_path):
 def tiny_artifacts(tmp_path_factory) -> Path:
     """Tiny ranker/retriever artifacts (500-item corpus), generated once per session."""
     from phoenix.artifacts import generate  # lazy: only integration tests need it
-
     from phoenix.serving.compile import ensure_programs
 
     out_dir = tmp_path_factory.mktemp("tiny-artifacts")

@@ -63,7 +63,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 LONG = os.environ.get("PHOENIX_LONG_TESTS") == "1"
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))
 KILLED_MODELS = (
-    ["retriever", "user_encoder", "ranker", "candidate_tower"] if LONG else ["retriever"]
+    ["retriever", "user_encoder", "ranker", "candidate_tower", "feed_policy"]
+    if LONG
+    else ["retriever"]
 )
 WORKERS = 4  # even workers HTTP, odd ones gRPC
 WARMUP_S = 1.5

@@ -132,7 +132,7 @@ def test_retriever_exact_top_k_excluding_history(triton, resources, tiny_artifac
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_ensemble_equals_the_three_models_by_hand(triton, example, protocol):
+def test_ensemble_equals_the_four_models_by_hand(triton, example, protocol):
     client = connect(triton.http_url if protocol == "http" else triton.grpc_url, protocol)
     top_k = 30
     out = infer(client, protocol, "recommend", recommend_inputs(example, top_k))
@@ -158,10 +158,25 @@ def test_ensemble_equals_the_three_models_by_hand(triton, example, protocol):
             "candidate_retrieval_scores": retrieved["retrieval_scores"],
         },
     )
-    np.testing.assert_array_equal(out["ranked_post_ids"], ranked["ranked_post_ids"])
-    np.testing.assert_allclose(out["scores"], ranked["scores"], atol=TOL)
-    np.testing.assert_allclose(out["action_probs"], ranked["action_probs"], atol=TOL)
-    np.testing.assert_allclose(out["retrieval_scores"], ranked["ranked_retrieval_scores"], atol=TOL)
+    feed = infer(
+        client,
+        protocol,
+        "feed_policy",
+        {
+            "user_id": user_inputs(example)["user_id"],
+            "candidate_post_ids": ranked["ranked_post_ids"],
+            "candidate_author_ids": ranked["ranked_author_ids"],
+            "candidate_action_probs": ranked["action_probs"],
+            "candidate_retrieval_scores": ranked["ranked_retrieval_scores"],
+        },
+    )
+    np.testing.assert_array_equal(out["ranked_post_ids"], feed["ranked_post_ids"])
+    np.testing.assert_array_equal(out["ranked_author_ids"], feed["ranked_author_ids"])
+    np.testing.assert_allclose(out["scores"], feed["scores"], atol=TOL)
+    np.testing.assert_allclose(out["action_probs"], feed["action_probs"], atol=TOL)
+    np.testing.assert_allclose(out["retrieval_scores"], feed["ranked_retrieval_scores"], atol=TOL)
+    # the policy keeps the ranker's posts here (no filters sent), in its own order
+    assert sorted(out["ranked_post_ids"][0]) == sorted(ranked["ranked_post_ids"][0])
     # each post keeps its own retrieval score after ranking
     by_id = dict(zip(retrieved["post_ids"][0].tolist(), retrieved["retrieval_scores"][0].tolist()))
     for post, score in zip(out["ranked_post_ids"][0].tolist(), out["retrieval_scores"][0].tolist()):

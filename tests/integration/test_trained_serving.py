@@ -1,14 +1,30 @@
-"""Trained artifacts (tiny preset) served by a real tritonserver: scores equal in-process."""
+"""Trained artifacts (tiny preset) served by a real tritonserver: scores equal in-process, and
+the feed policy after the ranker (diversity, negative actions, filters, a reload)."""
 
 from __future__ import annotations
+
+import json
+import time
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from clients.demo import PostInfo, topic_feed_table
-from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
+from phoenix.feed_policy import FeedFilters, apply_policy
 from phoenix.serving import services
-from phoenix.serving.client import connect, infer, ranker_inputs, recommend_inputs
+from phoenix.serving.client import (
+    connect,
+    infer,
+    ranker_inputs,
+    recommend_inputs,
+    served_models,
+)
+from phoenix.serving.contracts import POLICY_PARAMETERS
+from phoenix.serving.ensemble import run_until
+from phoenix.serving.services.common import config_parameters
+from phoenix.serving.services.feed_policy import parse_settings
 from tests.integration.conftest import MODEL_REPOSITORY
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
 from tests.training_helpers import trained_tiny
@@ -16,6 +32,20 @@ from tests.training_helpers import trained_tiny
 pytestmark = pytest.mark.integration
 TOL = 1e-4
 TOP_K = 40
+OLD_AGE_S = 30 * 24 * 3600  # every other corpus post is a month old, the others an hour
+
+
+def date_the_corpus(artifacts) -> np.ndarray:
+    """Give the corpus creation times (the age filter reads them); returns the old posts."""
+    corpus = load_corpus(artifacts)
+    now = int(time.time())
+    old = np.arange(len(corpus)) % 2 == 1
+    created = np.where(old, now - OLD_AGE_S, now - 3600).astype(np.int64)
+    save_corpus(
+        artifacts,
+        Corpus(corpus.post_ids, corpus.embeddings, corpus.author_ids, corpus.topics, created),
+    )
+    return corpus.post_ids[old]
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +53,18 @@ def trained_server(tmp_path_factory):
     from tests.integration.conftest import launch_server
 
     artifacts, _, _ = trained_tiny()
+    old_posts = date_the_corpus(artifacts)
     log_path = tmp_path_factory.mktemp("trained-triton") / "tritonserver.log"
-    server = launch_server(MODEL_REPOSITORY, artifacts, log_path=log_path, exit_timeout_secs=5)
-    yield server, artifacts
+    # explicit model control: the policy's parameters are reloaded by test_policy_reload
+    server = launch_server(
+        MODEL_REPOSITORY, artifacts, log_path=log_path, exit_timeout_secs=5,
+        model_control_mode="explicit", load_model="*",
+    )  # fmt: skip
+    yield server, artifacts, old_posts
     server.stop()
 
 
-def in_process_recommend(resources, seq, score_weights, top_k):
+def in_process_recommend(resources, seq, score_weights, top_k, policy):
     """user tower -> exact top-k over the corpus without the history -> ranker, in-process."""
     corpus = load_corpus(resources.root, resources.config)
     user = plain_user_embedding(resources, seq)
@@ -42,11 +77,21 @@ def in_process_recommend(resources, seq, score_weights, top_k):
         "candidate_post_ids": top.tolist(),
         "candidate_author_ids": [author_of[p] for p in top.tolist()],
     }
-    return plain_ranking(resources, score_weights, candidates)
+    ids, _, probs = plain_ranking(resources, score_weights, candidates)
+    # then the feed policy, as the recommend ensemble's last step
+    authors = np.array([author_of[p] for p in ids.tolist()])
+    user = FeedFilters(user_id=int(seq["user_id"]) if policy.filter_own_posts else None)
+    kept, scores = apply_policy(ids, authors, probs, policy, user)
+    return ids[kept], scores, probs[kept], authors[kept]
+
+
+def policy_settings(client, resources):
+    parameters = config_parameters(client.get_model_config("feed_policy", as_json=True)["config"])
+    return parse_settings(parameters, resources.config.action_names)
 
 
 def test_trained_artifacts_serve_the_in_process_scores(trained_server):
-    server, artifacts = trained_server
+    server, artifacts, _ = trained_server
     resources = services.PhoenixResources(artifacts)
     client = connect(server.grpc_url, "grpc")
     config = client.get_model_config("ranker", as_json=True)["config"]
@@ -54,9 +99,11 @@ def test_trained_artifacts_serve_the_in_process_scores(trained_server):
     seq = load_example_sequence(artifacts).to_dict()
 
     out = infer(client, "grpc", "recommend", recommend_inputs(seq, TOP_K))
-    ids, blended, probs = in_process_recommend(resources, seq, score_weights, TOP_K)
+    policy = policy_settings(client, resources)
+    ids, scores, probs, authors = in_process_recommend(resources, seq, score_weights, TOP_K, policy)
     np.testing.assert_array_equal(out["ranked_post_ids"][0], ids)
-    np.testing.assert_allclose(out["scores"][0], blended, atol=TOL)
+    np.testing.assert_array_equal(out["ranked_author_ids"][0], authors)
+    np.testing.assert_allclose(out["scores"][0], scores, atol=TOL)
     np.testing.assert_allclose(out["action_probs"][0], probs, atol=TOL)
 
     # the ranker alone on the example's logged candidates (with dwell and surfaces)
@@ -70,3 +117,102 @@ def test_trained_artifacts_serve_the_in_process_scores(trained_server):
     info = PostInfo.load(artifacts)
     table = topic_feed_table(out, info, resources.config.action_names)
     assert "?" not in table.split("\n")[1]
+
+
+def test_the_policy_diversifies_authors_with_the_defaults(trained_server):
+    server, artifacts, _ = trained_server
+    client = connect(server.http_url, "http")
+    request = recommend_inputs(load_example_sequence(artifacts).to_dict(), TOP_K)
+    feed = infer(client, "http", "recommend", request)
+    top = Counter(feed["ranked_author_ids"][0][:10].tolist())
+    assert max(top.values()) <= 2
+    # the ranker alone, asked step by step, ranks the same posts (nothing filtered here)
+    raw = run_until(served_models(client, "http"), request, "ranker")
+    assert sorted(raw["ranked_post_ids"][0].tolist()) == sorted(feed["ranked_post_ids"][0].tolist())
+
+
+def policy_request(probs: np.ndarray) -> dict[str, np.ndarray]:
+    count = probs.shape[0]
+    return {
+        "user_id": np.array([[1]], np.int64),
+        "candidate_post_ids": np.arange(1, count + 1, dtype=np.int64)[None],
+        "candidate_author_ids": np.arange(101, 101 + count, dtype=np.int64)[None],
+        "candidate_action_probs": probs[None].astype(np.float32),
+    }
+
+
+def test_a_higher_block_or_report_probability_ranks_lower(trained_server):
+    server, artifacts, _ = trained_server
+    names = list(services.PhoenixResources(artifacts).config.action_names)
+    base = np.full(len(names), 0.2)
+    base[[names.index(n) for n in ("not_interested", "block_author", "mute_author", "report")]] = 0
+    probs = np.stack([base] * 3)
+    probs[1, names.index("block_author")] = 0.1  # post 2
+    probs[2, names.index("report")] = 0.1  # post 3
+    client = connect(server.grpc_url, "grpc")
+    # sent in the worst order first: the policy must reorder them
+    out = infer(client, "grpc", "feed_policy", policy_request(probs[::-1].copy()))
+    assert out["ranked_post_ids"][0].tolist() == [3, 2, 1]  # ids as sent: 1 is the clean one
+    assert out["scores"][0][0] > out["scores"][0][1] > out["scores"][0][2] >= 0
+
+
+def test_excluded_authors_seen_and_old_posts_never_appear(trained_server):
+    server, artifacts, old_posts = trained_server
+    client = connect(server.http_url, "http")
+    seq = load_example_sequence(artifacts).to_dict()
+    feed = infer(client, "http", "recommend", recommend_inputs(seq, TOP_K))
+    authors = np.unique(feed["ranked_author_ids"][0][:5])
+    seen = feed["ranked_post_ids"][0][5:12]
+    request = {
+        **recommend_inputs(seq, TOP_K),
+        "excluded_author_ids": authors[None].astype(np.int64),
+        "seen_post_ids": seen[None].astype(np.int64),
+    }
+    out = infer(client, "http", "recommend", request)
+    assert not np.isin(out["ranked_author_ids"][0], authors).any()
+    assert not np.isin(out["ranked_post_ids"][0], seen).any()
+    assert np.isin(out["ranked_post_ids"][0], old_posts).any()  # no age limit asked
+    request["max_age_seconds"] = np.array([[7 * 24 * 3600]], np.float32)
+    out = infer(client, "http", "recommend", request)
+    assert len(out["ranked_post_ids"][0]) > 0
+    assert not np.isin(out["ranked_post_ids"][0], old_posts).any()
+    assert not np.isin(out["ranked_author_ids"][0], authors).any()
+    bad = {**request, "max_age_seconds": np.array([[-5]], np.float32)}
+    with pytest.raises(Exception, match="max_age_seconds"):
+        infer(client, "http", "recommend", bad)
+
+
+def test_policy_reload_changes_a_running_servers_feed(trained_server):
+    """clients.feed_policy reloads the model with new parameters; a bad one is refused and
+    the loaded parameters keep serving."""
+    from clients import feed_policy
+
+    server, artifacts, _ = trained_server
+    client = connect(server.http_url, "http")
+    request = recommend_inputs(load_example_sequence(artifacts).to_dict(), TOP_K)
+    before = infer(client, "http", "recommend", request)
+    url = ["--url", server.http_url, "--artifacts", str(artifacts)]
+    # decay = floor = 1: no diversity, so the feed is in weighted-score order
+    flat = ["--set", "author_diversity_decay=1", "--set", "author_diversity_floor=1"]
+    assert feed_policy.main([*url, *flat]) == 0
+    try:
+        after = infer(client, "http", "recommend", request)
+        assert np.all(np.diff(after["scores"][0]) <= 0)
+        assert sorted(after["ranked_post_ids"][0]) == sorted(before["ranked_post_ids"][0])
+        # no multiplier below 1 any more: an author's later posts score higher than before
+        assert after["scores"][0].sum() > before["scores"][0].sum() + 1e-3
+        # refused here, before any load request
+        assert feed_policy.main([*url, "--set", "author_diversity_floor=2"]) == 3
+        # refused by the model itself: the load fails, the running parameters stay
+        config = client.get_model_config("feed_policy")
+        config["parameters"]["author_diversity_floor"] = {"string_value": "2"}
+        with pytest.raises(Exception, match="author_diversity_floor"):
+            client.load_model("feed_policy", config=json.dumps(config))
+        again = infer(client, "http", "recommend", request)
+        np.testing.assert_array_equal(again["ranked_post_ids"], after["ranked_post_ids"])
+    finally:
+        keys = ("author_diversity_decay", "author_diversity_floor")
+        defaults = [f"--set={key}={POLICY_PARAMETERS[key]}" for key in keys]
+        assert feed_policy.main([*url, *defaults]) == 0
+    restored = infer(client, "http", "recommend", request)
+    np.testing.assert_array_equal(restored["ranked_post_ids"], before["ranked_post_ids"])

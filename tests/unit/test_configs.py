@@ -3,11 +3,14 @@
 import shutil
 
 import pytest
+from tritonclient.grpc import model_config_pb2
 
 from phoenix.serving import configs
 from phoenix.serving.configs import ConfigError, model_config, read_config
-from phoenix.serving.contracts import CONTRACTS, LIMITS, RANKER, RECOMMEND
+from phoenix.serving.contracts import CONTRACTS, FEED_POLICY, LIMITS, RANKER, RECOMMEND
 from phoenix.serving.profiles import CPU, GPU, PROFILES
+
+CPU_KIND = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_CPU")
 
 KIND = configs.model_config_pb2.ModelInstanceGroup.Kind.Name
 
@@ -77,9 +80,13 @@ def test_every_profile_compiles_what_it_may_be_sent(profile):
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         if "batch_buckets" in parameters:
             assert int(parameters["batch_buckets"].split(",")[-1]) == config.max_batch_size
+        elif contract.name == "feed_policy":
+            assert "candidate_buckets" not in parameters  # numpy only: nothing compiled
         else:
             assert int(parameters["rows_per_call"]) >= 1
     ranker = {k: v.string_value for k, v in model_config(RANKER, profile).parameters.items()}
+    # the policy runs on the host whatever the profile's device
+    assert model_config(FEED_POLICY, profile).instance_group[0].kind == CPU_KIND
     assert int(ranker["candidate_buckets"].split(",")[-1]) == LIMITS.max_candidates
     for step in RECOMMEND.steps:
         assert RECOMMEND.max_batch_size <= profile.models[step.model].batch_size(step.model)

@@ -8,6 +8,8 @@ good ones into one padded batch, makes one engine call and splits the results pe
 - ``common``: settings, the artifacts an instance loads, stacking, the request loop.
 - ``retrieval``: ``UserEncoderService``, ``CandidateTowerService``, ``RetrieverService``.
 - ``ranker``: ``RankerService`` (the whole batch on the device) and its score weights.
+- ``feed_policy``: ``FeedPolicyService`` (filters, every action's weight, author diversity
+  after the ranker; numpy only).
 
 ``SERVICES`` is the registry the Triton adapter and the in-process models build from.
 """
@@ -23,6 +25,7 @@ from phoenix.serving.services.common import (
     stack_histories,
     stack_padded,
 )
+from phoenix.serving.services.feed_policy import FeedPolicyService
 from phoenix.serving.services.ranker import RankerService, parse_score_weights
 from phoenix.serving.services.retrieval import (
     CandidateTowerService,
@@ -33,7 +36,13 @@ from phoenix.serving.services.retrieval import (
 
 SERVICES: dict[str, type[Service]] = {
     service.model(): service
-    for service in (UserEncoderService, CandidateTowerService, RetrieverService, RankerService)
+    for service in (
+        UserEncoderService,
+        CandidateTowerService,
+        RetrieverService,
+        RankerService,
+        FeedPolicyService,
+    )
 }
 
 
@@ -50,6 +59,7 @@ def build_service(settings: ServiceSettings) -> Service:
 __all__ = [
     "SERVICES",
     "CandidateTowerService",
+    "FeedPolicyService",
     "HistoryBatch",
     "Outputs",
     "PhoenixResources",

@@ -83,6 +83,9 @@ def split_ranked(requests: Sequence[RankRequest], ranked: RankedBatch) -> list[O
         outputs.append(
             {
                 "ranked_post_ids": np.take_along_axis(request.candidate_post_ids, order, axis=1),
+                "ranked_author_ids": np.take_along_axis(
+                    request.candidate_author_ids, order, axis=1
+                ),
                 "scores": ranked.scores[rows, :count],  # [R, C]
                 "action_probs": ranked.action_probs[rows, :count],  # [R, C, A]
                 "ranked_retrieval_scores": np.take_along_axis(retrieval, order, axis=1),

@@ -1,0 +1,144 @@
+"""Show or change the feed policy's parameters on a running server (a reload).
+
+Without --set or --weight, prints the parameters the server's feed_policy model runs with. With
+them, checks the new values here first (the same check the model runs at start-up, against the
+artifacts' action names), then sends a model load request carrying the current config with
+those parameters changed: Triton starts the new feed_policy, keeps answering with the old one
+until it is ready, then switches; the recommend ensemble follows. A value the model refuses
+fails the load and the old parameters keep serving. The load API needs the admin key (see
+SECURITY.md) and a server with explicit model control (`make serve`, not --no-supervisor).
+
+A change made this way lasts until the server restarts; to change a default for good, edit
+POLICY_PARAMETERS in phoenix/serving/contracts.py and run `make configs` (docs/policy.md).
+
+Examples:
+  python -m clients.feed_policy                                   # show the parameters
+  python -m clients.feed_policy --set author_diversity_decay=0.7 --set author_diversity_floor=0.2
+  python -m clients.feed_policy --weight report=-200 --weight reply=20
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+from clients import cli
+from phoenix.checkpoint import ArtifactError, load_config
+from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
+from phoenix.serving.contracts import FEED_POLICY, POLICY_PARAMETERS
+from phoenix.serving.inprocess import server_model_config
+from phoenix.serving.services.common import config_parameters
+from phoenix.serving.services.feed_policy import parse_settings
+
+MODEL = FEED_POLICY.name
+RELOAD_TIMEOUT_S = 120.0
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def parse_args(argv: Optional[Sequence[str]]):
+    parser = cli.build_parser(
+        __file__, __doc__, "artifact directory the server serves: its action names (default: "
+        "%(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="KEY=VALUE",
+        help=f"a policy parameter to change, one of {sorted(POLICY_PARAMETERS)} (repeatable)",
+    )
+    parser.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="ACTION=WEIGHT",
+        help="one action's weight in action_weights, the others kept (repeatable)",
+    )
+    parser.add_argument(
+        "--admin-key-env",
+        default=ADMIN_KEY_ENV,
+        metavar="NAME",
+        help="environment variable with the server's admin key (default: %(default)s)",
+    )
+    parser.add_argument("--admin-key-file", help="file with the admin key")
+    return parser.parse_args(argv)
+
+
+def changed_parameters(
+    current: Mapping[str, str], sets: Sequence[tuple[str, str]], weights: Sequence[tuple[str, str]]
+) -> dict[str, str]:
+    """The parameters with ``sets`` applied and ``weights`` merged into action_weights."""
+    unknown = sorted({key for key, _ in sets} - set(POLICY_PARAMETERS))
+    if unknown:
+        raise ValueError(f"unknown policy parameters {unknown}; known: {sorted(POLICY_PARAMETERS)}")
+    new = {**current, **dict(sets)}
+    if weights:
+        table = json.loads(new["action_weights"])
+        for action, weight in weights:
+            try:
+                table[action] = float(weight)
+            except ValueError:
+                raise ValueError(f"the weight of {action!r} must be a number: {weight!r}") from None
+        new["action_weights"] = json.dumps(table)
+    return new
+
+
+def reload_policy(client, protocol: str, parameters: Mapping[str, str], admin_key) -> None:
+    """Load feed_policy again with ``parameters``; the server must then report them."""
+    config = server_model_config(client, protocol, MODEL)
+    config["parameters"] = {key: {"string_value": value} for key, value in parameters.items()}
+    client.load_model(MODEL, headers=admin_headers(admin_key, protocol), config=json.dumps(config))
+    now = config_parameters(server_model_config(client, protocol, MODEL))
+    if now != dict(parameters) or not client.is_model_ready(MODEL):
+        raise RuntimeError("after the load the server does not report the new parameters")
+
+
+def show(parameters: Mapping[str, str]) -> None:
+    for key in sorted(POLICY_PARAMETERS):
+        value = parameters.get(key, "(missing)")
+        if key == "action_weights":
+            weights = json.loads(value)
+            value = ", ".join(f"{name} {weight:g}" for name, weight in weights.items())
+        print(f"  {key:<24} {value}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
+    try:
+        client = cli.open_client(args, **timeout)
+        current = config_parameters(server_model_config(client, args.protocol, MODEL))
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        return cli.no_answer(args, MODEL, error)
+    if not args.set and not args.weight:
+        print(f"{MODEL} parameters at {cli.server_url(args)}:")
+        show(current)
+        return cli.EXIT_OK
+    try:
+        new = changed_parameters(current, args.set, args.weight)
+        parse_settings(new, load_config(args.artifacts).action_names)  # refuse before sending
+    except (ValueError, ArtifactError) as error:
+        return cli.fail(f"not reloaded: {error}")
+    try:
+        reload_policy(
+            client, args.protocol, new, find_admin_key(args.admin_key_env, args.admin_key_file)
+        )
+    except Exception as error:
+        return cli.fail(f"reloading {MODEL} failed, it serves what it served: {error}")
+    print(f"{MODEL} reloaded; parameters now:")
+    show(new)
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

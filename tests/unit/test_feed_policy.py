@@ -1,0 +1,298 @@
+"""The feed policy: weighted score and offset, author diversity, filters, its parameters and
+its service (no Triton)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from phoenix.config import ACTION_NAMES
+from phoenix.feed_policy import (
+    FeedFilters,
+    PolicySettings,
+    apply_policy,
+    diversity_multipliers,
+    keep_mask,
+    occurrence_index,
+    offset_negative_scores,
+    weighted_scores,
+)
+from phoenix.serving.contracts import FEED_POLICY, POLICY_ACTION_WEIGHTS
+from phoenix.serving.requests import InputError
+from phoenix.serving.services import ServiceSettings, build_service
+from phoenix.serving.services.feed_policy import (
+    CreationTimes,
+    FeedPolicyService,
+    parse_settings,
+)
+
+NAMES = ("favorite", "reply", "block_author", "report")
+WEIGHTS = np.array([1.0, 10.0, -20.0, -50.0])  # positive sum 11, negative 70, total 81
+
+
+def settings(decay=1.0, floor=1.0, offset=0.0, weights=WEIGHTS, own=False) -> PolicySettings:
+    """decay = floor = 1: no diversity; offset 0: scores as they are when >= 0."""
+    return PolicySettings(np.asarray(weights, float), offset, decay, floor, own)
+
+
+# ----------------------------------------------------------------------------------------
+# Weighted score and its offset
+# ----------------------------------------------------------------------------------------
+
+
+def test_weighted_score_sums_every_action_times_its_weight():
+    probs = np.array([[0.5, 0.2, 0.0, 0.0], [0.5, 0.2, 0.1, 0.01], [0.0, 0.0, 1.0, 1.0]])
+    np.testing.assert_allclose(weighted_scores(probs, WEIGHTS), [2.5, 0.0, -70.0], atol=1e-12)
+
+
+def test_offset_moves_positive_scores_up_and_negative_ones_into_zero_to_offset():
+    scores = np.array([2.5, 0.0, -0.5, -70.0])
+    out = offset_negative_scores(scores, WEIGHTS, offset=0.1)
+    # s >= 0: s + 0.1; s < 0: (s + 70) / 81 * 0.1
+    np.testing.assert_allclose(out, [2.6, 0.1, 69.5 / 81 * 0.1, 0.0], atol=1e-12)
+    assert np.all(out >= 0)
+
+
+def test_offset_keeps_the_order_of_scores_across_zero():
+    scores = np.linspace(-70, 11, 1001)
+    out = offset_negative_scores(scores, WEIGHTS, offset=0.5)
+    assert np.all(np.diff(out) > 0)
+
+
+def test_offset_without_weights_clips_at_zero():
+    out = offset_negative_scores(np.array([-1.0, 2.0]), np.zeros(4), offset=0.3)
+    np.testing.assert_array_equal(out, [0.0, 2.0])
+
+
+def test_higher_block_or_report_probability_ranks_lower():
+    # the same positive probabilities; block 0.05 costs 1.0, report 0.01 costs 0.5
+    probs = np.array([[0.5, 0.2, 0.00, 0.00], [0.5, 0.2, 0.05, 0.00], [0.5, 0.2, 0.0, 0.01]])
+    posts, authors = np.array([1, 2, 3]), np.array([10, 20, 30])
+    order, scores = apply_policy(posts, authors, probs, settings(offset=0.1), FeedFilters())
+    assert order.tolist() == [0, 2, 1]
+    np.testing.assert_allclose(scores, [2.6, 2.1, 1.6])
+
+
+# ----------------------------------------------------------------------------------------
+# Author diversity
+# ----------------------------------------------------------------------------------------
+
+
+def test_diversity_multipliers_of_an_authors_first_to_fifth_post():
+    k = np.arange(5)
+    np.testing.assert_allclose(
+        diversity_multipliers(k, decay=0.5, floor=0.1),
+        [1.0, 0.55, 0.325, 0.2125, 0.15625],  # 0.9 * 0.5**k + 0.1
+    )
+    np.testing.assert_array_equal(diversity_multipliers(k, decay=0.0, floor=0.0), [1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(diversity_multipliers(k, decay=0.3, floor=1.0), [1] * 5)
+
+
+def test_occurrence_index_counts_each_value_in_order():
+    assert occurrence_index(np.array([7, 3, 7, 7, 3, 9])).tolist() == [0, 0, 1, 2, 1, 0]
+    assert occurrence_index(np.array([], np.int64)).tolist() == []
+
+
+def test_diversity_lets_other_authors_past_an_authors_later_posts():
+    # author 1 has the four best weighted scores; author 2's and 3's posts score a bit less
+    probs = np.zeros((6, 4))
+    probs[:, 0] = [1.0, 0.98, 0.96, 0.94, 0.9, 0.8]
+    posts, authors = np.arange(1, 7), np.array([1, 1, 1, 1, 2, 3])
+    order, scores = apply_policy(posts, authors, probs, settings(0.5, 0.1), FeedFilters())
+    assert authors[order].tolist() == [1, 2, 3, 1, 1, 1]
+    # final scores: 1.0, 0.9, 0.8, then 0.98 * 0.55, 0.96 * 0.325, 0.94 * 0.2125
+    np.testing.assert_allclose(scores, [1.0, 0.9, 0.8, 0.539, 0.312, 0.19975])
+
+
+# ----------------------------------------------------------------------------------------
+# Filters
+# ----------------------------------------------------------------------------------------
+
+POSTS = np.array([11, 12, 13, 12, 14, 15])
+AUTHORS = np.array([1, 2, 3, 2, 4, 5])
+
+
+def kept(**filters) -> list[int]:
+    return POSTS[keep_mask(POSTS, AUTHORS, FeedFilters(**filters))].tolist()
+
+
+def test_duplicates_keep_their_best_ranked_copy():
+    assert kept() == [11, 12, 13, 14, 15]
+    mask = keep_mask(POSTS, AUTHORS, FeedFilters())
+    assert mask.tolist() == [True, True, True, False, True, True]
+
+
+def test_excluded_authors_and_seen_posts_are_dropped():
+    assert kept(excluded_author_ids=np.array([2, 5, 99])) == [11, 13, 14]
+    assert kept(seen_post_ids=np.array([11, 14])) == [12, 13, 15]
+    assert kept(excluded_author_ids=np.array([], np.int64)) == [11, 12, 13, 14, 15]
+
+
+def test_the_users_own_posts_are_dropped():
+    assert kept(user_id=3) == [11, 12, 14, 15]
+
+
+def test_posts_older_than_the_maximum_age_are_dropped_unknown_ages_stay():
+    ages = np.array([10.0, 100.0, np.nan, 100.0, 50.0, 101.0])
+    assert kept(max_age_seconds=100.0, post_ages_seconds=ages) == [11, 12, 13, 14]
+    assert kept(post_ages_seconds=ages) == [11, 12, 13, 14, 15]  # no maximum: no filter
+
+
+def test_creation_times_give_ages_by_post_id():
+    times = CreationTimes(np.array([30, 10, 20]), np.array([1_000, 900, 950]))
+    ages = times.ages(np.array([[10, 20, 99]]), now=1_100.0)
+    np.testing.assert_array_equal(ages[:, :2], [[200.0, 150.0]])
+    assert np.isnan(ages[0, 2])  # not in the corpus
+    assert CreationTimes(np.array([1]), None).ages(np.array([[1]]), 5.0) is None
+
+
+def test_filtered_posts_take_no_diversity_slot():
+    probs = np.zeros((3, 4))
+    probs[:, 0] = [1.0, 0.9, 0.5]
+    posts, authors = np.array([1, 2, 3]), np.array([7, 7, 8])
+    filters = FeedFilters(seen_post_ids=np.array([1]))
+    order, scores = apply_policy(posts, authors, probs, settings(0.5, 0.1), filters)
+    assert posts[order].tolist() == [2, 3]  # post 2 is now author 7's first: multiplier 1
+    np.testing.assert_allclose(scores, [0.9, 0.5])
+
+
+# ----------------------------------------------------------------------------------------
+# Parameters
+# ----------------------------------------------------------------------------------------
+
+GOOD = {
+    "action_weights": json.dumps({"favorite": 1, "report": -50}),
+    "negative_scores_offset": "0.1",
+    "author_diversity_decay": "0.5",
+    "author_diversity_floor": "0.1",
+    "filter_own_posts": "true",
+}
+
+
+def test_parameters_parse():
+    parsed = parse_settings(GOOD, NAMES)
+    np.testing.assert_array_equal(parsed.action_weights, [1, 0, 0, -50])
+    assert (parsed.negative_scores_offset, parsed.author_diversity_floor) == (0.1, 0.1)
+    assert parsed.filter_own_posts is True
+
+
+def test_the_default_weights_name_every_action_and_parse():
+    assert set(POLICY_ACTION_WEIGHTS) == set(ACTION_NAMES)
+    parsed = parse_settings(FEED_POLICY.parameters, ACTION_NAMES)
+    negative = [ACTION_NAMES[i] for i in np.flatnonzero(parsed.action_weights < 0)]
+    assert negative == ["not_interested", "block_author", "mute_author", "report"]
+
+
+@pytest.mark.parametrize(
+    "key, value, fragment",
+    [
+        ("action_weights", '{"favourite": 1}', "unknown actions ['favourite']"),
+        ("action_weights", "{}", "non-empty JSON object"),
+        ("action_weights", "[1, 2]", "non-empty JSON object"),
+        ("action_weights", '{"reply": "x"}', "must be a number"),
+        ("action_weights", "{nope", "not valid JSON"),
+        ("author_diversity_floor", "1.5", "'author_diversity_floor' must lie in [0, 1]"),
+        ("author_diversity_floor", "-0.1", "'author_diversity_floor' must lie in [0, 1]"),
+        ("author_diversity_decay", "nan", "'author_diversity_decay' must lie in [0, 1]"),
+        ("author_diversity_decay", "half", "'author_diversity_decay' must be a number"),
+        ("negative_scores_offset", "-1", "'negative_scores_offset' must lie in [0, inf]"),
+        ("filter_own_posts", "yes", "'filter_own_posts' must be 'true' or 'false'"),
+    ],
+)
+def test_bad_parameters_are_named(key, value, fragment):
+    with pytest.raises(ValueError) as error:
+        parse_settings({**GOOD, key: value}, NAMES)
+    assert fragment in str(error.value)
+    assert f"'{key}'" in str(error.value)
+
+
+def test_a_bad_parameter_stops_the_start_up(tmp_path):
+    from phoenix.artifacts import generate
+
+    generate("tiny", tmp_path, seed=1, corpus_size=50)
+    parameters = {**FEED_POLICY.parameters, "author_diversity_floor": "2"}
+    with pytest.raises(ValueError, match="'author_diversity_floor' must lie in"):
+        build_service(ServiceSettings("feed_policy", tmp_path, 8, parameters))
+    service = build_service(ServiceSettings("feed_policy", tmp_path, 8, FEED_POLICY.parameters))
+    assert isinstance(service, FeedPolicyService) and service.warm_up() == 0
+
+
+# ----------------------------------------------------------------------------------------
+# The service
+# ----------------------------------------------------------------------------------------
+
+
+class Config:
+    num_actions = len(NAMES)
+    action_names = NAMES
+
+
+@pytest.fixture
+def service():
+    created = CreationTimes(np.array([11, 12, 13, 14]), np.array([1_000, 500, 990, 0]))
+    return FeedPolicyService(
+        Config(), settings(0.5, 0.1, offset=0.1, own=True), created, max_batch_size=4,
+        clock=lambda: 1_010.0,
+    )  # fmt: skip
+
+
+def policy_request(**extra) -> dict[str, np.ndarray]:
+    probs = np.zeros((1, 4, 4), np.float32)
+    probs[0, :, 0] = [0.9, 0.8, 0.7, 0.6]
+    return {
+        "user_id": np.array([[3]]),
+        "candidate_post_ids": np.array([[11, 12, 13, 14]]),
+        "candidate_author_ids": np.array([[1, 2, 3, 1]]),
+        "candidate_action_probs": probs,
+        "candidate_retrieval_scores": np.array([[0.4, 0.3, 0.2, 0.1]], np.float32),
+        **extra,
+    }
+
+
+def test_the_service_filters_scores_and_passes_columns_along(service):
+    (out,) = service.handle([policy_request()])
+    assert out["ranked_post_ids"].tolist() == [[11, 12, 14]]  # 13 is the user's own (author 3)
+    assert out["ranked_author_ids"].tolist() == [[1, 2, 1]]
+    np.testing.assert_allclose(out["scores"], [[1.0, 0.9, 0.7 * 0.55]], rtol=1e-6)
+    np.testing.assert_allclose(out["ranked_retrieval_scores"], [[0.4, 0.3, 0.1]])
+    assert out["action_probs"].shape == (1, 3, 4)
+    np.testing.assert_allclose(out["action_probs"][0, :, 0], [0.9, 0.8, 0.6])
+
+
+def test_the_service_applies_the_requests_filters(service):
+    request = policy_request(
+        excluded_author_ids=np.array([[2]]),
+        seen_post_ids=np.array([[11]]),
+        max_age_seconds=np.array([[100.0]], np.float32),
+    )
+    (out,) = service.handle([request])
+    assert out["ranked_post_ids"].tolist() == [[]]  # 12 excluded, 11 seen, 13 own, 14 too old
+
+
+def test_rows_of_one_request_are_padded_with_post_id_zero(service):
+    two = {name: np.concatenate([array, array]) for name, array in policy_request().items()}
+    two["seen_post_ids"] = np.array([[11, 12], [0, 0]])
+    (out,) = service.handle([two])
+    assert out["ranked_post_ids"].tolist() == [[14, 0, 0], [11, 12, 14]]
+    assert out["scores"][0, 1:].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"max_age_seconds": np.array([[-1.0]], np.float32)}, "'max_age_seconds'"),
+        ({"max_age_seconds": np.array([[np.nan]], np.float32)}, "'max_age_seconds'"),
+        ({"seen_post_ids": np.array([[-5]])}, "'seen_post_ids': ids must be >= 0"),
+        ({"excluded_author_ids": np.zeros((1, 5000), np.int64)}, "at most 4096"),
+        ({"candidate_action_probs": np.full((1, 4, 4), 2.0, np.float32)}, "probabilities"),
+        ({"candidate_action_probs": np.zeros((1, 4, 3), np.float32)}, "expected 4 actions"),
+        ({"candidate_author_ids": np.array([[1, 2, 3]])}, "same length"),
+        ({"seen_post_ids": np.zeros((2, 1), np.int64)}, "rows"),
+    ],
+)
+def test_bad_requests_are_refused_alone(service, change, fragment):
+    bad, good = service.handle([policy_request(**change), policy_request()])
+    assert isinstance(bad, InputError) and fragment in str(bad)
+    assert good["ranked_post_ids"].tolist() == [[11, 12, 14]]
