@@ -41,8 +41,11 @@ GPU_MEMORY_FOR_STUBS = 0.9  # the rest: CUDA contexts, Triton
 
 
 def stubs(device: str) -> int:
-    """Stub processes of one server: every model's instances under the device's profile."""
-    return sum(d.instances for d in profile(device).models.values())
+    """Stub processes on the device of one server: the instances of every model the device's
+    profile places there (a host-only model, KIND_CPU in the GPU profile, takes no GPU)."""
+    chosen = profile(device)
+    kinds = {m: d.instance_kind or chosen.instance_kind for m, d in chosen.models.items()}
+    return sum(d.instances for m, d in chosen.models.items() if kinds[m] == chosen.instance_kind)
 
 
 def kubectl() -> str:

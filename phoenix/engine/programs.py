@@ -138,6 +138,11 @@ class ProgramStore:
         return _OPEN[directory]
 
     @staticmethod
+    def opened() -> list[ProgramStore]:
+        """The stores this process opened (none for a model without compiled programs)."""
+        return list(_OPEN.values())
+
+    @staticmethod
     def forget_open() -> None:
         """Forget the stores opened so far: the next ``beside`` reads its manifest again."""
         _OPEN.clear()

@@ -89,15 +89,15 @@ class ServiceModel:
         )
         self.service = services.build_service(settings)
         self.service.warm_up()
-        store = ProgramStore.beside(settings.artifact_dir)  # the one the service used
+        stores = ProgramStore.opened()  # the service's (none for the host-only policy)
         logger.warning(
             "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",
             args.get("model_instance_name", self.service_name),
             time.perf_counter() - started,
             settings.artifact_dir,
-            store.counts["loaded"],
-            store.counts["compiled"],
-            store.directory,
+            sum(s.counts["loaded"] for s in stores),
+            sum(s.counts["compiled"] for s in stores),
+            ", ".join(str(s.directory) for s in stores) or "none",
         )
         register_stub(args)  # so the supervisor can tell this process from the others
 
