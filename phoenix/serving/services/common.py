@@ -18,6 +18,8 @@ Shape glossary (R rows of one request, B rows of a batch)
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +57,35 @@ def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     if not values or values[0] < 1:
         raise ValueError(f"parameter '{name}' must list positive ints, got {text!r}")
     return values
+
+
+def parse_action_weights(
+    text: str, action_names: Sequence[str], parameter: str = "action_weights"
+) -> np.ndarray:
+    """[A] weights from JSON {"action name": weight} (the ranker's ``score_weights`` and the
+    policy's ``action_weights``); actions left out weigh 0, anything else fails naming
+    ``parameter``."""
+    where = f"parameter '{parameter}'"
+    try:
+        weights = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where} is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(weights, dict) or not weights:
+        raise ValueError(f"{where} must be a non-empty JSON object of action: weight")
+    unknown = sorted(set(weights) - set(action_names))
+    if unknown:
+        raise ValueError(
+            f"{where} names unknown actions {unknown}; the artifact's actions are "
+            f"{list(action_names)}"
+        )
+    vector = np.zeros(len(action_names), np.float64)
+    for name, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise ValueError(f"{where}: the weight of {name!r} must be a number, got {weight!r}")
+        if not math.isfinite(weight):
+            raise ValueError(f"{where}: the weight of {name!r} must be finite, got {weight}")
+        vector[list(action_names).index(name)] = float(weight)
+    return vector
 
 
 def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:

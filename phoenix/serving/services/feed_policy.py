@@ -11,7 +11,6 @@ Shape glossary (R rows of one request): C candidates, C' posts kept, A actions.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,36 +21,16 @@ import numpy as np
 from phoenix.checkpoint import load_config, load_corpus, resolve_inside
 from phoenix.feed_policy import FeedFilters, PolicySettings, apply_policy
 from phoenix.serving.requests import PolicyRequest
-from phoenix.serving.services.common import Outputs, Service, ServiceSettings
+from phoenix.serving.services.common import (
+    Outputs,
+    Service,
+    ServiceSettings,
+    parse_action_weights,
+)
 
 # ----------------------------------------------------------------------------------------
 # Parameters
 # ----------------------------------------------------------------------------------------
-
-
-def parse_action_weights(text: str, action_names: Sequence[str]) -> np.ndarray:
-    """[A] weights from JSON {"action name": weight}; actions left out weigh 0."""
-    where = "parameter 'action_weights'"
-    try:
-        weights = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{where} is not valid JSON ({error}): {text!r}") from None
-    if not isinstance(weights, dict) or not weights:
-        raise ValueError(f"{where} must be a non-empty JSON object of action: weight")
-    unknown = sorted(set(weights) - set(action_names))
-    if unknown:
-        raise ValueError(
-            f"{where} names unknown actions {unknown}; the artifact's actions are "
-            f"{list(action_names)}"
-        )
-    vector = np.zeros(len(action_names), np.float64)
-    for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise ValueError(f"{where}: the weight of {name!r} must be a number, got {weight!r}")
-        if not math.isfinite(weight):
-            raise ValueError(f"{where}: the weight of {name!r} must be finite, got {weight}")
-        vector[list(action_names).index(name)] = float(weight)
-    return vector
 
 
 def parse_number(parameters: Mapping[str, str], key: str, low: float, high: float) -> float:

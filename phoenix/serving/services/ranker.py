@@ -9,7 +9,6 @@ Shape glossary (R rows of one request, B rows of the padded batch)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,29 +22,15 @@ from phoenix.serving.services.common import (
     Service,
     ServiceSettings,
     optional_or_zeros,
+    parse_action_weights,
     stack_histories,
     stack_padded,
 )
 
 
 def parse_score_weights(text: str, action_names: Sequence[str]) -> np.ndarray:
-    """Blend weights from JSON {"action name": weight}; unknown names fail loudly."""
-    try:
-        weights = json.loads(text) if text else {}
-    except json.JSONDecodeError as error:
-        raise ValueError(f"score_weights is not valid JSON ({error}): {text!r}") from None
-    if not isinstance(weights, dict) or not weights:
-        raise ValueError(f"score_weights must be a non-empty JSON object, got {text!r}")
-    unknown = sorted(set(weights) - set(action_names))
-    if unknown:
-        raise ValueError(
-            f"score_weights names unknown actions {unknown}; the artifact's actions are "
-            f"{list(action_names)}"
-        )
-    vector = np.zeros(len(action_names), np.float32)
-    for name, weight in weights.items():
-        vector[list(action_names).index(name)] = float(weight)
-    return vector
+    """The ranker's blend: float32 [A] from its ``score_weights`` parameter."""
+    return parse_action_weights(text, action_names, "score_weights").astype(np.float32)
 
 
 def request_batch(
