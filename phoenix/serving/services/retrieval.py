@@ -44,6 +44,16 @@ def user_tower_inputs(resources: PhoenixResources, users: HistoryBatch):
     return batch, emb
 
 
+def retrieval_engine(resources: PhoenixResources, **options) -> RetrievalEngine:
+    """The retrieval towers of ``resources``, their programs in its store."""
+    return RetrievalEngine(
+        resources.config.retrieval_config(),
+        resources.artifacts.retrieval_params,
+        store=resources.programs,
+        **options,
+    )
+
+
 class UserEncoderService(Service):
     """Retrieval user tower: one unit vector per user."""
 
@@ -55,12 +65,8 @@ class UserEncoderService(Service):
         self.resources = resources
         self.config = resources.config
         self.batch_buckets = tuple(sorted(batch_buckets))
-        self.engine = RetrievalEngine(
-            self.config.retrieval_config(),
-            resources.artifacts.retrieval_params,
-            compute_dtype=compute_dtype,
-            batch_buckets=self.batch_buckets,
-            store=resources.programs,
+        self.engine = retrieval_engine(
+            resources, compute_dtype=compute_dtype, batch_buckets=self.batch_buckets
         )
 
     @classmethod
@@ -87,12 +93,7 @@ class CandidateTowerService(Service):
         self.resources = resources
         self.config = resources.config
         self.batch_buckets = (max_rows,)  # one program of rows_per_call rows serves them all
-        self.engine = RetrievalEngine(
-            self.config.retrieval_config(),
-            resources.artifacts.retrieval_params,
-            candidate_chunk=rows_per_call,
-            store=resources.programs,
-        )
+        self.engine = retrieval_engine(resources, candidate_chunk=rows_per_call)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
@@ -134,12 +135,8 @@ class RetrieverService(Service):
         self.config = resources.config
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.corpus: Corpus = load_corpus(resolve_inside(resources.root, corpus_file), self.config)
-        self.engine = RetrievalEngine(
-            self.config.retrieval_config(),
-            resources.artifacts.retrieval_params,
-            compute_dtype=compute_dtype,
-            batch_buckets=self.batch_buckets,
-            store=resources.programs,
+        self.engine = retrieval_engine(
+            resources, compute_dtype=compute_dtype, batch_buckets=self.batch_buckets
         )
         self.engine.set_corpus(self.corpus.embeddings)
         order = np.argsort(self.corpus.post_ids)
