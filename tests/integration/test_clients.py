@@ -25,6 +25,7 @@ from phoenix.serving.client import connect, infer, user_inputs
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"  # shipped: make demo serves it
 ADMIN_KEY = "test-admin-key-0123456789"
 
 
@@ -118,6 +119,21 @@ def test_demo_starts_its_own_server_prints_the_feed_and_stops_it(tiny_artifacts,
     server_pid = int(re.search(r"^tritonserver (\d+) ready after", done.stdout, re.M)[1])
     assert not psutil.pid_exists(server_pid)
     assert (tmp_path / "build" / "admin-key").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_trained_demo_diversifies_its_top_10(tmp_path):
+    """`make demo DEMO_ARGS=--no-policy` on the towers shipped in artifacts/trained-demo,
+    through a real server: the ranker alone gives one author 5 of the top 10, the feed policy's
+    defaults leave no author more than 2, and the demo prints both counts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "clients.demo", "--artifacts", str(TRAINED_DEMO), "--no-policy",
+         "--build-dir", str(tmp_path / "build")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=540,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = dict(re.findall(r"^  (.+): at most (\d+) of the top 10 posts", done.stdout, re.M))
+    assert int(counts["ranker alone"]) == 5, done.stdout  # the shipped towers' @sports_10
+    assert int(counts["after the feed policy"]) <= 2, done.stdout
 
 
 # -- build_corpus: input formats -----------------------------------------------------------
