@@ -36,7 +36,9 @@ def dense_top_k(users, corpus, k, excluded=None):
     return order, np.take_along_axis(scores, order, axis=1)
 
 
-@pytest.mark.parametrize("size,tile", [(1000, 128), (1000, 4096), (129, 128), (5, 128)])
+@pytest.mark.parametrize(
+    "size,tile", [(1000, 128), (1000, 4096), (129, 128), (5, 128), (3000, 1024), (1000, 100)]
+)
 def test_tiles_give_the_dense_top_k(size, tile):
     rng = np.random.default_rng(size)
     corpus = rng.normal(size=(size, D)).astype(np.float32)
@@ -71,3 +73,15 @@ def test_ties_keep_the_lower_index_across_tiles():
     engine = engine_with_corpus(corpus, 128)
     idx, _ = engine.top_k(np.eye(1, D, dtype=np.float32), 3)
     assert idx.tolist() == [[5, 300, 450]]
+
+
+def test_ties_keep_the_lower_index_whatever_else_their_bins_hold():
+    """Top-k's second pass sees whole bins of 128 entries: an equal score in a bin with a
+    higher maximum must not overtake the lower index."""
+    corpus = np.zeros((1000, D), np.float32)
+    corpus[700, 0] = 2.0  # bin 5's maximum
+    corpus[[10, 701], 0] = 1.0  # equal scores: bin 0 (max 1.0) and bin 5 (max 2.0)
+    engine = engine_with_corpus(corpus, 1024)
+    idx, scores = engine.top_k(np.eye(1, D, dtype=np.float32), 3)
+    assert idx.tolist() == [[700, 10, 701]]
+    assert scores.tolist() == [[2.0, 1.0, 1.0]]
