@@ -9,7 +9,7 @@ Steps (sizes in bench/gpu/profiles.py):
              (engine_points.py)                                        -> engine.json
   retrieval  top 100 for a batch of 64 users over 1 M and 10 M posts (retrieval.py)
                                                                        -> retrieval.json
-  startup    Triton ready with an empty, then a filled compilation cache (startup.py)
+  startup    Triton ready with an empty, then a filled program store (startup.py)
                                                                        -> startup.json
   serving    bench/bench_serving.py --device gpu, batching on and off  -> serving.json/png
 
@@ -105,7 +105,7 @@ def parse_args(argv):
 
 
 def step_environment(profile: profiles.Profile, cache: Path) -> dict[str, str]:
-    """The steps' environment: platform, shared compilation cache, perf_analyzer's libraries."""
+    """The steps' environment: platform, shared program store, perf_analyzer's libraries."""
     from phoenix.engine.programs import STORE_ENV  # imports JAX; no device is touched
 
     env = dict(os.environ)

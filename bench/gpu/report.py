@@ -111,7 +111,7 @@ def startup_table(result: Optional[dict]) -> list[str]:
     return [
         f"**Server start-up** ({loaded}, until ready): {stamp(result)}.",
         "",
-        "| empty compilation cache (target <= 60 s) | restart, cache filled (target <= 15 s) |",
+        "| empty program store (target <= 60 s) | restart, store filled (target <= 15 s) |",
         "| --- | --- |",
         f"| {fmt(s.get('empty_cache_s'), '.1f', ' s')} "
         f"| {fmt(s.get('filled_cache_s'), '.1f', ' s')} |",

@@ -3,7 +3,7 @@
     python -m bench.gpu.startup --profile gpu --artifacts DIR --out bench/results/gpu/startup.json
 
 Serves the project's model_repository derived for the profile's device (as `serve --device`
-does; the CPU profile loads one small model only), first with an empty compilation cache
+does; the CPU profile loads one small model only), first with an empty program store
 (every bucket compiled), then once more over the cache that first start filled (a restart).
 Given the serving step's cache folder, that step then starts warm.
 """
