@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.loadgen import error_kind, wait_until
@@ -65,12 +66,16 @@ def start_serve(args, work: Path) -> tuple[subprocess.Popen, dict[str, str]]:
     return process, urls
 
 
-def start_locust(args, urls: dict[str, str], prefix: Path) -> subprocess.Popen:
+def start_locust(
+    args, urls: dict[str, str], prefix: Path, run_time: str = "30m", extra: Sequence[str] = ()
+) -> subprocess.Popen:
+    """Locust in the background with the project's locustfile against ``urls`` (http, grpc),
+    ``args.users`` users, CSV files at ``prefix``; ``extra``: more options and user classes."""
     command = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--users", str(args.users), "--spawn-rate", str(args.users), "--run-time", "30m",
+        "--users", str(args.users), "--spawn-rate", str(args.users), "--run-time", run_time,
         "--only-summary", "--host", f"http://{urls['http']}", "--grpc-url", urls["grpc"],
-        "--artifacts", str(args.artifacts.resolve()), "--csv", str(prefix),
+        "--artifacts", str(args.artifacts.resolve()), "--csv", str(prefix), *extra,
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     return subprocess.Popen(

@@ -39,13 +39,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.bench_reliability import failure_kinds
+from bench.bench_reliability import failure_kinds, start_locust
 from bench.loadgen import wait_until
-from bench.serving_servers import ServePorts
+from bench.serving_servers import ServeProcess
 from phoenix.serving.triton_server import http_get_status, pick_free_ports
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 HTTP_USER, GRPC_USER = "TritonHttpUser", "TritonGrpcUser"
 POLL_S = 0.5
 
@@ -110,37 +108,12 @@ def nginx_binary() -> str:
     return found
 
 
-class Replica:
-    """One `serve` command on free loopback ports."""
+class Replica(ServeProcess):
+    """One `serve` command on free loopback ports, named for the proxy's upstreams."""
 
     def __init__(self, name: str, args, work: Path):
-        self.name, self.args, self.work = name, args, work / name
-        self.process: subprocess.Popen | None = None
-        self.ports: ServePorts | None = None
-
-    def start(self) -> Replica:
-        self.ports = ServePorts.free()
-        self.work.mkdir(parents=True, exist_ok=True)
-        command = self.ports.command(self.args.artifacts, self.work / "build", self.args.drain)
-        out = (self.work / f"serve-{int(time.time())}.out").open("wb")
-        self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.started = time.monotonic()
-        return self
-
-    @property
-    def ready_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.ready}/ready"
-
-    def is_ready(self) -> bool:
-        return self.process.poll() is None and http_get_status(self.ready_url) == 200
-
-    def wait_ready(self, timeout_s: float) -> float:
-        """Seconds from start to /ready 200."""
-        if wait_until(self.is_ready, timeout_s, 0.5) is None:
-            raise SystemExit(f"replica {self.name} not ready after {timeout_s:.0f} s ({self.work})")
-        return time.monotonic() - self.started
+        super().__init__(args.artifacts, work / name, args.drain)
+        self.name = name
 
     def successes(self) -> int:
         """Requests answered so far, every model (a counter: take differences)."""
@@ -148,16 +121,6 @@ class Replica:
         text = urllib.request.urlopen(url, timeout=10).read().decode()
         pattern = r"^nv_inference_request_success\{[^}]*\} (\S+)$"
         return int(sum(float(v) for v in re.findall(pattern, text, re.M)))
-
-    def stop(self, timeout_s: float = 120) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.poll() if self.process else None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            return self.process.wait()
 
 
 class Proxy:
@@ -239,18 +202,9 @@ class EndpointController(threading.Thread):
 
 
 def locust(args, proxy: Proxy, users: list[str], prefix: Path, run_time: str) -> subprocess.Popen:
-    command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--users", str(args.users), "--spawn-rate", str(args.users), "--run-time", run_time,
-        "--stop-timeout", "10", "--only-summary",
-        "--host", f"http://127.0.0.1:{proxy.http_port}",
-        "--grpc-url", f"127.0.0.1:{proxy.grpc_port}",
-        "--artifacts", str(args.artifacts.resolve()), "--csv", str(prefix), *users,
-    ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+    """Locust's ``users`` classes through the proxy."""
+    urls = {"http": f"127.0.0.1:{proxy.http_port}", "grpc": f"127.0.0.1:{proxy.grpc_port}"}
+    return start_locust(args, urls, prefix, run_time, ["--stop-timeout", "10", *users])
 
 
 def aggregated(prefix: Path) -> tuple[int, int]:

@@ -26,17 +26,15 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 from bench.loadgen import LoadRun, alternating_callers, wait_until
-from bench.serving_servers import ServePorts
+from bench.serving_servers import ServeProcess
 from phoenix.command_line import command_parser
 from phoenix.serving.triton_server import http_get_status
 
@@ -46,6 +44,8 @@ STEPS = ("buckets", "serve", "heal")
 REFERENCE_RPS = 100.0  # requests/s one replica serves, for the padding side of the table
 CALLS_PER_BUCKET = 7  # timed calls per bucket (the fastest is kept)
 TOP_K = 50
+DRAIN_S = 0.5  # serve's drain at each stop: nothing is under load then
+READY_TIMEOUT_S = 600.0
 
 
 # ----------------------------------------------------------------------------------------
@@ -200,58 +200,19 @@ def decision_table(decisions: list[dict]) -> str:
 # ----------------------------------------------------------------------------------------
 
 
-class Serve:
-    """The serve command on free ports, as `make serve` runs it."""
-
-    def __init__(self, artifacts: Path, work: Path):
-        self.ports = ServePorts.free()
-        work.mkdir(parents=True, exist_ok=True)
-        self.out = work / "serve.out"
-        command = self.ports.command(artifacts, work / "build", drain_seconds=0.5)
-        self.started = time.monotonic()
-        with self.out.open("wb") as out:
-            self.process = subprocess.Popen(
-                command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        self.ready_url = f"http://127.0.0.1:{self.ports.ready}/ready"
-        self.http_url, self.grpc_url = (f"127.0.0.1:{p}" for p in self.ports[:2])
-
-    def wait_ready(self, timeout_s: float = 600) -> float:
-        """Seconds from the command's start until /ready answers 200."""
-        when = wait_until(lambda: http_get_status(self.ready_url) == 200, timeout_s, 0.05)
-        if when is None:
-            raise RuntimeError(f"serve was not ready in {timeout_s} s; see {self.out}")
-        return when - self.started
-
-    def status(self) -> dict:
-        url = f"http://127.0.0.1:{self.ports.ready}/status"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return json.loads(response.read())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-
 def time_serve_starts(artifacts: Path, work: Path, starts: int) -> list[float]:
     seconds = []
     for index in range(starts):
-        serve = Serve(artifacts, work / f"start-{index}")
+        serve = ServeProcess(artifacts, work / f"start-{index}", DRAIN_S).start()
         try:
-            seconds.append(round(serve.wait_ready(), 2))
+            seconds.append(round(serve.wait_ready(READY_TIMEOUT_S), 2))
             print(f"  start {index + 1}: ready after {seconds[-1]:.1f} s", flush=True)
         finally:
             serve.stop()
     return seconds
 
 
-def recommend_load(serve: Serve, artifacts: Path, duration_s: float) -> LoadRun:
+def recommend_load(serve: ServeProcess, artifacts: Path, duration_s: float) -> LoadRun:
     from phoenix.checkpoint import load_example_sequence
     from phoenix.serving.client import recommend_inputs
 
@@ -261,7 +222,7 @@ def recommend_load(serve: Serve, artifacts: Path, duration_s: float) -> LoadRun:
     return LoadRun(make, workers=4, duration_s=duration_s, pause_after_error_s=0.05)
 
 
-def kill_all_ranker_stubs(serve: Serve, artifacts: Path) -> dict:
+def kill_all_ranker_stubs(serve: ServeProcess, artifacts: Path) -> dict:
     """Under load, kill -9 every ranker stub; when answers and /ready are good again."""
     with recommend_load(serve, artifacts, duration_s=120) as run:
         time.sleep(5)
@@ -290,10 +251,10 @@ def kill_all_ranker_stubs(serve: Serve, artifacts: Path) -> dict:
 
 
 def time_heals(artifacts: Path, work: Path, kills: int) -> list[dict]:
-    serve = Serve(artifacts, work / "heal")
+    serve = ServeProcess(artifacts, work / "heal", DRAIN_S).start()
     rows = []
     try:
-        serve.wait_ready()
+        serve.wait_ready(READY_TIMEOUT_S)
         for index in range(kills):
             rows.append(kill_all_ranker_stubs(serve, artifacts))
             print(f"  kill {index + 1}: {json.dumps(rows[-1])}", flush=True)

@@ -28,8 +28,7 @@ from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
 from phoenix.serving.contracts import FEED_POLICY, POLICY_PARAMETERS
-from phoenix.serving.inprocess import server_model_config
-from phoenix.serving.services.common import config_parameters
+from phoenix.serving.inprocess import server_model_config, server_parameters
 from phoenix.serving.services.feed_policy import parse_settings
 
 MODEL = FEED_POLICY.name
@@ -98,7 +97,7 @@ def reload_policy(client, protocol: str, parameters: Mapping[str, str], admin_ke
     config = server_model_config(client, protocol, MODEL)
     config["parameters"] = {key: {"string_value": value} for key, value in parameters.items()}
     client.load_model(MODEL, headers=admin_headers(admin_key, protocol), config=json.dumps(config))
-    now = config_parameters(server_model_config(client, protocol, MODEL))
+    now = server_parameters(client, protocol, MODEL)
     if now != dict(parameters) or not client.is_model_ready(MODEL):
         raise RuntimeError("after the load the server does not report the new parameters")
 
@@ -117,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
     try:
         client = cli.open_client(args, **timeout)
-        current = config_parameters(server_model_config(client, args.protocol, MODEL))
+        current = server_parameters(client, args.protocol, MODEL)
     except Exception as error:  # tritonclient raises several types; all mean "no answer"
         return cli.no_answer(args, MODEL, error)
     if not args.set and not args.weight:

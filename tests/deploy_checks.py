@@ -44,8 +44,11 @@ def stubs(device: str) -> int:
     """Stub processes on the device of one server: the instances of every model the device's
     profile places there (a host-only model, KIND_CPU in the GPU profile, takes no GPU)."""
     chosen = profile(device)
-    kinds = {m: d.instance_kind or chosen.instance_kind for m, d in chosen.models.items()}
-    return sum(d.instances for m, d in chosen.models.items() if kinds[m] == chosen.instance_kind)
+    return sum(
+        d.instances
+        for m, d in chosen.models.items()
+        if chosen.instance_kind_of(m) == chosen.instance_kind
+    )
 
 
 def kubectl() -> str:
@@ -86,7 +89,7 @@ def validate(objects: list[dict], version: str) -> list[str]:
         try:
             utils.validate(obj, version, strict=True)
         except utils.ValidationError as error:
-            errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {error.message}")
+            errors.append(f"{name(obj)}: {error.message}")
     return errors
 
 

@@ -258,15 +258,17 @@ class DeviceRanker:
     def warm_up(self) -> int:
         """Load (or compile) both programs for every (batch bucket, candidate bucket), from
         shapes alone: nothing runs. Returns how many buckets."""
-        calls = []
-        for users in self.batch_buckets:
-            for width in self.candidate_buckets:
-                batch = empty_request_batch(users, width, self.config)
-                hashed = self._hash.output_shapes(*id_inputs(batch))
-                calls.append((self._hash, id_inputs(batch), {}))
-                calls.append((self._rank, (self.weights, hashed, float_inputs(batch)), {}))
-        prepare_all(calls)
-        return len(self.batch_buckets) * len(self.candidate_buckets)
+        batches = [
+            empty_request_batch(users, width, self.config)
+            for users in self.batch_buckets
+            for width in self.candidate_buckets
+        ]
+        prepare_all([(self._hash, id_inputs(b)) for b in batches])
+        hashed = [self._hash.output_shapes(*id_inputs(b)) for b in batches]
+        prepare_all(
+            [(self._rank, (self.weights, h, float_inputs(b))) for h, b in zip(hashed, batches)]
+        )
+        return len(batches)
 
 
 def id_inputs(batch: RankRequestBatch) -> tuple[np.ndarray, ...]:

@@ -130,7 +130,8 @@ class RetrievalEngine:
         in bins of SCORE_BIN entries with each bin's maximum. Pass 2 takes the k bins with the
         highest maxima, in corpus order, and the top k inside them: each of the k best entries
         lies in one of those bins, so the result is exact, and two small top-ks replace a
-        top-k and a merge per tile (1.6x the queries/s over 1 M posts on 2 cores). Ties keep
+        top-k and a merge per tile (84 -> 184 queries/s over 1 M posts on 2 cores,
+        bench/results/engine.json). Ties keep
         the lower index, as one top-k over the whole corpus does. The first pass holds every
         score until the second: B x M float32 (64 MB for 16 users over 1 M posts).
         """

@@ -70,18 +70,13 @@ def build_programs(artifact_dir: Path, device: str, models: Sequence[str], store
 
     rows = []
     with tqdm(desc="programs", unit=" program", file=sys.stderr) as bar:
+        store.report = lambda how: bar.update()
         for model in models:
             bar.set_description(model)
-            started = time.perf_counter()
-            counts = {"loaded": 0, "compiled": 0}
-
-            def report(name: str, how: str, seconds: float, counts=counts) -> None:
-                counts[how] += 1
-                bar.update()
-
-            store.report = report
+            started, before = time.perf_counter(), dict(store.counts)
             build_service(service_settings(model, artifact_dir, device)).warm_up()
-            rows.append({"model": model, **counts, "seconds": time.perf_counter() - started})
+            done = {how: store.counts[how] - before[how] for how in before}
+            rows.append({"model": model, **done, "seconds": time.perf_counter() - started})
     store.report = None
     return rows
 

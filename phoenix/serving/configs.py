@@ -78,7 +78,7 @@ def _add_deployment(config: ModelConfig, contract: ModelContract, profile: Profi
     policy.max_queue_size = queue.max_size
     config.instance_group.add(
         kind=model_config_pb2.ModelInstanceGroup.Kind.Value(
-            deployment.instance_kind or profile.instance_kind
+            profile.instance_kind_of(contract.name)
         ),
         count=deployment.instances,
     )

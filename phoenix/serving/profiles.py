@@ -71,6 +71,11 @@ class Profile:
     config_name: Optional[str]  # None: config.pbtxt, else configs/<name>.pbtxt
     models: Mapping[str, Deployment]
 
+    def instance_kind_of(self, model: str) -> str:
+        """Triton's instance_group kind of ``model``: its own (host-only models) or the
+        profile's."""
+        return self.models[model].instance_kind or self.instance_kind
+
     def config_path(self, model: str) -> str:
         """The config file of ``model`` under this profile, relative to the repository."""
         if self.config_name is None:

@@ -23,6 +23,7 @@ from bench.loadgen import wait_until
 from phoenix.serving.triton_server import (
     BACKEND_DIR,
     TRITON_HOME_ENV,
+    http_get_status,
     pick_free_ports,
     pytriton_server_root,
 )
@@ -31,16 +32,6 @@ from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))  # as test_faults
-
-
-def status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
 
 
 def triton_home(root: Path) -> Path:
@@ -95,14 +86,16 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
         def probe(kind: str) -> int | None:
             get = container[kind]["httpGet"]
             port = get["port"] if isinstance(get["port"], int) else declared[get["port"]]
-            return status(f"http://127.0.0.1:{local[port]}{get['path']}")
+            return http_get_status(f"http://127.0.0.1:{local[port]}{get['path']}", timeout=5)
 
         started = wait_until(lambda: probe("startupProbe") == 200 or serve.poll() is not None,
                              READY_TIMEOUT_S, 0.5)  # fmt: skip
         assert started and serve.poll() is None, (tmp_path / "serve.out").read_text()[-3000:]
         assert probe("readinessProbe") == 200 and probe("livenessProbe") == 200
         # Triton's own ports, as the Services reach them, and the server the image names.
-        assert status(f"http://127.0.0.1:{ports['http']}/v2/health/ready") == 200
+        assert (
+            http_get_status(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=5) == 200
+        )
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
         assert grpc.is_server_ready()
         grpc.close()

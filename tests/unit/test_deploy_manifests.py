@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
-import urllib.error
 import urllib.request
 
 import pytest
 
 from phoenix.serving.supervisor.endpoints import ReadinessServer
+from phoenix.serving.triton_server import http_get_status
 from tests.deploy_checks import (
     K8S_DIR,
     K8S_VERSIONS,
@@ -189,14 +189,6 @@ def test_the_strict_schemas_catch_a_misspelt_field():
 # -- the probes' paths on the real supervisor endpoint ------------------------------------
 
 
-def http_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
 def test_the_probe_paths_answer_on_the_supervisor_and_fail_on_a_stub_it_cannot_heal():
     """The manifests' probe paths on serve's real /ready-/live server: startup waits for the
     watch, readiness and liveness turn 503 on a dead stub that does not come back."""
@@ -209,13 +201,17 @@ def test_the_probe_paths_answer_on_the_supervisor_and_fail_on_a_stub_it_cannot_h
     endpoint = ReadinessServer(supervisor, "127.0.0.1", 0).start()
     base = f"http://127.0.0.1:{endpoint.port}"
     try:
-        assert http_status(base + paths["startupProbe"]) == 503  # loading: not started yet
+        assert (
+            http_get_status(base + paths["startupProbe"], timeout=5) == 503
+        )  # loading: not started yet
         supervisor.start()
-        assert {k: http_status(base + p) for k, p in paths.items()} == dict.fromkeys(paths, 200)
+        assert {k: http_get_status(base + p, timeout=5) for k, p in paths.items()} == dict.fromkeys(
+            paths, 200
+        )
         admin.fail_loads = 1000  # the stub dies and every reload fails
         processes.kill(102)
         supervisor.poll_once()
-        codes = {k: http_status(base + p) for k, p in paths.items()}
+        codes = {k: http_get_status(base + p, timeout=5) for k, p in paths.items()}
         assert codes["readinessProbe"] == 503 and codes["livenessProbe"] == 503, codes
         reasons = json.loads(urllib.request.urlopen(base + "/status").read())["reasons"]
         assert any("ranker" in r for r in reasons), reasons

@@ -25,7 +25,9 @@ from phoenix.serving.services.common import (
     Outputs,
     Service,
     ServiceSettings,
+    optional_or_zeros,
     parse_action_weights,
+    stack_padded,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -113,14 +115,6 @@ def row_filters(request: PolicyRequest, row: int, filter_own: bool, ages) -> Fee
     )
 
 
-def padded(rows: Sequence[np.ndarray], width: int, dtype) -> np.ndarray:
-    """[R, width, ...] of the rows, zero-padded at the end (post id 0 marks padding)."""
-    out = np.zeros((len(rows), width) + rows[0].shape[1:], dtype)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
-
-
 class FeedPolicyService(Service):
     """Filters, scores by every action and diversifies each user's ranked candidates."""
 
@@ -166,9 +160,9 @@ class FeedPolicyService(Service):
         ages = None
         if request.max_age_seconds is not None:
             ages = self.creation_times.ages(request.candidate_post_ids, now)
-        retrieval = request.candidate_retrieval_scores
-        if retrieval is None:
-            retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)
+        retrieval = optional_or_zeros(
+            request, "candidate_retrieval_scores", "candidate_post_ids", np.float32
+        )
         columns = {name: [] for name in ("posts", "authors", "scores", "probs", "retrieval")}
         for row in range(request.rows):
             posts, authors = request.candidate_post_ids[row], request.candidate_author_ids[row]
@@ -181,14 +175,18 @@ class FeedPolicyService(Service):
             )
             columns["posts"].append(posts[kept])
             columns["authors"].append(authors[kept])
-            columns["scores"].append(scores)
+            columns["scores"].append(scores.astype(np.float32))
             columns["probs"].append(request.candidate_action_probs[row][kept])
             columns["retrieval"].append(retrieval[row][kept])
-        width = max(len(p) for p in columns["posts"])
+        width = max(len(p) for p in columns["posts"])  # rows padded with post id 0
+
+        def stacked(column: str) -> np.ndarray:  # [R, width, ...]
+            return stack_padded([row[None] for row in columns[column]], width, request.rows)
+
         return {
-            "ranked_post_ids": padded(columns["posts"], width, np.int64),
-            "scores": padded(columns["scores"], width, np.float32),
-            "action_probs": padded(columns["probs"], width, np.float32),
-            "ranked_author_ids": padded(columns["authors"], width, np.int64),
-            "ranked_retrieval_scores": padded(columns["retrieval"], width, np.float32),
+            "ranked_post_ids": stacked("posts"),
+            "scores": stacked("scores"),
+            "action_probs": stacked("probs"),
+            "ranked_author_ids": stacked("authors"),
+            "ranked_retrieval_scores": stacked("retrieval"),
         }
