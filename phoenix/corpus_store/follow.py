@@ -1,0 +1,99 @@
+"""Following a store while serving: a background thread notices each new manifest generation,
+opens it beside the current one and swaps it in, so requests always see one whole generation
+and none waits for the switch."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Callable, Optional
+
+from phoenix.corpus_store.manifest import MANIFEST_FILE, StoreError
+from phoenix.corpus_store.snapshot import Snapshot
+from phoenix.corpus_store.store import CorpusStore
+
+POLL_SECONDS = 0.5
+log = logging.getLogger(__name__)
+
+
+class StoreFollower:
+    """The latest good generation of the store at ``root``.
+
+    The first generation is opened in the constructor, so a bad store fails the start with
+    the file and the problem. A later generation that fails to open (a torn copy, a wrong
+    width) is reported through ``on_error`` and skipped: the previous one keeps serving.
+    """
+
+    def __init__(
+        self,
+        root,
+        emb_size: int,
+        poll_seconds: float = POLL_SECONDS,
+        on_error: Callable[[str], None] = log.warning,
+    ):
+        self.store = CorpusStore(root)
+        self.poll_seconds = poll_seconds
+        self.on_error = on_error
+        snapshot = self.store.open()
+        if snapshot.manifest.emb_size != emb_size:
+            raise StoreError(
+                f"{Path(root) / MANIFEST_FILE}: emb_size {snapshot.manifest.emb_size}, but the "
+                f"model's candidate vectors have {emb_size}"
+            )
+        self.emb_size = emb_size
+        self._snapshot = snapshot
+        self._stamp = self._manifest_stamp()
+        self._failed_stamp = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def current(self) -> Snapshot:
+        return self._snapshot  # one reference read: a whole generation
+
+    def start(self) -> StoreFollower:
+        self._thread = threading.Thread(target=self._run, name="store-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _manifest_stamp(self):
+        try:
+            stat = (self.store.root / MANIFEST_FILE).stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
+
+    def refresh(self) -> bool:
+        """Open the newest generation if the manifest changed; True when one was swapped in."""
+        stamp = self._manifest_stamp()
+        if stamp is None or stamp == self._stamp or stamp == self._failed_stamp:
+            return False
+        try:
+            snapshot = self.store.open(previous=self._snapshot)
+            if snapshot.manifest.emb_size != self.emb_size:
+                raise StoreError(
+                    f"{self.store.root / MANIFEST_FILE}: emb_size changed to "
+                    f"{snapshot.manifest.emb_size} (serving {self.emb_size})"
+                )
+        except (StoreError, OSError) as error:
+            self._failed_stamp = stamp
+            self.on_error(
+                f"corpus store generation not loaded, still serving the previous: {error}"
+            )
+            return False
+        if snapshot.generation < self._snapshot.generation:
+            return False
+        self._snapshot, self._stamp = snapshot, stamp
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.refresh()
+            except Exception as error:  # noqa: BLE001 - the thread must outlive any one failure
+                self.on_error(f"corpus store follower: {error!r}")

@@ -1,0 +1,205 @@
+"""The store's manifest: which segments are live, how each is searched, the deleted posts and
+the time window. Readers take the manifest as the truth; writers write new files first and the
+manifest last (atomically, by rename), so a reader sees either the old store or the new one.
+
+Layout of a store directory::
+
+    manifest.json                      this module's Manifest
+    segments/<name>/post_ids.npy       int64 [n], unique, > 0
+    segments/<name>/author_ids.npy     int64 [n]
+    segments/<name>/created_at.npy     int64 [n], unix seconds
+    segments/<name>/embeddings.npy     float32 [n, D], unit rows
+    segments/<name>/sorted_ids.npy     int64 [n], post_ids ascending (id look-ups)
+    segments/<name>/id_order.npy       int64 [n], the row of each sorted id
+    segments/<name>/index.faiss        sealed segments with an ANN index only
+    tombstones/<name>.npy              int64 [t], sorted deleted post ids
+    store.lock                         writers take it; readers never do
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from phoenix.config import ArtifactError
+
+MANIFEST_FILE = "manifest.json"
+FORMAT = "phoenix-corpus-store/1"
+FRESH, SEALED = "fresh", "sealed"
+EXACT, IVF_SQ8 = "exact", "ivf_sq8"  # how a segment is searched
+
+
+class StoreError(ArtifactError):
+    """A corpus store is missing, malformed or inconsistent (the message names the file)."""
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """How a segment is searched: ``exact`` (every row scored) or an IVF index whose vectors
+    are 8-bit scalar-quantized, probed in ``nprobe`` of ``nlist`` lists."""
+
+    kind: str = EXACT
+    nlist: int = 0
+    nprobe: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind} if self.kind == EXACT else asdict(self)
+
+
+@dataclass(frozen=True)
+class SegmentEntry:
+    name: str
+    state: str  # FRESH (small, searched exactly) or SEALED (compacted, maybe indexed)
+    rows: int
+    min_created_at: int
+    max_created_at: int
+    index: IndexSpec = field(default_factory=IndexSpec)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["index"] = self.index.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A segment or tombstone file no longer live: deleted by compaction after a grace period
+    (a reader that read the previous manifest may still be opening it)."""
+
+    path: str  # relative to the store
+    since: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class Manifest:
+    emb_size: int
+    generation: int = 0
+    segments: tuple[SegmentEntry, ...] = ()
+    tombstones: Optional[str] = None  # file under tombstones/, None = no deletions
+    window_seconds: Optional[int] = None  # posts older than this are not served
+    retired: tuple[Retired, ...] = ()
+    updated_at: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.segments)
+
+    def next(self, **changes) -> Manifest:
+        """The following generation with ``changes``."""
+        return replace(self, generation=self.generation + 1, updated_at=time.time(), **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "generation": self.generation,
+            "emb_size": self.emb_size,
+            "window_seconds": self.window_seconds,
+            "tombstones": self.tombstones,
+            "segments": [s.to_dict() for s in self.segments],
+            "retired": [asdict(r) for r in self.retired],
+            "updated_at": self.updated_at,
+        }
+
+
+def _field(data: dict, key: str, kind, where: str):
+    value = data.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise StoreError(f"{where}: '{key}' is {value!r}, expected {expected}")
+    return value
+
+
+def _index_spec(data: Any, where: str) -> IndexSpec:
+    if not isinstance(data, dict):
+        raise StoreError(f"{where}: 'index' is {data!r}, expected an object")
+    kind = data.get("kind")
+    if kind == EXACT:
+        return IndexSpec()
+    if kind != IVF_SQ8:
+        raise StoreError(f"{where}: index kind {kind!r}, expected '{EXACT}' or '{IVF_SQ8}'")
+    nlist, nprobe = _field(data, "nlist", int, where), _field(data, "nprobe", int, where)
+    if not 1 <= nprobe <= nlist:
+        raise StoreError(f"{where}: nprobe {nprobe} must lie in [1, nlist={nlist}]")
+    return IndexSpec(IVF_SQ8, nlist, nprobe)
+
+
+def _segment_entry(data: Any, where: str) -> SegmentEntry:
+    if not isinstance(data, dict):
+        raise StoreError(f"{where}: a segment is {data!r}, expected an object")
+    name = _field(data, "name", str, where)
+    where = f"{where}, segment {name!r}"
+    if not name or "/" in name or name.startswith("."):
+        raise StoreError(f"{where}: a segment name is a plain directory name")
+    state = data.get("state")
+    if state not in (FRESH, SEALED):
+        raise StoreError(f"{where}: state {state!r}, expected '{FRESH}' or '{SEALED}'")
+    entry = SegmentEntry(
+        name,
+        state,
+        _field(data, "rows", int, where),
+        _field(data, "min_created_at", int, where),
+        _field(data, "max_created_at", int, where),
+        _index_spec(data.get("index", {"kind": EXACT}), where),
+    )
+    if entry.rows < 1:
+        raise StoreError(f"{where}: rows {entry.rows}, expected >= 1")
+    return entry
+
+
+def parse_manifest(data: Any, where: str) -> Manifest:
+    """A Manifest from its JSON form, every field checked (``where`` names the file)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise StoreError(f"{where}: format {found!r}, expected {FORMAT!r}")
+    emb_size = _field(data, "emb_size", int, where)
+    window = data.get("window_seconds")
+    if window is not None and (not isinstance(window, int) or window <= 0):
+        raise StoreError(f"{where}: 'window_seconds' is {window!r}, expected null or > 0")
+    tombstones = data.get("tombstones")
+    if tombstones is not None and not isinstance(tombstones, str):
+        raise StoreError(f"{where}: 'tombstones' is {tombstones!r}, expected null or a name")
+    segments = tuple(_segment_entry(s, where) for s in _field(data, "segments", list, where))
+    names = [s.name for s in segments]
+    if len(set(names)) != len(names):
+        raise StoreError(f"{where}: a segment is listed twice ({names})")
+    retired = tuple(Retired(str(r["path"]), float(r["since"])) for r in data.get("retired", []))
+    return Manifest(
+        emb_size=emb_size,
+        generation=_field(data, "generation", int, where),
+        segments=segments,
+        tombstones=tombstones,
+        window_seconds=window,
+        retired=retired,
+        updated_at=float(data.get("updated_at", 0.0)),
+    )
+
+
+def read_manifest(root: Path) -> Manifest:
+    """The manifest of the store at ``root``; StoreError naming the file if it is unusable."""
+    path = Path(root) / MANIFEST_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StoreError(f"{path}: not found (is {root} a corpus store?)") from None
+    except OSError as error:
+        raise StoreError(f"{path}: cannot be read ({error})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise StoreError(f"{path}: not valid JSON ({error})") from None
+    return parse_manifest(data, str(path))
+
+
+def write_manifest(root: Path, manifest: Manifest) -> None:
+    """Replace the manifest atomically: a reader sees the old one or this one, whole."""
+    path = Path(root) / MANIFEST_FILE
+    tmp = path.with_name(f".{MANIFEST_FILE}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(manifest.to_dict(), out, indent=1)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)

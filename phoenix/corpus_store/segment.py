@@ -1,0 +1,179 @@
+"""One immutable segment of a corpus store: its posts, memory-mapped (the instances of one
+server share one copy through the page cache), and its ANN index when it has one.
+
+Shape glossary
+  n  rows of the segment   D  emb_size
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from phoenix.corpus_store.ann import build_index, read_index, write_index
+from phoenix.corpus_store.manifest import (
+    EXACT,
+    FRESH,
+    SEALED,
+    IndexSpec,
+    SegmentEntry,
+    StoreError,
+)
+
+SEGMENTS_DIR = "segments"
+UNIT_NORM_TOLERANCE = 1e-3
+COLUMNS = ("post_ids", "author_ids", "created_at", "embeddings", "sorted_ids", "id_order")
+
+
+@dataclass(frozen=True)
+class Posts:
+    """Posts to store: ids, authors, creation times and their candidate-tower vectors."""
+
+    post_ids: np.ndarray  # int64 [n], unique, > 0
+    author_ids: np.ndarray  # int64 [n]
+    created_at: np.ndarray  # int64 [n], unix seconds
+    embeddings: np.ndarray  # float32 [n, D], unit rows
+
+    def __len__(self) -> int:
+        return int(self.post_ids.shape[0])
+
+    def take(self, rows) -> Posts:
+        return Posts(*(column[rows] for column in self.columns()))
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return self.post_ids, self.author_ids, self.created_at, self.embeddings
+
+    @staticmethod
+    def concat(parts) -> Posts:
+        parts = list(parts)
+        return Posts(*(np.concatenate(c) for c in zip(*(p.columns() for p in parts))))
+
+
+def check_posts(posts: Posts, emb_size: int, where: str) -> Posts:
+    """``posts`` as the store keeps them, or StoreError naming ``where`` and the problem."""
+    ids = np.asarray(posts.post_ids)
+    n = ids.shape[0] if ids.ndim == 1 else -1
+    if n < 1:
+        raise StoreError(f"{where}: post_ids has shape {ids.shape}, expected (n,) with n >= 1")
+    columns = {"author_ids": posts.author_ids, "created_at": posts.created_at}
+    for name, column in {"post_ids": ids, **columns}.items():
+        column = np.asarray(column)
+        if column.shape != (n,) or not np.issubdtype(column.dtype, np.integer):
+            raise StoreError(
+                f"{where}: {name} is {column.dtype} {column.shape}, expected int64 ({n},)"
+            )
+    if ids.min() <= 0:
+        raise StoreError(f"{where}: post ids must be > 0, found {int(ids.min())}")
+    if np.unique(ids).shape[0] != n:
+        raise StoreError(f"{where}: post ids must be unique")
+    emb = np.asarray(posts.embeddings)
+    if emb.shape != (n, emb_size) or not np.issubdtype(emb.dtype, np.floating):
+        raise StoreError(
+            f"{where}: embeddings are {emb.dtype} {emb.shape}, expected ({n}, {emb_size})"
+        )
+    norms = np.linalg.norm(emb.astype(np.float64), axis=1)
+    if np.abs(norms - 1.0).max() > UNIT_NORM_TOLERANCE:
+        raise StoreError(f"{where}: embeddings must be unit vectors (L2 norm 1)")
+    return Posts(
+        ids.astype(np.int64),
+        np.asarray(posts.author_ids, np.int64),
+        np.asarray(posts.created_at, np.int64),
+        np.ascontiguousarray(emb, np.float32),
+    )
+
+
+def new_segment_name(state: str) -> str:
+    """A name no other writer picks: the state, then a random suffix."""
+    return f"{state}-{uuid.uuid4().hex[:12]}"
+
+
+def write_segment(root: Path, posts: Posts, state: str, index: IndexSpec) -> SegmentEntry:
+    """Write ``posts`` (already checked) as a new segment directory; the manifest does not
+    name it yet. Files go to a hidden directory first, renamed whole when complete."""
+    name = new_segment_name(state)
+    final = Path(root) / SEGMENTS_DIR / name
+    tmp = final.with_name(f".{name}.tmp")
+    tmp.mkdir(parents=True)
+    try:
+        order = np.argsort(posts.post_ids, kind="stable")
+        lookup = (posts.post_ids[order], order)  # sorted ids and their rows: id look-ups
+        for column, values in zip(COLUMNS, (*posts.columns(), *lookup)):
+            np.save(tmp / f"{column}.npy", values)
+        if index.kind != EXACT:
+            write_index(build_index(posts.embeddings, index), tmp / "index.faiss")
+        for path in tmp.iterdir():  # durable before the manifest names it
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    created = posts.created_at
+    return SegmentEntry(name, state, len(posts), int(created.min()), int(created.max()), index)
+
+
+class Segment:
+    """A segment opened read-only: columns memory-mapped, the index mapped when it has one."""
+
+    def __init__(self, root: Path, entry: SegmentEntry, emb_size: int):
+        self.entry = entry
+        self.path = Path(root) / SEGMENTS_DIR / entry.name
+        columns = {c: self._column(c) for c in COLUMNS}
+        self.post_ids: np.ndarray = columns["post_ids"]  # int64 [n]
+        self.author_ids: np.ndarray = columns["author_ids"]  # int64 [n]
+        self.created_at: np.ndarray = columns["created_at"]  # int64 [n]
+        self.embeddings: np.ndarray = columns["embeddings"]  # float32 [n, D]
+        self.sorted_ids: np.ndarray = columns["sorted_ids"]  # int64 [n], ascending
+        self.id_order: np.ndarray = columns["id_order"]  # int64 [n], row of each sorted id
+        self._check_shapes(entry.rows, emb_size)
+        self.index = None
+        if entry.index.kind != EXACT:
+            self.index = read_index(self.path / "index.faiss", entry.rows, emb_size)
+
+    def _column(self, column: str) -> np.ndarray:
+        path = self.path / f"{column}.npy"
+        try:
+            return np.load(path, mmap_mode="r")
+        except FileNotFoundError:
+            raise StoreError(f"{path}: not found (segment {self.entry.name!r})") from None
+        except (OSError, ValueError) as error:
+            raise StoreError(f"{path}: not a readable .npy file ({error})") from None
+
+    def _check_shapes(self, rows: int, emb_size: int) -> None:
+        for column in COLUMNS:
+            array = getattr(self, column)
+            expected = (rows, emb_size) if column == "embeddings" else (rows,)
+            kind = np.floating if column == "embeddings" else np.integer
+            if array.shape != expected or not np.issubdtype(array.dtype, kind):
+                raise StoreError(
+                    f"{self.path / column}.npy: {array.dtype} {array.shape}, expected "
+                    f"{'float32' if kind is np.floating else 'int64'} {expected} (the manifest "
+                    f"gives {rows} rows of emb_size {emb_size})"
+                )
+
+    def __len__(self) -> int:
+        return self.entry.rows
+
+    def rows_of(self, post_ids: np.ndarray) -> np.ndarray:
+        """Rows of the ids of ``post_ids`` that this segment holds."""
+        if len(post_ids) == 0:
+            return np.zeros(0, np.int64)
+        sorted_ids = self.sorted_ids
+        pos = np.clip(np.searchsorted(sorted_ids, post_ids), 0, len(sorted_ids) - 1)
+        return np.asarray(self.id_order[pos[sorted_ids[pos] == post_ids]])
+
+    def posts(self) -> Posts:
+        return Posts(
+            np.asarray(self.post_ids),
+            np.asarray(self.author_ids),
+            np.asarray(self.created_at),
+            np.asarray(self.embeddings),
+        )
+
+
+__all__ = ["FRESH", "SEALED", "Posts", "Segment", "check_posts", "write_segment"]

@@ -1,0 +1,204 @@
+"""A consistent view of a store (one manifest generation) and top-k search over it.
+
+Search merges, per user, the best rows of every live segment: exact scores of small segments,
+the ANN index's of sealed ones. Deleted posts (tombstones), posts older than the window and the
+user's own excluded posts are never returned; results are sorted by score, best first.
+
+Shape glossary
+  B  users in a call   D  emb_size   k  results wanted per user   n  rows of a segment
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from phoenix.corpus_store.manifest import Manifest, StoreError
+from phoenix.corpus_store.segment import Segment
+
+TOMBSTONES_DIR = "tombstones"
+NO_SCORE = -np.inf
+
+
+@dataclass(frozen=True)
+class Hits:
+    """Per user: the best posts, best first (rows may hold fewer than k)."""
+
+    post_ids: list[np.ndarray]  # B arrays of int64 [<= k]
+    author_ids: list[np.ndarray]
+    created_at: list[np.ndarray]
+    scores: list[np.ndarray]  # float32
+
+
+def read_tombstones(root: Path, name: Optional[str]) -> np.ndarray:
+    """The deleted post ids (sorted int64) the manifest names, or none."""
+    if name is None:
+        return np.zeros(0, np.int64)
+    path = Path(root) / TOMBSTONES_DIR / name
+    try:
+        ids = np.load(path)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: not found (the manifest names it as the tombstones)") from None
+    except (OSError, ValueError) as error:
+        raise StoreError(f"{path}: not a readable .npy file ({error})") from None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise StoreError(f"{path}: {ids.dtype} {ids.shape}, expected int64 (t,)")
+    return np.unique(ids.astype(np.int64))
+
+
+class Snapshot:
+    """One generation of a store, its segments open (reused from ``previous`` when unchanged,
+    so following a store reopens only new segments)."""
+
+    def __init__(self, root: Path, manifest: Manifest, previous: Optional[Snapshot] = None):
+        self.root = Path(root)
+        self.manifest = manifest
+        reuse = {} if previous is None else {s.entry: s for s in previous.segments}
+        self.segments = [
+            reuse.get(entry) or Segment(self.root, entry, manifest.emb_size)
+            for entry in manifest.segments
+        ]
+        self.tombstones = read_tombstones(self.root, manifest.tombstones)  # int64 [t]
+        self._deleted_rows = [segment.rows_of(self.tombstones) for segment in self.segments]
+
+    @property
+    def generation(self) -> int:
+        return self.manifest.generation
+
+    def __len__(self) -> int:
+        return self.manifest.rows
+
+    def cutoff(self, now: float) -> Optional[int]:
+        """Posts created before this are outside the window (None: no window)."""
+        window = self.manifest.window_seconds
+        return None if window is None else int(np.ceil(now - window))
+
+    def live_rows(self, index: int, cutoff: Optional[int]) -> tuple[int, np.ndarray]:
+        """(first row inside the window, deleted rows) of segment ``index``: rows are sorted by
+        creation time, so the expired ones are a prefix."""
+        segment = self.segments[index]
+        first = 0 if cutoff is None else int(np.searchsorted(segment.created_at, cutoff))
+        return first, self._deleted_rows[index]
+
+    def lookup(self, post_ids: np.ndarray, now: float):
+        """(author ids, creation times, found) of ``post_ids`` among the live posts."""
+        post_ids = np.asarray(post_ids, np.int64)
+        authors = np.zeros(post_ids.shape, np.int64)
+        created = np.zeros(post_ids.shape, np.int64)
+        found = np.zeros(post_ids.shape, bool)
+        cutoff = self.cutoff(now)
+        dead = np.isin(post_ids, self.tombstones)
+        for segment in self.segments:
+            pos = np.clip(np.searchsorted(segment.sorted_ids, post_ids), 0, len(segment) - 1)
+            hit = (segment.sorted_ids[pos] == post_ids) & ~found & ~dead
+            rows = segment.id_order[pos[hit]]
+            authors[hit], created[hit] = segment.author_ids[rows], segment.created_at[rows]
+            found |= hit
+        if cutoff is not None:
+            found &= created >= cutoff
+        return authors, created, found
+
+    def search(
+        self,
+        users: np.ndarray,
+        k: int,
+        excluded: Optional[Sequence[np.ndarray]] = None,
+        now: float = 0.0,
+    ) -> Hits:
+        """The ``k`` best live posts for each user [B, D], minus ``excluded`` (post ids per
+        user), merged across segments and sorted by score."""
+        users = np.ascontiguousarray(users, np.float32)
+        batch = users.shape[0]
+        excluded = [np.zeros(0, np.int64)] * batch if excluded is None else list(excluded)
+        cutoff = self.cutoff(now)
+        found = [[] for _ in range(batch)]  # per user: (segment, rows, scores) parts
+        for index, segment in enumerate(self.segments):
+            if cutoff is not None and segment.entry.max_created_at < cutoff:
+                continue  # wholly expired: compaction drops it
+            first, deleted = self.live_rows(index, cutoff)
+            if first >= len(segment):
+                continue
+            user_rows = [segment.rows_of(np.asarray(ids, np.int64)) for ids in excluded]
+            if segment.index is None:
+                scores, rows = exact_top_k(segment, users, k, first, deleted, user_rows)
+            else:
+                scores, rows = ann_top_k(segment, users, k, first, deleted, user_rows)
+            for b in range(batch):
+                keep = scores[b] > NO_SCORE
+                found[b].append((index, rows[b][keep], scores[b][keep]))
+        return self._merge(found, k)
+
+    def _merge(self, found: list[list], k: int) -> Hits:
+        out = Hits([], [], [], [])
+        for parts in found:
+            if not parts:
+                parts = [(0, np.zeros(0, np.int64), np.zeros(0, np.float32))]
+            segment_of = np.concatenate([np.full(len(r), i) for i, r, _ in parts])
+            rows = np.concatenate([r for _, r, _ in parts]).astype(np.int64)
+            scores = np.concatenate([s for _, _, s in parts]).astype(np.float32)
+            # best first; ties in segment then row order, as one scan of the corpus would
+            order = np.lexsort((rows, segment_of, -scores))
+            segment_of, rows, scores = segment_of[order], rows[order], scores[order]
+            post_ids = self._gather("post_ids", segment_of, rows)
+            # a post ingested again lives in two segments until compaction: keep its best
+            _, first = np.unique(post_ids, return_index=True)
+            keep = np.sort(first)[:k]
+            segment_of, rows = segment_of[keep], rows[keep]
+            out.post_ids.append(post_ids[keep])
+            out.author_ids.append(self._gather("author_ids", segment_of, rows))
+            out.created_at.append(self._gather("created_at", segment_of, rows))
+            out.scores.append(scores[keep])
+        return out
+
+    def _gather(self, column: str, segment_of: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``column`` (int64) of each (segment, row) pair."""
+        out = np.zeros(len(rows), np.int64)
+        for index in np.unique(segment_of):
+            here = segment_of == index
+            out[here] = getattr(self.segments[index], column)[rows[here]]
+        return out
+
+
+def exact_top_k(segment: Segment, users, k, first, deleted, user_rows):
+    """Every live row scored: (scores [B, k'], rows [B, k']), -inf where fewer qualify."""
+    emb = segment.embeddings[first:]  # [n', D], the rows inside the window
+    scores = users @ emb.T  # [B, n']
+    if len(deleted):
+        scores[:, deleted[deleted >= first] - first] = NO_SCORE
+    for b, rows in enumerate(user_rows):
+        scores[b, rows[rows >= first] - first] = NO_SCORE
+    take = min(k, scores.shape[1])
+    top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # [B, k'] unordered
+    return np.take_along_axis(scores, top, axis=1), top + first
+
+
+def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
+    """The segment's IVF index, asked for k plus the most rows any user excludes there, with
+    deleted and expired rows filtered inside the scan (a Faiss ID selector)."""
+    import faiss
+
+    extra = max((len(rows) for rows in user_rows), default=0)
+    want = min(len(segment), k + extra)
+    spec = segment.entry.index
+    selectors = []  # kept alive while Faiss reads them
+    if first > 0:
+        selectors.append(faiss.IDSelectorRange(first, len(segment)))
+    if len(deleted):
+        batch = faiss.IDSelectorBatch(np.ascontiguousarray(deleted, np.int64))
+        selectors += [batch, faiss.IDSelectorNot(batch)]
+    params = faiss.SearchParametersIVF(nprobe=spec.nprobe)
+    live = [s for s in selectors if not isinstance(s, faiss.IDSelectorBatch)]
+    if len(live) == 2:
+        selectors.append(faiss.IDSelectorAnd(live[0], live[1]))
+    if live:
+        params.sel = selectors[-1]
+    scores, rows = segment.index.search(users, want, params=params)  # [B, want]
+    scores = np.where(rows >= 0, scores, NO_SCORE)
+    for b, excluded in enumerate(user_rows):
+        if len(excluded):
+            scores[b, np.isin(rows[b], excluded)] = NO_SCORE
+    return scores, rows

@@ -1,0 +1,222 @@
+"""Writing a corpus store: new posts as fresh segments, deletions as tombstones, compaction
+into sealed (indexed) segments, the time window.
+
+Every change writes its new files first and then the next manifest generation, under the
+store's lock (one writer at a time changes the manifest; slow work such as building an index
+happens outside it). Files a change makes obsolete are listed as retired and deleted by a
+later compaction after RETIRE_GRACE_S, since readers of the previous manifest may still be
+opening them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from phoenix.corpus_store.ann import choose_index
+from phoenix.corpus_store.manifest import (
+    FRESH,
+    MANIFEST_FILE,
+    SEALED,
+    IndexSpec,
+    Manifest,
+    Retired,
+    StoreError,
+    read_manifest,
+    write_manifest,
+)
+from phoenix.corpus_store.segment import SEGMENTS_DIR, Posts, Segment, check_posts, write_segment
+from phoenix.corpus_store.snapshot import TOMBSTONES_DIR, Snapshot, read_tombstones
+
+LOCK_FILE = "store.lock"
+RETIRE_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    sealed: int  # fresh segments merged into one sealed segment
+    sealed_rows: int
+    dropped_expired: int  # segments wholly older than the window
+    purged_rows: int  # deleted or expired rows left out of the sealed segment
+    removed_files: int  # retired files deleted after their grace period
+    seconds: float
+
+
+class CorpusStore:
+    """A store directory: ``open()`` for reading, the other methods change it."""
+
+    def __init__(self, root, clock: Callable[[], float] = time.time):
+        self.root = Path(root)
+        self.clock = clock
+
+    # -- creating and reading -----------------------------------------------------------
+
+    @classmethod
+    def create(cls, root, emb_size: int, window_seconds: Optional[int] = None) -> CorpusStore:
+        """An empty store at ``root`` (a new or empty directory)."""
+        root = Path(root)
+        if (root / MANIFEST_FILE).exists():
+            raise StoreError(f"{root / MANIFEST_FILE}: a store exists already")
+        root.mkdir(parents=True, exist_ok=True)
+        write_manifest(root, Manifest(emb_size, window_seconds=window_seconds))
+        return cls(root)
+
+    def manifest(self) -> Manifest:
+        return read_manifest(self.root)
+
+    def open(self, previous: Optional[Snapshot] = None) -> Snapshot:
+        """The current generation, every segment opened and checked."""
+        return Snapshot(self.root, self.manifest(), previous)
+
+    # -- changing -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The manifest, read under the writers' lock (held until the block ends)."""
+        with open(self.root / LOCK_FILE, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield self.manifest()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def add(self, posts: Posts, state: str = FRESH, index: Optional[IndexSpec] = None):
+        """Write ``posts`` as one new segment (rows in creation order) and publish it."""
+        emb_size = self.manifest().emb_size
+        posts = check_posts(posts, emb_size, f"new posts for {self.root}")
+        posts = posts.take(np.argsort(posts.created_at, kind="stable"))
+        if index is None:
+            index = choose_index(len(posts)) if state == SEALED else IndexSpec()
+        entry = write_segment(self.root, posts, state, index)
+        with self._locked() as manifest:
+            write_manifest(self.root, manifest.next(segments=(*manifest.segments, entry)))
+        return entry
+
+    def delete(self, post_ids) -> int:
+        """Tombstone ``post_ids``: no reader of the next generation returns them."""
+        post_ids = np.unique(np.asarray(post_ids, np.int64))
+        with self._locked() as manifest:
+            old = read_tombstones(self.root, manifest.tombstones)
+            merged = np.union1d(old, post_ids)
+            if len(merged) == len(old):
+                return 0
+            name = self._write_tombstones(merged, manifest.generation + 1)
+            retired = self._retire(manifest, [f"{TOMBSTONES_DIR}/{manifest.tombstones}"])
+            write_manifest(self.root, manifest.next(tombstones=name, retired=retired))
+        return len(merged) - len(old)
+
+    def set_window(self, seconds: Optional[int]) -> None:
+        with self._locked() as manifest:
+            write_manifest(self.root, manifest.next(window_seconds=seconds))
+
+    def compact(self, progress: bool = False) -> CompactReport:
+        """Seal: merge every fresh segment into one sealed segment (indexed when big enough),
+        leaving deleted and expired posts out; drop segments wholly outside the window; prune
+        tombstones no segment holds; delete files retired long enough ago."""
+        started = self.clock()
+        snapshot = self.open()
+        cutoff = snapshot.cutoff(started)
+        fresh = [s for s in snapshot.segments if s.entry.state == FRESH]
+        kept, purged = self._live_posts(snapshot, fresh, cutoff)
+        new_entry = None
+        if kept is not None and len(kept):
+            index = choose_index(len(kept))
+            if progress:
+                print(f"sealing {len(kept):,} posts ({index.kind})", flush=True)
+            new_entry = write_segment(self.root, kept, SEALED, index)
+        merged = {s.entry.name for s in fresh}
+        with self._locked() as manifest:
+            expired = [
+                s.name
+                for s in manifest.segments
+                if cutoff is not None and s.max_created_at < cutoff and s.name not in merged
+            ]
+            gone = merged | set(expired)
+            segments = tuple(s for s in manifest.segments if s.name not in gone)
+            if new_entry is not None:
+                segments = (new_entry, *segments)  # oldest posts first, as they were
+            retire = [f"{SEGMENTS_DIR}/{name}" for name in sorted(gone)]
+            tombstones, old_file = self._pruned_tombstones(manifest, segments)
+            if old_file is not None:
+                retire.append(f"{TOMBSTONES_DIR}/{old_file}")
+            retired, removed = self._collect(self._retire(manifest, retire))
+            write_manifest(
+                self.root,
+                manifest.next(segments=segments, tombstones=tombstones, retired=retired),
+            )
+        return CompactReport(
+            len(fresh),
+            0 if new_entry is None else new_entry.rows,
+            len(expired),
+            purged,
+            removed,
+            round(self.clock() - started, 3),
+        )
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _live_posts(self, snapshot: Snapshot, fresh: list[Segment], cutoff: Optional[int]):
+        """The fresh segments' posts minus deleted and expired ones (and repeats: the newest
+        copy of a post wins), and how many rows were left out."""
+        if not fresh:
+            return None, 0
+        posts = Posts.concat(s.posts() for s in fresh)
+        newest_last = np.argsort(posts.created_at, kind="stable")
+        posts = posts.take(newest_last)
+        _, last = np.unique(posts.post_ids[::-1], return_index=True)
+        keep = np.zeros(len(posts), bool)
+        keep[len(posts) - 1 - last] = True
+        keep &= ~np.isin(posts.post_ids, snapshot.tombstones)
+        if cutoff is not None:
+            keep &= posts.created_at >= cutoff
+        return posts.take(np.flatnonzero(keep)), int((~keep).sum())
+
+    def _write_tombstones(self, ids: np.ndarray, generation: int) -> str:
+        name = f"tombstones-{generation:08d}.npy"
+        directory = self.root / TOMBSTONES_DIR
+        directory.mkdir(exist_ok=True)
+        tmp = directory / f".{name}.tmp"
+        with open(tmp, "wb") as out:
+            np.save(out, ids)
+        tmp.replace(directory / name)
+        return name
+
+    def _pruned_tombstones(self, manifest: Manifest, segments):
+        """(tombstones file, retired file) keeping only ids some live segment still holds."""
+        old = read_tombstones(self.root, manifest.tombstones)
+        if not len(old):
+            return manifest.tombstones, None
+        held = np.zeros(len(old), bool)
+        for entry in segments:
+            held[np.isin(old, Segment(self.root, entry, manifest.emb_size).sorted_ids)] = True
+        if held.all():
+            return manifest.tombstones, None
+        name = self._write_tombstones(old[held], manifest.generation + 1) if held.any() else None
+        return name, manifest.tombstones
+
+    def _retire(self, manifest: Manifest, paths: list) -> tuple[Retired, ...]:
+        now = self.clock()
+        fresh = [Retired(p, now) for p in paths if p and not p.endswith("/None")]
+        return (*manifest.retired, *fresh)
+
+    def _collect(self, retired: tuple[Retired, ...]) -> tuple[tuple[Retired, ...], int]:
+        """Delete retired files older than the grace period; the rest stay listed."""
+        now, keep, removed = self.clock(), [], 0
+        for item in retired:
+            if now - item.since < RETIRE_GRACE_S:
+                keep.append(item)
+                continue
+            path = self.root / item.path
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed += 1
+        return tuple(keep), removed
