@@ -84,13 +84,13 @@ class Snapshot:
         first = 0 if cutoff is None else int(np.searchsorted(segment.created_at, cutoff))
         return first, self._deleted_rows[index]
 
-    def lookup(self, post_ids: np.ndarray, now: float):
-        """(author ids, creation times, found) of ``post_ids`` among the live posts."""
+    def lookup(self, post_ids: np.ndarray):
+        """(author ids, creation times, found) of ``post_ids`` (any shape) among the posts
+        not deleted, the window aside."""
         post_ids = np.asarray(post_ids, np.int64)
         authors = np.zeros(post_ids.shape, np.int64)
         created = np.zeros(post_ids.shape, np.int64)
         found = np.zeros(post_ids.shape, bool)
-        cutoff = self.cutoff(now)
         dead = np.isin(post_ids, self.tombstones)
         for segment in self.segments:
             pos = np.clip(np.searchsorted(segment.sorted_ids, post_ids), 0, len(segment) - 1)
@@ -98,8 +98,6 @@ class Snapshot:
             rows = segment.id_order[pos[hit]]
             authors[hit], created[hit] = segment.author_ids[rows], segment.created_at[rows]
             found |= hit
-        if cutoff is not None:
-            found &= created >= cutoff
         return authors, created, found
 
     def search(

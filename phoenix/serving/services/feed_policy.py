@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Union
 
 import numpy as np
 
 from phoenix.checkpoint import load_config, load_corpus, resolve_inside
+from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.feed_policy import FeedFilters, PolicySettings, apply_policy
 from phoenix.serving.requests import PolicyRequest
 from phoenix.serving.services.common import (
@@ -93,6 +95,27 @@ class CreationTimes:
         return np.where(found, now - self._created[slot], np.nan)
 
 
+class StoreCreationTimes:
+    """Creation times looked up in the newest generation of a corpus store."""
+
+    known = True
+
+    def __init__(self, follower: StoreFollower):
+        self.follower = follower
+
+    def ages(self, post_ids: np.ndarray, now: float) -> np.ndarray:
+        _, created, found = self.follower.current().lookup(post_ids)
+        return np.where(found, now - created.astype(np.float64), np.nan)
+
+
+def creation_times(corpus_path: Path, config) -> Union[CreationTimes, StoreCreationTimes]:
+    """The creation times of a corpus file, or of a store followed while serving."""
+    if is_store(corpus_path):
+        return StoreCreationTimes(StoreFollower(corpus_path, config.emb_size).start())
+    corpus = load_corpus(corpus_path, config)
+    return CreationTimes(corpus.post_ids, corpus.created_at)
+
+
 # ----------------------------------------------------------------------------------------
 # The service
 # ----------------------------------------------------------------------------------------
@@ -124,7 +147,7 @@ class FeedPolicyService(Service):
         self,
         config,
         settings: PolicySettings,
-        creation_times: CreationTimes,
+        creation_times: Union[CreationTimes, StoreCreationTimes],
         *,
         max_batch_size: int,
         clock: Callable[[], float] = time.time,
@@ -139,12 +162,11 @@ class FeedPolicyService(Service):
     def from_settings(cls, settings: ServiceSettings) -> FeedPolicyService:
         config = load_config(settings.artifact_dir)
         policy = parse_settings(settings.parameters, config.action_names)
-        corpus_file = settings.text("corpus_file")
-        corpus = load_corpus(resolve_inside(settings.artifact_dir, corpus_file), config)
+        corpus_path = resolve_inside(settings.artifact_dir, settings.text("corpus_file"))
         return cls(
             config,
             policy,
-            CreationTimes(corpus.post_ids, corpus.created_at),
+            creation_times(corpus_path, config),
             max_batch_size=settings.max_batch_size,
         )
 

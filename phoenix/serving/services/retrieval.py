@@ -6,11 +6,14 @@ Shape glossary (R rows of one request, B rows of a batch)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
+from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.engine import RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
@@ -119,8 +122,76 @@ class CandidateTowerService(Service):
         return split_rows(requests, {"candidate_embedding": self.embed(posts, authors)})
 
 
+class RowHits(NamedTuple):
+    """One user row's retrieved posts, best first."""
+
+    post_ids: np.ndarray  # int64 [K']
+    author_ids: np.ndarray  # int64 [K']
+    scores: np.ndarray  # float32 [K']
+
+
+class CorpusFileSearch:
+    """A corpus file (``corpus.npz``) on the device, searched exactly by the engine."""
+
+    def __init__(self, engine: RetrievalEngine, corpus: Corpus):
+        self.engine = engine
+        self.corpus = corpus
+        self.engine.set_corpus(corpus.embeddings)
+        order = np.argsort(corpus.post_ids)
+        self._sorted_ids = corpus.post_ids[order]
+        self._sorted_index = order
+
+    def warm_up(self) -> int:
+        return self.engine.warm_up_top_k()
+
+    def corpus_indices(self, post_ids: np.ndarray) -> np.ndarray:
+        """Corpus positions of the ids that are in the corpus."""
+        pos = np.searchsorted(self._sorted_ids, post_ids)
+        pos = np.clip(pos, 0, len(self._sorted_ids) - 1)
+        found = self._sorted_ids[pos] == post_ids
+        return self._sorted_index[pos[found]]
+
+    def search(self, users: np.ndarray, k: int, excluded: list[np.ndarray]) -> list[RowHits]:
+        seen = [np.unique(self.corpus_indices(ids)) for ids in excluded]
+        indices, scores = self.engine.top_k(users, k, exclude_indices=seen)  # [B, k]
+        size = len(self.corpus)
+        hits = []
+        for row, positions in enumerate(seen):
+            idx = indices[row, : min(k, size - len(positions))]  # never an excluded post
+            hits.append(
+                RowHits(
+                    self.corpus.post_ids[idx], self.corpus.author_ids[idx], scores[row, : len(idx)]
+                )
+            )
+        return hits
+
+
+class StoreSearch:
+    """A corpus store, followed while serving: each call searches its newest generation."""
+
+    def __init__(self, follower: StoreFollower, clock: Callable[[], float] = time.time):
+        self.follower = follower
+        self.clock = clock
+
+    def warm_up(self) -> int:
+        return 0  # Faiss and numpy: nothing to compile
+
+    def search(self, users: np.ndarray, k: int, excluded: list[np.ndarray]) -> list[RowHits]:
+        hits = self.follower.current().search(users, k, excluded, now=self.clock())
+        return [RowHits(*row) for row in zip(hits.post_ids, hits.author_ids, hits.scores)]
+
+
+def corpus_search(resources: PhoenixResources, corpus_file: str, engine: RetrievalEngine):
+    """What the retriever searches: a corpus file, or a store directory it follows."""
+    path = resolve_inside(resources.root, corpus_file)
+    if is_store(path):
+        return StoreSearch(StoreFollower(path, resources.config.emb_size).start())
+    return CorpusFileSearch(engine, load_corpus(path, resources.config))
+
+
 class RetrieverService(Service):
-    """Exact top-k of a user vector over the corpus, excluding the user's history."""
+    """Top-k of a user vector over the corpus (a file, searched exactly, or a store followed
+    while serving), excluding the user's history."""
 
     request_type = RetrieveRequest
 
@@ -134,14 +205,10 @@ class RetrieverService(Service):
     ):
         self.config = resources.config
         self.batch_buckets = tuple(sorted(batch_buckets))
-        self.corpus: Corpus = load_corpus(resolve_inside(resources.root, corpus_file), self.config)
         self.engine = retrieval_engine(
             resources, compute_dtype=compute_dtype, batch_buckets=self.batch_buckets
         )
-        self.engine.set_corpus(self.corpus.embeddings)
-        order = np.argsort(self.corpus.post_ids)
-        self._sorted_ids = self.corpus.post_ids[order]
-        self._sorted_index = order
+        self.searcher = corpus_search(resources, corpus_file, self.engine)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
@@ -152,40 +219,32 @@ class RetrieverService(Service):
         )
 
     def warm_up(self) -> int:
-        return self.engine.warm_up_top_k()
-
-    def corpus_indices(self, post_ids: np.ndarray) -> np.ndarray:
-        """Corpus positions of the ids that are in the corpus."""
-        pos = np.searchsorted(self._sorted_ids, post_ids)
-        pos = np.clip(pos, 0, len(self._sorted_ids) - 1)
-        found = self._sorted_ids[pos] == post_ids
-        return self._sorted_index[pos[found]]
+        return self.searcher.warm_up()
 
     def run(self, requests: Sequence[RetrieveRequest]) -> list[Outputs]:
         users = np.concatenate([r.user_embedding for r in requests])  # [B, D]
         wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]
         no_history = lambda r: np.zeros((r.rows, 0), np.int64)  # noqa: E731
-        seen = [  # per row: corpus positions of the posts it must not get
-            np.unique(self.corpus_indices(row))
+        excluded = [  # per row: the posts it must not get
+            row
             for r in requests
             for row in (no_history(r) if r.history_post_ids is None else r.history_post_ids)
         ]
-        indices, scores = self.engine.top_k(users, int(wanted.max()), exclude_indices=seen)
-        size = len(self.corpus.post_ids)
-        # A row gets at most its top_k and never an excluded post; a request's rows are cut
-        # to its shortest row's count, so each output is one rectangular array.
-        counts = [min(int(k), size - len(s)) for k, s in zip(wanted, seen)]
+        hits = self.searcher.search(users, int(wanted.max()), excluded)
+        # A row gets at most its top_k; a request's rows are cut to its shortest row's count,
+        # so each output is one rectangular array.
         outputs, start = [], 0
         for request in requests:
-            rows = slice(start, start + request.rows)
-            keep = min(counts[rows])
-            idx = indices[rows, :keep]  # [R, K]
+            rows = hits[start : start + request.rows]
+            keep = min(min(int(k), len(h.post_ids)) for k, h in zip(wanted[start:], rows))
             outputs.append(
                 {
-                    "post_ids": self.corpus.post_ids[idx],
-                    "author_ids": self.corpus.author_ids[idx],
-                    "retrieval_scores": scores[rows, :keep].astype(np.float32),
+                    "post_ids": np.stack([h.post_ids[:keep] for h in rows]),  # [R, K]
+                    "author_ids": np.stack([h.author_ids[:keep] for h in rows]),
+                    "retrieval_scores": np.stack([h.scores[:keep] for h in rows]).astype(
+                        np.float32
+                    ),
                 }
             )
-            start = rows.stop
+            start += request.rows
         return outputs
