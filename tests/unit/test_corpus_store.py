@@ -1,0 +1,265 @@
+"""The corpus store (phoenix/corpus_store): search against a numpy reference, merge order,
+tombstones, windows, compaction, the atomic manifest switch, and bad store contents."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from phoenix.corpus_store import (
+    FRESH,
+    SEALED,
+    CorpusStore,
+    IndexSpec,
+    Posts,
+    StoreError,
+    StoreFollower,
+    choose_index,
+)
+from phoenix.corpus_store.manifest import IVF_SQ8
+from phoenix.corpus_store.store import RETIRE_GRACE_S
+
+D = 16
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def make_posts(rng, n: int, first_id: int, first_ts: int, centers=None) -> Posts:
+    if centers is None:
+        vectors = rng.normal(size=(n, D))
+    else:  # clustered, as trained towers' vectors are
+        vectors = centers[rng.integers(0, len(centers), n)] + 0.3 * rng.normal(size=(n, D))
+    return Posts(
+        np.arange(first_id, first_id + n, dtype=np.int64),
+        rng.integers(1, 100, n).astype(np.int64),
+        first_ts + np.arange(n, dtype=np.int64),
+        unit(vectors),
+    )
+
+
+def reference_top_k(posts: Posts, users: np.ndarray, k: int, excluded=None):
+    """Post ids of the exact top k per user (numpy), best first."""
+    scores = users @ posts.embeddings.T  # [B, n]
+    out = []
+    for b in range(len(users)):
+        row = scores[b].copy()
+        if excluded is not None:
+            row[np.isin(posts.post_ids, excluded[b])] = -np.inf
+        order = np.argsort(-row, kind="stable")[:k]
+        out.append(posts.post_ids[order[np.isfinite(row[order])]])
+    return out
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def test_exact_search_merges_segments_in_score_order(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    parts = [make_posts(rng, 300, 1 + 1000 * i, 1000 * i) for i in range(3)]
+    for part in parts:
+        store.add(part)
+    users = unit(rng.normal(size=(4, D)))
+    hits = store.open().search(users, 25)
+    expected = reference_top_k(Posts.concat(parts), users, 25)
+    for b in range(4):
+        np.testing.assert_array_equal(hits.post_ids[b], expected[b])
+        assert np.all(np.diff(hits.scores[b]) <= 0)  # sorted, best first
+        rows = np.searchsorted(Posts.concat(parts).post_ids, hits.post_ids[b])
+        np.testing.assert_array_equal(hits.author_ids[b], Posts.concat(parts).author_ids[rows])
+
+
+def test_excluded_deleted_and_expired_posts_never_come_back(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D, window_seconds=500)
+    old, new = make_posts(rng, 200, 1, 0), make_posts(rng, 200, 1001, 1000)
+    store.add(old)
+    store.add(new)
+    users = unit(rng.normal(size=(2, D)))
+    everything = store.open().search(users, 400, now=1100)
+    assert not np.isin(everything.post_ids[0], old.post_ids).any()  # older than 1100 - 500
+    assert len(everything.post_ids[0]) == 200
+    best = everything.post_ids[0][:3]
+    store.delete(best[:2])
+    seen = [np.zeros(0, np.int64), everything.post_ids[1][:5]]
+    after = store.open().search(users, 10, excluded=seen, now=1100)
+    assert not np.isin(after.post_ids[0], best[:2]).any()
+    assert after.post_ids[0][0] == best[2]
+    assert not np.isin(after.post_ids[1], seen[1]).any()
+    # later the window covers fewer posts: rows created before now - 500 drop out
+    later = store.open().search(users, 400, now=1550)
+    alive = new.post_ids[(new.created_at >= 1050) & ~np.isin(new.post_ids, best[:2])]
+    assert later.created_at[0].min() >= 1050
+    np.testing.assert_array_equal(np.sort(later.post_ids[0]), alive)
+
+
+def test_sealed_ivf_segment_recall_against_exact(tmp_path, rng):
+    centers = rng.normal(size=(32, D))
+    posts = make_posts(rng, 20_000, 1, 0, centers)
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(posts, state=SEALED, index=IndexSpec(IVF_SQ8, nlist=64, nprobe=16))
+    snapshot = store.open()
+    assert snapshot.segments[0].index is not None
+    users = unit(centers[:8] + 0.3 * rng.normal(size=(8, D)))
+    hits = snapshot.search(users, 100)
+    expected = reference_top_k(posts, users, 100)
+    recall = np.mean([np.isin(h, e).mean() for h, e in zip(hits.post_ids, expected)])
+    assert recall >= 0.95, recall
+    for b in range(8):  # scores are the index's (8-bit) estimates, close to exact, sorted
+        exact = posts.embeddings[hits.post_ids[b] - 1] @ users[b]
+        np.testing.assert_allclose(hits.scores[b], exact, atol=0.03)
+        assert np.all(np.diff(hits.scores[b]) <= 0)
+
+
+def test_ivf_segment_honours_tombstones_window_and_exclusions(tmp_path, rng):
+    centers = rng.normal(size=(8, D))
+    posts = make_posts(rng, 5_000, 1, 0, centers)
+    store = CorpusStore.create(tmp_path / "s", D, window_seconds=4_000)
+    store.add(posts, state=SEALED, index=IndexSpec(IVF_SQ8, nlist=16, nprobe=16))
+    users = unit(centers[:2])
+    first = store.open().search(users, 50, now=5_000)
+    assert first.created_at[0].min() >= 1_000
+    store.delete(first.post_ids[0][:10])
+    again = store.open().search(users, 50, excluded=[first.post_ids[0][10:20], []], now=5_000)
+    assert not np.isin(again.post_ids[0], first.post_ids[0][:20]).any()
+    assert len(again.post_ids[0]) == 50 and again.created_at[0].min() >= 1_000
+
+
+def test_compaction_seals_fresh_segments_and_drops_expired_ones(tmp_path, rng):
+    clock = [10_000.0]
+    store = CorpusStore(tmp_path / "s", clock=lambda: clock[0])
+    CorpusStore.create(tmp_path / "s", D, window_seconds=3_000)
+    gone = make_posts(rng, 100, 1, 1_000)  # all created before 10_000 - 3_000
+    store.add(gone, state=SEALED)
+    parts = [make_posts(rng, 100, 1001 + 1000 * i, 8_000 + 100 * i) for i in range(3)]
+    for part in parts:
+        store.add(part)
+    store.delete(parts[0].post_ids[:5])
+    users = unit(rng.normal(size=(3, D)))
+    before = store.open().search(users, 50, now=clock[0])
+    report = store.compact()
+    assert (report.sealed, report.sealed_rows, report.dropped_expired) == (3, 295, 1)
+    snapshot = store.open()
+    assert [s.entry.state for s in snapshot.segments] == [SEALED]
+    assert snapshot.manifest.tombstones is None  # no live segment holds a deleted post
+    after = snapshot.search(users, 50, now=clock[0])
+    for b in range(3):
+        np.testing.assert_array_equal(after.post_ids[b], before.post_ids[b])
+    # retired files stay for readers of the old manifest, then go
+    old = [tmp_path / "s" / r.path for r in snapshot.manifest.retired]
+    assert old and all(p.exists() for p in old)
+    clock[0] += RETIRE_GRACE_S + 1
+    assert store.compact().removed_files == len(old)
+    assert not any(p.exists() for p in old)
+
+
+def test_a_post_ingested_twice_is_returned_once(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    posts = make_posts(rng, 50, 1, 0)
+    store.add(posts)
+    store.add(posts.take(np.arange(10)))
+    hits = store.open().search(unit(rng.normal(size=(1, D))), 50)
+    assert len(hits.post_ids[0]) == 50 and len(np.unique(hits.post_ids[0])) == 50
+
+
+def test_readers_see_whole_generations_while_a_writer_adds(tmp_path, rng):
+    """Concurrent readers never see a torn manifest or a half-written segment."""
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(make_posts(rng, 50, 1, 0))
+    follower = StoreFollower(tmp_path / "s", D, poll_seconds=0.01).start()
+    errors, sizes, stop = [], {}, threading.Event()
+    user = unit(rng.normal(size=(1, D)))
+
+    def read():
+        seen = sizes.setdefault(threading.get_ident(), [])
+        while not stop.is_set():
+            try:
+                snapshot = follower.current()
+                hits = snapshot.search(user, 1000)
+                assert len(hits.post_ids[0]) == len(snapshot) == 50 * len(snapshot.segments)
+                seen.append(len(snapshot))
+                fresh = CorpusStore(tmp_path / "s").open()  # a reader without the follower
+                assert len(fresh) == 50 * len(fresh.segments)
+            except Exception as error:  # noqa: BLE001 - collected for the assertion below
+                errors.append(error)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    for i in range(1, 20):
+        store.add(make_posts(rng, 50, 1 + 100 * i, i))
+    follower.refresh()
+    stop.set()
+    for thread in readers:
+        thread.join()
+    follower.stop()
+    assert not errors, errors[:3]
+    assert len(follower.current()) == 1000
+    assert all(seen == sorted(seen) for seen in sizes.values())  # generations only advance
+
+
+def test_the_follower_keeps_serving_when_a_generation_is_broken(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(make_posts(rng, 20, 1, 0))
+    messages = []
+    follower = StoreFollower(tmp_path / "s", D, on_error=messages.append)
+    entry = store.add(make_posts(rng, 20, 101, 0))
+    (tmp_path / "s" / "segments" / entry.name / "embeddings.npy").unlink()
+    assert not follower.refresh()
+    assert len(follower.current()) == 20
+    assert "embeddings.npy: not found" in messages[0]
+
+
+def manifest_of(root):
+    return json.loads((root / "manifest.json").read_text())
+
+
+def test_bad_store_contents_name_the_file(tmp_path, rng):
+    root = tmp_path / "s"
+    store = CorpusStore.create(root, D)
+    entry = store.add(make_posts(rng, 20, 1, 0))
+    with pytest.raises(StoreError, match="emb_size 16, but the model's candidate vectors have 8"):
+        StoreFollower(root, 8)
+    data = manifest_of(root)
+    data["emb_size"] = 8  # a manifest naming a wrong dimension
+    (root / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=r"embeddings.npy: float32 \(20, 16\), expected float32"):
+        store.open()
+    data["emb_size"] = D
+    data["segments"].append({**data["segments"][0], "name": "missing-one"})
+    (root / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=r"missing-one/post_ids.npy: not found"):
+        store.open()
+    (root / "manifest.json").write_text("{")
+    with pytest.raises(StoreError, match=r"manifest.json: not valid JSON"):
+        store.open()
+    with pytest.raises(StoreError, match=r"manifest.json: not found"):
+        CorpusStore(tmp_path / "nothing").open()
+    data["segments"] = [{**data["segments"][0], "index": {"kind": "hnsw"}}]
+    (root / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=f"segment '{entry.name}': index kind 'hnsw'"):
+        store.open()
+
+
+def test_bad_posts_are_refused_before_anything_is_written(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    posts = make_posts(rng, 5, 1, 0)
+    twice = Posts(np.array([1, 1, 2, 3, 4]), *posts.columns()[1:])
+    with pytest.raises(StoreError, match="post ids must be unique"):
+        store.add(twice)
+    with pytest.raises(StoreError, match=r"expected \(5, 16\)"):
+        store.add(Posts(*posts.columns()[:3], posts.embeddings[:, :8]))
+    assert store.manifest().segments == () and not (tmp_path / "s" / "segments").exists()
+
+
+def test_index_choice_by_segment_size():
+    assert choose_index(10_000).kind == "exact"
+    big = choose_index(1_000_000)
+    assert (big.kind, big.nlist, big.nprobe) == (IVF_SQ8, 4096, 128)
+    assert choose_index(10_000_000).nlist == 8192
+    assert FRESH != SEALED
