@@ -1,11 +1,17 @@
-"""Following a store while serving: a background thread notices each new manifest generation,
-opens it beside the current one and swaps it in, so requests always see one whole generation
-and none waits for the switch."""
+"""Following a store while serving: each new manifest generation is opened beside the current
+one and swapped in, so requests always see one whole generation.
+
+Two paths notice a new generation: a background thread, and the request path itself, which
+checks the manifest (one stat) when the last check is older than the poll interval. The
+second is needed in Triton's Python-backend stubs: an instance that gets no request may not
+run its other threads at all, and its first request must not be answered from an old
+generation (seen here: a deleted post came back from the idle instance of two)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -45,10 +51,15 @@ class StoreFollower:
         self._snapshot = snapshot
         self._stamp = self._manifest_stamp()
         self._failed_stamp = None
+        self._checked = time.monotonic()
+        self._refreshing = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def current(self) -> Snapshot:
+        """The newest good generation, checked for a newer one at most once per poll."""
+        if time.monotonic() - self._checked >= self.poll_seconds:
+            self.refresh()
         return self._snapshot  # one reference read: a whole generation
 
     def start(self) -> StoreFollower:
@@ -69,7 +80,17 @@ class StoreFollower:
         return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
     def refresh(self) -> bool:
-        """Open the newest generation if the manifest changed; True when one was swapped in."""
+        """Open the newest generation if the manifest changed; True when one was swapped in.
+        A refresh already under way elsewhere is not waited for."""
+        if not self._refreshing.acquire(blocking=False):
+            return False
+        try:
+            self._checked = time.monotonic()
+            return self._refresh()
+        finally:
+            self._refreshing.release()
+
+    def _refresh(self) -> bool:
         stamp = self._manifest_stamp()
         if stamp is None or stamp == self._stamp or stamp == self._failed_stamp:
             return False

@@ -82,6 +82,17 @@ class Profile:
             return f"{model}/config.pbtxt"
         return f"{model}/configs/{self.config_name}.pbtxt"
 
+    def with_corpus(self, corpus_file: str) -> Profile:
+        """The same profile with every model that reads the corpus reading ``corpus_file`` (a
+        corpus .npz or a corpus store directory, inside the artifact directory)."""
+        models = {
+            name: replace(d, parameters={**d.parameters, "corpus_file": corpus_file})
+            if "corpus_file" in CONTRACTS[name].parameters
+            else d
+            for name, d in self.models.items()
+        }
+        return replace(self, models=models)
+
     def with_queue_delay(self, max_delay_us: int) -> Profile:
         """The same profile with every model's batcher waiting ``max_delay_us``."""
         if max_delay_us < 0:

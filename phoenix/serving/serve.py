@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
     add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help="%(default)s")
+    corpus = "serve a copy reading this corpus file or store directory inside the artifacts"
+    add("--corpus", metavar="NAME", help=corpus)
     add("--no-dynamic-batching", action="store_true", help="serve a copy without dynamic batching")
     add("--max-queue-delay-us", type=int, metavar="US", help="serve a copy with this queue delay")
     logs = "generated repositories, server logs and the admin key (%(default)s)"
@@ -130,11 +132,14 @@ def prepare_repository(args: argparse.Namespace) -> Path:
     source = args.model_repository
     if not source.is_dir():
         raise ServeError(f"model repository {source} does not exist.")
-    if not args.no_dynamic_batching and args.max_queue_delay_us is None:
+    corpus = getattr(args, "corpus", None)
+    if not args.no_dynamic_batching and args.max_queue_delay_us is None and corpus is None:
         return source.resolve()
     deployment = profile(args.device)
     if args.max_queue_delay_us is not None:
         deployment = deployment.with_queue_delay(args.max_queue_delay_us)
+    if corpus is not None:
+        deployment = deployment.with_corpus(corpus)
     batching = not args.no_dynamic_batching
     dest = args.build_dir / f"model_repository-{args.device}{'' if batching else '-nobatch'}"
     return write_repository(dest, deployment, dynamic_batching=batching, source=source)
