@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -81,13 +82,17 @@ class ServePorts(NamedTuple):
     def free(cls) -> ServePorts:
         return cls(*pick_free_ports(4))
 
-    def command(self, artifacts: Path, build_dir: Path, drain_seconds: float) -> list[str]:
-        """The quiet serve command line on these ports, as tests and benchmarks start it."""
+    def command(
+        self, artifacts: Path, build_dir: Path, drain_seconds: float, extra: Sequence[str] = ()
+    ) -> list[str]:
+        """The quiet serve command line on these ports, as tests and benchmarks start it;
+        ``extra``: more serve options."""
         return [
             sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
             "--http-port", str(self.http), "--grpc-port", str(self.grpc),
             "--metrics-port", str(self.metrics), "--supervisor-port", str(self.ready),
             "--drain-seconds", str(drain_seconds), "--build-dir", str(build_dir), "--quiet",
+            *extra,
         ]  # fmt: skip
 
 
@@ -96,8 +101,11 @@ class ServeProcess:
     ports and writes its output to ``work``; ``stop`` sends SIGTERM (serve drains) and kills
     the process group if it outlives ``timeout_s``."""
 
-    def __init__(self, artifacts: Path, work: Path, drain_seconds: float):
+    def __init__(
+        self, artifacts: Path, work: Path, drain_seconds: float, extra: Sequence[str] = ()
+    ):
         self.artifacts, self.work, self.drain_seconds = artifacts, work, drain_seconds
+        self.extra = tuple(extra)  # more serve options
         self.process: subprocess.Popen | None = None
         self.ports: ServePorts | None = None
         self.started = 0.0
@@ -105,7 +113,8 @@ class ServeProcess:
     def start(self) -> ServeProcess:
         self.ports = ServePorts.free()
         self.work.mkdir(parents=True, exist_ok=True)
-        command = self.ports.command(self.artifacts, self.work / "build", self.drain_seconds)
+        build = self.work / "build"
+        command = self.ports.command(self.artifacts, build, self.drain_seconds, self.extra)
         self.out = self.work / f"serve-{int(time.time())}.out"
         with self.out.open("wb") as out:
             self.process = subprocess.Popen(

@@ -30,7 +30,7 @@ import gevent
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from locust import FastHttpUser, User, between, events, task
+from locust import FastHttpUser, User, between, events, tag, task
 from locust.util.timespan import parse_timespan
 
 from clients.workload import CorpusIds, random_sequence, with_action_width
@@ -329,14 +329,17 @@ class PhoenixTraffic(User):
     def send(self, prepared: Prepared) -> Optional[Mapping[str, np.ndarray]]:
         raise NotImplementedError
 
+    @tag("rank")  # `--tags rank` sends only these
     @task(TASK_WEIGHTS["rank"])
     def rank(self) -> None:
         self.send(workload().pick("rank", self.rng))
 
+    @tag("recommend")  # `--tags recommend` sends only these
     @task(TASK_WEIGHTS["recommend"])
     def recommend(self) -> None:
         self.send(workload().pick("recommend", self.rng))
 
+    @tag("retrieve")  # `--tags retrieve` sends only these
     @task(TASK_WEIGHTS["retrieve"])
     def retrieve(self) -> None:
         first = workload().pick("retrieve", self.rng)
