@@ -148,7 +148,7 @@ BENCH_ARGS ?=
 LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
-.PHONY: loadtest bench-serving bench-engine bench-startup
+.PHONY: loadtest bench-serving bench-engine bench-startup bench-retrieval bench-store-serving
 
 bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
@@ -162,6 +162,12 @@ bench-startup: setup artifacts  ## ranker buckets' start cost vs padding, serve 
 
 bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENCH_ARGS=--quick)
 	$(PY) bench/bench_serving.py --artifacts $(ARTIFACTS) $(BENCH_ARGS)
+
+bench-retrieval: setup  ## corpus stores of 1 M and 10 M trained-tower posts: recall, q/s, build, memory -> bench/results/retrieval.*
+	$(PY) -m bench.bench_retrieval $(BENCH_ARGS)
+
+bench-store-serving: setup  ## recommend over 100 k vs 10 M stores under Locust; freshness, deletion, window -> bench/results/
+	$(PY) -m bench.bench_store_serving $(BENCH_ARGS)
 
 # ---- reliability: faults, overload, fuzz and soak (docs/reliability.md) --------------------
 RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \

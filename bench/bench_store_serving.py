@@ -1,0 +1,240 @@
+"""Benchmark: `recommend` served over corpus stores of 100 k and 10 M posts, under Locust.
+
+For each store, a real server (`phoenix-serve --corpus store-N`) over the trained demo towers
+takes `recommend` requests from Locust (`--tags recommend`) for --load-seconds; the req/s and the
+failures are Locust's. During the run over the largest store, while Locust keeps sending:
+
+1. freshness: a new post that suits a user is written to a running `phoenix-ingest --follow`;
+   seconds until `recommend` returns it to that user;
+2. deletion: its tombstone goes through the same ingest; seconds until it is gone, then it is
+   watched for --watch-seconds: every answer is checked;
+3. compaction: `phoenix-compact` seals the fresh segments while the load runs;
+4. window: a window is set that expires the older half of the posts; no answer after that may
+   hold a post older than the window.
+
+Run: ``make bench-store-serving`` (after ``make bench-retrieval`` has built the stores with
+--keep, or it builds them). Writes ``bench/results/retrieval-serving.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.bench_reliability import start_locust
+from bench.bench_replicas import aggregated, finish
+from bench.retrieval_data import TRAINED, generator_posts
+from bench.serving_servers import REPO_ROOT, ServeProcess
+from phoenix.checkpoint import load_example_sequence
+from phoenix.command_line import command_parser
+from phoenix.corpus_store import SEALED, CorpusStore
+from phoenix.serving.client import connect, infer, recommend_inputs
+
+RESULTS = Path(__file__).parent / "results"
+WORK = Path("build/bench-store-serving")
+PROBE_TOP_K = 100
+POLL_S = 0.1
+
+
+def prepare_artifacts(work: Path, sizes: list[int]) -> Path:
+    """A copy of the trained demo artifacts holding a sealed store of each size."""
+    artifacts = work / "artifacts"
+    if not (artifacts / "config.json").exists():
+        shutil.copytree(TRAINED, artifacts)
+    for size in sizes:
+        root = artifacts / f"store-{size}"
+        if (root / "manifest.json").exists():
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        _, posts = generator_posts(TRAINED, size)
+        print(f"building store-{size} (sealed, indexed)", flush=True)
+        CorpusStore.create(root, posts.embeddings.shape[1]).add(posts, SEALED)
+    return artifacts
+
+
+class Probe:
+    """One user's `recommend` answers, asked over HTTP beside the load."""
+
+    def __init__(self, url: str, artifacts: Path):
+        self.client = connect(url, "http")
+        self.user = load_example_sequence(artifacts).to_dict()
+
+    def posts(self) -> np.ndarray:
+        inputs = recommend_inputs(self.user, top_k=PROBE_TOP_K)
+        return infer(self.client, "http", "recommend", inputs)["ranked_post_ids"][0]
+
+    def user_vector(self) -> np.ndarray:
+        inputs = recommend_inputs(self.user)
+        names = ("user_id", "history_post_ids", "history_author_ids", "history_actions")
+        names += ("history_product_surface",)
+        arrays = {name: inputs[name] for name in names}
+        return infer(self.client, "http", "user_encoder", arrays)["user_embedding"][0]
+
+    def seconds_until(self, check, limit_s: float) -> float | None:
+        started = time.monotonic()
+        while time.monotonic() - started < limit_s:
+            if check(self.posts()):
+                return round(time.monotonic() - started, 2)
+            time.sleep(POLL_S)
+        return None
+
+
+def suited_post(artifacts: Path, vector: np.ndarray, seed: int = 7) -> tuple[int, int]:
+    """(post id, author id) of a new post the user's vector ranks first among 4,096 drawn."""
+    from phoenix.artifacts import embed_candidates
+    from phoenix.checkpoint.params import load_artifacts
+
+    parts = load_artifacts(artifacts, ranker=False, retrieval=True, tables=True)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(2**61, 2**62, 4096)
+    authors = np.asarray(load_example_sequence(artifacts).history_author_ids)
+    authors = authors[rng.integers(0, len(authors), 4096)]
+    vectors = embed_candidates(
+        parts.config, parts.retrieval_params, parts.stacked_table(), ids, authors
+    )
+    best = int(np.argmax(vectors @ vector))
+    return int(ids[best]), int(authors[best])
+
+
+def start_ingest(store: Path, artifacts: Path, log: Path) -> subprocess.Popen:
+    command = [
+        sys.executable, "-m", "clients.ingest", "--store", str(store), "--artifacts",
+        str(artifacts), "--follow", "--flush-seconds", "1", "-",
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        text=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+
+
+def send(ingest: subprocess.Popen, record: dict) -> None:
+    ingest.stdin.write(json.dumps(record) + "\n")
+    ingest.stdin.flush()
+
+
+def fresh_posts_probe(args, probe: Probe, artifacts: Path, store: Path, work: Path) -> dict:
+    """Freshness, deletion, compaction and window, measured while the load runs."""
+    ingest = start_ingest(store, artifacts, work / "ingest.log")
+    time.sleep(args.ingest_start_s)  # the ingest process loads the towers first
+    post_id, author_id = suited_post(artifacts, probe.user_vector())
+    out = {"post_id": post_id}
+    send(ingest, {"post_id": post_id, "author_id": author_id, "created_at": int(time.time())})
+    out["ingest_to_recommend_s"] = probe.seconds_until(lambda p: post_id in p, 60)
+    send(ingest, {"delete": post_id})
+    out["delete_to_gone_s"] = probe.seconds_until(lambda p: post_id not in p, 60)
+    started, returned, answers = time.monotonic(), 0, 0
+    while time.monotonic() - started < args.watch_seconds:  # once gone, never back
+        returned += int(post_id in probe.posts())
+        answers += 1
+        time.sleep(POLL_S)
+    out["after_delete"] = {"answers": answers, "returned_deleted_post": returned}
+    ingest.send_signal(subprocess.signal.SIGTERM)
+    ingest.wait(60)
+    compact = [sys.executable, "-m", "clients.compact", "--store", str(store)]
+    started = time.monotonic()
+    subprocess.run(compact, check=True, cwd=REPO_ROOT, capture_output=True)
+    out["compaction_s"] = round(time.monotonic() - started, 2)
+    out["window"] = window_probe(args, probe, store)
+    return out
+
+
+def window_probe(args, probe: Probe, store: Path) -> dict:
+    """Set a window that expires the older half of the posts; then no answer may hold one."""
+    snapshot = CorpusStore(store).open()
+    created = np.concatenate([np.asarray(s.created_at) for s in snapshot.segments])
+    window = int(time.time() - np.median(created))
+    CorpusStore(store).set_window(window)
+    time.sleep(args.settle_seconds)
+    cutoff = time.time() - window
+    old, answers = 0, 0
+    started = time.monotonic()
+    while time.monotonic() - started < args.watch_seconds:
+        posts = probe.posts()
+        _, times, found = CorpusStore(store).open().lookup(posts)
+        old += int(np.sum(found & (times < cutoff)))
+        answers += 1
+        time.sleep(POLL_S)
+    CorpusStore(store).set_window(None)
+    return {"window_s": window, "answers": answers, "posts_older_than_window": old}
+
+
+def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
+    work = args.work / f"serve-{size}"
+    serve = ServeProcess(artifacts, work, 0.0, ["--corpus", f"store-{size}"]).start()
+    try:
+        ready_s = serve.wait_ready(args.ready_timeout)
+        urls = {"http": serve.http_url, "grpc": serve.grpc_url}
+        prefix = work / "locust"
+        run_time = f"{args.load_seconds:g}s"
+        extra = ["--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
+        locust = start_locust(args, urls, prefix, run_time, ["--stop-timeout", "10", *extra])
+        started = time.monotonic()
+        row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
+        try:
+            if probe_fresh:
+                probe = Probe(serve.http_url, artifacts)
+                row["fresh"] = fresh_posts_probe(
+                    args, probe, artifacts, artifacts / f"store-{size}", work
+                )
+            locust.wait(max(1.0, args.load_seconds + 60 - (time.monotonic() - started)))
+        finally:
+            finish(locust)
+        requests, failures = aggregated(prefix)
+        row.update(requests=requests, failures=failures)
+        row["requests_per_s"] = round(requests / args.load_seconds, 1)
+        return row
+    finally:
+        serve.stop()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = command_parser(
+        "python -m bench.bench_store_serving",
+        "recommend served over corpus stores under Locust: req/s per store size, and over the "
+        "largest, freshness of ingested posts, deletions, compaction and the window.",
+        "Examples:\n"
+        "  python -m bench.bench_store_serving\n"
+        "  python -m bench.bench_store_serving --sizes 100000,1000000 --load-seconds 30",
+    )
+    parser.add_argument("--sizes", default="100000,10000000", help="store sizes (posts)")
+    parser.add_argument("--users", type=int, default=8, help="Locust users (%(default)s)")
+    parser.add_argument("--load-seconds", type=float, default=90.0)
+    parser.add_argument("--watch-seconds", type=float, default=10.0)
+    parser.add_argument("--settle-seconds", type=float, default=2.0)
+    parser.add_argument("--ingest-start-s", type=float, default=8.0)
+    parser.add_argument("--ready-timeout", type=float, default=600.0)
+    parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--out", type=Path, default=RESULTS / "retrieval-serving.json")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    artifacts = prepare_artifacts(args.work, sizes).resolve()
+    args.artifacts = artifacts  # Locust draws histories from its corpus.npz
+    rows = [run_size(args, artifacts, size, size == max(sizes)) for size in sizes]
+    smallest, largest = rows[0], rows[-1]
+    result = {
+        "users": args.users,
+        "load_seconds": args.load_seconds,
+        "sizes": rows,
+        "largest_vs_smallest_req_per_s": round(
+            largest["requests_per_s"] / max(smallest["requests_per_s"], 1e-9), 3
+        ),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
