@@ -1,5 +1,5 @@
 """One immutable segment of a corpus store: its posts, memory-mapped (the instances of one
-server share one copy through the page cache), and its ANN index when it has one.
+server share one copy through the page cache), and its ANN index when it has one (loaded).
 
 Shape glossary
   n  rows of the segment   D  emb_size
@@ -118,7 +118,7 @@ def write_segment(root: Path, posts: Posts, state: str, index: IndexSpec) -> Seg
 
 
 class Segment:
-    """A segment opened read-only: columns memory-mapped, the index mapped when it has one."""
+    """A segment opened read-only: columns memory-mapped, the index loaded when it has one."""
 
     def __init__(self, root: Path, entry: SegmentEntry, emb_size: int):
         self.entry = entry
