@@ -54,11 +54,11 @@ def parse_args(argv):
 def report_line(report: CompactReport, manifest: Manifest) -> str:
     """One run, then the store as it now is."""
     return (
-        f"compacted in {report.seconds:.2f} s: sealed {report.sealed} fresh segments into "
-        f"{report.sealed_rows:,} posts, dropped {report.dropped_expired} expired "
-        f"segments, left out {report.purged_rows:,} deleted/expired/repeated posts, removed "
-        f"{report.removed_files} retired files; now generation {manifest.generation}, "
-        f"{len(manifest.segments)} segments, {manifest.rows:,} posts, window "
+        f"compacted in {report.seconds:.2f} s: fresh segments sealed {report.sealed} (posts "
+        f"{report.sealed_rows:,}), expired segments dropped {report.dropped_expired}, posts "
+        f"left out {report.purged_rows:,} (deleted, expired or repeated), retired files "
+        f"removed {report.removed_files}; store: generation {manifest.generation}, segments "
+        f"{len(manifest.segments)}, posts {manifest.rows:,}, window "
         f"{cli.format_duration(manifest.window_seconds)}"
     )
 

@@ -559,9 +559,9 @@ def open_input(name: str) -> BinaryIO:
 
 def summary(tally: Tally, store: Path) -> str:
     return (
-        f"ingested {tally.lines:,} lines into {store}: {tally.posts:,} posts, "
-        f"{tally.deletions:,} deletions, {tally.segments:,} segments written, "
-        f"{tally.bad_lines:,} bad lines skipped"
+        f"ingested {tally.lines:,} lines into {store}: posts {tally.posts:,}, deletions "
+        f"{tally.deletions:,}, segments written {tally.segments:,}, bad lines skipped "
+        f"{tally.bad_lines:,}"
     )
 
 
