@@ -28,7 +28,8 @@ from clients import cli
 from phoenix.corpus_store import CompactReport, CorpusStore, Manifest, StoreError
 
 EXIT_CODES_HELP = "Exit status: 0 ok, 2 bad arguments, 3 the store is missing or unusable."
-KEEP = "keep"  # --window's default: leave the store's window as it is
+# --window's default: leave the window as it is (not a str, which argparse would parse)
+KEEP = object()
 
 
 def parse_args(argv):
@@ -85,7 +86,7 @@ def compact(args, stop: Optional[threading.Event] = None) -> int:
     store = CorpusStore(args.store)
     try:
         store.manifest()  # a missing or broken store fails here, with its file named
-        if args.window != KEEP:
+        if args.window is not KEEP:
             set_window(store, args.window)
     except (StoreError, OSError) as error:
         return cli.fail(str(error))
