@@ -1,4 +1,4 @@
-"""Compact a corpus store: seal its fresh segments, drop expired ones, purge deleted posts.
+"""Compact a corpus store: seal fresh segments, drop expired and deleted posts.
 
 One run merges every fresh segment (`phoenix-ingest` writes one per flush) into one sealed
 segment, indexed when it is big enough (IVF-SQ8 from 200,000 posts), leaving out deleted posts

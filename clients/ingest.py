@@ -567,11 +567,18 @@ def summary(tally: Tally, store: Path) -> str:
 
 def ingest(args, stop: Optional[threading.Event] = None) -> int:
     """The command; ``stop`` ends a --follow run (signals set it when in the main thread)."""
+    stream = open_input(args.input)  # first: a mistyped name fails before the model loads
+    try:
+        return ingest_from(args, stream, stop or threading.Event())
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def ingest_from(args, stream: BinaryIO, stop: threading.Event) -> int:
     store = open_store(args)
     embed = make_embedder(args, store)
-    stop = stop or threading.Event()
-    stream = open_input(args.input)
-    follow = args.follow and args.input != "-"
+    follow = args.follow and stream is not sys.stdin.buffer
     run = Ingest(
         Pending(args.flush_posts, args.flush_seconds),
         write=functools.partial(write_batch, store, embed),
@@ -588,8 +595,7 @@ def ingest(args, stop: Optional[threading.Event] = None) -> int:
     finally:
         stop.set()  # the reader ends too
         if stream is not sys.stdin.buffer:  # (a read of stdin cannot be interrupted)
-            reader.join(timeout=2 * POLL_S)
-            stream.close()
+            reader.join(timeout=2 * POLL_S)  # before the caller closes the file under it
     print(summary(run.tally, args.store))
     return cli.EXIT_OK
 
