@@ -79,7 +79,8 @@ class Posts:
         return int(self.post_ids.shape[0])
 
     def take(self, rows) -> Posts:
-        return Posts(*(None if c is None else c[rows] for c in dataclasses.astuple(self)))
+        columns = (self.post_ids, self.author_ids, self.topics, self.created_at)
+        return Posts(*(None if c is None else c[rows] for c in columns))
 
 
 class InputFileError(ValueError):

@@ -53,7 +53,7 @@ POLL_S = 0.2  # longest wait for input before looking at the clock and the stop 
 FOLLOW_POLL_S = 0.1  # how often --follow looks for more of a file
 QUEUE_LINES = 10_000  # lines read ahead of the parser (bounds memory on a big file)
 MAX_REPORTED_BAD = 100  # bad lines printed; the rest are only counted
-SMALLEST_BUCKET = 16
+SMALLEST_BUCKET = 16  # in-process batches are padded to a power of two, at least this
 EXIT_CODES_HELP = (
     "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "
     "or server error (what was written before it stays written)."
@@ -288,15 +288,10 @@ class InProcessEmbedder:
         # long-running ingest compiles a dozen shapes, not one per batch size it meets
         n = len(post_ids)
         size = n if n >= EMBED_BATCH_SIZE else max(SMALLEST_BUCKET, 1 << (n - 1).bit_length())
-        pad = np.full(size - n, post_ids[0], np.int64)
-        vectors = embed_candidates(
-            self.config,
-            self.params,
-            self.table,
-            np.concatenate([post_ids, pad]),
-            np.concatenate([author_ids, np.full(size - n, author_ids[0], np.int64)]),
-        )
-        return vectors[:n]
+        padded = [
+            np.pad(np.asarray(a, np.int64), (0, size - n), "edge") for a in (post_ids, author_ids)
+        ]
+        return embed_candidates(self.config, self.params, self.table, *padded)[:n]
 
 
 def served_embedder(args) -> Embed:
@@ -530,22 +525,28 @@ def open_store(args) -> CorpusStore:
         raise cli.Exit(cli.fail(str(error))) from None
 
 
-def make_embedder(args, store: CorpusStore) -> Embed:
+def make_embedder(args) -> Embed:
+    """The candidate tower --embed names, ready (the server answered, or the weights loaded)."""
     if args.embed == "served":
         return served_embedder(args)
     try:
-        embedder = InProcessEmbedder(args.artifacts)
-        emb_size = store.manifest().emb_size
+        return InProcessEmbedder(args.artifacts)
     except ArtifactError as error:
         raise cli.Exit(cli.fail(str(error))) from None
-    if embedder.config.emb_size != emb_size:
+
+
+def check_width(args, store: CorpusStore, embed: Embed) -> None:
+    """An in-process tower of another width than the store's is refused before any line is
+    read (a served one is checked at the first flush, by the store)."""
+    emb_size = store.manifest().emb_size
+    config = getattr(embed, "config", None)  # an in-process tower knows its width
+    if config is not None and config.emb_size != emb_size:
         raise cli.Exit(
             cli.fail(
                 f"{args.store}: emb_size {emb_size}, but {args.artifacts}'s candidate tower "
-                f"gives {embedder.config.emb_size}"
+                f"gives {config.emb_size}"
             )
         )
-    return embedder
 
 
 def open_input(name: str) -> BinaryIO:
@@ -576,8 +577,9 @@ def ingest(args, stop: Optional[threading.Event] = None) -> int:
 
 
 def ingest_from(args, stream: BinaryIO, stop: threading.Event) -> int:
+    embed = make_embedder(args)  # before --create: a store is made only if it can be fed
     store = open_store(args)
-    embed = make_embedder(args, store)
+    check_width(args, store, embed)
     follow = args.follow and stream is not sys.stdin.buffer
     run = Ingest(
         Pending(args.flush_posts, args.flush_seconds),
