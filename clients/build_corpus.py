@@ -6,6 +6,15 @@ With --reload, the running server's retriever is reloaded through the model load
 its corpus_file parameter set to NAME (no restart; the server must run with
 --model-control-mode=explicit --load-model=*).
 
+With --store NAME the corpus is a corpus store directory ARTIFACTS/NAME instead
+(docs/retrieval.md): the posts sorted by creation time, in sealed segments of --segment-rows
+posts, each with the index its size calls for (exact below 200,000 posts, else IVF-SQ8). It
+appears whole when complete; `phoenix-ingest` and `phoenix-compact` keep it up to date after.
+--in-process embeds with ARTIFACTS' own towers instead of the server (much faster for
+millions of posts; no server needed unless --reload). --from-generator N takes N posts of
+the synthetic world ARTIFACTS/training.json describes (trained artifacts such as
+artifacts/trained-demo), dated up to now; posts from a file or --generate are dated now.
+
 Posts file formats (one row per post; post ids must be unique and > 0):
   .csv  columns post_id,author_id[,topic]; a header line with those names is optional
   .npy  an integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)
@@ -15,15 +24,22 @@ Examples:
   python -m clients.build_corpus posts.csv --reload
   python -m clients.build_corpus posts.npz --out corpus-new.npz --check
   python -m clients.build_corpus --generate 5000 --seed 1 --protocol grpc --reload
+  python -m clients.build_corpus --from-generator 10000000 --in-process --store store \\
+      --window 48h --artifacts artifacts/trained-demo
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
 import json
+import os
 import re
+import shutil
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -33,6 +49,8 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
+from phoenix.corpus_store import SEALED, CorpusStore, choose_index
+from phoenix.corpus_store import Posts as StorePosts
 from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
 from phoenix.serving.client import infer
 from phoenix.serving.contracts import LIMITS
@@ -42,6 +60,9 @@ CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
 REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call
+TRAINING_FILE = "training.json"
+SEGMENT_ROWS = 10_000_000
+IN_PROCESS_CALL_BATCHES = 64  # batches per embed_candidates call: the bar moves in between
 EXPLICIT_MODE_HINT = (
     "the model load API needs a server started with --model-control-mode=explicit --load-model=*"
 )
@@ -52,9 +73,14 @@ class Posts:
     post_ids: np.ndarray  # int64 [N]
     author_ids: np.ndarray  # int64 [N]
     topics: Optional[np.ndarray] = None  # int64 [N]
+    created_at: Optional[np.ndarray] = None  # int64 [N], unix seconds (None: now)
 
     def __len__(self) -> int:
         return int(self.post_ids.shape[0])
+
+    def take(self, rows) -> Posts:
+        columns = (self.post_ids, self.author_ids, self.topics, self.created_at)
+        return Posts(*(None if c is None else c[rows] for c in columns))
 
 
 class InputFileError(ValueError):
@@ -73,11 +99,46 @@ def parse_args(argv: Optional[Sequence[str]]):
     source.add_argument(
         "--generate", type=int, metavar="N", help="embed N random posts instead of a file"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for --generate (default: 0)")
+    source.add_argument(
+        "--from-generator",
+        type=cli.positive_int,
+        metavar="N",
+        help="embed N posts of the synthetic world of ARTIFACTS/training.json instead",
+    )
     parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed for --generate (default: 0) or --from-generator (default: the seed in "
+        "training.json, whose world the towers were trained on)",
+    )
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
         "--out",
         metavar="NAME",
         help="corpus file name inside ARTIFACTS (default: corpus-<posts file stem>.npz)",
+    )
+    target.add_argument(
+        "--store",
+        metavar="NAME",
+        help="write a corpus store directory ARTIFACTS/NAME instead of a .npz file",
+    )
+    parser.add_argument(
+        "--segment-rows",
+        type=cli.positive_int,
+        default=SEGMENT_ROWS,
+        metavar="N",
+        help="posts per sealed segment with --store (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--window",
+        type=cli.parse_duration,
+        metavar="DURATION",
+        help="with --store: serve only posts younger than this (48h, 3600s, 2d; default: none)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="embed with ARTIFACTS' candidate tower in this process instead of the server",
     )
     parser.add_argument(
         "--batch-size",
@@ -105,7 +166,15 @@ def parse_args(argv: Optional[Sequence[str]]):
         "build/serve/admin-key)",
     )
     cli.add_check_arg(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.window is not None and not args.store:
+        parser.error("--window applies to a store: add --store NAME")
+    if args.check and (args.in_process or args.store):
+        parser.error(
+            "--check compares the server's embeddings with a .npz build: not with "
+            "--in-process or --store"
+        )
+    return args
 
 
 # ----------------------------------------------------------------------------------------
@@ -192,9 +261,44 @@ def generated_posts(count: int, seed: int) -> Posts:
     return Posts(post_ids, authors[rng.integers(0, len(authors), len(post_ids))])
 
 
+def world_posts(artifacts: Path, count: int, seed: Optional[int], now: int) -> Posts:
+    """``count`` posts of the synthetic world in ARTIFACTS/training.json (the world the towers
+    learned: its authors, topics and post ids), shifted in time so that the newest is ``now``
+    (the world's own dates are in the past, where a window would expire them all)."""
+    from phoenix.training.synthetic import WorldSpec, make_world
+
+    path = Path(artifacts) / TRAINING_FILE
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        spec = WorldSpec(**summary["world"])
+        seed = int(summary.get("seed", 0)) if seed is None else seed
+    except FileNotFoundError:
+        raise InputFileError(
+            f"{path}: not found (--from-generator needs trained artifacts, e.g. "
+            "artifacts/trained-demo)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InputFileError(f"{path}: no usable 'world' spec ({error!r})") from None
+    world = make_world(dataclasses.replace(spec, num_posts=count), seed)
+    created = world.post_created_ts + (now - int(world.post_created_ts.max()))
+    authors = world.author_ids[world.post_author]
+    return Posts(world.post_ids, authors, world.post_topic.astype(np.int64), created)
+
+
+def source_posts(args) -> Posts:
+    """The posts to embed: a file, --generate or --from-generator."""
+    if args.from_generator:
+        return world_posts(args.artifacts, args.from_generator, args.seed, int(time.time()))
+    if args.generate:
+        return generated_posts(args.generate, args.seed or 0)
+    return read_posts(args.posts)
+
+
 def default_out_name(args) -> str:
     if args.generate:
-        return f"corpus-generated-{args.generate}-seed{args.seed}.npz"
+        return f"corpus-generated-{args.generate}-seed{args.seed or 0}.npz"
+    if args.from_generator:
+        return f"corpus-world-{args.from_generator}.npz"
     return f"corpus-{args.posts.stem}.npz"
 
 
@@ -205,15 +309,29 @@ def check_out_name(name: str) -> str:
     return name
 
 
+def check_store_name(name: str) -> str:
+    """A store is a plain directory name inside ARTIFACTS (where the retriever looks)."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name) or name.startswith("."):
+        raise InputFileError(f"--store must be a plain directory name, got {name!r}")
+    return name
+
+
 # ----------------------------------------------------------------------------------------
 # Embedding, checking, writing, reloading
 # ----------------------------------------------------------------------------------------
 
 
-def embed_posts(client, protocol: str, posts: Posts, batch_size: int) -> np.ndarray:
-    """Unit candidate vectors [N, D] from the served candidate_tower, batch by batch."""
+def posts_bar(total: int, desc: str = "candidate_tower") -> tqdm:
+    return tqdm(total=total, unit="post", desc=desc, file=sys.stderr)
+
+
+def embed_posts(
+    client, protocol: str, posts: Posts, batch_size: int, bar: Optional[tqdm] = None
+) -> np.ndarray:
+    """Unit candidate vectors [N, D] from the served candidate_tower, batch by batch (``bar``
+    is updated, default: a bar of its own)."""
     parts = []
-    with tqdm(total=len(posts), unit="post", desc="candidate_tower", file=sys.stderr) as bar:
+    with contextlib.nullcontext(bar) if bar is not None else posts_bar(len(posts)) as bar:
         for start in range(0, len(posts), batch_size):
             stop = min(len(posts), start + batch_size)
             arrays = {
@@ -266,44 +384,180 @@ def reload_hint(message: str, admin_key_env: str) -> str:
     return ""
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    try:
-        name = check_out_name(args.out or default_out_name(args))
-        posts = (
-            generated_posts(args.generate, args.seed) if args.generate else read_posts(args.posts)
-        )
-    except InputFileError as error:
-        return cli.fail(str(error))
+# ----------------------------------------------------------------------------------------
+# Embedding: the server's candidate_tower, or the artifacts' own in this process
+# ----------------------------------------------------------------------------------------
+
+EmbedPosts = Callable[[Posts, tqdm], np.ndarray]  # posts, bar to update -> unit vectors [N, D]
+
+
+def connect_server(args):
+    """A client of the server (a long timeout: a big corpus reloads slowly); exits 3 if the
+    server does not answer."""
     timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
     try:
-        client = cli.open_client(args, **timeout)
-        batch = served_batch_limit(client, args.protocol, args.batch_size)
-        embeddings = embed_posts(client, args.protocol, posts, batch)
+        return cli.open_client(args, **timeout)
     except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        return cli.no_answer(args, "candidate_tower", error)
+        raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+
+
+def served_embedder(args, client) -> EmbedPosts:
+    try:
+        batch = served_batch_limit(client, args.protocol, args.batch_size)
+    except Exception as error:
+        raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+
+    def embed(posts: Posts, bar: tqdm) -> np.ndarray:
+        try:
+            return embed_posts(client, args.protocol, posts, batch, bar)
+        except Exception as error:
+            raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+
+    return embed
+
+
+def in_process_embedder(args) -> EmbedPosts:
+    """ARTIFACTS' candidate tower in this process (phoenix.artifacts.embed_candidates)."""
+    from phoenix.artifacts import embed_candidates
+    from phoenix.checkpoint.params import load_artifacts
+
+    try:
+        loaded = load_artifacts(args.artifacts, ranker=False, retrieval=True, tables=True)
+        table = loaded.stacked_table()
+    except ArtifactError as error:
+        raise cli.Exit(cli.fail(str(error))) from None
+    step = args.batch_size * IN_PROCESS_CALL_BATCHES  # posts per call, the bar moves between
+
+    def embed(posts: Posts, bar: tqdm) -> np.ndarray:
+        parts = []
+        for start in range(0, len(posts), step):
+            rows = slice(start, start + step)
+            ids, authors = posts.post_ids[rows], posts.author_ids[rows]
+            parts.append(
+                embed_candidates(
+                    loaded.config, loaded.retrieval_params, table, ids, authors, args.batch_size
+                )
+            )
+            bar.update(len(ids))
+        return np.concatenate(parts)
+
+    return embed
+
+
+# ----------------------------------------------------------------------------------------
+# Writing: a .npz corpus, or a corpus store of sealed segments
+# ----------------------------------------------------------------------------------------
+
+
+def write_corpus(args, name: str, posts: Posts, embed: EmbedPosts) -> np.ndarray:
+    """ARTIFACTS/NAME as one .npz corpus; the embeddings (for --check)."""
+    with posts_bar(len(posts)) as bar:
+        embeddings = embed(posts, bar)
     path = Path(args.artifacts) / name
     try:
         save_corpus(path, Corpus(posts.post_ids, embeddings, posts.author_ids, posts.topics))
     except ArtifactError as error:
-        return cli.fail(f"the corpus was not written: {error}")
+        raise cli.Exit(cli.fail(f"the corpus was not written: {error}")) from None
     print(f"wrote {path}: {len(posts)} posts, D = {embeddings.shape[1]}")
+    return embeddings
+
+
+def describe_index(spec) -> str:
+    if spec.kind == "exact":
+        return "exact (every post scored)"
+    return f"{spec.kind}, nlist {spec.nlist}, nprobe {spec.nprobe}"
+
+
+def write_store(args, name: str, posts: Posts, embed: EmbedPosts) -> Path:
+    """ARTIFACTS/NAME as a corpus store: posts oldest first in sealed segments of
+    --segment-rows. Built in a hidden directory and renamed when complete, so a retriever
+    never opens half a store and a failed build leaves nothing behind."""
+    final = Path(args.artifacts) / name
+    if final.exists():
+        raise cli.Exit(cli.fail(f"{final}: exists already (pick another --store or remove it)"))
+    building = final.with_name(f".{name}.building-{os.getpid()}")
+    created = posts.created_at
+    if created is None:
+        created = np.full(len(posts), int(time.time()), np.int64)
+    order = np.argsort(created, kind="stable")
+    parts = [order[i : i + args.segment_rows] for i in range(0, len(order), args.segment_rows)]
+    try:
+        store = None
+        for number, rows in enumerate(parts, 1):
+            label = f"segment {number}/{len(parts)}"
+            part = posts.take(rows)
+            with posts_bar(len(part), f"{label}: candidate_tower") as bar:
+                vectors = embed(part, bar)
+            if store is None:  # the width is known once the tower has answered
+                store = CorpusStore.create(building, int(vectors.shape[1]), args.window)
+            columns = StorePosts(part.post_ids, part.author_ids, created[rows], vectors)
+            add_sealed(store, columns, label)
+        os.rename(building, final)
+    except ArtifactError as error:  # StoreError is one
+        shutil.rmtree(building, ignore_errors=True)
+        raise cli.Exit(cli.fail(f"the store was not written: {error}")) from None
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    window = cli.format_duration(args.window)
+    print(f"wrote {final}: {len(posts):,} posts in {len(parts)} sealed segments, window {window}")
+    return final
+
+
+def add_sealed(store: CorpusStore, posts: StorePosts, label: str) -> None:
+    """One sealed segment, its index chosen by size; a bar while a big index is built."""
+    spec = choose_index(len(posts))
+    print(f"{label}: {len(posts):,} posts, index {describe_index(spec)}", flush=True)
+    if spec.kind == "exact":
+        store.add(posts, state=SEALED, index=spec)
+        return
+    with posts_bar(len(posts), f"{label}: index") as bar:
+        store.add(posts, state=SEALED, index=spec, progress=bar.update)
+
+
+# ----------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return cli.run(build, parse_args(argv))
+
+
+def build(args) -> int:
+    try:
+        if args.store:
+            name = check_store_name(args.store)
+        else:
+            name = check_out_name(args.out or default_out_name(args))
+        posts = source_posts(args)
+    except InputFileError as error:
+        return cli.fail(str(error))
+    client = None if args.in_process else connect_server(args)
+    embed = in_process_embedder(args) if args.in_process else served_embedder(args, client)
     status = 0
-    if args.check:
-        status = check_embeddings(args, client, posts, embeddings)
+    if args.store:
+        write_store(args, name, posts, embed)
+    else:
+        embeddings = write_corpus(args, name, posts, embed)
+        if args.check:
+            status = check_embeddings(args, client, posts, embeddings)
     if args.reload and status != 0:
         print("not reloading the retriever: --check failed", file=sys.stderr)
     elif args.reload:
-        try:
-            key = find_admin_key(args.admin_key_env, args.admin_key_file)
-            reload_retriever(client, args.protocol, name, key)
-        except Exception as error:
-            hint = reload_hint(str(error), args.admin_key_env)
-            return cli.fail(
-                f"reloading the retriever failed, it serves what it served: {error}{hint}"
-            )
-        print(f"the server's retriever now serves {name}")
+        return reload(args, client or connect_server(args), name)
     return status
+
+
+def reload(args, client, name: str) -> int:
+    try:
+        key = find_admin_key(args.admin_key_env, args.admin_key_file)
+        reload_retriever(client, args.protocol, name, key)
+    except Exception as error:
+        hint = reload_hint(str(error), args.admin_key_env)
+        return cli.fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")
+    print(f"the server's retriever now serves {name}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,9 +10,13 @@ be equal).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
+import signal
 import sys
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -71,10 +75,13 @@ def docstring_parser(
 
 
 def build_parser(
-    client_file: str, doc: str, artifacts_help: str = ARTIFACTS_HELP
+    client_file: str,
+    doc: str,
+    artifacts_help: str = ARTIFACTS_HELP,
+    exit_codes: str = EXIT_CODES_HELP,
 ) -> argparse.ArgumentParser:
     """``docstring_parser`` with the server arguments every client takes."""
-    parser = docstring_parser(client_file, doc)
+    parser = docstring_parser(client_file, doc, exit_codes)
     parser.add_argument(
         "--url",
         help="server address host:port (default: 127.0.0.1:8000 for http, :8001 for grpc)",
@@ -129,6 +136,81 @@ def add_check_arg(parser: argparse.ArgumentParser) -> None:
         help=f"also compute the answer in this process with the phoenix services and exit 1 "
         f"on a mismatch (floats within {TOLERANCE:g}, ids equal); needs the server's --artifacts",
     )
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> Optional[int]:
+    """Seconds of ``48h``, ``30m``, ``3600s``, ``2d`` or a bare ``3600``; ``none`` is None (no
+    window). An argparse type: a bad value exits 2 with this message."""
+    if text.strip().lower() == "none":
+        return None
+    found = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", text.lower())
+    seconds = int(found[1]) * DURATION_UNITS[found[2] or "s"] if found else 0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: expected a positive count of seconds with a unit "
+            "s, m, h or d (48h, 30m, 3600s, 2d) or 'none'"
+        )
+    return seconds
+
+
+def format_duration(seconds: Optional[int]) -> str:
+    """``parse_duration``'s inverse, in the largest unit that divides ``seconds``."""
+    if seconds is None:
+        return "none"
+    for unit, size in sorted(DURATION_UNITS.items(), key=lambda item: -item[1]):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)  # also takes 10_000_000
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number > 0")
+    return value
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
+    """The first SIGINT or SIGTERM sets ``stop`` (the command finishes what it holds, then
+    exits) instead of killing; a second one acts as it would have (stops at once). Only the
+    main thread can take signals: elsewhere (tests) ``stop`` is set by the caller."""
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    numbers = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.getsignal(number) for number in numbers}
+
+    def first_signal(number, frame):
+        stop.set()
+        for other, handler in previous.items():
+            signal.signal(other, handler)
+
+    for number in numbers:
+        signal.signal(number, first_signal)
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def server_url(args: argparse.Namespace) -> str:

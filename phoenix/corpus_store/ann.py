@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -35,8 +36,15 @@ def choose_index(rows: int) -> IndexSpec:
     return IndexSpec(IVF_SQ8, nlist, min(PROBED_LISTS, max(1, nlist // 8)))
 
 
-def build_index(embeddings: np.ndarray, spec: IndexSpec, seed: int = 0):
-    """A trained, filled Faiss index of ``embeddings`` [n, D] (row i gets id i)."""
+def build_index(
+    embeddings: np.ndarray,
+    spec: IndexSpec,
+    seed: int = 0,
+    progress: Optional[Callable[[int], None]] = None,
+):
+    """A trained, filled Faiss index of ``embeddings`` [n, D] (row i gets id i); ``progress``
+    is told the rows added after each slice (a caller's progress bar: big builds take minutes).
+    """
     import faiss
 
     rows, dim = embeddings.shape
@@ -51,7 +59,10 @@ def build_index(embeddings: np.ndarray, spec: IndexSpec, seed: int = 0):
     index.cp.min_points_per_centroid = 1  # a small sample is fine; do not warn about it
     index.train(np.ascontiguousarray(embeddings[picks], np.float32))
     for start in range(0, rows, 1 << 20):  # in slices: no second full copy in memory
-        index.add(np.ascontiguousarray(embeddings[start : start + (1 << 20)], np.float32))
+        chunk = np.ascontiguousarray(embeddings[start : start + (1 << 20)], np.float32)
+        index.add(chunk)
+        if progress is not None:
+            progress(len(chunk))
     return index
 
 

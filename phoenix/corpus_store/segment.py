@@ -12,6 +12,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -92,9 +93,16 @@ def new_segment_name(state: str) -> str:
     return f"{state}-{uuid.uuid4().hex[:12]}"
 
 
-def write_segment(root: Path, posts: Posts, state: str, index: IndexSpec) -> SegmentEntry:
+def write_segment(
+    root: Path,
+    posts: Posts,
+    state: str,
+    index: IndexSpec,
+    progress: Optional[Callable[[int], None]] = None,
+) -> SegmentEntry:
     """Write ``posts`` (already checked) as a new segment directory; the manifest does not
-    name it yet. Files go to a hidden directory first, renamed whole when complete."""
+    name it yet. Files go to a hidden directory first, renamed whole when complete.
+    ``progress``: see ``build_index``."""
     name = new_segment_name(state)
     final = Path(root) / SEGMENTS_DIR / name
     tmp = final.with_name(f".{name}.tmp")
@@ -105,7 +113,8 @@ def write_segment(root: Path, posts: Posts, state: str, index: IndexSpec) -> Seg
         for column, values in zip(COLUMNS, (*posts.columns(), *lookup)):
             np.save(tmp / f"{column}.npy", values)
         if index.kind != EXACT:
-            write_index(build_index(posts.embeddings, index), tmp / "index.faiss")
+            built = build_index(posts.embeddings, index, progress=progress)
+            write_index(built, tmp / "index.faiss")
         for path in tmp.iterdir():  # durable before the manifest names it
             with open(path, "rb") as f:
                 os.fsync(f.fileno())

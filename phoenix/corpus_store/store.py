@@ -87,14 +87,21 @@ class CorpusStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def add(self, posts: Posts, state: str = FRESH, index: Optional[IndexSpec] = None):
-        """Write ``posts`` as one new segment (rows in creation order) and publish it."""
+    def add(
+        self,
+        posts: Posts,
+        state: str = FRESH,
+        index: Optional[IndexSpec] = None,
+        progress: Optional[Callable[[int], None]] = None,
+    ):
+        """Write ``posts`` as one new segment (rows in creation order) and publish it;
+        ``progress`` is told the rows added to its index as it is built (``build_index``)."""
         emb_size = self.manifest().emb_size
         posts = check_posts(posts, emb_size, f"new posts for {self.root}")
         posts = posts.take(np.argsort(posts.created_at, kind="stable"))
         if index is None:
             index = choose_index(len(posts)) if state == SEALED else IndexSpec()
-        entry = write_segment(self.root, posts, state, index)
+        entry = write_segment(self.root, posts, state, index, progress)
         with self._locked() as manifest:
             write_manifest(self.root, manifest.next(segments=(*manifest.segments, entry)))
         return entry

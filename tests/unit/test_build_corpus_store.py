@@ -1,0 +1,128 @@
+"""phoenix-build-corpus --store --in-process --from-generator (no server): a store of the
+trained demo world's posts, embedded by its own towers, that Snapshot.search answers from.
+The store must live inside ARTIFACTS (the retriever resolves corpus_file there), so the tests
+copy the files the candidate tower needs into a tmp dir."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clients import build_corpus
+from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, is_store
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"
+TOWER_FILES = ("config.json", "embedding_tables.npz", "retrieval", "training.json")
+
+
+@pytest.fixture
+def artifacts(tmp_path) -> Path:
+    out = tmp_path / "artifacts"
+    out.mkdir()
+    for name in TOWER_FILES:
+        source = TRAINED_DEMO / name
+        copy = shutil.copytree if source.is_dir() else shutil.copy
+        copy(source, out / name)
+    return out
+
+
+def test_a_store_of_generator_posts_embedded_in_process(artifacts, capsys):
+    argv = ["--from-generator", "3000", "--in-process", "--store", "store"]
+    argv += ["--segment-rows", "1000", "--window", "2d", "--artifacts", str(artifacts)]
+    assert build_corpus.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "segment 1/3: 1,000 posts, index exact (every post scored)" in out
+    assert f"wrote {artifacts / 'store'}: 3,000 posts in 3 sealed segments, window 2d" in out
+    assert sorted(p.name for p in artifacts.iterdir()) == sorted([*TOWER_FILES, "store"])
+
+    snapshot = CorpusStore(artifacts / "store").open()
+    manifest = snapshot.manifest
+    assert (manifest.emb_size, manifest.window_seconds, manifest.rows) == (64, 2 * 86400, 3000)
+    entries = [s.entry for s in snapshot.segments]
+    assert [(e.state, e.rows) for e in entries] == [(SEALED, 1000)] * 3
+    assert all(a.max_created_at <= b.min_created_at for a, b in zip(entries, entries[1:]))
+    assert abs(entries[-1].max_created_at - time.time()) < 60  # the newest post is now
+
+    # the world's posts and authors, by the towers: a post's own vector finds it first, among
+    # the posts of the last two days only (the world spans ten)
+    segment, now = snapshot.segments[-1], time.time()
+    users = np.asarray(segment.embeddings[[-1, -500]])
+    hits = snapshot.search(users, k=20, now=now)
+    assert [ids[0] for ids in hits.post_ids] == segment.post_ids[[-1, -500]].tolist()
+    assert hits.scores[0][0] == pytest.approx(1.0, abs=1e-4)
+    for ids, scores, created in zip(hits.post_ids, hits.scores, hits.created_at):
+        assert len(ids) == 20 and np.all(np.diff(scores) <= 0)
+        assert created.min() >= now - 2 * 86400
+    old = snapshot.segments[0]
+    assert old.created_at.max() < now - 2 * 86400  # expired: its own post is not served
+    assert old.post_ids[0] not in snapshot.search(old.embeddings[[0]], k=20, now=now).post_ids[0]
+    world = build_corpus.world_posts(artifacts, 3000, None, now=0)
+    author_of = dict(zip(world.post_ids.tolist(), world.author_ids.tolist()))
+    assert all(author_of[p] == a for p, a in zip(hits.post_ids[0], hits.author_ids[0]))
+
+    assert build_corpus.main(argv) == 3  # built whole once: an existing store is not touched
+    assert "store: exists already" in capsys.readouterr().err
+
+
+def test_a_world_needs_the_training_summary(artifacts, capsys):
+    (artifacts / "training.json").unlink()
+    argv = ["--from-generator", "10", "--in-process", "--store", "s", "--artifacts", str(artifacts)]
+    assert build_corpus.main(argv) == 3
+    assert "training.json: not found (--from-generator needs trained artifacts" in (
+        capsys.readouterr().err
+    )
+    assert not is_store(artifacts / "s")
+
+
+def test_a_failed_build_leaves_nothing_behind(artifacts, monkeypatch, capsys):
+    def broken(store, posts, label):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(build_corpus, "add_sealed", broken)
+    argv = ["--from-generator", "50", "--in-process", "--store", "s", "--artifacts", str(artifacts)]
+    with pytest.raises(OSError, match="disk full"):
+        build_corpus.main(argv)
+    assert sorted(p.name for p in artifacts.iterdir()) == sorted(TOWER_FILES)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--generate", "5", "--window", "2d"], "--window applies to a store"),
+        (["--generate", "5", "--in-process", "--check"], "--check compares the server's"),
+        (["--generate", "5", "--store", "s", "--out", "c.npz"], "not allowed with argument"),
+        (["--from-generator", "0"], "expected an integer >= 1"),
+        (["--generate", "5", "--store", "s", "--segment-rows", "0"], "an integer >= 1"),
+    ],
+)
+def test_bad_combinations_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        build_corpus.parse_args(argv)
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_store_name_is_a_plain_directory_name(artifacts, capsys):
+    argv = ["--generate", "5", "--in-process", "--store", "../x", "--artifacts", str(artifacts)]
+    assert build_corpus.main(argv) == 3
+    assert "--store must be a plain directory name" in capsys.readouterr().err
+
+
+def test_index_builds_report_their_progress(tmp_path):
+    """The hook behind the index progress bars (CorpusStore.add's progress)."""
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(3000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1, 3001)
+    store = CorpusStore.create(tmp_path / "store", 16)
+    added = []
+    spec = IndexSpec("ivf_sq8", nlist=16, nprobe=16)
+    store.add(Posts(ids, ids, ids, vectors), state=SEALED, index=spec, progress=added.append)
+    assert added == [3000]
+    snapshot = store.open()
+    assert snapshot.segments[0].index is not None
+    assert snapshot.search(vectors[[42]], k=5).post_ids[0][0] == 43
