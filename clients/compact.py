@@ -55,7 +55,7 @@ def parse_args(argv):
 def report_line(report: CompactReport, manifest: Manifest) -> str:
     """One run, then the store as it now is."""
     return (
-        f"compacted in {report.seconds:.2f} s: fresh segments sealed {report.sealed} (posts "
+        f"compacted in {report.seconds:.2f} s: segments merged {report.sealed} (posts "
         f"{report.sealed_rows:,}), expired segments dropped {report.dropped_expired}, posts "
         f"left out {report.purged_rows:,} (deleted, expired or repeated), retired files "
         f"removed {report.removed_files}; store: generation {manifest.generation}, segments "

@@ -10,6 +10,7 @@ Shape glossary
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,10 +106,12 @@ class Snapshot:
         users: np.ndarray,
         k: int,
         excluded: Optional[Sequence[np.ndarray]] = None,
-        now: float = 0.0,
+        now: Optional[float] = None,
     ) -> Hits:
         """The ``k`` best live posts for each user [B, D], minus ``excluded`` (post ids per
-        user), merged across segments and sorted by score."""
+        user), merged across segments and sorted by score; the window ends at ``now`` (unix
+        seconds, default: the clock)."""
+        now = time.time() if now is None else now
         users = np.ascontiguousarray(users, np.float32)
         batch = users.shape[0]
         excluded = [np.zeros(0, np.int64)] * batch if excluded is None else list(excluded)

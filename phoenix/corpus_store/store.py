@@ -22,12 +22,14 @@ import numpy as np
 
 from phoenix.corpus_store.ann import choose_index
 from phoenix.corpus_store.manifest import (
+    EXACT,
     FRESH,
     MANIFEST_FILE,
     SEALED,
     IndexSpec,
     Manifest,
     Retired,
+    SegmentEntry,
     StoreError,
     read_manifest,
     write_manifest,
@@ -36,12 +38,19 @@ from phoenix.corpus_store.segment import SEGMENTS_DIR, Posts, Segment, check_pos
 from phoenix.corpus_store.snapshot import TOMBSTONES_DIR, Snapshot, read_tombstones
 
 LOCK_FILE = "store.lock"
+
+
+def is_mergeable(entry: SegmentEntry) -> bool:
+    """Fresh segments, and sealed ones too small to have an index, are merged by compaction."""
+    return entry.state == FRESH or entry.index.kind == EXACT
+
+
 RETIRE_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
 class CompactReport:
-    sealed: int  # fresh segments merged into one sealed segment
+    sealed: int  # fresh and small sealed segments merged into one sealed segment
     sealed_rows: int
     dropped_expired: int  # segments wholly older than the window
     purged_rows: int  # deleted or expired rows left out of the sealed segment
@@ -64,6 +73,8 @@ class CorpusStore:
         root = Path(root)
         if (root / MANIFEST_FILE).exists():
             raise StoreError(f"{root / MANIFEST_FILE}: a store exists already")
+        if root.exists() and any(root.iterdir()):
+            raise StoreError(f"{root}: not empty; a new store needs a new or empty directory")
         root.mkdir(parents=True, exist_ok=True)
         write_manifest(root, Manifest(emb_size, window_seconds=window_seconds))
         return cls(root)
@@ -115,7 +126,10 @@ class CorpusStore:
             if len(merged) == len(old):
                 return 0
             name = self._write_tombstones(merged, manifest.generation + 1)
-            retired = self._retire(manifest, [f"{TOMBSTONES_DIR}/{manifest.tombstones}"])
+            replaced = [] if manifest.tombstones is None else [manifest.tombstones]
+            retired, _ = self._collect(
+                self._retire(manifest, [f"{TOMBSTONES_DIR}/{r}" for r in replaced])
+            )
             write_manifest(self.root, manifest.next(tombstones=name, retired=retired))
         return len(merged) - len(old)
 
@@ -124,13 +138,21 @@ class CorpusStore:
             write_manifest(self.root, manifest.next(window_seconds=seconds))
 
     def compact(self, progress: bool = False) -> CompactReport:
-        """Seal: merge every fresh segment into one sealed segment (indexed when big enough),
-        leaving deleted and expired posts out; drop segments wholly outside the window; prune
-        tombstones no segment holds; delete files retired long enough ago."""
+        """Seal: merge every fresh segment, and the sealed ones still too small for an index,
+        into one sealed segment (indexed once big enough), leaving deleted and expired posts
+        out; drop segments wholly outside the window; prune tombstones no segment holds;
+        delete files retired long enough ago.
+
+        Small sealed segments are merged again so that frequent compactions do not leave
+        hundreds of tiny exact segments, each a step of every search."""
         started = self.clock()
         snapshot = self.open()
         cutoff = snapshot.cutoff(started)
-        fresh = [s for s in snapshot.segments if s.entry.state == FRESH]
+        fresh = [
+            s
+            for s in snapshot.segments
+            if is_mergeable(s.entry) and (cutoff is None or s.entry.max_created_at >= cutoff)
+        ]
         kept, purged = self._live_posts(snapshot, fresh, cutoff)
         new_entry = None
         if kept is not None and len(kept):
@@ -146,9 +168,11 @@ class CorpusStore:
                 if cutoff is not None and s.max_created_at < cutoff and s.name not in merged
             ]
             gone = merged | set(expired)
-            segments = tuple(s for s in manifest.segments if s.name not in gone)
+            segments = [s for s in manifest.segments if s.name not in gone]
             if new_entry is not None:
-                segments = (new_entry, *segments)  # oldest posts first, as they were
+                segments.append(new_entry)
+            # oldest posts first: score ties resolve as one scan in creation order would
+            segments = tuple(sorted(segments, key=lambda s: (s.min_created_at, s.max_created_at)))
             retire = [f"{SEGMENTS_DIR}/{name}" for name in sorted(gone)]
             tombstones, old_file = self._pruned_tombstones(manifest, segments)
             if old_file is not None:
@@ -201,8 +225,10 @@ class CorpusStore:
         if not len(old):
             return manifest.tombstones, None
         held = np.zeros(len(old), bool)
-        for entry in segments:
-            held[np.isin(old, Segment(self.root, entry, manifest.emb_size).sorted_ids)] = True
+        for entry in segments:  # the sorted ids alone: no index is loaded under the lock
+            ids = np.load(self.root / SEGMENTS_DIR / entry.name / "sorted_ids.npy", mmap_mode="r")
+            pos = np.clip(np.searchsorted(ids, old), 0, len(ids) - 1)
+            held |= ids[pos] == old
         if held.all():
             return manifest.tombstones, None
         name = self._write_tombstones(old[held], manifest.generation + 1) if held.any() else None
@@ -210,8 +236,7 @@ class CorpusStore:
 
     def _retire(self, manifest: Manifest, paths: list) -> tuple[Retired, ...]:
         now = self.clock()
-        fresh = [Retired(p, now) for p in paths if p and not p.endswith("/None")]
-        return (*manifest.retired, *fresh)
+        return (*manifest.retired, *(Retired(p, now) for p in paths))
 
     def _collect(self, retired: tuple[Retired, ...]) -> tuple[tuple[Retired, ...], int]:
         """Delete retired files older than the grace period; the rest stay listed."""

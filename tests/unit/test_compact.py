@@ -46,7 +46,7 @@ def test_a_window_drops_an_expired_segment_and_purges_old_fresh_posts(tmp_path, 
     now = int(time.time())
     store = CorpusStore.create(tmp_path / "store", EMB)
     store.add(posts([1, 2, 3], [now - 5 * DAY, now - 4 * DAY, now - 3 * DAY]), state=SEALED)
-    kept = store.add(posts([4, 5], [now - 3 * DAY, now - HOUR]), state=SEALED)  # half expired
+    store.add(posts([4, 5], [now - 3 * DAY, now - HOUR]), state=SEALED)  # half expired, small
     store.add(posts([6, 7, 8], [now - 3 * DAY, now - 2 * HOUR, now - 60]))  # fresh
     store.add(posts([9], [now - 10]))  # fresh
     store.delete([8])
@@ -54,20 +54,20 @@ def test_a_window_drops_an_expired_segment_and_purges_old_fresh_posts(tmp_path, 
     assert compact.main(["--store", str(tmp_path / "store"), "--window", "48h"]) == 0
     out = capsys.readouterr().out
     assert "window set to 2d" in out
-    assert "fresh segments sealed 2 (posts 2), expired segments dropped 1" in out
-    assert "posts left out 2 (deleted, expired or repeated)" in out  # 6 expired, 8 deleted
+    # the small sealed segment (no index) is merged with the fresh ones
+    assert "segments merged 3 (posts 3), expired segments dropped 1" in out
+    assert "posts left out 3 (deleted, expired or repeated)" in out  # 4, 6 expired, 8 deleted
     assert "window 2d" in out.splitlines()[-1]
 
     snapshot = store.open()
     assert snapshot.manifest.window_seconds == 2 * DAY
-    assert [s.entry.state for s in snapshot.segments] == [SEALED, SEALED]
-    assert snapshot.segments[1].entry == kept  # partly inside the window: kept whole
-    assert snapshot.segments[0].post_ids.tolist() == [7, 9]
+    assert [s.entry.state for s in snapshot.segments] == [SEALED]
+    assert snapshot.segments[0].post_ids.tolist() == [7, 5, 9]  # in creation order
     assert snapshot.tombstones.tolist() == []  # no segment holds post 8 any more
     assert snapshot.manifest.retired  # the old files wait out their grace period
     everyone = np.ones((1, EMB), np.float32) / np.sqrt(EMB)
     served = snapshot.search(everyone, k=10, now=time.time()).post_ids[0]
-    assert sorted(served.tolist()) == [5, 7, 9]  # 4 is in a kept segment, but too old
+    assert sorted(served.tolist()) == [5, 7, 9]
 
 
 def test_window_none_serves_everything_and_an_unchanged_window_is_left_alone(tmp_path, capsys):

@@ -263,3 +263,13 @@ def test_index_choice_by_segment_size():
     assert (big.kind, big.nlist, big.nprobe) == (IVF_SQ8, 4096, 128)
     assert choose_index(10_000_000).nlist == 8192
     assert FRESH != SEALED
+
+
+def test_frequent_compactions_keep_one_small_segment_not_hundreds(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    for i in range(6):
+        store.add(make_posts(rng, 30, 1 + 100 * i, 10 * i))
+        store.compact()
+    snapshot = store.open()
+    assert len(snapshot.segments) == 1 and len(snapshot) == 180
+    assert snapshot.segments[0].created_at.tolist() == sorted(snapshot.segments[0].created_at)
