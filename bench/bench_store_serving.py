@@ -12,8 +12,10 @@ failures are Locust's. During the run over the largest store, while Locust keeps
 4. window: a window is set that expires the older half of the posts; no answer after that may
    hold a post older than the window.
 
-Run: ``make bench-store-serving`` (after ``make bench-retrieval`` has built the stores with
---keep, or it builds them). Writes ``bench/results/retrieval-serving.json``.
+Run: ``make bench-store-serving``; it builds the stores it lacks under
+build/bench-store-serving/artifacts (``python -m bench.bench_retrieval --keep --work
+build/bench-store-serving/artifacts`` leaves its stores there). Writes
+``bench/results/retrieval-serving.json``.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ POLL_S = 0.1
 def prepare_artifacts(work: Path, sizes: list[int]) -> Path:
     """A copy of the trained demo artifacts holding a sealed store of each size."""
     artifacts = work / "artifacts"
-    if not (artifacts / "config.json").exists():
-        shutil.copytree(TRAINED, artifacts)
+    if not (artifacts / "config.json").exists():  # stores may be there already (--work of
+        shutil.copytree(TRAINED, artifacts, dirs_exist_ok=True)  # bench_retrieval --keep)
     for size in sizes:
         root = artifacts / f"store-{size}"
         if (root / "manifest.json").exists():
