@@ -172,9 +172,28 @@ def exact_top_k(segment: Segment, users, k, first, deleted, user_rows):
         scores[:, deleted[deleted >= first] - first] = NO_SCORE
     for b, rows in enumerate(user_rows):
         scores[b, rows[rows >= first] - first] = NO_SCORE
-    take = min(k, scores.shape[1])
-    top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # [B, k'] unordered
+    top = top_k_columns(scores, min(k, scores.shape[1]))  # [B, k'] unordered
     return np.take_along_axis(scores, top, axis=1), top + first
+
+
+def top_k_columns(scores: np.ndarray, k: int, bin_size: int = 128) -> np.ndarray:
+    """Columns of the k largest scores per row [B, n] (unordered), in two passes: the k bins
+    of ``bin_size`` columns with the highest maxima hold every one of the k largest, so only
+    they are partitioned (one argpartition over n columns per row cost 5x more at 100 k)."""
+    batch, n = scores.shape
+    bins = n // bin_size
+    if bins <= k:
+        return np.argpartition(scores, n - k, axis=1)[:, n - k :]
+    whole = scores[:, : bins * bin_size].reshape(batch, bins, bin_size)  # [B, b, bin]
+    best_bins = np.argpartition(whole.max(axis=2), bins - k, axis=1)[:, bins - k :]  # [B, k]
+    columns = best_bins[:, :, None] * bin_size + np.arange(bin_size)  # [B, k, bin]
+    columns = columns.reshape(batch, -1)
+    if bins * bin_size < n:  # the rows past the last whole bin are always candidates
+        tail = np.broadcast_to(np.arange(bins * bin_size, n), (batch, n - bins * bin_size))
+        columns = np.concatenate([columns, tail], axis=1)
+    picked = np.take_along_axis(scores, columns, axis=1)  # [B, c]
+    keep = np.argpartition(picked, picked.shape[1] - k, axis=1)[:, picked.shape[1] - k :]
+    return np.take_along_axis(columns, keep, axis=1)
 
 
 def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):

@@ -273,3 +273,14 @@ def test_frequent_compactions_keep_one_small_segment_not_hundreds(tmp_path, rng)
     snapshot = store.open()
     assert len(snapshot.segments) == 1 and len(snapshot) == 180
     assert snapshot.segments[0].created_at.tolist() == sorted(snapshot.segments[0].created_at)
+
+
+@pytest.mark.parametrize("n", [7, 100, 1_000, 12_800, 12_937])
+def test_two_pass_top_k_finds_the_k_largest(n, rng):
+    from phoenix.corpus_store.snapshot import top_k_columns
+
+    scores = rng.normal(size=(5, n)).astype(np.float32)
+    scores[0, : n // 2] = -np.inf  # masked rows, as deleted posts are
+    k = min(100, n)
+    found = np.take_along_axis(scores, top_k_columns(scores, k), axis=1)
+    np.testing.assert_array_equal(np.sort(found, axis=1), np.sort(scores, axis=1)[:, -k:])
