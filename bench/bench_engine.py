@@ -440,7 +440,7 @@ def main():
         results = json.loads(args.out.read_text()) if args.out.exists() else {}
         results["retrieval_corpus_encodings"] = encodings
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))  # as the file was committed
+        args.out.write_text(json.dumps(results, indent=1) + "\n")  # as the file was committed
         print(f"\nwrote {args.out}")
         return
     ranking = bench_ranking([64, 256, 1024], min_seconds, skip_eager_above=1024)
