@@ -3,12 +3,16 @@
 Run: ``make bench-engine`` or ``python -m bench.bench_engine`` (``--quick`` for a short
 run). Prints a table and writes ``bench/results/engine.json``. Mini config (emb 128,
 4 layers, 4 heads, key 32, history 127), one user, float32 on CPU; random non-degenerate weights.
+
+``--only corpus-encodings`` runs only the float vs int8 corpus comparison of exact retrieval,
+on the trained demo's towers (``artifacts/trained-demo``), and updates its part of the file.
 """
 
 # ruff: noqa: B023  (the timed closures run inside the loop iteration that defines them)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import time
@@ -28,6 +32,7 @@ from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRu
 from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
 
 RESULTS = Path(__file__).parent / "results"
+TRAINED_DEMO = Path(__file__).parents[1] / "artifacts" / "trained-demo"
 ORIGINAL_CHUNK = 64
 
 
@@ -250,6 +255,125 @@ def bench_retrieval(sizes, min_seconds, batch=16):
     return rows
 
 
+def trained_retrieval_inputs(posts: int, users: int, artifacts: Path = TRAINED_DEMO, seed: int = 1):
+    """Inputs of exact retrieval from the trained demo's towers, not random vectors (int8's
+    error depends on how the vectors spread): the candidate tower's unit vectors [P, D] of
+    ``posts`` posts of the demo's world (``make_world``, its training spec with ``posts``
+    posts), the user tower's [U, D] of ``users`` of its users, each with a history of
+    posts drawn from their topics of interest, and those histories as corpus indices [U, S]
+    (what the retriever excludes)."""
+    from phoenix.artifacts import embed_candidates
+    from phoenix.serving.services import HistoryBatch, PhoenixResources, user_tower_inputs
+    from phoenix.serving.services.retrieval import retrieval_engine
+    from phoenix.training.synthetic import WorldSpec, make_world
+
+    resources = PhoenixResources(artifacts, ("retrieval", "tables"))
+    spec = WorldSpec(**json.loads((Path(artifacts) / "training.json").read_text())["world"])
+    world = make_world(dataclasses.replace(spec, num_posts=posts), 0)
+    art = resources.artifacts
+    corpus = embed_candidates(
+        art.config,
+        art.retrieval_params,
+        art.stacked_table(),
+        world.post_ids,
+        world.author_ids[world.post_author],
+        batch_size=8192,
+    )  # [P, D]
+    rng = np.random.default_rng(seed)
+    S, A = resources.config.history_seq_len, resources.config.num_actions
+    chosen = rng.choice(len(world.user_ids), users, replace=False)  # [U]
+    by_topic = [np.flatnonzero(world.post_topic == t) for t in range(spec.num_topics)]
+    history = np.zeros((users, S), np.int64)  # [U, S] corpus indices
+    for row, user in enumerate(chosen):
+        interest = world.interest[user] / world.interest[user].sum()
+        topics = rng.choice(spec.num_topics, S, p=interest)
+        history[row] = [rng.choice(by_topic[t]) for t in topics]
+    actions = np.zeros((users, S, A), np.float32)
+    actions[:, :, 0] = 1  # one positive action on every history post
+    batch = HistoryBatch(
+        world.user_ids[chosen],
+        world.post_ids[history],
+        world.author_ids[world.post_author[history]],
+        actions,
+        np.zeros((users, S), np.int32),
+        np.zeros((users, S), np.float32),
+    )
+    user_vectors = retrieval_engine(resources).encode_users(*user_tower_inputs(resources, batch))
+    return corpus, user_vectors, history
+
+
+def retrieve_all(engine, users, history, k, batch, excluded=True):
+    """Top-k ids [U, k] of every user, ``batch`` users per call, their history excluded."""
+    calls = range(0, len(users), batch)
+    seen = lambda s: list(history[s : s + batch]) if excluded else None  # noqa: E731
+    return np.concatenate([engine.top_k(users[s : s + batch], k, None, seen(s))[0] for s in calls])
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
+    """Mean share of each row of ``truth`` [B, k] that ``found`` [B, k] holds too."""
+    return float(np.mean([np.isin(t, f).mean() for f, t in zip(found, truth)]))
+
+
+def bench_corpus_encodings(posts, min_seconds, batch=16, users=512, k=100):
+    """Exact top-k with a float32 corpus against int8 codes + exact re-ranking, side by side:
+    queries per second, and the int8 results' recall@k against the float32 ones."""
+    from phoenix.serving.services import PhoenixResources
+
+    start = time.perf_counter()
+    corpus, user_vectors, history = trained_retrieval_inputs(posts, users)
+    print(f"trained demo inputs: {time.perf_counter() - start:.0f} s", flush=True)
+    config = PhoenixResources(TRAINED_DEMO, ("retrieval",)).config.retrieval_config()
+    engines = {
+        encoding: RetrievalEngine(
+            config, {}, batch_buckets=(batch,), corpus_encoding=encoding
+        )  # top-k reads no tower weights
+        for encoding in ("float", "int8")
+    }
+    found = {}  # [encoding][history excluded] -> ids [U, k]
+    for encoding, engine in engines.items():
+        engine.set_corpus(corpus)
+        engine.warm_up_top_k()
+        found[encoding] = {
+            excluded: retrieve_all(engine, user_vectors, history, k, batch, excluded)
+            for excluded in (True, False)
+        }
+    calls = [
+        (user_vectors[s : s + batch], list(history[s : s + batch])) for s in range(0, users, batch)
+    ]
+    turn = {encoding: 0 for encoding in engines}
+
+    def query(encoding):
+        def call():  # the next 16 users, their histories excluded (as the retriever does)
+            users_, seen = calls[turn[encoding] % len(calls)]
+            turn[encoding] += 1
+            engines[encoding].top_k(users_, k, exclude_indices=seen)
+
+        return call
+
+    seconds = timed_side_by_side({e: query(e) for e in engines}, 2 * min_seconds)
+    int8 = engines["int8"]
+    row = {
+        "corpus": posts,
+        "batch": batch,
+        "top_k": k,
+        "users": users,
+        "vectors": "trained-demo towers: make_world posts, users' histories (excluded)",
+        "float_queries_per_s": batch / seconds["float"],
+        "int8_queries_per_s": batch / seconds["int8"],
+        "int8_speedup": seconds["float"] / seconds["int8"],
+        "int8_rerank_margin": int8.rerank_margin,
+        "int8_candidates_rescored": int8._device_k(k),
+        "int8_recall_at_k": recall_at_k(found["int8"][True], found["float"][True]),
+        "int8_recall_at_k_no_exclusions": recall_at_k(found["int8"][False], found["float"][False]),
+        # share of (user, rank) holding the same id: the rest are swaps of scores equal to
+        # float32 rounding, summed in another order by the re-ranking
+        "int8_same_position": float(np.mean(found["int8"][True] == found["float"][True])),
+        "machine": machine(),  # this part may be run alone (--only), on another machine
+    }
+    print(row, flush=True)
+    return [row]
+
+
 def print_table(ranking, matmul_gflops, retrieval):
     print("\nRanking, one user, history 127, mini config, float32 CPU (candidates / second)")
     print(
@@ -279,29 +403,61 @@ def print_table(ranking, matmul_gflops, retrieval):
         )
 
 
+def print_encodings(rows):
+    print("\nExact retrieval, float32 corpus vs int8 codes + exact re-ranking (trained towers)")
+    for r in rows:
+        print(
+            f"corpus {r['corpus']:>8}, {r['batch']} users, top {r['top_k']}: "
+            f"float32 {r['float_queries_per_s']:.0f} q/s, int8 {r['int8_queries_per_s']:.0f} "
+            f"q/s (x{r['int8_speedup']:.2f}), recall@{r['top_k']} {r['int8_recall_at_k']:.4f}"
+        )
+
+
+def machine() -> dict:
+    return {
+        "backend": jax.default_backend(),
+        "devices": str(jax.devices()),
+        "cpu_count": __import__("os").cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
 def main():
     parser = command_parser("python -m bench.bench_engine", __doc__)
     parser.add_argument("--quick", action="store_true", help="short timings, smaller corpus")
     parser.add_argument("--out", type=Path, default=RESULTS / "engine.json")
+    parser.add_argument(
+        "--only",
+        choices=("corpus-encodings",),
+        help="run this part alone and replace only its results in --out",
+    )
     args = parser.parse_args()
     min_seconds = 0.5 if args.quick else 2.0
+    encodings_corpus = 100_000 if args.quick else 1_000_000
+    if args.only == "corpus-encodings":
+        encodings = bench_corpus_encodings(encodings_corpus, min_seconds)
+        print_encodings(encodings)
+        results = json.loads(args.out.read_text()) if args.out.exists() else {}
+        results["retrieval_corpus_encodings"] = encodings
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")  # as the file was committed
+        print(f"\nwrote {args.out}")
+        return
     ranking = bench_ranking([64, 256, 1024], min_seconds, skip_eager_above=1024)
     matmul = bench_matmul(min_seconds)
     retrieval = bench_retrieval([100_000] if args.quick else [100_000, 1_000_000], min_seconds)
+    encodings = bench_corpus_encodings(encodings_corpus, min_seconds)
     print_table(ranking, matmul, retrieval)
+    print_encodings(encodings)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
             {
-                "machine": {
-                    "backend": jax.default_backend(),
-                    "devices": str(jax.devices()),
-                    "cpu_count": __import__("os").cpu_count(),
-                    "platform": platform.platform(),
-                },
+                "machine": machine(),
                 "ranking": ranking,
                 "matmul_gflops": matmul,
                 "retrieval": retrieval,
+                "retrieval_corpus_encodings": encodings,
             },
             indent=2,
         )
