@@ -235,3 +235,10 @@ def test_requests_beyond_the_largest_bucket_run_in_groups(ranker, resources):
     for arrays, out in zip(many, together):
         (alone,) = ranker.handle([arrays])
         np.testing.assert_array_equal(alone["ranked_post_ids"], out["ranked_post_ids"])
+
+
+def test_big_corpus_files_are_scored_as_int8_and_reranked_on_cpus():
+    from phoenix.serving.services.retrieval import INT8_MIN_ROWS, corpus_encoding
+
+    assert corpus_encoding(INT8_MIN_ROWS - 1) == "float"
+    assert corpus_encoding(INT8_MIN_ROWS) == "int8"  # this machine has no GPU

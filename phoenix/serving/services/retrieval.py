@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import jax
 import numpy as np
 
 from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
@@ -181,12 +182,26 @@ class StoreSearch:
         return [RowHits(*row) for row in zip(hits.post_ids, hits.author_ids, hits.scores)]
 
 
-def corpus_search(resources: PhoenixResources, corpus_file: str, engine: RetrievalEngine):
+# From this many posts a corpus file is scored as int8 codes and re-ranked exactly in float32
+# on CPUs: 1.9x the queries/s at 1 M posts, recall@100 1.0; slower below about 200 k
+# (bench/results/engine.json, "retrieval_corpus_encodings"; docs/retrieval.md).
+INT8_MIN_ROWS = 300_000
+
+
+def corpus_encoding(rows: int) -> str:
+    """How the exact engine holds a corpus file of ``rows`` posts."""
+    return "int8" if rows >= INT8_MIN_ROWS and jax.default_backend() == "cpu" else "float"
+
+
+def corpus_search(resources: PhoenixResources, corpus_file: str, engine_options: dict):
     """What the retriever searches: a corpus file, or a store directory it follows."""
     path = resolve_inside(resources.root, corpus_file)
     if is_store(path):
         return StoreSearch(StoreFollower(path, resources.config.emb_size).start())
-    return CorpusFileSearch(engine, load_corpus(path, resources.config))
+    corpus = load_corpus(path, resources.config)
+    encoding = corpus_encoding(len(corpus))
+    engine = retrieval_engine(resources, corpus_encoding=encoding, **engine_options)
+    return CorpusFileSearch(engine, corpus)
 
 
 class RetrieverService(Service):
@@ -205,10 +220,8 @@ class RetrieverService(Service):
     ):
         self.config = resources.config
         self.batch_buckets = tuple(sorted(batch_buckets))
-        self.engine = retrieval_engine(
-            resources, compute_dtype=compute_dtype, batch_buckets=self.batch_buckets
-        )
-        self.searcher = corpus_search(resources, corpus_file, self.engine)
+        options = {"compute_dtype": compute_dtype, "batch_buckets": self.batch_buckets}
+        self.searcher = corpus_search(resources, corpus_file, options)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
