@@ -12,7 +12,6 @@ on the trained demo's towers (``artifacts/trained-demo``), and updates its part 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import platform
 import time
@@ -258,48 +257,14 @@ def bench_retrieval(sizes, min_seconds, batch=16):
 def trained_retrieval_inputs(posts: int, users: int, artifacts: Path = TRAINED_DEMO, seed: int = 1):
     """Inputs of exact retrieval from the trained demo's towers, not random vectors (int8's
     error depends on how the vectors spread): the candidate tower's unit vectors [P, D] of
-    ``posts`` posts of the demo's world (``make_world``, its training spec with ``posts``
-    posts), the user tower's [U, D] of ``users`` of its users, each with a history of
-    posts drawn from their topics of interest, and those histories as corpus indices [U, S]
-    (what the retriever excludes)."""
-    from phoenix.artifacts import embed_candidates
-    from phoenix.serving.services import HistoryBatch, PhoenixResources, user_tower_inputs
-    from phoenix.serving.services.retrieval import retrieval_engine
-    from phoenix.training.synthetic import WorldSpec, make_world
+    ``posts`` posts of the demo's world, the user tower's [U, D] of ``users`` of its users,
+    each with a history of posts drawn from their topics of interest, and those histories as
+    corpus indices [U, S] (what the retriever excludes). bench/retrieval_data makes them."""
+    from bench.retrieval_data import generator_posts, query_users
 
-    resources = PhoenixResources(artifacts, ("retrieval", "tables"))
-    spec = WorldSpec(**json.loads((Path(artifacts) / "training.json").read_text())["world"])
-    world = make_world(dataclasses.replace(spec, num_posts=posts), 0)
-    art = resources.artifacts
-    corpus = embed_candidates(
-        art.config,
-        art.retrieval_params,
-        art.stacked_table(),
-        world.post_ids,
-        world.author_ids[world.post_author],
-        batch_size=8192,
-    )  # [P, D]
-    rng = np.random.default_rng(seed)
-    S, A = resources.config.history_seq_len, resources.config.num_actions
-    chosen = rng.choice(len(world.user_ids), users, replace=False)  # [U]
-    by_topic = [np.flatnonzero(world.post_topic == t) for t in range(spec.num_topics)]
-    history = np.zeros((users, S), np.int64)  # [U, S] corpus indices
-    for row, user in enumerate(chosen):
-        interest = world.interest[user] / world.interest[user].sum()
-        topics = rng.choice(spec.num_topics, S, p=interest)
-        history[row] = [rng.choice(by_topic[t]) for t in topics]
-    actions = np.zeros((users, S, A), np.float32)
-    actions[:, :, 0] = 1  # one positive action on every history post
-    batch = HistoryBatch(
-        world.user_ids[chosen],
-        world.post_ids[history],
-        world.author_ids[world.post_author[history]],
-        actions,
-        np.zeros((users, S), np.int32),
-        np.zeros((users, S), np.float32),
-    )
-    user_vectors = retrieval_engine(resources).encode_users(*user_tower_inputs(resources, batch))
-    return corpus, user_vectors, history
+    world, corpus = generator_posts(artifacts, posts)
+    user_vectors, history = query_users(artifacts, world, users, seed)
+    return corpus.embeddings, user_vectors, history
 
 
 def retrieve_all(engine, users, history, k, batch, excluded=True):
@@ -309,14 +274,10 @@ def retrieve_all(engine, users, history, k, batch, excluded=True):
     return np.concatenate([engine.top_k(users[s : s + batch], k, None, seen(s))[0] for s in calls])
 
 
-def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
-    """Mean share of each row of ``truth`` [B, k] that ``found`` [B, k] holds too."""
-    return float(np.mean([np.isin(t, f).mean() for f, t in zip(found, truth)]))
-
-
 def bench_corpus_encodings(posts, min_seconds, batch=16, users=512, k=100):
     """Exact top-k with a float32 corpus against int8 codes + exact re-ranking, side by side:
     queries per second, and the int8 results' recall@k against the float32 ones."""
+    from bench.retrieval_data import recall_at_k
     from phoenix.serving.services import PhoenixResources
 
     start = time.perf_counter()

@@ -119,7 +119,7 @@ def measure_size(size: int, queries: int, work: Path) -> dict:
     started = time.perf_counter()
     world, posts = generator_posts(TRAINED, size)
     embed_s = time.perf_counter() - started
-    users = query_users(TRAINED, world, queries)  # [Q, D]
+    users, _ = query_users(TRAINED, world, queries)  # [Q, D]
     store_dir = work / f"store-{size}"
     shutil.rmtree(store_dir, ignore_errors=True)
     store = CorpusStore.create(store_dir, posts.embeddings.shape[1])

@@ -37,7 +37,7 @@ from bench.serving_servers import REPO_ROOT, ServeProcess
 from phoenix.checkpoint import load_example_sequence
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore
-from phoenix.serving.client import connect, infer, recommend_inputs
+from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("build/bench-store-serving")
@@ -73,10 +73,7 @@ class Probe:
         return infer(self.client, "http", "recommend", inputs)["ranked_post_ids"][0]
 
     def user_vector(self) -> np.ndarray:
-        inputs = recommend_inputs(self.user)
-        names = ("user_id", "history_post_ids", "history_author_ids", "history_actions")
-        names += ("history_product_surface",)
-        arrays = {name: inputs[name] for name in names}
+        arrays = user_inputs(self.user)
         return infer(self.client, "http", "user_encoder", arrays)["user_embedding"][0]
 
     def seconds_until(self, check, limit_s: float) -> float | None:
@@ -90,18 +87,13 @@ class Probe:
 
 def suited_post(artifacts: Path, vector: np.ndarray, seed: int = 7) -> tuple[int, int]:
     """(post id, author id) of a new post the user's vector ranks first among 4,096 drawn."""
-    from phoenix.artifacts import embed_candidates
-    from phoenix.checkpoint.params import load_artifacts
+    from phoenix.artifacts import CandidateTower
 
-    parts = load_artifacts(artifacts, ranker=False, retrieval=True, tables=True)
     rng = np.random.default_rng(seed)
     ids = rng.integers(2**61, 2**62, 4096)
     authors = np.asarray(load_example_sequence(artifacts).history_author_ids)
     authors = authors[rng.integers(0, len(authors), 4096)]
-    vectors = embed_candidates(
-        parts.config, parts.retrieval_params, parts.stacked_table(), ids, authors
-    )
-    best = int(np.argmax(vectors @ vector))
+    best = int(np.argmax(CandidateTower(artifacts)(ids, authors) @ vector))
     return int(ids[best]), int(authors[best])
 
 

@@ -8,44 +8,28 @@ Shape glossary
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from phoenix.corpus_store import Posts
-from phoenix.training.synthetic import WorldSpec, make_world
 
 TRAINED = Path("artifacts/trained-demo")
 EMBED_BATCH = 8192
 
 
-def world_spec(artifacts: Path, num_posts: int) -> WorldSpec:
-    """The trained world's spec (same users and authors, seed for seed) with ``num_posts``."""
-    spec = json.loads((Path(artifacts) / "training.json").read_text())["world"]
-    return dataclasses.replace(WorldSpec(**spec), num_posts=num_posts)
+def generator_posts(artifacts: Path, num_posts: int, seed: Optional[int] = None, now=None):
+    """(world, Posts): ``num_posts`` posts of the world the towers were trained on, embedded
+    by the trained candidate tower, creation times shifted so the newest post is ``now``
+    (default: the clock); ``seed``: training's."""
+    from phoenix.artifacts import CandidateTower
+    from phoenix.training.pipeline import trained_world
 
-
-def generator_posts(artifacts: Path, num_posts: int, seed: int = 0, now: float = None):
-    """(world, Posts): ``num_posts`` posts of the world embedded by the trained candidate
-    tower, creation times shifted so the newest post is ``now``."""
-    from phoenix.artifacts import embed_candidates
-    from phoenix.checkpoint.params import load_artifacts
-
-    world = make_world(world_spec(artifacts, num_posts), seed)
-    parts = load_artifacts(artifacts, ranker=False, retrieval=True, tables=True)
+    world = trained_world(artifacts, num_posts, seed)
     authors = world.author_ids[world.post_author]  # [N]
-    vectors = embed_candidates(  # [N, D]
-        parts.config,
-        parts.retrieval_params,
-        parts.stacked_table(),
-        world.post_ids,
-        authors,
-        batch_size=EMBED_BATCH,
-        progress=True,
-    )
+    vectors = CandidateTower(artifacts)(world.post_ids, authors, EMBED_BATCH, progress=True)
     now = time.time() if now is None else now
     created = world.post_created_ts - world.post_created_ts.max() + int(now)
     return world, Posts(world.post_ids, authors, created.astype(np.int64), vectors)
@@ -66,9 +50,9 @@ def user_histories(world, count: int, history_len: int, seed: int = 1):
     return users, posts
 
 
-def query_users(artifacts: Path, world, count: int, seed: int = 1) -> np.ndarray:
-    """Unit user vectors [Q, D] of the trained user tower for ``count`` users of ``world``
-    who favorited posts of their topics."""
+def query_users(artifacts: Path, world, count: int, seed: int = 1):
+    """(unit user vectors [Q, D] of the trained user tower, their histories as post rows of
+    ``world`` [Q, S]) for ``count`` users of ``world`` who favorited posts of their topics."""
     from phoenix.serving.services.common import HistoryBatch, PhoenixResources
     from phoenix.serving.services.retrieval import retrieval_engine, user_tower_inputs
 
@@ -86,7 +70,7 @@ def query_users(artifacts: Path, world, count: int, seed: int = 1) -> np.ndarray
         history_dwell_seconds=np.zeros(posts.shape, np.float32),
     )
     engine = retrieval_engine(resources)
-    return engine.encode_users(*user_tower_inputs(resources, batch))  # [Q, D]
+    return engine.encode_users(*user_tower_inputs(resources, batch)), posts  # [Q, D], [Q, S]
 
 
 def exact_top_k(embeddings: np.ndarray, users: np.ndarray, k: int, chunk: int = 1 << 20):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import json
 import os
 import re
@@ -60,7 +59,6 @@ CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
 REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call
-TRAINING_FILE = "training.json"
 SEGMENT_ROWS = 10_000_000
 IN_PROCESS_CALL_BATCHES = 64  # batches per embed_candidates call: the bar moves in between
 EXPLICIT_MODE_HINT = (
@@ -265,21 +263,18 @@ def world_posts(artifacts: Path, count: int, seed: Optional[int], now: int) -> P
     """``count`` posts of the synthetic world in ARTIFACTS/training.json (the world the towers
     learned: its authors, topics and post ids), shifted in time so that the newest is ``now``
     (the world's own dates are in the past, where a window would expire them all)."""
-    from phoenix.training.synthetic import WorldSpec, make_world
+    from phoenix.training.pipeline import TRAINING_FILE, trained_world
 
     path = Path(artifacts) / TRAINING_FILE
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        spec = WorldSpec(**summary["world"])
-        seed = int(summary.get("seed", 0)) if seed is None else seed
-    except FileNotFoundError:
+    if not path.is_file():
         raise InputFileError(
             f"{path}: not found (--from-generator needs trained artifacts, e.g. "
             "artifacts/trained-demo)"
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise InputFileError(f"{path}: no usable 'world' spec ({error!r})") from None
-    world = make_world(dataclasses.replace(spec, num_posts=count), seed)
+        )
+    try:
+        world = trained_world(artifacts, count, seed)
+    except ArtifactError as error:
+        raise InputFileError(str(error)) from None
     created = world.post_created_ts + (now - int(world.post_created_ts.max()))
     authors = world.author_ids[world.post_author]
     return Posts(world.post_ids, authors, world.post_topic.astype(np.int64), created)
@@ -417,13 +412,11 @@ def served_embedder(args, client) -> EmbedPosts:
 
 
 def in_process_embedder(args) -> EmbedPosts:
-    """ARTIFACTS' candidate tower in this process (phoenix.artifacts.embed_candidates)."""
-    from phoenix.artifacts import embed_candidates
-    from phoenix.checkpoint.params import load_artifacts
+    """ARTIFACTS' candidate tower in this process (phoenix.artifacts.CandidateTower)."""
+    from phoenix.artifacts import CandidateTower
 
     try:
-        loaded = load_artifacts(args.artifacts, ranker=False, retrieval=True, tables=True)
-        table = loaded.stacked_table()
+        tower = CandidateTower(args.artifacts)
     except ArtifactError as error:
         raise cli.Exit(cli.fail(str(error))) from None
     step = args.batch_size * IN_PROCESS_CALL_BATCHES  # posts per call, the bar moves between
@@ -432,13 +425,8 @@ def in_process_embedder(args) -> EmbedPosts:
         parts = []
         for start in range(0, len(posts), step):
             rows = slice(start, start + step)
-            ids, authors = posts.post_ids[rows], posts.author_ids[rows]
-            parts.append(
-                embed_candidates(
-                    loaded.config, loaded.retrieval_params, table, ids, authors, args.batch_size
-                )
-            )
-            bar.update(len(ids))
+            parts.append(tower(posts.post_ids[rows], posts.author_ids[rows], args.batch_size))
+            bar.update(len(parts[-1]))
         return np.concatenate(parts)
 
     return embed

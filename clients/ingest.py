@@ -53,7 +53,6 @@ POLL_S = 0.2  # longest wait for input before looking at the clock and the stop 
 FOLLOW_POLL_S = 0.1  # how often --follow looks for more of a file
 QUEUE_LINES = 10_000  # lines read ahead of the parser (bounds memory on a big file)
 MAX_REPORTED_BAD = 100  # bad lines printed; the rest are only counted
-SMALLEST_BUCKET = 16  # in-process batches are padded to a power of two, at least this
 EXIT_CODES_HELP = (
     "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "
     "or server error (what was written before it stays written)."
@@ -268,30 +267,6 @@ def write_batch(store: CorpusStore, embed: Embed, batch: Batch, tally: Tally) ->
                 f"writing tombstones failed, {len(batch.deletions)} deletions not applied: {error}"
             ) from error
         tally.deletions += len(batch.deletions)
-
-
-class InProcessEmbedder:
-    """The artifacts' candidate tower in this process (no server needed)."""
-
-    def __init__(self, artifacts: Path):
-        from phoenix.checkpoint.params import load_artifacts
-
-        loaded = load_artifacts(artifacts, ranker=False, retrieval=True, tables=True)
-        self.config = loaded.config
-        self.params = loaded.retrieval_params
-        self.table = loaded.stacked_table()
-
-    def __call__(self, post_ids: np.ndarray, author_ids: np.ndarray) -> np.ndarray:
-        from phoenix.artifacts import EMBED_BATCH_SIZE, embed_candidates
-
-        # JAX compiles once per batch shape: pad small batches to a power of two so that a
-        # long-running ingest compiles a dozen shapes, not one per batch size it meets
-        n = len(post_ids)
-        size = n if n >= EMBED_BATCH_SIZE else max(SMALLEST_BUCKET, 1 << (n - 1).bit_length())
-        padded = [
-            np.pad(np.asarray(a, np.int64), (0, size - n), "edge") for a in (post_ids, author_ids)
-        ]
-        return embed_candidates(self.config, self.params, self.table, *padded)[:n]
 
 
 def served_embedder(args) -> Embed:
@@ -530,7 +505,9 @@ def make_embedder(args) -> Embed:
     if args.embed == "served":
         return served_embedder(args)
     try:
-        return InProcessEmbedder(args.artifacts)
+        from phoenix.artifacts import CandidateTower  # imports JAX: not for --help
+
+        return CandidateTower(args.artifacts)
     except ArtifactError as error:
         raise cli.Exit(cli.fail(str(error))) from None
 

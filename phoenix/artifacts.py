@@ -235,6 +235,16 @@ def _batches(total: int, size: int, progress: bool, desc: str):
     return tqdm(starts, desc=desc, unit="batch", file=sys.stderr)
 
 
+SMALLEST_CALL = 16  # rows of the smallest embedding call (see call_rows)
+
+
+def call_rows(total: int) -> int:
+    """Rows of one embedding call for ``total`` posts: a power of two (at least
+    SMALLEST_CALL), so that callers embedding batches of every size, such as an ingest that
+    flushes whatever it holds, compile a dozen shapes instead of one per size."""
+    return max(SMALLEST_CALL, 1 << (max(total, 1) - 1).bit_length())
+
+
 def embed_candidates(
     config: ArtifactConfig,
     retrieval_params,
@@ -254,7 +264,7 @@ def embed_candidates(
     # move the table and weights once, not on every batch
     device_params, device_table = jax.device_put((retrieval_params, stacked_table))
     total = post_rows.shape[0]
-    batch_size = max(1, min(batch_size, total))
+    batch_size = min(batch_size, call_rows(total))
     out = np.zeros((total, config.emb_size), np.float32)
     for start in _batches(total, batch_size, progress, "embedding corpus"):
         stop = min(start + batch_size, total)
@@ -265,6 +275,28 @@ def embed_candidates(
         vectors = embed(device_params, device_table, *inputs)
         out[start:stop] = np.asarray(vectors)[: stop - start]
     return out
+
+
+class CandidateTower:
+    """An artifact directory's candidate tower in this process: weights and tables loaded
+    once, then ``tower(post_ids, author_ids)`` -> unit vectors float32 [N, D]."""
+
+    def __init__(self, artifact_dir: Path):
+        loaded = checkpoint.load_artifacts(artifact_dir, ranker=False, retrieval=True, tables=True)
+        self.config = loaded.config
+        self.params = loaded.retrieval_params
+        self.table = loaded.stacked_table()
+
+    def __call__(
+        self,
+        post_ids: np.ndarray,
+        author_ids: np.ndarray,
+        batch_size: int = EMBED_BATCH_SIZE,
+        progress: bool = False,
+    ) -> np.ndarray:
+        return embed_candidates(
+            self.config, self.params, self.table, post_ids, author_ids, batch_size, progress
+        )
 
 
 def random_corpus(

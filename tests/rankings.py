@@ -37,3 +37,14 @@ def assert_same_ranking_up_to_ties(
         atol=tol,
         err_msg="ranked in a different order beyond a near-tie",
     )
+
+
+def dense_top_k(users: np.ndarray, corpus: np.ndarray, k: int, excluded=None):
+    """Reference top-k: indices and scores [B, k] of one float32 matmul over the whole corpus,
+    ``excluded`` (index arrays per user) scored -inf, ties by lower index."""
+    scores = users @ corpus.T  # [B, M]
+    if excluded is not None:
+        for r, idx in enumerate(excluded):
+            scores[r, idx] = -np.inf
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(scores, order, axis=1)

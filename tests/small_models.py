@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from phoenix.engine import RetrievalEngine
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
@@ -53,3 +54,21 @@ def randomized(params, seed: int, scale: float):
         lambda p: jnp.asarray(rng.normal(size=p.shape) * scale + (p.ndim == 1), jnp.float32),
         params,
     )
+
+
+def engine_with_corpus(corpus: np.ndarray, tile=None, encoding="float", **options):
+    """A float32 RetrievalEngine (no tower weights: top-k reads none) holding ``corpus``
+    [M, D] in tiles of ``tile`` rows, encoded as ``encoding``; batch bucket 4."""
+    dim = corpus.shape[1]
+    config = small_retriever(small_transformer(dim, 8, 2, 2, 1, 0.125), 4, 2)
+    engine = RetrievalEngine(
+        config,
+        {},
+        compute_dtype=jnp.float32,
+        batch_buckets=(4,),
+        corpus_tile=tile,
+        corpus_encoding=encoding,
+        **options,
+    )
+    engine.set_corpus(corpus)
+    return engine

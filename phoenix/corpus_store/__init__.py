@@ -3,6 +3,8 @@ which are live, an ANN index per sealed segment, tombstones and a time window
 (docs/retrieval.md). ``CorpusStore`` writes it, ``Snapshot`` searches one generation of it,
 ``StoreFollower`` keeps a serving process on the newest generation."""
 
+from pathlib import Path
+
 from phoenix.corpus_store.ann import choose_index
 from phoenix.corpus_store.follow import StoreFollower
 from phoenix.corpus_store.manifest import (
@@ -21,8 +23,6 @@ from phoenix.corpus_store.store import CompactReport, CorpusStore
 
 def is_store(path) -> bool:
     """Whether ``path`` is a store directory (it holds a manifest)."""
-    from pathlib import Path
-
     return (Path(path) / MANIFEST_FILE).is_file()
 
 

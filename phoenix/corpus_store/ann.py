@@ -27,9 +27,9 @@ def choose_index(rows: int) -> IndexSpec:
     """The index of a sealed segment of ``rows`` posts: exact below ANN_MIN_ROWS, else IVF with
     about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), 128 of them probed.
 
-    Measured on trained-tower embeddings (2 cores, 16 users per call, top 100): 1 M rows,
-    4,096 lists, 128 probed: recall 0.961 at 4,870 q/s; 10 M rows, 8,192 lists, 128 probed:
-    recall 0.962 at 1,440 q/s (docs/retrieval.md)."""
+    Measured through ``Snapshot.search`` on trained-tower embeddings (2 cores, 16 users per
+    call, top 100; make bench-retrieval): 1 M rows, 4,096 lists: recall@100 0.958 at 2,608
+    queries/s; 10 M rows, 8,192 lists: 0.962 at 1,234 queries/s (docs/retrieval.md)."""
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 from phoenix.corpus_store.manifest import MANIFEST_FILE, StoreError
@@ -41,20 +40,24 @@ class StoreFollower:
         self.store = CorpusStore(root)
         self.poll_seconds = poll_seconds
         self.on_error = on_error
-        snapshot = self.store.open()
-        if snapshot.manifest.emb_size != emb_size:
-            raise StoreError(
-                f"{Path(root) / MANIFEST_FILE}: emb_size {snapshot.manifest.emb_size}, but the "
-                f"model's candidate vectors have {emb_size}"
-            )
         self.emb_size = emb_size
-        self._snapshot = snapshot
+        self._snapshot = self._opened()
         self._stamp = self._manifest_stamp()
         self._failed_stamp = None
         self._checked = time.monotonic()
         self._refreshing = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+
+    def _opened(self, previous: Optional[Snapshot] = None) -> Snapshot:
+        """The store's current generation, which must hold vectors of the model's width."""
+        snapshot = self.store.open(previous)
+        if snapshot.manifest.emb_size != self.emb_size:
+            raise StoreError(
+                f"{self.store.root / MANIFEST_FILE}: emb_size {snapshot.manifest.emb_size}, "
+                f"but the model's candidate vectors have {self.emb_size}"
+            )
+        return snapshot
 
     def current(self) -> Snapshot:
         """The newest good generation, checked for a newer one at most once per poll."""
@@ -95,12 +98,7 @@ class StoreFollower:
         if stamp is None or stamp == self._stamp or stamp == self._failed_stamp:
             return False
         try:
-            snapshot = self.store.open(previous=self._snapshot)
-            if snapshot.manifest.emb_size != self.emb_size:
-                raise StoreError(
-                    f"{self.store.root / MANIFEST_FILE}: emb_size changed to "
-                    f"{snapshot.manifest.emb_size} (serving {self.emb_size})"
-                )
+            snapshot = self._opened(previous=self._snapshot)
         except (StoreError, OSError) as error:
             self._failed_stamp = stamp
             self.on_error(

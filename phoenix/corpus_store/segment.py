@@ -16,6 +16,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from phoenix.checkpoint.corpus import check_corpus
+from phoenix.config import ArtifactError
 from phoenix.corpus_store.ann import build_index, read_index, write_index
 from phoenix.corpus_store.manifest import (
     EXACT,
@@ -27,7 +29,6 @@ from phoenix.corpus_store.manifest import (
 )
 
 SEGMENTS_DIR = "segments"
-UNIT_NORM_TOLERANCE = 1e-3
 COLUMNS = ("post_ids", "author_ids", "created_at", "embeddings", "sorted_ids", "id_order")
 
 
@@ -56,36 +57,26 @@ class Posts:
 
 
 def check_posts(posts: Posts, emb_size: int, where: str) -> Posts:
-    """``posts`` as the store keeps them, or StoreError naming ``where`` and the problem."""
-    ids = np.asarray(posts.post_ids)
-    n = ids.shape[0] if ids.ndim == 1 else -1
-    if n < 1:
-        raise StoreError(f"{where}: post_ids has shape {ids.shape}, expected (n,) with n >= 1")
-    columns = {"author_ids": posts.author_ids, "created_at": posts.created_at}
-    for name, column in {"post_ids": ids, **columns}.items():
-        column = np.asarray(column)
-        if column.shape != (n,) or not np.issubdtype(column.dtype, np.integer):
-            raise StoreError(
-                f"{where}: {name} is {column.dtype} {column.shape}, expected int64 ({n},)"
-            )
-    if ids.min() <= 0:
-        raise StoreError(f"{where}: post ids must be > 0, found {int(ids.min())}")
-    if np.unique(ids).shape[0] != n:
-        raise StoreError(f"{where}: post ids must be unique")
-    emb = np.asarray(posts.embeddings)
-    if emb.shape != (n, emb_size) or not np.issubdtype(emb.dtype, np.floating):
-        raise StoreError(
-            f"{where}: embeddings are {emb.dtype} {emb.shape}, expected ({n}, {emb_size})"
-        )
-    norms = np.linalg.norm(emb.astype(np.float64), axis=1)
-    if np.abs(norms - 1.0).max() > UNIT_NORM_TOLERANCE:
-        raise StoreError(f"{where}: embeddings must be unit vectors (L2 norm 1)")
-    return Posts(
-        ids.astype(np.int64),
-        np.asarray(posts.author_ids, np.int64),
-        np.asarray(posts.created_at, np.int64),
-        np.ascontiguousarray(emb, np.float32),
-    )
+    """``posts`` as the store keeps them, checked as a corpus file's columns are (unique ids
+    > 0, int64 columns, unit vectors of ``emb_size``), or StoreError naming ``where``."""
+    arrays = {
+        "post_ids": np.asarray(posts.post_ids),
+        "candidate_representations": np.asarray(posts.embeddings),
+        "author_ids": np.asarray(posts.author_ids),
+        "created_at": np.asarray(posts.created_at),
+    }
+    try:
+        corpus = check_corpus(arrays, emb_size, where)
+    except ArtifactError as error:
+        raise StoreError(str(error)) from None
+    embeddings = np.ascontiguousarray(corpus.embeddings, np.float32)
+    return Posts(corpus.post_ids, corpus.author_ids, corpus.created_at, embeddings)
+
+
+def find_ids(sorted_ids: np.ndarray, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``sorted_ids`` [...], found [...] bool) of ``post_ids`` (any shape)."""
+    pos = np.clip(np.searchsorted(sorted_ids, post_ids), 0, max(len(sorted_ids) - 1, 0))
+    return pos, sorted_ids[pos] == post_ids
 
 
 def new_segment_name(state: str) -> str:
@@ -168,13 +159,16 @@ class Segment:
     def __len__(self) -> int:
         return self.entry.rows
 
+    def find(self, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found [...] bool, rows of the found ids) of ``post_ids`` (any shape)."""
+        pos, found = find_ids(self.sorted_ids, post_ids)
+        return found, np.asarray(self.id_order[pos[found]])
+
     def rows_of(self, post_ids: np.ndarray) -> np.ndarray:
         """Rows of the ids of ``post_ids`` that this segment holds."""
         if len(post_ids) == 0:
             return np.zeros(0, np.int64)
-        sorted_ids = self.sorted_ids
-        pos = np.clip(np.searchsorted(sorted_ids, post_ids), 0, len(sorted_ids) - 1)
-        return np.asarray(self.id_order[pos[sorted_ids[pos] == post_ids]])
+        return self.find(post_ids)[1]
 
     def posts(self) -> Posts:
         return Posts(

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from phoenix.corpus_store.manifest import Manifest, StoreError
-from phoenix.corpus_store.segment import Segment
+from phoenix.corpus_store.segment import Segment, find_ids
 
 TOMBSTONES_DIR = "tombstones"
 NO_SCORE = -np.inf
@@ -94,8 +94,8 @@ class Snapshot:
         found = np.zeros(post_ids.shape, bool)
         dead = np.isin(post_ids, self.tombstones)
         for segment in self.segments:
-            pos = np.clip(np.searchsorted(segment.sorted_ids, post_ids), 0, len(segment) - 1)
-            hit = (segment.sorted_ids[pos] == post_ids) & ~found & ~dead
+            pos, held = find_ids(segment.sorted_ids, post_ids)
+            hit = held & ~found & ~dead  # the first segment holding a post answers for it
             rows = segment.id_order[pos[hit]]
             authors[hit], created[hit] = segment.author_ids[rows], segment.created_at[rows]
             found |= hit
@@ -203,19 +203,17 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
 
     extra = max((len(rows) for rows in user_rows), default=0)
     want = min(len(segment), k + extra)
-    spec = segment.entry.index
-    selectors = []  # kept alive while Faiss reads them
-    if first > 0:
-        selectors.append(faiss.IDSelectorRange(first, len(segment)))
+    params = faiss.SearchParametersIVF(nprobe=segment.entry.index.nprobe)
+    alive = []  # every selector stays referenced while Faiss reads it
+    if first > 0:  # rows before ``first`` are older than the window
+        alive.append(faiss.IDSelectorRange(first, len(segment)))
     if len(deleted):
         batch = faiss.IDSelectorBatch(np.ascontiguousarray(deleted, np.int64))
-        selectors += [batch, faiss.IDSelectorNot(batch)]
-    params = faiss.SearchParametersIVF(nprobe=spec.nprobe)
-    live = [s for s in selectors if not isinstance(s, faiss.IDSelectorBatch)]
-    if len(live) == 2:
-        selectors.append(faiss.IDSelectorAnd(live[0], live[1]))
-    if live:
-        params.sel = selectors[-1]
+        alive += [batch, faiss.IDSelectorNot(batch)]
+    if first > 0 and len(deleted):
+        alive.append(faiss.IDSelectorAnd(alive[0], alive[-1]))
+    if alive:
+        params.sel = alive[-1]
     scores, rows = segment.index.search(users, want, params=params)  # [B, want]
     scores = np.where(rows >= 0, scores, NO_SCORE)
     for b, excluded in enumerate(user_rows):

@@ -34,18 +34,23 @@ from phoenix.corpus_store.manifest import (
     read_manifest,
     write_manifest,
 )
-from phoenix.corpus_store.segment import SEGMENTS_DIR, Posts, Segment, check_posts, write_segment
+from phoenix.corpus_store.segment import (
+    SEGMENTS_DIR,
+    Posts,
+    Segment,
+    check_posts,
+    find_ids,
+    write_segment,
+)
 from phoenix.corpus_store.snapshot import TOMBSTONES_DIR, Snapshot, read_tombstones
 
 LOCK_FILE = "store.lock"
+RETIRE_GRACE_S = 60.0
 
 
 def is_mergeable(entry: SegmentEntry) -> bool:
     """Fresh segments, and sealed ones too small to have an index, are merged by compaction."""
     return entry.state == FRESH or entry.index.kind == EXACT
-
-
-RETIRE_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -227,8 +232,7 @@ class CorpusStore:
         held = np.zeros(len(old), bool)
         for entry in segments:  # the sorted ids alone: no index is loaded under the lock
             ids = np.load(self.root / SEGMENTS_DIR / entry.name / "sorted_ids.npy", mmap_mode="r")
-            pos = np.clip(np.searchsorted(ids, old), 0, len(ids) - 1)
-            held |= ids[pos] == old
+            held |= find_ids(ids, old)[1]
         if held.all():
             return manifest.tombstones, None
         name = self._write_tombstones(old[held], manifest.generation + 1) if held.any() else None

@@ -372,12 +372,17 @@ class RetrievalEngine:
             return min(buckets[-1] + self.rerank_margin, size)
         return min(bucket_for(wanted, buckets), size)
 
+    def _top_k_program(self) -> tuple[Program, tuple]:
+        """The device's top-k program for the corpus held, and the corpus arrays it reads."""
+        corpus = self.corpus
+        if corpus.scales is None:
+            return self._top_k, (corpus.tiles,)
+        return self._int8_top_k, (corpus.tiles, corpus.scales)
+
     def _device_top_k(self, users, excluded, k: int):
         """Scores and indices [B, k] of the device's top-k over the corpus, best first."""
-        corpus, size = self.corpus, np.int32(self.corpus.size)
-        if corpus.scales is None:
-            return self._top_k(users, corpus.tiles, size, excluded, k=k)
-        return self._int8_top_k(users, corpus.tiles, corpus.scales, size, excluded, k=k)
+        program, arrays = self._top_k_program()
+        return program(users, *arrays, np.int32(self.corpus.size), excluded, k=k)
 
     def top_k(
         self,
@@ -440,15 +445,12 @@ class RetrievalEngine:
         size, d = self.corpus.size, self.config.emb_size
         ks = sorted({self._device_k(min(k, size)) for k in range(1, self.top_k_buckets[-1] + 1)})
         shape = jax.ShapeDtypeStruct
-        corpus = self.corpus
-        program, tiles = self._top_k, (corpus.tiles,)
-        if corpus.scales is not None:
-            program, tiles = self._int8_top_k, (corpus.tiles, corpus.scales)
+        program, arrays = self._top_k_program()
         for rows in self.batch_buckets:
             for k in ks:
                 program.prepare(
                     shape((rows, d), np.float32),
-                    *tiles,
+                    *arrays,
                     np.int32(size),
                     shape((rows, self.max_excluded), np.int32),
                     k=k,

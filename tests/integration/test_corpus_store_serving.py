@@ -14,7 +14,7 @@ import pytest
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.corpus_store import SEALED, CorpusStore, Posts
 from phoenix.corpus_store.follow import POLL_SECONDS
-from phoenix.serving.client import connect, infer, recommend_inputs
+from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
 from phoenix.serving.configs import write_repository
 from phoenix.serving.profiles import profile
 
@@ -75,16 +75,7 @@ def test_an_added_post_is_recommended_and_a_deleted_one_disappears(store_server)
     server, artifacts, store = store_server
     user = load_example_sequence(artifacts).to_dict()
     client = connect(server.http_url, "http")
-    encoded = infer(
-        client,
-        "http",
-        "user_encoder",
-        {
-            k: v
-            for k, v in recommend_inputs(user).items()
-            if k.startswith("history") or k == "user_id"
-        },
-    )["user_embedding"][0]
+    encoded = infer(client, "http", "user_encoder", user_inputs(user))["user_embedding"][0]
     new_id = int(load_corpus(artifacts / "corpus.npz").post_ids.max()) + 12345
     # the user's own direction: the best post there is for this user
     store.add(Posts(np.array([new_id]), np.array([7]), np.array([int(time.time())]), encoded[None]))

@@ -250,7 +250,7 @@ def test_bad_posts_are_refused_before_anything_is_written(tmp_path, rng):
     store = CorpusStore.create(tmp_path / "s", D)
     posts = make_posts(rng, 5, 1, 0)
     twice = Posts(np.array([1, 1, 2, 3, 4]), *posts.columns()[1:])
-    with pytest.raises(StoreError, match="post ids must be unique"):
+    with pytest.raises(StoreError, match=r"'post_ids' must be unique, found duplicates \[1\]"):
         store.add(twice)
     with pytest.raises(StoreError, match=r"expected \(5, 16\)"):
         store.add(Posts(*posts.columns()[:3], posts.embeddings[:, :8]))

@@ -19,6 +19,8 @@ import pytest
 
 from clients import ingest
 from clients.ingest import END, BadLine, Batch, Deletion, Ingest, NewPost, Pending, parse_line
+from phoenix import artifacts as artifacts_module
+from phoenix.artifacts import CandidateTower
 from phoenix.corpus_store import CorpusStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -220,13 +222,13 @@ def test_a_failed_embedding_names_what_was_not_written(tmp_path):
 
 @pytest.fixture(scope="module")
 def tower():
-    return ingest.InProcessEmbedder(TRAINED_DEMO)
+    return CandidateTower(TRAINED_DEMO)
 
 
 @pytest.fixture
 def cached_tower(tower, monkeypatch):
     """The command's in-process tower, loaded once for the module."""
-    monkeypatch.setattr(ingest, "InProcessEmbedder", lambda artifacts: tower)
+    monkeypatch.setattr(artifacts_module, "CandidateTower", lambda artifacts: tower)
     return tower
 
 

@@ -6,41 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phoenix.engine import RetrievalEngine
 from phoenix.engine.retrieval import INT8_BIN, int8_rows
-from phoenix.grok import TransformerConfig
-from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
+from tests.rankings import dense_top_k
+from tests.small_models import engine_with_corpus
 
 D = 16
-
-
-def int8_engine(corpus: np.ndarray, tile=None, encoding="int8", **options) -> RetrievalEngine:
-    layers = TransformerConfig(
-        emb_size=D, key_size=8, num_q_heads=2, num_kv_heads=2, num_layers=1, widening_factor=2
-    )
-    config = PhoenixRetrievalModelConfig(
-        model=layers, emb_size=D, history_seq_len=4, candidate_seq_len=2
-    )
-    engine = RetrievalEngine(
-        config,
-        {},
-        compute_dtype=jnp.float32,
-        batch_buckets=(4,),
-        corpus_tile=tile,
-        corpus_encoding=encoding,
-        **options,
-    )
-    engine.set_corpus(corpus)
-    return engine
-
-
-def dense_top_k(users, corpus, k, excluded=None):
-    scores = users @ corpus.T  # [B, M]
-    if excluded is not None:
-        for r, idx in enumerate(excluded):
-            scores[r, idx] = -np.inf
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return order, np.take_along_axis(scores, order, axis=1)
 
 
 def assert_exact_scores_of_returned_ids(users, corpus, idx, scores):
@@ -65,52 +35,26 @@ def test_int8_rows_round_each_component_to_its_rows_grid():
 @pytest.mark.parametrize(
     "size,tile", [(1000, 128), (1000, 4096), (129, 128), (5, 128), (3000, 1024), (1000, 100)]
 )
-def test_int8_with_reranking_gives_the_dense_top_k(size, tile):
-    """Well-separated random scores: int8 errors (~1e-2) never reorder the top k with its
-    margin, so the ids are those of the float32 dense top-k, scores exact."""
-    rng = np.random.default_rng(size)
-    corpus = rng.normal(size=(size, D)).astype(np.float32)
-    users = rng.normal(size=(3, D)).astype(np.float32)
-    engine = int8_engine(corpus, tile)
+def test_int8_tiles_hold_codes_in_whole_bins(size, tile):
+    """The layout the int8 passes rely on (their results: test_retrieval_tiles.py)."""
+    corpus = np.random.default_rng(size).normal(size=(size, D)).astype(np.float32)
+    engine = engine_with_corpus(corpus, tile, "int8")
     assert engine.corpus.tiles.dtype == jnp.int8
     assert engine.corpus.tiles.shape[1] % INT8_BIN == 0
-    k = min(50, size)
-    idx, scores = engine.top_k(users, k)
-    ref_idx, ref_scores = dense_top_k(users, corpus, k)
-    np.testing.assert_array_equal(idx, ref_idx)
-    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-5)
-    assert np.all(np.diff(scores, axis=1) <= 0)
+    assert engine.corpus.scales.shape == engine.corpus.tiles.shape[:2]
 
 
 def test_int8_and_float_corpora_agree_on_well_separated_data():
     rng = np.random.default_rng(3)
     corpus = rng.normal(size=(5000, D)).astype(np.float32)
     users = rng.normal(size=(6, D)).astype(np.float32)
-    int8 = int8_engine(corpus, 1024)
-    plain = RetrievalEngine(
-        int8.config, {}, compute_dtype=jnp.float32, batch_buckets=(4,), corpus_tile=1024
-    )
-    plain.set_corpus(corpus)
+    int8 = engine_with_corpus(corpus, 1024, "int8")
+    plain = engine_with_corpus(corpus, 1024)
     for k in (1, 10, 64, 100):
         idx, scores = int8.top_k(users, k)
         ref_idx, ref_scores = plain.top_k(users, k)
         np.testing.assert_array_equal(idx, ref_idx)
         np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-5)
-
-
-def test_excluded_indices_never_come_back_from_int8():
-    rng = np.random.default_rng(7)
-    corpus = rng.normal(size=(1000, D)).astype(np.float32)
-    users = rng.normal(size=(3, D)).astype(np.float32)
-    engine = int8_engine(corpus, 128)
-    best, _ = engine.top_k(users, 20)
-    excluded = [best[0, :5], np.array([], np.int64), np.concatenate([best[2], [999, 0, 128]])]
-    idx, scores = engine.top_k(users, 20, exclude_indices=excluded)
-    ref_idx, ref_scores = dense_top_k(users, corpus, 20, excluded)
-    np.testing.assert_array_equal(idx, ref_idx)
-    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-5)
-    for row, gone in zip(idx, excluded):
-        assert not np.isin(row, gone).any()
 
 
 def test_excluding_more_than_the_candidates_still_gives_the_top_k_of_the_rest():
@@ -119,7 +63,7 @@ def test_excluding_more_than_the_candidates_still_gives_the_top_k_of_the_rest():
     rng = np.random.default_rng(11)
     corpus = rng.normal(size=(4000, D)).astype(np.float32)
     users = rng.normal(size=(4, D)).astype(np.float32)
-    engine = int8_engine(corpus, 512, rerank_margin=50)
+    engine = engine_with_corpus(corpus, 512, "int8", rerank_margin=50)
     ref_best, _ = dense_top_k(users, corpus, 400)
     excluded = list(ref_best)
     idx, scores = engine.top_k(users, 30, exclude_indices=excluded)
@@ -139,7 +83,7 @@ def test_near_ties_return_exact_scores_within_the_int8_error_of_the_best():
     corpus = centres[rng.integers(0, 8, 20_000)] + 1e-3 * rng.normal(size=(20_000, D))
     corpus = (corpus / np.linalg.norm(corpus, axis=1, keepdims=True)).astype(np.float32)
     users = (centres[:4] + 0.01 * rng.normal(size=(4, D))).astype(np.float32)
-    engine = int8_engine(corpus, 4096, rerank_margin=28)
+    engine = engine_with_corpus(corpus, 4096, "int8", rerank_margin=28)
     ref_best, _ = dense_top_k(users, corpus, 30)
     excluded = [ref_best[r, r::4] for r in range(4)]  # some of each user's very best
     idx, scores = engine.top_k(users, 100, exclude_indices=excluded)
@@ -157,25 +101,10 @@ def test_near_ties_return_exact_scores_within_the_int8_error_of_the_best():
     assert np.any(scores < ref_scores - 1e-6)  # the data does defeat int8 here
 
 
-def test_int8_ties_keep_the_lower_index():
-    corpus = np.zeros((600, D), np.float32)
-    corpus[[5, 300, 450], 0] = 1.0  # three equal best entries in three tiles
-    engine = int8_engine(corpus, 128)
-    idx, _ = engine.top_k(np.eye(1, D, dtype=np.float32), 3)
-    assert idx.tolist() == [[5, 300, 450]]
-
-    corpus = np.zeros((1000, D), np.float32)
-    corpus[700, 0] = 2.0
-    corpus[[10, 701], 0] = 1.0  # equal scores in bins of different maxima
-    idx, scores = int8_engine(corpus, 1024).top_k(np.eye(1, D, dtype=np.float32), 3)
-    assert idx.tolist() == [[700, 10, 701]]
-    assert scores.tolist() == [[2.0, 1.0, 1.0]]
-
-
 def test_int8_warm_up_prepares_every_program_top_k_then_runs():
     rng = np.random.default_rng(2)
     corpus = rng.normal(size=(3000, D)).astype(np.float32)
-    engine = int8_engine(corpus, 1024)
+    engine = engine_with_corpus(corpus, 1024, "int8")
     assert engine.warm_up_top_k() > 0
     compiled = engine._int8_top_k.compiled
     users = rng.normal(size=(3, D)).astype(np.float32)
@@ -187,4 +116,4 @@ def test_int8_warm_up_prepares_every_program_top_k_then_runs():
 
 def test_unknown_corpus_encoding_is_refused():
     with pytest.raises(ValueError, match="corpus_encoding"):
-        int8_engine(np.zeros((4, D), np.float32), encoding="int4")
+        engine_with_corpus(np.zeros((4, D), np.float32), encoding="int4")

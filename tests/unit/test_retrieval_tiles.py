@@ -1,49 +1,30 @@
-"""Tiled exact top-k over a device-resident corpus: equal to one top-k over the whole corpus."""
+"""Tiled exact top-k over a device-resident corpus, float or int8 codes + exact re-ranking:
+equal to one top-k over the whole corpus (on well-separated random scores, int8 errors of
+~1e-2 never move an entry across its margin)."""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phoenix.engine import RetrievalEngine
-from phoenix.grok import TransformerConfig
-from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
+from tests.rankings import dense_top_k
+from tests.small_models import engine_with_corpus
 
 D = 16
 
 
-def engine_with_corpus(corpus: np.ndarray, tile: int) -> RetrievalEngine:
-    layers = TransformerConfig(
-        emb_size=D, key_size=8, num_q_heads=2, num_kv_heads=2, num_layers=1, widening_factor=2
-    )
-    config = PhoenixRetrievalModelConfig(
-        model=layers, emb_size=D, history_seq_len=4, candidate_seq_len=2
-    )
-    engine = RetrievalEngine(
-        config, {}, compute_dtype=jnp.float32, batch_buckets=(4,), corpus_tile=tile
-    )
-    engine.set_corpus(corpus)
-    return engine
-
-
-def dense_top_k(users, corpus, k, excluded=None):
-    scores = users @ corpus.T  # [B, M]
-    if excluded is not None:
-        for r, idx in enumerate(excluded):
-            scores[r, idx] = -np.inf
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return order, np.take_along_axis(scores, order, axis=1)
+ENCODINGS = ("float", "int8")  # int8: codes choose candidates, float32 scores rank them
 
 
 @pytest.mark.parametrize(
     "size,tile", [(1000, 128), (1000, 4096), (129, 128), (5, 128), (3000, 1024), (1000, 100)]
 )
-def test_tiles_give_the_dense_top_k(size, tile):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_tiles_give_the_dense_top_k(size, tile, encoding):
     rng = np.random.default_rng(size)
     corpus = rng.normal(size=(size, D)).astype(np.float32)
     users = rng.normal(size=(3, D)).astype(np.float32)
-    engine = engine_with_corpus(corpus, tile)
+    engine = engine_with_corpus(corpus, tile, encoding)
     k = min(50, size)
     idx, scores = engine.top_k(users, k)
     ref_idx, ref_scores = dense_top_k(users, corpus, k)
@@ -52,11 +33,12 @@ def test_tiles_give_the_dense_top_k(size, tile):
     assert np.all(np.diff(scores, axis=1) <= 0)
 
 
-def test_excluded_indices_in_any_tile_never_come_back():
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_excluded_indices_in_any_tile_never_come_back(encoding):
     rng = np.random.default_rng(7)
     corpus = rng.normal(size=(1000, D)).astype(np.float32)
     users = rng.normal(size=(3, D)).astype(np.float32)
-    engine = engine_with_corpus(corpus, 128)
+    engine = engine_with_corpus(corpus, 128, encoding)
     best, _ = engine.top_k(users, 20)
     excluded = [best[0, :5], np.array([], np.int64), np.concatenate([best[2], [999, 0, 128]])]
     idx, scores = engine.top_k(users, 20, exclude_indices=excluded)
@@ -67,21 +49,23 @@ def test_excluded_indices_in_any_tile_never_come_back():
         assert not np.isin(row, gone).any()
 
 
-def test_ties_keep_the_lower_index_across_tiles():
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_ties_keep_the_lower_index_across_tiles(encoding):
     corpus = np.zeros((600, D), np.float32)
     corpus[[5, 300, 450], 0] = 1.0  # three equal best entries in three tiles
-    engine = engine_with_corpus(corpus, 128)
+    engine = engine_with_corpus(corpus, 128, encoding)
     idx, _ = engine.top_k(np.eye(1, D, dtype=np.float32), 3)
     assert idx.tolist() == [[5, 300, 450]]
 
 
-def test_ties_keep_the_lower_index_whatever_else_their_bins_hold():
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_ties_keep_the_lower_index_whatever_else_their_bins_hold(encoding):
     """Top-k's second pass sees whole bins of 128 entries: an equal score in a bin with a
     higher maximum must not overtake the lower index."""
     corpus = np.zeros((1000, D), np.float32)
     corpus[700, 0] = 2.0  # bin 5's maximum
     corpus[[10, 701], 0] = 1.0  # equal scores: bin 0 (max 1.0) and bin 5 (max 2.0)
-    engine = engine_with_corpus(corpus, 1024)
+    engine = engine_with_corpus(corpus, 1024, encoding)
     idx, scores = engine.top_k(np.eye(1, D, dtype=np.float32), 3)
     assert idx.tolist() == [[700, 10, 701]]
     assert scores.tolist() == [[2.0, 1.0, 1.0]]

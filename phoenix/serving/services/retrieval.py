@@ -15,6 +15,7 @@ import numpy as np
 
 from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
 from phoenix.corpus_store import StoreFollower, is_store
+from phoenix.corpus_store.segment import find_ids
 from phoenix.engine import RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
@@ -147,9 +148,7 @@ class CorpusFileSearch:
 
     def corpus_indices(self, post_ids: np.ndarray) -> np.ndarray:
         """Corpus positions of the ids that are in the corpus."""
-        pos = np.searchsorted(self._sorted_ids, post_ids)
-        pos = np.clip(pos, 0, len(self._sorted_ids) - 1)
-        found = self._sorted_ids[pos] == post_ids
+        pos, found = find_ids(self._sorted_ids, post_ids)
         return self._sorted_index[pos[found]]
 
     def search(self, users: np.ndarray, k: int, excluded: list[np.ndarray]) -> list[RowHits]:
