@@ -26,7 +26,12 @@ from phoenix.serving.contracts import LIMITS, ModelContract
 
 
 class InputError(ValueError):
-    """A request's inputs are invalid; the message says which input and why."""
+    """A request's inputs are invalid; the message says which input and why, and ``input``
+    names the one input at fault when there is one (the adapter's metrics count by it)."""
+
+    def __init__(self, message: str, input: Optional[str] = None):
+        super().__init__(message)
+        self.input = input
 
 
 Request = TypeVar("Request")
@@ -83,17 +88,17 @@ def check_same_shape(arrays: Mapping[str, np.ndarray], what: str, rows: int) -> 
 
 def check_limit(name: str, size: int, limit: int, what: str) -> None:
     if size > limit:
-        raise InputError(f"input '{name}': {size} {what}, at most {limit} allowed")
+        raise InputError(f"input '{name}': {size} {what}, at most {limit} allowed", name)
 
 
 def check_ids(name: str, ids: np.ndarray, minimum: int = 0) -> None:
     if ids.size and ids.min() < minimum:
-        raise InputError(f"input '{name}': ids must be >= {minimum}, got {int(ids.min())}")
+        raise InputError(f"input '{name}': ids must be >= {minimum}, got {int(ids.min())}", name)
 
 
 def check_finite(name: str, values: np.ndarray) -> None:
     if not np.all(np.isfinite(values)):
-        raise InputError(f"input '{name}': contains NaN or infinite values")
+        raise InputError(f"input '{name}': contains NaN or infinite values", name)
 
 
 def check_range(name: str, values: np.ndarray, low: float, high: float, what: str) -> None:
@@ -102,14 +107,15 @@ def check_range(name: str, values: np.ndarray, low: float, high: float, what: st
     if values.size and (values.min() < low or values.max() > high):
         raise InputError(
             f"input '{name}': {what} must lie in [{low}, {high}], "
-            f"got values in [{values.min()}, {values.max()}]"
+            f"got values in [{values.min()}, {values.max()}]",
+            name,
         )
 
 
 def check_width(name: str, array: np.ndarray, axis: int, expected: int, what: str) -> None:
     if array.shape[axis] != expected:
         raise InputError(
-            f"input '{name}': expected {expected} {what}, got shape {tuple(array.shape)}"
+            f"input '{name}': expected {expected} {what}, got shape {tuple(array.shape)}", name
         )
 
 
