@@ -23,16 +23,7 @@ import numpy as np
 
 from phoenix.serving import contracts
 from phoenix.serving.contracts import LIMITS, ModelContract
-
-
-class InputError(ValueError):
-    """A request's inputs are invalid; the message says which input and why, and ``input``
-    names the one input at fault when there is one (the adapter's metrics count by it)."""
-
-    def __init__(self, message: str, input: Optional[str] = None):
-        super().__init__(message)
-        self.input = input
-
+from phoenix.serving.input_error import InputError  # raised here; re-exported
 
 Request = TypeVar("Request")
 

@@ -4,11 +4,9 @@ Each ``model_repository/<model>/1/model.py`` subclasses ``ServiceModel`` and nam
 the service comes from the registry in ``services``. Per ``execute`` the adapter reads each
 request's tensors (DLPack), hands them to the service, and turns each result into a response:
 outputs, INVALID_ARG for a request the service refused, INTERNAL for every request of a batch
-that failed. Triton counts all three in ``nv_inference_request_success`` (the Python backend
-reports every executed request as a success), so the adapter counts the two failures itself,
-on the same ``/metrics`` page (``ServingMetrics``). This module imports neither JAX nor Triton
-at import time: the device settings must be in the environment before JAX loads, and tests
-import it without a server.
+that failed, each refusal and failure counted on Triton's ``/metrics`` (``request_metrics``).
+This module imports neither JAX nor Triton at import time: the device settings must be in the
+environment before JAX loads, and tests import it without a server.
 """
 
 from __future__ import annotations
@@ -17,18 +15,15 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-logger = logging.getLogger("phoenix.serving")
+from phoenix.serving.input_error import InputError
+from phoenix.serving.request_metrics import RequestMetrics
 
-REFUSED_REQUESTS = "phoenix_refused_requests_total"
-FAILED_BATCHES = "phoenix_failed_batches_total"
-# The `input` label of a refusal that no single input is to blame for (rows that disagree,
-# too many rows).
-WHOLE_REQUEST = "(request)"
+logger = logging.getLogger("phoenix.serving")
 
 
 def configure_jax_environment(instance_kind: str, device_id: str) -> None:
@@ -73,46 +68,6 @@ def host_tensor(array: np.ndarray, dtype) -> Any:
         return jax.device_put(np.asarray(array, dtype=dtype), jax.devices("cpu")[0])
 
 
-class ServingMetrics:
-    """The adapter's counters on Triton's ``/metrics`` (custom metrics of the Python backend):
-    ``phoenix_refused_requests_total{model, input}``, requests answered INVALID_ARG, by the
-    input the refusal names, and ``phoenix_failed_batches_total{model}``, batches whose every
-    request was answered INTERNAL. Every series exists from the start, at 0, so that a rate
-    sees the first refusal. Several instances of a model add to the same series."""
-
-    def __init__(self, pb, model: str, inputs: Sequence[str]):
-        counter = pb.MetricFamily.COUNTER
-        refused = pb.MetricFamily(
-            name=REFUSED_REQUESTS,
-            description="Requests refused with INVALID_ARG, by model and the input at fault",
-            kind=counter,
-        )
-        failed = pb.MetricFamily(
-            name=FAILED_BATCHES,
-            description="Batches that failed with INTERNAL (each of their requests), by model",
-            kind=counter,
-        )
-        self._families = [refused, failed]  # Triton: a family must outlive its metrics
-        self._refused = {
-            name: refused.Metric(labels={"model": model, "input": name})
-            for name in (*inputs, WHOLE_REQUEST)
-        }
-        self._failed_batches = failed.Metric(labels={"model": model})
-
-    def count_refused(self, input_name: Optional[str]) -> None:
-        label = input_name if input_name in self._refused else WHOLE_REQUEST
-        self._refused[label].increment(1)
-
-    def count_failed_batch(self) -> None:
-        self._failed_batches.increment(1)
-
-    def close(self) -> None:
-        """Drop the metrics, then their families (the order Triton requires)."""
-        self._refused.clear()
-        self._failed_batches = None
-        self._families.clear()
-
-
 class ServiceModel:
     """Triton Python-backend model delegating to the service of ``service_name``."""
 
@@ -131,7 +86,7 @@ class ServiceModel:
         self.pb = pb_utils
         contract = contracts.contract(self.service_name)
         self.output_dtypes = {s.name: s.dtype for s in contract.outputs}
-        self.metrics = ServingMetrics(pb_utils, self.service_name, contract.input_names)
+        self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
         started = time.perf_counter()
         settings = services.ServiceSettings.from_model_config(
             self.service_name, json.loads(args["model_config"]), args["model_repository"]
@@ -155,19 +110,17 @@ class ServiceModel:
             results = self.service.handle([request_arrays(request) for request in requests])
         except Exception as error:  # never crash the stub: report the batch as failed
             logger.exception("%s: batch failed", self.service_name)
-            self.metrics.count_failed_batch()
             results = [RuntimeError(f"{type(error).__name__}: {error}")] * len(requests)
         return [self._response(result) for result in results]
 
     def _response(self, result):
-        from phoenix.serving.requests import InputError
-
         pb = self.pb
         if isinstance(result, InputError):  # the request's fault, not the server's
             self.metrics.count_refused(result.input)
             error = pb.TritonError(str(result), pb.TritonError.INVALID_ARG)
             return pb.InferenceResponse(output_tensors=[], error=error)
         if isinstance(result, Exception):
+            self.metrics.count_failed()
             error = pb.TritonError(str(result), pb.TritonError.INTERNAL)
             return pb.InferenceResponse(output_tensors=[], error=error)
         tensors = [

@@ -18,12 +18,8 @@ from phoenix.serving.client import model_inputs
 from phoenix.serving.configs import model_config
 from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.profiles import profile
-from phoenix.serving.triton_adapter import (
-    FAILED_BATCHES,
-    REFUSED_REQUESTS,
-    WHOLE_REQUEST,
-    ServiceModel,
-)
+from phoenix.serving.request_metrics import FAILED, REFUSED, WHOLE_REQUEST
+from phoenix.serving.triton_adapter import ServiceModel
 
 MODEL = FEED_POLICY.name  # numpy only: the quickest service to start
 
@@ -50,7 +46,7 @@ class FakeMetrics:
         return {labels: v for (name, labels), v in self.values.items() if name == family}
 
 
-def fake_backend_utils(metrics: FakeMetrics) -> types.ModuleType:
+def fake_backend_utils(metrics: FakeMetrics, with_metrics: bool = True) -> types.ModuleType:
     module = types.ModuleType("triton_python_backend_utils")
 
     class Metric:
@@ -99,7 +95,8 @@ def fake_backend_utils(metrics: FakeMetrics) -> types.ModuleType:
             self.error = error
 
     for value in (MetricFamily, TritonError, Tensor, InferenceResponse):
-        setattr(module, value.__name__, value)
+        if value is not MetricFamily or with_metrics:
+            setattr(module, value.__name__, value)
     return module
 
 
@@ -218,18 +215,16 @@ def test_refused_requests_get_invalid_arg_alone_and_are_counted(model, metrics):
             assert response.outputs[spec.name].dtype == spec.dtype
             np.testing.assert_array_equal(response.outputs[spec.name], alone[spec.name])
 
-    assert metrics.value(REFUSED_REQUESTS, model=MODEL, input="candidate_action_probs") == 1
-    assert metrics.value(REFUSED_REQUESTS, model=MODEL, input=WHOLE_REQUEST) == 1
-    assert metrics.value(FAILED_BATCHES, model=MODEL) == 0
+    assert metrics.value(REFUSED, model=MODEL, input="candidate_action_probs") == 1
+    assert metrics.value(REFUSED, model=MODEL, input=WHOLE_REQUEST) == 1
+    assert metrics.value(FAILED, model=MODEL) == 0
     # every input's series exists from the start, at 0 until a refusal names it
     expected = {(("input", name), ("model", MODEL)) for name in FEED_POLICY.input_names}
-    assert set(metrics.series(REFUSED_REQUESTS)) == expected | {
-        (("input", WHOLE_REQUEST), ("model", MODEL))
-    }
-    assert metrics.value(REFUSED_REQUESTS, model=MODEL, input="user_id") == 0
+    assert set(metrics.series(REFUSED)) == expected | {(("input", WHOLE_REQUEST), ("model", MODEL))}
+    assert metrics.value(REFUSED, model=MODEL, input="user_id") == 0
 
 
-def test_a_failing_batch_answers_internal_for_each_request_and_is_counted(
+def test_a_failing_batch_answers_internal_for_each_of_its_requests_and_counts_them(
     model, metrics, monkeypatch
 ):
     rng = np.random.default_rng(1)
@@ -244,8 +239,8 @@ def test_a_failing_batch_answers_internal_for_each_request_and_is_counted(
     assert [r.error.code() for r in responses] == ["INTERNAL"] * 3
     assert all("RuntimeError: the engine broke" in r.error.message() for r in responses)
     assert all(r.outputs == {} for r in responses)
-    assert metrics.value(FAILED_BATCHES, model=MODEL) == 1
-    assert sum(metrics.series(REFUSED_REQUESTS).values()) == 0
+    assert metrics.value(FAILED, model=MODEL) == 3
+    assert sum(metrics.series(REFUSED).values()) == 0
 
 
 def test_instances_of_a_model_add_to_the_same_series(metrics, artifacts):
@@ -263,4 +258,27 @@ def test_instances_of_a_model_add_to_the_same_series(metrics, artifacts):
     second.execute([Request(refused), Request(refused)])
     for instance in (first, second):
         instance.finalize()
-    assert metrics.value(REFUSED_REQUESTS, model=MODEL, input="candidate_author_ids") == 3
+    assert metrics.value(REFUSED, model=MODEL, input="candidate_author_ids") == 3
+
+
+def test_the_adapter_serves_without_custom_metrics(monkeypatch, artifacts):
+    """A Triton without MetricFamily (or with metrics off): answers as before, counts nothing."""
+    metrics = FakeMetrics()
+    utils = fake_backend_utils(metrics, with_metrics=False)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.delenv("PHOENIX_STUB_DIR", raising=False)
+
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    instance = TritonPythonModel()
+    instance.initialize(triton_args(artifacts))
+    rng = np.random.default_rng(3)
+    actions = instance.service.config.num_actions
+    refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)
+    good, bad = instance.execute([Request(policy_request(rng, actions)), Request(refused)])
+    instance.finalize()
+    assert good.error is None and set(good.outputs) == {s.name for s in FEED_POLICY.outputs}
+    assert bad.error.code() == "INVALID_ARG" and "candidate_author_ids" in bad.error.message()
+    assert metrics.values == {}
