@@ -45,8 +45,8 @@ def key_value(text: str) -> tuple[str, str]:
 
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(
-        __file__, __doc__, "artifact directory the server serves: its action names (default: "
-        "%(default)s)",
+        __file__, __doc__, "artifact directory: its action names (default: the one the server "
+        "says it serves; refused when the server serves others)", artifacts_from_server=True,
     )  # fmt: skip
     parser.add_argument(
         "--set",
@@ -113,7 +113,10 @@ def show(parameters: Mapping[str, str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+    return cli.run(show_or_reload, parse_args(argv))
+
+
+def show_or_reload(args) -> int:
     timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
     try:
         client = cli.open_client(args, **timeout)
@@ -126,7 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return cli.EXIT_OK
     try:
         new = changed_parameters(current, args.set, args.weight)
-        parse_settings(new, load_config(args.artifacts).action_names)  # refuse before sending
+        action_names = load_config(cli.artifacts(args)).action_names
+        parse_settings(new, action_names)  # refuse before sending
     except (ValueError, ArtifactError) as error:
         return cli.fail(f"not reloaded: {error}")
     try:

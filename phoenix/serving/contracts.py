@@ -391,6 +391,10 @@ LIMITS = Limits(
 # overrides it at start-up (serve --artifacts sets it).
 DEFAULT_ARTIFACT_DIR = "../../artifacts/demo"
 ARTIFACT_DIR = Parameter("artifact_dir", "text", DEFAULT_ARTIFACT_DIR)
+# sha256 of the artifact directory's config.json, written with artifact_dir by the launcher
+# (served_artifacts): clients compare it with theirs. Empty: the config does not say.
+ARTIFACT_DIGEST = Parameter("artifact_digest", "text", "")
+ARTIFACT_PARAMETERS = (ARTIFACT_DIR, ARTIFACT_DIGEST)
 # The batch sizes a model compiles a program for (the profile gives them; the largest reaches
 # max_batch_size, which Triton's dynamic batcher never exceeds).
 BATCH_BUCKETS = Parameter("batch_buckets", "ints")
@@ -459,7 +463,7 @@ USER_ENCODER = ModelContract(
     inputs=(USER_ID, *history_inputs(ragged=True)),
     outputs=(_spec("user_embedding", np.float32, ["D"]),),  # unit norm
     max_batch_size=16,
-    parameters=(ARTIFACT_DIR, BATCH_BUCKETS),
+    parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS),
 )
 
 CANDIDATE_TOWER = ModelContract(
@@ -471,7 +475,7 @@ CANDIDATE_TOWER = ModelContract(
     outputs=(_spec("candidate_embedding", np.float32, ["D"]),),  # unit norm
     max_batch_size=LIMITS.max_rows,
     # One compiled program of this many rows, run as often as a batch needs.
-    parameters=(ARTIFACT_DIR, Parameter("rows_per_call", "int", low=1)),
+    parameters=(*ARTIFACT_PARAMETERS, Parameter("rows_per_call", "int", low=1)),
 )
 
 RETRIEVER = ModelContract(
@@ -489,7 +493,7 @@ RETRIEVER = ModelContract(
         _spec("retrieval_scores", np.float32, ["K"]),
     ),
     max_batch_size=8,
-    parameters=(ARTIFACT_DIR, BATCH_BUCKETS, CORPUS_FILE),
+    parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS, CORPUS_FILE),
 )
 
 RANKER = ModelContract(
@@ -526,7 +530,7 @@ RANKER = ModelContract(
     ),
     max_batch_size=8,
     parameters=(
-        ARTIFACT_DIR,
+        *ARTIFACT_PARAMETERS,
         BATCH_BUCKETS,
         # Candidate counts compiled for; the largest must be LIMITS.max_candidates.
         Parameter("candidate_buckets", "ints", RANKER_CANDIDATE_BUCKETS),
@@ -561,7 +565,7 @@ FEED_POLICY = ModelContract(
         _spec("ranked_retrieval_scores", np.float32, ["C'"]),
     ),
     max_batch_size=8,
-    parameters=(ARTIFACT_DIR, *POLICY_PARAMETERS, CORPUS_FILE),
+    parameters=(*ARTIFACT_PARAMETERS, *POLICY_PARAMETERS, CORPUS_FILE),
 )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from phoenix.serving.input_error import InputError
 from phoenix.serving.request_metrics import RequestMetrics
+from phoenix.serving.served_artifacts import check_loaded
 
 logger = logging.getLogger("phoenix.serving")
 
@@ -88,9 +89,12 @@ class ServiceModel:
         self.output_dtypes = {s.name: s.dtype for s in contract.outputs}
         self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
         started = time.perf_counter()
+        config = json.loads(args["model_config"])
         settings = services.ServiceSettings.from_model_config(
-            self.service_name, json.loads(args["model_config"]), args["model_repository"]
+            self.service_name, config, args["model_repository"]
         )
+        # the served config must tell the truth about the artifacts (clients trust it)
+        check_loaded(services.common.config_parameters(config), settings.artifact_dir)
         self.service = services.build_service(settings)
         self.service.warm_up()
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)

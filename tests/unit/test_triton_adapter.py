@@ -19,6 +19,7 @@ from phoenix.serving.configs import model_config
 from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.profiles import profile
 from phoenix.serving.request_metrics import FAILED, REFUSED, WHOLE_REQUEST
+from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest
 from phoenix.serving.triton_adapter import ServiceModel
 
 MODEL = FEED_POLICY.name  # numpy only: the quickest service to start
@@ -141,12 +142,13 @@ def artifacts(tmp_path_factory):
     return out
 
 
-def triton_args(artifacts) -> dict[str, str]:
+def triton_args(artifacts, digest: str = "") -> dict[str, str]:
     """``initialize``'s args: the model config in JSON form, as Triton passes it."""
     config = MessageToDict(
         model_config(FEED_POLICY, profile("cpu")), preserving_proto_field_name=True
     )
     config["parameters"]["artifact_dir"] = {"string_value": str(artifacts)}
+    config["parameters"]["artifact_digest"] = {"string_value": digest}
     return {
         "model_config": json.dumps(config),
         "model_repository": str(artifacts),
@@ -282,3 +284,14 @@ def test_the_adapter_serves_without_custom_metrics(monkeypatch, artifacts):
     assert good.error is None and set(good.outputs) == {s.name for s in FEED_POLICY.outputs}
     assert bad.error.code() == "INVALID_ARG" and "candidate_author_ids" in bad.error.message()
     assert metrics.values == {}
+
+
+def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, artifacts):
+    """The served config's artifact_digest is what clients trust: it must be true."""
+
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    TritonPythonModel().initialize(triton_args(artifacts, artifact_digest(artifacts)))
+    with pytest.raises(ArtifactMismatch, match=str(artifacts)):
+        TritonPythonModel().initialize(triton_args(artifacts, "0" * 64))
