@@ -90,16 +90,15 @@ def build_parser(
     doc: str,
     artifacts_help: Optional[str] = None,
     exit_codes: str = EXIT_CODES_HELP,
-    served_artifacts: bool = False,
+    artifacts_from_server: bool = False,
 ) -> argparse.ArgumentParser:
     """``docstring_parser`` with the server arguments every client takes. With
-    ``served_artifacts`` --artifacts defaults to the server's (``artifacts``), else to
+    ``artifacts_from_server`` --artifacts defaults to the server's (``artifacts``), else to
     ``DEFAULT_ARTIFACTS``."""
     parser = docstring_parser(client_file, doc, exit_codes)
-    default = None if served_artifacts else DEFAULT_ARTIFACTS
-    artifacts_help = artifacts_help or (
-        SERVED_ARTIFACTS_HELP if served_artifacts else ARTIFACTS_HELP
-    )
+    default = None if artifacts_from_server else DEFAULT_ARTIFACTS
+    if artifacts_help is None:
+        artifacts_help = SERVED_ARTIFACTS_HELP if artifacts_from_server else ARTIFACTS_HELP
     parser.add_argument(
         "--url",
         help="server address host:port (default: 127.0.0.1:8000 for http, :8001 for grpc)",
