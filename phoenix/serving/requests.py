@@ -93,16 +93,22 @@ def typed_request(contract: ModelContract, class_name: str) -> type:
     )
 
 
-UserRequest = typed_request(contracts.USER_ENCODER, "UserRequest")
-CandidateRequest = typed_request(contracts.CANDIDATE_TOWER, "CandidateRequest")
-RetrieveRequest = typed_request(contracts.RETRIEVER, "RetrieveRequest")
-RankRequest = typed_request(contracts.RANKER, "RankRequest")
-PolicyRequest = typed_request(contracts.FEED_POLICY, "PolicyRequest")
+def class_name(model: str) -> str:
+    """"ranker" -> "RankerRequest"."""
+    return "".join(part.title() for part in model.split("_")) + "Request"
 
+
+# One typed request per served model (ensembles have no service of their own).
 REQUEST_TYPES = {
-    t.contract.name: t
-    for t in (UserRequest, CandidateRequest, RetrieveRequest, RankRequest, PolicyRequest)
+    name: typed_request(c, class_name(name))
+    for name, c in contracts.CONTRACTS.items()
+    if not c.is_ensemble
 }
+UserRequest = REQUEST_TYPES[contracts.USER_ENCODER.name]
+CandidateRequest = REQUEST_TYPES[contracts.CANDIDATE_TOWER.name]
+RetrieveRequest = REQUEST_TYPES[contracts.RETRIEVER.name]
+RankRequest = REQUEST_TYPES[contracts.RANKER.name]
+PolicyRequest = REQUEST_TYPES[contracts.FEED_POLICY.name]
 
 Request = TypeVar("Request", bound=TypedRequest)
 
