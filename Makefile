@@ -112,8 +112,9 @@ serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, 
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## serve the shipped trained demo towers, recommend, stop
 	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
 
-configs: setup  ## write every model_repository config from the contracts and profiles
+configs: setup  ## write every model_repository config, and docs/deploy.md's stub table, from the contracts and profiles
 	$(PY) -m phoenix.serving.configs
+	$(PY) -m phoenix.serving.profile_docs
 
 test: setup  ## ruff check + the whole pytest suite (tests/unit, then tests/slow, then tests/integration)
 	$(RUFF) check .
