@@ -197,7 +197,7 @@ bench-replicas: setup artifacts  ## two replicas behind nginx: balance + a stop 
 bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
 	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)
 
-# ---- measuring on a lent GPU machine (bench/gpu/, README "Measuring on a GPU machine") ------
+# ---- measuring on a GPU machine without a registry (bench/gpu/, README "Measuring on a GPU machine")
 GPU_PAYLOAD ?= .gpu
 GPU_BENCH_ARGS ?=
 
