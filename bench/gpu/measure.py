@@ -77,9 +77,7 @@ def parse_args(argv):
         type=Path,
         help="compiled-program store of the served models (default: in --build-dir)",
     )
-    parser.add_argument(
-        "--copy-to", type=Path, help="also copy the result files here (the device tool's $OUT)"
-    )
+    parser.add_argument("--copy-to", type=Path, help="also copy the result files here")
     args = parser.parse_args(argv)
     args.profile = profiles.CPU if args.cpu else profiles.GPU
     args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
