@@ -23,6 +23,7 @@ FOLLOWS = "follows"
 SERVED = "served"
 REQUESTS = "requests"
 USER_KEY_KINDS = (SEQUENCE, POSITIVE, FOLLOWS, SERVED, REQUESTS)
+AUTHOR_POSTS = "posts"
 
 
 def user_key(user_id: int, kind: str) -> str:
@@ -34,4 +35,4 @@ def user_key(user_id: int, kind: str) -> str:
 
 def author_posts_key(author_id: int) -> str:
     """The key of an author's recent posts."""
-    return f"a:{{{int(author_id)}}}:posts"
+    return f"a:{{{int(author_id)}}}:{AUTHOR_POSTS}"

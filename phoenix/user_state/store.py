@@ -1,15 +1,13 @@
 """``UserStateStore``: a user's engagement history, follows, served posts and request log, and
 authors' recent posts, in Redis or Redis Cluster (key layout: ``phoenix.user_state.keys``).
 
-Writes (``apply``, ``mark_served``, ``log_request``) send a whole batch in one pipeline; every
-write is idempotent (the same event or call twice leaves the same state) and trims what it
-touched to ``UserStateLimits`` in the same pipeline, and sets the key's TTL. Reads take a batch
-of users and cost one round trip per pipeline (``in_network`` two: follows, then posts): a
-cluster client's pipeline sends each node its commands together.
-
-Writes are not transactions: a reader may see a set one item over its cap between the add and
-the trim of the same pipeline, which the reads' own caps hide; a writer that dies between them
-leaves the trim to the next write or the key's expiry.
+Writes (``apply``, ``mark_served``, ``log_request``) send a whole batch in one pipeline: one
+atomic script call per key touched (``phoenix.user_state.capped``), which adds, trims to
+``UserStateLimits`` and sets the key's TTL; every write is idempotent (the same events again,
+in any order, leave the same state). Reads take a batch of users and cost one round trip per
+pipeline (``in_network`` two: follows, then posts); a cluster client's pipeline sends each node
+its commands together. A pipeline is not a transaction: a failure part-way leaves the keys
+already written (each consistent), and applying the batch again completes it.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from redis.exceptions import RedisClusterException
 
 from phoenix.user_state import keys
 from phoenix.user_state.actions import is_positive
+from phoenix.user_state.capped import CappedSet, queue_add
 from phoenix.user_state.client import Client, describe, unavailable_or_failed
 from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
@@ -58,11 +57,6 @@ def _seconds(ts: float) -> float:
     return time_ms(ts) / 1000.0
 
 
-def _below(score: float) -> str:
-    """ZREMRANGEBYSCORE's bound for 'strictly below ``score``'."""
-    return f"({score!r}"
-
-
 def _ids(members: Sequence[bytes]) -> np.ndarray:
     return np.array([int(m) for m in members], np.int64)
 
@@ -80,6 +74,7 @@ class UserStateStore:
         self.client = client
         self.limits = limits
         self.name = name or describe(client)  # every error names it
+        self.kept = self._kept()
 
     # -- round trips ---------------------------------------------------------------------
 
@@ -100,95 +95,66 @@ class UserStateStore:
 
     # -- writes --------------------------------------------------------------------------
 
-    def _add_capped(
-        self, pipe, key: str, member, score: float, cap: int, keep_after=None, ttl=None
-    ):
-        """ZADD, then drop members scored below ``keep_after`` and all but the newest ``cap``."""
-        pipe.zadd(key, {member: score})
-        if keep_after is not None:
-            pipe.zremrangebyscore(key, "-inf", _below(keep_after))
-        pipe.zremrangebyrank(key, 0, -(cap + 1))
-        if ttl is not None:
-            pipe.expire(key, max(1, int(ttl)))
-
-    def _add_engagement(self, pipe, event: Engagement) -> None:
-        lim, score, member = self.limits, _seconds(event.ts), encode(event)
-        kinds = [keys.SEQUENCE] + ([keys.POSITIVE] if is_positive(event.actions) else [])
-        for kind in kinds:
-            self._add_capped(
-                pipe,
-                keys.user_key(event.user_id, kind),
-                member,
-                score,
-                lim.history_cap,
-                keep_after=score - lim.history_window_s,
-                ttl=lim.history_window_s,
-            )
-
-    def _add_event(self, pipe, event: Event, counts: AppliedCounts) -> None:
-        if isinstance(event, Engagement):
-            self._add_engagement(pipe, event)
-            counts.engagements += 1
-        elif isinstance(event, Follow):
-            key = keys.user_key(event.user_id, keys.FOLLOWS)
-            self._add_capped(
-                pipe, key, event.author_id, _seconds(event.ts), self.limits.follows_cap
-            )
-            counts.follows += 1
-        elif isinstance(event, Unfollow):
-            pipe.zrem(keys.user_key(event.user_id, keys.FOLLOWS), event.author_id)
-            counts.unfollows += 1
-        elif isinstance(event, Post):
-            created = _seconds(event.ts)
-            self._add_capped(
-                pipe,
-                keys.author_posts_key(event.author_id),
-                event.post_id,
-                created,
-                self.limits.author_posts_cap,
-                keep_after=created - self.limits.author_posts_retention_s,
-                ttl=self.limits.author_posts_retention_s,
-            )
-            counts.posts += 1
-        else:
-            raise TypeError(f"not a user-state event: {event!r}")
+    def _kept(self) -> dict[str, CappedSet]:
+        """What each kind of key keeps (UserStateLimits)."""
+        lim = self.limits
+        history = CappedSet(lim.history_cap, lim.history_window_s, lim.history_window_s)
+        return {
+            keys.SEQUENCE: history,
+            keys.POSITIVE: history,
+            keys.FOLLOWS: CappedSet(lim.follows_cap),
+            keys.SERVED: CappedSet(lim.served_cap, lim.served_ttl_s, lim.served_ttl_s),
+            keys.REQUESTS: CappedSet(
+                lim.request_log_cap, lim.request_log_ttl_s, lim.request_log_ttl_s
+            ),
+            keys.AUTHOR_POSTS: CappedSet(
+                lim.author_posts_cap, lim.author_posts_retention_s, lim.author_posts_retention_s
+            ),
+        }
 
     def apply(self, events: Iterable[Event]) -> AppliedCounts:
-        """Apply ``events`` in order, in one pipeline; applying them again changes nothing."""
-        pipe, counts = self._pipeline(), AppliedCounts()
+        """Apply ``events`` in one pipeline; applying them again, in any order, changes
+        nothing (an unfollow applies after the follows before it in ``events``)."""
+        batch, counts = _WriteBatch(self.kept), AppliedCounts()
         for event in events:
-            self._add_event(pipe, event, counts)
+            if isinstance(event, Engagement):
+                member, score = encode(event), _seconds(event.ts)
+                batch.add(keys.user_key(event.user_id, keys.SEQUENCE), keys.SEQUENCE, score, member)
+                if is_positive(event.actions):
+                    key = keys.user_key(event.user_id, keys.POSITIVE)
+                    batch.add(key, keys.POSITIVE, score, member)
+                counts.engagements += 1
+            elif isinstance(event, Follow):
+                key = keys.user_key(event.user_id, keys.FOLLOWS)
+                batch.add(key, keys.FOLLOWS, _seconds(event.ts), event.author_id)
+                counts.follows += 1
+            elif isinstance(event, Unfollow):
+                batch.remove(keys.user_key(event.user_id, keys.FOLLOWS), event.author_id)
+                counts.unfollows += 1
+            elif isinstance(event, Post):
+                key = keys.author_posts_key(event.author_id)
+                batch.add(key, keys.AUTHOR_POSTS, _seconds(event.ts), event.post_id)
+                counts.posts += 1
+            else:
+                raise TypeError(f"not a user-state event: {event!r}")
         if counts.total:
-            self._execute(pipe, f"applying {counts.total} events")
+            self._execute(batch.queue(self._pipeline()), f"applying {counts.total} events")
         return counts
 
     def mark_served(self, user_id: int, post_ids: Iterable[int], now: float) -> None:
         """Record posts served to a user at ``now`` (kept served_ttl_s, newest served_cap)."""
-        lim, score = self.limits, _seconds(now)
+        batch = _WriteBatch(self.kept)
         key = keys.user_key(user_id, keys.SERVED)
-        members = {int(p): score for p in post_ids}
-        if not members:
-            return
-        pipe = self._pipeline()
-        pipe.zadd(key, members)
-        pipe.zremrangebyscore(key, "-inf", _below(score - lim.served_ttl_s))
-        pipe.zremrangebyrank(key, 0, -(lim.served_cap + 1))
-        pipe.expire(key, int(lim.served_ttl_s))
-        self._execute(pipe, f"marking {len(members)} posts served to user {user_id}")
+        for post in post_ids:
+            batch.add(key, keys.SERVED, _seconds(now), int(post))
+        if batch.ops:
+            self._execute(batch.queue(self._pipeline()), f"marking posts served to user {user_id}")
 
     def log_request(self, user_id: int, request_id: str, now: float) -> None:
         """Record a request of a user (kept request_log_ttl_s, newest request_log_cap)."""
-        pipe = self._pipeline()
-        self._add_capped(
-            pipe,
-            keys.user_key(user_id, keys.REQUESTS),
-            request_id,
-            _seconds(now),
-            self.limits.request_log_cap,
-            keep_after=_seconds(now) - self.limits.request_log_ttl_s,
-            ttl=self.limits.request_log_ttl_s,
-        )
-        self._execute(pipe, f"logging request {request_id!r} of user {user_id}")
+        batch = _WriteBatch(self.kept)
+        batch.add(keys.user_key(user_id, keys.REQUESTS), keys.REQUESTS, _seconds(now), request_id)
+        self._execute(batch.queue(self._pipeline()), f"logging request {request_id!r}")
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -285,3 +251,32 @@ class UserStateStore:
             author_ids=np.array([r[2] for r in rows], np.int64),
             created_at=np.array([r[0] for r in rows], np.float64),
         )
+
+
+class _WriteBatch:
+    """The writes of one pipeline: the adds to one key gathered into one script call, except
+    that a removal from a key (an unfollow) comes after the adds queued before it."""
+
+    def __init__(self, kept: dict[str, CappedSet]):
+        self.kept = kept
+        self.ops: list = []  # [key, CappedSet, [(score, member)]] or [key, None, member]
+        self._open: dict[str, list] = {}  # key -> its add op still taking members
+
+    def add(self, key: str, kind: str, score: float, member) -> None:
+        op = self._open.get(key)
+        if op is None:
+            op = self._open[key] = [key, self.kept[kind], []]
+            self.ops.append(op)
+        op[2].append((score, member))
+
+    def remove(self, key: str, member) -> None:
+        self._open.pop(key, None)  # later adds to this key come after the removal
+        self.ops.append([key, None, member])
+
+    def queue(self, pipe):
+        for key, kept, what in self.ops:
+            if kept is None:
+                pipe.zrem(key, what)
+            else:
+                queue_add(pipe, key, kept, what)
+        return pipe
