@@ -24,7 +24,7 @@ from typing import Iterable
 import redis
 from redis.exceptions import RedisClusterException
 
-from phoenix.user_state.client import Client, unavailable_or_failed
+from phoenix.user_state.client import SOCKET_TIMEOUT_S, Client, unavailable_or_failed
 from phoenix.user_state.events import Event, EventError, parse_event, to_json
 from phoenix.user_state.store import UserStateStore
 
@@ -35,6 +35,9 @@ GROUP = "user-state"
 FIELD = "event"
 BATCH_SIZE = 500  # entries per XREADGROUP: one store pipeline each
 CLAIM_IDLE_MS = 60_000  # a dead consumer's entries are taken over after a minute
+# XREADGROUP's BLOCK must end before the client's socket timeout, or the wait reads as a dead
+# server.
+BLOCK_MS = int(SOCKET_TIMEOUT_S * 1000) // 2
 
 
 class StreamConsumerError(RuntimeError):
@@ -130,7 +133,9 @@ class StreamConsumer:
 
     def poll(self, block_ms: int | None = None) -> int:
         """Read, apply and acknowledge one batch; the number of entries (0: none waiting).
-        ``block_ms`` waits that long for new entries (None: do not wait)."""
+        ``block_ms`` waits that long for new entries (None: do not wait; at most BLOCK_MS)."""
+        if block_ms is not None and not 0 < block_ms <= BLOCK_MS:
+            raise ValueError(f"block_ms must lie in (0, {BLOCK_MS}] (below the socket timeout)")
         entries = self._next_entries(block_ms)
         if not entries:
             return 0
@@ -151,7 +156,7 @@ class StreamConsumer:
         self.counts.applied += len(events)
         return len(ids)
 
-    def run(self, stop: threading.Event, block_ms: int = 1_000) -> ConsumerCounts:
+    def run(self, stop: threading.Event, block_ms: int = BLOCK_MS) -> ConsumerCounts:
         """Poll until ``stop`` is set; a failure raises StreamConsumerError."""
         self.ensure_group()
         while not stop.is_set():
