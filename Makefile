@@ -24,9 +24,11 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 # The backend stub links the system libpython of the venv's Python; perf_analyzer needs libb64;
-# nginx is the L7 proxy of `make bench-replicas` (Debian's build has the gRPC proxy module).
+# nginx is the L7 proxy of `make bench-replicas` (Debian's build has the gRPC proxy module);
+# redis-server keeps user state (phoenix/user_state; its tests start real servers and a
+# cluster), redis-tools gives the redis-cli that creates the test cluster.
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d nginx
+SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d nginx redis-server redis-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SYSTEM_STAMP := $(STAMPS)/system-packages
