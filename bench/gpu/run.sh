@@ -5,8 +5,9 @@ usage() {
 usage: bash bench/gpu/run.sh [--cpu] [measure.py options...]
 
 On a bare GPU machine (from the checkout's root, the payload carried in .gpu):
-  1. python3 -m bench.gpu.machine --payload $GPU_PAYLOAD   wheels, Triton server, perf_analyzer
-  2. python3 -m bench.gpu.measure ...                    engine, retrieval, startup, serving
+  1. python3 -m phoenix.testing.gpu_machine --payload $GPU_PAYLOAD
+                                 wheels, Triton server, perf_analyzer
+  2. python3 -m bench.gpu.measure ...   engine, retrieval, startup, serving
 Results: bench/results/gpu/*.json|png, also copied to $OUT when the device tool sets it.
 
 With --cpu (or DEVICE=cpu) it skips the set-up and runs the same steps here on the CPU with
@@ -36,7 +37,7 @@ if (( cpu )); then
 fi
 
 python=${PYTHON:-python3}
-"$python" -m bench.gpu.machine --payload "${GPU_PAYLOAD:-.gpu}"
+"$python" -m phoenix.testing.gpu_machine --payload "${GPU_PAYLOAD:-.gpu}"
 copy=()
 [[ -n "${OUT:-}" ]] && copy=(--copy-to "$OUT")
 exec "$python" -m bench.gpu.measure "${args[@]}" "${copy[@]}"

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
 from phoenix.checkpoint import load_example_sequence
 from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
+from phoenix.testing.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
