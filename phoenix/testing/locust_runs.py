@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from phoenix.testing.loadgen import error_kind
+from phoenix.testing.processes import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 FINISH_TIMEOUT_S = 90.0
 
