@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import threading
 from pathlib import Path
 from typing import Protocol
 
 from phoenix.serving.triton_server import http_get_status, pick_free_ports
 from phoenix.testing.polling import wait_until
+from phoenix.testing.processes import LoggedProcess
 from phoenix.testing.serve_process import ServePorts
 
 # Retries of requests that never ran: a connection error before the request reached Triton,
@@ -100,7 +100,7 @@ class Proxy:
         self.work.mkdir(parents=True, exist_ok=True)
         os.chmod(self.work, 0o777)  # nginx's workers may run as another user (root's master)
         self.http_port, self.grpc_port = pick_free_ports(2)
-        self.process: subprocess.Popen | None = None
+        self.process: LoggedProcess | None = None
         self.retries = True
         self.lock = threading.Lock()
         self.reloads = 0
@@ -135,7 +135,7 @@ class Proxy:
 
     def start(self, ready: set[str]) -> Proxy:
         self.write(ready)
-        self.process = subprocess.Popen(self.command(), start_new_session=True)
+        self.process = LoggedProcess(self.command(), self.work / "nginx.out").start()
         url = f"http://127.0.0.1:{self.http_port}/v2"
         if wait_until(lambda: http_get_status(url) is not None, START_TIMEOUT_S, 0.1) is None:
             raise ProxyError(f"nginx did not start; see {self.work}/error.log")
@@ -150,9 +150,8 @@ class Proxy:
             self.reloads += 1
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)  # graceful
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+        """SIGQUIT (nginx's graceful stop), then SIGKILL to its group past the bound."""
+        if self.process and self.process.is_running():
+            self.process.send_signal(signal.SIGQUIT)
+            if self.process.wait_exit(STOP_TIMEOUT_S) is None:
+                self.process.kill()
