@@ -89,7 +89,7 @@ PERF_ANALYZER_WHEEL := tritonclient==2.51.0
 $(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
 		-d build/wheels $(PERF_ANALYZER_WHEEL)
-	$(PY) -m bench.perf_analyzer --extract build/wheels --to $@
+	$(PY) -m phoenix.testing.perf_analyzer --extract build/wheels --to $@
 
 # The project itself, editable: `phoenix`, `clients` and `bench` import from this checkout
 # and the console scripts (phoenix-serve, ...) land in .venv/bin.
@@ -206,7 +206,7 @@ GPU_BENCH_ARGS ?=
 .PHONY: gpu-payload gpu-bench-cpu
 
 gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; <= 60 MiB
-	$(PY) -m bench.gpu.payload --out $(GPU_PAYLOAD)
+	$(PY) -m phoenix.testing.gpu_payload --out $(GPU_PAYLOAD)
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
 	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)

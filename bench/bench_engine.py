@@ -29,6 +29,7 @@ from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
 from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
+from phoenix.testing.results import write_results
 
 RESULTS = Path(__file__).parent / "results"
 TRAINED_DEMO = Path(__file__).parents[1] / "artifacts" / "trained-demo"
@@ -400,8 +401,7 @@ def main():
         print_encodings(encodings)
         results = json.loads(args.out.read_text()) if args.out.exists() else {}
         results["retrieval_corpus_encodings"] = encodings
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")  # as the file was committed
+        write_results(args.out, results)
         print(f"\nwrote {args.out}")
         return
     ranking = bench_ranking([64, 256, 1024], min_seconds, skip_eager_above=1024)

@@ -33,10 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.loadgen import LoadRun, alternating_callers, wait_until
-from bench.serving_servers import ServeProcess
 from phoenix.command_line import command_parser
 from phoenix.serving.triton_server import http_get_status
+from phoenix.testing.loadgen import LoadRun, alternating_callers
+from phoenix.testing.polling import wait_until
+from phoenix.testing.results import write_results
+from phoenix.testing.serve_process import ServeProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -342,8 +344,7 @@ def main(argv=None) -> int:
             results["heal"] = time_heals(args.artifacts, work, args.kills)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1) + "\n")
+    write_results(args.results, results)
     print(f"wrote {args.results}")
     return 0
 

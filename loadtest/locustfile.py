@@ -586,16 +586,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_runner_args(argv)
     if args.http_port:
         return run_locust(args, f"{args.host}:{args.http_port}", f"{args.host}:{args.grpc_port}")
-    from phoenix.serving.triton_server import TritonServer, flags_to_args
+    from phoenix.testing.triton import triton_server
 
     log = args.results / "tritonserver.log"
-    server = TritonServer(
-        args.model_repository,
-        artifacts_dir=args.artifacts,
-        extra_args=flags_to_args({"exit_timeout_secs": 5}),
-        log_path=log,
-        ready_timeout=600,
-    )
+    server = triton_server(args.model_repository, args.artifacts, log_path=log, exit_timeout_secs=5)
     print(f"starting tritonserver over {args.model_repository} (log: {log})", flush=True)
     with server:
         print(f"ready after {server.ready_after_s:.0f} s at {server.http_url}", flush=True)

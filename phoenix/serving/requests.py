@@ -94,7 +94,7 @@ def typed_request(contract: ModelContract, class_name: str) -> type:
 
 
 def class_name(model: str) -> str:
-    """"ranker" -> "RankerRequest"."""
+    """ "ranker" -> "RankerRequest"."""
     return "".join(part.title() for part in model.split("_")) + "Request"
 
 

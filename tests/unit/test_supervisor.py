@@ -15,7 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.soak import rss_bytes
 from phoenix.serving import admin_key, serve
 from phoenix.serving.supervisor.admin import TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
@@ -34,6 +33,7 @@ from phoenix.serving.supervisor.stubs import (
     register_stub,
 )
 from phoenix.serving.triton_server import redact_secrets
+from phoenix.testing.memory import rss_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_PID = 100

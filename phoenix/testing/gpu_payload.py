@@ -1,6 +1,6 @@
 """Build the payload that sets up a bare GPU machine (no package registry there).
 
-    python -m bench.gpu.payload --out .gpu        # or: make gpu-payload
+    python -m phoenix.testing.gpu_payload --out .gpu        # or: make gpu-payload
 
 The GPU machine this targets has no access to a package registry (pip cannot download), and
 has Python 3.12, JAX with CUDA and numpy 2, but no Triton server, no Haiku and no Triton
@@ -206,7 +206,7 @@ def build(out: Path, python_version: str, wheel_cache: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = command_parser("python -m bench.gpu.payload", __doc__)
+    parser = command_parser("python -m phoenix.testing.gpu_payload", __doc__)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
     parser.add_argument(
         "--python-version",
