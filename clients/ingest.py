@@ -66,7 +66,13 @@ def parse_args(argv):
         exit_codes=EXIT_CODES_HELP,
     )
     parser.add_argument("input", metavar="FILE", help="JSON lines file, or - for standard input")
-    parser.add_argument("--store", type=Path, required=True, metavar="DIR", help="the store")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the corpus store directory (a path)",
+    )
     parser.add_argument(
         "--create", action="store_true", help="create the store if DIR holds none yet"
     )
@@ -82,7 +88,8 @@ def parse_args(argv):
         type=cli.positive_int,
         default=1024,
         metavar="N",
-        help="posts per candidate_tower request with --embed served (default: %(default)s)",
+        help="posts per candidate_tower request with --embed served, rows per compiled call "
+        "in process (default: %(default)s)",
     )
     parser.add_argument(
         "--flush-posts",
