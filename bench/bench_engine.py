@@ -133,12 +133,12 @@ def random_device_ranker(config, params, candidate_buckets, batch_buckets=(1,), 
 
 def random_request_batch(config, users: int, candidates: int, seed: int = 0):
     """Raw ids and features of ``users`` full histories and ``candidates`` each."""
-    from phoenix.engine.device_ranking import empty_request_batch
+    from phoenix.serving.services.ranker import empty_request_batch
 
     rng = np.random.default_rng(seed)
     ids = lambda *shape: rng.integers(1, 2**62, shape, dtype=np.int64)  # noqa: E731
     S = config.history_seq_len
-    return empty_request_batch(users, candidates, config)._replace(
+    return empty_request_batch(config, users, candidates)._replace(
         user_id=ids(users),
         history_post_ids=ids(users, S),
         history_author_ids=ids(users, S),

@@ -96,8 +96,8 @@ def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
     """One bucket's programs compiled, then loaded by a second ranker, then called."""
     from dataclasses import replace
 
-    from phoenix.engine.device_ranking import empty_request_batch
     from phoenix.engine.programs import ProgramStore
+    from phoenix.serving.services.ranker import empty_request_batch
 
     one = replace(
         settings,
@@ -118,7 +118,7 @@ def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
     service.warm_up()
     load_s = time.perf_counter() - started
     ranker = service.ranker
-    batch = empty_request_batch(users, width, ranker.config)
+    batch = empty_request_batch(ranker.config, users, width)
     ranker.rank(batch)  # the first call of a loaded program pays a little extra
     calls = []
     for _ in range(CALLS_PER_BUCKET):
