@@ -88,13 +88,13 @@ class Probe:
 
 def suited_post(artifacts: Path, vector: np.ndarray, seed: int = 7) -> tuple[int, int]:
     """(post id, author id) of a new post the user's vector ranks first among 4,096 drawn."""
-    from phoenix.artifacts import CandidateTower
+    from phoenix.engine import CandidateTower
 
     rng = np.random.default_rng(seed)
     ids = rng.integers(2**61, 2**62, 4096)
     authors = np.asarray(load_example_sequence(artifacts).history_author_ids)
     authors = authors[rng.integers(0, len(authors), 4096)]
-    best = int(np.argmax(CandidateTower(artifacts)(ids, authors) @ vector))
+    best = int(np.argmax(CandidateTower.from_artifacts(artifacts)(ids, authors) @ vector))
     return int(ids[best]), int(authors[best])
 
 

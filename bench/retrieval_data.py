@@ -24,12 +24,16 @@ def generator_posts(artifacts: Path, num_posts: int, seed: Optional[int] = None,
     """(world, Posts): ``num_posts`` posts of the world the towers were trained on, embedded
     by the trained candidate tower, creation times shifted so the newest post is ``now``
     (default: the clock); ``seed``: training's."""
-    from phoenix.artifacts import CandidateTower
+    from tqdm import tqdm
+
+    from phoenix.engine import CandidateTower
     from phoenix.training.pipeline import trained_world
 
     world = trained_world(artifacts, num_posts, seed)
     authors = world.author_ids[world.post_author]  # [N]
-    vectors = CandidateTower(artifacts)(world.post_ids, authors, EMBED_BATCH, progress=True)
+    tower = CandidateTower.from_artifacts(artifacts, rows_per_call=EMBED_BATCH)
+    with tqdm(total=len(authors), desc="embedding corpus", unit="post") as bar:
+        vectors = tower(world.post_ids, authors, bar.update)
     now = time.time() if now is None else now
     created = world.post_created_ts - world.post_created_ts.max() + int(now)
     return world, Posts(world.post_ids, authors, created.astype(np.int64), vectors)

@@ -16,7 +16,7 @@ import numpy as np
 from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
 from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.corpus_store.segment import find_ids
-from phoenix.engine import RetrievalEngine
+from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.batches import pad_batch
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
@@ -100,6 +100,7 @@ class CandidateTowerService(Service):
         self.config = resources.config
         self.max_rows = max_rows  # one program of rows_per_call rows serves them all
         self.engine = retrieval_engine(resources, candidate_chunk=rows_per_call)
+        self.tower = CandidateTower(resources.embedder, self.engine)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
@@ -116,8 +117,7 @@ class CandidateTowerService(Service):
 
     def embed(self, post_ids: np.ndarray, author_ids: np.ndarray) -> np.ndarray:
         """Unit vectors [n, D] of posts [n] by authors [n]."""
-        _, (post_emb, author_emb) = self.resources.candidate_features(post_ids, author_ids)
-        return self.engine.encode_candidates(post_emb, author_emb)  # [n, D]
+        return self.tower(post_ids, author_ids)
 
     def run(self, requests: Sequence[CandidateRequest]) -> list[Outputs]:
         posts = np.concatenate([r.post_id[:, 0] for r in requests])  # [B]
