@@ -20,13 +20,10 @@ from phoenix.feed_policy import (
     weighted_scores,
 )
 from phoenix.serving.contracts import FEED_POLICY, POLICY_ACTION_WEIGHTS
+from phoenix.serving.corpus import CorpusFile
 from phoenix.serving.requests import InputError
 from phoenix.serving.services import ServiceSettings, build_service
-from phoenix.serving.services.feed_policy import (
-    CreationTimes,
-    FeedPolicyService,
-    parse_settings,
-)
+from phoenix.serving.services.feed_policy import FeedPolicyService, parse_settings
 
 NAMES = ("favorite", "reply", "block_author", "report")
 WEIGHTS = np.array([1.0, 10.0, -20.0, -50.0])  # positive sum 11, negative 70, total 81
@@ -140,12 +137,12 @@ def test_posts_older_than_the_maximum_age_are_dropped_unknown_ages_stay():
     assert kept(post_ages_seconds=ages) == [11, 12, 13, 14, 15]  # no maximum: no filter
 
 
-def test_creation_times_give_ages_by_post_id():
-    times = CreationTimes(np.array([30, 10, 20]), np.array([1_000, 900, 950]))
+def test_a_corpus_file_gives_ages_by_post_id():
+    times = CorpusFile(np.array([30, 10, 20]), created_at=np.array([1_000, 900, 950]))
     ages = times.ages(np.array([[10, 20, 99]]), now=1_100.0)
     np.testing.assert_array_equal(ages[:, :2], [[200.0, 150.0]])
     assert np.isnan(ages[0, 2])  # not in the corpus
-    assert CreationTimes(np.array([1]), None).ages(np.array([[1]]), 5.0) is None
+    assert CorpusFile(np.array([1])).ages(np.array([[1]]), 5.0) is None
 
 
 def test_filtered_posts_take_no_diversity_slot():
@@ -231,7 +228,7 @@ class Config:
 
 @pytest.fixture
 def service():
-    created = CreationTimes(np.array([11, 12, 13, 14]), np.array([1_000, 500, 990, 0]))
+    created = CorpusFile(np.array([11, 12, 13, 14]), created_at=np.array([1_000, 500, 990, 0]))
     return FeedPolicyService(
         Config(), settings(0.5, 0.1, offset=0.1, own=True), created, max_batch_size=4,
         clock=lambda: 1_010.0,
