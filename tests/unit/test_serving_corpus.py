@@ -98,8 +98,8 @@ def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
 
 def test_the_feed_policy_dates_posts_from_the_store_it_is_given(artifacts, resources):
     """Posts added to the store are dated by the policy from the next generation on."""
-    parameters = {**FEED_POLICY.parameters, "corpus_file": "store"}
-    policy = build_service(ServiceSettings("feed_policy", artifacts, 8, parameters))
+    texts = FEED_POLICY.parameter_texts({"corpus_file": "store"})
+    policy = build_service(ServiceSettings.parsed("feed_policy", artifacts, 8, texts))
     try:
         new_id = 10**15
         vector = np.zeros((1, resources.config.emb_size), np.float32)
