@@ -2,8 +2,9 @@
 
 Embed a file of (post_id, author_id) rows with the served `candidate_tower`, in batches, and
 write the corpus the retriever serves (phoenix.checkpoint.save_corpus) as ARTIFACTS/NAME.
-With --reload, the running server's retriever is reloaded through the model load API with
-its corpus_file parameter set to NAME (no restart; the server must run with
+With --reload, every model of the running server that reads the corpus (the retriever and
+the feed policy, whose age filter dates posts from it) is reloaded through the model load API
+with its corpus_file parameter set to NAME (no restart; the server must run with
 --model-control-mode=explicit --load-model=*).
 
 With --store NAME the corpus is a corpus store directory ARTIFACTS/NAME instead
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import re
 import shutil
@@ -50,10 +50,11 @@ from clients import cli
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
 from phoenix.corpus_store import SEALED, CorpusStore, choose_index
 from phoenix.corpus_store import Posts as StorePosts
-from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
+from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.client import infer
 from phoenix.serving.contracts import LIMITS
-from phoenix.serving.inprocess import server_model_config, server_parameters
+from phoenix.serving.inprocess import server_model_config
+from phoenix.serving.reload import switch_corpus
 
 CSV_COLUMNS = ("post_id", "author_id", "topic")
 NPZ_KEYS = ("post_ids", "author_ids", "topics")
@@ -148,7 +149,8 @@ def parse_args(argv: Optional[Sequence[str]]):
     parser.add_argument(
         "--reload",
         action="store_true",
-        help="reload the server's retriever with the new corpus once it is written",
+        help="reload the server's models that read the corpus (retriever, feed policy) with "
+        "the new corpus once it is written",
     )
     parser.add_argument(
         "--admin-key-env",
@@ -356,17 +358,6 @@ def check_embeddings(args, client, posts: Posts, served: np.ndarray) -> int:
     return cli.report_check(problems, f"the served embeddings of {len(posts)} posts")
 
 
-def reload_retriever(client, protocol: str, corpus_file: str, admin_key: Optional[str]) -> None:
-    """Load the retriever again with corpus_file changed; the server reports the new value."""
-    config = server_model_config(client, protocol, "retriever")
-    config.setdefault("parameters", {})["corpus_file"] = {"string_value": corpus_file}
-    headers = admin_headers(admin_key, protocol)
-    client.load_model("retriever", headers=headers, config=json.dumps(config))
-    now = server_parameters(client, protocol, "retriever").get("corpus_file")
-    if now != corpus_file or not client.is_model_ready("retriever"):
-        raise RuntimeError(f"after the load the retriever serves {now!r}, not {corpus_file!r}")
-
-
 def reload_hint(message: str, admin_key_env: str) -> str:
     """What to do about a refused load request, when the message tells."""
     if "not allowed" in message:
@@ -538,13 +529,14 @@ def build(args) -> int:
 
 
 def reload(args, client, name: str) -> int:
+    """Every served model that reads the corpus switched onto NAME."""
     try:
         key = find_admin_key(args.admin_key_env, args.admin_key_file)
-        reload_retriever(client, args.protocol, name, key)
+        models = switch_corpus(client, args.protocol, name, key)
     except Exception as error:
         hint = reload_hint(str(error), args.admin_key_env)
-        return cli.fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")
-    print(f"the server's retriever now serves {name}")
+        return cli.fail(f"reloading the corpus failed: {error}{hint}")
+    print(f"the server's {' and '.join(models)} now serve{'s' * (len(models) == 1)} {name}")
     return 0
 
 

@@ -19,7 +19,15 @@ from typing import Any, Optional
 import numpy as np
 
 from phoenix.checkpoint import load_config
-from phoenix.feed_policy import FeedFilters, PolicySettings, apply_policy
+from phoenix.feed_policy import (
+    FILTERS,
+    FeedFilters,
+    PolicySettings,
+    dropped_counts,
+    filter_masks,
+    passes_all,
+    rank_kept,
+)
 from phoenix.serving.contracts import POLICY_PARAMETERS
 from phoenix.serving.corpus import ServedCorpus, open_corpus
 from phoenix.serving.requests import PolicyRequest
@@ -130,19 +138,20 @@ class FeedPolicyService(Service):
             request, "candidate_retrieval_scores", "candidate_post_ids", np.float32
         )
         columns = {name: [] for name in ("posts", "authors", "scores", "probs", "retrieval")}
+        dropped = np.zeros((request.rows, len(FILTERS)), np.int32)  # [R, F]
         for row in range(request.rows):
             posts, authors = request.candidate_post_ids[row], request.candidate_author_ids[row]
-            kept, scores = apply_policy(
-                posts,
-                authors,
-                request.candidate_action_probs[row],
-                self.settings,
-                row_filters(request, row, self.settings.filter_own_posts, ages),
+            probs = request.candidate_action_probs[row]
+            filters = row_filters(request, row, self.settings.filter_own_posts, ages)
+            masks = filter_masks(posts, authors, filters)
+            kept, scores = rank_kept(
+                np.flatnonzero(passes_all(masks)), authors, probs, self.settings
             )
+            dropped[row] = dropped_counts(masks)
             columns["posts"].append(posts[kept])
             columns["authors"].append(authors[kept])
             columns["scores"].append(scores.astype(np.float32))
-            columns["probs"].append(request.candidate_action_probs[row][kept])
+            columns["probs"].append(probs[kept])
             columns["retrieval"].append(retrieval[row][kept])
         width = max(len(p) for p in columns["posts"])  # rows padded with post id 0
 
@@ -155,4 +164,5 @@ class FeedPolicyService(Service):
             "action_probs": stacked("probs"),
             "ranked_author_ids": stacked("authors"),
             "ranked_retrieval_scores": stacked("retrieval"),
+            "filtered_counts": dropped,
         }
