@@ -180,7 +180,7 @@ def empty_feed_line(result: Mapping[str, np.ndarray]) -> list[str]:
     """Why the first user's feed is empty, from the policy's ``filtered_counts`` (when the
     result has them): "no posts: all N candidates filtered (too_old N)"."""
     counts = result.get("filtered_counts")
-    if len(result["ranked_post_ids"][0]) > 0 or counts is None:
+    if counts is None or (result["ranked_post_ids"][0] != 0).any():  # 0: a padded row's end
         return []
     counts = counts[0]
     if counts.sum() == 0:
