@@ -28,6 +28,7 @@ from phoenix.feed_policy import (
     passes_all,
     rank_kept,
 )
+from phoenix.serving.batches import stack_padded
 from phoenix.serving.contracts import POLICY_PARAMETERS
 from phoenix.serving.corpus import ServedCorpus, open_corpus
 from phoenix.serving.requests import PolicyRequest
@@ -36,8 +37,6 @@ from phoenix.serving.services.common import (
     Service,
     ServiceSettings,
     action_weight_vector,
-    optional_or_zeros,
-    stack_padded,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -134,9 +133,9 @@ class FeedPolicyService(Service):
         ages = None
         if request.max_age_seconds is not None:
             ages = self.corpus.ages(request.candidate_post_ids, now)
-        retrieval = optional_or_zeros(
-            request, "candidate_retrieval_scores", "candidate_post_ids", np.float32
-        )
+        retrieval = request.candidate_retrieval_scores  # passed through; zeros if not sent
+        if retrieval is None:
+            retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)
         columns = {name: [] for name in ("posts", "authors", "scores", "probs", "retrieval")}
         dropped = np.zeros((request.rows, len(FILTERS)), np.int32)  # [R, F]
         for row in range(request.rows):
