@@ -154,8 +154,11 @@ def open_corpus(
 ) -> ServedCorpus:
     """The corpus ``name`` (the ``corpus_file`` parameter) inside ``artifact_dir``, for the
     model of artifact ``config``: a store directory, followed from now on, or a corpus file
-    (see ``CorpusFile.open`` for ``engine_for``). Errors name the path and the problem."""
+    (see ``CorpusFile.open`` for ``engine_for``). Without ``engine_for`` the corpus is only
+    looked up (the feed policy): neither a file's vectors nor a store's ANN indexes are loaded.
+    Errors name the path and the problem."""
     path = resolve_inside(Path(artifact_dir), name)
     if is_store(path):
-        return FollowedStore(StoreFollower(path, config.emb_size).start())
+        follower = StoreFollower(path, config.emb_size, searchable=engine_for is not None)
+        return FollowedStore(follower.start())
     return CorpusFile.open(path, config, engine_for)

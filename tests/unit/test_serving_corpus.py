@@ -12,7 +12,8 @@ import pytest
 
 from phoenix.checkpoint import Corpus, load_corpus, save_corpus
 from phoenix.config import ArtifactError
-from phoenix.corpus_store import SEALED, CorpusStore, Posts
+from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, StoreError
+from phoenix.corpus_store.manifest import IVF_SQ8
 from phoenix.serving import services
 from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.corpus import CorpusFile, FollowedStore, open_corpus
@@ -112,3 +113,26 @@ def test_the_feed_policy_dates_posts_from_the_store_it_is_given(artifacts, resou
         assert policy.corpus.ages(np.array([new_id]), time.time())[0] < 60
     finally:
         policy.corpus.close()
+
+
+def test_the_feed_policy_loads_no_index_of_a_store(tmp_path, resources):
+    """A sealed IVF segment: the retriever loads its Faiss index, the policy never does."""
+    rng = np.random.default_rng(0)
+    rows, width = 2_000, resources.config.emb_size
+    vectors = rng.normal(size=(rows, width)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1, rows + 1)
+    store = CorpusStore.create(tmp_path / "ivf", width)
+    posts = Posts(ids, ids % 7, np.full(rows, NOW - 100), vectors)
+    store.add(posts, SEALED, index=IndexSpec(IVF_SQ8, nlist=8, nprobe=8))
+    searched = open_corpus(tmp_path, "ivf", resources.config, engine_for=lambda rows: None)
+    looked_up = open_corpus(tmp_path, "ivf", resources.config)
+    try:
+        assert searched.follower.current().segments[0].index is not None
+        assert looked_up.follower.current().segments[0].index is None
+        np.testing.assert_array_equal(looked_up.ages(ids[:3], NOW), [100.0] * 3)
+        with pytest.raises(StoreError, match="look-ups only"):
+            looked_up.search(vectors[:1], 3, [ids[:0]])
+    finally:
+        searched.close()
+        looked_up.close()
