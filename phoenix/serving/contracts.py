@@ -24,8 +24,9 @@ the ranker's largest candidate bucket, so a request never needs a shape compiled
 Batch buckets (``ModelContract.batch_buckets``) are the batch sizes a model compiles for: the
 powers of two up to its ``max_batch_size``, which Triton's dynamic batcher never exceeds.
 
-This module imports numpy and tritonclient's dtype helper only, so clients, the load test and
-the model stubs can all read it cheaply.
+This module imports numpy, tritonclient's dtype helper and the feed policy's filter names
+(``phoenix.feed_policy``, numpy only) only, so clients, the load test and the model stubs can
+all read it cheaply.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
+
+from phoenix.feed_policy import FILTERS as POLICY_FILTERS
 
 # ----------------------------------------------------------------------------------------
 # Types
@@ -432,6 +435,10 @@ RANKED_OUTPUTS = (
     _spec("action_probs", np.float32, ["C", "A"]),
 )
 RANKED_AUTHOR_IDS = _spec("ranked_author_ids", np.int64, ["C"])  # the author of each post
+# Per user row, the candidates the feed policy's filters dropped, per filter (in
+# phoenix.feed_policy.FILTERS order, each post under the first that drops it): an empty feed
+# says why.
+FILTERED_COUNTS = _spec("filtered_counts", np.int32, [len(POLICY_FILTERS)])
 
 # The feed filters a recommend request may carry (all optional, per user row).
 FEED_FILTERS = (
@@ -549,6 +556,7 @@ FEED_POLICY = ModelContract(
         _spec("action_probs", np.float32, ["C'", "A"]),
         _spec("ranked_author_ids", np.int64, ["C'"]),
         _spec("ranked_retrieval_scores", np.float32, ["C'"]),
+        FILTERED_COUNTS,
     ),
     max_batch_size=8,
     parameters=(ARTIFACT_DIR, *POLICY_PARAMETERS, CORPUS_FILE),
@@ -571,6 +579,7 @@ RECOMMEND = ModelContract(
         *RANKED_OUTPUTS,
         RANKED_AUTHOR_IDS,
         _spec("retrieval_scores", np.float32, [-1]),
+        FILTERED_COUNTS,
     ),
     max_batch_size=8,
     backend=None,
@@ -620,7 +629,9 @@ RECOMMEND = ModelContract(
                 **_same_names(spec.name for spec in FEED_FILTERS),
             },
             output_map={
-                **_same_names(spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS)),
+                **_same_names(
+                    spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS, FILTERED_COUNTS)
+                ),
                 "ranked_retrieval_scores": "retrieval_scores",
             },
         ),
@@ -630,6 +641,9 @@ RECOMMEND = ModelContract(
 CONTRACTS: dict[str, ModelContract] = {
     c.name: c for c in (USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, RECOMMEND)
 }
+
+# The models that read the corpus (they declare corpus_file): a corpus switch moves them all.
+CORPUS_READERS = tuple(n for n, c in CONTRACTS.items() if CORPUS_FILE.name in c.parameter_names)
 
 
 def contract(model: str) -> ModelContract:
