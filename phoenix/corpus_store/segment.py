@@ -118,9 +118,10 @@ def write_segment(
 
 
 class Segment:
-    """A segment opened read-only: columns memory-mapped, the index loaded when it has one."""
+    """A segment opened read-only: columns memory-mapped, the index loaded when it has one
+    and the segment is ``searchable`` (a reader that only looks posts up never loads it)."""
 
-    def __init__(self, root: Path, entry: SegmentEntry, emb_size: int):
+    def __init__(self, root: Path, entry: SegmentEntry, emb_size: int, searchable: bool = True):
         self.entry = entry
         self.path = Path(root) / SEGMENTS_DIR / entry.name
         columns = {c: self._column(c) for c in COLUMNS}
@@ -132,7 +133,7 @@ class Segment:
         self.id_order: np.ndarray = columns["id_order"]  # int64 [n], row of each sorted id
         self._check_shapes(entry.rows, emb_size)
         self.index = None
-        if entry.index.kind != EXACT:
+        if searchable and entry.index.kind != EXACT:
             self.index = read_index(self.path / "index.faiss", entry.rows, emb_size)
 
     def _column(self, column: str) -> np.ndarray:

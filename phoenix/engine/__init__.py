@@ -5,6 +5,8 @@
 - ``device_ranking``: ``DeviceRanker``, one request batch from raw ids to ranked order on the
   device (hashing, lookups, both passes, blend and sort).
 - ``retrieval``: ``RetrievalEngine``, the two towers and exact top-k over a resident corpus.
+- ``candidate_tower``: ``CandidateTower``, raw post and author ids to unit vectors in this
+  process (the one candidate tower the server, artifacts, training and the corpus store use).
 - ``batching``: buckets, padding and per-platform defaults.
 """
 
@@ -13,12 +15,14 @@ from phoenix.engine.batching import (
     DEFAULT_TOP_K_BUCKETS,
     bucket_for,
 )
+from phoenix.engine.candidate_tower import CandidateTower
 from phoenix.engine.ranking import RankingEngine, RankingScores, example_inputs
 from phoenix.engine.retrieval import RetrievalEngine
 
 __all__ = [
     "DEFAULT_BATCH_BUCKETS",
     "DEFAULT_TOP_K_BUCKETS",
+    "CandidateTower",
     "RankingEngine",
     "RankingScores",
     "RetrievalEngine",

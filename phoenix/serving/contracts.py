@@ -24,8 +24,9 @@ the ranker's largest candidate bucket, so a request never needs a shape compiled
 Batch buckets (``ModelContract.batch_buckets``) are the batch sizes a model compiles for: the
 powers of two up to its ``max_batch_size``, which Triton's dynamic batcher never exceeds.
 
-This module imports numpy and tritonclient's dtype helper only, so clients, the load test and
-the model stubs can all read it cheaply.
+This module imports numpy, tritonclient's dtype helper and the feed policy's filter names
+(``phoenix.feed_policy``, numpy only) only, so clients, the load test and the model stubs can
+all read it cheaply.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
+
+from phoenix.feed_policy import FILTERS as POLICY_FILTERS
 
 # ----------------------------------------------------------------------------------------
 # Types
@@ -74,6 +77,8 @@ class Values:
 IDS = Values(low=0, what="ids")  # 0 is padding where it is allowed
 POST_IDS = Values(low=1, what="ids")  # candidates and posts: 0 would read as padding
 SURFACES = Values(low=0, high="surfaces", what="surfaces")
+FLAGS = Values(0, 1, "action flags")
+PROBABILITIES = Values(0, 1, "probabilities")
 
 
 @dataclass(frozen=True)
@@ -422,13 +427,7 @@ def history_inputs(ragged: bool) -> tuple[TensorSpec, ...]:
     return (
         _spec("history_post_ids", np.int64, ["L"], ragged=ragged, values=IDS),
         _spec("history_author_ids", np.int64, ["L"], ragged=ragged, values=IDS),
-        _spec(
-            "history_actions",
-            np.float32,
-            ["L", "A"],
-            ragged=ragged,
-            values=Values(0, 1, "action flags"),
-        ),  # fmt: skip
+        _spec("history_actions", np.float32, ["L", "A"], ragged=ragged, values=FLAGS),
         _spec("history_product_surface", np.int32, ["L"], ragged=ragged, values=SURFACES),
     )
 
@@ -440,6 +439,10 @@ RANKED_OUTPUTS = (
     _spec("action_probs", np.float32, ["C", "A"]),
 )
 RANKED_AUTHOR_IDS = _spec("ranked_author_ids", np.int64, ["C"])  # the author of each post
+# Per user row, the candidates the feed policy's filters dropped, per filter (in
+# phoenix.feed_policy.FILTERS order, each post under the first that drops it): an empty feed
+# says why.
+FILTERED_COUNTS = _spec("filtered_counts", np.int32, [len(POLICY_FILTERS)])
 
 # The feed filters a recommend request may carry (all optional, per user row).
 FEED_FILTERS = (
@@ -547,13 +550,7 @@ FEED_POLICY = ModelContract(
         USER_ID,
         _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),  # ranked
         _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
-        _spec(
-            "candidate_action_probs",
-            np.float32,
-            ["C", "A"],
-            ragged=True,
-            values=Values(0, 1, "probabilities"),
-        ),  # fmt: skip
+        _spec("candidate_action_probs", np.float32, ["C", "A"], ragged=True, values=PROBABILITIES),
         _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
         *FEED_FILTERS,
     ),
@@ -563,6 +560,7 @@ FEED_POLICY = ModelContract(
         _spec("action_probs", np.float32, ["C'", "A"]),
         _spec("ranked_author_ids", np.int64, ["C'"]),
         _spec("ranked_retrieval_scores", np.float32, ["C'"]),
+        FILTERED_COUNTS,
     ),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, *POLICY_PARAMETERS, CORPUS_FILE),
@@ -585,6 +583,7 @@ RECOMMEND = ModelContract(
         *RANKED_OUTPUTS,
         RANKED_AUTHOR_IDS,
         _spec("retrieval_scores", np.float32, [-1]),
+        FILTERED_COUNTS,
     ),
     max_batch_size=8,
     backend=None,
@@ -634,7 +633,9 @@ RECOMMEND = ModelContract(
                 **_same_names(spec.name for spec in FEED_FILTERS),
             },
             output_map={
-                **_same_names(spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS)),
+                **_same_names(
+                    spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS, FILTERED_COUNTS)
+                ),
                 "ranked_retrieval_scores": "retrieval_scores",
             },
         ),
@@ -644,6 +645,9 @@ RECOMMEND = ModelContract(
 CONTRACTS: dict[str, ModelContract] = {
     c.name: c for c in (USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, RECOMMEND)
 }
+
+# The models that read the corpus (they declare corpus_file): a corpus switch moves them all.
+CORPUS_READERS = tuple(n for n, c in CONTRACTS.items() if CORPUS_FILE.name in c.parameter_names)
 
 
 def contract(model: str) -> ModelContract:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from phoenix.serving.contracts import CONTRACTS, powers_of_two_up_to
+from phoenix.serving.contracts import CONTRACTS, CORPUS_FILE, CORPUS_READERS, powers_of_two_up_to
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ class Profile:
         """The same profile with every model that reads the corpus reading ``corpus_file`` (a
         corpus .npz or a corpus store directory, inside the artifact directory)."""
         models = {
-            name: replace(d, parameters={**d.parameters, "corpus_file": corpus_file})
-            if "corpus_file" in CONTRACTS[name].parameter_names
+            name: replace(d, parameters={**d.parameters, CORPUS_FILE.name: corpus_file})
+            if name in CORPUS_READERS
             else d
             for name, d in self.models.items()
         }

@@ -42,6 +42,7 @@ def answer(model: str, inputs: dict) -> dict:
         "scores": np.ones((1, keep.sum())),
         "action_probs": inputs["candidate_action_probs"][:, keep],
         "ranked_retrieval_scores": inputs["candidate_retrieval_scores"][:, keep],
+        "filtered_counts": np.array([[0, 0, 0, (~keep).sum(), 0]]),
     }
 
 
