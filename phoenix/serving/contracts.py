@@ -634,7 +634,8 @@ RECOMMEND = ModelContract(
             input_map=_same_names(("user_id", *_HISTORY_NAMES)),
             output_map={
                 **{name: "_" + name for name in _HISTORY_NAMES},
-                **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _HISTORY_NAMES},
+                # the user tower reads no dwell: Triton refuses an ensemble tensor nobody reads
+                **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
                 "served_post_ids": "_served_post_ids",
             },
         ),
