@@ -171,3 +171,19 @@ def test_store_down_fails_fast_naming_it_then_recovers_without_restart(artifacts
         assert out["history_post_ids"].shape == (1, 3)
     finally:
         server.stop()
+
+
+def test_serve_starts_a_store_unless_given_one_and_ready_reports_it_unreachable():
+    from phoenix.serving.serve import build_parser, store_dependency, user_state_store
+
+    assert build_parser().parse_args(["--redis", "redis://h:1/0"]).redis == "redis://h:1/0"
+    with user_state_store("redis://elsewhere:6379/0") as url:
+        assert url == "redis://elsewhere:6379/0"  # named: nothing started
+    with user_state_store(None) as url:
+        unreachable = store_dependency(url)
+        assert unreachable() is None
+        connect(url).set("k", "v")
+    started = time.monotonic()
+    reason = unreachable()  # the child stopped with the context
+    assert reason is not None and url.split("/")[2] in reason
+    assert time.monotonic() - started < 3.0
