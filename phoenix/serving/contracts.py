@@ -432,6 +432,16 @@ def history_inputs(ragged: bool) -> tuple[TensorSpec, ...]:
     )
 
 
+def history_dwell(optional: bool, ragged: bool) -> TensorSpec:
+    """Seconds the user dwelt on each history item [L] (0: unknown, as the model reads it)."""
+    values = Values(0, math.inf, "dwell")
+    return _spec("history_dwell_seconds", np.float32, ["L"], optional, ragged, values)
+
+
+def _optional(spec: TensorSpec) -> TensorSpec:
+    return TensorSpec(spec.name, spec.dtype, spec.axes, True, spec.ragged, spec.values)
+
+
 TOP_K = _spec("top_k", np.int32, [1], values=Values(1, LIMITS.max_top_k, "top_k"))
 RANKED_OUTPUTS = (
     _spec("ranked_post_ids", np.int64, ["C"]),
@@ -489,6 +499,8 @@ RETRIEVER = ModelContract(
         _spec(  # excluded from the results
             "history_post_ids", np.int64, ["L"], optional=True, ragged=True, values=IDS
         ),
+        # excluded too: the posts already served to the user (the user state's)
+        _spec("excluded_post_ids", np.int64, ["N"], optional=True, ragged=True, values=IDS),
     ),
     outputs=(
         _spec("post_ids", np.int64, ["K"]),  # best first
@@ -504,14 +516,7 @@ RANKER = ModelContract(
     inputs=(
         USER_ID,
         *history_inputs(ragged=True),
-        _spec(
-            "history_dwell_seconds",
-            np.float32,
-            ["L"],
-            optional=True,
-            ragged=True,
-            values=Values(0, math.inf, "dwell"),
-        ),  # fmt: skip
+        history_dwell(optional=True, ragged=True),
         _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),
         _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
         _spec(
@@ -567,18 +572,56 @@ FEED_POLICY = ModelContract(
 )
 
 
+# The user's state, read from the user-state store (Redis; docs/user-state.md) by user id, as
+# the rest of the chain takes it: the ranking history (every engagement), the retrieval history
+# (positive engagement only; the user tower's) and the posts already served. A request that
+# carries its own history gets that history back as both (nothing is read); a user the store
+# does not know gets empty histories (L = 0). Histories from the store hold at most the
+# artifact's history_seq_len items, oldest first; rows are right-padded with id 0.
+USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
+RETRIEVAL_PREFIX = "retrieval_"
+USER_STATE = ModelContract(
+    name="user_state",
+    inputs=(
+        USER_ID,
+        *(_optional(spec) for spec in USER_HISTORY),
+    ),
+    outputs=(
+        *(_spec(s.name, s.dtype, s.axes) for s in USER_HISTORY),
+        *(_spec(RETRIEVAL_PREFIX + s.name, s.dtype, s.axes) for s in USER_HISTORY),
+        _spec("served_post_ids", np.int64, ["N"]),  # newest first
+    ),
+    max_batch_size=8,
+    parameters=(
+        ARTIFACT_DIR,
+        # The store's URL (redis://host:port/db); "" reads $PHOENIX_USER_STATE_URL, which
+        # serve sets. Without either, only requests carrying their own history are served.
+        Parameter("user_state_url", "text", ""),
+    ),
+)
+
+
 def _same_names(names) -> dict[str, str]:
     return {name: name for name in names}
 
 
-_USER_TENSORS = ("user_id", *(spec.name for spec in history_inputs(ragged=False)))
+_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # ranker's: with dwell
+_TOWER_HISTORY_NAMES = tuple(spec.name for spec in history_inputs(ragged=False))  # no dwell
 
-# Encode the user, retrieve top_k unseen posts, rank them, apply the feed policy. Tensors
-# starting with "_" live only inside the ensemble. The optional filters reach feed_policy only
-# when the request carries them (Triton 2.51 passes an absent optional input on as absent).
+# Read the user's state (or take the request's history), encode the user by the retrieval
+# history, retrieve top_k posts neither in the history nor served before, rank them by the
+# ranking history, apply the feed policy. Tensors starting with "_" live only inside the
+# ensemble. The optional inputs (the history, the feed filters) reach their step only when
+# the request carries them (Triton 2.51 passes an absent optional input on as absent).
 RECOMMEND = ModelContract(
     name="recommend",
-    inputs=(USER_ID, *history_inputs(ragged=False), TOP_K, *FEED_FILTERS),
+    inputs=(
+        USER_ID,
+        *(_optional(s) for s in history_inputs(ragged=False)),
+        history_dwell(optional=True, ragged=False),
+        TOP_K,
+        *FEED_FILTERS,
+    ),
     outputs=(
         *RANKED_OUTPUTS,
         RANKED_AUTHOR_IDS,
@@ -590,8 +633,21 @@ RECOMMEND = ModelContract(
     platform="ensemble",
     steps=(
         EnsembleStep(
+            "user_state",
+            input_map=_same_names(("user_id", *_HISTORY_NAMES)),
+            output_map={
+                **{name: "_" + name for name in _HISTORY_NAMES},
+                # the user tower reads no dwell: Triton refuses an ensemble tensor nobody reads
+                **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
+                "served_post_ids": "_served_post_ids",
+            },
+        ),
+        EnsembleStep(
             "user_encoder",
-            input_map=_same_names(_USER_TENSORS),
+            input_map={
+                "user_id": "user_id",
+                **{n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
+            },
             output_map={"user_embedding": "_user_embedding"},
         ),
         EnsembleStep(
@@ -599,7 +655,8 @@ RECOMMEND = ModelContract(
             input_map={
                 "user_embedding": "_user_embedding",
                 "top_k": "top_k",
-                "history_post_ids": "history_post_ids",
+                "history_post_ids": "_history_post_ids",
+                "excluded_post_ids": "_served_post_ids",
             },
             output_map={
                 "post_ids": "_candidate_post_ids",
@@ -610,7 +667,8 @@ RECOMMEND = ModelContract(
         EnsembleStep(
             "ranker",
             input_map={
-                **_same_names(_USER_TENSORS),
+                "user_id": "user_id",
+                **{name: "_" + name for name in _HISTORY_NAMES},
                 "candidate_post_ids": "_candidate_post_ids",
                 "candidate_author_ids": "_candidate_author_ids",
                 "candidate_retrieval_scores": "_candidate_retrieval_scores",
@@ -643,7 +701,16 @@ RECOMMEND = ModelContract(
 )
 
 CONTRACTS: dict[str, ModelContract] = {
-    c.name: c for c in (USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, RECOMMEND)
+    c.name: c
+    for c in (
+        USER_STATE,
+        USER_ENCODER,
+        CANDIDATE_TOWER,
+        RETRIEVER,
+        RANKER,
+        FEED_POLICY,
+        RECOMMEND,
+    )
 }
 
 # The models that read the corpus (they declare corpus_file): a corpus switch moves them all.

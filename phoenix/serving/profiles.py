@@ -122,6 +122,8 @@ CPU = Profile(
         # wait to fill a batch (it handles each request on its own, so waiting only adds
         # latency); two instances for the same reason as the others (one can stall)
         "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64)),
+        # Redis reads, one pipeline per batch: no wait to fill a batch (as feed_policy)
+        "user_state": Deployment(2, Queue(max_delay_us=0, max_size=64)),
     },
 )
 
@@ -140,6 +142,8 @@ GPU = Profile(
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
         "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
+        # Redis reads on the host, whatever the device
+        "user_state": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
     },
 )
 

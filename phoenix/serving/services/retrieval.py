@@ -141,9 +141,17 @@ def exact_engine_for(resources: PhoenixResources, engine_options: dict):
     return engine_for
 
 
+def excluded_rows(request: RetrieveRequest) -> list[np.ndarray]:
+    """Per row: the posts it must not get (its history and the posts excluded besides)."""
+    sent = [ids for ids in (request.history_post_ids, request.excluded_post_ids) if ids is not None]
+    if not sent:
+        return [np.zeros(0, np.int64)] * request.rows
+    return list(np.concatenate(sent, axis=1))
+
+
 class RetrieverService(Service):
     """Top-k of a user vector over the corpus (a file, searched exactly, or a store followed
-    while serving), excluding the user's history."""
+    while serving), excluding the user's history and the posts excluded besides (served)."""
 
     request_type = RetrieveRequest
 
@@ -176,12 +184,7 @@ class RetrieverService(Service):
     def run(self, requests: Sequence[RetrieveRequest]) -> list[Outputs]:
         users = np.concatenate([r.user_embedding for r in requests])  # [B, D]
         wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]
-        no_history = lambda r: np.zeros((r.rows, 0), np.int64)  # noqa: E731
-        excluded = [  # per row: the posts it must not get
-            row
-            for r in requests
-            for row in (no_history(r) if r.history_post_ids is None else r.history_post_ids)
-        ]
+        excluded = [row for r in requests for row in excluded_rows(r)]
         hits = self.corpus.search(users, int(wanted.max()), excluded)
         # A row gets at most its top_k; a request's rows are cut to its shortest row's count,
         # so each output is one rectangular array.
