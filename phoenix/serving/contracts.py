@@ -593,7 +593,7 @@ USER_STATE = ModelContract(
     ),
     max_batch_size=8,
     parameters=(
-        ARTIFACT_DIR,
+        *ARTIFACT_PARAMETERS,
         # The store's URL (redis://host:port/db); "" reads $PHOENIX_USER_STATE_URL, which
         # serve sets. Without either, only requests carrying their own history are served.
         Parameter("user_state_url", "text", ""),

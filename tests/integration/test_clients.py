@@ -88,6 +88,8 @@ def test_check_reports_a_mismatch(triton, tiny_artifacts, tmp_path, capsys):
 
     other = tmp_path / "other-weights"
     generate("tiny", other, seed=1, corpus_size=500)
+    # the served artifacts' config (same digest: the client accepts them), other weights
+    shutil.copy(tiny_artifacts / "config.json", other / "config.json")
     example = tiny_artifacts / "example_sequence.json"
     code = run_client("rank", triton, "http", other, "--input", str(example), "--check")
     err = capsys.readouterr().err

@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from phoenix.serving.contracts import USER_STATE
 from phoenix.serving.requests import InputError
 from phoenix.serving.services import ServiceSettings, build_service
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV, UserStateService
@@ -31,10 +32,8 @@ def redis_server():
 
 
 def service(artifacts, url: str, max_batch: int = 8) -> UserStateService:
-    return build_service(
-        ServiceSettings.parsed("user_state", artifacts, max_batch, {"user_state_url": url,
-                                                                     "artifact_dir": "x"})
-    )  # fmt: skip
+    texts = USER_STATE.parameter_texts({"user_state_url": url})  # the rest: defaults
+    return build_service(ServiceSettings.parsed("user_state", artifacts, max_batch, texts))
 
 
 def engagements(user: int, count: int, negative_every: int = 3) -> list[Engagement]:
