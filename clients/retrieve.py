@@ -20,7 +20,7 @@ import numpy as np
 
 from clients import cli
 from phoenix.serving.client import user_inputs
-from phoenix.serving.ensemble import next_step_inputs
+from phoenix.serving.ensemble import next_step_inputs, passed_on_history
 
 RETRIEVED_IDS = ("post_ids", "author_ids")
 
@@ -42,7 +42,11 @@ def parse_args(argv: Optional[Sequence[str]]):
 def retriever_inputs(users: dict, top_k: int, embedding: np.ndarray) -> dict:
     """The retriever's request after the user_encoder's answer, as the ensemble wires it."""
     request = {**users, "top_k": np.array([[top_k]], np.int32)}
-    return next_step_inputs(request, {"user_encoder": {"user_embedding": embedding}}, "retriever")
+    done = {
+        "user_state": passed_on_history(request),  # the history, passed on as the server does
+        "user_encoder": {"user_embedding": embedding},
+    }
+    return next_step_inputs(request, done, "retriever")
 
 
 def retrieved_table(result: dict, rows: int) -> str:

@@ -37,8 +37,8 @@ from clients.workload import CorpusIds, random_sequence, with_action_width
 from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
-from phoenix.serving.contracts import RECOMMEND, contract
-from phoenix.serving.ensemble import next_step_inputs, step_inputs
+from phoenix.serving.contracts import contract
+from phoenix.serving.ensemble import next_step_inputs, passed_on_history
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,8 @@ class Workload:
     def prepare(self, task_name: str) -> Prepared:
         seq = self.user(top_k=int(self.rng.integers(TOP_K_RANGE[0], TOP_K_RANGE[1] + 1)))
         request = recommend_inputs(seq)  # the user's tensors and top_k
-        users = step_inputs(RECOMMEND.step("user_encoder"), request)
+        own = {"user_state": passed_on_history(request)}  # the step a with-history request skips
+        users = next_step_inputs(request, own, "user_encoder")
         history = users["history_post_ids"][0]
         if task_name == "rank":
             count = int(self.rng.integers(1, MAX_CANDIDATES + 1))
@@ -238,7 +239,10 @@ class Workload:
 
     def retriever_step(self, prepared: Prepared, embedding: np.ndarray) -> Prepared:
         """The retriever request that follows a user_encoder answer, as the ensemble wires it."""
-        done = {"user_encoder": {"user_embedding": embedding}}
+        done = {
+            "user_state": passed_on_history(prepared.chain),
+            "user_encoder": {"user_embedding": embedding},
+        }
         arrays = next_step_inputs(prepared.chain, done, "retriever")
         history = arrays["history_post_ids"][0]
         check = check_retrieved(

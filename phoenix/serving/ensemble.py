@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from phoenix.serving.contracts import RECOMMEND, EnsembleStep, ModelContract
+from phoenix.serving.contracts import (
+    RECOMMEND,
+    RETRIEVAL_PREFIX,
+    USER_STATE,
+    EnsembleStep,
+    ModelContract,
+)
 
 Arrays = dict[str, np.ndarray]
 # run_model(model, one input dict per request) -> one output dict per request
@@ -28,6 +34,22 @@ def store_outputs(step: EnsembleStep, outputs: Mapping[str, np.ndarray], tensors
     """Put the step model's outputs into the ensemble's tensors under their mapped names."""
     for name, target in step.output_map.items():
         tensors[target] = outputs[name]
+
+
+def passed_on_history(request: Mapping[str, np.ndarray]) -> Arrays:
+    """What the ``user_state`` step answers for a request that carries its own history: that
+    history as both the ranking and the retrieval history (an optional input it left out as
+    zeros: dwell 0 reads as none) and no served posts; no store is read. Callers that run the
+    later steps by hand start from it, so the history still reaches them."""
+    rows, length = np.shape(request["history_post_ids"])
+    outputs = {}
+    for spec in USER_STATE.outputs:
+        source = spec.name.removeprefix(RETRIEVAL_PREFIX)
+        if source in request:
+            outputs[spec.name] = np.asarray(request[source], spec.dtype)
+        else:  # dwell seconds (L wide) or served posts (none)
+            outputs[spec.name] = np.zeros((rows, length if spec.length == "L" else 0), spec.dtype)
+    return outputs
 
 
 def run_ensemble(

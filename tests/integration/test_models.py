@@ -136,6 +136,7 @@ def test_ensemble_equals_the_four_models_by_hand(triton, example, protocol):
     client = connect(triton.http_url if protocol == "http" else triton.grpc_url, protocol)
     top_k = 30
     out = infer(client, protocol, "recommend", recommend_inputs(example, top_k))
+    history = {k: v for k, v in ranker_inputs(example).items() if not k.startswith("candidate")}
     user = infer(client, protocol, "user_encoder", user_inputs(example))["user_embedding"]
     retrieved = infer(
         client,
@@ -152,7 +153,7 @@ def test_ensemble_equals_the_four_models_by_hand(triton, example, protocol):
         protocol,
         "ranker",
         {
-            **user_inputs(example),
+            **history,  # dwell seconds included, as recommend passes the history on
             "candidate_post_ids": retrieved["post_ids"],
             "candidate_author_ids": retrieved["author_ids"],
             "candidate_retrieval_scores": retrieved["retrieval_scores"],

@@ -70,9 +70,9 @@ def in_process_recommend(resources, seq, score_weights, top_k, policy):
     user = plain_user_embedding(resources, seq)
     top, _ = brute_force_top_k(corpus, user, top_k, seq["history_post_ids"])
     author_of = dict(zip(corpus.post_ids.tolist(), corpus.author_ids.tolist()))
-    # as the recommend ensemble sends it: no dwell seconds, surfaces or post ages
+    # as the recommend ensemble sends it: the history with its dwell seconds, no surfaces or
+    # post ages for the candidates
     candidates = {k: v for k, v in seq.items() if k.startswith("history") or k == "user_id"}
-    candidates.pop("history_dwell_seconds")
     candidates |= {
         "candidate_post_ids": top.tolist(),
         "candidate_author_ids": [author_of[p] for p in top.tolist()],

@@ -26,6 +26,7 @@ import numpy as np
 from phoenix.checkpoint import load_config
 from phoenix.serving.batches import stack_padded
 from phoenix.serving.contracts import LIMITS, RETRIEVAL_PREFIX, USER_STATE
+from phoenix.serving.ensemble import passed_on_history
 from phoenix.serving.requests import REQUEST_TYPES, InputError
 from phoenix.serving.services.common import Arrays, Result, Service, ServiceSettings
 from phoenix.user_state import (
@@ -150,11 +151,7 @@ def history_outputs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def own_history(request) -> dict[str, np.ndarray]:
     """A request's own history as both histories (dwell zeros when not sent: the model reads
     zeros as no dwell), and no served posts."""
-    arrays = {name: getattr(request, name) for name in HISTORY_NAMES}
-    if arrays["history_dwell_seconds"] is None:
-        arrays["history_dwell_seconds"] = np.zeros(request.history_post_ids.shape, np.float32)
-    served = np.zeros((request.rows, 0), np.int64)
-    return {**history_outputs(arrays), "served_post_ids": served}
+    return passed_on_history(request.arrays())
 
 
 def stacked_history(histories: Sequence[History], num_actions: int) -> dict[str, np.ndarray]:
