@@ -21,6 +21,15 @@ ANN_MIN_ROWS = 200_000
 MAX_LISTS = 8192
 TRAIN_POINTS_PER_LIST = 32  # k-means sample: Faiss asks for 39 per list, 32 is within noise
 PROBED_LISTS = 128  # lists probed per query; at most nlist / 8 on small segments
+# Query-adaptive probing, fitted on trained-tower users of every kind at 1 M posts (4,096
+# lists; docs/retrieval.md, "Users of every kind"): the lists a user needs for 95% of its exact
+# top 100 grow as exp(-4.8 s), s its best centroid's score; PROBE_SCORE puts 1.5x that need
+# (the 90th percentile of the fit) on the curve through PROBED_LISTS.
+PROBE_SLOPE = 4.8
+PROBE_SCORE = 0.82
+MOST_PROBED_SHARE = 4  # at most a quarter of the lists
+MOST_PROBED = 1024
+RERANK = 4  # the index is asked for 4x the rows wanted, re-scored exactly
 
 
 def choose_index(rows: int) -> IndexSpec:
@@ -33,7 +42,54 @@ def choose_index(rows: int) -> IndexSpec:
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))
-    return IndexSpec(IVF_SQ8, nlist, min(PROBED_LISTS, max(1, nlist // 8)))
+    return ivf_spec(nlist)
+
+
+def ivf_spec(nlist: int) -> IndexSpec:
+    """IVF-SQ8 over ``nlist`` lists with this module's probing and re-ranking."""
+    nprobe = min(PROBED_LISTS, max(1, nlist // 8))
+    most = max(nprobe, min(MOST_PROBED, nlist // MOST_PROBED_SHARE))
+    return IndexSpec(IVF_SQ8, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, RERANK)
+
+
+def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:
+    """Lists each user probes [B] from its best centroid's score [B]: ``nprobe`` for a user
+    close to a cluster, more for one between clusters (whose nearest posts spread over many
+    lists), at most ``spec.most_probed``."""
+    if spec.max_nprobe <= spec.nprobe:
+        return np.full(len(best_centroid_scores), spec.nprobe)
+    growth = np.exp(spec.probe_slope * (spec.probe_score - best_centroid_scores))
+    return np.clip(np.ceil(spec.nprobe * growth), spec.nprobe, spec.max_nprobe).astype(int)
+
+
+def search_index(index, spec: IndexSpec, users: np.ndarray, want: int, selector=None):
+    """(scores [B, want], rows [B, want], -1 where fewer) of the IVF ``index`` probed per user
+    as ``lists_to_probe`` says; ``selector``: a Faiss ID selector of the rows allowed."""
+    import faiss
+
+    most = spec.most_probed
+    users = np.ascontiguousarray(users, np.float32)
+    centroid_scores, lists = index.quantizer.search(users, most)  # [B, most], best first
+    probes = lists_to_probe(spec, centroid_scores[:, 0])
+    lists[np.arange(most)[None, :] >= probes[:, None]] = -1  # Faiss skips list -1
+    params = faiss.SearchParametersIVF(nprobe=most)  # the width of ``lists``
+    if selector is not None:
+        params.sel = selector
+    scores = np.empty((len(users), want), np.float32)
+    rows = np.empty((len(users), want), np.int64)
+    # The C++ call: the Python wrapper of search_preassigned takes no search parameters.
+    index.search_preassigned_c(
+        len(users),
+        faiss.swig_ptr(users),
+        want,
+        faiss.swig_ptr(lists),
+        faiss.swig_ptr(centroid_scores),
+        faiss.swig_ptr(scores),
+        faiss.swig_ptr(rows),
+        False,
+        params,
+    )
+    return scores, rows
 
 
 def build_index(
