@@ -29,7 +29,7 @@ PROBE_SLOPE = 4.8
 PROBE_SCORE = 0.82
 MOST_PROBED_SHARE = 4  # at most a quarter of the lists
 MOST_PROBED = 1024
-RERANK = 4  # the index is asked for 4x the rows wanted, re-scored exactly
+RERANK = 2  # the index is asked for 2x the rows wanted, re-scored exactly (4x: no better)
 
 
 def choose_index(rows: int) -> IndexSpec:
@@ -62,16 +62,30 @@ def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndar
     return np.clip(np.ceil(spec.nprobe * growth), spec.nprobe, spec.max_nprobe).astype(int)
 
 
-def search_index(index, spec: IndexSpec, users: np.ndarray, want: int, selector=None):
+def centroids_of(index) -> np.ndarray:
+    """The IVF index's list centroids [nlist, D] (float32), scored by numpy at search time."""
+    return index.quantizer.reconstruct_n(0, index.nlist)
+
+
+def search_index(index, spec: IndexSpec, users, want: int, selector=None, centroids=None):
     """(scores [B, want], rows [B, want], -1 where fewer) of the IVF ``index`` probed per user
-    as ``lists_to_probe`` says; ``selector``: a Faiss ID selector of the rows allowed."""
+    as ``lists_to_probe`` says; ``selector``: a Faiss ID selector of the rows allowed;
+    ``centroids``: ``centroids_of(index)``, kept by the caller (computed here if absent).
+
+    The lists are chosen here rather than by Faiss' quantizer: one matrix product scores every
+    centroid, and each user keeps its own count (Faiss skips the lists marked -1)."""
     import faiss
 
-    most = spec.most_probed
     users = np.ascontiguousarray(users, np.float32)
-    centroid_scores, lists = index.quantizer.search(users, most)  # [B, most], best first
-    probes = lists_to_probe(spec, centroid_scores[:, 0])
-    lists[np.arange(most)[None, :] >= probes[:, None]] = -1  # Faiss skips list -1
+    centroids = centroids_of(index) if centroids is None else centroids
+    every = users @ centroids.T  # [B, nlist]
+    probes = lists_to_probe(spec, every.max(axis=1))  # [B]
+    most = int(probes.max())
+    lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
+    order = np.argsort(-np.take_along_axis(every, lists, 1), axis=1)
+    lists = np.ascontiguousarray(np.take_along_axis(lists, order, 1), np.int64)  # best first
+    centroid_scores = np.ascontiguousarray(np.take_along_axis(every, lists, 1), np.float32)
+    lists[np.arange(most)[None, :] >= probes[:, None]] = -1
     params = faiss.SearchParametersIVF(nprobe=most)  # the width of ``lists``
     if selector is not None:
         params.sel = selector

@@ -215,7 +215,8 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
     if first > 0 and len(deleted):
         alive.append(faiss.IDSelectorAnd(alive[0], alive[-1]))
     asked = min(len(segment), want * max(1, spec.rerank))
-    scores, rows = search_index(segment.index, spec, users, asked, alive[-1] if alive else None)
+    selector = alive[-1] if alive else None
+    scores, rows = search_index(segment.index, spec, users, asked, selector, segment.centroids)
     if spec.rerank:
         scores, rows = rescore_exactly(segment, users, rows, want)
     scores = np.where(rows >= 0, scores, NO_SCORE)
