@@ -2,8 +2,9 @@
 
 Embed a file of (post_id, author_id) rows with the served `candidate_tower`, in batches, and
 write the corpus the retriever serves (phoenix.checkpoint.save_corpus) as ARTIFACTS/NAME.
-With --reload, the running server's retriever is reloaded through the model load API with
-its corpus_file parameter set to NAME (no restart; the server must run with
+With --reload, every model of the running server that reads the corpus (the retriever and
+the feed policy, whose age filter dates posts from it) is reloaded through the model load API
+with its corpus_file parameter set to NAME (no restart; the server must run with
 --model-control-mode=explicit --load-model=*).
 
 With --store DIR the corpus is a corpus store directory DIR instead (a path, as for
@@ -32,7 +33,6 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -56,9 +56,9 @@ from phoenix.corpus_store.building import (
     world_posts,
 )
 from phoenix.corpus_store.embedding import IN_PROCESS, SERVED, EmbedPosts, candidate_tower
-from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
+from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.contracts import LIMITS
-from phoenix.serving.inprocess import server_model_config, server_parameters
+from phoenix.serving.reload import switch_corpus
 
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
 REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call
@@ -131,7 +131,8 @@ def parse_args(argv: Optional[Sequence[str]]):
     parser.add_argument(
         "--reload",
         action="store_true",
-        help="reload the server's retriever with the new corpus once it is written",
+        help="reload the server's models that read the corpus (retriever, feed policy) with "
+        "the new corpus once it is written",
     )
     parser.add_argument(
         "--admin-key-env",
@@ -275,17 +276,6 @@ def write_store(args, posts: PostRows, embed: EmbedPosts) -> None:
     )
 
 
-def reload_retriever(client, protocol: str, corpus_file: str, admin_key: Optional[str]) -> None:
-    """Load the retriever again with corpus_file changed; the server reports the new value."""
-    config = server_model_config(client, protocol, "retriever")
-    config.setdefault("parameters", {})["corpus_file"] = {"string_value": corpus_file}
-    headers = admin_headers(admin_key, protocol)
-    client.load_model("retriever", headers=headers, config=json.dumps(config))
-    now = server_parameters(client, protocol, "retriever").get("corpus_file")
-    if now != corpus_file or not client.is_model_ready("retriever"):
-        raise RuntimeError(f"after the load the retriever serves {now!r}, not {corpus_file!r}")
-
-
 def reload_hint(message: str, admin_key_env: str) -> str:
     """What to do about a refused load request, when the message tells."""
     if "not allowed" in message:
@@ -331,20 +321,21 @@ def build(args) -> int:
         if args.check:
             status = check_embeddings(args, client, posts, embeddings)
     if args.reload and status != 0:
-        print("not reloading the retriever: --check failed", file=sys.stderr)
+        print("not reloading the corpus: --check failed", file=sys.stderr)
     elif args.reload:
         return reload(args, client or connect_server(args), name)
     return status
 
 
 def reload(args, client, name: str) -> int:
+    """Every served model that reads the corpus switched onto NAME."""
     try:
         key = find_admin_key(args.admin_key_env, args.admin_key_file)
-        reload_retriever(client, args.protocol, name, key)
+        models = switch_corpus(client, args.protocol, name, key)
     except Exception as error:
         hint = reload_hint(str(error), args.admin_key_env)
-        return cli.fail(f"reloading the retriever failed, it serves what it served: {error}{hint}")
-    print(f"the server's retriever now serves {name}")
+        return cli.fail(f"reloading the corpus failed: {error}{hint}")
+    print(f"the server's {' and '.join(models)} now serve{'s' * (len(models) == 1)} {name}")
     return 0
 
 

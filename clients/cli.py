@@ -28,6 +28,12 @@ from phoenix.command_line import command_parser
 from phoenix.config import ArtifactConfig
 from phoenix.serving.client import connect, feed_table, infer
 from phoenix.serving.inprocess import InProcessModels
+from phoenix.serving.served_artifacts import (
+    ArtifactMismatch,
+    ServedArtifacts,
+    choose_artifacts,
+    served_artifacts,
+)
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
@@ -47,6 +53,11 @@ EXIT_CODES_HELP = (
 ARTIFACTS_HELP = (
     "artifact directory the server serves: the default input, the corpus ids for --generate "
     "and the weights for --check (default: %(default)s)"
+)
+SERVED_ARTIFACTS_HELP = (
+    "artifact directory: the default input, the corpus ids for --generate and the weights for "
+    "--check (default: the one the server says it serves; refused when the server serves "
+    f"others; a server that does not say: {DEFAULT_ARTIFACTS})"
 )
 
 
@@ -77,11 +88,17 @@ def docstring_parser(
 def build_parser(
     client_file: str,
     doc: str,
-    artifacts_help: str = ARTIFACTS_HELP,
+    artifacts_help: Optional[str] = None,
     exit_codes: str = EXIT_CODES_HELP,
+    artifacts_from_server: bool = False,
 ) -> argparse.ArgumentParser:
-    """``docstring_parser`` with the server arguments every client takes."""
+    """``docstring_parser`` with the server arguments every client takes. With
+    ``artifacts_from_server`` --artifacts defaults to the server's (``artifacts``), else to
+    ``DEFAULT_ARTIFACTS``."""
     parser = docstring_parser(client_file, doc, exit_codes)
+    default = None if artifacts_from_server else DEFAULT_ARTIFACTS
+    if artifacts_help is None:
+        artifacts_help = SERVED_ARTIFACTS_HELP if artifacts_from_server else ARTIFACTS_HELP
     parser.add_argument(
         "--url",
         help="server address host:port (default: 127.0.0.1:8000 for http, :8001 for grpc)",
@@ -92,7 +109,7 @@ def build_parser(
         default="http",
         help="KServe v2 protocol to talk (default: %(default)s)",
     )
-    parser.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, help=artifacts_help)
+    parser.add_argument("--artifacts", type=Path, default=default, help=artifacts_help)
     return parser
 
 
@@ -271,10 +288,30 @@ def no_answer(args: argparse.Namespace, what: str, error: Exception) -> int:
 # ----------------------------------------------------------------------------------------
 
 
+def artifacts(args: argparse.Namespace) -> Path:
+    """The artifact directory of this run, set into ``args.artifacts`` on the first call: the
+    server's without --artifacts; --artifacts unless the server serves others (then exits 3
+    naming both). A server that does not answer leaves --artifacts unchecked (the request
+    will say it has no answer)."""
+    if not getattr(args, "artifacts_checked", False):
+        try:
+            served = served_artifacts(open_client(args), args.protocol)
+        except Exception as error:  # tritonclient raises several types; all mean "no answer"
+            if args.artifacts is None:
+                raise Exit(no_answer(args, "the served artifacts", error)) from None
+            served = ServedArtifacts("", "")
+        try:
+            args.artifacts = choose_artifacts(args.artifacts, served, DEFAULT_ARTIFACTS)
+        except (ArtifactMismatch, ArtifactError) as error:
+            raise Exit(fail(f"{error}; leave out --artifacts to use the served ones")) from None
+        args.artifacts_checked = True
+    return args.artifacts
+
+
 def request_user(args: argparse.Namespace) -> tuple[ArtifactConfig, dict[str, Any]]:
     """The artifact config and the request's user; an unreadable one exits 3."""
     try:
-        config = load_config(args.artifacts)
+        config = load_config(artifacts(args))
         return config, load_user(args, config)
     except ArtifactError as error:
         raise Exit(fail(str(error))) from None
@@ -307,7 +344,7 @@ def open_client(args: argparse.Namespace, **kwargs):
 
 def reference_models(args: argparse.Namespace, client, *models: str) -> InProcessModels:
     """The models' services in this process, with the parameters the server reports."""
-    return InProcessModels.like_server(client, args.protocol, args.artifacts, models)
+    return InProcessModels.like_server(client, args.protocol, artifacts(args), models)
 
 
 # ----------------------------------------------------------------------------------------

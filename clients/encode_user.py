@@ -23,7 +23,7 @@ from phoenix.serving.client import user_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(__file__, __doc__)
+    parser = cli.build_parser(__file__, __doc__, artifacts_from_server=True)
     cli.add_user_args(parser)
     parser.add_argument(
         "--save", type=Path, metavar="FILE.npy", help="also write the embedding [D] to FILE.npy"

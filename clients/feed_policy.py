@@ -26,9 +26,10 @@ from typing import Optional
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.admin_key import ADMIN_KEY_ENV, admin_headers, find_admin_key
+from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.contracts import FEED_POLICY, POLICY_PARAMETERS
-from phoenix.serving.inprocess import server_model_config, server_parameters
+from phoenix.serving.inprocess import server_parameters
+from phoenix.serving.reload import reload_model
 from phoenix.serving.services.feed_policy import parse_settings
 
 MODEL = FEED_POLICY.name
@@ -45,8 +46,8 @@ def key_value(text: str) -> tuple[str, str]:
 
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(
-        __file__, __doc__, "artifact directory the server serves: its action names (default: "
-        "%(default)s)",
+        __file__, __doc__, "artifact directory: its action names (default: the one the server "
+        "says it serves; refused when the server serves others)", artifacts_from_server=True,
     )  # fmt: skip
     parser.add_argument(
         "--set",
@@ -93,16 +94,6 @@ def changed_parameters(
     return new
 
 
-def reload_policy(client, protocol: str, parameters: Mapping[str, str], admin_key) -> None:
-    """Load feed_policy again with ``parameters``; the server must then report them."""
-    config = server_model_config(client, protocol, MODEL)
-    config["parameters"] = {key: {"string_value": value} for key, value in parameters.items()}
-    client.load_model(MODEL, headers=admin_headers(admin_key, protocol), config=json.dumps(config))
-    now = server_parameters(client, protocol, MODEL)
-    if now != dict(parameters) or not client.is_model_ready(MODEL):
-        raise RuntimeError("after the load the server does not report the new parameters")
-
-
 def show(parameters: Mapping[str, str]) -> None:
     for key in POLICY_PARAMETER_NAMES:
         value = parameters.get(key, "(missing)")
@@ -113,7 +104,10 @@ def show(parameters: Mapping[str, str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+    return cli.run(show_or_reload, parse_args(argv))
+
+
+def show_or_reload(args) -> int:
     timeout = {"network_timeout": RELOAD_TIMEOUT_S} if args.protocol == "http" else {}
     try:
         client = cli.open_client(args, **timeout)
@@ -126,13 +120,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return cli.EXIT_OK
     try:
         new = changed_parameters(current, args.set, args.weight)
-        parse_settings(new, load_config(args.artifacts).action_names)  # refuse before sending
+        action_names = load_config(cli.artifacts(args)).action_names
+        parse_settings(new, action_names)  # refuse before sending
     except (ValueError, ArtifactError) as error:
         return cli.fail(f"not reloaded: {error}")
     try:
-        reload_policy(
-            client, args.protocol, new, find_admin_key(args.admin_key_env, args.admin_key_file)
-        )
+        key = find_admin_key(args.admin_key_env, args.admin_key_file)
+        reload_model(client, args.protocol, MODEL, new, key)
     except Exception as error:
         return cli.fail(f"reloading {MODEL} failed, it serves what it served: {error}")
     print(f"{MODEL} reloaded; parameters now:")

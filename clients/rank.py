@@ -24,7 +24,7 @@ from phoenix.serving.client import feed_table, ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(__file__, __doc__)
+    parser = cli.build_parser(__file__, __doc__, artifacts_from_server=True)
     cli.add_user_args(parser, candidates=True)
     parser.add_argument(
         "--rows", type=int, default=20, help="ranked rows to print (default: %(default)s)"

@@ -31,7 +31,7 @@ RANKED_IDS = ("ranked_post_ids",)
 
 
 def parse_args(argv: Optional[Sequence[str]]):
-    parser = cli.build_parser(__file__, __doc__)
+    parser = cli.build_parser(__file__, __doc__, artifacts_from_server=True)
     cli.add_user_args(parser)
     parser.add_argument(
         "--top-k",

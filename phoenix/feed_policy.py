@@ -75,16 +75,46 @@ def young_enough(ages: Optional[np.ndarray], max_age: Optional[float], count: in
     return ~(ages > max_age)  # NaN > x is False: unknown ages stay
 
 
+# The filters by name, in the order a dropped post is blamed on (its first filter here).
+FILTERS = ("duplicate", "own_post", "excluded_author", "seen", "too_old")
+
+
+def filter_masks(
+    post_ids: np.ndarray, author_ids: np.ndarray, filters: FeedFilters
+) -> dict[str, np.ndarray]:
+    """{filter name: [C] True for the posts it lets through}, in ``FILTERS`` order."""
+    own = None if filters.user_id is None else np.array([filters.user_id])
+    masks = {
+        "duplicate": first_occurrences(post_ids),
+        "own_post": not_in(author_ids, own),
+        "excluded_author": not_in(author_ids, filters.excluded_author_ids),
+        "seen": not_in(post_ids, filters.seen_post_ids),
+        "too_old": young_enough(filters.post_ages_seconds, filters.max_age_seconds, len(post_ids)),
+    }
+    return {name: masks[name] for name in FILTERS}
+
+
+def passes_all(masks: dict[str, np.ndarray]) -> np.ndarray:
+    """[C] True for the posts every filter of ``masks`` lets through."""
+    return np.logical_and.reduce(list(masks.values()))
+
+
 def keep_mask(post_ids: np.ndarray, author_ids: np.ndarray, filters: FeedFilters) -> np.ndarray:
     """[C] True for the posts every filter lets through."""
-    own = None if filters.user_id is None else np.array([filters.user_id])
-    return (
-        first_occurrences(post_ids)
-        & not_in(author_ids, filters.excluded_author_ids)
-        & not_in(author_ids, own)
-        & not_in(post_ids, filters.seen_post_ids)
-        & young_enough(filters.post_ages_seconds, filters.max_age_seconds, len(post_ids))
-    )
+    return passes_all(filter_masks(post_ids, author_ids, filters))
+
+
+def dropped_counts(masks: dict[str, np.ndarray]) -> np.ndarray:
+    """[F] int64: posts dropped per filter (``FILTERS`` order), each post counted once, under
+    the first filter that drops it, so the counts add up to the posts dropped: an empty feed
+    says why."""
+    counted = np.zeros_like(next(iter(masks.values())))  # dropped by an earlier filter
+    counts = np.zeros(len(FILTERS), np.int64)
+    for slot, name in enumerate(FILTERS):
+        dropped = ~masks[name] & ~counted
+        counts[slot] = int(dropped.sum())
+        counted |= dropped
+    return counts
 
 
 # ----------------------------------------------------------------------------------------
@@ -137,18 +167,11 @@ def diversity_multipliers(occurrence: np.ndarray, decay: float, floor: float) ->
 # ----------------------------------------------------------------------------------------
 
 
-def apply_policy(
-    post_ids: np.ndarray,
-    author_ids: np.ndarray,
-    action_probs: np.ndarray,
-    settings: PolicySettings,
-    filters: FeedFilters,
+def rank_kept(
+    kept: np.ndarray, author_ids: np.ndarray, action_probs: np.ndarray, settings: PolicySettings
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(positions into the row's candidates, best first; their final scores) of one user row.
-
-    Candidates come in the ranker's order; equal scores keep that order (stable sorts).
-    """
-    kept = np.flatnonzero(keep_mask(post_ids, author_ids, filters))
+    """(``kept`` positions reordered best first; their final scores): the weighted score,
+    then author diversity."""
     weights = settings.action_weights
     scores = offset_negative_scores(
         weighted_scores(action_probs[kept], weights), weights, settings.negative_scores_offset
@@ -162,3 +185,18 @@ def apply_policy(
     final = scores[by_score] * multipliers
     order = np.argsort(-final, kind="stable")
     return kept[by_score[order]], final[order]
+
+
+def apply_policy(
+    post_ids: np.ndarray,
+    author_ids: np.ndarray,
+    action_probs: np.ndarray,
+    settings: PolicySettings,
+    filters: FeedFilters,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(positions into the row's candidates, best first; their final scores) of one user row.
+
+    Candidates come in the ranker's order; equal scores keep that order (stable sorts).
+    """
+    kept = np.flatnonzero(keep_mask(post_ids, author_ids, filters))
+    return rank_kept(kept, author_ids, action_probs, settings)

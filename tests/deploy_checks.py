@@ -21,6 +21,7 @@ import yaml
 from phoenix.serving import serve
 from phoenix.serving.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
 from phoenix.serving.profiles import profile
+from phoenix.serving.request_metrics import FAILED, REFUSED
 from phoenix.serving.serve import EXIT_TIMEOUT_S
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ IMAGE_DIR = REPO_ROOT / "deploy" / "image"
 # newest kubernetes-validate ships.
 K8S_VERSIONS = ("1.31.0", "1.37.0")
 # Kinds from CRDs: no schema offline, checked by policy_violations only.
-CRD_KINDS = {"ServiceMonitor", "ServingRuntime", "InferenceService"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "ServingRuntime", "InferenceService"}
 # Where serve's ports come from: --<name>-port in the container's args.
 PORT_OPTIONS = {"http": "http_port", "grpc": "grpc_port", "metrics": "metrics_port",
                 "supervisor": "supervisor_port"}  # fmt: skip
@@ -251,6 +252,16 @@ def adapter_metric_names(objects: list[dict]) -> set[str]:
 
 
 def triton_metrics_used(objects: list[dict]) -> set[str]:
-    """Every Triton metric (nv_...) the adapter rules and the dashboards query."""
-    text = "\n".join(v for o in objects if o["kind"] == "ConfigMap" for v in o["data"].values())
-    return set(re.findall(r"\bnv_[a-z0-9_]+", text))
+    """Every metric of a server the adapter rules, the dashboards and the alerts query:
+    Triton's (nv_...) and our models' own counters (request_metrics)."""
+    texts = [v for o in objects if o["kind"] == "ConfigMap" for v in o["data"].values()]
+    texts += [
+        rule["expr"]
+        for o in objects
+        if o["kind"] == "PrometheusRule"
+        for group in o["spec"]["groups"]
+        for rule in group["rules"]
+    ]
+    text = "\n".join(texts)
+    ours = {name for name in (REFUSED, FAILED) if re.search(rf"\b{name}\b", text)}
+    return set(re.findall(r"\bnv_[a-z0-9_]+", text)) | ours

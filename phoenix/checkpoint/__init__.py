@@ -30,6 +30,7 @@ from phoenix.checkpoint.corpus import (
     Corpus,
     check_corpus,
     load_corpus,
+    load_post_dates,
     save_corpus,
 )
 from phoenix.checkpoint.example import (
@@ -98,6 +99,7 @@ __all__ = [
     "load_artifacts",
     "load_config",
     "load_corpus",
+    "load_post_dates",
     "load_example_sequence",
     "ranker_param_shapes",
     "read_json",

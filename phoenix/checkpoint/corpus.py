@@ -124,6 +124,21 @@ def load_corpus(path_or_dir: PathLike, config: Optional[ArtifactConfig] = None) 
     return check_corpus(read_npz(path, filename), emb_size, filename)
 
 
+def load_post_dates(path_or_dir: PathLike) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """(post ids, creation times or None) of a corpus file, checked, reading only those two
+    arrays: the vectors, most of the file, stay on disk (what the feed policy needs)."""
+    directory, filename = _corpus_location(path_or_dir)
+    path = existing_file(artifact_root(directory), filename)
+    arrays = read_npz(path, filename, keys=("post_ids", "created_at"))
+    if "post_ids" not in arrays:
+        raise ArtifactError(f"{filename}: missing array 'post_ids'")
+    post_ids = _check_post_ids(arrays["post_ids"], filename)
+    created_at = arrays.get("created_at")
+    if created_at is not None:
+        created_at = _check_int_vector(created_at, "created_at", filename, len(post_ids))
+    return post_ids, created_at
+
+
 def save_corpus(path: PathLike, corpus: Corpus) -> None:
     """Validate and write a corpus (to ``path``, or to ``path/corpus.npz`` for a directory)."""
     directory, filename = _corpus_location(path)

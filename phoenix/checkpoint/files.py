@@ -7,7 +7,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -89,8 +89,9 @@ def write_json(path: Path, obj: Any) -> None:
     _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def read_npz(path: Path, name: str) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` (no pickles); errors name ``name`` and the key."""
+def read_npz(path: Path, name: str, keys: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` (no pickles), or only those of ``keys`` that it holds (the
+    others are never read from disk); errors name ``name`` and the key."""
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
@@ -99,7 +100,7 @@ def read_npz(path: Path, name: str) -> dict[str, np.ndarray]:
         raise ArtifactError(f"{name}: not an .npz archive (found a single .npy array)")
     arrays = {}
     with archive:
-        for key in archive.files:
+        for key in archive.files if keys is None else [k for k in keys if k in archive.files]:
             try:
                 arrays[key] = archive[key]
             except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:

@@ -36,8 +36,10 @@ class StoreFollower:
         emb_size: int,
         poll_seconds: float = POLL_SECONDS,
         on_error: Callable[[str], None] = log.warning,
+        searchable: bool = True,
     ):
         self.store = CorpusStore(root)
+        self.searchable = searchable  # False: look-ups only, no ANN index loaded
         self.poll_seconds = poll_seconds
         self.on_error = on_error
         self.emb_size = emb_size
@@ -51,7 +53,7 @@ class StoreFollower:
 
     def _opened(self, previous: Optional[Snapshot] = None) -> Snapshot:
         """The store's current generation, which must hold vectors of the model's width."""
-        snapshot = self.store.open(previous)
+        snapshot = self.store.open(previous, self.searchable)
         if snapshot.manifest.emb_size != self.emb_size:
             raise StoreError(
                 f"{self.store.root / MANIFEST_FILE}: emb_size {snapshot.manifest.emb_size}, "

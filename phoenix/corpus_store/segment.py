@@ -118,9 +118,10 @@ def write_segment(
 
 
 class Segment:
-    """A segment opened read-only: columns memory-mapped, the index loaded when it has one."""
+    """A segment opened read-only: columns memory-mapped, the index loaded when it has one
+    and the segment is ``searchable`` (a reader that only looks posts up never loads it)."""
 
-    def __init__(self, root: Path, entry: SegmentEntry, emb_size: int):
+    def __init__(self, root: Path, entry: SegmentEntry, emb_size: int, searchable: bool = True):
         self.entry = entry
         self.path = Path(root) / SEGMENTS_DIR / entry.name
         columns = {c: self._column(c) for c in COLUMNS}
@@ -133,7 +134,7 @@ class Segment:
         self._check_shapes(entry.rows, emb_size)
         self.index = None
         self.centroids = None  # float32 [nlist, D] of the index, when it has one
-        if entry.index.kind != EXACT:
+        if searchable and entry.index.kind != EXACT:
             self.index = read_index(self.path / "index.faiss", entry.rows, emb_size)
             self.centroids = centroids_of(self.index)
 

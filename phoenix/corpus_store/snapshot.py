@@ -54,14 +54,22 @@ def read_tombstones(root: Path, name: Optional[str]) -> np.ndarray:
 
 class Snapshot:
     """One generation of a store, its segments open (reused from ``previous`` when unchanged,
-    so following a store reopens only new segments)."""
+    so following a store reopens only new segments). Not ``searchable``: for look-ups only,
+    no ANN index is loaded."""
 
-    def __init__(self, root: Path, manifest: Manifest, previous: Optional[Snapshot] = None):
+    def __init__(
+        self,
+        root: Path,
+        manifest: Manifest,
+        previous: Optional[Snapshot] = None,
+        searchable: bool = True,
+    ):
         self.root = Path(root)
         self.manifest = manifest
+        self.searchable = searchable
         reuse = {} if previous is None else {s.entry: s for s in previous.segments}
         self.segments = [
-            reuse.get(entry) or Segment(self.root, entry, manifest.emb_size)
+            reuse.get(entry) or Segment(self.root, entry, manifest.emb_size, searchable)
             for entry in manifest.segments
         ]
         self.tombstones = read_tombstones(self.root, manifest.tombstones)  # int64 [t]
@@ -112,6 +120,8 @@ class Snapshot:
         """The ``k`` best live posts for each user [B, D], minus ``excluded`` (post ids per
         user), merged across segments and sorted by score; the window ends at ``now`` (unix
         seconds, default: the clock)."""
+        if not self.searchable:
+            raise StoreError(f"{self.root}: opened for look-ups only (searchable=False)")
         now = time.time() if now is None else now
         users = np.ascontiguousarray(users, np.float32)
         batch = users.shape[0]

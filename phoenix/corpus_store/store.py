@@ -87,9 +87,10 @@ class CorpusStore:
     def manifest(self) -> Manifest:
         return read_manifest(self.root)
 
-    def open(self, previous: Optional[Snapshot] = None) -> Snapshot:
-        """The current generation, every segment opened and checked."""
-        return Snapshot(self.root, self.manifest(), previous)
+    def open(self, previous: Optional[Snapshot] = None, searchable: bool = True) -> Snapshot:
+        """The current generation, every segment opened and checked (without the ANN
+        indexes when not ``searchable``)."""
+        return Snapshot(self.root, self.manifest(), previous, searchable)
 
     # -- changing -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
 
-from phoenix.serving.contracts import TensorSpec, contract
+from phoenix.serving.contracts import POLICY_FILTERS, TensorSpec, contract
 
 
 def client_module(protocol: str):
@@ -176,6 +176,19 @@ def more_line(result: Mapping[str, np.ndarray], rows: int) -> list[str]:
     return [f"... {count - rows} more"] if count > rows else []
 
 
+def empty_feed_line(result: Mapping[str, np.ndarray]) -> list[str]:
+    """Why the first user's feed is empty, from the policy's ``filtered_counts`` (when the
+    result has them): "no posts: all N candidates filtered (too_old N)"."""
+    counts = result.get("filtered_counts")
+    if counts is None or (result["ranked_post_ids"][0] != 0).any():  # 0: a padded row's end
+        return []
+    counts = counts[0]
+    if counts.sum() == 0:
+        return ["no posts: no candidates to filter"]
+    why = ", ".join(f"{name} {n}" for name, n in zip(POLICY_FILTERS, counts.tolist()) if n)
+    return [f"no posts: all {counts.sum()} candidates filtered ({why})"]
+
+
 def feed_table(
     result: Mapping[str, np.ndarray],
     action_names: Sequence[str],
@@ -190,7 +203,7 @@ def feed_table(
     for r in feed_rows(result, action_names, rows, top_actions):
         retrieval = f"{r.retrieval_score:>9.3f}  " if shows_retrieval else ""
         lines.append(f"{r.rank:>4}  {r.post_id:>20}  {r.score:>8.3f}  {retrieval}{r.top_actions}")
-    return "\n".join(lines + more_line(result, rows))
+    return "\n".join(lines + more_line(result, rows) + empty_feed_line(result))
 
 
 def has_retrieval_scores(result: Mapping[str, np.ndarray]) -> bool:

@@ -24,8 +24,9 @@ the ranker's largest candidate bucket, so a request never needs a shape compiled
 Batch buckets (``ModelContract.batch_buckets``) are the batch sizes a model compiles for: the
 powers of two up to its ``max_batch_size``, which Triton's dynamic batcher never exceeds.
 
-This module imports numpy and tritonclient's dtype helper only, so clients, the load test and
-the model stubs can all read it cheaply.
+This module imports numpy, tritonclient's dtype helper and the feed policy's filter names
+(``phoenix.feed_policy``, numpy only) only, so clients, the load test and the model stubs can
+all read it cheaply.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
+
+from phoenix.feed_policy import FILTERS as POLICY_FILTERS
 
 # ----------------------------------------------------------------------------------------
 # Types
@@ -74,6 +77,8 @@ class Values:
 IDS = Values(low=0, what="ids")  # 0 is padding where it is allowed
 POST_IDS = Values(low=1, what="ids")  # candidates and posts: 0 would read as padding
 SURFACES = Values(low=0, high="surfaces", what="surfaces")
+FLAGS = Values(0, 1, "action flags")
+PROBABILITIES = Values(0, 1, "probabilities")
 
 
 @dataclass(frozen=True)
@@ -391,6 +396,10 @@ LIMITS = Limits(
 # overrides it at start-up (serve --artifacts sets it).
 DEFAULT_ARTIFACT_DIR = "../../artifacts/demo"
 ARTIFACT_DIR = Parameter("artifact_dir", "text", DEFAULT_ARTIFACT_DIR)
+# sha256 of the artifact directory's config.json, written with artifact_dir by the launcher
+# (served_artifacts): clients compare it with theirs. Empty: the config does not say.
+ARTIFACT_DIGEST = Parameter("artifact_digest", "text", "")
+ARTIFACT_PARAMETERS = (ARTIFACT_DIR, ARTIFACT_DIGEST)
 # The batch sizes a model compiles a program for (the profile gives them; the largest reaches
 # max_batch_size, which Triton's dynamic batcher never exceeds).
 BATCH_BUCKETS = Parameter("batch_buckets", "ints")
@@ -418,15 +427,19 @@ def history_inputs(ragged: bool) -> tuple[TensorSpec, ...]:
     return (
         _spec("history_post_ids", np.int64, ["L"], ragged=ragged, values=IDS),
         _spec("history_author_ids", np.int64, ["L"], ragged=ragged, values=IDS),
-        _spec(
-            "history_actions",
-            np.float32,
-            ["L", "A"],
-            ragged=ragged,
-            values=Values(0, 1, "action flags"),
-        ),  # fmt: skip
+        _spec("history_actions", np.float32, ["L", "A"], ragged=ragged, values=FLAGS),
         _spec("history_product_surface", np.int32, ["L"], ragged=ragged, values=SURFACES),
     )
+
+
+def history_dwell(optional: bool, ragged: bool) -> TensorSpec:
+    """Seconds the user dwelt on each history item [L] (0: unknown, as the model reads it)."""
+    values = Values(0, math.inf, "dwell")
+    return _spec("history_dwell_seconds", np.float32, ["L"], optional, ragged, values)
+
+
+def _optional(spec: TensorSpec) -> TensorSpec:
+    return TensorSpec(spec.name, spec.dtype, spec.axes, True, spec.ragged, spec.values)
 
 
 TOP_K = _spec("top_k", np.int32, [1], values=Values(1, LIMITS.max_top_k, "top_k"))
@@ -436,6 +449,10 @@ RANKED_OUTPUTS = (
     _spec("action_probs", np.float32, ["C", "A"]),
 )
 RANKED_AUTHOR_IDS = _spec("ranked_author_ids", np.int64, ["C"])  # the author of each post
+# Per user row, the candidates the feed policy's filters dropped, per filter (in
+# phoenix.feed_policy.FILTERS order, each post under the first that drops it): an empty feed
+# says why.
+FILTERED_COUNTS = _spec("filtered_counts", np.int32, [len(POLICY_FILTERS)])
 
 # The feed filters a recommend request may carry (all optional, per user row).
 FEED_FILTERS = (
@@ -459,7 +476,7 @@ USER_ENCODER = ModelContract(
     inputs=(USER_ID, *history_inputs(ragged=True)),
     outputs=(_spec("user_embedding", np.float32, ["D"]),),  # unit norm
     max_batch_size=16,
-    parameters=(ARTIFACT_DIR, BATCH_BUCKETS),
+    parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS),
 )
 
 CANDIDATE_TOWER = ModelContract(
@@ -471,7 +488,7 @@ CANDIDATE_TOWER = ModelContract(
     outputs=(_spec("candidate_embedding", np.float32, ["D"]),),  # unit norm
     max_batch_size=LIMITS.max_rows,
     # One compiled program of this many rows, run as often as a batch needs.
-    parameters=(ARTIFACT_DIR, Parameter("rows_per_call", "int", low=1)),
+    parameters=(*ARTIFACT_PARAMETERS, Parameter("rows_per_call", "int", low=1)),
 )
 
 RETRIEVER = ModelContract(
@@ -482,6 +499,8 @@ RETRIEVER = ModelContract(
         _spec(  # excluded from the results
             "history_post_ids", np.int64, ["L"], optional=True, ragged=True, values=IDS
         ),
+        # excluded too: the posts already served to the user (the user state's)
+        _spec("excluded_post_ids", np.int64, ["N"], optional=True, ragged=True, values=IDS),
     ),
     outputs=(
         _spec("post_ids", np.int64, ["K"]),  # best first
@@ -489,7 +508,7 @@ RETRIEVER = ModelContract(
         _spec("retrieval_scores", np.float32, ["K"]),
     ),
     max_batch_size=8,
-    parameters=(ARTIFACT_DIR, BATCH_BUCKETS, CORPUS_FILE),
+    parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS, CORPUS_FILE),
 )
 
 RANKER = ModelContract(
@@ -497,14 +516,7 @@ RANKER = ModelContract(
     inputs=(
         USER_ID,
         *history_inputs(ragged=True),
-        _spec(
-            "history_dwell_seconds",
-            np.float32,
-            ["L"],
-            optional=True,
-            ragged=True,
-            values=Values(0, math.inf, "dwell"),
-        ),  # fmt: skip
+        history_dwell(optional=True, ragged=True),
         _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),
         _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
         _spec(
@@ -526,7 +538,7 @@ RANKER = ModelContract(
     ),
     max_batch_size=8,
     parameters=(
-        ARTIFACT_DIR,
+        *ARTIFACT_PARAMETERS,
         BATCH_BUCKETS,
         # Candidate counts compiled for; the largest must be LIMITS.max_candidates.
         Parameter("candidate_buckets", "ints", RANKER_CANDIDATE_BUCKETS),
@@ -543,13 +555,7 @@ FEED_POLICY = ModelContract(
         USER_ID,
         _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),  # ranked
         _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
-        _spec(
-            "candidate_action_probs",
-            np.float32,
-            ["C", "A"],
-            ragged=True,
-            values=Values(0, 1, "probabilities"),
-        ),  # fmt: skip
+        _spec("candidate_action_probs", np.float32, ["C", "A"], ragged=True, values=PROBABILITIES),
         _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
         *FEED_FILTERS,
     ),
@@ -559,9 +565,39 @@ FEED_POLICY = ModelContract(
         _spec("action_probs", np.float32, ["C'", "A"]),
         _spec("ranked_author_ids", np.int64, ["C'"]),
         _spec("ranked_retrieval_scores", np.float32, ["C'"]),
+        FILTERED_COUNTS,
     ),
     max_batch_size=8,
-    parameters=(ARTIFACT_DIR, *POLICY_PARAMETERS, CORPUS_FILE),
+    parameters=(*ARTIFACT_PARAMETERS, *POLICY_PARAMETERS, CORPUS_FILE),
+)
+
+
+# The user's state, read from the user-state store (Redis; docs/user-state.md) by user id, as
+# the rest of the chain takes it: the ranking history (every engagement), the retrieval history
+# (positive engagement only; the user tower's) and the posts already served. A request that
+# carries its own history gets that history back as both (nothing is read); a user the store
+# does not know gets empty histories (L = 0). Histories from the store hold at most the
+# artifact's history_seq_len items, oldest first; rows are right-padded with id 0.
+USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
+RETRIEVAL_PREFIX = "retrieval_"
+USER_STATE = ModelContract(
+    name="user_state",
+    inputs=(
+        USER_ID,
+        *(_optional(spec) for spec in USER_HISTORY),
+    ),
+    outputs=(
+        *(_spec(s.name, s.dtype, s.axes) for s in USER_HISTORY),
+        *(_spec(RETRIEVAL_PREFIX + s.name, s.dtype, s.axes) for s in USER_HISTORY),
+        _spec("served_post_ids", np.int64, ["N"]),  # newest first
+    ),
+    max_batch_size=8,
+    parameters=(
+        ARTIFACT_DIR,
+        # The store's URL (redis://host:port/db); "" reads $PHOENIX_USER_STATE_URL, which
+        # serve sets. Without either, only requests carrying their own history are served.
+        Parameter("user_state_url", "text", ""),
+    ),
 )
 
 
@@ -569,26 +605,49 @@ def _same_names(names) -> dict[str, str]:
     return {name: name for name in names}
 
 
-_USER_TENSORS = ("user_id", *(spec.name for spec in history_inputs(ragged=False)))
+_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # ranker's: with dwell
+_TOWER_HISTORY_NAMES = tuple(spec.name for spec in history_inputs(ragged=False))  # no dwell
 
-# Encode the user, retrieve top_k unseen posts, rank them, apply the feed policy. Tensors
-# starting with "_" live only inside the ensemble. The optional filters reach feed_policy only
-# when the request carries them (Triton 2.51 passes an absent optional input on as absent).
+# Read the user's state (or take the request's history), encode the user by the retrieval
+# history, retrieve top_k posts neither in the history nor served before, rank them by the
+# ranking history, apply the feed policy. Tensors starting with "_" live only inside the
+# ensemble. The optional inputs (the history, the feed filters) reach their step only when
+# the request carries them (Triton 2.51 passes an absent optional input on as absent).
 RECOMMEND = ModelContract(
     name="recommend",
-    inputs=(USER_ID, *history_inputs(ragged=False), TOP_K, *FEED_FILTERS),
+    inputs=(
+        USER_ID,
+        *(_optional(s) for s in history_inputs(ragged=False)),
+        history_dwell(optional=True, ragged=False),
+        TOP_K,
+        *FEED_FILTERS,
+    ),
     outputs=(
         *RANKED_OUTPUTS,
         RANKED_AUTHOR_IDS,
         _spec("retrieval_scores", np.float32, [-1]),
+        FILTERED_COUNTS,
     ),
     max_batch_size=8,
     backend=None,
     platform="ensemble",
     steps=(
         EnsembleStep(
+            "user_state",
+            input_map=_same_names(("user_id", *_HISTORY_NAMES)),
+            output_map={
+                **{name: "_" + name for name in _HISTORY_NAMES},
+                # the user tower reads no dwell: Triton refuses an ensemble tensor nobody reads
+                **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
+                "served_post_ids": "_served_post_ids",
+            },
+        ),
+        EnsembleStep(
             "user_encoder",
-            input_map=_same_names(_USER_TENSORS),
+            input_map={
+                "user_id": "user_id",
+                **{n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
+            },
             output_map={"user_embedding": "_user_embedding"},
         ),
         EnsembleStep(
@@ -596,7 +655,8 @@ RECOMMEND = ModelContract(
             input_map={
                 "user_embedding": "_user_embedding",
                 "top_k": "top_k",
-                "history_post_ids": "history_post_ids",
+                "history_post_ids": "_history_post_ids",
+                "excluded_post_ids": "_served_post_ids",
             },
             output_map={
                 "post_ids": "_candidate_post_ids",
@@ -607,7 +667,8 @@ RECOMMEND = ModelContract(
         EnsembleStep(
             "ranker",
             input_map={
-                **_same_names(_USER_TENSORS),
+                "user_id": "user_id",
+                **{name: "_" + name for name in _HISTORY_NAMES},
                 "candidate_post_ids": "_candidate_post_ids",
                 "candidate_author_ids": "_candidate_author_ids",
                 "candidate_retrieval_scores": "_candidate_retrieval_scores",
@@ -630,7 +691,9 @@ RECOMMEND = ModelContract(
                 **_same_names(spec.name for spec in FEED_FILTERS),
             },
             output_map={
-                **_same_names(spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS)),
+                **_same_names(
+                    spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS, FILTERED_COUNTS)
+                ),
                 "ranked_retrieval_scores": "retrieval_scores",
             },
         ),
@@ -638,8 +701,20 @@ RECOMMEND = ModelContract(
 )
 
 CONTRACTS: dict[str, ModelContract] = {
-    c.name: c for c in (USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, RECOMMEND)
+    c.name: c
+    for c in (
+        USER_STATE,
+        USER_ENCODER,
+        CANDIDATE_TOWER,
+        RETRIEVER,
+        RANKER,
+        FEED_POLICY,
+        RECOMMEND,
+    )
 }
+
+# The models that read the corpus (they declare corpus_file): a corpus switch moves them all.
+CORPUS_READERS = tuple(n for n, c in CONTRACTS.items() if CORPUS_FILE.name in c.parameter_names)
 
 
 def contract(model: str) -> ModelContract:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from phoenix.serving.contracts import CONTRACTS, powers_of_two_up_to
+from phoenix.serving.contracts import CONTRACTS, CORPUS_FILE, CORPUS_READERS, powers_of_two_up_to
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ class Profile:
         """The same profile with every model that reads the corpus reading ``corpus_file`` (a
         corpus .npz or a corpus store directory, inside the artifact directory)."""
         models = {
-            name: replace(d, parameters={**d.parameters, "corpus_file": corpus_file})
-            if "corpus_file" in CONTRACTS[name].parameter_names
+            name: replace(d, parameters={**d.parameters, CORPUS_FILE.name: corpus_file})
+            if name in CORPUS_READERS
             else d
             for name, d in self.models.items()
         }
@@ -122,6 +122,8 @@ CPU = Profile(
         # wait to fill a batch (it handles each request on its own, so waiting only adds
         # latency); two instances for the same reason as the others (one can stall)
         "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64)),
+        # Redis reads, one pipeline per batch: no wait to fill a batch (as feed_policy)
+        "user_state": Deployment(2, Queue(max_delay_us=0, max_size=64)),
     },
 )
 
@@ -140,6 +142,8 @@ GPU = Profile(
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
         "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
+        # Redis reads on the host, whatever the device
+        "user_state": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
     },
 )
 

@@ -27,11 +27,7 @@ import numpy as np
 
 from phoenix.serving import contracts
 from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS, ModelContract
-
-
-class InputError(ValueError):
-    """A request's inputs are invalid; the message says which input and why."""
-
+from phoenix.serving.input_error import InputError  # raised here; re-exported
 
 # What one unit of each symbolic axis is called in error messages.
 LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids"}
@@ -177,7 +173,9 @@ def check_ranks(sent: Mapping[str, np.ndarray], specs) -> None:
         fixed = [(i + 1, axis) for i, axis in enumerate(spec.axes) if isinstance(axis, int)]
         if array.ndim != spec.ndim or any(array.shape[i] != size for i, size in fixed):
             axes = ", ".join(str(axis) for axis in ("R", *spec.axes))
-            raise InputError(f"input '{name}': expected shape [{axes}], got {tuple(array.shape)}")
+            raise InputError(
+                f"input '{name}': expected shape [{axes}], got {tuple(array.shape)}", name
+            )
 
 
 def check_rows(sent: Mapping[str, np.ndarray], rows: int) -> None:
@@ -196,7 +194,7 @@ def check_length(symbol: str, group: Mapping[str, np.ndarray]) -> None:
     limit = getattr(LIMITS, LENGTH_LIMITS[symbol])
     if length > limit:
         raise InputError(
-            f"input '{name}': {length} {LENGTH_NOUNS[symbol]}, at most {limit} allowed"
+            f"input '{name}': {length} {LENGTH_NOUNS[symbol]}, at most {limit} allowed", name
         )
 
 
@@ -208,7 +206,8 @@ def check_widths(name: str, array: np.ndarray, spec, config) -> None:
             if array.shape[axis] != expected:
                 raise InputError(
                     f"input '{name}': expected {expected} {WIDTH_NOUNS[symbol]}, "
-                    f"got shape {tuple(array.shape)}"
+                    f"got shape {tuple(array.shape)}",
+                    name,
                 )
 
 
@@ -222,16 +221,19 @@ def value_bound(bound, config):
 def check_values(name: str, array: np.ndarray, values: contracts.Values, config) -> None:
     """Float inputs are finite; values lie within the spec's bounds."""
     if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
-        raise InputError(f"input '{name}': contains NaN or infinite values")
+        raise InputError(f"input '{name}': contains NaN or infinite values", name)
     if not array.size:
         return
     low, high = value_bound(values.low, config), value_bound(values.high, config)
     if high is None:
         if low is not None and array.min() < low:
-            raise InputError(f"input '{name}': {values.what} must be >= {low}, got {array.min()}")
+            raise InputError(
+                f"input '{name}': {values.what} must be >= {low}, got {array.min()}", name
+            )
         return
     if array.min() < low or array.max() > high:
         raise InputError(
             f"input '{name}': {values.what} must lie in [{low}, {high}], "
-            f"got values in [{array.min()}, {array.max()}]"
+            f"got values in [{array.min()}, {array.max()}]",
+            name,
         )

@@ -23,6 +23,7 @@ from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError
 from phoenix.serving.compile import ensure_programs
 from phoenix.serving.configs import ConfigError, write_repository
 from phoenix.serving.profiles import profile
+from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     ready = "seconds the models get to load (%(default)s)"
     add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
     add("--quiet", action="store_true", help="do not echo the server log")
+    redis = "the user-state store (redis://host:port/db) recommend reads by user id; unset: a "
+    redis += "local redis-server started for this run (empty, no persistence; it dies with serve)"
+    add("--redis", metavar="URL", help=redis)
     add("--no-supervisor", action="store_true", help="no stub healing, no /ready, no clean unloads")
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
@@ -164,10 +168,16 @@ def stop_with_parent() -> None:
 
 
 def make_server(
-    args: argparse.Namespace, artifacts: Path, repository: Path, admin_key: str, supervised: bool
+    args: argparse.Namespace,
+    artifacts: Path,
+    repository: Path,
+    admin_key: str,
+    supervised: bool,
+    user_state_url: str = "",
 ) -> TritonServer:
     """The tritonserver of this command and of clients/demo.py, not started, with serve's options
-    in `args` (device, host, http_port, grpc_port, metrics_port, build_dir, ready_timeout)."""
+    in `args` (device, host, http_port, grpc_port, metrics_port, build_dir, ready_timeout); its
+    user_state model reads the store at `user_state_url` ("": none, by-id requests fail)."""
     return TritonServer(
         repository,
         artifacts_dir=artifacts,
@@ -179,7 +189,44 @@ def make_server(
         # One log per run: several people may serve from the same checkout at once.
         log_path=args.build_dir / f"tritonserver-{os.getpid()}.log",
         ready_timeout=args.ready_timeout,
+        env={USER_STATE_URL_ENV: user_state_url} if user_state_url else None,
     )
+
+
+@contextlib.contextmanager
+def user_state_store(url: str | None):
+    """The store's URL: ``url``, or a local redis-server child for the run (stopped after it;
+    SIGKILLed with serve if serve dies)."""
+    if url:
+        yield url
+        return
+    from phoenix.user_state.server import RedisServer, RedisServerError, RedisServerMissing
+
+    try:
+        server = RedisServer().start()
+    except (RedisServerMissing, RedisServerError) as error:
+        raise ServeError(f"{error}\n(or name a running store with --redis URL)") from None
+    say(f"user state: a local redis-server at {server.url} (empty; --redis URL names another)")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def store_dependency(url: str) -> Callable[[], str | None]:
+    """A readiness check of the store at ``url``: None when it answers a PING (bounded)."""
+    from phoenix.user_state import UserStateError, UserStateStore, connect
+
+    store = UserStateStore(connect(url, connect_timeout_s=0.2, socket_timeout_s=0.5), name=url)
+
+    def unreachable() -> str | None:
+        try:
+            store.ping()
+        except UserStateError as error:
+            return str(error)
+        return None
+
+    return unreachable
 
 
 def echo_log(path: Path, stop: threading.Event) -> None:
@@ -309,7 +356,11 @@ class Shutdown:
 
 
 def serve_foreground(
-    server: TritonServer, args: argparse.Namespace, admin_key: str, key_file: Path | None
+    server: TritonServer,
+    args: argparse.Namespace,
+    admin_key: str,
+    key_file: Path | None,
+    user_state_url: str = "",
 ) -> int:
     """Run until the server exits (on its own or after a signal); unless --no-supervisor, the
     supervisor serves /ready (503 while the models load) and heals dead stubs meanwhile."""
@@ -320,7 +371,10 @@ def serve_foreground(
     supervisor = endpoint = ready_url = None
     try:
         if not args.no_supervisor:  # bound at once: a port in use fails before the models load
-            supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key)
+            dependencies = [store_dependency(user_state_url)] if user_state_url else []
+            supervisor = Supervisor(
+                server.http_url, server.pid, admin_key=admin_key, dependencies=dependencies
+            )
             try:
                 endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()
             except OSError as error:
@@ -356,10 +410,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         warn_if_no_gpu_jax(args.device)
         ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
-        server = make_server(args, artifacts, repository, admin_key, not args.no_supervisor)
-        print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
-        server.start()
-        return serve_foreground(server, args, admin_key, key_file)
+        with user_state_store(args.redis) as url:
+            server = make_server(
+                args, artifacts, repository, admin_key, not args.no_supervisor, user_state_url=url
+            )
+            print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
+            server.start()
+            return serve_foreground(server, args, admin_key, key_file, user_state_url=url)
     except (ServeError, AdminKeyError, TritonServerError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

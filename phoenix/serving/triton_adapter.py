@@ -3,9 +3,10 @@
 Each ``model_repository/<model>/1/model.py`` subclasses ``ServiceModel`` and names its model;
 the service comes from the registry in ``services``. Per ``execute`` the adapter reads each
 request's tensors (DLPack), hands them to the service, and turns each result into a response:
-outputs, or INVALID_ARG for a request the service refused. This module imports neither JAX nor
-Triton at import time: the device settings must be in the environment before JAX loads, and
-tests import it without a server.
+outputs, INVALID_ARG for a request the service refused, INTERNAL for every request of a batch
+that failed, each refusal and failure counted on Triton's ``/metrics`` (``request_metrics``).
+This module imports neither JAX nor Triton at import time: the device settings must be in the
+environment before JAX loads, and tests import it without a server.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from phoenix.serving.input_error import InputError
+from phoenix.serving.request_metrics import RequestMetrics
+from phoenix.serving.served_artifacts import check_loaded
 
 logger = logging.getLogger("phoenix.serving")
 
@@ -80,13 +85,16 @@ class ServiceModel:
         from phoenix.serving.supervisor.stubs import register_stub
 
         self.pb = pb_utils
-        self.output_dtypes = {
-            s.name: s.dtype for s in contracts.contract(self.service_name).outputs
-        }
+        contract = contracts.contract(self.service_name)
+        self.output_dtypes = {s.name: s.dtype for s in contract.outputs}
+        self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
         started = time.perf_counter()
+        config = json.loads(args["model_config"])
         settings = services.ServiceSettings.from_model_config(
-            self.service_name, json.loads(args["model_config"]), args["model_repository"]
+            self.service_name, config, args["model_repository"]
         )
+        # the served config must tell the truth about the artifacts (clients trust it)
+        check_loaded(services.common.config_parameters(config), settings.artifact_dir)
         self.service = services.build_service(settings)
         self.service.warm_up()
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)
@@ -102,22 +110,23 @@ class ServiceModel:
         register_stub(args)  # so the supervisor can tell this process from the others
 
     def execute(self, requests):
-        batch = [request_arrays(request) for request in requests]
         try:
-            results = self.service.handle(batch)
+            results = self.service.handle([request_arrays(request) for request in requests])
         except Exception as error:  # never crash the stub: report the batch as failed
             logger.exception("%s: batch failed", self.service_name)
             results = [RuntimeError(f"{type(error).__name__}: {error}")] * len(requests)
         return [self._response(result) for result in results]
 
     def _response(self, result):
-        from phoenix.serving.requests import InputError
-
         pb = self.pb
+        if isinstance(result, InputError):  # the request's fault, not the server's
+            self.metrics.count_refused(result.input)
+            error = pb.TritonError(str(result), pb.TritonError.INVALID_ARG)
+            return pb.InferenceResponse(output_tensors=[], error=error)
         if isinstance(result, Exception):
-            refused = isinstance(result, InputError)  # the request's fault, not the server's
-            code = pb.TritonError.INVALID_ARG if refused else pb.TritonError.INTERNAL
-            return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(str(result), code))
+            self.metrics.count_failed()
+            error = pb.TritonError(str(result), pb.TritonError.INTERNAL)
+            return pb.InferenceResponse(output_tensors=[], error=error)
         tensors = [
             pb.Tensor.from_dlpack(name, host_tensor(array, self.output_dtypes[name]))
             for name, array in result.items()
@@ -126,3 +135,4 @@ class ServiceModel:
 
     def finalize(self) -> None:
         self.service = None
+        self.metrics.close()

@@ -145,7 +145,27 @@ def flags_to_args(flags: Mapping[str, object]) -> list[str]:
     return args
 
 
-class TritonServer:
+class StartsReady:
+    """A process with ``start``, ``wait_ready`` and ``stop``: as a context manager it starts,
+    waits until ready and stops; one that fails to get ready is stopped."""
+
+    def start_ready(self):
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self):
+        return self.start_ready()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+class TritonServer(StartsReady):
     """One tritonserver over a model repository; ports 0 or None are picked free now. As a
     context manager it starts, waits until ready and stops."""
 
@@ -179,6 +199,9 @@ class TritonServer:
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen | None = None
         self.stub_dir: Path | None = None
+        # With artifacts_dir: the copy of the repository tritonserver serves, its configs naming
+        # those artifacts (served_artifacts); removed by stop().
+        self.served_repository: Path | None = None
         self.last_command: list[str] = []
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
@@ -199,7 +222,7 @@ class TritonServer:
             backends = BACKEND_DIR if linked else build_backend_dir()
         return [
             str(binary),
-            f"--model-repository={self.model_repository}",
+            f"--model-repository={self.served_repository or self.model_repository}",
             f"--backend-directory={backends}",
             *(f"--{api}-address={self.host}" for api in ("http", "grpc", "metrics")),
             f"--http-port={self.http_port}",
@@ -215,10 +238,11 @@ class TritonServer:
             return self
         if not self.model_repository.is_dir():
             raise TritonServerError(f"model repository not found: {self.model_repository}")
-        self.last_command = command = self.command()
         if self.log_path is None:
             self.log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.served_repository = self._write_served_repository()
+        self.last_command = command = self.command()
         self.stub_dir = Path(tempfile.mkdtemp(prefix=f"{self.log_path.stem}.stubs-",
                                               dir=self.log_path.parent))  # fmt: skip
         dying_with_us = [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid())]
@@ -232,6 +256,22 @@ class TritonServer:
         self.started_at = time.monotonic()
         self.ready_after_s = None
         return self
+
+    def _write_served_repository(self) -> Path | None:
+        """With artifacts_dir, a copy of the repository beside the log whose configs say which
+        artifacts are served (GET /v2/models/<m>/config tells clients); else None."""
+        if self.artifacts_dir is None:
+            return None
+        from phoenix.serving.served_artifacts import write_served_repository
+
+        dest = tempfile.mkdtemp(
+            prefix=f"{self.log_path.stem}.repository-", dir=self.log_path.parent
+        )
+        try:
+            return write_served_repository(self.model_repository, Path(dest), self.artifacts_dir)
+        except Exception as error:  # no config.json, a config Triton could not read either
+            shutil.rmtree(dest, ignore_errors=True)
+            raise TritonServerError(f"cannot serve {self.artifacts_dir}: {error}") from None
 
     def _environment(self) -> dict[str, str]:
         """A stub runs model.py in the Python first on PATH (the venv's), importing this checkout,
@@ -301,23 +341,9 @@ class TritonServer:
             self.process.wait(timeout)
         self.kill()
         shutil.rmtree(self.stub_dir, ignore_errors=True)
+        if self.served_repository is not None:
+            shutil.rmtree(self.served_repository, ignore_errors=True)
         return self.process.returncode
-
-    def start_ready(self) -> TritonServer:
-        """Start and wait until ready; a server that fails to get ready is stopped."""
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __enter__(self) -> TritonServer:
-        return self.start_ready()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from phoenix.serving.triton_server import LOOPBACK, http_get_status, pick_free_ports
+from phoenix.serving.triton_server import (
+    LOOPBACK,
+    StartsReady,
+    http_get_status,
+    pick_free_ports,
+)
 from phoenix.testing.processes import LoggedProcess
 
 DEFAULT_READY_TIMEOUT_S = 600.0
@@ -56,7 +61,7 @@ def serve_command(
     ]  # fmt: skip
 
 
-class ServeProcess:
+class ServeProcess(StartsReady):
     """One serve command over ``artifacts``; each ``start`` (a restart too) takes new free
     ports and a new log file in ``work`` (serve.out, then serve-2.out, ...); its build folder
     (generated repository, admin key) is ``work/build``.
@@ -165,15 +170,3 @@ class ServeProcess:
 
     def kill(self) -> int | None:
         return self.process.kill() if self.process else None
-
-    def __enter__(self) -> ServeProcess:
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()

@@ -11,6 +11,7 @@ log, and authors' recent posts for the in-network source (docs/user-state.md).
 - server: a local redis-server / 3-node cluster as child processes
 """
 
+from phoenix.user_state import compat  # noqa: F401  (first: before anything imports redis)
 from phoenix.user_state.client import UserStateError, UserStateUnavailable, connect
 from phoenix.user_state.events import Engagement, EventError, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories

@@ -78,9 +78,16 @@ def _is_free(port: int) -> bool:
 class RedisServer:
     """One redis-server child on a free loopback port, without persistence."""
 
-    def __init__(self, *, cluster_node: bool = False, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        *,
+        cluster_node: bool = False,
+        extra_args: tuple[str, ...] = (),
+        port: int | None = None,  # None: a free one; a port: e.g. to restart a stopped server
+    ):
         self.cluster_node = cluster_node
         self.extra_args = tuple(extra_args)
+        self.requested_port = port
         self.port: int | None = None
         self.dir: Path | None = None
         self.process: subprocess.Popen | None = None
@@ -109,7 +116,10 @@ class RedisServer:
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> RedisServer:
         """Start and wait until it answers PING; RedisServerError with its log otherwise."""
-        self.port = _free_cluster_port() if self.cluster_node else pick_free_ports(1)[0]
+        if self.requested_port is not None:
+            self.port = self.requested_port
+        else:
+            self.port = _free_cluster_port() if self.cluster_node else pick_free_ports(1)[0]
         self.dir = Path(tempfile.mkdtemp(prefix="redis-"))
         launcher = [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid())]
         self.process = subprocess.Popen(

@@ -1,7 +1,8 @@
 """A real tritonserver serving a corpus store (phoenix/corpus_store) through `recommend`:
 the retriever answers as it does from the same posts in a corpus file, follows the store while
 serving (a post added is recommended, a deleted one disappears, both within seconds), and keeps
-serving through a compaction."""
+serving through a compaction. A corpus switch on a running server moves the feed policy with
+the retriever: the age filter then dates posts from the store, and an empty feed says why."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from phoenix.corpus_store import SEALED, CorpusStore, Posts
 from phoenix.corpus_store.follow import POLL_SECONDS
 from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
 from phoenix.serving.configs import write_repository
+from phoenix.serving.contracts import CORPUS_READERS, POLICY_FILTERS
+from phoenix.serving.inprocess import server_parameters
 from phoenix.serving.profiles import profile
+from phoenix.serving.reload import switch_corpus
 
 pytestmark = pytest.mark.integration
 FOLLOW_DEADLINE_S = 10.0  # the issue's bound: a change is served within 10 s
@@ -94,3 +98,73 @@ def test_an_added_post_is_recommended_and_a_deleted_one_disappears(store_server)
     for _ in range(10):  # the compacted generation serves the same, without the post
         assert new_id not in retrieved(server, encoded, 20)
         assert new_id not in recommended(server, user)
+
+
+# -- a corpus switch on a running server (issue 30, point 2) --------------------------------
+
+OLD_S, FRESH_S = 7200, 60  # the dated store's posts: half two hours old, half a minute
+
+
+@pytest.fixture(scope="module")
+def switchable_server(tiny_artifacts, tmp_path_factory):
+    """A server on the tiny corpus file (no creation times) with the model load API, and a
+    dated store ``dated/`` of the same posts beside it, not yet served."""
+    from tests.integration.conftest import launch_server
+
+    root = tmp_path_factory.mktemp("corpus-switch")
+    artifacts = root / "artifacts"
+    shutil.copytree(tiny_artifacts, artifacts)
+    corpus = load_corpus(artifacts / "corpus.npz")
+    assert corpus.created_at is None  # before the switch, no post has an age
+    now = int(time.time())
+    created = np.where(np.arange(len(corpus)) % 2 == 0, now - OLD_S, now - FRESH_S)
+    store = CorpusStore.create(artifacts / "dated", corpus.embeddings.shape[1])
+    store.add(Posts(corpus.post_ids, corpus.author_ids, created, corpus.embeddings), SEALED)
+    fresh = set(corpus.post_ids[created == now - FRESH_S].tolist())
+    repository = write_repository(root / "repository", profile("cpu"))
+    server = launch_server(
+        repository,
+        artifacts,
+        log_path=root / "tritonserver.log",
+        model_control_mode="explicit",
+        load_model="*",
+    )
+    yield server, artifacts, fresh
+    server.stop()
+
+
+def feed_of(server, user: dict, top_k: int, max_age: float) -> dict[str, np.ndarray]:
+    arrays = {
+        **recommend_inputs(user, top_k=top_k),
+        "max_age_seconds": np.array([[max_age]], np.float32),
+    }
+    return infer(connect(server.http_url, "http"), "http", "recommend", arrays)
+
+
+def test_after_a_switch_to_a_store_the_age_filter_dates_posts_from_it(switchable_server, capsys):
+    from clients import recommend
+
+    server, artifacts, fresh = switchable_server
+    user, top_k = load_example_sequence(artifacts).to_dict(), 30
+    too_old = list(POLICY_FILTERS).index("too_old")
+    before = feed_of(server, user, top_k, max_age=1800)
+    assert before["filtered_counts"][0, too_old] == 0  # the file dates nothing: nothing too old
+    assert len(before["ranked_post_ids"][0]) > 0
+
+    client = connect(server.http_url, "http")
+    assert list(switch_corpus(client, "http", "dated", None)) == list(CORPUS_READERS)
+    for model in CORPUS_READERS:  # the policy moved with the retriever
+        assert server_parameters(client, "http", model)["corpus_file"] == "dated"
+
+    after = feed_of(server, user, top_k, max_age=1800)
+    kept, counts = after["ranked_post_ids"][0], after["filtered_counts"][0]
+    assert len(kept) > 0 and set(kept.tolist()) <= fresh  # only the store's young posts stay
+    assert counts[too_old] > 0 and len(kept) + counts.sum() == top_k
+
+    empty = feed_of(server, user, top_k, max_age=FRESH_S / 2)  # every post is older
+    counts = empty["filtered_counts"][0]
+    assert len(empty["ranked_post_ids"][0]) == 0
+    assert counts.sum() == top_k and counts[too_old] > 0  # why: too old (or the user's own)
+    argv = ["--url", server.http_url, "--artifacts", str(artifacts), "--top-k", str(top_k)]
+    assert recommend.main([*argv, "--max-age", str(FRESH_S / 2)]) == 0
+    assert f"no posts: all {top_k} candidates filtered (" in capsys.readouterr().out

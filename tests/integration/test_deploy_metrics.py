@@ -1,14 +1,24 @@
-"""Every Triton metric that the HPA's prometheus-adapter rule and the Grafana dashboard query
-(deploy/k8s/monitoring) is exported by a real tritonserver serving our models, with a series for
-each served model (contracts.CONTRACTS)."""
+"""Every metric that the HPA's prometheus-adapter rule, the Grafana dashboard and the alerts
+query (deploy/k8s/monitoring) is exported by a real tritonserver serving our models, with a
+series for each served model (contracts.CONTRACTS; our own counters for each Python model), and
+a refused request moves the refused counter of its model and input."""
 
 from __future__ import annotations
 
 import re
 import urllib.request
 
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from phoenix.checkpoint import load_config
+from phoenix.serving.client import connect, infer, model_inputs
 from phoenix.serving.contracts import CONTRACTS
+from phoenix.serving.request_metrics import FAILED, REFUSED
 from tests.deploy_checks import K8S_DIR, render, triton_metrics_used
+
+PYTHON_MODELS = {name for name, contract in CONTRACTS.items() if not contract.is_ensemble}
 
 
 def scrape(url: str) -> dict[str, set[str]]:
@@ -27,5 +37,45 @@ def test_the_metrics_of_the_hpa_rule_and_the_dashboard_exist_on_a_real_server(tr
     assert {"nv_inference_queue_duration_us", "nv_inference_request_success"} <= used
     exported = scrape(triton.metrics_url)
     assert sorted(used - set(exported)) == [], f"queried but not exported: {exported.keys()}"
+    assert {REFUSED, FAILED} <= used
     for metric in used:
-        assert exported[metric] >= set(CONTRACTS), (metric, sorted(exported[metric]))
+        models = PYTHON_MODELS if metric in (REFUSED, FAILED) else set(CONTRACTS)
+        assert exported[metric] >= models, (metric, sorted(exported[metric]))
+
+
+def sample(url: str, metric: str, **labels: str) -> float:
+    """The value of the one series of ``metric`` with exactly ``labels`` on a Prometheus page."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    found = []
+    for line in text.splitlines():
+        if match := re.match(rf"{metric}\{{([^}}]*)\}} (\S+)$", line):
+            if dict(re.findall(r'(\w+)="([^"]*)"', match.group(1))) == labels:
+                found.append(float(match.group(2)))
+    assert len(found) == 1, f"{metric}{labels}: {len(found)} series on {url}"
+    return found[0]
+
+
+def test_a_refused_request_moves_the_refused_counter_of_its_model_and_input(triton, tiny_artifacts):
+    """top_k 0 passes Triton's checks (dtype, shape) and is refused by the retriever."""
+    url = triton.metrics_url
+    top_k = dict(model="retriever", input="top_k")
+    before = sample(url, REFUSED, **top_k)
+    other = sample(url, REFUSED, model="retriever", input="user_embedding")
+    failed = sample(url, FAILED, model="retriever")
+    emb_size = load_config(tiny_artifacts).emb_size
+    user = np.full(emb_size, emb_size**-0.5, np.float32)
+    client = connect(triton.http_url)
+    with pytest.raises(InferenceServerException, match="top_k") as refused:
+        infer(
+            client,
+            "http",
+            "retriever",
+            model_inputs("retriever", {"user_embedding": user, "top_k": 0}),
+        )
+    assert refused.value.status() == "400"  # INVALID_ARG over HTTP
+    infer(
+        client, "http", "retriever", model_inputs("retriever", {"user_embedding": user, "top_k": 5})
+    )
+    assert sample(url, REFUSED, **top_k) == before + 1
+    assert sample(url, REFUSED, model="retriever", input="user_embedding") == other
+    assert sample(url, FAILED, model="retriever") == failed

@@ -175,7 +175,7 @@ def test_user_encoder_and_retriever_round_trip(triton, resources, local):
     )
 
     retriever = local.service("retriever")
-    corpus_ids = retriever.searcher.corpus.post_ids
+    corpus_ids = retriever.corpus.post_ids
     query = {
         "user_embedding": local_user["user_embedding"].astype(np.float32),
         "top_k": np.array([[7]], np.int32),

@@ -217,3 +217,35 @@ def test_policy_reload_changes_a_running_servers_feed(trained_server):
         assert feed_policy.main([*url, *defaults]) == 0
     restored = infer(client, "http", "recommend", request)
     np.testing.assert_array_equal(restored["ranked_post_ids"], before["ranked_post_ids"])
+
+
+def test_the_server_says_which_artifacts_it_serves_and_the_clients_use_them(
+    trained_server, capsys, tmp_path
+):
+    """GET /v2/models/<m>/config names the trained artifacts and their config digest; a client
+    without --artifacts uses them (its --check recomputes the answer with their weights); one
+    given other artifacts is refused, naming both."""
+    from clients import rank
+    from phoenix.serving.inprocess import SERVICE_MODELS, server_parameters
+    from phoenix.serving.served_artifacts import artifact_digest
+
+    server, artifacts, _ = trained_server
+    client = connect(server.http_url, "http")
+    for model in SERVICE_MODELS:
+        parameters = server_parameters(client, "http", model)
+        assert parameters["artifact_dir"] == str(artifacts.resolve()), model
+        assert parameters["artifact_digest"] == artifact_digest(artifacts), model
+    other = tmp_path / "other"  # artifacts of another config (a wider embedding)
+    other.mkdir()
+    config = json.loads((artifacts / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "emb_size": 2 * config["emb_size"]}))
+    url = ["--url", server.http_url]
+
+    assert rank.main([*url, "--check"]) == 0
+    assert "check passed" in capsys.readouterr().out
+    assert rank.main([*url, "--artifacts", str(artifacts)]) == 0
+    capsys.readouterr()
+    assert rank.main([*url, "--artifacts", str(other)]) == 3
+    refusal = capsys.readouterr().err
+    assert str(other) in refusal and str(artifacts.resolve()) in refusal, refusal
+    assert artifact_digest(other)[:12] in refusal and artifact_digest(artifacts)[:12] in refusal

@@ -5,7 +5,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from phoenix.serving.client import infer_inputs, model_inputs, ranker_inputs, recommend_inputs
+from phoenix.serving.client import (
+    feed_table,
+    infer_inputs,
+    model_inputs,
+    ranker_inputs,
+    recommend_inputs,
+)
 from phoenix.serving.contracts import contract
 
 USER = {
@@ -72,3 +78,27 @@ def test_infer_inputs_send_each_array_with_its_own_dtype(module):
         ("c", "FP64", [1, 1]),
         ("d", "INT32", []),
     ]
+
+
+def feed(post_ids: list, counts: list) -> dict[str, np.ndarray]:
+    """A recommend result of one user: ``post_ids`` kept, ``counts`` dropped per filter."""
+    n = len(post_ids)
+    return {
+        "ranked_post_ids": np.array([post_ids], np.int64).reshape(1, n),
+        "scores": np.ones((1, n), np.float32),
+        "retrieval_scores": np.ones((1, n), np.float32),
+        "action_probs": np.zeros((1, n, 2), np.float32),
+        "filtered_counts": np.array([counts], np.int32),
+    }
+
+
+def test_an_empty_feed_says_which_filters_dropped_its_candidates():
+    names = ("favorite", "reply")
+    assert feed_table(feed([], [0, 0, 0, 2, 18]), names).endswith(
+        "no posts: all 20 candidates filtered (seen 2, too_old 18)"
+    )
+    assert feed_table(feed([], [0, 0, 0, 0, 0]), names).endswith(
+        "no posts: no candidates to filter"
+    )
+    assert feed_table(feed([0, 0], [0, 0, 0, 0, 3]), names).endswith("(too_old 3)")  # padding
+    assert "no posts" not in feed_table(feed([5], [0, 0, 0, 0, 3]), names)

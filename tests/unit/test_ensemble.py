@@ -15,9 +15,25 @@ REQUEST = {
 }
 
 
+HISTORY = ("history_post_ids", "history_author_ids", "history_actions", "history_product_surface")
+
+
+def user_state(inputs: dict) -> dict:
+    """The request's history as the ranking history, the retrieval history told apart from
+    it (post ids + 100), one served post."""
+    ranking = {name: inputs[name] for name in HISTORY}
+    ranking["history_dwell_seconds"] = np.zeros(inputs["history_post_ids"].shape, np.float32)
+    retrieval = {f"retrieval_{name}": array for name, array in ranking.items()}
+    retrieval["retrieval_history_post_ids"] = ranking["history_post_ids"] + 100
+    return {**ranking, **retrieval, "served_post_ids": np.array([[99]])}
+
+
 def answer(model: str, inputs: dict) -> dict:
     """Each model's outputs, made from its inputs so the test can see what flowed where."""
+    if model == "user_state":
+        return user_state(inputs)
     if model == "user_encoder":
+        assert inputs["history_post_ids"].tolist() == [[105, 106]]  # the retrieval history
         return {"user_embedding": inputs["user_id"] * 10.0}
     if model == "retriever":
         base = inputs["user_embedding"].sum() + inputs["top_k"].sum()
@@ -27,6 +43,8 @@ def answer(model: str, inputs: dict) -> dict:
             "retrieval_scores": np.array([[0.9, 0.8]]),
         }
     if model == "ranker":
+        assert inputs["history_post_ids"].tolist() == [[5, 6]]  # the ranking history
+        assert "history_dwell_seconds" in inputs
         return {
             "ranked_post_ids": inputs["candidate_post_ids"][:, ::-1],
             "ranked_author_ids": inputs["candidate_author_ids"][:, ::-1],
@@ -42,6 +60,7 @@ def answer(model: str, inputs: dict) -> dict:
         "scores": np.ones((1, keep.sum())),
         "action_probs": inputs["candidate_action_probs"][:, keep],
         "ranked_retrieval_scores": inputs["candidate_retrieval_scores"][:, keep],
+        "filtered_counts": np.array([[0, 0, 0, (~keep).sum(), 0]]),
     }
 
 
@@ -53,15 +72,16 @@ def test_steps_run_in_order_once_per_step_with_mapped_tensors():
         return [answer(model, r) for r in requests]
 
     (out,) = run_ensemble(run_model, [REQUEST])
-    assert [model for model, _ in calls] == ["user_encoder", "retriever", "ranker", "feed_policy"]
-    assert calls[1][1] == [["history_post_ids", "top_k", "user_embedding"]]
-    assert "top_k" not in calls[2][1][0] and "candidate_post_ids" in calls[2][1][0]
+    steps = ["user_state", "user_encoder", "retriever", "ranker", "feed_policy"]
+    assert [model for model, _ in calls] == steps
+    assert calls[2][1] == [["excluded_post_ids", "history_post_ids", "top_k", "user_embedding"]]
+    assert "top_k" not in calls[3][1][0] and "candidate_post_ids" in calls[3][1][0]
     assert out["ranked_post_ids"].tolist() == [[13, 12]]  # 1 * 10 + 2, reversed by the ranker
     assert out["ranked_author_ids"].tolist() == [[15, 14]]
     assert out["retrieval_scores"].tolist() == [[0.8, 0.9]]  # ranked_retrieval_scores, renamed
     assert set(out) == set(RECOMMEND.output_names)
     # absent optional filters are not sent to the policy
-    assert calls[3][1] == [
+    assert calls[4][1] == [
         [
             "candidate_action_probs",
             "candidate_author_ids",
@@ -89,14 +109,28 @@ def test_many_requests_share_one_call_per_step():
 
     second = {**REQUEST, "user_id": np.array([[2]])}
     outs = run_ensemble(run_model, [REQUEST, second])
-    assert calls == [2, 2, 2, 2]
+    assert calls == [2, 2, 2, 2, 2]
     assert [o["ranked_post_ids"][0, -1] for o in outs] == [12, 22]
+
+
+def test_the_retriever_excludes_history_and_served_posts_from_the_user_state():
+    state = user_state(REQUEST)
+    inputs = next_step_inputs(REQUEST, {"user_state": state}, "retriever")
+    assert inputs["history_post_ids"] is state["history_post_ids"]
+    assert inputs["excluded_post_ids"].tolist() == [[99]]
+
+
+def test_a_request_by_user_id_alone_reaches_only_the_user_state_with_its_id():
+    (inputs,) = [next_step_inputs({"user_id": np.array([[1]]), "top_k": np.array([[2]])}, {},
+                                  "user_state")]  # fmt: skip
+    assert sorted(inputs) == ["user_id"]
 
 
 def test_retriever_inputs_after_the_user_encoder():
     embedding = np.ones((1, 4), np.float32)
-    inputs = next_step_inputs(REQUEST, {"user_encoder": {"user_embedding": embedding}}, "retriever")
-    assert sorted(inputs) == ["history_post_ids", "top_k", "user_embedding"]
+    done = {"user_state": user_state(REQUEST), "user_encoder": {"user_embedding": embedding}}
+    inputs = next_step_inputs(REQUEST, done, "retriever")
+    assert sorted(inputs) == ["excluded_post_ids", "history_post_ids", "top_k", "user_embedding"]
     assert inputs["user_embedding"] is embedding
     assert inputs["history_post_ids"] is REQUEST["history_post_ids"]
 
@@ -110,5 +144,5 @@ def test_run_until_returns_the_rankers_outputs_before_the_policy():
 
     request = {**REQUEST, "seen_post_ids": np.array([[13]])}
     ranked = run_until(run_model, request, "ranker")
-    assert calls == ["user_encoder", "retriever", "ranker"]
+    assert calls == ["user_state", "user_encoder", "retriever", "ranker"]
     assert ranked["ranked_post_ids"].tolist() == [[13, 12]]  # nothing filtered yet

@@ -10,23 +10,23 @@ import pytest
 
 from phoenix.config import ACTION_NAMES
 from phoenix.feed_policy import (
+    FILTERS,
     FeedFilters,
     PolicySettings,
     apply_policy,
     diversity_multipliers,
+    dropped_counts,
+    filter_masks,
     keep_mask,
     occurrence_index,
     offset_negative_scores,
     weighted_scores,
 )
-from phoenix.serving.contracts import FEED_POLICY, POLICY_ACTION_WEIGHTS
+from phoenix.serving.contracts import FEED_POLICY, FILTERED_COUNTS, POLICY_ACTION_WEIGHTS
+from phoenix.serving.corpus import CorpusFile
 from phoenix.serving.requests import InputError
 from phoenix.serving.services import ServiceSettings, build_service
-from phoenix.serving.services.feed_policy import (
-    CreationTimes,
-    FeedPolicyService,
-    parse_settings,
-)
+from phoenix.serving.services.feed_policy import FeedPolicyService, parse_settings
 
 NAMES = ("favorite", "reply", "block_author", "report")
 WEIGHTS = np.array([1.0, 10.0, -20.0, -50.0])  # positive sum 11, negative 70, total 81
@@ -140,12 +140,29 @@ def test_posts_older_than_the_maximum_age_are_dropped_unknown_ages_stay():
     assert kept(post_ages_seconds=ages) == [11, 12, 13, 14, 15]  # no maximum: no filter
 
 
-def test_creation_times_give_ages_by_post_id():
-    times = CreationTimes(np.array([30, 10, 20]), np.array([1_000, 900, 950]))
+def test_each_dropped_post_is_counted_once_under_its_first_filter():
+    ages = np.array([10.0, 500.0, 500.0, 500.0, 500.0, 500.0])
+    filters = FeedFilters(
+        user_id=5,  # author 5 writes post 15
+        seen_post_ids=np.array([13, 14]),
+        max_age_seconds=100.0,
+        post_ages_seconds=ages,
+    )
+    counts = dropped_counts(filter_masks(POSTS, AUTHORS, filters))
+    # 12 (second copy): duplicate; 15: own; 13, 14: seen (also too old); 12: too old
+    assert dict(zip(FILTERS, counts.tolist())) == {
+        "duplicate": 1, "own_post": 1, "excluded_author": 0, "seen": 2, "too_old": 1,
+    }  # fmt: skip
+    assert counts.sum() == len(POSTS) - keep_mask(POSTS, AUTHORS, filters).sum()
+    assert dropped_counts(filter_masks(POSTS, AUTHORS, FeedFilters())).tolist() == [1, 0, 0, 0, 0]
+
+
+def test_a_corpus_file_gives_ages_by_post_id():
+    times = CorpusFile(np.array([30, 10, 20]), created_at=np.array([1_000, 900, 950]))
     ages = times.ages(np.array([[10, 20, 99]]), now=1_100.0)
     np.testing.assert_array_equal(ages[:, :2], [[200.0, 150.0]])
     assert np.isnan(ages[0, 2])  # not in the corpus
-    assert CreationTimes(np.array([1]), None).ages(np.array([[1]]), 5.0) is None
+    assert CorpusFile(np.array([1])).ages(np.array([[1]]), 5.0) is None
 
 
 def test_filtered_posts_take_no_diversity_slot():
@@ -232,7 +249,7 @@ class Config:
 
 @pytest.fixture
 def service():
-    created = CreationTimes(np.array([11, 12, 13, 14]), np.array([1_000, 500, 990, 0]))
+    created = CorpusFile(np.array([11, 12, 13, 14]), created_at=np.array([1_000, 500, 990, 0]))
     return FeedPolicyService(
         Config(), settings(0.5, 0.1, offset=0.1, own=True), created, max_batch_size=4,
         clock=lambda: 1_010.0,
@@ -260,6 +277,8 @@ def test_the_service_filters_scores_and_passes_columns_along(service):
     np.testing.assert_allclose(out["ranked_retrieval_scores"], [[0.4, 0.3, 0.1]])
     assert out["action_probs"].shape == (1, 3, 4)
     np.testing.assert_allclose(out["action_probs"][0, :, 0], [0.9, 0.8, 0.6])
+    assert out["filtered_counts"].tolist() == [[0, 1, 0, 0, 0]]  # one own post
+    assert out["filtered_counts"].dtype == FILTERED_COUNTS.dtype
 
 
 def test_the_service_applies_the_requests_filters(service):
@@ -270,6 +289,8 @@ def test_the_service_applies_the_requests_filters(service):
     )
     (out,) = service.handle([request])
     assert out["ranked_post_ids"].tolist() == [[]]  # 12 excluded, 11 seen, 13 own, 14 too old
+    # the empty feed says why: own, excluded author, seen, too old (12 is too old as well)
+    assert out["filtered_counts"].tolist() == [[0, 1, 1, 1, 1]]
 
 
 def test_rows_of_one_request_are_padded_with_post_id_zero(service):
@@ -278,6 +299,7 @@ def test_rows_of_one_request_are_padded_with_post_id_zero(service):
     (out,) = service.handle([two])
     assert out["ranked_post_ids"].tolist() == [[14, 0, 0], [11, 12, 14]]
     assert out["scores"][0, 1:].tolist() == [0.0, 0.0]
+    assert out["filtered_counts"].tolist() == [[0, 1, 0, 2, 0], [0, 1, 0, 0, 0]]
 
 
 @pytest.mark.parametrize(

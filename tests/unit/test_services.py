@@ -251,8 +251,13 @@ def test_requests_beyond_the_largest_bucket_run_in_groups(ranker, resources):
         np.testing.assert_array_equal(alone["ranked_post_ids"], out["ranked_post_ids"])
 
 
-def test_big_corpus_files_are_scored_as_int8_and_reranked_on_cpus():
+@pytest.mark.parametrize("backend, big", [("cpu", "int8"), ("gpu", "float")])
+def test_big_corpus_files_are_scored_as_int8_and_reranked_on_cpus_only(monkeypatch, backend, big):
+    """Whatever this machine has: the backend JAX would run on is set by the test."""
+    import jax
+
     from phoenix.serving.services.retrieval import INT8_MIN_ROWS, corpus_encoding
 
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
     assert corpus_encoding(INT8_MIN_ROWS - 1) == "float"
-    assert corpus_encoding(INT8_MIN_ROWS) == "int8"  # this machine has no GPU
+    assert corpus_encoding(INT8_MIN_ROWS) == big

@@ -536,3 +536,11 @@ def test_serve_parser_has_the_reliability_options():
     )
     assert (args.supervisor_port, args.drain_seconds, args.stop_timeout) == (0, 2.0, 9.0)
     assert args.no_supervisor is False
+
+
+def test_an_unusable_dependency_makes_readiness_false_with_its_reason(admin, processes):
+    reason = ["user state store redis://127.0.0.1:1/0 unavailable during ping"]
+    supervisor = make_supervisor(admin, processes, dependencies=[lambda: reason[0]])
+    assert supervisor.readiness() == (False, reason)
+    reason[0] = None
+    assert supervisor.readiness() == (True, [])

@@ -8,6 +8,8 @@ good ones into one padded batch, makes one engine call and splits the results pe
 - ``common``: settings, the artifacts an instance loads, the request loop.
 - ``retrieval``: ``UserEncoderService``, ``CandidateTowerService``, ``RetrieverService``.
 - ``ranker``: ``RankerService`` (the whole batch on the device) and its score weights.
+- ``user_state``: ``UserStateService`` (histories and served posts from the user-state
+  store by user id, or the request's own history passed on).
 - ``feed_policy``: ``FeedPolicyService`` (filters, every action's weight, author diversity
   after the ranker; numpy only).
 
@@ -30,10 +32,12 @@ from phoenix.serving.services.retrieval import (
     UserEncoderService,
     user_tower_inputs,
 )
+from phoenix.serving.services.user_state import UserStateService
 
 SERVICES: dict[str, type[Service]] = {
     service.model(): service
     for service in (
+        UserStateService,
         UserEncoderService,
         CandidateTowerService,
         RetrieverService,
@@ -65,6 +69,7 @@ __all__ = [
     "Service",
     "ServiceSettings",
     "UserEncoderService",
+    "UserStateService",
     "build_service",
     "action_weight_vector",
     "score_weight_vector",

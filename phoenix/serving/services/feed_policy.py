@@ -3,8 +3,9 @@ diversified by author (the maths: ``phoenix.feed_policy``; the parameters: docs/
 
 Parameters come from the model config (``contracts.FEED_POLICY.parameters``, generated into
 ``feed_policy/config.pbtxt``); a bad one stops the start-up with a message naming it. The
-posts' creation times come from the corpus (its optional ``created_at`` column, unix seconds):
-a post the corpus does not date is never dropped for its age.
+posts' creation times come from the corpus the retriever reads (``serving.corpus``: a file's
+optional ``created_at`` column, unix seconds, or a store's): a post the corpus does not date is
+never dropped for its age.
 
 Shape glossary (R rows of one request): C candidates, C' posts kept, A actions.
 """
@@ -13,16 +14,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 
-from phoenix.checkpoint import load_config, load_corpus, resolve_inside
-from phoenix.corpus_store import StoreFollower, is_store
-from phoenix.feed_policy import FeedFilters, PolicySettings, apply_policy
+from phoenix.checkpoint import load_config
+from phoenix.feed_policy import (
+    FILTERS,
+    FeedFilters,
+    PolicySettings,
+    dropped_counts,
+    filter_masks,
+    passes_all,
+    rank_kept,
+)
 from phoenix.serving.batches import stack_padded
 from phoenix.serving.contracts import POLICY_PARAMETERS
+from phoenix.serving.corpus import ServedCorpus, open_corpus
 from phoenix.serving.requests import PolicyRequest
 from phoenix.serving.services.common import (
     Outputs,
@@ -60,51 +68,6 @@ def parse_settings(texts: Mapping[str, str], action_names: Sequence[str]) -> Pol
 
 
 # ----------------------------------------------------------------------------------------
-# Post ages
-# ----------------------------------------------------------------------------------------
-
-
-class CreationTimes:
-    """Each corpus post's creation time (unix seconds), looked up by post id."""
-
-    def __init__(self, post_ids: np.ndarray, created_at: Optional[np.ndarray]):
-        self.known = created_at is not None
-        order = np.argsort(post_ids)
-        self._ids = post_ids[order]
-        self._created = None if created_at is None else created_at[order].astype(np.float64)
-
-    def ages(self, post_ids: np.ndarray, now: float) -> Optional[np.ndarray]:
-        """Seconds since each post was created, NaN for posts the corpus does not date;
-        None when the corpus dates none."""
-        if not self.known or len(self._ids) == 0:
-            return None
-        slot = np.minimum(np.searchsorted(self._ids, post_ids), len(self._ids) - 1)
-        found = self._ids[slot] == post_ids
-        return np.where(found, now - self._created[slot], np.nan)
-
-
-class StoreCreationTimes:
-    """Creation times looked up in the newest generation of a corpus store."""
-
-    known = True
-
-    def __init__(self, follower: StoreFollower):
-        self.follower = follower
-
-    def ages(self, post_ids: np.ndarray, now: float) -> np.ndarray:
-        _, created, found = self.follower.current().lookup(post_ids)
-        return np.where(found, now - created.astype(np.float64), np.nan)
-
-
-def creation_times(corpus_path: Path, config) -> Union[CreationTimes, StoreCreationTimes]:
-    """The creation times of a corpus file, or of a store followed while serving."""
-    if is_store(corpus_path):
-        return StoreCreationTimes(StoreFollower(corpus_path, config.emb_size).start())
-    corpus = load_corpus(corpus_path, config)
-    return CreationTimes(corpus.post_ids, corpus.created_at)
-
-
-# ----------------------------------------------------------------------------------------
 # The service
 # ----------------------------------------------------------------------------------------
 
@@ -135,14 +98,14 @@ class FeedPolicyService(Service):
         self,
         config,
         settings: PolicySettings,
-        creation_times: Union[CreationTimes, StoreCreationTimes],
+        corpus: ServedCorpus,
         *,
         max_batch_size: int,
         clock: Callable[[], float] = time.time,
     ):
         self.config = config
         self.settings = settings
-        self.creation_times = creation_times
+        self.corpus = corpus  # what dates the posts
         self.max_rows = max_batch_size  # no compiled shapes: numpy only
         self.clock = clock
 
@@ -150,11 +113,11 @@ class FeedPolicyService(Service):
     def from_settings(cls, settings: ServiceSettings) -> FeedPolicyService:
         config = load_config(settings.artifact_dir)
         policy = policy_settings(settings.parameters, config.action_names)
-        corpus_path = resolve_inside(settings.artifact_dir, settings.parameters["corpus_file"])
+        corpus = open_corpus(settings.artifact_dir, settings.parameters["corpus_file"], config)
         return cls(
             config,
             policy,
-            creation_times(corpus_path, config),
+            corpus,
             max_batch_size=settings.max_batch_size,
         )
 
@@ -169,24 +132,25 @@ class FeedPolicyService(Service):
         """One request's feeds, rows padded to the longest."""
         ages = None
         if request.max_age_seconds is not None:
-            ages = self.creation_times.ages(request.candidate_post_ids, now)
+            ages = self.corpus.ages(request.candidate_post_ids, now)
         retrieval = request.candidate_retrieval_scores  # passed through; zeros if not sent
         if retrieval is None:
             retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)
         columns = {name: [] for name in ("posts", "authors", "scores", "probs", "retrieval")}
+        dropped = np.zeros((request.rows, len(FILTERS)), np.int32)  # [R, F]
         for row in range(request.rows):
             posts, authors = request.candidate_post_ids[row], request.candidate_author_ids[row]
-            kept, scores = apply_policy(
-                posts,
-                authors,
-                request.candidate_action_probs[row],
-                self.settings,
-                row_filters(request, row, self.settings.filter_own_posts, ages),
+            probs = request.candidate_action_probs[row]
+            filters = row_filters(request, row, self.settings.filter_own_posts, ages)
+            masks = filter_masks(posts, authors, filters)
+            kept, scores = rank_kept(
+                np.flatnonzero(passes_all(masks)), authors, probs, self.settings
             )
+            dropped[row] = dropped_counts(masks)
             columns["posts"].append(posts[kept])
             columns["authors"].append(authors[kept])
             columns["scores"].append(scores.astype(np.float32))
-            columns["probs"].append(request.candidate_action_probs[row][kept])
+            columns["probs"].append(probs[kept])
             columns["retrieval"].append(retrieval[row][kept])
         width = max(len(p) for p in columns["posts"])  # rows padded with post id 0
 
@@ -199,4 +163,5 @@ class FeedPolicyService(Service):
             "action_probs": stacked("probs"),
             "ranked_author_ids": stacked("authors"),
             "ranked_retrieval_scores": stacked("retrieval"),
+            "filtered_counts": dropped,
         }

@@ -6,19 +6,15 @@ Shape glossary (R rows of one request, B rows of a batch)
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 
-from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
-from phoenix.corpus_store import StoreFollower, is_store
-from phoenix.corpus_store.segment import find_ids
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.batches import pad_batch
+from phoenix.serving.corpus import open_corpus
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
     Outputs,
@@ -125,63 +121,6 @@ class CandidateTowerService(Service):
         return split_rows(requests, {"candidate_embedding": self.embed(posts, authors)})
 
 
-class RowHits(NamedTuple):
-    """One user row's retrieved posts, best first."""
-
-    post_ids: np.ndarray  # int64 [K']
-    author_ids: np.ndarray  # int64 [K']
-    scores: np.ndarray  # float32 [K']
-
-
-class CorpusFileSearch:
-    """A corpus file (``corpus.npz``) on the device, searched exactly by the engine."""
-
-    def __init__(self, engine: RetrievalEngine, corpus: Corpus):
-        self.engine = engine
-        self.corpus = corpus
-        self.engine.set_corpus(corpus.embeddings)
-        order = np.argsort(corpus.post_ids)
-        self._sorted_ids = corpus.post_ids[order]
-        self._sorted_index = order
-
-    def warm_up(self) -> int:
-        return self.engine.warm_up_top_k()
-
-    def corpus_indices(self, post_ids: np.ndarray) -> np.ndarray:
-        """Corpus positions of the ids that are in the corpus."""
-        pos, found = find_ids(self._sorted_ids, post_ids)
-        return self._sorted_index[pos[found]]
-
-    def search(self, users: np.ndarray, k: int, excluded: list[np.ndarray]) -> list[RowHits]:
-        seen = [np.unique(self.corpus_indices(ids)) for ids in excluded]
-        indices, scores = self.engine.top_k(users, k, exclude_indices=seen)  # [B, k]
-        size = len(self.corpus)
-        hits = []
-        for row, positions in enumerate(seen):
-            idx = indices[row, : min(k, size - len(positions))]  # never an excluded post
-            hits.append(
-                RowHits(
-                    self.corpus.post_ids[idx], self.corpus.author_ids[idx], scores[row, : len(idx)]
-                )
-            )
-        return hits
-
-
-class StoreSearch:
-    """A corpus store, followed while serving: each call searches its newest generation."""
-
-    def __init__(self, follower: StoreFollower, clock: Callable[[], float] = time.time):
-        self.follower = follower
-        self.clock = clock
-
-    def warm_up(self) -> int:
-        return 0  # Faiss and numpy: nothing to compile
-
-    def search(self, users: np.ndarray, k: int, excluded: list[np.ndarray]) -> list[RowHits]:
-        hits = self.follower.current().search(users, k, excluded, now=self.clock())
-        return [RowHits(*row) for row in zip(hits.post_ids, hits.author_ids, hits.scores)]
-
-
 # From this many posts a corpus file is scored as int8 codes and re-ranked exactly in float32
 # on CPUs: 1.9x the queries/s at 1 M posts, recall@100 1.0; slower below about 200 k
 # (bench/results/engine.json, "retrieval_corpus_encodings"; docs/retrieval.md).
@@ -193,20 +132,26 @@ def corpus_encoding(rows: int) -> str:
     return "int8" if rows >= INT8_MIN_ROWS and jax.default_backend() == "cpu" else "float"
 
 
-def corpus_search(resources: PhoenixResources, corpus_file: str, engine_options: dict):
-    """What the retriever searches: a corpus file, or a store directory it follows."""
-    path = resolve_inside(resources.root, corpus_file)
-    if is_store(path):
-        return StoreSearch(StoreFollower(path, resources.config.emb_size).start())
-    corpus = load_corpus(path, resources.config)
-    encoding = corpus_encoding(len(corpus))
-    engine = retrieval_engine(resources, corpus_encoding=encoding, **engine_options)
-    return CorpusFileSearch(engine, corpus)
+def exact_engine_for(resources: PhoenixResources, engine_options: dict):
+    """``engine_for(rows)``: the exact engine a corpus file of ``rows`` posts is searched by."""
+
+    def engine_for(rows: int) -> RetrievalEngine:
+        return retrieval_engine(resources, corpus_encoding=corpus_encoding(rows), **engine_options)
+
+    return engine_for
+
+
+def excluded_rows(request: RetrieveRequest) -> list[np.ndarray]:
+    """Per row: the posts it must not get (its history and the posts excluded besides)."""
+    sent = [ids for ids in (request.history_post_ids, request.excluded_post_ids) if ids is not None]
+    if not sent:
+        return [np.zeros(0, np.int64)] * request.rows
+    return list(np.concatenate(sent, axis=1))
 
 
 class RetrieverService(Service):
     """Top-k of a user vector over the corpus (a file, searched exactly, or a store followed
-    while serving), excluding the user's history."""
+    while serving), excluding the user's history and the posts excluded besides (served)."""
 
     request_type = RetrieveRequest
 
@@ -222,7 +167,8 @@ class RetrieverService(Service):
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.max_rows = self.batch_buckets[-1]
         options = {"compute_dtype": compute_dtype, "batch_buckets": self.batch_buckets}
-        self.searcher = corpus_search(resources, corpus_file, options)
+        engine_for = exact_engine_for(resources, options)
+        self.corpus = open_corpus(resources.root, corpus_file, self.config, engine_for)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
@@ -233,18 +179,13 @@ class RetrieverService(Service):
         )
 
     def warm_up(self) -> int:
-        return self.searcher.warm_up()
+        return self.corpus.warm_up()
 
     def run(self, requests: Sequence[RetrieveRequest]) -> list[Outputs]:
         users = np.concatenate([r.user_embedding for r in requests])  # [B, D]
         wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]
-        no_history = lambda r: np.zeros((r.rows, 0), np.int64)  # noqa: E731
-        excluded = [  # per row: the posts it must not get
-            row
-            for r in requests
-            for row in (no_history(r) if r.history_post_ids is None else r.history_post_ids)
-        ]
-        hits = self.searcher.search(users, int(wanted.max()), excluded)
+        excluded = [row for r in requests for row in excluded_rows(r)]
+        hits = self.corpus.search(users, int(wanted.max()), excluded)
         # A row gets at most its top_k; a request's rows are cut to its shortest row's count,
         # so each output is one rectangular array.
         outputs, start = [], 0

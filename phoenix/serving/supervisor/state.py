@@ -8,7 +8,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -111,8 +111,12 @@ class Supervisor:
         stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        dependencies: Sequence[Callable[[], str | None]] = (),
     ):
         self.admin = admin or TritonAdmin(http_url, admin_key)
+        # What the models need besides Triton (the user-state store): each returns why it is
+        # not usable, or None; /ready is false while any gives a reason.
+        self.dependencies = tuple(dependencies)
         self.server_pid = server_pid
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
@@ -273,6 +277,7 @@ class Supervisor:
         for model, (_, _, composing) in models.items():
             if model not in down and composing & down:
                 reasons.append(f"model {model} needs {', '.join(sorted(composing & down))}")
+        reasons += [reason for check in self.dependencies if (reason := check())]
         if not reasons and not self.admin.is_ready():
             reasons.append("triton is not ready")
         return not reasons, reasons

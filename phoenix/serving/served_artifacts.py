@@ -1,0 +1,155 @@
+"""Which artifacts a server serves, said in its model configs, and the clients' use of it.
+
+A launcher given an artifact directory (``TritonServer(artifacts_dir=...)``: serve, the demo,
+the tests and benchmarks) serves a copy of the model repository whose configs carry the truth
+in two parameters (``contracts.ARTIFACT_PARAMETERS``): ``artifact_dir``, the directory's
+absolute path, and ``artifact_digest``, the sha256 of its ``config.json``. ``GET
+/v2/models/<model>/config`` reports them; a model instance refuses to start when the digest is
+not that of the artifacts it loads. A client without ``--artifacts`` uses the served ones; one
+whose ``--artifacts`` have another digest is refused, naming both.
+
+The digest is of the artifact config (shapes, vocabularies, actions, hash parameters): what a
+client needs to agree on to build requests and read answers. Retrained weights of the same
+config keep it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from phoenix.checkpoint import ArtifactError
+from phoenix.checkpoint.files import CONFIG_FILE, artifact_root, existing_file
+from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND
+
+# The models a client asks for the served artifacts, in order (all read the same directory).
+ASKED_MODELS = tuple(step.model for step in RECOMMEND.steps) + ("candidate_tower",)
+SERVED_HEADER = (
+    "# The config of {source}, served with the artifacts {artifacts}\n"
+    "# (written by phoenix.serving.served_artifacts when the server started).\n"
+)
+
+
+class ArtifactMismatch(ValueError):
+    """The client's artifacts are not the served ones (the message names both)."""
+
+
+def artifact_digest(artifact_dir: str | Path) -> str:
+    """sha256 (hex) of the artifact directory's config.json; ArtifactError when it has none."""
+    path = existing_file(artifact_root(artifact_dir), CONFIG_FILE)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def short(digest: str) -> str:
+    return digest[:12] or "(none)"
+
+
+# ----------------------------------------------------------------------------------------
+# The server side: a repository saying which artifacts it serves
+# ----------------------------------------------------------------------------------------
+
+
+def config_files(model_dir: Path) -> list[Path]:
+    """A model's config files: config.pbtxt and the named ones Triton may pick instead."""
+    return [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]
+
+
+def write_served_repository(source: Path, dest: Path, artifact_dir: Path) -> Path:
+    """A copy of the repository ``source`` at ``dest`` (replaced) whose every config reading an
+    artifact directory names ``artifact_dir`` (absolute) and its digest; returns ``dest``."""
+    from google.protobuf import text_format
+
+    from phoenix.serving.configs import read_config
+
+    artifact_dir, digest = Path(artifact_dir).resolve(), artifact_digest(artifact_dir)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for model_dir in sorted(p for p in Path(source).iterdir() if p.is_dir()):
+        copy = dest / model_dir.name
+        shutil.copytree(model_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for path in filter(Path.is_file, config_files(copy)):
+            config = read_config(path)
+            if ARTIFACT_DIR.name not in config.parameters:
+                continue  # the ensemble, a model of a test's own
+            config.parameters[ARTIFACT_DIR.name].string_value = ARTIFACT_DIR.text(artifact_dir)
+            config.parameters[ARTIFACT_DIGEST.name].string_value = ARTIFACT_DIGEST.text(digest)
+            header = SERVED_HEADER.format(source=path.relative_to(dest), artifacts=artifact_dir)
+            path.write_text(header + text_format.MessageToString(config))
+    return dest
+
+
+def check_loaded(parameters: dict[str, str], artifact_dir: Path) -> None:
+    """A model instance's check: the digest its config states is that of the artifacts it
+    loads (an ``artifact_dir`` overridden by $PHOENIX_ARTIFACT_DIR could differ)."""
+    stated = parameters.get(ARTIFACT_DIGEST.name, "")
+    if stated and (loaded := artifact_digest(artifact_dir)) != stated:
+        raise ArtifactMismatch(
+            f"the config states artifacts of config digest {short(stated)} "
+            f"({parameters.get(ARTIFACT_DIR.name)}), but {artifact_dir} has {short(loaded)}"
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# The client side: the served artifacts, and the client's own checked against them
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServedArtifacts:
+    """The artifacts a server says it serves; an empty digest: its configs do not say (a
+    repository served as committed, ``artifact_dir`` relative to the model's directory)."""
+
+    directory: str
+    digest: str
+
+
+def served_artifacts(client, protocol: str, models: Iterable[str] = ASKED_MODELS):
+    """What the first of ``models`` loaded on the server states in its config; the error of
+    the last model asked when none answers."""
+    from phoenix.serving.inprocess import server_parameters
+
+    error: Optional[Exception] = None
+    for model in models:
+        try:
+            parameters = server_parameters(client, protocol, model)
+        except Exception as failed:  # tritonclient raises several types: not loaded, no server
+            error = failed
+            continue
+        return ServedArtifacts(
+            parameters.get(ARTIFACT_DIR.name, ""), parameters.get(ARTIFACT_DIGEST.name, "")
+        )
+    raise error or ValueError("no model to ask")
+
+
+def choose_artifacts(chosen: Optional[Path], served: ServedArtifacts, fallback: Path) -> Path:
+    """The artifact directory a client uses: ``chosen`` when its digest is the served one (or
+    the server does not say), else ArtifactMismatch naming both; without ``chosen``, the
+    served directory (``fallback`` when the server does not say which)."""
+    if chosen is not None:
+        if served.digest and (mine := artifact_digest(chosen)) != served.digest:
+            raise ArtifactMismatch(
+                f"the artifacts {chosen} (config digest {short(mine)}) are not the ones the "
+                f"server serves: {served.directory} (config digest {short(served.digest)})"
+            )
+        return Path(chosen)
+    if not served.digest:
+        return Path(fallback)
+    directory = Path(served.directory)
+    try:
+        here = artifact_digest(directory)
+    except ArtifactError:
+        raise ArtifactMismatch(
+            f"the server serves the artifacts {directory} (config digest "
+            f"{short(served.digest)}), which this machine does not have; pass a copy of them"
+        ) from None
+    if here != served.digest:
+        raise ArtifactMismatch(
+            f"the artifacts {directory} changed since the server loaded them: config digest "
+            f"{short(here)} here, {short(served.digest)} served"
+        )
+    return directory

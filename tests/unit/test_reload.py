@@ -1,0 +1,82 @@
+"""Reloading served models with changed parameters (phoenix/serving/reload.py), against a fake
+server that keeps each model's config: a corpus switch moves every loaded model whose contract
+reads the corpus, and keeps their other parameters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from phoenix.serving.contracts import CONTRACTS, CORPUS_READERS
+from phoenix.serving.reload import reload_model, switch_corpus
+
+
+class FakeServer:
+    """The load API of a server with explicit model control (HTTP client's JSON configs)."""
+
+    def __init__(self, loaded, refuse=()):
+        self.configs = {
+            model: {"name": model, "parameters": {"artifact_dir": {"string_value": "a"}}}
+            for model in loaded
+        }
+        for model, config in self.configs.items():
+            if "corpus_file" in CONTRACTS[model].parameter_names:
+                config["parameters"]["corpus_file"] = {"string_value": "corpus.npz"}
+        self.refuse = set(refuse)
+        self.loads = []
+
+    def get_model_config(self, model):
+        return json.loads(json.dumps(self.configs[model]))
+
+    def is_model_ready(self, model):
+        return model in self.configs
+
+    def load_model(self, model, headers=None, config=None):
+        if model in self.refuse:
+            raise RuntimeError(f"load of {model} refused")
+        self.loads.append((model, headers))
+        self.configs[model] = json.loads(config)
+
+    def corpus_of(self, model):
+        return self.configs[model]["parameters"]["corpus_file"]["string_value"]
+
+
+def test_the_corpus_readers_are_the_models_declaring_corpus_file():
+    assert set(CORPUS_READERS) == {"retriever", "feed_policy"}
+    assert all("corpus_file" in CONTRACTS[model].parameter_names for model in CORPUS_READERS)
+
+
+def test_a_corpus_switch_moves_every_loaded_reader_and_keeps_the_other_parameters():
+    server = FakeServer(["user_encoder", "retriever", "ranker", "feed_policy"])
+    assert switch_corpus(server, "http", "store", "key") == ["retriever", "feed_policy"]
+    assert server.corpus_of("retriever") == server.corpus_of("feed_policy") == "store"
+    assert [model for model, _ in server.loads] == ["retriever", "feed_policy"]
+    assert all(headers for _, headers in server.loads)  # the admin key went along
+    assert server.configs["feed_policy"]["parameters"]["artifact_dir"] == {"string_value": "a"}
+    assert "corpus_file" not in server.configs["ranker"]["parameters"]  # never loaded again
+
+
+def test_a_reader_the_server_has_not_loaded_is_left_alone():
+    server = FakeServer(["user_encoder", "retriever"])
+    assert switch_corpus(server, "http", "store", None) == ["retriever"]
+    assert "feed_policy" not in server.configs
+
+
+def test_a_server_without_readers_and_a_half_switch_are_named():
+    with pytest.raises(RuntimeError, match="none of"):
+        switch_corpus(FakeServer(["ranker"]), "http", "store", None)
+    server = FakeServer(["retriever", "feed_policy"], refuse=["feed_policy"])
+    with pytest.raises(RuntimeError, match="retriever now serve 'store' but reloading feed_"):
+        switch_corpus(server, "http", "store", None)
+    refused = FakeServer(["retriever", "feed_policy"], refuse=["retriever"])
+    with pytest.raises(RuntimeError, match="serves what it served"):
+        switch_corpus(refused, "http", "store", None)
+    assert refused.corpus_of("feed_policy") == "corpus.npz"
+
+
+def test_a_load_the_server_does_not_report_is_an_error():
+    server = FakeServer(["feed_policy"])
+    server.load_model = lambda model, headers=None, config=None: None  # accepted, not applied
+    with pytest.raises(RuntimeError, match="after the load feed_policy serves"):
+        reload_model(server, "http", "feed_policy", {"corpus_file": "store"}, None)

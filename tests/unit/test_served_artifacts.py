@@ -1,0 +1,138 @@
+"""Which artifacts a server serves (phoenix/serving/served_artifacts.py), without a server: the
+served repository's configs name them truthfully, and a client's artifacts are chosen or
+refused against what a server states."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from phoenix.serving.configs import REPOSITORY, read_config
+from phoenix.serving.contracts import CONTRACTS
+from phoenix.serving.served_artifacts import (
+    ArtifactMismatch,
+    ServedArtifacts,
+    artifact_digest,
+    check_loaded,
+    choose_artifacts,
+    served_artifacts,
+    write_served_repository,
+)
+
+
+def fake_artifacts(path: Path, emb_size: int) -> Path:
+    """An artifact directory as far as its identity goes: a config.json."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"emb_size": emb_size}))
+    return path
+
+
+@pytest.fixture
+def one(tmp_path):
+    return fake_artifacts(tmp_path / "one", 8)
+
+
+@pytest.fixture
+def other(tmp_path):
+    return fake_artifacts(tmp_path / "other", 16)
+
+
+def test_the_digest_is_the_sha256_of_config_json(one, other):
+    expected = hashlib.sha256((one / "config.json").read_bytes()).hexdigest()
+    assert artifact_digest(one) == expected
+    assert artifact_digest(other) != expected
+    shutil.copy(one / "config.json", other / "config.json")
+    assert artifact_digest(other) == expected  # the config's identity, not the folder's
+
+
+def test_the_served_repository_names_the_artifacts_in_every_config(tmp_path, one):
+    dest = write_served_repository(REPOSITORY, tmp_path / "served", one)
+    digest = artifact_digest(one)
+    for name, contract in CONTRACTS.items():
+        files = [dest / name / "config.pbtxt", *sorted((dest / name / "configs").glob("*.pbtxt"))]
+        for path in files:
+            config = read_config(path)
+            original = read_config(REPOSITORY / path.relative_to(dest))
+            parameters = {k: v.string_value for k, v in config.parameters.items()}
+            if contract.is_ensemble:
+                assert config == original
+                continue
+            assert parameters["artifact_dir"] == str(one.resolve())
+            assert parameters["artifact_digest"] == digest
+            # everything else as committed
+            for key in ("artifact_dir", "artifact_digest"):
+                del config.parameters[key], original.parameters[key]
+            assert config == original, path
+    # every other file (the model code) is served as committed
+    committed = {
+        path.relative_to(REPOSITORY): path.read_bytes()
+        for path in REPOSITORY.rglob("*")
+        if path.is_file() and path.suffix == ".py" and "__pycache__" not in path.parts
+    }
+    assert committed and all((dest / p).read_bytes() == text for p, text in committed.items())
+    # the committed configs do not say which artifacts (relative default, no digest)
+    as_committed = read_config(REPOSITORY / "ranker" / "config.pbtxt").parameters
+    assert as_committed["artifact_digest"].string_value == ""
+
+
+def test_a_model_refuses_to_start_on_artifacts_its_config_does_not_state(one, other):
+    stated = {"artifact_dir": str(one), "artifact_digest": artifact_digest(one)}
+    check_loaded(stated, one)
+    check_loaded({"artifact_dir": "../../artifacts/demo", "artifact_digest": ""}, other)
+    with pytest.raises(ArtifactMismatch, match=f"{other}"):
+        check_loaded(stated, other)
+
+
+def test_a_client_without_artifacts_uses_the_served_ones(one, tmp_path):
+    served = ServedArtifacts(str(one), artifact_digest(one))
+    assert choose_artifacts(None, served, fallback=tmp_path / "demo") == one
+    # a server whose configs do not say: the default
+    unsaid = ServedArtifacts("../../artifacts/demo", "")
+    assert choose_artifacts(None, unsaid, fallback=tmp_path / "demo") == tmp_path / "demo"
+
+
+def test_a_client_with_other_artifacts_is_refused_naming_both(one, other, tmp_path):
+    served = ServedArtifacts(str(one), artifact_digest(one))
+    assert choose_artifacts(one, served, fallback=tmp_path) == one
+    with pytest.raises(ArtifactMismatch) as refused:
+        choose_artifacts(other, served, fallback=tmp_path)
+    message = str(refused.value)
+    assert str(one) in message and str(other) in message
+    assert artifact_digest(one)[:12] in message and artifact_digest(other)[:12] in message
+    # a server that does not say cannot refuse
+    assert choose_artifacts(other, ServedArtifacts("x", ""), fallback=tmp_path) == other
+
+
+def test_served_artifacts_this_machine_lacks_or_changed_are_refused(one, tmp_path):
+    missing = ServedArtifacts(str(tmp_path / "elsewhere"), "ab" * 32)
+    with pytest.raises(ArtifactMismatch, match="does not have"):
+        choose_artifacts(None, missing, fallback=tmp_path)
+    changed = ServedArtifacts(str(one), "ab" * 32)
+    with pytest.raises(ArtifactMismatch, match="changed since"):
+        choose_artifacts(None, changed, fallback=tmp_path)
+
+
+class FakeClient:
+    """tritonclient's HTTP client as far as get_model_config goes."""
+
+    def __init__(self, configs):
+        self.configs, self.asked = configs, []
+
+    def get_model_config(self, model):
+        self.asked.append(model)
+        if model not in self.configs:
+            raise RuntimeError(f"{model} is not loaded")
+        return self.configs[model]
+
+
+def test_the_served_artifacts_are_read_from_the_first_loaded_model():
+    parameters = {"artifact_dir": {"string_value": "/a"}, "artifact_digest": {"string_value": "d"}}
+    client = FakeClient({"ranker": {"parameters": parameters}})
+    assert served_artifacts(client, "http") == ServedArtifacts("/a", "d")
+    assert client.asked[-1] == "ranker"
+    with pytest.raises(RuntimeError, match="not loaded"):
+        served_artifacts(FakeClient({}), "http")

@@ -1,0 +1,138 @@
+"""The corpus the serving models read (phoenix/serving/corpus.py): a corpus file or a store,
+opened in one place; the retriever searches it and the feed policy dates posts from it, the
+same way for both kinds."""
+
+from __future__ import annotations
+
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+from phoenix.checkpoint import Corpus, load_corpus, save_corpus
+from phoenix.config import ArtifactError
+from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, StoreError
+from phoenix.corpus_store.manifest import IVF_SQ8
+from phoenix.serving import services
+from phoenix.serving.contracts import FEED_POLICY
+from phoenix.serving.corpus import CorpusFile, FollowedStore, open_corpus
+from phoenix.serving.services import ServiceSettings, build_service
+
+NOW = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """Tiny artifacts whose corpus file is dated, and a store of the same posts."""
+    from phoenix.artifacts import generate
+
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=2, corpus_size=120)
+    corpus = load_corpus(out / "corpus.npz")
+    created = NOW - 10 * np.arange(len(corpus), dtype=np.int64)  # post i is 10 i seconds old
+    dated = Corpus(corpus.post_ids, corpus.embeddings, corpus.author_ids, None, created)
+    save_corpus(out / "corpus.npz", dated)
+    store = CorpusStore.create(out / "store", corpus.embeddings.shape[1])
+    store.add(Posts(corpus.post_ids, corpus.author_ids, created, corpus.embeddings), SEALED)
+    return out
+
+
+@pytest.fixture(scope="module")
+def resources(artifacts):
+    return services.PhoenixResources(artifacts, ("retrieval",))
+
+
+def without_vectors(source, target) -> None:
+    """A copy of a corpus file whose vectors cannot be read (garbage bytes)."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for name in old.namelist():
+            data = old.read(name)
+            new.writestr(name, b"not an array" if name.startswith("candidate_") else data)
+
+
+def test_the_feed_policy_reads_only_post_ids_and_creation_times_of_a_file(artifacts, resources):
+    without_vectors(artifacts / "corpus.npz", artifacts / "no-vectors.npz")
+    with pytest.raises(ArtifactError, match="candidate_representations"):  # the retriever reads
+        load_corpus(artifacts / "no-vectors.npz")
+    corpus = open_corpus(artifacts, "no-vectors.npz", resources.config)  # the policy never does
+    assert isinstance(corpus, CorpusFile) and corpus.engine is None
+    ids = load_corpus(artifacts / "corpus.npz").post_ids
+    ages = corpus.ages(np.array([[ids[3], ids[0], 987_654_321]]), now=NOW + 5)
+    np.testing.assert_array_equal(ages[0, :2], [35.0, 5.0])
+    assert np.isnan(ages[0, 2])
+    with pytest.raises(RuntimeError, match="without its vectors"):
+        corpus.search(np.zeros((1, resources.config.emb_size), np.float32), 3, [ids[:0]])
+
+
+def test_a_file_and_a_store_of_the_same_posts_answer_alike(artifacts, resources):
+    file = open_corpus(artifacts, "corpus.npz", resources.config)
+    store = open_corpus(artifacts, "store", resources.config)
+    try:
+        assert isinstance(store, FollowedStore)
+        ids = load_corpus(artifacts / "corpus.npz").post_ids
+        asked = np.array([ids[[5, 50, 119]], [ids[0], 424242, ids[7]]])
+        np.testing.assert_array_equal(file.ages(asked, NOW), store.ages(asked, NOW))
+    finally:
+        store.close()
+
+
+def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
+    file = services.RetrieverService(resources, "corpus.npz", batch_buckets=(2,))
+    store = services.RetrieverService(resources, "store", batch_buckets=(2,))
+    corpus = load_corpus(artifacts / "corpus.npz")
+    request = {
+        "user_embedding": corpus.embeddings[[3, 40]],
+        "top_k": np.array([[9], [9]], np.int32),
+        "history_post_ids": corpus.post_ids[None, [3, 8]].repeat(2, 0),
+    }
+    try:
+        (from_file,) = file.handle([request])
+        (from_store,) = store.handle([request])
+    finally:
+        store.corpus.close()
+    np.testing.assert_array_equal(from_file["post_ids"], from_store["post_ids"])
+    np.testing.assert_array_equal(from_file["author_ids"], from_store["author_ids"])
+    np.testing.assert_allclose(from_file["retrieval_scores"], from_store["retrieval_scores"], 1e-5)
+    assert not np.isin(from_file["post_ids"], corpus.post_ids[[3, 8]]).any()
+
+
+def test_the_feed_policy_dates_posts_from_the_store_it_is_given(artifacts, resources):
+    """Posts added to the store are dated by the policy from the next generation on."""
+    texts = FEED_POLICY.parameter_texts({"corpus_file": "store"})
+    policy = build_service(ServiceSettings.parsed("feed_policy", artifacts, 8, texts))
+    try:
+        new_id = 10**15
+        vector = np.zeros((1, resources.config.emb_size), np.float32)
+        vector[0, 0] = 1.0
+        assert np.isnan(policy.corpus.ages(np.array([new_id]), NOW)[0])
+        CorpusStore(artifacts / "store").add(
+            Posts(np.array([new_id]), np.array([1]), np.array([int(time.time())]), vector)
+        )
+        assert policy.corpus.follower.refresh()
+        assert policy.corpus.ages(np.array([new_id]), time.time())[0] < 60
+    finally:
+        policy.corpus.close()
+
+
+def test_the_feed_policy_loads_no_index_of_a_store(tmp_path, resources):
+    """A sealed IVF segment: the retriever loads its Faiss index, the policy never does."""
+    rng = np.random.default_rng(0)
+    rows, width = 2_000, resources.config.emb_size
+    vectors = rng.normal(size=(rows, width)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1, rows + 1)
+    store = CorpusStore.create(tmp_path / "ivf", width)
+    posts = Posts(ids, ids % 7, np.full(rows, NOW - 100), vectors)
+    store.add(posts, SEALED, index=IndexSpec(IVF_SQ8, nlist=8, nprobe=8))
+    searched = open_corpus(tmp_path, "ivf", resources.config, engine_for=lambda rows: None)
+    looked_up = open_corpus(tmp_path, "ivf", resources.config)
+    try:
+        assert searched.follower.current().segments[0].index is not None
+        assert looked_up.follower.current().segments[0].index is None
+        np.testing.assert_array_equal(looked_up.ages(ids[:3], NOW), [100.0] * 3)
+        with pytest.raises(StoreError, match="look-ups only"):
+            looked_up.search(vectors[:1], 3, [ids[:0]])
+    finally:
+        searched.close()
+        looked_up.close()

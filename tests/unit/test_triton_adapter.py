@@ -1,0 +1,297 @@
+"""The Triton adapter (phoenix/serving/triton_adapter.py) without a server: a fake
+``triton_python_backend_utils`` stands in for the stub's module. A refused request gets
+INVALID_ARG alone, a failing batch INTERNAL for each request, the good requests beside a
+refused one their outputs; the refusals and failures are counted on the adapter's metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from google.protobuf.json_format import MessageToDict
+
+from phoenix.serving.client import model_inputs
+from phoenix.serving.configs import model_config
+from phoenix.serving.contracts import FEED_POLICY
+from phoenix.serving.profiles import profile
+from phoenix.serving.request_metrics import FAILED, REFUSED, WHOLE_REQUEST
+from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest
+from phoenix.serving.triton_adapter import ServiceModel
+
+MODEL = FEED_POLICY.name  # numpy only: the quickest service to start
+
+
+# ----------------------------------------------------------------------------------------
+# The fake stub module
+# ----------------------------------------------------------------------------------------
+
+
+class FakeMetrics:
+    """What Triton's /metrics would show: {(family, sorted labels): value}; families and
+    metrics of one name and labels are shared, as Triton shares them between instances."""
+
+    def __init__(self):
+        self.values: dict[tuple, float] = defaultdict(float)
+        self.descriptions: dict[str, str] = {}
+
+    def value(self, family: str, **labels: str) -> float:
+        key = (family, tuple(sorted(labels.items())))
+        assert key in self.values, f"no series {key}; have {sorted(self.values)}"
+        return self.values[key]
+
+    def series(self, family: str) -> dict[tuple, float]:
+        return {labels: v for (name, labels), v in self.values.items() if name == family}
+
+
+def fake_backend_utils(metrics: FakeMetrics, with_metrics: bool = True) -> types.ModuleType:
+    module = types.ModuleType("triton_python_backend_utils")
+
+    class Metric:
+        def __init__(self, key):
+            self.key = key
+            metrics.values[key] += 0.0  # the series exists from its creation
+
+        def increment(self, value: float) -> None:
+            metrics.values[self.key] += value
+
+    class MetricFamily:
+        COUNTER, GAUGE = "counter", "gauge"
+
+        def __init__(self, name: str, description: str, kind: str):
+            assert kind == MetricFamily.COUNTER
+            assert metrics.descriptions.setdefault(name, description) == description
+            self.name = name
+
+        def Metric(self, labels: dict[str, str]):  # noqa: N802 - the stub's name
+            assert all(isinstance(v, str) for v in labels.values()), labels
+            return Metric((self.name, tuple(sorted(labels.items()))))
+
+    class TritonError:
+        INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
+
+        def __init__(self, message: str, code: str = "INTERNAL"):
+            self._message, self._code = message, code
+
+        def message(self) -> str:
+            return self._message
+
+        def code(self) -> str:
+            return self._code
+
+    class Tensor:
+        def __init__(self, name: str, array: np.ndarray):
+            self.name, self.array = name, array
+
+        @classmethod
+        def from_dlpack(cls, name: str, buffer) -> Tensor:
+            return cls(name, np.array(np.from_dlpack(buffer)))
+
+    class InferenceResponse:
+        def __init__(self, output_tensors, error=None):
+            self.outputs = {t.name: t.array for t in output_tensors}
+            self.error = error
+
+    for value in (MetricFamily, TritonError, Tensor, InferenceResponse):
+        if value is not MetricFamily or with_metrics:
+            setattr(module, value.__name__, value)
+    return module
+
+
+class InputTensor:
+    """A request tensor as the stub hands it over: name(), is_cpu() and DLPack."""
+
+    def __init__(self, name: str, array: np.ndarray):
+        self._name, self._array = name, np.ascontiguousarray(array)
+
+    def name(self) -> str:
+        return self._name
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+class Request:
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self._inputs = [InputTensor(name, array) for name, array in arrays.items()]
+
+    def inputs(self):
+        return self._inputs
+
+
+# ----------------------------------------------------------------------------------------
+# A model instance, initialized as Triton initializes it
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    from phoenix.artifacts import generate
+
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=1, corpus_size=200)
+    return out
+
+
+def triton_args(artifacts, digest: str = "") -> dict[str, str]:
+    """``initialize``'s args: the model config in JSON form, as Triton passes it."""
+    config = MessageToDict(
+        model_config(FEED_POLICY, profile("cpu")), preserving_proto_field_name=True
+    )
+    config["parameters"]["artifact_dir"] = {"string_value": str(artifacts)}
+    config["parameters"]["artifact_digest"] = {"string_value": digest}
+    return {
+        "model_config": json.dumps(config),
+        "model_repository": str(artifacts),
+        "model_instance_kind": "CPU",
+        "model_instance_name": f"{MODEL}_0",
+    }
+
+
+@pytest.fixture
+def metrics(monkeypatch):
+    metrics = FakeMetrics()
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_backend_utils(metrics))
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # initialize sets it; restored after the test
+    monkeypatch.delenv("PHOENIX_STUB_DIR", raising=False)
+    return metrics
+
+
+@pytest.fixture
+def model(metrics, artifacts):
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    instance = TritonPythonModel()
+    instance.initialize(triton_args(artifacts))
+    yield instance
+    instance.finalize()
+
+
+def policy_request(rng, num_actions: int, candidates: int = 6, **changes) -> dict:
+    values = {
+        "user_id": 7,
+        "candidate_post_ids": rng.integers(1, 10**9, candidates).tolist(),
+        "candidate_author_ids": rng.integers(1, 50, candidates).tolist(),
+        "candidate_action_probs": rng.random((candidates, num_actions)).tolist(),
+        **changes,
+    }
+    return model_inputs(MODEL, values)
+
+
+# ----------------------------------------------------------------------------------------
+# Tests
+# ----------------------------------------------------------------------------------------
+
+
+def test_refused_requests_get_invalid_arg_alone_and_are_counted(model, metrics):
+    rng = np.random.default_rng(0)
+    actions = model.service.config.num_actions
+    good = [policy_request(rng, actions), policy_request(rng, actions, candidates=9)]
+    bad_probs = policy_request(rng, actions)
+    bad_probs["candidate_action_probs"][0, 0, 0] = 1.5  # probabilities lie in [0, 1]
+    two_rows = policy_request(rng, actions)
+    two_rows["seen_post_ids"] = np.zeros((2, 3), np.int64)  # a filter of 2 rows, 1 user
+    batch = [good[0], bad_probs, good[1], two_rows]
+
+    responses = model.execute([Request(arrays) for arrays in batch])
+
+    assert [r.error.code() if r.error else None for r in responses] == [
+        None, "INVALID_ARG", None, "INVALID_ARG",
+    ]  # fmt: skip
+    assert "candidate_action_probs" in responses[1].error.message()
+    assert "rows" in responses[3].error.message()
+    for response, arrays in zip((responses[0], responses[2]), good):
+        (alone,) = model.service.handle([arrays])
+        assert set(response.outputs) == {spec.name for spec in FEED_POLICY.outputs}
+        for spec in FEED_POLICY.outputs:
+            assert response.outputs[spec.name].dtype == spec.dtype
+            np.testing.assert_array_equal(response.outputs[spec.name], alone[spec.name])
+
+    assert metrics.value(REFUSED, model=MODEL, input="candidate_action_probs") == 1
+    assert metrics.value(REFUSED, model=MODEL, input=WHOLE_REQUEST) == 1
+    assert metrics.value(FAILED, model=MODEL) == 0
+    # every input's series exists from the start, at 0 until a refusal names it
+    expected = {(("input", name), ("model", MODEL)) for name in FEED_POLICY.input_names}
+    assert set(metrics.series(REFUSED)) == expected | {(("input", WHOLE_REQUEST), ("model", MODEL))}
+    assert metrics.value(REFUSED, model=MODEL, input="user_id") == 0
+
+
+def test_a_failing_batch_answers_internal_for_each_of_its_requests_and_counts_them(
+    model, metrics, monkeypatch
+):
+    rng = np.random.default_rng(1)
+    actions = model.service.config.num_actions
+
+    def broken(requests):
+        raise RuntimeError("the engine broke")
+
+    monkeypatch.setattr(model.service, "run", broken)
+    responses = model.execute([Request(policy_request(rng, actions)) for _ in range(3)])
+
+    assert [r.error.code() for r in responses] == ["INTERNAL"] * 3
+    assert all("RuntimeError: the engine broke" in r.error.message() for r in responses)
+    assert all(r.outputs == {} for r in responses)
+    assert metrics.value(FAILED, model=MODEL) == 3
+    assert sum(metrics.series(REFUSED).values()) == 0
+
+
+def test_instances_of_a_model_add_to_the_same_series(metrics, artifacts):
+    rng = np.random.default_rng(2)
+
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    first, second = TritonPythonModel(), TritonPythonModel()
+    for instance in (first, second):
+        instance.initialize(triton_args(artifacts))
+    actions = first.service.config.num_actions
+    refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)  # ids must be >= 0
+    first.execute([Request(refused)])
+    second.execute([Request(refused), Request(refused)])
+    for instance in (first, second):
+        instance.finalize()
+    assert metrics.value(REFUSED, model=MODEL, input="candidate_author_ids") == 3
+
+
+def test_the_adapter_serves_without_custom_metrics(monkeypatch, artifacts):
+    """A Triton without MetricFamily (or with metrics off): answers as before, counts nothing."""
+    metrics = FakeMetrics()
+    utils = fake_backend_utils(metrics, with_metrics=False)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.delenv("PHOENIX_STUB_DIR", raising=False)
+
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    instance = TritonPythonModel()
+    instance.initialize(triton_args(artifacts))
+    rng = np.random.default_rng(3)
+    actions = instance.service.config.num_actions
+    refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)
+    good, bad = instance.execute([Request(policy_request(rng, actions)), Request(refused)])
+    instance.finalize()
+    assert good.error is None and set(good.outputs) == {s.name for s in FEED_POLICY.outputs}
+    assert bad.error.code() == "INVALID_ARG" and "candidate_author_ids" in bad.error.message()
+    assert metrics.values == {}
+
+
+def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, artifacts):
+    """The served config's artifact_digest is what clients trust: it must be true."""
+
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    TritonPythonModel().initialize(triton_args(artifacts, artifact_digest(artifacts)))
+    with pytest.raises(ArtifactMismatch, match=str(artifacts)):
+        TritonPythonModel().initialize(triton_args(artifacts, "0" * 64))

@@ -1,0 +1,189 @@
+"""The user_state service against a real redis-server: histories by user id, the request's own
+history passed on, cold start, served posts, a store that is down and comes back."""
+
+import time
+
+import numpy as np
+import pytest
+
+from phoenix.serving.requests import InputError
+from phoenix.serving.services import ServiceSettings, build_service
+from phoenix.serving.services.user_state import USER_STATE_URL_ENV, UserStateService
+from phoenix.user_state import Engagement, UserStateStore, UserStateUnavailable, connect
+from phoenix.user_state.server import RedisServer
+
+NOW = time.time()
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    from phoenix.artifacts import generate
+
+    out = tmp_path_factory.mktemp("tiny")
+    generate("tiny", out, seed=1, corpus_size=200)
+    return out
+
+
+@pytest.fixture
+def redis_server():
+    with RedisServer() as server:
+        yield server
+
+
+def service(artifacts, url: str, max_batch: int = 8) -> UserStateService:
+    return build_service(
+        ServiceSettings.parsed("user_state", artifacts, max_batch, {"user_state_url": url,
+                                                                     "artifact_dir": "x"})
+    )  # fmt: skip
+
+
+def engagements(user: int, count: int, negative_every: int = 3) -> list[Engagement]:
+    """``count`` engagements of ``user``, one a minute up to a minute ago; every
+    ``negative_every``-th one negative (ranking history only)."""
+    events = []
+    for i in range(count):
+        negative = i % negative_every == negative_every - 1
+        actions = ["not_interested"] if negative else ["favorite", "dwell"]
+        ts = NOW - 60 * (count - i)
+        events.append(Engagement.of(user, 1000 + i, 50 + i % 7, ts, actions, surface=i % 2,
+                                    dwell_seconds=float(i)))  # fmt: skip
+    return events
+
+
+def by_id(*users: int) -> dict:
+    return {"user_id": np.array(users, np.int64)[:, None]}
+
+
+def test_by_id_reads_both_histories_capped_newest_last_and_served(artifacts, redis_server):
+    svc = service(artifacts, redis_server.url)
+    seq_len = svc.seq_len
+    store = UserStateStore(connect(redis_server.url))
+    events = engagements(7, seq_len + 5)
+    store.apply(events)
+    store.mark_served(7, [5, 6], NOW - 10)
+    store.mark_served(7, [9], NOW - 5)
+
+    (out,) = svc.handle([by_id(7)])
+
+    newest = events[-seq_len:]  # the newest seq_len, oldest first
+    assert out["history_post_ids"].tolist() == [[e.post_id for e in newest]]
+    assert out["history_author_ids"].tolist() == [[e.author_id for e in newest]]
+    assert out["history_dwell_seconds"][0].tolist() == [e.dwell_seconds for e in newest]
+    assert out["history_actions"].shape == (1, seq_len, svc.config.num_actions)
+    positive = [e.post_id for i, e in enumerate(events) if i % 3 != 2][-seq_len:]
+    assert out["retrieval_history_post_ids"].tolist() == [positive]
+    assert out["served_post_ids"].tolist() == [[9, 6, 5]]  # newest first (ties: larger id)
+
+
+def test_unknown_user_gets_empty_histories(artifacts, redis_server):
+    svc = service(artifacts, redis_server.url)
+    (out,) = svc.handle([by_id(424242)])
+    assert out["history_post_ids"].shape == (1, 0)
+    assert out["history_actions"].shape == (1, 0, svc.config.num_actions)
+    assert out["retrieval_history_actions"].shape == (1, 0, svc.config.num_actions)
+    assert out["served_post_ids"].shape == (1, 0)
+
+
+def test_rows_of_one_request_are_right_padded_and_a_batch_is_one_read(artifacts, redis_server):
+    svc = service(artifacts, redis_server.url)
+    store = UserStateStore(connect(redis_server.url))
+    store.apply(engagements(1, 4) + engagements(2, 2))
+    calls = []
+    histories = svc.store.histories
+    svc.store.histories = lambda users, now, n: calls.append(list(users)) or histories(
+        users, now, n
+    )
+
+    two_rows, one_row = svc.handle([by_id(1, 2), by_id(2)])
+
+    assert calls == [[1, 2, 2]]  # every by-id row of the batch in one pipelined read
+    assert two_rows["history_post_ids"].tolist() == [[1000, 1001, 1002, 1003], [1000, 1001, 0, 0]]
+    assert one_row["history_post_ids"].tolist() == [[1000, 1001]]
+
+
+def own_history(user: int = 3, length: int = 2, actions: int = 19) -> dict:
+    return {
+        **by_id(user),
+        "history_post_ids": np.arange(11, 11 + length, dtype=np.int64)[None],
+        "history_author_ids": np.full((1, length), 4, np.int64),
+        "history_actions": np.ones((1, length, actions), np.float32),
+        "history_product_surface": np.zeros((1, length), np.int32),
+    }
+
+
+def test_own_history_wins_and_needs_no_store(artifacts):
+    svc = service(artifacts, "redis://127.0.0.1:1/0")  # nothing listens there
+    sent = own_history(actions=svc.config.num_actions)
+    (out,) = svc.handle([sent])
+    for name, array in sent.items():
+        if name != "user_id":
+            np.testing.assert_array_equal(out[name], array)
+            np.testing.assert_array_equal(out["retrieval_" + name], array)
+    assert out["history_dwell_seconds"].tolist() == [[0.0, 0.0]]
+    assert out["served_post_ids"].shape == (1, 0)
+
+
+def test_a_partial_history_is_refused(artifacts):
+    svc = service(artifacts, "")
+    sent = own_history(actions=svc.config.num_actions)
+    del sent["history_actions"]
+    (result,) = svc.handle([sent])
+    assert isinstance(result, InputError) and "history_actions" in str(result)
+
+
+def test_no_store_configured_fails_by_id_requests_only(artifacts, monkeypatch):
+    monkeypatch.delenv(USER_STATE_URL_ENV, raising=False)
+    svc = service(artifacts, "")
+    refused, served = svc.handle([by_id(3), own_history(actions=svc.config.num_actions)])
+    assert isinstance(refused, UserStateUnavailable) and USER_STATE_URL_ENV in str(refused)
+    assert served["history_post_ids"].shape == (1, 2)
+
+
+def test_the_url_comes_from_the_environment_when_the_parameter_is_empty(
+    artifacts, redis_server, monkeypatch
+):
+    monkeypatch.setenv(USER_STATE_URL_ENV, redis_server.url)
+    UserStateStore(connect(redis_server.url)).apply(engagements(5, 1))
+    (out,) = service(artifacts, "").handle([by_id(5)])
+    assert out["history_post_ids"].tolist() == [[1000]]
+
+
+def test_store_down_fails_fast_naming_it_then_recovers_without_restart(artifacts):
+    server = RedisServer().start()
+    try:
+        port, url = server.port, server.url
+        svc = service(artifacts, url)
+        UserStateStore(connect(url)).apply(engagements(8, 2))
+        assert svc.handle([by_id(8)])[0]["history_post_ids"].shape == (1, 2)
+        server.stop()
+
+        started = time.monotonic()
+        refused, served = svc.handle([by_id(8), own_history(actions=svc.config.num_actions)])
+        took = time.monotonic() - started
+        assert isinstance(refused, UserStateUnavailable), refused
+        assert f"127.0.0.1:{port}" in str(refused)
+        assert took < 3.0, f"a down store took {took:.1f} s to fail"
+        assert served["history_post_ids"].shape == (1, 2)
+
+        server = RedisServer(port=port).start()  # empty again: no persistence
+        UserStateStore(connect(url)).apply(engagements(8, 3))
+        (out,) = svc.handle([by_id(8)])
+        assert out["history_post_ids"].shape == (1, 3)
+    finally:
+        server.stop()
+
+
+def test_serve_starts_a_store_unless_given_one_and_ready_reports_it_unreachable():
+    from phoenix.serving.serve import build_parser, store_dependency, user_state_store
+
+    assert build_parser().parse_args(["--redis", "redis://h:1/0"]).redis == "redis://h:1/0"
+    with user_state_store("redis://elsewhere:6379/0") as url:
+        assert url == "redis://elsewhere:6379/0"  # named: nothing started
+    with user_state_store(None) as url:
+        unreachable = store_dependency(url)
+        assert unreachable() is None
+        connect(url).set("k", "v")
+    started = time.monotonic()
+    reason = unreachable()  # the child stopped with the context
+    assert reason is not None and url.split("/")[2] in reason
+    assert time.monotonic() - started < 3.0
