@@ -1,7 +1,8 @@
 """Recall of the store's indexed search for every kind of user: users whose histories mix
 topics (their vectors lie between the index's clusters) and new users with 0-3 posts must keep
-recall@100 against exact search (mean >= 0.95, worst decile >= 0.9). A small real index over posts of the synthetic world
-embedded by the trained demo towers (not random vectors: those have no clusters to miss)."""
+recall@100 against exact search (mean >= 0.95, worst decile >= 0.9). A small real index over
+posts of the synthetic world embedded by the trained demo towers (not random vectors: those
+have no clusters to miss)."""
 
 from __future__ import annotations
 
