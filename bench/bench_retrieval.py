@@ -3,7 +3,9 @@
 Posts of the project's synthetic world embedded by the trained demo towers
 (artifacts/trained-demo), users of that world encoded by its user tower (bench/retrieval_data).
 Per corpus size it reports: the store's build time (embedding, index), recall@100 of the store's
-search against exact float32 search, queries/s at 16 users per call (the ANN store, and the
+search against exact float32 search per kind of user (one topic, two or three topics, the whole
+corpus, new users with 0-3 posts, users whose recent posts moved topic: mean and worst decile;
+phoenix/training/user_kinds), queries/s at 16 users per call (the ANN store, and the
 exact engine where the corpus is small enough), and the memory two serving instances that map
 the same store use together (PSS: shared pages counted once between them).
 
@@ -26,11 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.retrieval_data import TRAINED, exact_top_k, generator_posts, query_users, recall_at_k
+from bench.retrieval_data import TRAINED, exact_top_k, generator_posts
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
+from phoenix.corpus_store.recall import recall_per_user, recall_summary
 from phoenix.testing.memory import memory_bytes
 from phoenix.testing.results import write_results
+from phoenix.training.user_kinds import KINDS, users_of_kinds
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("build/bench-retrieval")
@@ -118,7 +122,9 @@ def measure_size(size: int, queries: int, work: Path) -> dict:
     started = time.perf_counter()
     world, posts = generator_posts(TRAINED, size)
     embed_s = time.perf_counter() - started
-    users, _ = query_users(TRAINED, world, queries)  # [Q, D]
+    history_len = json.loads((TRAINED / "config.json").read_text())["history_seq_len"]
+    kinds = users_of_kinds(TRAINED, world, queries, history_len)  # {kind: [Q, D]}
+    users = np.concatenate([kinds[kind] for kind in KINDS])  # every kind, in turn
     store_dir = work / f"store-{size}"
     shutil.rmtree(store_dir, ignore_errors=True)
     store = CorpusStore.create(store_dir, posts.embeddings.shape[1])
@@ -127,15 +133,28 @@ def measure_size(size: int, queries: int, work: Path) -> dict:
     index_s = time.perf_counter() - started
     print(f"built: embedding {embed_s:.0f} s, store and index {index_s:.0f} s", flush=True)
     snapshot = store.open()
-    expected = posts.post_ids[exact_top_k(posts.embeddings, users, TOP_K)]  # [Q, k] ids
-    found = search_all(snapshot, users)
+    by_kind = {}
+    for kind in KINDS:
+        expected = posts.post_ids[exact_top_k(posts.embeddings, kinds[kind], TOP_K)]  # [Q, k]
+        recall = recall_summary(recall_per_user(search_all(snapshot, kinds[kind]), expected))
+        rate = per_second(lambda u=kinds[kind]: search_all(snapshot, u), queries, repeats=2)
+        by_kind[kind] = {
+            "recall_at_100": round(recall["mean"], 4),
+            "worst_decile": round(recall["worst_decile"], 4),
+            "queries_per_s": round(rate, 1),
+        }
+        print(f"  {kind}: {by_kind[kind]}", flush=True)
     row = {
         "posts": size,
         "index": entry.index.to_dict(),
         "build_s": {"embed": round(embed_s, 1), "index": round(index_s, 1)},
         "store": {
-            "recall_at_100": round(recall_at_k(found, expected), 4),
-            "queries_per_s": round(per_second(lambda: search_all(snapshot, users), queries), 1),
+            "recall_at_100": round(
+                float(np.mean([r["recall_at_100"] for r in by_kind.values()])), 4
+            ),
+            "worst_decile": min(r["worst_decile"] for r in by_kind.values()),
+            "queries_per_s": round(per_second(lambda: search_all(snapshot, users), len(users)), 1),
+            "by_kind": by_kind,
         },
     }
     if size <= EXACT_MAX_ROWS:
@@ -153,7 +172,7 @@ def plot(rows: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (rate, memory) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (rate, recall, memory) = plt.subplots(1, 3, figsize=(15, 4))
     labels = [f"{r['posts'] / 1e6:g} M" for r in rows]
     x = np.arange(len(rows))
     rate.bar(x - 0.2, [r["store"]["queries_per_s"] for r in rows], 0.4, label="store (ANN)")
@@ -175,6 +194,21 @@ def plot(rows: list, path: Path) -> None:
     rate.axhline(1000, color="grey", linestyle="--", linewidth=1)
     rate.set(xticks=x, xticklabels=labels, ylabel="queries/s (16 users per call, top 100)")
     rate.legend()
+    width = 0.8 / len(KINDS)
+    for j, kind in enumerate(KINDS):
+        at = x - 0.4 + (j + 0.5) * width
+        kinds = [r["store"]["by_kind"][kind] for r in rows]
+        recall.bar(at, [k["recall_at_100"] for k in kinds], width, label=kind)
+        recall.scatter(at, [k["worst_decile"] for k in kinds], color="black", marker="_", s=80)
+    recall.axhline(0.95, color="grey", linestyle="--", linewidth=1)
+    recall.axhline(0.9, color="grey", linestyle=":", linewidth=1)
+    recall.set(
+        xticks=x,
+        xticklabels=labels,
+        ylim=(0.5, 1.0),
+        ylabel="recall@100 by kind (bar: mean, -: worst 10%)",
+    )
+    recall.legend(fontsize=7, loc="lower left")
     memory.bar(x, [r["two_instances"]["pss_gib"] for r in rows])
     memory.axhline(8, color="grey", linestyle="--", linewidth=1)
     memory.set(xticks=x, xticklabels=labels, ylabel="GiB, two instances together (PSS)")
@@ -193,7 +227,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "  python -m bench.bench_retrieval --sizes 100000    # a short run",
     )
     parser.add_argument("--sizes", default="1000000,10000000", help="posts, comma-separated")
-    parser.add_argument("--queries", type=int, default=512, help="users measured (%(default)s)")
+    parser.add_argument(
+        "--queries", type=int, default=256, help="users measured per kind (%(default)s)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval.json")
     parser.add_argument("--work", type=Path, default=WORK, help="stores are built here")
     parser.add_argument("--keep", action="store_true", help="keep the stores afterwards")
@@ -216,7 +252,8 @@ def main(argv=None) -> int:
         "machine": {"node": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "users_per_call": USERS_PER_CALL,
         "top_k": TOP_K,
-        "queries": args.queries,
+        "queries_per_kind": args.queries,
+        "user_kinds": list(KINDS),
         "sizes": rows,
     }
     write_results(args.out, result)

@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from phoenix.corpus_store import Posts
+from phoenix.corpus_store.recall import exact_top_k, recall_per_user
 
 TRAINED = Path("artifacts/trained-demo")
 EMBED_BATCH = 8192
@@ -55,7 +56,8 @@ def user_histories(world, count: int, history_len: int, seed: int = 1):
 
 
 def query_users(artifacts: Path, world, count: int, seed: int = 1):
-    """(unit user vectors [Q, D] of the trained user tower, their histories as post rows of
+    """Users of one kind (phoenix.training.user_kinds has them all): (unit user vectors
+    [Q, D] of the trained user tower, their histories as post rows of
     ``world`` [Q, S]) for ``count`` users of ``world`` who favorited posts of their topics."""
     from phoenix.serving.batches import batch_type
     from phoenix.serving.contracts import USER_ENCODER
@@ -79,22 +81,9 @@ def query_users(artifacts: Path, world, count: int, seed: int = 1):
     return engine.encode_users(*user_tower_inputs(resources, batch)), posts  # [Q, D], [Q, S]
 
 
-def exact_top_k(embeddings: np.ndarray, users: np.ndarray, k: int, chunk: int = 1 << 20):
-    """Row indices [Q, k] of the exact top k (float32 inner products), best first: the
-    reference recall is measured against."""
-    best_scores = np.full((len(users), 0), -np.inf, np.float32)
-    best_rows = np.zeros((len(users), 0), np.int64)
-    for start in range(0, len(embeddings), chunk):
-        scores = users @ np.asarray(embeddings[start : start + chunk]).T  # [Q, chunk]
-        top = np.argpartition(-scores, min(k, scores.shape[1]) - 1, axis=1)[:, :k]
-        best_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], 1)
-        best_rows = np.concatenate([best_rows, top + start], 1)
-        keep = np.argsort(-best_scores, axis=1, kind="stable")[:, :k]
-        best_scores = np.take_along_axis(best_scores, keep, 1)
-        best_rows = np.take_along_axis(best_rows, keep, 1)
-    return best_rows
-
-
 def recall_at_k(found: list, expected: np.ndarray) -> float:
     """Mean share of each user's exact top k found (ids or rows, as long as both agree)."""
-    return float(np.mean([np.isin(e, f).mean() for f, e in zip(found, expected)]))
+    return float(recall_per_user(found, expected).mean())
+
+
+__all__ = ["TRAINED", "exact_top_k", "generator_posts", "query_users", "recall_at_k"]

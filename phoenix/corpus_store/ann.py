@@ -3,6 +3,8 @@
 An IVF index with 8-bit scalar-quantized vectors: a quarter of float32's bytes per scan, and
 on the trained demo towers' embeddings of generator posts (64-d) it kept recall@100 >= 0.95
 where IVF-Flat needed the same lists probed (docs/retrieval.md, "Choosing the index").
+Each user probes as many lists as its position needs (``lists_to_probe``: users between
+clusters need many more), and the index's candidates are re-scored exactly in float32.
 Inner product on unit vectors is the towers' cosine score.
 """
 
@@ -21,19 +23,89 @@ ANN_MIN_ROWS = 200_000
 MAX_LISTS = 8192
 TRAIN_POINTS_PER_LIST = 32  # k-means sample: Faiss asks for 39 per list, 32 is within noise
 PROBED_LISTS = 128  # lists probed per query; at most nlist / 8 on small segments
+# Query-adaptive probing, fitted on trained-tower users of every kind at 1 M posts (4,096
+# lists; docs/retrieval.md, "Users of every kind"): the lists a user needs for 95% of its exact
+# top 100 grow as exp(-4.8 s), s its best centroid's score; PROBE_SCORE puts 1.5x that need
+# (the 90th percentile of the fit) on the curve through PROBED_LISTS.
+PROBE_SLOPE = 4.8
+PROBE_SCORE = 0.82
+MOST_PROBED_SHARE = 4  # at most a quarter of the lists
+MOST_PROBED = 1024
+RERANK = 2  # the index is asked for 2x the rows wanted, re-scored exactly (4x: no better)
 
 
 def choose_index(rows: int) -> IndexSpec:
     """The index of a sealed segment of ``rows`` posts: exact below ANN_MIN_ROWS, else IVF with
-    about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), 128 of them probed.
+    about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), probed adaptively (``ivf_spec``).
 
-    Measured through ``Snapshot.search`` on trained-tower embeddings (2 cores, 16 users per
-    call, top 100; make bench-retrieval): 1 M rows, 4,096 lists: recall@100 0.958 at 2,608
-    queries/s; 10 M rows, 8,192 lists: 0.962 at 1,234 queries/s (docs/retrieval.md)."""
+    Measured through ``Snapshot.search`` on trained-tower users of five kinds (make
+    bench-retrieval; docs/retrieval.md, "Users of every kind"): recall@100 mean >= 0.97 and
+    worst decile >= 0.91 for every kind at 1 M rows (4,096 lists) and 10 M (8,192 lists)."""
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))
-    return IndexSpec(IVF_SQ8, nlist, min(PROBED_LISTS, max(1, nlist // 8)))
+    return ivf_spec(nlist)
+
+
+def ivf_spec(nlist: int) -> IndexSpec:
+    """IVF-SQ8 over ``nlist`` lists with this module's probing and re-ranking."""
+    nprobe = min(PROBED_LISTS, max(1, nlist // 8))
+    most = max(nprobe, min(MOST_PROBED, nlist // MOST_PROBED_SHARE))
+    return IndexSpec(IVF_SQ8, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, RERANK)
+
+
+def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:
+    """Lists each user probes [B] from its best centroid's score [B]: ``nprobe`` for a user
+    close to a cluster, more for one between clusters (whose nearest posts spread over many
+    lists), at most ``spec.most_probed``."""
+    if spec.max_nprobe <= spec.nprobe:
+        return np.full(len(best_centroid_scores), spec.nprobe)
+    growth = np.exp(spec.probe_slope * (spec.probe_score - best_centroid_scores))
+    return np.clip(np.ceil(spec.nprobe * growth), spec.nprobe, spec.max_nprobe).astype(int)
+
+
+def centroids_of(index) -> np.ndarray:
+    """The IVF index's list centroids [nlist, D] (float32), scored by numpy at search time."""
+    return index.quantizer.reconstruct_n(0, index.nlist)
+
+
+def search_index(index, spec: IndexSpec, users, want: int, selector=None, centroids=None):
+    """(scores [B, want], rows [B, want], -1 where fewer) of the IVF ``index`` probed per user
+    as ``lists_to_probe`` says; ``selector``: a Faiss ID selector of the rows allowed;
+    ``centroids``: ``centroids_of(index)``, kept by the caller (computed here if absent).
+
+    The lists are chosen here rather than by Faiss' quantizer: one matrix product scores every
+    centroid, and each user keeps its own count (Faiss skips the lists marked -1)."""
+    import faiss
+
+    users = np.ascontiguousarray(users, np.float32)
+    centroids = centroids_of(index) if centroids is None else centroids
+    every = users @ centroids.T  # [B, nlist]
+    probes = lists_to_probe(spec, every.max(axis=1))  # [B]
+    most = int(probes.max())
+    lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
+    order = np.argsort(-np.take_along_axis(every, lists, 1), axis=1)
+    lists = np.ascontiguousarray(np.take_along_axis(lists, order, 1), np.int64)  # best first
+    centroid_scores = np.ascontiguousarray(np.take_along_axis(every, lists, 1), np.float32)
+    lists[np.arange(most)[None, :] >= probes[:, None]] = -1
+    params = faiss.SearchParametersIVF(nprobe=most)  # the width of ``lists``
+    if selector is not None:
+        params.sel = selector
+    scores = np.empty((len(users), want), np.float32)
+    rows = np.empty((len(users), want), np.int64)
+    # The C++ call: the Python wrapper of search_preassigned takes no search parameters.
+    index.search_preassigned_c(
+        len(users),
+        faiss.swig_ptr(users),
+        want,
+        faiss.swig_ptr(lists),
+        faiss.swig_ptr(centroid_scores),
+        faiss.swig_ptr(scores),
+        faiss.swig_ptr(rows),
+        False,
+        params,
+    )
+    return scores, rows
 
 
 def build_index(

@@ -190,7 +190,11 @@ def build_corpus_file(path: Path, posts: PostRows, embed: EmbedPosts) -> np.ndar
 def describe_index(spec: IndexSpec) -> str:
     if spec.kind == "exact":
         return "exact (every post scored)"
-    return f"{spec.kind}, nlist {spec.nlist}, nprobe {spec.nprobe}"
+    probed = f"nprobe {spec.nprobe}"
+    if spec.max_nprobe > spec.nprobe:  # query-adaptive probing (ann.lists_to_probe)
+        probed = f"nprobe {spec.nprobe}-{spec.max_nprobe} per user"
+    reranked = f", {spec.rerank}x re-scored in float32" if spec.rerank else ""
+    return f"{spec.kind}, nlist {spec.nlist}, {probed}{reranked}"
 
 
 def build_store(

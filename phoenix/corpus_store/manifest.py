@@ -40,14 +40,31 @@ class StoreError(ArtifactError):
 @dataclass(frozen=True)
 class IndexSpec:
     """How a segment is searched: ``exact`` (every row scored) or an IVF index whose vectors
-    are 8-bit scalar-quantized, probed in ``nprobe`` of ``nlist`` lists."""
+    are 8-bit scalar-quantized, probed in ``nprobe`` of ``nlist`` lists.
+
+    Query-adaptive probing (``ann.lists_to_probe``): a user whose best list centroid scores
+    ``s`` below ``probe_score`` sits between clusters, and probes ``nprobe * exp(probe_slope *
+    (probe_score - s))`` lists, at most ``max_nprobe``. ``rerank``: the index is asked for
+    ``rerank`` times the rows wanted, re-scored exactly in float32 (0: the index's 8-bit scores
+    as they are). Stores written before these fields load with them absent: ``max_nprobe`` =
+    ``nprobe``, no re-rank, as they were searched then."""
 
     kind: str = EXACT
     nlist: int = 0
     nprobe: int = 0
+    max_nprobe: int = 0  # 0: nprobe (no adaptive probing)
+    probe_score: float = 0.0
+    probe_slope: float = 0.0
+    rerank: int = 0
+
+    @property
+    def most_probed(self) -> int:
+        return max(self.nprobe, self.max_nprobe)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind} if self.kind == EXACT else asdict(self)
+        if self.kind == EXACT:
+            return {"kind": self.kind}
+        return {k: v for k, v in asdict(self).items() if v or k in ("kind", "nlist", "nprobe")}
 
 
 @dataclass(frozen=True)
@@ -124,7 +141,22 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
     nlist, nprobe = _field(data, "nlist", int, where), _field(data, "nprobe", int, where)
     if not 1 <= nprobe <= nlist:
         raise StoreError(f"{where}: nprobe {nprobe} must lie in [1, nlist={nlist}]")
-    return IndexSpec(IVF_SQ8, nlist, nprobe)
+    optional = lambda key, kind: _field(data, key, kind, where) if key in data else 0  # noqa: E731
+    max_nprobe = optional("max_nprobe", int)
+    if max_nprobe and not nprobe <= max_nprobe <= nlist:
+        raise StoreError(f"{where}: max_nprobe {max_nprobe} must lie in [nprobe, nlist={nlist}]")
+    rerank = optional("rerank", int)
+    if rerank < 0:
+        raise StoreError(f"{where}: rerank {rerank}, expected >= 0")
+    return IndexSpec(
+        IVF_SQ8,
+        nlist,
+        nprobe,
+        max_nprobe,
+        float(optional("probe_score", (int, float))),
+        float(optional("probe_slope", (int, float))),
+        rerank,
+    )
 
 
 def _segment_entry(data: Any, where: str) -> SegmentEntry:

@@ -18,7 +18,7 @@ import numpy as np
 
 from phoenix.checkpoint.corpus import check_corpus
 from phoenix.config import ArtifactError
-from phoenix.corpus_store.ann import build_index, read_index, write_index
+from phoenix.corpus_store.ann import build_index, centroids_of, read_index, write_index
 from phoenix.corpus_store.manifest import (
     EXACT,
     FRESH,
@@ -133,8 +133,10 @@ class Segment:
         self.id_order: np.ndarray = columns["id_order"]  # int64 [n], row of each sorted id
         self._check_shapes(entry.rows, emb_size)
         self.index = None
+        self.centroids = None  # float32 [nlist, D] of the index, when it has one
         if searchable and entry.index.kind != EXACT:
             self.index = read_index(self.path / "index.faiss", entry.rows, emb_size)
+            self.centroids = centroids_of(self.index)
 
     def _column(self, column: str) -> np.ndarray:
         path = self.path / f"{column}.npy"

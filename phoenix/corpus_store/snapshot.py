@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from phoenix.corpus_store.ann import search_index
 from phoenix.corpus_store.manifest import Manifest, StoreError
 from phoenix.corpus_store.segment import Segment, find_ids
 
@@ -207,13 +208,14 @@ def top_k_columns(scores: np.ndarray, k: int, bin_size: int = 128) -> np.ndarray
 
 
 def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
-    """The segment's IVF index, asked for k plus the most rows any user excludes there, with
-    deleted and expired rows filtered inside the scan (a Faiss ID selector)."""
+    """The segment's IVF index, asked for k plus the most rows any user excludes there (times
+    the spec's ``rerank``, those re-scored exactly in float32), with deleted and expired rows
+    filtered inside the scan (a Faiss ID selector)."""
     import faiss
 
+    spec = segment.entry.index
     extra = max((len(rows) for rows in user_rows), default=0)
     want = min(len(segment), k + extra)
-    params = faiss.SearchParametersIVF(nprobe=segment.entry.index.nprobe)
     alive = []  # every selector stays referenced while Faiss reads it
     if first > 0:  # rows before ``first`` are older than the window
         alive.append(faiss.IDSelectorRange(first, len(segment)))
@@ -222,11 +224,24 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
         alive += [batch, faiss.IDSelectorNot(batch)]
     if first > 0 and len(deleted):
         alive.append(faiss.IDSelectorAnd(alive[0], alive[-1]))
-    if alive:
-        params.sel = alive[-1]
-    scores, rows = segment.index.search(users, want, params=params)  # [B, want]
+    asked = min(len(segment), want * max(1, spec.rerank))
+    selector = alive[-1] if alive else None
+    scores, rows = search_index(segment.index, spec, users, asked, selector, segment.centroids)
+    if spec.rerank:
+        scores, rows = rescore_exactly(segment, users, rows, want)
     scores = np.where(rows >= 0, scores, NO_SCORE)
     for b, excluded in enumerate(user_rows):
         if len(excluded):
             scores[b, np.isin(rows[b], excluded)] = NO_SCORE
     return scores, rows
+
+
+def rescore_exactly(segment: Segment, users, rows, want: int):
+    """The ``want`` best of the index's candidate ``rows`` [B, c] (-1: none) by exact float32
+    score: the 8-bit codes order near-ties wrongly, the float vectors are at hand (mapped)."""
+    held = rows >= 0
+    vectors = segment.embeddings[np.where(held, rows, 0).ravel()].reshape(*rows.shape, -1)
+    scores = np.einsum("bcd,bd->bc", vectors, users)  # [B, c]
+    scores[~held] = NO_SCORE
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :want]
+    return np.take_along_axis(scores, best, 1), np.take_along_axis(rows, best, 1)

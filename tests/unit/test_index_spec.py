@@ -1,0 +1,37 @@
+"""Index specs in the manifest: the probing fields round-trip, and a store written before they
+existed still loads, searched as it was (a fixed nprobe, no re-rank)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from phoenix.corpus_store.ann import ivf_spec, lists_to_probe
+from phoenix.corpus_store.manifest import IVF_SQ8, IndexSpec, StoreError, _index_spec
+
+
+def test_probing_fields_round_trip_through_the_manifest():
+    spec = ivf_spec(4096)
+    assert spec.max_nprobe > spec.nprobe and spec.rerank > 0
+    assert _index_spec(spec.to_dict(), "manifest.json") == spec
+
+
+def test_an_entry_without_probing_fields_loads_as_before():
+    old = _index_spec({"kind": IVF_SQ8, "nlist": 4096, "nprobe": 128}, "manifest.json")
+    assert old == IndexSpec(IVF_SQ8, 4096, 128)
+    assert old.to_dict() == {"kind": IVF_SQ8, "nlist": 4096, "nprobe": 128}
+    assert (lists_to_probe(old, np.array([0.2, 0.9])) == 128).all()
+
+
+def test_users_between_clusters_probe_more_lists_up_to_the_cap():
+    spec = ivf_spec(4096)
+    probes = lists_to_probe(spec, np.array([0.95, spec.probe_score, 0.6, -1.0]))
+    assert probes[0] == probes[1] == spec.nprobe
+    assert spec.nprobe < probes[2] < spec.max_nprobe
+    assert probes[3] == spec.max_nprobe
+
+
+def test_a_cap_below_nprobe_is_refused_naming_the_file():
+    entry = {"kind": IVF_SQ8, "nlist": 4096, "nprobe": 128, "max_nprobe": 64}
+    with pytest.raises(StoreError, match="manifest.json: max_nprobe 64"):
+        _index_spec(entry, "manifest.json")
