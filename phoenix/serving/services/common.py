@@ -29,9 +29,8 @@ from typing import Any, ClassVar, NamedTuple, Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, load_artifacts
-from phoenix.engine.device_ranking import NUM_CONTINUOUS
 from phoenix.engine.programs import ProgramStore
-from phoenix.recsys_model import DWELL_TIME_INDEX
+from phoenix.recsys_model import DWELL_TIME_INDEX, NUM_CONTINUOUS
 from phoenix.serving.requests import InputError, UserRequest, parse
 
 Arrays = Mapping[str, np.ndarray]
