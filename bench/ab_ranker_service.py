@@ -18,7 +18,6 @@ import numpy as np
 
 from phoenix.serving import contracts, services
 
-WEIGHTS = '{"favorite": 1.0, "reply": 13.5, "repost": 1.0, "quote": 2.0, "dwell": 0.5, "vqv": 0.3}'
 POINTS = [(1, 64), (8, 64), (1, 512), (8, 512), (1, 1024)]
 
 
@@ -51,7 +50,7 @@ def main(artifact_dir: str) -> None:
     resources = services.PhoenixResources(artifact_dir)
     service = services.RankerService(
         resources,
-        WEIGHTS,
+        contracts.RANKER_SCORE_WEIGHTS,
         candidate_buckets=contracts.RANKER_CANDIDATE_BUCKETS,
         batch_buckets=(1, 2, 4, 8),
     )

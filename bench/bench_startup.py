@@ -77,7 +77,7 @@ def time_buckets(artifacts: Path) -> list[dict]:
 
     settings = service_settings("ranker", artifacts, "cpu")
     batch_buckets = settings.batch_buckets
-    candidate_buckets = settings.ints("candidate_buckets")
+    candidate_buckets = settings.parameters["candidate_buckets"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="startup-store-") as empty:
         os.environ[STORE_ENV] = empty  # the artifacts' own store stays as it is
@@ -102,9 +102,12 @@ def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
     one = replace(
         settings,
         max_batch_size=users,
-        parameters={**settings.parameters, "batch_buckets": str(users),
-                    "candidate_buckets": str(width)},
-    )  # fmt: skip
+        parameters={
+            **settings.parameters,
+            "batch_buckets": (users,),
+            "candidate_buckets": (width,),
+        },
+    )
     ProgramStore.forget_open()
     started = time.perf_counter()
     build_service(one).warm_up()

@@ -32,6 +32,7 @@ from phoenix.serving.inprocess import server_model_config, server_parameters
 from phoenix.serving.services.feed_policy import parse_settings
 
 MODEL = FEED_POLICY.name
+POLICY_PARAMETER_NAMES = sorted(p.name for p in POLICY_PARAMETERS)
 RELOAD_TIMEOUT_S = 120.0
 
 
@@ -53,7 +54,7 @@ def parse_args(argv: Optional[Sequence[str]]):
         default=[],
         type=key_value,
         metavar="KEY=VALUE",
-        help=f"a policy parameter to change, one of {sorted(POLICY_PARAMETERS)} (repeatable)",
+        help=f"a policy parameter to change, one of {POLICY_PARAMETER_NAMES} (repeatable)",
     )
     parser.add_argument(
         "--weight",
@@ -77,9 +78,9 @@ def changed_parameters(
     current: Mapping[str, str], sets: Sequence[tuple[str, str]], weights: Sequence[tuple[str, str]]
 ) -> dict[str, str]:
     """The parameters with ``sets`` applied and ``weights`` merged into action_weights."""
-    unknown = sorted({key for key, _ in sets} - set(POLICY_PARAMETERS))
+    unknown = sorted({key for key, _ in sets} - set(POLICY_PARAMETER_NAMES))
     if unknown:
-        raise ValueError(f"unknown policy parameters {unknown}; known: {sorted(POLICY_PARAMETERS)}")
+        raise ValueError(f"unknown policy parameters {unknown}; known: {POLICY_PARAMETER_NAMES}")
     new = {**current, **dict(sets)}
     if weights:
         table = json.loads(new["action_weights"])
@@ -103,7 +104,7 @@ def reload_policy(client, protocol: str, parameters: Mapping[str, str], admin_ke
 
 
 def show(parameters: Mapping[str, str]) -> None:
-    for key in sorted(POLICY_PARAMETERS):
+    for key in POLICY_PARAMETER_NAMES:
         value = parameters.get(key, "(missing)")
         if key == "action_weights":
             weights = json.loads(value)

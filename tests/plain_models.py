@@ -10,6 +10,7 @@ import numpy as np
 from phoenix.recsys_model import REFERENCE_TIME, RecsysBatch, RecsysEmbeddings
 from phoenix.serving import services
 from phoenix.serving.client import ranker_inputs, user_inputs
+from phoenix.serving.contracts import RANKER
 from phoenix.serving.requests import RankRequest, UserRequest, parse
 
 
@@ -49,7 +50,8 @@ def plain_ranking(resources, score_weights, seq):
     model = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
     logits = np.asarray(model.apply(resources.artifacts.ranker_params, batch, emb).logits)[0]
     probs = 1 / (1 + np.exp(-logits))
-    weights = services.parse_score_weights(score_weights, resources.config.action_names)
+    parsed = RANKER.parameter("score_weights").parse(score_weights)
+    weights = services.score_weight_vector(parsed, resources.config.action_names)
     blended = probs @ weights
     order = np.argsort(-blended, kind="stable")
     return np.asarray(seq["candidate_post_ids"], np.int64)[order], blended[order], probs[order]

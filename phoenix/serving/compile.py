@@ -44,19 +44,15 @@ def service_settings(model: str, artifact_dir: Path, device: str):
     config = MessageToDict(
         model_config(contract(model), profile(device)), preserving_proto_field_name=True
     )
-    return ServiceSettings(
-        model=model,
-        artifact_dir=artifact_dir,
-        max_batch_size=int(config.get("max_batch_size") or 1),
-        parameters=config_parameters(config),
-    )
+    max_batch_size = int(config.get("max_batch_size") or 1)
+    return ServiceSettings.parsed(model, artifact_dir, max_batch_size, config_parameters(config))
 
 
 def profile_digest(artifact_dir: Path, device: str, models: Sequence[str]) -> str:
     """What a complete build covers: each model's settings under the profile."""
     settings = {m: service_settings(m, artifact_dir, device) for m in models}
     text = json.dumps(
-        {m: [s.max_batch_size, sorted(s.parameters.items())] for m, s in settings.items()},
+        {m: [s.max_batch_size, sorted(s.parameter_texts.items())] for m, s in settings.items()},
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]

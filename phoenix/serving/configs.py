@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2
 
 from phoenix.command_line import command_parser
 from phoenix.serving.contracts import CONTRACTS, ModelContract, TensorSpec
-from phoenix.serving.profiles import DEFAULT_ARTIFACT_DIR, PROFILES, Profile
+from phoenix.serving.profiles import PROFILES, Profile
 
 ModelConfig = model_config_pb2.ModelConfig
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
@@ -82,11 +82,7 @@ def _add_deployment(config: ModelConfig, contract: ModelContract, profile: Profi
         ),
         count=deployment.instances,
     )
-    parameters = {"artifact_dir": DEFAULT_ARTIFACT_DIR, **contract.parameters}
-    buckets = deployment.buckets(contract.name)
-    if buckets:
-        parameters["batch_buckets"] = ",".join(map(str, buckets))
-    parameters.update(deployment.parameters)
+    parameters = contract.parameter_texts(deployment.parameter_values(contract.name))
     for key in sorted(parameters):
         config.parameters[key].string_value = parameters[key]
 

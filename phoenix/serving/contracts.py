@@ -31,9 +31,10 @@ the model stubs can all read it cheaply.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional, Union
 
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
@@ -43,15 +44,59 @@ from tritonclient.utils import np_to_triton_dtype
 # ----------------------------------------------------------------------------------------
 
 
+# Symbolic axes of a tensor (besides the batch dimension). A length symbol groups inputs that
+# must share one length and names the per-request limit on it; a width symbol is fixed by the
+# loaded artifacts. Everything else an input's values must satisfy is its ``Values``.
+LENGTH_LIMITS = {  # symbol -> the Limits field capping it
+    "L": "max_history_items",  # history items
+    "C": "max_candidates",  # candidates of one user row
+    "E": "max_filter_ids",  # excluded authors
+    "N": "max_filter_ids",  # seen posts
+}
+ARTIFACT_WIDTHS = {"D": "emb_size", "A": "num_actions"}  # symbol -> artifact config field
+OUTPUT_LENGTHS = ("K", "C'")  # lengths of outputs only (retrieved, kept by the policy)
+Axis = Union[int, str]
+
+
+@dataclass(frozen=True)
+class Values:
+    """What an input's values must be, beyond its dtype (float inputs are always finite).
+
+    ``high`` may name an artifact limit instead of a number: "surfaces" is the artifact's
+    largest product surface.
+    """
+
+    low: Optional[float] = None
+    high: Union[float, str, None] = None
+    what: str = "values"
+
+
+IDS = Values(low=0, what="ids")  # 0 is padding where it is allowed
+POST_IDS = Values(low=1, what="ids")  # candidates and posts: 0 would read as padding
+SURFACES = Values(low=0, high="surfaces", what="surfaces")
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """One input or output tensor of a model."""
 
     name: str
     dtype: np.dtype
-    dims: tuple[int, ...]  # without the batch dimension; -1: any length
+    axes: tuple[Axis, ...]  # without the batch dimension: sizes or symbols (module docstring)
     optional: bool = False
     ragged: bool = False  # allow_ragged_batch
+    values: Values = Values()
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The config's dims: fixed sizes, and -1 for every symbolic axis."""
+        return tuple(axis if isinstance(axis, int) else -1 for axis in self.axes)
+
+    @property
+    def length(self) -> Optional[str]:
+        """The length symbol of axis 1 (history, candidates, filter ids), if it has one."""
+        first = self.axes[0] if self.axes else None
+        return first if first in LENGTH_LIMITS else None
 
     @property
     def triton_dtype(self) -> str:
@@ -66,7 +111,96 @@ class TensorSpec:
     @property
     def ndim(self) -> int:
         """Dimensions on the wire, batch dimension included."""
-        return 1 + len(self.dims)
+        return 1 + len(self.axes)
+
+
+# ----------------------------------------------------------------------------------------
+# Parameters
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A config parameter a model reads at start-up: its kind, default and range.
+
+    Config parameters are strings; ``text`` writes a value into a config and ``parse`` reads it
+    back, so both directions live here. ``default`` None: the deployment profile (or serve)
+    must give it.
+    """
+
+    name: str
+    kind: str  # "text", "int", "ints" (sorted positive), "number", "flag", "weights"
+    default: Any = None
+    low: float = -math.inf
+    high: float = math.inf
+
+    def text(self, value: Any) -> str:
+        """The config string of ``value`` (checked by parsing it back)."""
+        if self.kind == "ints":
+            text = ",".join(str(int(v)) for v in value)
+        elif self.kind == "flag":
+            text = "true" if value else "false"
+        elif self.kind == "weights":
+            text = value if isinstance(value, str) else json.dumps(dict(value))
+        else:
+            text = str(value)
+        self.parse(text)
+        return text
+
+    def parse(self, text: str) -> Any:
+        """The typed value of a config string; ValueError naming the parameter."""
+        where = f"parameter '{self.name}'"
+        if self.kind == "text":
+            return text
+        if self.kind == "flag":
+            if text.strip().lower() not in ("true", "false"):
+                raise ValueError(f"{where} must be 'true' or 'false', got {text!r}")
+            return text.strip().lower() == "true"
+        if self.kind == "weights":
+            return _parse_weights(where, text)
+        if self.kind == "ints":
+            values = _parse_ints(where, text)
+            if not values:
+                raise ValueError(f"{where} must list positive ints, got {text!r}")
+            return tuple(sorted(values))
+        number = _parse_number(where, text, integer=self.kind == "int")
+        if not (self.low <= number <= self.high):  # also refuses NaN
+            raise ValueError(f"{where} must lie in [{self.low}, {self.high}], got {text!r}")
+        return number
+
+
+def _parse_ints(where: str, text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{where} must be a comma-separated list of ints: {text!r}") from None
+    if any(v < 1 for v in values):
+        raise ValueError(f"{where} must list positive ints, got {text!r}")
+    return values
+
+
+def _parse_number(where: str, text: str, integer: bool) -> float:
+    try:
+        return int(text) if integer else float(text)
+    except ValueError:
+        kind = "an int" if integer else "a number"
+        raise ValueError(f"{where} must be {kind}, got {text!r}") from None
+
+
+def _parse_weights(where: str, text: str) -> dict[str, float]:
+    """{action name: weight}; which names exist is the artifact's to say (the service checks)."""
+    try:
+        weights = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where} is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(weights, dict) or not weights:
+        raise ValueError(f"{where} must be a non-empty JSON object of action: weight")
+    for name, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise ValueError(f"{where}: the weight of {name!r} must be a number, got {weight!r}")
+        if not math.isfinite(weight):
+            raise ValueError(f"{where}: the weight of {name!r} must be finite, got {weight}")
+    return {name: float(weight) for name, weight in weights.items()}
 
 
 @dataclass(frozen=True)
@@ -89,11 +223,52 @@ class ModelContract:
     backend: Optional[str] = "python"
     platform: Optional[str] = None  # "ensemble" for ensembles (then no backend)
     steps: tuple[EnsembleStep, ...] = ()  # ensembles only, in order
-    # Config parameters the model reads at start-up, with their defaults (profiles add more).
-    parameters: Mapping[str, str] = field(default_factory=dict)
+    # Config parameters the model reads at start-up (defaults here, the rest from profiles).
+    parameters: tuple[Parameter, ...] = ()
 
     def input(self, name: str) -> TensorSpec:
         return _by_name(self.inputs, name, f"{self.name} input")
+
+    def parameter(self, name: str) -> Parameter:
+        for declared in self.parameters:
+            if declared.name == name:
+                return declared
+        known = [p.name for p in self.parameters]
+        raise KeyError(f"{self.name} has no parameter {name!r}; it reads {known}")
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    def parameter_texts(self, values: Mapping[str, Any]) -> dict[str, str]:
+        """The config strings of the defaults overridden by ``values`` ({name: typed value});
+        a parameter with neither a default nor a value, or an undeclared one, is an error."""
+        undeclared = sorted(set(values) - set(self.parameter_names))
+        if undeclared:
+            raise KeyError(f"{self.name} declares no parameters {undeclared}")
+        texts = {}
+        for p in self.parameters:
+            value = values.get(p.name, p.default)
+            if value is None:
+                raise ValueError(f"{self.name}: parameter '{p.name}' has no default and no value")
+            texts[p.name] = p.text(value)
+        return texts
+
+    def parse_parameters(self, texts: Mapping[str, str]) -> dict[str, Any]:
+        """Every declared parameter's typed value from config strings (others are ignored:
+        a reload may add markers); a missing one is an error."""
+        missing = [p.name for p in self.parameters if p.name not in texts]
+        if missing:
+            raise ValueError(
+                f"{self.name}: config parameters {missing} are missing (configs are generated "
+                "by `make configs`)"
+            )
+        return {p.name: p.parse(texts[p.name]) for p in self.parameters}
+
+    @property
+    def compiles_batches(self) -> bool:
+        """Whether the model compiles a program per batch size (it reads batch_buckets)."""
+        return "batch_buckets" in self.parameter_names
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -151,8 +326,8 @@ def powers_of_two_up_to(limit: int) -> tuple[int, ...]:
     return tuple(buckets)
 
 
-def _spec(name, dtype, dims, optional=False, ragged=False) -> TensorSpec:
-    return TensorSpec(name, np.dtype(dtype), tuple(dims), optional, ragged)
+def _spec(name, dtype, axes, optional=False, ragged=False, values=Values()) -> TensorSpec:
+    return TensorSpec(name, np.dtype(dtype), tuple(axes), optional, ragged, values)
 
 
 # ----------------------------------------------------------------------------------------
@@ -199,15 +374,6 @@ POLICY_ACTION_WEIGHTS = {
     "report": -80.0,
     "dwell_time": 0.0,
 }
-POLICY_PARAMETERS = {
-    "action_weights": json.dumps(POLICY_ACTION_WEIGHTS),
-    "negative_scores_offset": "0.1",
-    "author_diversity_decay": "0.5",
-    "author_diversity_floor": "0.1",
-    "filter_own_posts": "true",
-}
-# The retriever's corpus, which also holds the posts' creation times the age filter reads.
-CORPUS_PARAMETERS = {"corpus_file": "corpus.npz"}
 
 LIMITS = Limits(
     max_history_items=4096,
@@ -218,35 +384,70 @@ LIMITS = Limits(
 )
 
 # ----------------------------------------------------------------------------------------
+# Parameters shared by several models
+# ----------------------------------------------------------------------------------------
+
+# Relative to a model's directory: artifacts/demo at the repository root. PHOENIX_ARTIFACT_DIR
+# overrides it at start-up (serve --artifacts sets it).
+DEFAULT_ARTIFACT_DIR = "../../artifacts/demo"
+ARTIFACT_DIR = Parameter("artifact_dir", "text", DEFAULT_ARTIFACT_DIR)
+# The batch sizes a model compiles a program for (the profile gives them; the largest reaches
+# max_batch_size, which Triton's dynamic batcher never exceeds).
+BATCH_BUCKETS = Parameter("batch_buckets", "ints")
+# The retriever's corpus, which also holds the posts' creation times the age filter reads: a
+# file or store inside the artifact directory; a load request with another value swaps it.
+CORPUS_FILE = Parameter("corpus_file", "text", "corpus.npz")
+
+POLICY_PARAMETERS = (
+    Parameter("action_weights", "weights", POLICY_ACTION_WEIGHTS),
+    Parameter("negative_scores_offset", "number", 0.1, low=0),
+    Parameter("author_diversity_decay", "number", 0.5, low=0, high=1),
+    Parameter("author_diversity_floor", "number", 0.1, low=0, high=1),
+    Parameter("filter_own_posts", "flag", True),
+)
+
+# ----------------------------------------------------------------------------------------
 # Tensors shared by several models
 # ----------------------------------------------------------------------------------------
 
-USER_ID = _spec("user_id", np.int64, [1])
+USER_ID = _spec("user_id", np.int64, [1], values=IDS)
 
 
 def history_inputs(ragged: bool) -> tuple[TensorSpec, ...]:
     """One user's history, oldest to newest: post, author, actions [L, A], surface."""
     return (
-        _spec("history_post_ids", np.int64, [-1], ragged=ragged),
-        _spec("history_author_ids", np.int64, [-1], ragged=ragged),
-        _spec("history_actions", np.float32, [-1, -1], ragged=ragged),
-        _spec("history_product_surface", np.int32, [-1], ragged=ragged),
+        _spec("history_post_ids", np.int64, ["L"], ragged=ragged, values=IDS),
+        _spec("history_author_ids", np.int64, ["L"], ragged=ragged, values=IDS),
+        _spec(
+            "history_actions",
+            np.float32,
+            ["L", "A"],
+            ragged=ragged,
+            values=Values(0, 1, "action flags"),
+        ),  # fmt: skip
+        _spec("history_product_surface", np.int32, ["L"], ragged=ragged, values=SURFACES),
     )
 
 
-TOP_K = _spec("top_k", np.int32, [1])
+TOP_K = _spec("top_k", np.int32, [1], values=Values(1, LIMITS.max_top_k, "top_k"))
 RANKED_OUTPUTS = (
-    _spec("ranked_post_ids", np.int64, [-1]),  # [C]
-    _spec("scores", np.float32, [-1]),  # [C]
-    _spec("action_probs", np.float32, [-1, -1]),  # [C, A]
+    _spec("ranked_post_ids", np.int64, ["C"]),
+    _spec("scores", np.float32, ["C"]),
+    _spec("action_probs", np.float32, ["C", "A"]),
 )
-RANKED_AUTHOR_IDS = _spec("ranked_author_ids", np.int64, [-1])  # [C], the author of each post
+RANKED_AUTHOR_IDS = _spec("ranked_author_ids", np.int64, ["C"])  # the author of each post
 
 # The feed filters a recommend request may carry (all optional, per user row).
 FEED_FILTERS = (
-    _spec("excluded_author_ids", np.int64, [-1], optional=True, ragged=True),  # blocked, muted
-    _spec("seen_post_ids", np.int64, [-1], optional=True, ragged=True),  # seen or served
-    _spec("max_age_seconds", np.float32, [1], optional=True),  # older posts are dropped
+    _spec("excluded_author_ids", np.int64, ["E"], optional=True, ragged=True, values=IDS),
+    _spec("seen_post_ids", np.int64, ["N"], optional=True, ragged=True, values=IDS),
+    _spec(  # older posts are dropped
+        "max_age_seconds",
+        np.float32,
+        [1],
+        optional=True,
+        values=Values(0, math.inf, "ages in seconds"),
+    ),  # fmt: skip
 )
 
 # ----------------------------------------------------------------------------------------
@@ -256,32 +457,39 @@ FEED_FILTERS = (
 USER_ENCODER = ModelContract(
     name="user_encoder",
     inputs=(USER_ID, *history_inputs(ragged=True)),
-    outputs=(_spec("user_embedding", np.float32, [-1]),),  # [D], unit norm
+    outputs=(_spec("user_embedding", np.float32, ["D"]),),  # unit norm
     max_batch_size=16,
+    parameters=(ARTIFACT_DIR, BATCH_BUCKETS),
 )
 
 CANDIDATE_TOWER = ModelContract(
     name="candidate_tower",
-    inputs=(_spec("post_id", np.int64, [1]), _spec("author_id", np.int64, [1])),
-    outputs=(_spec("candidate_embedding", np.float32, [-1]),),  # [D], unit norm
+    inputs=(
+        _spec("post_id", np.int64, [1], values=POST_IDS),
+        _spec("author_id", np.int64, [1], values=IDS),
+    ),
+    outputs=(_spec("candidate_embedding", np.float32, ["D"]),),  # unit norm
     max_batch_size=LIMITS.max_rows,
+    # One compiled program of this many rows, run as often as a batch needs.
+    parameters=(ARTIFACT_DIR, Parameter("rows_per_call", "int", low=1)),
 )
 
 RETRIEVER = ModelContract(
     name="retriever",
     inputs=(
-        _spec("user_embedding", np.float32, [-1]),  # [D]
+        _spec("user_embedding", np.float32, ["D"]),
         TOP_K,
-        _spec("history_post_ids", np.int64, [-1], optional=True, ragged=True),  # excluded
+        _spec(  # excluded from the results
+            "history_post_ids", np.int64, ["L"], optional=True, ragged=True, values=IDS
+        ),
     ),
     outputs=(
-        _spec("post_ids", np.int64, [-1]),  # [K], best first
-        _spec("author_ids", np.int64, [-1]),
-        _spec("retrieval_scores", np.float32, [-1]),
+        _spec("post_ids", np.int64, ["K"]),  # best first
+        _spec("author_ids", np.int64, ["K"]),
+        _spec("retrieval_scores", np.float32, ["K"]),
     ),
     max_batch_size=8,
-    # File inside the artifact directory; a load request with another value swaps the corpus.
-    parameters=CORPUS_PARAMETERS,
+    parameters=(ARTIFACT_DIR, BATCH_BUCKETS, CORPUS_FILE),
 )
 
 RANKER = ModelContract(
@@ -289,20 +497,41 @@ RANKER = ModelContract(
     inputs=(
         USER_ID,
         *history_inputs(ragged=True),
-        _spec("history_dwell_seconds", np.float32, [-1], optional=True, ragged=True),
-        _spec("candidate_post_ids", np.int64, [-1], ragged=True),
-        _spec("candidate_author_ids", np.int64, [-1], ragged=True),
-        _spec("candidate_product_surface", np.int32, [-1], optional=True, ragged=True),
-        _spec("candidate_post_age_seconds", np.float32, [-1], optional=True, ragged=True),
-        _spec("candidate_retrieval_scores", np.float32, [-1], optional=True, ragged=True),
+        _spec(
+            "history_dwell_seconds",
+            np.float32,
+            ["L"],
+            optional=True,
+            ragged=True,
+            values=Values(0, math.inf, "dwell"),
+        ),  # fmt: skip
+        _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),
+        _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
+        _spec(
+            "candidate_product_surface",
+            np.int32,
+            ["C"],
+            optional=True,
+            ragged=True,
+            values=SURFACES,
+        ),  # fmt: skip
+        _spec("candidate_post_age_seconds", np.float32, ["C"], optional=True, ragged=True),
+        # passed through to the outputs, in ranked order
+        _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
     ),
     outputs=(
         *RANKED_OUTPUTS,
         RANKED_AUTHOR_IDS,
-        _spec("ranked_retrieval_scores", np.float32, [-1]),
+        _spec("ranked_retrieval_scores", np.float32, ["C"]),
     ),
     max_batch_size=8,
-    parameters={"score_weights": json.dumps(RANKER_SCORE_WEIGHTS)},
+    parameters=(
+        ARTIFACT_DIR,
+        BATCH_BUCKETS,
+        # Candidate counts compiled for; the largest must be LIMITS.max_candidates.
+        Parameter("candidate_buckets", "ints", RANKER_CANDIDATE_BUCKETS),
+        Parameter("score_weights", "weights", RANKER_SCORE_WEIGHTS),
+    ),
 )
 
 # The feed policy: the ranker's candidates (in its order) filtered, scored by every action and
@@ -312,19 +541,27 @@ FEED_POLICY = ModelContract(
     name="feed_policy",
     inputs=(
         USER_ID,
-        _spec("candidate_post_ids", np.int64, [-1], ragged=True),  # [C], the ranker's order
-        _spec("candidate_author_ids", np.int64, [-1], ragged=True),
-        _spec("candidate_action_probs", np.float32, [-1, -1], ragged=True),  # [C, A]
-        _spec("candidate_retrieval_scores", np.float32, [-1], optional=True, ragged=True),
+        _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),  # ranked
+        _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
+        _spec(
+            "candidate_action_probs",
+            np.float32,
+            ["C", "A"],
+            ragged=True,
+            values=Values(0, 1, "probabilities"),
+        ),  # fmt: skip
+        _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
         *FEED_FILTERS,
     ),
-    outputs=(  # [C'] each
-        *RANKED_OUTPUTS,
-        RANKED_AUTHOR_IDS,
-        _spec("ranked_retrieval_scores", np.float32, [-1]),
+    outputs=(
+        _spec("ranked_post_ids", np.int64, ["C'"]),
+        _spec("scores", np.float32, ["C'"]),
+        _spec("action_probs", np.float32, ["C'", "A"]),
+        _spec("ranked_author_ids", np.int64, ["C'"]),
+        _spec("ranked_retrieval_scores", np.float32, ["C'"]),
     ),
     max_batch_size=8,
-    parameters={**POLICY_PARAMETERS, **CORPUS_PARAMETERS},
+    parameters=(ARTIFACT_DIR, *POLICY_PARAMETERS, CORPUS_FILE),
 )
 
 

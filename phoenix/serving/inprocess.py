@@ -79,7 +79,7 @@ class InProcessModels:
             params, max_batch = self.params[model], self.max_batch[model]
             if not self.batched and "batch_buckets" in params:
                 params, max_batch = {**params, "batch_buckets": "1"}, 1
-            settings = ServiceSettings(model, self.artifacts, max_batch, params)
+            settings = ServiceSettings.parsed(model, self.artifacts, max_batch, params)
             self._services[model] = build_service(settings)
         return self._services[model]
 

@@ -23,13 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
-from phoenix.serving.contracts import CONTRACTS, RANKER_CANDIDATE_BUCKETS, powers_of_two_up_to
-
-# Relative to a model's directory: artifacts/demo at the repository root. PHOENIX_ARTIFACT_DIR
-# overrides it at start-up (serve --artifacts sets it).
-DEFAULT_ARTIFACT_DIR = "../../artifacts/demo"
+from phoenix.serving.contracts import CONTRACTS, powers_of_two_up_to
 
 
 @dataclass(frozen=True)
@@ -48,18 +44,25 @@ class Deployment:
     instances: int
     queue: Queue
     max_batch_size: Optional[int] = None  # None: the contract's
-    # None: powers of two up to the batch size; (): none (the model compiles rows_per_call)
+    # For models that compile per batch size; None: powers of two up to the batch size
     batch_buckets: Optional[tuple[int, ...]] = None
-    parameters: Mapping[str, str] = field(default_factory=dict)
+    # Typed values of parameters the contract declares (they override its defaults)
+    parameters: Mapping[str, Any] = field(default_factory=dict)
     instance_kind: Optional[str] = None  # None: the profile's; "KIND_CPU" for host-only models
 
     def batch_size(self, model: str) -> int:
         return self.max_batch_size or CONTRACTS[model].max_batch_size
 
-    def buckets(self, model: str) -> tuple[int, ...]:
-        if self.batch_buckets is not None:
-            return self.batch_buckets
-        return powers_of_two_up_to(self.batch_size(model))
+    def parameter_values(self, model: str) -> dict[str, Any]:
+        """The parameters this deployment gives ``model`` (its batch buckets included)."""
+        values = dict(self.parameters)
+        if CONTRACTS[model].compiles_batches:
+            values["batch_buckets"] = self.batch_buckets or powers_of_two_up_to(
+                self.batch_size(model)
+            )
+        elif self.batch_buckets is not None:
+            raise ValueError(f"{model} compiles no batch sizes: batch_buckets does not apply")
+        return values
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class Profile:
         corpus .npz or a corpus store directory, inside the artifact directory)."""
         models = {
             name: replace(d, parameters={**d.parameters, "corpus_file": corpus_file})
-            if "corpus_file" in CONTRACTS[name].parameters
+            if "corpus_file" in CONTRACTS[name].parameter_names
             else d
             for name, d in self.models.items()
         }
@@ -104,15 +107,6 @@ class Profile:
         return replace(self, models=models)
 
 
-def _candidate_buckets(buckets: tuple[int, ...]) -> dict[str, str]:
-    return {"candidate_buckets": ",".join(map(str, buckets))}
-
-
-def _rows_per_call(rows: int) -> dict[str, str]:
-    """The candidate tower's one compiled program: rows per call, as often as a batch needs."""
-    return {"rows_per_call": str(rows)}
-
-
 _CPU_QUEUE = Queue(max_delay_us=2000, max_size=64)
 
 CPU = Profile(
@@ -121,17 +115,13 @@ CPU = Profile(
     config_name=None,
     models={
         "user_encoder": Deployment(2, _CPU_QUEUE),
-        "candidate_tower": Deployment(
-            2, _CPU_QUEUE, batch_buckets=(), parameters=_rows_per_call(256)
-        ),
+        "candidate_tower": Deployment(2, _CPU_QUEUE, parameters={"rows_per_call": 256}),
         "retriever": Deployment(2, _CPU_QUEUE),
-        "ranker": Deployment(
-            2, _CPU_QUEUE, parameters=_candidate_buckets(RANKER_CANDIDATE_BUCKETS)
-        ),
+        "ranker": Deployment(2, _CPU_QUEUE),  # the contract's candidate buckets
         # numpy only, well under a millisecond per batch: no buckets to compile, and no
         # wait to fill a batch (it handles each request on its own, so waiting only adds
         # latency); two instances for the same reason as the others (one can stall)
-        "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64), batch_buckets=()),
+        "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64)),
     },
 )
 
@@ -143,17 +133,13 @@ GPU = Profile(
     config_name="gpu",
     models={
         "user_encoder": Deployment(1, Queue(500, 1024), **_GPU_BATCHES),
-        "candidate_tower": Deployment(
-            1, Queue(500, 64), batch_buckets=(), parameters=_rows_per_call(4096)
-        ),
+        "candidate_tower": Deployment(1, Queue(500, 64), parameters={"rows_per_call": 4096}),
         "retriever": Deployment(1, Queue(500, 1024), **_GPU_BATCHES),
         "ranker": Deployment(
-            2, Queue(1000, 1024), **_GPU_BATCHES, parameters=_candidate_buckets((64, 256, 1024))
+            2, Queue(1000, 1024), **_GPU_BATCHES, parameters={"candidate_buckets": (64, 256, 1024)}
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
-        "feed_policy": Deployment(
-            2, Queue(0, 1024), max_batch_size=64, batch_buckets=(), instance_kind="KIND_CPU"
-        ),
+        "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
     },
 )
 

@@ -21,7 +21,7 @@ from phoenix.serving.client import (
     recommend_inputs,
     served_models,
 )
-from phoenix.serving.contracts import POLICY_PARAMETERS
+from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.ensemble import run_until
 from phoenix.serving.services.common import config_parameters
 from phoenix.serving.services.feed_policy import parse_settings
@@ -212,7 +212,8 @@ def test_policy_reload_changes_a_running_servers_feed(trained_server):
         np.testing.assert_array_equal(again["ranked_post_ids"], after["ranked_post_ids"])
     finally:
         keys = ("author_diversity_decay", "author_diversity_floor")
-        defaults = [f"--set={key}={POLICY_PARAMETERS[key]}" for key in keys]
+        texts = FEED_POLICY.parameter_texts({})
+        defaults = [f"--set={key}={texts[key]}" for key in keys]
         assert feed_policy.main([*url, *defaults]) == 0
     restored = infer(client, "http", "recommend", request)
     np.testing.assert_array_equal(restored["ranked_post_ids"], before["ranked_post_ids"])

@@ -27,7 +27,7 @@ def test_compiled_settings_are_the_generated_configs(tiny, model, device):
     settings = compile_cli.service_settings(model, tiny, device)
     config = read_config(REPOSITORY / PROFILES[device].config_path(model))
     assert settings.max_batch_size == config.max_batch_size
-    assert dict(settings.parameters) == {k: v.string_value for k, v in config.parameters.items()}
+    assert settings.parameter_texts == {k: v.string_value for k, v in config.parameters.items()}
 
 
 def test_a_second_run_is_up_to_date_and_force_loads_everything(tiny, capsys):

@@ -1,5 +1,6 @@
 """Every config.pbtxt is generated from its contract and a deployment profile."""
 
+import json
 import shutil
 
 import pytest
@@ -7,7 +8,14 @@ from tritonclient.grpc import model_config_pb2
 
 from phoenix.serving import configs
 from phoenix.serving.configs import ConfigError, model_config, read_config
-from phoenix.serving.contracts import CONTRACTS, FEED_POLICY, LIMITS, RANKER, RECOMMEND
+from phoenix.serving.contracts import (
+    CONTRACTS,
+    FEED_POLICY,
+    LIMITS,
+    RANKER,
+    RANKER_SCORE_WEIGHTS,
+    RECOMMEND,
+)
 from phoenix.serving.profiles import CPU, GPU, PROFILES
 
 CPU_KIND = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_CPU")
@@ -43,7 +51,7 @@ def test_a_generated_config_says_what_the_contract_says():
     parameters = {k: v.string_value for k, v in config.parameters.items()}
     assert parameters["candidate_buckets"] == "16,64,256,512,1024"
     assert parameters["batch_buckets"] == "1,2,4,8"
-    assert parameters["score_weights"] == RANKER.parameters["score_weights"]
+    assert parameters["score_weights"] == json.dumps(RANKER_SCORE_WEIGHTS)
     assert instances(config) == [("KIND_CPU", 2)]
 
 
@@ -64,7 +72,7 @@ def test_the_gpu_variant_batches_more_with_few_buckets():
     assert instances(ranker) == [("KIND_GPU", 2)]
     assert parameters["batch_buckets"] == "1,8,64"
     assert parameters["candidate_buckets"] == "64,256,1024"
-    assert parameters["score_weights"] == RANKER.parameters["score_weights"]
+    assert parameters["score_weights"] == json.dumps(RANKER_SCORE_WEIGHTS)
     assert ranker.dynamic_batching.default_queue_policy.max_queue_size == 1024
 
 

@@ -14,7 +14,7 @@ from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
 from tests.plain_models import ranker_features
 
-WEIGHTS = '{"favorite": 1.0, "reply": 13.5, "repost": 1.0}'
+WEIGHTS = {"favorite": 1.0, "reply": 13.5, "repost": 1.0}
 TOL = 1e-5
 
 

@@ -180,7 +180,7 @@ def test_parameters_parse():
 
 def test_the_default_weights_name_every_action_and_parse():
     assert set(POLICY_ACTION_WEIGHTS) == set(ACTION_NAMES)
-    parsed = parse_settings(FEED_POLICY.parameters, ACTION_NAMES)
+    parsed = parse_settings(FEED_POLICY.parameter_texts({}), ACTION_NAMES)
     negative = [ACTION_NAMES[i] for i in np.flatnonzero(parsed.action_weights < 0)]
     assert negative == ["not_interested", "block_author", "mute_author", "report"]
 
@@ -212,10 +212,11 @@ def test_a_bad_parameter_stops_the_start_up(tmp_path):
     from phoenix.artifacts import generate
 
     generate("tiny", tmp_path, seed=1, corpus_size=50)
-    parameters = {**FEED_POLICY.parameters, "author_diversity_floor": "2"}
+    parameters = {**FEED_POLICY.parameter_texts({}), "author_diversity_floor": "2"}
     with pytest.raises(ValueError, match="'author_diversity_floor' must lie in"):
-        build_service(ServiceSettings("feed_policy", tmp_path, 8, parameters))
-    service = build_service(ServiceSettings("feed_policy", tmp_path, 8, FEED_POLICY.parameters))
+        ServiceSettings.parsed("feed_policy", tmp_path, 8, parameters)
+    defaults = FEED_POLICY.parameter_texts({})
+    service = build_service(ServiceSettings.parsed("feed_policy", tmp_path, 8, defaults))
     assert isinstance(service, FeedPolicyService) and service.warm_up() == 0
 
 

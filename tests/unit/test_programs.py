@@ -128,7 +128,7 @@ def test_the_store_beside_artifacts_follows_config_and_env(tiny_artifacts, tmp_p
 
 
 def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts):
-    weights = '{"favorite": 1.0, "reply": 13.5}'
+    weights = {"favorite": 1.0, "reply": 13.5}
     buckets = dict(batch_buckets=(1, 2), candidate_buckets=(8, 32))
 
     def ranker():

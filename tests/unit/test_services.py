@@ -1,15 +1,13 @@
 """Serving logic without Triton: validation, padding, blending, per-request isolation."""
 
-import json
-
 import numpy as np
 import pytest
 
 from phoenix.serving import services
 from phoenix.serving.client import ranker_inputs
-from phoenix.serving.contracts import powers_of_two_up_to
+from phoenix.serving.contracts import RANKER, Parameter, contract, powers_of_two_up_to
 from phoenix.serving.requests import InputError, UserRequest
-from phoenix.serving.services import ServiceSettings, build_service, parse_int_list
+from phoenix.serving.services import ServiceSettings, build_service
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +28,7 @@ def resources(artifacts):
 def ranker(resources):
     return services.RankerService(
         resources,
-        json.dumps({"favorite": 1.0, "reply": 2.0}),
+        {"favorite": 1.0, "reply": 2.0},
         candidate_buckets=(8, 32),
         batch_buckets=(1, 4),
     )
@@ -56,13 +54,14 @@ def request(config, rng, history=5, candidates=4):
 
 def test_score_weights_parse_and_reject_unknown_actions():
     names = ("action_0", "favorite", "reply")
+    parse = RANKER.parameter("score_weights").parse
     np.testing.assert_array_equal(
-        services.parse_score_weights('{"favorite": 2, "reply": 0.5}', names), [0, 2, 0.5]
+        services.score_weight_vector(parse('{"favorite": 2, "reply": 0.5}'), names), [0, 2, 0.5]
     )
     with pytest.raises(ValueError, match="unknown actions \\['like'\\]"):
-        services.parse_score_weights('{"like": 1}', names)
-    with pytest.raises(ValueError, match="not valid JSON"):
-        services.parse_score_weights("{favorite: 1}", names)
+        services.score_weight_vector(parse('{"like": 1}'), names)
+    with pytest.raises(ValueError, match="'score_weights' is not valid JSON"):
+        parse("{favorite: 1}")
 
 
 def user_request(user_id, posts, actions=3):
@@ -110,8 +109,8 @@ def test_ranker_outputs_are_sorted_blends(ranker, resources):
     (out,) = ranker.handle([request(resources.config, rng, candidates=9)])
     scores = out["scores"][0]
     assert out["ranked_post_ids"].shape == (1, 9) and (np.diff(scores) <= 0).all()
-    weights = services.parse_score_weights(
-        '{"favorite": 1.0, "reply": 2.0}', resources.config.action_names
+    weights = services.score_weight_vector(
+        {"favorite": 1.0, "reply": 2.0}, resources.config.action_names
     )
     np.testing.assert_allclose(out["action_probs"][0] @ weights, scores, rtol=1e-6)
 
@@ -195,26 +194,33 @@ def test_user_encoder_and_retriever(resources):
 def test_adapter_parameter_helpers():
     assert powers_of_two_up_to(8) == (1, 2, 4, 8)
     assert powers_of_two_up_to(6) == (1, 2, 4, 6)
-    assert parse_int_list("64, 16,1024", "x") == (16, 64, 1024)
-    with pytest.raises(ValueError, match="candidate_buckets"):
-        parse_int_list("a,b", "candidate_buckets")
+    buckets = Parameter("candidate_buckets", "ints")
+    assert buckets.parse("64, 16,1024") == (16, 64, 1024)
+    assert buckets.text((16, 64)) == "16,64"
+    with pytest.raises(ValueError, match="'candidate_buckets' must be a comma-separated"):
+        buckets.parse("a,b")
+    with pytest.raises(ValueError, match="'candidate_buckets' must list positive ints"):
+        buckets.parse("0,8")
 
 
-def settings(artifacts, model, max_batch, **parameters):
-    return ServiceSettings(model, artifacts, max_batch, parameters)
+def settings(artifacts, model, max_batch, **texts):
+    """Settings of ``model`` from its contract's defaults overridden by config ``texts``."""
+    declared = contract(model).parameters
+    defaults = {p.name: p.text(p.default) for p in declared if p.default is not None}
+    return ServiceSettings.parsed(model, artifacts, max_batch, {**defaults, **texts})
 
 
 def test_batch_buckets_must_reach_the_batch_size(artifacts):
     assert settings(artifacts, "ranker", 64, batch_buckets="64,1,8").batch_buckets == (1, 8, 64)
     with pytest.raises(ValueError, match="must reach max_batch_size 64"):
-        _ = settings(artifacts, "ranker", 64, batch_buckets="1,8,32").batch_buckets
+        settings(artifacts, "ranker", 64, batch_buckets="1,8,32")
 
 
 def test_a_missing_parameter_is_named(artifacts):
-    with pytest.raises(ValueError, match="'score_weights' is missing"):
-        build_service(settings(artifacts, "ranker", 8, batch_buckets="8"))
+    with pytest.raises(ValueError, match="ranker: config parameters \\['batch_buckets'\\] are"):
+        settings(artifacts, "ranker", 8)
     with pytest.raises(ValueError, match="no service for model 'nope'"):
-        build_service(settings(artifacts, "nope", 8))
+        build_service(ServiceSettings("nope", artifacts, 8, {}))
 
 
 def test_candidate_tower_program_has_rows_per_call_rows(artifacts):

@@ -21,12 +21,12 @@ from phoenix.serving.services.common import (
     Result,
     Service,
     ServiceSettings,
-    parse_int_list,
+    action_weight_vector,
     stack_histories,
     stack_padded,
 )
 from phoenix.serving.services.feed_policy import FeedPolicyService
-from phoenix.serving.services.ranker import RankerService, parse_score_weights
+from phoenix.serving.services.ranker import RankerService, score_weight_vector
 from phoenix.serving.services.retrieval import (
     CandidateTowerService,
     RetrieverService,
@@ -70,8 +70,8 @@ __all__ = [
     "ServiceSettings",
     "UserEncoderService",
     "build_service",
-    "parse_int_list",
-    "parse_score_weights",
+    "action_weight_vector",
+    "score_weight_vector",
     "stack_histories",
     "stack_padded",
     "user_tower_inputs",

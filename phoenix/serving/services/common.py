@@ -18,8 +18,6 @@ Shape glossary (R rows of one request, B rows of a batch)
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ import numpy as np
 from phoenix.checkpoint import Artifacts, load_artifacts
 from phoenix.engine.programs import ProgramStore
 from phoenix.recsys_model import DWELL_TIME_INDEX, NUM_CONTINUOUS
+from phoenix.serving.contracts import contract
 from phoenix.serving.requests import InputError, UserRequest, parse
 
 Arrays = Mapping[str, np.ndarray]
@@ -45,46 +44,17 @@ ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
 # ----------------------------------------------------------------------------------------
 
 
-def parse_int_list(text: str, name: str) -> tuple[int, ...]:
-    """Sorted positive ints of a comma-separated parameter; errors name the parameter."""
-    try:
-        values = tuple(sorted(int(v) for v in text.split(",") if v.strip()))
-    except ValueError:
-        raise ValueError(
-            f"parameter '{name}' must be a comma-separated list of ints: {text!r}"
-        ) from None
-    if not values or values[0] < 1:
-        raise ValueError(f"parameter '{name}' must list positive ints, got {text!r}")
-    return values
-
-
-def parse_action_weights(
-    text: str, action_names: Sequence[str], parameter: str = "action_weights"
-) -> np.ndarray:
-    """[A] weights from JSON {"action name": weight} (the ranker's ``score_weights`` and the
-    policy's ``action_weights``); actions left out weigh 0, anything else fails naming
-    ``parameter``."""
-    where = f"parameter '{parameter}'"
-    try:
-        weights = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{where} is not valid JSON ({error}): {text!r}") from None
-    if not isinstance(weights, dict) or not weights:
-        raise ValueError(f"{where} must be a non-empty JSON object of action: weight")
+def action_weight_vector(weights: Mapping[str, float], action_names: Sequence[str], parameter: str):
+    """[A] float64 weights of a parsed weights parameter ({action name: weight}, the ranker's
+    ``score_weights`` and the policy's ``action_weights``) over the artifact's actions; actions
+    left out weigh 0, unknown names fail naming ``parameter``."""
     unknown = sorted(set(weights) - set(action_names))
     if unknown:
         raise ValueError(
-            f"{where} names unknown actions {unknown}; the artifact's actions are "
-            f"{list(action_names)}"
+            f"parameter '{parameter}' names unknown actions {unknown}; the artifact's actions "
+            f"are {list(action_names)}"
         )
-    vector = np.zeros(len(action_names), np.float64)
-    for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise ValueError(f"{where}: the weight of {name!r} must be a number, got {weight!r}")
-        if not math.isfinite(weight):
-            raise ValueError(f"{where}: the weight of {name!r} must be finite, got {weight}")
-        vector[list(action_names).index(name)] = float(weight)
-    return vector
+    return np.array([weights.get(name, 0.0) for name in action_names], np.float64)
 
 
 def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:
@@ -110,46 +80,50 @@ def config_parameters(config: Mapping[str, Any]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    """What a model instance starts with: its artifacts, batch size and config parameters."""
+    """What a model instance starts with: its artifacts, batch size and typed parameters (the
+    contract declares them; ``parameters`` holds every declared one, parsed)."""
 
     model: str
     artifact_dir: Path
     max_batch_size: int
-    parameters: Mapping[str, str]
+    parameters: Mapping[str, Any]
 
     @classmethod
     def from_model_config(cls, model: str, config: Mapping[str, Any], model_dir: str):
-        """Settings from a model config as Triton hands it over (JSON form)."""
-        parameters = config_parameters(config)
-        return cls(
-            model=model,
-            artifact_dir=resolve_artifact_dir(parameters.get("artifact_dir", ""), model_dir),
-            max_batch_size=int(config.get("max_batch_size") or 1),
-            parameters=parameters,
+        """Settings from a model config as Triton hands it over (JSON form); a bad or missing
+        parameter fails naming the model and the parameter."""
+        texts = config_parameters(config)
+        artifact_dir = resolve_artifact_dir(texts.get("artifact_dir", ""), model_dir)
+        return cls.parsed(model, artifact_dir, int(config.get("max_batch_size") or 1), texts)
+
+    @classmethod
+    def parsed(cls, model: str, artifact_dir: Path, max_batch_size: int, texts: Mapping[str, str]):
+        """Settings from config strings ({parameter: text}), parsed as the contract declares;
+        a bad or missing parameter fails naming the model and the parameter."""
+        settings = cls(
+            model, Path(artifact_dir), max_batch_size, contract(model).parse_parameters(texts)
         )
+        settings.check_batch_buckets()
+        return settings
 
-    def text(self, key: str) -> str:
-        try:
-            return self.parameters[key]
-        except KeyError:
+    @property
+    def parameter_texts(self) -> dict[str, str]:
+        """The parameters as config strings (what a config carries)."""
+        return contract(self.model).parameter_texts(self.parameters)
+
+    def check_batch_buckets(self) -> None:
+        """Compiled batch sizes must cover every batch Triton can hand over."""
+        buckets = self.parameters.get("batch_buckets")
+        if buckets is not None and buckets[-1] < self.max_batch_size:
             raise ValueError(
-                f"{self.model}: config parameter '{key}' is missing (configs are generated by "
-                "`make configs`)"
-            ) from None
-
-    def ints(self, key: str) -> tuple[int, ...]:
-        return parse_int_list(self.text(key), key)
+                f"{self.model}: parameter 'batch_buckets' {buckets} must reach max_batch_size "
+                f"{self.max_batch_size}"
+            )
 
     @property
     def batch_buckets(self) -> tuple[int, ...]:
-        """The batch sizes compiled at start-up; the largest is at least max_batch_size."""
-        buckets = self.ints("batch_buckets")
-        if buckets[-1] < self.max_batch_size:
-            raise ValueError(
-                f"parameter 'batch_buckets' {buckets} must reach max_batch_size "
-                f"{self.max_batch_size}"
-            )
-        return buckets
+        """The batch sizes compiled at start-up (models whose contract declares them)."""
+        return self.parameters["batch_buckets"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -293,7 +267,7 @@ class Service:
 
     request_type: ClassVar[type]
     config: Any  # the artifact config the requests are checked against
-    batch_buckets: tuple[int, ...]
+    max_rows: int  # the most rows one run takes (the largest compiled batch, or max_batch_size)
 
     @classmethod
     def model(cls) -> str:
@@ -308,7 +282,7 @@ class Service:
     def parse(self, arrays: Arrays):
         """The checked typed request of one request's arrays; raises InputError."""
         request = parse(self.request_type, arrays, self.config)
-        largest = self.batch_buckets[-1]
+        largest = self.max_rows
         if request.rows > largest:  # Triton's max_batch_size, for in-process callers
             raise InputError(f"{self.model()}: a request of {request.rows} rows, at most {largest}")
         return request
@@ -333,7 +307,7 @@ class Service:
         return results
 
     def _groups(self, good: list) -> list[list]:
-        groups, rows, largest = [], 0, self.batch_buckets[-1]
+        groups, rows, largest = [], 0, self.max_rows
         for item in good:
             if not groups or rows + item[1].rows > largest:
                 groups.append([])

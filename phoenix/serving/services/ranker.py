@@ -9,7 +9,7 @@ Shape glossary (R rows of one request, B rows of the padded batch)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -21,16 +21,16 @@ from phoenix.serving.services.common import (
     PhoenixResources,
     Service,
     ServiceSettings,
+    action_weight_vector,
     optional_or_zeros,
-    parse_action_weights,
     stack_histories,
     stack_padded,
 )
 
 
-def parse_score_weights(text: str, action_names: Sequence[str]) -> np.ndarray:
-    """The ranker's blend: float32 [A] from its ``score_weights`` parameter."""
-    return parse_action_weights(text, action_names, "score_weights").astype(np.float32)
+def score_weight_vector(weights: Mapping[str, float], action_names: Sequence[str]) -> np.ndarray:
+    """The ranker's blend: float32 [A] of its parsed ``score_weights`` parameter."""
+    return action_weight_vector(weights, action_names, "score_weights").astype(np.float32)
 
 
 def request_batch(
@@ -88,14 +88,14 @@ class RankerService(Service):
     def __init__(
         self,
         resources: PhoenixResources,
-        score_weights: str,
+        score_weights: Mapping[str, float],
         *,
         candidate_buckets: Sequence[int],
         batch_buckets: Sequence[int],
         compute_dtype=None,
     ):
         self.config = resources.config
-        self.weights = parse_score_weights(score_weights, self.config.action_names)
+        self.weights = score_weight_vector(score_weights, self.config.action_names)
         self.ranker = DeviceRanker(
             self.config.ranker_config(),
             resources.artifacts.ranker_params,
@@ -108,13 +108,14 @@ class RankerService(Service):
             store=resources.programs,
         )
         self.batch_buckets = self.ranker.batch_buckets
+        self.max_rows = self.batch_buckets[-1]
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RankerService:
         return cls(
             PhoenixResources(settings.artifact_dir, ("ranker", "tables")),
-            settings.text("score_weights"),
-            candidate_buckets=settings.ints("candidate_buckets"),
+            settings.parameters["score_weights"],
+            candidate_buckets=settings.parameters["candidate_buckets"],
             batch_buckets=settings.batch_buckets,
         )
 

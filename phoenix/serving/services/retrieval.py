@@ -70,6 +70,7 @@ class UserEncoderService(Service):
         self.resources = resources
         self.config = resources.config
         self.batch_buckets = tuple(sorted(batch_buckets))
+        self.max_rows = self.batch_buckets[-1]
         self.engine = retrieval_engine(
             resources, compute_dtype=compute_dtype, batch_buckets=self.batch_buckets
         )
@@ -97,12 +98,12 @@ class CandidateTowerService(Service):
     def __init__(self, resources: PhoenixResources, *, max_rows: int, rows_per_call: int):
         self.resources = resources
         self.config = resources.config
-        self.batch_buckets = (max_rows,)  # one program of rows_per_call rows serves them all
+        self.max_rows = max_rows  # one program of rows_per_call rows serves them all
         self.engine = retrieval_engine(resources, candidate_chunk=rows_per_call)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
-        (rows_per_call,) = settings.ints("rows_per_call")
+        rows_per_call = settings.parameters["rows_per_call"]
         return cls(
             PhoenixResources(settings.artifact_dir, ("retrieval", "tables")),
             max_rows=settings.max_batch_size,
@@ -219,6 +220,7 @@ class RetrieverService(Service):
     ):
         self.config = resources.config
         self.batch_buckets = tuple(sorted(batch_buckets))
+        self.max_rows = self.batch_buckets[-1]
         options = {"compute_dtype": compute_dtype, "batch_buckets": self.batch_buckets}
         self.searcher = corpus_search(resources, corpus_file, options)
 
@@ -226,7 +228,7 @@ class RetrieverService(Service):
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
         return cls(
             PhoenixResources(settings.artifact_dir, ("retrieval",)),  # no tables: it gets vectors
-            settings.text("corpus_file"),
+            settings.parameters["corpus_file"],
             batch_buckets=settings.batch_buckets,
         )
 
