@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from phoenix.artifacts import generate
-from phoenix.engine import RankingEngine
+from phoenix.engine import DeviceRanker
 from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
@@ -68,8 +68,9 @@ def test_device_hashing_equals_numpy_hashing_at_the_edges(resources, entity):
 
 
 def host_path_ranking(resources, ranker, requests):
-    """Host hashing + RankingEngine + numpy blend and sort (the path served before)."""
-    engine = RankingEngine(
+    """Host hashing + ``DeviceRanker.score`` of the hashed features + numpy blend and sort
+    (the path served before)."""
+    engine = DeviceRanker(
         resources.config.ranker_config(),
         resources.artifacts.ranker_params,
         compute_dtype=jnp.float32,
