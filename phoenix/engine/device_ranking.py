@@ -301,7 +301,7 @@ class DeviceRanker:
             rotation = kernels.rope_rotation(jnp.asarray(positions), self.shape.key_size)
         return kernels.Rotation(np.asarray(rotation.cos), np.asarray(rotation.sin))
 
-    # -- host side: raw ids ----------------------------------------------------------------
+    # -- host side: buckets, raw ids ------------------------------------------------------
 
     def padded_shape(self, users: int, candidates: int) -> tuple[int, int]:
         """(batch bucket, candidate width) a batch of this size is padded to."""
@@ -331,7 +331,7 @@ class DeviceRanker:
                 "blend weights: it scores hashed features (score) but cannot rank raw ids"
             )
 
-    # -- host side: hashed features ----------------------------------------------------------
+    # -- host side: hashed features ------------------------------------------------------
 
     def score(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> RankingScores:
         """Logits and continuous predictions for every candidate of every user.
@@ -350,9 +350,8 @@ class DeviceRanker:
                 np.zeros((0, count, self.weights["unembed"].shape[1]), np.float32),
                 np.zeros((0, count, self.weights["continuous"].shape[1]), np.float32),
             )
-        logits, continuous = (
-            np.concatenate([np.asarray(out[i])[:n, :count] for out, n in pending]) for i in range(2)
-        )
+        logits = np.concatenate([np.asarray(lg)[:n, :count] for (lg, _), n in pending])
+        continuous = np.concatenate([np.asarray(ct)[:n, :count] for (_, ct), n in pending])
         return RankingScores(logits, continuous)
 
     def _score_inputs(self, batch: RecsysBatch, emb: RecsysEmbeddings, rows: int):
@@ -418,7 +417,7 @@ class DeviceRanker:
             author_embeddings=pad(emb.candidate_author_embeddings, np.float32),
         )
 
-    # -- warm-up ------------------------------------------------------------------------------
+    # -- warm-up --------------------------------------------------------------------------
 
     def warm_up(self, *, scoring: bool = False) -> int:
         """Load (or compile) the programs of ``rank`` (of ``score`` with ``scoring``) for every
