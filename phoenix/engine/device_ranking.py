@@ -119,6 +119,13 @@ def context_tokens_program(config: PhoenixModelConfig):
     ).apply
 
 
+def padding_at_position_zero(rotation: kernels.Rotation, valid) -> kernels.Rotation:
+    """``rotation`` [1, c, 1, d] with the padding candidates of ``valid`` [B, c] at position 0
+    (cos 1, sin 0), as the model's right-anchored positions place them."""
+    keep = valid[:, :, None, None]
+    return kernels.Rotation(jnp.where(keep, rotation.cos, 1.0), jnp.where(keep, rotation.sin, 0.0))
+
+
 class DeviceRanker:
     """The ranker's cached-context passes: ``rank`` from raw ids (served), ``score`` from
     hashed features (the API path); one program per bucket for each."""
@@ -212,7 +219,7 @@ class DeviceRanker:
         )
         candidates = self._candidate_inputs(hashed, inputs, lookup)
         # the continuous predictions are not served: XLA drops their computation
-        logits, _ = self._score_fn(weights, context, context_emb, candidates)  # [B, C, A]
+        logits, _ = self._passes(weights, context, context_emb, candidates, model_padding=False)
         probs = jax.nn.sigmoid(logits)  # [B, C, A]
         blended = jnp.dot(probs, weights["blend"])  # [B, C]
         blended = jnp.where(candidates.valid, blended, -jnp.inf)  # padding sorts last
@@ -234,23 +241,36 @@ class DeviceRanker:
             author_embeddings=lookup(hashed["candidate_author"][1]),  # [B, C, nA, D]
         )
 
-    def _score_fn(
+    def _score_fn(self, weights, context, context_emb, candidates: kernels.CandidateInputs):
+        """The model's outputs for every candidate, padding candidates included."""
+        return self._passes(weights, context, context_emb, candidates, model_padding=True)
+
+    def _passes(
         self,
         weights,
         context: RecsysBatch,
         context_emb: RecsysEmbeddings,
         candidates: kernels.CandidateInputs,
+        *,
+        model_padding: bool,
     ):
         """Logits [B, C, A] and continuous predictions [B, C, N]: the context pass once, then
-        every candidate against its kv cache."""
+        every candidate against its kv cache.
+
+        ``model_padding``: padding candidates (hash 0) get the model's RoPE position too (0
+        when right-anchored), so their outputs equal the model's; ranking drops them, and
+        keeps its candidate rotation a constant of the program.
+        """
         tokens, mask = self._context_tokens(weights["params"], context, context_emb)  # [B,T,D]
         rotation = kernels.rope_rotation(
             kernels.context_positions(mask, self.config), self.shape.key_size
         )
         cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
-        return self._score_candidates(weights, cache, mask, candidates)
+        return self._score_candidates(weights, cache, mask, candidates, model_padding)
 
-    def _score_candidates(self, weights, cache, context_mask, candidates: kernels.CandidateInputs):
+    def _score_candidates(
+        self, weights, cache, context_mask, candidates: kernels.CandidateInputs, model_padding
+    ):
         """(logits, continuous), candidates in chunks and users in groups of at most
         ``users_per_pass``."""
         users, count = candidates.valid.shape
@@ -267,17 +287,23 @@ class DeviceRanker:
                     *(x[u : u + group, start : start + chunk] for x in candidates)
                 )
                 chunks.append(
-                    self._score_chunk(weights, group_cache, take(context_mask), part, start)
+                    self._score_chunk(
+                        weights, group_cache, take(context_mask), part, start, model_padding
+                    )
                 )
             rows_out.append([jnp.concatenate(outputs, axis=1) for outputs in zip(*chunks)])
         return tuple(jnp.concatenate(outputs, axis=0) for outputs in zip(*rows_out))
 
-    def _score_chunk(self, weights, cache, context_mask, part: kernels.CandidateInputs, start: int):
+    def _score_chunk(
+        self, weights, cache, context_mask, part: kernels.CandidateInputs, start, model_padding
+    ):
         granularity = self.config.post_age_granularity_mins
         tokens = kernels.candidate_tokens(part, weights["candidates"], granularity).astype(
             self.dtype
         )
         rotation = self._candidate_rotation(part.valid.shape[1], start)
+        if model_padding and self.config.right_anchored_rope:
+            rotation = padding_at_position_zero(rotation, part.valid)
         h = kernels.candidate_layers(
             tokens, part.valid, rotation, context_mask, cache, weights["layers"], self.shape
         )
