@@ -9,7 +9,7 @@ import pytest
 
 from phoenix.artifacts import generate
 from phoenix.engine import DeviceRanker
-from phoenix.engine.device_ranking import hash_on_device
+from phoenix.engine.device_ranking import empty_request_batch, hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
 from tests.plain_models import ranker_features
@@ -132,3 +132,13 @@ def test_candidate_isolation_a_score_ignores_the_other_candidates(resources, ran
         return out["scores"][0, list(out["ranked_post_ids"][0]).index(kept)]
 
     np.testing.assert_allclose(score_of_kept(first), score_of_kept(second), rtol=TOL, atol=TOL)
+
+
+def test_an_engine_built_without_table_scores_but_refuses_to_rank(resources):
+    config = resources.config.ranker_config()
+    params = resources.artifacts.ranker_params
+    engine = DeviceRanker(config, params, candidate_buckets=(8,))
+    with pytest.raises(ValueError, match="cannot rank raw ids"):
+        engine.rank(empty_request_batch(1, 8, config))
+    with pytest.raises(ValueError, match="go together"):
+        DeviceRanker(config, params, resources.embedder.table, candidate_buckets=(8,))
