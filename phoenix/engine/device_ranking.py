@@ -453,18 +453,9 @@ class DeviceRanker:
             (users, width) for users in self.batch_buckets for width in self.candidate_buckets
         ]
         if scoring:
-            prepare_all(
-                [
-                    (
-                        self._score,
-                        (
-                            self.weights,
-                            *self._score_inputs(*example_inputs(self.config, users, width), users),
-                        ),
-                    )
-                    for users, width in buckets
-                ]
-            )
+            examples = [(users, example_inputs(self.config, users, w)) for users, w in buckets]
+            args = [(self.weights, *self._score_inputs(*ex, users)) for users, ex in examples]
+            prepare_all([(self._score, a) for a in args])
             return len(buckets)
         self._check_ranks_raw_ids()
         batches = [empty_request_batch(users, width, self.config) for users, width in buckets]
