@@ -18,14 +18,17 @@ HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+SUPERVISOR_PORT ?= 8003
 PYTEST_ARGS ?=
 # e.g. DEMO_ARGS=--no-policy: the ranker's own ranking beside the feed
 DEMO_ARGS ?=
 
 # The backend stub links the system libpython of the venv's Python; perf_analyzer needs libb64;
-# nginx is the L7 proxy of `make bench-replicas` (Debian's build has the gRPC proxy module).
+# nginx is the L7 proxy of `make bench-replicas` (Debian's build has the gRPC proxy module);
+# redis-server keeps user state (phoenix/user_state; its tests start real servers and a
+# cluster), redis-tools gives the redis-cli that creates the test cluster.
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d nginx
+SYSTEM_PACKAGES ?= libpython$(PY_VERSION) libb64-0d nginx redis-server redis-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SYSTEM_STAMP := $(STAMPS)/system-packages
@@ -34,7 +37,7 @@ REQUIREMENTS_STAMP := $(VENV)/.requirements-installed-$(DEVICE)
 BACKEND_STAMP := $(BACKEND_DIR)/.phoenix-backend-dir
 INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
-	--metrics-port $(METRICS_PORT)
+	--metrics-port $(METRICS_PORT) --supervisor-port $(SUPERVISOR_PORT)
 
 .PHONY: help setup artifacts configs serve demo test test-unit lint format clean distclean
 
@@ -42,7 +45,8 @@ help:  ## list the targets
 	@echo "Targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
-	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) PYTEST_ARGS=..."
+	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)" \
+		"SUPERVISOR_PORT=$(SUPERVISOR_PORT) PYTEST_ARGS=..."
 
 setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
 
@@ -60,7 +64,7 @@ $(SYSTEM_STAMP): $(STAMPS)/system-packages.list
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive \
 			apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES); \
 	else \
-		echo "warning: no apt-get here; install $(SYSTEM_PACKAGES) yourself" >&2; \
+		echo "no apt-get here: install $(SYSTEM_PACKAGES) yourself" >&2; \
 	fi
 	@touch $@
 
@@ -85,7 +89,7 @@ PERF_ANALYZER_WHEEL := tritonclient==2.51.0
 $(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
 		-d build/wheels $(PERF_ANALYZER_WHEEL)
-	$(PY) -m bench.perf_analyzer --extract build/wheels --to $@
+	$(PY) -m phoenix.testing.perf_analyzer --extract build/wheels --to $@
 
 # The project itself, editable: `phoenix`, `clients` and `bench` import from this checkout
 # and the console scripts (phoenix-serve, ...) land in .venv/bin.
@@ -97,11 +101,9 @@ $(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_
 	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)
 	@touch $@
 
+# $(ARTIFACTS)/config.json: its rule is under "artifact directories" at the end
 artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACTS unless present, and their compiled programs
 	$(PY) -m phoenix.serving.compile --artifacts $(ARTIFACTS) --device $(DEVICE)
-
-$(ARTIFACTS)/config.json: | $(BACKEND_STAMP)
-	$(PY) -m phoenix.artifacts --preset mini --out $(ARTIFACTS)
 
 # serve builds missing programs itself (phoenix.serving.compile), before Triton starts
 serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
@@ -109,11 +111,12 @@ serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, 
 
 # The demo picks free ports, so it also works beside a running `make serve`. It serves the
 # towers trained on synthetic logs that ship in artifacts/trained-demo (see "training" below).
-demo: setup $(DEMO_ARTIFACTS)/config.json  ## train the demo towers once, serve, recommend, stop
+demo: setup $(DEMO_ARTIFACTS)/config.json  ## serve the shipped trained demo towers, recommend, stop
 	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
 
-configs: setup  ## write every model_repository config from the contracts and profiles
+configs: setup  ## write every model_repository config, and docs/deploy.md's stub table, from the contracts and profiles
 	$(PY) -m phoenix.serving.configs
+	$(PY) -m phoenix.serving.profile_docs
 
 test: setup  ## ruff check + the whole pytest suite (tests/unit, then tests/slow, then tests/integration)
 	$(RUFF) check .
@@ -196,14 +199,14 @@ bench-replicas: setup artifacts  ## two replicas behind nginx: balance + a stop 
 bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
 	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)
 
-# ---- measuring on a lent GPU machine (bench/gpu/, README "Measuring on a GPU machine") ------
+# ---- measuring on a GPU machine without a registry (bench/gpu/, README "Measuring on a GPU machine")
 GPU_PAYLOAD ?= .gpu
 GPU_BENCH_ARGS ?=
 
 .PHONY: gpu-payload gpu-bench-cpu
 
 gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; <= 60 MiB
-	$(PY) -m bench.gpu.payload --out $(GPU_PAYLOAD)
+	$(PY) -m phoenix.testing.gpu_payload --out $(GPU_PAYLOAD)
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
 	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)
@@ -231,15 +234,26 @@ $(1)/config.json: $(STAMPS)/train-$(subst /,_,$(1)).args | $(BACKEND_STAMP)
 	$(PY) -m phoenix.training pipeline --preset $(2) --seed $(3) --out $(1) $(4)
 endef
 
-# The demo's towers are in the repository (artifacts/trained-demo, 9.6 MB): `make demo` serves
-# them at once. `make train TRAIN_PRESET=demo` trains them again with the train rule (figures
-# under bench/results); another DEMO_ARTIFACTS directory is trained when it has no config.json.
-ifneq ($(abspath $(TRAINED)),$(abspath $(DEMO_ARTIFACTS)))
+# ---- artifact directories: one rule each ----
+# TRAINED, DEMO_ARTIFACTS and ARTIFACTS may name one directory (`make serve
+# ARTIFACTS=artifacts/trained-demo`); two rules for one config.json would make make warn and
+# keep the last, so each directory gets the rule of the first role it plays, in this order:
+# 1. TRAINED: what `make train` trains (figures under bench/results).
+$(eval $(call trained_rules,$(TRAINED),$(TRAIN_PRESET),$(TRAIN_SEED),\
+	--results $(TRAIN_RESULTS).json --plot $(TRAIN_RESULTS).png))
+# $(call is_one_of,DIR,DIRS): non-empty when DIR is one of DIRS, however each is spelt
+is_one_of = $(filter $(abspath $(1)),$(abspath $(2)))
+# 2. The demo's towers: in the repository (artifacts/trained-demo, 9.6 MB), so `make demo`
+# serves them at once; another DEMO_ARTIFACTS directory is trained when it has no config.json.
+ifeq ($(call is_one_of,$(DEMO_ARTIFACTS),$(TRAINED)),)
 $(DEMO_ARTIFACTS)/config.json: | $(BACKEND_STAMP)
 	$(PY) -m phoenix.training pipeline --preset demo --seed $(DEMO_SEED) --out $(DEMO_ARTIFACTS)
 endif
-$(eval $(call trained_rules,$(TRAINED),$(TRAIN_PRESET),$(TRAIN_SEED),\
-	--results $(TRAIN_RESULTS).json --plot $(TRAIN_RESULTS).png))
+# 3. ARTIFACTS otherwise: generated untrained (mini preset) when it has no config.json.
+ifeq ($(call is_one_of,$(ARTIFACTS),$(TRAINED) $(DEMO_ARTIFACTS)),)
+$(ARTIFACTS)/config.json: | $(BACKEND_STAMP)
+	$(PY) -m phoenix.artifacts --preset mini --out $(ARTIFACTS)
+endif
 
 train: setup $(TRAINED)/config.json  ## train both towers on synthetic logs (TRAIN_PRESET=mini|demo|tiny; GPU if JAX has one)
 	$(PY) -m phoenix.training report $(TRAINED)/training.json

@@ -29,6 +29,7 @@ from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
 from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
+from phoenix.testing.results import write_results
 
 RESULTS = Path(__file__).parent / "results"
 TRAINED_DEMO = Path(__file__).parents[1] / "artifacts" / "trained-demo"
@@ -132,12 +133,12 @@ def random_device_ranker(config, params, candidate_buckets, batch_buckets=(1,), 
 
 def random_request_batch(config, users: int, candidates: int, seed: int = 0):
     """Raw ids and features of ``users`` full histories and ``candidates`` each."""
-    from phoenix.engine.device_ranking import empty_request_batch
+    from phoenix.serving.services.ranker import empty_request_batch
 
     rng = np.random.default_rng(seed)
     ids = lambda *shape: rng.integers(1, 2**62, shape, dtype=np.int64)  # noqa: E731
     S = config.history_seq_len
-    return empty_request_batch(users, candidates, config)._replace(
+    return empty_request_batch(config, users, candidates)._replace(
         user_id=ids(users),
         history_post_ids=ids(users, S),
         history_author_ids=ids(users, S),
@@ -163,7 +164,7 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
     engine = DeviceRanker(
         config, runner.params, batch_buckets=(1,), candidate_buckets=RANKER_CANDIDATE_BUCKETS
     )
-    engine.warm_up(scoring=True)
+    engine.warm_up_score()
     device = random_device_ranker(config, runner.params, tuple(counts))
 
     rows = []
@@ -399,8 +400,7 @@ def main():
         print_encodings(encodings)
         results = json.loads(args.out.read_text()) if args.out.exists() else {}
         results["retrieval_corpus_encodings"] = encodings
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")  # as the file was committed
+        write_results(args.out, results)
         print(f"\nwrote {args.out}")
         return
     ranking = bench_ranking([64, 256, 1024], min_seconds, skip_eager_above=1024)

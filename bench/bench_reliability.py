@@ -16,104 +16,47 @@ not exit 0 or a request failed with anything but a refusal.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
-from bench.loadgen import error_kind, wait_until
-from bench.serving_servers import ServePorts
 from phoenix.serving.triton_server import http_get_status
+from phoenix.testing.locust_runs import failure_kinds, finish_locust, start_locust
+from phoenix.testing.polling import wait_until
+from phoenix.testing.results import write_results
+from phoenix.testing.serve_process import ServeError, ServeProcess
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 DRAIN_S = 1.0
-
-
-def failure_kinds(failures_csv: Path) -> Counter:
-    """Locust's failures, by kind: refused, cut, other, and 'unclassified' where Locust
-    recorded an exception without its message (the locustfile's gRPC user does)."""
-    kinds: Counter = Counter()
-    if not failures_csv.exists():
-        return kinds
-    with failures_csv.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            error = row["Error"]
-            unclassified = error.rstrip("()'\"") in ("InferenceServerException", "")
-            kind = "unclassified" if unclassified else error_kind(error)
-            kinds[kind] += int(row["Occurrences"])
-            if kind == "other":
-                kinds[f"other: {error[:120]}"] += int(row["Occurrences"])
-    return kinds
-
-
-def start_serve(args, work: Path) -> tuple[subprocess.Popen, dict[str, str]]:
-    ports = ServePorts.free()
-    command = ports.command(args.artifacts, work / "build", DRAIN_S)
-    out = (work / "serve.out").open("wb")
-    process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    urls = {"http": f"127.0.0.1:{ports.http}", "grpc": f"127.0.0.1:{ports.grpc}",
-            "ready": f"http://127.0.0.1:{ports.ready}/ready"}  # fmt: skip
-    return process, urls
-
-
-def start_locust(
-    args, urls: dict[str, str], prefix: Path, run_time: str = "30m", extra: Sequence[str] = ()
-) -> subprocess.Popen:
-    """Locust in the background with the project's locustfile against ``urls`` (http, grpc),
-    ``args.users`` users, CSV files at ``prefix``; ``extra``: more options and user classes."""
-    command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--users", str(args.users), "--spawn-rate", str(args.users), "--run-time", run_time,
-        "--only-summary", "--host", f"http://{urls['http']}", "--grpc-url", urls["grpc"],
-        "--artifacts", str(args.artifacts.resolve()), "--csv", str(prefix), *extra,
-    ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+LOCUST_FINISH_S = 60.0
 
 
 def one_run(args, index: int) -> dict:
-    work = args.work_dir / f"run-{index}"
-    work.mkdir(parents=True, exist_ok=True)
-    serve, urls = start_serve(args, work)
+    serve = ServeProcess(args.artifacts, args.work_dir / f"run-{index}", DRAIN_S).start()
     locust = None
     try:
-        ready = wait_until(lambda: http_get_status(urls["ready"]) == 200, args.ready_timeout, 0.5)
-        if ready is None:
-            return {"run": index, "error": "serve did not get ready", "exit_code": serve.poll()}
-        locust = start_locust(args, urls, work / "locust")
+        try:
+            serve.wait_ready(args.ready_timeout, 0.5)
+        except ServeError:
+            code = serve.process.returncode
+            return {"run": index, "error": "serve did not get ready", "exit_code": code}
+        urls = {"http": serve.http_url, "grpc": serve.grpc_url}
+        locust = start_locust(urls, serve.work / "locust", users=args.users,
+                              artifacts=args.artifacts)  # fmt: skip
         time.sleep(args.load_seconds)
         termed = time.monotonic()
-        serve.send_signal(signal.SIGTERM)
-        unready = wait_until(lambda: http_get_status(urls["ready"]) != 200, 30, 0.02)
-        try:
-            code = serve.wait(args.exit_limit)
-        except subprocess.TimeoutExpired:
-            code = None
+        serve.terminate()
+        unready = wait_until(lambda: http_get_status(serve.ready_url) != 200, 30, 0.02)
+        code = serve.wait_exit(args.exit_limit)
         exited = time.monotonic()
     finally:
-        if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
+        serve.kill()
         if locust is not None:
-            locust.send_signal(signal.SIGTERM)  # Locust writes its CSV files on the way out
-            try:
-                locust.wait(60)
-            except subprocess.TimeoutExpired:
-                locust.kill()
-    said = (work / "serve.out").read_text(errors="replace")
-    kinds = failure_kinds(work / "locust_failures.csv")
+            finish_locust(locust, LOCUST_FINISH_S)
+    said = serve.log.read_text(errors="replace")
+    kinds = failure_kinds(serve.work / "locust_failures.csv")
     return {
         "run": index,
         "exit_code": code,
@@ -177,8 +120,7 @@ def main(argv=None) -> int:
     result = {"artifacts": str(args.artifacts), "users": args.users,
               "load_seconds": args.load_seconds, "drain_seconds": DRAIN_S,
               "summary": summary(rows), "runs": rows}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(args.out, result)
     print(json.dumps(result["summary"], indent=1))
     print(f"wrote {args.out}")
     bad = [r for r in rows if r.get("exit_code") != 0 or r.get("other") or r.get("cut")]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import signal
@@ -39,73 +38,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.bench_reliability import failure_kinds, start_locust
-from bench.loadgen import wait_until
-from bench.serving_servers import ServeProcess
-from phoenix.serving.triton_server import http_get_status, pick_free_ports
+from phoenix.testing.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
+from phoenix.testing.proxy import Proxy, nginx_binary
+from phoenix.testing.results import write_results
+from phoenix.testing.serve_process import ServeProcess
 
 HTTP_USER, GRPC_USER = "TritonHttpUser", "TritonGrpcUser"
 POLL_S = 0.5
-
-# Retries of requests that never ran: a connection error before the request reached Triton,
-# or Triton's refusals (404 while unloading, 503 queue full). POST is not idempotent to nginx,
-# hence non_idempotent for those statuses, which also resends an HTTP request cut after it was
-# sent (read-only models: harmless); gRPC retries only calls that never reached a replica.
-RETRY_HTTP = (
-    "proxy_next_upstream error timeout http_404 http_503 non_idempotent;\n"
-    "        proxy_next_upstream_tries 2;"
-)
-RETRY_GRPC = "grpc_next_upstream error timeout;\n        grpc_next_upstream_tries 2;"
-NO_RETRY_HTTP = "proxy_next_upstream off;"
-NO_RETRY_GRPC = "grpc_next_upstream off;"
-
-NGINX_CONF = """
-daemon off;
-worker_processes 1;
-pid {work}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {work}/client_body;
-    proxy_temp_path {work}/proxy;
-    fastcgi_temp_path {work}/fastcgi;
-    uwsgi_temp_path {work}/uwsgi;
-    scgi_temp_path {work}/scgi;
-    client_max_body_size 16m;
-    client_body_buffer_size 1m;
-    upstream triton_http {{
-{http_servers}
-        keepalive 32;
-    }}
-    upstream triton_grpc {{
-{grpc_servers}
-        keepalive 32;
-    }}
-    server {{
-        listen 127.0.0.1:{http_port};
-        location / {{
-            proxy_pass http://triton_http;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            {http_retry}
-        }}
-    }}
-    server {{
-        listen 127.0.0.1:{grpc_port} http2;
-        location / {{
-            grpc_pass grpc://triton_grpc;
-            {grpc_retry}
-        }}
-    }}
-}}
-"""
-
-
-def nginx_binary() -> str:
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
-    if not found:
-        raise SystemExit("nginx not found: `make setup` installs it (Debian package nginx)")
-    return found
 
 
 class Replica(ServeProcess):
@@ -117,68 +56,9 @@ class Replica(ServeProcess):
 
     def successes(self) -> int:
         """Requests answered so far, every model (a counter: take differences)."""
-        url = f"http://127.0.0.1:{self.ports.metrics}/metrics"
-        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        text = urllib.request.urlopen(self.metrics_url, timeout=10).read().decode()
         pattern = r"^nv_inference_request_success\{[^}]*\} (\S+)$"
         return int(sum(float(v) for v in re.findall(pattern, text, re.M)))
-
-
-class Proxy:
-    """nginx over the replicas; `configure` rewrites the upstreams and reloads gracefully (old
-    workers finish their requests), as an ingress controller does when endpoints change."""
-
-    def __init__(self, work: Path, replicas: list[Replica]):
-        self.work, self.replicas = work / "nginx", replicas
-        self.work.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.work, 0o777)  # nginx's workers may run as another user (root's master)
-        self.http_port, self.grpc_port = pick_free_ports(2)
-        self.process: subprocess.Popen | None = None
-        self.retries = True
-        self.lock = threading.Lock()
-        self.reloads = 0
-
-    def write(self, ready: set[str]) -> None:
-        def servers(port_of) -> str:
-            lines = []
-            for r in self.replicas:
-                down = "" if r.name in ready else " down"
-                lines.append(f"        server 127.0.0.1:{port_of(r)}{down};")
-            return "\n".join(lines)
-
-        conf = NGINX_CONF.format(
-            work=self.work, http_port=self.http_port, grpc_port=self.grpc_port,
-            http_servers=servers(lambda r: r.ports.http),
-            grpc_servers=servers(lambda r: r.ports.grpc),
-            http_retry=RETRY_HTTP if self.retries else NO_RETRY_HTTP,
-            grpc_retry=RETRY_GRPC if self.retries else NO_RETRY_GRPC,
-        )  # fmt: skip
-        (self.work / "nginx.conf").write_text(conf)
-
-    def start(self, ready: set[str]) -> Proxy:
-        self.write(ready)
-        command = [nginx_binary(), "-p", str(self.work), "-c", str(self.work / "nginx.conf"),
-                   "-e", str(self.work / "error.log")]  # fmt: skip
-        self.process = subprocess.Popen(command, start_new_session=True)
-        url = f"http://127.0.0.1:{self.http_port}/v2"
-        if wait_until(lambda: http_get_status(url) is not None, 10, 0.1) is None:
-            raise SystemExit(f"nginx did not start; see {self.work}/error.log")
-        return self
-
-    def configure(self, ready: set[str], retries: bool | None = None) -> None:
-        with self.lock:
-            if retries is not None:
-                self.retries = retries
-            self.write(ready)
-            self.process.send_signal(signal.SIGHUP)
-            self.reloads += 1
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)  # graceful
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
 
 
 class EndpointController(threading.Thread):
@@ -204,31 +84,8 @@ class EndpointController(threading.Thread):
 def locust(args, proxy: Proxy, users: list[str], prefix: Path, run_time: str) -> subprocess.Popen:
     """Locust's ``users`` classes through the proxy."""
     urls = {"http": f"127.0.0.1:{proxy.http_port}", "grpc": f"127.0.0.1:{proxy.grpc_port}"}
-    return start_locust(args, urls, prefix, run_time, ["--stop-timeout", "10", *users])
-
-
-def aggregated(prefix: Path) -> tuple[int, int]:
-    """(requests, failures) of Locust's Aggregated row."""
-    import csv
-
-    stats = Path(f"{prefix}_stats.csv")
-    if not stats.exists():
-        return 0, 0
-    with stats.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["Name"] == "Aggregated":
-                return int(row["Request Count"]), int(row["Failure Count"])
-    return 0, 0
-
-
-def finish(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)  # Locust writes its CSV files on the way out
-    try:
-        process.wait(90)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    return start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
+                        run_time=run_time, extra=["--stop-timeout", "10", *users])  # fmt: skip
 
 
 def balance(args, proxy: Proxy, replicas: list[Replica], user: str, work: Path) -> dict:
@@ -238,10 +95,10 @@ def balance(args, proxy: Proxy, replicas: list[Replica], user: str, work: Path) 
     try:
         process.wait(args.load_seconds + 120)
     finally:
-        finish(process)
+        finish_locust(process)
     served = {r.name: r.successes() - before[r.name] for r in replicas}
     total = sum(served.values()) or 1
-    requests, failures = aggregated(prefix)
+    requests, failures = locust_totals(Path(f"{prefix}_stats.csv"))
     return {
         "user": user,
         "locust_requests": requests,
@@ -277,17 +134,17 @@ def stop_one(args, proxy: Proxy, replicas: list[Replica], work: Path, name: str)
         time.sleep(args.load_seconds / 2)
         before = {r.name: r.successes() for r in replicas}
         termed = time.monotonic()
-        victim.process.send_signal(signal.SIGTERM)
-        code = victim.process.wait(120)
+        victim.terminate()
+        code = victim.wait_exit(120)
         exited = time.monotonic() - termed
         time.sleep(args.after_stop_seconds)
         survivor_served = replicas[1].successes() - before[replicas[1].name]
     finally:
-        finish(process)
+        finish_locust(process)
         if controller:
             controller.halt.set()
             controller.join()
-    requests, failures = aggregated(prefix)
+    requests, failures = locust_totals(Path(f"{prefix}_stats.csv"))
     kinds = failure_kinds(Path(f"{prefix}_failures.csv"))
     removed = [round(t - termed, 2) for t, ready in (controller.changes if controller else [])]
     return {
@@ -360,8 +217,7 @@ def main(argv=None) -> int:
         proxy.stop()
         for replica in replicas:
             replica.stop()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

@@ -29,6 +29,8 @@ import numpy as np
 from bench.retrieval_data import TRAINED, exact_top_k, generator_posts, query_users, recall_at_k
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
+from phoenix.testing.memory import memory_bytes
+from phoenix.testing.results import write_results
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("build/bench-retrieval")
@@ -102,15 +104,12 @@ def two_instances_memory(store: Path, users_file: Path) -> dict:
 
 def serve_instance(store: Path, users_file: Path) -> None:
     """One 'instance': follow the store, answer every user, then report memory on request."""
-    import psutil
-
     users = np.load(users_file)
     follower = StoreFollower(store, users.shape[1])
     search_all(follower.current(), users)
     print("ready", flush=True)
     sys.stdin.readline()
-    info = psutil.Process().memory_full_info()
-    print(json.dumps({"pss": info.pss, "rss": info.rss, "uss": info.uss}), flush=True)
+    print(json.dumps(memory_bytes(os.getpid())), flush=True)
     sys.stdin.readline()
 
 
@@ -220,8 +219,7 @@ def main(argv=None) -> int:
         "queries": args.queries,
         "sizes": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(args.out, result)
     plot(rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

@@ -33,10 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.loadgen import LoadRun, alternating_callers, wait_until
-from bench.serving_servers import ServeProcess
 from phoenix.command_line import command_parser
 from phoenix.serving.triton_server import http_get_status
+from phoenix.testing.loadgen import LoadRun, alternating_callers
+from phoenix.testing.polling import wait_until
+from phoenix.testing.results import write_results
+from phoenix.testing.serve_process import ServeProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -96,8 +98,8 @@ def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
     """One bucket's programs compiled, then loaded by a second ranker, then called."""
     from dataclasses import replace
 
-    from phoenix.engine.device_ranking import empty_request_batch
     from phoenix.engine.programs import ProgramStore
+    from phoenix.serving.services.ranker import empty_request_batch
 
     one = replace(
         settings,
@@ -118,7 +120,7 @@ def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
     service.warm_up()
     load_s = time.perf_counter() - started
     ranker = service.ranker
-    batch = empty_request_batch(users, width, ranker.config)
+    batch = empty_request_batch(ranker.config, users, width)
     ranker.rank(batch)  # the first call of a loaded program pays a little extra
     calls = []
     for _ in range(CALLS_PER_BUCKET):
@@ -342,8 +344,7 @@ def main(argv=None) -> int:
             results["heal"] = time_heals(args.artifacts, work, args.kills)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1) + "\n")
+    write_results(args.results, results)
     print(f"wrote {args.results}")
     return 0
 

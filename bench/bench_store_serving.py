@@ -30,14 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bench_reliability import start_locust
-from bench.bench_replicas import aggregated, finish
 from bench.retrieval_data import TRAINED, generator_posts
-from bench.serving_servers import REPO_ROOT, ServeProcess
 from phoenix.checkpoint import load_example_sequence
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore
 from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
+from phoenix.testing.locust_runs import finish_locust, locust_totals, start_locust
+from phoenix.testing.processes import REPO_ROOT
+from phoenix.testing.results import write_results
+from phoenix.testing.serve_process import ServeProcess
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("build/bench-store-serving")
@@ -87,13 +88,13 @@ class Probe:
 
 def suited_post(artifacts: Path, vector: np.ndarray, seed: int = 7) -> tuple[int, int]:
     """(post id, author id) of a new post the user's vector ranks first among 4,096 drawn."""
-    from phoenix.artifacts import CandidateTower
+    from phoenix.engine import CandidateTower
 
     rng = np.random.default_rng(seed)
     ids = rng.integers(2**61, 2**62, 4096)
     authors = np.asarray(load_example_sequence(artifacts).history_author_ids)
     authors = authors[rng.integers(0, len(authors), 4096)]
-    best = int(np.argmax(CandidateTower(artifacts)(ids, authors) @ vector))
+    best = int(np.argmax(CandidateTower.from_artifacts(artifacts)(ids, authors) @ vector))
     return int(ids[best]), int(authors[best])
 
 
@@ -167,8 +168,9 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
         prefix = work / "locust"
         run_time = f"{args.load_seconds:g}s"
-        extra = ["--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
-        locust = start_locust(args, urls, prefix, run_time, ["--stop-timeout", "10", *extra])
+        extra = ["--stop-timeout", "10", "--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
+        locust = start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
+                              run_time=run_time, extra=extra)  # fmt: skip
         started = time.monotonic()
         row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
         try:
@@ -179,8 +181,8 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
                 )
             locust.wait(max(1.0, args.load_seconds + 60 - (time.monotonic() - started)))
         finally:
-            finish(locust)
-        requests, failures = aggregated(prefix)
+            finish_locust(locust)
+        requests, failures = locust_totals(Path(f"{prefix}_stats.csv"))
         row.update(requests=requests, failures=failures)
         row["requests_per_s"] = round(requests / args.load_seconds, 1)
         return row
@@ -224,8 +226,7 @@ def main(argv=None) -> int:
             largest["requests_per_s"] / max(smallest["requests_per_s"], 1e-9), 3
         ),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(args.out, result)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -24,12 +24,16 @@ def generator_posts(artifacts: Path, num_posts: int, seed: Optional[int] = None,
     """(world, Posts): ``num_posts`` posts of the world the towers were trained on, embedded
     by the trained candidate tower, creation times shifted so the newest post is ``now``
     (default: the clock); ``seed``: training's."""
-    from phoenix.artifacts import CandidateTower
+    from tqdm import tqdm
+
+    from phoenix.engine import CandidateTower
     from phoenix.training.pipeline import trained_world
 
     world = trained_world(artifacts, num_posts, seed)
     authors = world.author_ids[world.post_author]  # [N]
-    vectors = CandidateTower(artifacts)(world.post_ids, authors, EMBED_BATCH, progress=True)
+    tower = CandidateTower.from_artifacts(artifacts, rows_per_call=EMBED_BATCH)
+    with tqdm(total=len(authors), desc="embedding corpus", unit="post") as bar:
+        vectors = tower(world.post_ids, authors, bar.update)
     now = time.time() if now is None else now
     created = world.post_created_ts - world.post_created_ts.max() + int(now)
     return world, Posts(world.post_ids, authors, created.astype(np.int64), vectors)
@@ -53,7 +57,9 @@ def user_histories(world, count: int, history_len: int, seed: int = 1):
 def query_users(artifacts: Path, world, count: int, seed: int = 1):
     """(unit user vectors [Q, D] of the trained user tower, their histories as post rows of
     ``world`` [Q, S]) for ``count`` users of ``world`` who favorited posts of their topics."""
-    from phoenix.serving.services.common import HistoryBatch, PhoenixResources
+    from phoenix.serving.batches import batch_type
+    from phoenix.serving.contracts import USER_ENCODER
+    from phoenix.serving.services.common import PhoenixResources
     from phoenix.serving.services.retrieval import retrieval_engine, user_tower_inputs
 
     resources = PhoenixResources(artifacts, ("retrieval", "tables"))
@@ -61,13 +67,13 @@ def query_users(artifacts: Path, world, count: int, seed: int = 1):
     users, posts = user_histories(world, count, config.history_seq_len, seed)
     actions = np.zeros((count, config.history_seq_len, config.num_actions), np.float32)
     actions[..., config.action_names.index("favorite")] = 1.0
-    batch = HistoryBatch(
+    batch = batch_type(USER_ENCODER)(
         user_id=world.user_ids[users],
         history_post_ids=world.post_ids[posts],
         history_author_ids=world.author_ids[world.post_author[posts]],
         history_actions=actions,
         history_product_surface=np.zeros(posts.shape, np.int32),
-        history_dwell_seconds=np.zeros(posts.shape, np.float32),
+        sent={},
     )
     engine = retrieval_engine(resources)
     return engine.encode_users(*user_tower_inputs(resources, batch)), posts  # [Q, D], [Q, S]

@@ -10,7 +10,7 @@ counted from when a request was due, so a stalled server cannot hide its backlog
 HTTP and half over gRPC, and samples the resident memory (RSS) of tritonserver and every stub.
 Writes JSON and PNG; exits 1 when a request failed or memory grew by more than --max-rss-growth.
 
-The load comes from `bench/loadgen.py` (why not Locust or perf_analyzer: see its
+The load comes from `phoenix/testing/loadgen.py` (why not Locust or perf_analyzer: see its
 docstring; in short, an open loop with every answer checked, reported in 10 s windows).
 Every run is bounded in time and in request count.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.loadgen import (
+from phoenix.testing.loadgen import (
     LoadRun,
     Outcome,
     alternating_callers,
@@ -35,29 +35,11 @@ from bench.loadgen import (
     percentiles_ms,
     summarize,
 )
+from phoenix.testing.memory import server_rss
+from phoenix.testing.results import write_results
+from phoenix.testing.triton import start_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def rss_bytes(pid: int) -> int | None:
-    """Resident memory of a process, or None when it is gone."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).memory_info().rss
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return None
-
-
-def process_rss(server_pid: int) -> dict[str, int]:
-    """RSS in bytes of tritonserver and each of its stubs (by instance name), and the total."""
-    from phoenix.serving.supervisor.stubs import list_stubs
-
-    sizes = {"tritonserver": rss_bytes(server_pid) or 0}
-    for stub in list_stubs(server_pid):
-        sizes[stub.instance] = rss_bytes(stub.pid) or 0
-    sizes["total"] = sum(sizes.values())
-    return sizes
 
 
 def rss_growth_pct(start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, float]:
@@ -114,7 +96,7 @@ def windows(outcomes: Sequence[Outcome], start: float, width_s: float) -> list[d
 def sample_memory(server_pid: int, stop: threading.Event, every_s: float, out: list) -> None:
     start = time.monotonic()
     while True:
-        out.append({"t_s": round(time.monotonic() - start, 1), **process_rss(server_pid)})
+        out.append({"t_s": round(time.monotonic() - start, 1), **server_rss(server_pid)})
         if stop.wait(every_s):
             return
 
@@ -124,17 +106,15 @@ def start_own_server(artifacts: Path, log_dir: Path):
     from phoenix.serving.admin_key import server_admin_key
     from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY, server_flags
     from phoenix.serving.supervisor.state import Supervisor
-    from phoenix.serving.triton_server import TritonServer, flags_to_args
 
     admin_key, _ = server_admin_key(log_dir)  # $PHOENIX_ADMIN_KEY, else log_dir/admin-key
-    server = TritonServer(
+    server = start_triton(
         REPO_ROOT / DEFAULT_MODEL_REPOSITORY,
-        artifacts_dir=artifacts,
-        extra_args=flags_to_args(server_flags(supervised=True, admin_key=admin_key)),
+        artifacts,
         log_path=log_dir / f"soak-tritonserver-{int(time.time())}.log",
         ready_timeout=900,
+        **server_flags(supervised=True, admin_key=admin_key),
     )
-    server.start_ready()
     supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
     return server, supervisor
 
@@ -205,7 +185,7 @@ def run_soak(args: argparse.Namespace) -> dict:
         if sampler:
             sampler.join(10)
             samples.append(
-                {"t_s": round(time.monotonic() - run.started_at, 1), **process_rss(server_pid)}
+                {"t_s": round(time.monotonic() - run.started_at, 1), **server_rss(server_pid)}
             )
         outcomes = run.snapshot()
         result = {
@@ -315,9 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = verdict(result, args.max_rss_growth)
     result["passed"] = not problems
     result["problems"] = problems
-    args.out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    json_path = args.out_prefix.with_suffix(".json")
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
+    json_path = write_results(args.out_prefix.with_suffix(".json"), result)
     if result.get("memory"):
         plot(result, args.out_prefix.with_suffix(".png"))
     totals = result["totals"]

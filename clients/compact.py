@@ -34,7 +34,13 @@ KEEP = object()
 
 def parse_args(argv):
     parser = cli.docstring_parser(__file__, __doc__, EXIT_CODES_HELP)
-    parser.add_argument("--store", type=Path, required=True, metavar="DIR", help="the store")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the corpus store directory (a path)",
+    )
     parser.add_argument(
         "--window",
         type=cli.parse_duration,

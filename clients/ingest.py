@@ -30,408 +30,30 @@ Examples:
 from __future__ import annotations
 
 import functools
-import json
-import queue
 import sys
 import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional, Union
+from typing import BinaryIO, Optional
 
-import numpy as np
 from tqdm import tqdm
 
 from clients import cli
-from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.corpus_store import CorpusStore, Posts, is_store
+from phoenix.checkpoint import ArtifactError
+from phoenix.corpus_store.embedding import IN_PROCESS, WHERE, EmbedPosts, candidate_tower
+from phoenix.corpus_store.ingestion import (
+    Ingest,
+    IngestError,
+    Pending,
+    check_width,
+    open_store,
+    summary,
+    write_batch,
+)
 
-MAX_ID = 2**63 - 1
-FUTURE_SLACK_S = 86_400  # a post dated further ahead is a unit mistake (milliseconds?)
-POLL_S = 0.2  # longest wait for input before looking at the clock and the stop flag again
-FOLLOW_POLL_S = 0.1  # how often --follow looks for more of a file
-QUEUE_LINES = 10_000  # lines read ahead of the parser (bounds memory on a big file)
-MAX_REPORTED_BAD = 100  # bad lines printed; the rest are only counted
 EXIT_CODES_HELP = (
     "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "
     "or server error (what was written before it stays written)."
 )
-
-
-# ----------------------------------------------------------------------------------------
-# Lines: parsing (pure)
-# ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NewPost:
-    post_id: int
-    author_id: int
-    created_at: int  # unix seconds
-
-
-@dataclass(frozen=True)
-class Deletion:
-    post_id: int
-
-
-Event = Union[NewPost, Deletion]
-
-
-class BadLine(ValueError):
-    """A line that is neither a post nor a deletion (the message says what was wrong)."""
-
-
-def parse_line(line: Union[bytes, str], now: float) -> Optional[Event]:
-    """The post or deletion of one JSON line; None for a blank line; BadLine otherwise.
-    ``now`` (unix seconds) dates a post without created_at."""
-    if isinstance(line, bytes):
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise BadLine(f"not UTF-8 text ({error.reason} at byte {error.start})") from None
-    if not line.strip():
-        return None
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise BadLine(f"not valid JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(data, dict):
-        raise BadLine(f"a JSON {type(data).__name__}, expected an object (a post or a deletion)")
-    return _deletion(data) or _post(data, now)
-
-
-def _deletion(data: dict) -> Optional[Deletion]:
-    if "delete" in data:
-        post_id = _id(data, "delete", minimum=1)
-        if "post_id" in data and _id(data, "post_id", minimum=1) != post_id:
-            raise BadLine("'delete' and 'post_id' name different posts, expected one post")
-        return Deletion(post_id)
-    deleted = data.get("deleted", False)
-    if not isinstance(deleted, bool):
-        raise BadLine(f"'deleted' is {deleted!r}, expected true or false")
-    return Deletion(_id(data, "post_id", minimum=1)) if deleted else None
-
-
-def _post(data: dict, now: float) -> NewPost:
-    return NewPost(
-        _id(data, "post_id", minimum=1), _id(data, "author_id", minimum=0), _created(data, now)
-    )
-
-
-def _id(data: dict, key: str, minimum: int) -> int:
-    """An id: a JSON integer, or a string of digits (producers in JavaScript send 64-bit ids
-    as strings, since its numbers lose precision beyond 2**53)."""
-    expected = f"expected an integer in [{minimum}, 2**63 - 1]"
-    if key not in data:
-        raise BadLine(f"'{key}' is missing, {expected}")
-    value = data[key]
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        number = int(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    else:
-        raise BadLine(f"'{key}' is {value!r}, {expected}")
-    if not minimum <= number <= MAX_ID:
-        raise BadLine(f"'{key}' is {number}, {expected}")
-    return number
-
-
-def _created(data: dict, now: float) -> int:
-    value = data.get("created_at")
-    if value is None:
-        return int(now)
-    expected = "expected unix seconds (an integer or a number)"
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise BadLine(f"'created_at' is {value!r}, {expected}")
-    if value < 0:
-        raise BadLine(f"'created_at' is {value}, {expected} >= 0")
-    if value > now + FUTURE_SLACK_S:
-        raise BadLine(
-            f"'created_at' is {value}, more than a day ahead of now ({int(now)}); "
-            f"{expected}, not milliseconds"
-        )
-    return int(value)
-
-
-# ----------------------------------------------------------------------------------------
-# What is held between flushes (pure: the clock is passed in)
-# ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One flush: posts (one per id) for a new segment, and post ids to delete."""
-
-    posts: tuple[NewPost, ...] = ()
-    deletions: tuple[int, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.posts or self.deletions)
-
-    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(post ids, author ids, creation times), int64 [n] each."""
-        table = np.array([(p.post_id, p.author_id, p.created_at) for p in self.posts], np.int64)
-        table = table.reshape(-1, 3)
-        return table[:, 0], table[:, 1], table[:, 2]
-
-
-class Pending:
-    """Posts and deletions accepted and not yet written, and when the oldest arrived.
-
-    A post seen twice keeps its last line (a segment holds a post once). A deletion also
-    drops the post if it is held (no need to write a dead row) and is still applied: an
-    earlier flush, or another writer, may have stored the post.
-    """
-
-    def __init__(self, flush_posts: int, flush_seconds: float):
-        self.flush_posts = flush_posts
-        self.flush_seconds = flush_seconds
-        self._posts: dict[int, NewPost] = {}
-        self._deletions: dict[int, None] = {}  # ordered set
-        self._since: Optional[float] = None
-
-    def __bool__(self) -> bool:
-        return bool(self._posts or self._deletions)
-
-    def add(self, event: Event, now: float) -> None:
-        if isinstance(event, Deletion):
-            self._posts.pop(event.post_id, None)
-            self._deletions[event.post_id] = None
-        else:
-            self._posts.pop(event.post_id, None)  # re-inserted last: the newest line wins
-            self._posts[event.post_id] = event
-        if self._since is None:
-            self._since = now
-
-    def seconds_left(self, now: float) -> Optional[float]:
-        """Seconds until a flush is due by time (<= 0: due); None when nothing is held."""
-        return None if self._since is None else self._since + self.flush_seconds - now
-
-    def due(self, now: float) -> bool:
-        left = self.seconds_left(now)
-        return len(self._posts) >= self.flush_posts or (left is not None and left <= 0)
-
-    def take(self) -> Batch:
-        """What is held, emptied."""
-        batch = Batch(tuple(self._posts.values()), tuple(self._deletions))
-        self._posts, self._deletions, self._since = {}, {}, None
-        return batch
-
-
-@dataclass
-class Tally:
-    lines: int = 0
-    posts: int = 0  # rows written to segments
-    deletions: int = 0  # post ids sent to the store as deleted
-    segments: int = 0
-    bad_lines: int = 0
-
-
-# ----------------------------------------------------------------------------------------
-# Writing a batch: embed, add a segment, delete
-# ----------------------------------------------------------------------------------------
-
-Embed = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (post ids, author ids) -> [n, D]
-
-
-class FlushError(RuntimeError):
-    """A batch could not be written (the message names what and why)."""
-
-
-class ReadError(RuntimeError):
-    """The input could not be read any further."""
-
-
-def write_batch(store: CorpusStore, embed: Embed, batch: Batch, tally: Tally) -> None:
-    """Posts first, then deletions: a post deleted in the same batch is deleted after."""
-    lost = f"{len(batch.posts)} posts and {len(batch.deletions)} deletions not written"
-    if batch.posts:
-        post_ids, author_ids, created_at = batch.columns()
-        try:
-            embeddings = embed(post_ids, author_ids)
-        except Exception as error:  # tritonclient and JAX raise several types
-            raise FlushError(f"embedding failed, {lost}: {error}") from error
-        try:
-            store.add(Posts(post_ids, author_ids, created_at, embeddings))
-        except (ArtifactError, OSError) as error:  # StoreError is an ArtifactError
-            raise FlushError(f"writing a segment failed, {lost}: {error}") from error
-        tally.posts += len(post_ids)
-        tally.segments += 1
-    if batch.deletions:
-        try:
-            store.delete(np.array(batch.deletions, np.int64))
-        except (ArtifactError, OSError) as error:
-            raise FlushError(
-                f"writing tombstones failed, {len(batch.deletions)} deletions not applied: {error}"
-            ) from error
-        tally.deletions += len(batch.deletions)
-
-
-def served_embedder(args) -> Embed:
-    """The running server's candidate_tower (as `build_corpus` asks it), without a bar."""
-    from clients.build_corpus import Posts as PostIds
-    from clients.build_corpus import embed_posts, served_batch_limit
-
-    try:
-        client = cli.open_client(args)
-        batch = served_batch_limit(client, args.protocol, args.batch_size)
-    except Exception as error:  # tritonclient raises several types; all mean "no answer"
-        raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
-    quiet = tqdm(disable=True)
-    return lambda ids, authors: embed_posts(
-        client, args.protocol, PostIds(ids, authors), batch, bar=quiet
-    )
-
-
-# ----------------------------------------------------------------------------------------
-# Reading lines: a thread, so that time-based flushes happen while the input is idle
-# ----------------------------------------------------------------------------------------
-
-END = None  # the reader's last item
-
-
-def read_lines(stream: BinaryIO, follow: bool, stop: threading.Event) -> Iterator[bytes]:
-    """Whole lines of ``stream``; with ``follow``, at the end of the file wait for more (as
-    `tail -f`) until ``stop`` is set. A line still without its newline is held back while
-    following (the writer may be half way through it) and given at the very end."""
-    partial = b""
-    while True:
-        chunk = stream.readline()
-        if chunk:
-            partial += chunk
-            if partial.endswith(b"\n"):
-                yield partial
-                partial = b""
-        elif follow and not stop.is_set():
-            stop.wait(FOLLOW_POLL_S)
-        else:
-            break
-    if partial:
-        yield partial
-
-
-def start_reader(
-    lines: Iterator[bytes], stop: threading.Event
-) -> tuple[queue.Queue, threading.Thread]:
-    """A daemon thread putting (line number, line) on the returned queue, then END; an
-    OSError while reading is put instead of END."""
-    out: queue.Queue = queue.Queue(QUEUE_LINES)
-
-    def put(item) -> bool:
-        while True:  # a bounded wait: give up once the main loop has stopped taking
-            try:
-                out.put(item, timeout=POLL_S)
-                return True
-            except queue.Full:
-                if stop.is_set():
-                    return False
-
-    def run() -> None:
-        try:
-            for number, line in enumerate(lines, 1):
-                if not put((number, line)):
-                    return
-        except OSError as error:
-            put(error)
-            return
-        put(END)
-
-    thread = threading.Thread(target=run, name="ingest-reader", daemon=True)
-    thread.start()
-    return out, thread
-
-
-# ----------------------------------------------------------------------------------------
-# The loop
-# ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Ingest:
-    """One run: lines in, batches out through ``write`` (tests pass their own)."""
-
-    pending: Pending
-    write: Callable[[Batch, Tally], None]  # writes a batch and counts what it wrote
-    source: str = "<stdin>"
-    clock: Callable[[], float] = time.monotonic  # flush timing
-    wall_clock: Callable[[], float] = time.time  # dates posts without created_at
-    tally: Tally = field(default_factory=Tally)
-    bar: Optional[tqdm] = None
-
-    def take_line(self, number: int, line: bytes) -> None:
-        self.tally.lines += 1
-        if self.bar is not None:
-            self.bar.update()
-        try:
-            event = parse_line(line, self.wall_clock())
-        except BadLine as error:
-            self.bad_line(number, str(error))
-            return
-        if event is not None:
-            self.pending.add(event, self.clock())
-
-    def bad_line(self, number: int, reason: str) -> None:
-        self.tally.bad_lines += 1
-        if self.tally.bad_lines <= MAX_REPORTED_BAD:
-            message = f"warning: {self.source}:{number}: {reason}; line skipped"
-            if self.tally.bad_lines == MAX_REPORTED_BAD:
-                message += " (further bad lines are counted, not shown)"
-            tqdm.write(message, file=sys.stderr)
-
-    def flush(self) -> None:
-        batch = self.pending.take()
-        if batch:
-            self.write(batch, self.tally)
-
-    def run(self, lines: queue.Queue, stop: threading.Event) -> Tally:
-        """Take lines until END or ``stop``, flushing when due; then take what was already
-        read, and flush everything held."""
-        while not stop.is_set():
-            item = self._next(lines)
-            if item is END:
-                break
-            if isinstance(item, OSError):
-                self.flush()  # what was accepted is not lost to a read error
-                raise ReadError(
-                    f"{self.source}: reading failed after line {self.tally.lines}: {item}"
-                )
-            if item is not _IDLE:
-                self.take_line(*item)
-            if self.pending.due(self.clock()):
-                self.flush()
-        else:  # stopped (not at the end of the input)
-            self._drain(lines)
-        self.flush()
-        return self.tally
-
-    def _next(self, lines: queue.Queue):
-        left = self.pending.seconds_left(self.clock())
-        wait = POLL_S if left is None else min(POLL_S, max(0.0, left))
-        try:
-            return lines.get(timeout=wait)
-        except queue.Empty:
-            return _IDLE
-
-    def _drain(self, lines: queue.Queue) -> None:
-        """Lines read before the stop: accepted too (their source may not give them again)."""
-        while True:
-            try:
-                item = lines.get_nowait()
-            except queue.Empty:
-                return
-            if item is END or isinstance(item, OSError):
-                return
-            self.take_line(*item)
-
-
-_IDLE = object()  # no line within the wait
-
-
-# ----------------------------------------------------------------------------------------
-# The command
-# ----------------------------------------------------------------------------------------
 
 
 def parse_args(argv):
@@ -444,13 +66,19 @@ def parse_args(argv):
         exit_codes=EXIT_CODES_HELP,
     )
     parser.add_argument("input", metavar="FILE", help="JSON lines file, or - for standard input")
-    parser.add_argument("--store", type=Path, required=True, metavar="DIR", help="the store")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the corpus store directory (a path)",
+    )
     parser.add_argument(
         "--create", action="store_true", help="create the store if DIR holds none yet"
     )
     parser.add_argument(
         "--embed",
-        choices=("in-process", "served"),
+        choices=WHERE,
         default="in-process",
         help="where the candidate tower runs: in this process (ARTIFACTS' weights) or on the "
         "server at --url (default: %(default)s)",
@@ -460,7 +88,8 @@ def parse_args(argv):
         type=cli.positive_int,
         default=1024,
         metavar="N",
-        help="posts per candidate_tower request with --embed served (default: %(default)s)",
+        help="posts per candidate_tower request with --embed served, rows per compiled call "
+        "in process (default: %(default)s)",
     )
     parser.add_argument(
         "--flush-posts",
@@ -486,44 +115,23 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def open_store(args) -> CorpusStore:
-    """The store at --store; with --create a new one of the artifacts' emb_size."""
-    try:
-        if is_store(args.store):
-            return CorpusStore(args.store)
-        if not args.create:
-            raise cli.Exit(
-                cli.fail(f"{args.store}: not a corpus store (pass --create to make one)")
-            )
-        return CorpusStore.create(args.store, load_config(args.artifacts).emb_size)
-    except (ArtifactError, OSError) as error:  # StoreError is an ArtifactError
-        raise cli.Exit(cli.fail(str(error))) from None
-
-
-def make_embedder(args) -> Embed:
+def make_embedder(args) -> EmbedPosts:
     """The candidate tower --embed names, ready (the server answered, or the weights loaded)."""
-    if args.embed == "served":
-        return served_embedder(args)
     try:
-        from phoenix.artifacts import CandidateTower  # imports JAX: not for --help
-
-        return CandidateTower(args.artifacts)
+        client = None if args.embed == IN_PROCESS else cli.open_client(args)
+        return candidate_tower(
+            args.embed,
+            artifacts=args.artifacts,
+            client=client,
+            protocol=args.protocol,
+            batch_size=args.batch_size,
+        )
     except ArtifactError as error:
         raise cli.Exit(cli.fail(str(error))) from None
-
-
-def check_width(args, store: CorpusStore, embed: Embed) -> None:
-    """An in-process tower of another width than the store's is refused before any line is
-    read (a served one is checked at the first flush, by the store)."""
-    emb_size = store.manifest().emb_size
-    config = getattr(embed, "config", None)  # an in-process tower knows its width
-    if config is not None and config.emb_size != emb_size:
-        raise cli.Exit(
-            cli.fail(
-                f"{args.store}: emb_size {emb_size}, but {args.artifacts}'s candidate tower "
-                f"gives {config.emb_size}"
-            )
-        )
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        if args.embed == IN_PROCESS:
+            raise
+        raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
 
 
 def open_input(name: str) -> BinaryIO:
@@ -533,14 +141,6 @@ def open_input(name: str) -> BinaryIO:
         return open(name, "rb")
     except OSError as error:
         raise cli.Exit(cli.fail(f"{name}: cannot be read ({error.strerror})")) from None
-
-
-def summary(tally: Tally, store: Path) -> str:
-    return (
-        f"ingested {tally.lines:,} lines into {store}: posts {tally.posts:,}, deletions "
-        f"{tally.deletions:,}, segments written {tally.segments:,}, bad lines skipped "
-        f"{tally.bad_lines:,}"
-    )
 
 
 def ingest(args, stop: Optional[threading.Event] = None) -> int:
@@ -555,26 +155,24 @@ def ingest(args, stop: Optional[threading.Event] = None) -> int:
 
 def ingest_from(args, stream: BinaryIO, stop: threading.Event) -> int:
     embed = make_embedder(args)  # before --create: a store is made only if it can be fed
-    store = open_store(args)
-    check_width(args, store, embed)
-    follow = args.follow and stream is not sys.stdin.buffer
+    try:
+        store = open_store(args.store, args.create, args.artifacts)
+        check_width(store, embed, str(args.artifacts))
+    except (ArtifactError, OSError) as error:  # StoreError is an ArtifactError
+        return cli.fail(str(error))
     run = Ingest(
         Pending(args.flush_posts, args.flush_seconds),
         write=functools.partial(write_batch, store, embed),
         source="<stdin>" if args.input == "-" else args.input,
     )
-    lines, reader = start_reader(read_lines(stream, follow, stop), stop)
+    follow = args.follow and stream is not sys.stdin.buffer
     try:
         with cli.stop_on_signals(stop), tqdm(unit=" lines", desc="ingest", disable=None) as bar:
             run.bar = bar
-            run.run(lines, stop)
-    except (FlushError, ReadError) as error:
+            run.consume(stream, follow, stop)
+    except IngestError as error:
         print(summary(run.tally, args.store), file=sys.stderr)
         return cli.fail(str(error))
-    finally:
-        stop.set()  # the reader ends too
-        if stream is not sys.stdin.buffer:  # (a read of stdin cannot be interrupted)
-            reader.join(timeout=2 * POLL_S)  # before the caller closes the file under it
     print(summary(run.tally, args.store))
     return cli.EXIT_OK
 

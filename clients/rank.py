@@ -1,8 +1,9 @@
 """Rank one user's candidates with the served `ranker`.
 
 Send one user's history and candidates to the served `ranker` and print the candidates in
-ranked order: rank, post id, blended score and the most likely actions. The input's
-candidate_* lists are the candidates.
+ranked order: rank, post id, blended score, the retrieval score when the input has
+candidate_retrieval_scores, and the most likely actions. The input's candidate_* lists are the
+candidates.
 
 Examples:
   python -m clients.rank                           # the artifacts' example user
@@ -13,11 +14,13 @@ Examples:
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
+import numpy as np
+
 from clients import cli
-from phoenix.serving.client import ranker_inputs
+from phoenix.serving.client import feed_table, ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -44,7 +47,20 @@ def rank(args) -> int:
     config, user = cli.request_user(args)
     title = f"{len(user['candidate_post_ids'])} candidates of user {user['user_id']}, ranked:"
     arrays = ranker_inputs(user)
-    return cli.show_feed(args, "ranker", arrays, title, config.action_names, check_ranking)
+    client, served = cli.ask(args, "ranker", arrays)
+    print(title + "\n")
+    print(feed_table(shown_result(arrays, served), config.action_names, rows=args.rows))
+    return cli.run_check(args, check_ranking, client, arrays, served)
+
+
+def shown_result(
+    arrays: Mapping[str, np.ndarray], served: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The ranker's answer as the table shows it: the ranker answers zeros for retrieval scores
+    it was not sent, and a column of zeros would read as scores, so it goes."""
+    if "candidate_retrieval_scores" in arrays:
+        return dict(served)
+    return {name: value for name, value in served.items() if name != "ranked_retrieval_scores"}
 
 
 if __name__ == "__main__":

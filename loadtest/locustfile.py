@@ -17,14 +17,14 @@ With a server of its own, reports and a verdict (what `make loadtest` runs):
 from __future__ import annotations
 
 import argparse
-import csv
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import gevent
 import numpy as np
@@ -51,6 +51,13 @@ FILTERED_SHARE = 0.5  # recommend requests carrying the feed policy's filters
 NORM_TOLERANCE = 1e-3
 
 Check = Callable[[Mapping[str, np.ndarray]], Optional[str]]
+TOTALS_SUFFIX = "_totals.json"  # beside Locust's CSV files
+
+
+class Totals(NamedTuple):
+    requests: int
+    failures: int
+
 
 # ----------------------------------------------------------------------------------------
 # Response checks: each returns None when the answer is right, else what is wrong
@@ -300,6 +307,25 @@ def build_workload(environment, **_kwargs) -> None:
         stop_after(environment, cap)
 
 
+@events.init.add_listener
+def save_totals_at_quit(environment, **_kwargs) -> None:
+    """With --csv PREFIX, write PREFIX_totals.json when Locust quits: the runner's verdict then
+    counts what Locust's closing table counts (its CSV can miss the last requests)."""
+    prefix = getattr(environment.parsed_options, "csv_prefix", None)
+    if prefix:
+        path = Path(f"{prefix}{TOTALS_SUFFIX}")
+        environment.events.quit.add_listener(lambda **_: save_totals(environment.stats, path))
+
+
+def locust_totals(stats) -> Totals:
+    """Requests and failures of Locust's `stats.total`, the table's Aggregated row."""
+    return Totals(stats.total.num_requests, stats.total.num_failures)
+
+
+def save_totals(stats, path: Path) -> None:
+    path.write_text(json.dumps(locust_totals(stats)._asdict()) + "\n")
+
+
 def stop_after(environment, cap: int) -> None:
     """Quit the run once `cap` requests have been reported."""
     seen = [0]
@@ -514,29 +540,43 @@ def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
     ]  # fmt: skip
 
 
-def aggregated_counts(stats_csv: Path) -> tuple[int, int]:
-    """(requests, failures) of the Aggregated row of Locust's _stats.csv."""
-    with stats_csv.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["Name"] == "Aggregated":
-                return int(row["Request Count"]), int(row["Failure Count"])
-    return 0, 0
+def totals_file(results: Path) -> Path:
+    return results / f"locust{TOTALS_SUFFIX}"
+
+
+def read_totals(path: Path) -> Optional[Totals]:
+    """The totals Locust saved at its exit, or None when it saved none (it did not finish)."""
+    try:
+        saved = json.loads(path.read_text())
+        return Totals(int(saved["requests"]), int(saved["failures"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def closing_line(totals: Optional[Totals], exit_code: int) -> str:
+    """The verdict's counts: those of the table Locust printed above (its Aggregated row)."""
+    if totals is None:
+        return f"Locust saved no totals (it did not finish); Locust exit code {exit_code}"
+    return (
+        f"{totals.requests} requests, {totals.failures} failed (Locust's Aggregated row above); "
+        f"Locust exit code {exit_code}"
+    )
 
 
 def run_locust(args, http_url: str, grpc_url: str) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     limit = parse_timespan(args.run_time) + 120  # start-up, pools and stop-timeout on top
     command = locust_command(args, http_url, grpc_url)
+    totals_file(args.results).unlink(missing_ok=True)  # a previous run's must not count
     try:
         code = subprocess.run(command, timeout=limit).returncode
     except subprocess.TimeoutExpired:
         print(f"error: locust did not finish within {limit:.0f} s", file=sys.stderr)
         return 1
-    # Locust's exit code also counts requests that ended after its last CSV write.
-    requests, failures = aggregated_counts(args.results / "locust_stats.csv")
-    print(f"\n{requests} requests, {failures} failed in locust_stats.csv; Locust exit code {code}")
+    totals = read_totals(totals_file(args.results))
+    print("\n" + closing_line(totals, code))
     print(f"reports in {args.results}/")
-    if requests == 0 or failures or code:
+    if totals is None or totals.requests == 0 or totals.failures or code:
         print("load test FAILED", file=sys.stderr)
         return 1
     return 0
@@ -546,16 +586,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_runner_args(argv)
     if args.http_port:
         return run_locust(args, f"{args.host}:{args.http_port}", f"{args.host}:{args.grpc_port}")
-    from phoenix.serving.triton_server import TritonServer, flags_to_args
+    from phoenix.testing.triton import triton_server
 
     log = args.results / "tritonserver.log"
-    server = TritonServer(
-        args.model_repository,
-        artifacts_dir=args.artifacts,
-        extra_args=flags_to_args({"exit_timeout_secs": 5}),
-        log_path=log,
-        ready_timeout=600,
-    )
+    server = triton_server(args.model_repository, args.artifacts, log_path=log, exit_timeout_secs=5)
     print(f"starting tritonserver over {args.model_repository} (log: {log})", flush=True)
     with server:
         print(f"ready after {server.ready_after_s:.0f} s at {server.http_url}", flush=True)

@@ -13,7 +13,6 @@ preset and seed always give byte-identical files.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
 import zlib
@@ -32,14 +31,13 @@ from phoenix.config import (
     HashParams,
     action_names_for,
 )
-from phoenix.engine.batching import pad_axis
-from phoenix.hashing import HashEmbedder, stack_tables
+from phoenix.engine.candidate_tower import CandidateTower
+from phoenix.hashing import stack_tables
 
 HASH_MODULUS = 2**61 - 1  # a Mersenne prime
 HASH_TABLE_STD = 0.3  # large enough that candidates' own features move the scores
 SCALE_NOISE_STD = 0.05
 NUM_TOPICS = 16
-EMBED_BATCH_SIZE = 1024
 MAX_TOP_K = 100
 
 # Feature tables looked up by index rather than matrices applied to activations.
@@ -185,118 +183,12 @@ def unique_positive_ids(rng: np.random.Generator, count: int) -> np.ndarray:
     return ids[:count]
 
 
-@functools.lru_cache(maxsize=4)
-def _candidate_tower_fn(config: ArtifactConfig):
-    """Jitted (params, table, post rows, post hashes, author rows) -> unit vectors [B, D]."""
-    import haiku as hk
-    import jax
-    import jax.numpy as jnp
-
-    from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
-
-    model_config = config.retrieval_config(jnp.float32)
-    apply = hk.transform(
-        lambda batch, emb: model_config.make().build_candidate_representation(batch, emb)
-    ).apply
-
-    def embed(params, table, post_rows, post_hashes, author_rows):
-        size = post_rows.shape[0]
-        unused = jnp.zeros((size, 1), jnp.int32)  # the candidate tower reads no user features
-        batch = RecsysBatch(
-            user_hashes=unused,
-            history_post_hashes=unused[:, :, None],
-            history_author_hashes=unused[:, :, None],
-            history_actions=unused[:, :, None],
-            history_product_surface=unused,
-            candidate_post_hashes=post_hashes[:, None, :],  # [B, 1, nI]
-            candidate_author_hashes=unused[:, :, None],
-            candidate_product_surface=unused,
-        )
-        empty = jnp.zeros((size, 1, 1, config.emb_size), jnp.float32)
-        embeddings = RecsysEmbeddings(
-            user_embeddings=empty[:, 0],
-            history_post_embeddings=empty,
-            candidate_post_embeddings=jnp.take(table, post_rows, axis=0)[:, None],
-            history_author_embeddings=empty,
-            candidate_author_embeddings=jnp.take(table, author_rows, axis=0)[:, None],
-        )
-        vectors, _ = apply(params, None, batch, embeddings)  # [B, 1, D]
-        return vectors[:, 0]
-
-    return jax.jit(embed)
-
-
-def _batches(total: int, size: int, progress: bool, desc: str):
-    starts = range(0, total, size)
-    if not progress:
-        return starts
+def _posts_bar(total: int, shown: bool):
     from tqdm import tqdm
 
-    return tqdm(starts, desc=desc, unit="batch", file=sys.stderr)
-
-
-SMALLEST_CALL = 16  # rows of the smallest embedding call (see call_rows)
-
-
-def call_rows(total: int) -> int:
-    """Rows of one embedding call for ``total`` posts: a power of two (at least
-    SMALLEST_CALL), so that callers embedding batches of every size, such as an ingest that
-    flushes whatever it holds, compile a dozen shapes instead of one per size."""
-    return max(SMALLEST_CALL, 1 << (max(total, 1) - 1).bit_length())
-
-
-def embed_candidates(
-    config: ArtifactConfig,
-    retrieval_params,
-    stacked_table: np.ndarray,
-    post_ids: np.ndarray,
-    author_ids: np.ndarray,
-    batch_size: int = EMBED_BATCH_SIZE,
-    progress: bool = False,
-) -> np.ndarray:
-    """Candidate-tower vectors float32 [N, D] of raw (post id, author id) pairs."""
-    import jax
-
-    embedder = HashEmbedder(config, stacked_table)
-    post_hashes, post_rows = embedder.hash_items(post_ids)
-    _, author_rows = embedder.hash_authors(author_ids)
-    embed = _candidate_tower_fn(config)
-    # move the table and weights once, not on every batch
-    device_params, device_table = jax.device_put((retrieval_params, stacked_table))
-    total = post_rows.shape[0]
-    batch_size = min(batch_size, call_rows(total))
-    out = np.zeros((total, config.emb_size), np.float32)
-    for start in _batches(total, batch_size, progress, "embedding corpus"):
-        stop = min(start + batch_size, total)
-        # pad the last batch to the fixed size so that jit compiles once (row 0 is zero)
-        inputs = [
-            pad_axis(a[start:stop], 0, batch_size) for a in (post_rows, post_hashes, author_rows)
-        ]
-        vectors = embed(device_params, device_table, *inputs)
-        out[start:stop] = np.asarray(vectors)[: stop - start]
-    return out
-
-
-class CandidateTower:
-    """An artifact directory's candidate tower in this process: weights and tables loaded
-    once, then ``tower(post_ids, author_ids)`` -> unit vectors float32 [N, D]."""
-
-    def __init__(self, artifact_dir: Path):
-        loaded = checkpoint.load_artifacts(artifact_dir, ranker=False, retrieval=True, tables=True)
-        self.config = loaded.config
-        self.params = loaded.retrieval_params
-        self.table = loaded.stacked_table()
-
-    def __call__(
-        self,
-        post_ids: np.ndarray,
-        author_ids: np.ndarray,
-        batch_size: int = EMBED_BATCH_SIZE,
-        progress: bool = False,
-    ) -> np.ndarray:
-        return embed_candidates(
-            self.config, self.params, self.table, post_ids, author_ids, batch_size, progress
-        )
+    return tqdm(
+        total=total, desc="embedding corpus", unit="post", file=sys.stderr, disable=not shown
+    )
 
 
 def random_corpus(
@@ -314,9 +206,9 @@ def random_corpus(
     authors = unique_positive_ids(rng, min(preset.num_authors, size))
     author_topics = rng.integers(0, NUM_TOPICS, authors.shape[0], dtype=np.int64)
     which = rng.integers(0, authors.shape[0], size)
-    vectors = embed_candidates(
-        config, retrieval_params, stacked_table, post_ids, authors[which], progress=progress
-    )
+    tower = CandidateTower.from_weights(config, retrieval_params, stacked_table)
+    with _posts_bar(size, progress) as bar:
+        vectors = tower(post_ids, authors[which], bar.update)
     return Corpus(post_ids, vectors, authors[which], author_topics[which])
 
 

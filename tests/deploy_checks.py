@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from phoenix.serving import serve
+from phoenix.serving.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
 from phoenix.serving.profiles import profile
 from phoenix.serving.serve import EXIT_TIMEOUT_S
 
@@ -36,19 +37,12 @@ PORT_OPTIONS = {"http": "http_port", "grpc": "grpc_port", "metrics": "metrics_po
 SHM_PATH = "/dev/shm"
 JAX_MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 GPU_RESOURCE = "nvidia.com/gpu"
-MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
-GPU_MEMORY_FOR_STUBS = 0.9  # the rest: CUDA contexts, Triton
 
 
 def stubs(device: str) -> int:
-    """Stub processes on the device of one server: the instances of every model the device's
-    profile places there (a host-only model, KIND_CPU in the GPU profile, takes no GPU)."""
-    chosen = profile(device)
-    return sum(
-        d.instances
-        for m, d in chosen.models.items()
-        if chosen.instance_kind_of(m) == chosen.instance_kind
-    )
+    """Stub processes on the device of one server (a host-only model, KIND_CPU in the GPU
+    profile, takes no GPU)."""
+    return device_stubs(profile(device))
 
 
 def kubectl() -> str:

@@ -9,6 +9,7 @@ import numpy as np
 
 from phoenix.recsys_model import REFERENCE_TIME, RecsysBatch, RecsysEmbeddings
 from phoenix.serving import services
+from phoenix.serving.batches import pad_batch
 from phoenix.serving.client import ranker_inputs, user_inputs
 from phoenix.serving.contracts import RANKER
 from phoenix.serving.requests import RankRequest, UserRequest, parse
@@ -16,7 +17,7 @@ from phoenix.serving.requests import RankRequest, UserRequest, parse
 
 def ranker_features(resources, request: RankRequest) -> tuple[RecsysBatch, RecsysEmbeddings]:
     """The plain model's batch for one ranker request (hashed and looked up on the host)."""
-    history = services.stack_histories([request], resources.config.history_seq_len, request.rows)
+    history = pad_batch([request], request.rows, {"L": resources.config.history_seq_len})
     hashes, embeddings = resources.user_features(history)
     (post_h, author_h), (post_e, author_e) = resources.candidate_features(
         request.candidate_post_ids, request.candidate_author_ids
@@ -60,7 +61,7 @@ def plain_ranking(resources, score_weights, seq):
 def plain_user_embedding(resources, seq):
     """The user tower's L2-normalised vector [D] from the plain retrieval model."""
     request = parse(UserRequest, user_inputs(seq), resources.config)
-    history = services.stack_histories([request], resources.config.history_seq_len, 1)
+    history = pad_batch([request], 1, {"L": resources.config.history_seq_len})
     batch, emb = services.user_tower_inputs(resources, history)
     config = resources.config.retrieval_config()
     apply = hk.without_apply_rng(

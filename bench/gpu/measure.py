@@ -1,6 +1,6 @@
 """The GPU benchmark: every step, each in its own process, then the GPU table of the docs.
 
-    python -m bench.gpu.measure                      # on a GPU machine set up by machine.py
+    python -m bench.gpu.measure                      # on a GPU machine set up by gpu_machine.py
     python -m bench.gpu.measure --steps engine       # one step (e.g. one device call each)
     .venv/bin/python -m bench.gpu.measure --cpu       # the same steps here, tiny and quick
 
@@ -29,8 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu import machine, profiles, report
+from bench.gpu import profiles, report
 from phoenix.command_line import command_parser
+from phoenix.testing import gpu_machine as machine
 
 HERE = Path(__file__).resolve().parent
 STEPS = report.STEPS  # engine, retrieval, startup, serving: one JSON each
@@ -77,9 +78,7 @@ def parse_args(argv):
         type=Path,
         help="compiled-program store of the served models (default: in --build-dir)",
     )
-    parser.add_argument(
-        "--copy-to", type=Path, help="also copy the result files here (the device tool's $OUT)"
-    )
+    parser.add_argument("--copy-to", type=Path, help="also copy the result files here")
     args = parser.parse_args(argv)
     args.profile = profiles.CPU if args.cpu else profiles.GPU
     args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# One command on a lent GPU machine: set it up from the payload, then run every benchmark step.
+# One command on a GPU machine without a package registry: set it up from the offline payload
+# (.gpu, `make gpu-payload`), then run every benchmark step.
 usage() {
   cat <<'TEXT'
 usage: bash bench/gpu/run.sh [--cpu] [measure.py options...]
 
 On a bare GPU machine (from the checkout's root, the payload carried in .gpu):
-  1. python3 -m bench.gpu.machine --payload $GPU_PAYLOAD   wheels, Triton server, perf_analyzer
-  2. python3 -m bench.gpu.measure ...                    engine, retrieval, startup, serving
-Results: bench/results/gpu/*.json|png, also copied to $OUT when the device tool sets it.
+  1. python3 -m phoenix.testing.gpu_machine --payload $GPU_PAYLOAD
+                                  wheels, Triton server, perf_analyzer
+  2. python3 -m bench.gpu.measure ...   engine, retrieval, startup, serving
+Results: bench/results/gpu/*.json|png, also copied to $GPU_RESULTS_COPY when it names a folder
+(one to fetch them from, when the checkout itself is not kept).
 
 With --cpu (or DEVICE=cpu) it skips the set-up and runs the same steps here on the CPU with
 tiny sizes, using the checkout's .venv (a smoke run; results under build/gpu-bench/).
 
-Environment: GPU_PAYLOAD (default .gpu), PYTHON (default python3; .venv/bin/python with --cpu).
+Environment: GPU_PAYLOAD (default .gpu), PYTHON (default python3; .venv/bin/python with --cpu),
+GPU_RESULTS_COPY (optional).
 Options after --cpu go to measure.py: e.g. --steps engine,retrieval  (see measure.py --help).
 TEXT
 }
@@ -36,7 +40,7 @@ if (( cpu )); then
 fi
 
 python=${PYTHON:-python3}
-"$python" -m bench.gpu.machine --payload "${GPU_PAYLOAD:-.gpu}"
+"$python" -m phoenix.testing.gpu_machine --payload "${GPU_PAYLOAD:-.gpu}"
 copy=()
-[[ -n "${OUT:-}" ]] && copy=(--copy-to "$OUT")
+[[ -n "${GPU_RESULTS_COPY:-}" ]] && copy=(--copy-to "$GPU_RESULTS_COPY")
 exec "$python" -m bench.gpu.measure "${args[@]}" "${copy[@]}"

@@ -35,23 +35,14 @@ def seconds_to_ready(
     """Start a server over ``repository`` (only ``models`` if any), wait until ready, stop it;
     the seconds it took."""
     from phoenix.engine.programs import STORE_ENV
-    from phoenix.serving.triton_server import TritonServer, flags_to_args
+    from phoenix.testing.triton import triton_server
 
     only = {"model_control_mode": "explicit", "load_model": list(models)} if models else {}
-    server = TritonServer(
-        repository,
-        artifacts_dir=artifacts,
-        extra_args=flags_to_args(only),
-        env={STORE_ENV: str(cache)},
-        log_path=log,
-        ready_timeout=READY_TIMEOUT_S,
-    )
+    server = triton_server(repository, artifacts, log_path=log, env={STORE_ENV: str(cache)},
+                           ready_timeout=READY_TIMEOUT_S, **only)  # fmt: skip
     started = time.monotonic()
-    try:
-        server.start_ready()
+    with server:
         return time.monotonic() - started
-    finally:
-        server.stop()
 
 
 def measure(profile: profiles.Profile, artifacts: Path, cache: Path, build_dir: Path) -> dict:

@@ -1,7 +1,9 @@
 """A corpus store: the retrieval corpus as immutable segments in a directory, a manifest saying
 which are live, an ANN index per sealed segment, tombstones and a time window
 (docs/retrieval.md). ``CorpusStore`` writes it, ``Snapshot`` searches one generation of it,
-``StoreFollower`` keeps a serving process on the newest generation."""
+``StoreFollower`` keeps a serving process on the newest generation. Writing one from posts:
+``building`` (a whole store, or a corpus file, at once), ``ingestion`` (JSON lines as they
+come), both embedding through ``embedding`` (the server's candidate tower or this process')."""
 
 from pathlib import Path
 

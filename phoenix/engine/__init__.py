@@ -5,6 +5,8 @@
   from raw ids to ranked order on the device (hashing, lookups, both passes, blend and sort;
   what the ranker serves), or the original model's hashed features to logits (``score``).
 - ``retrieval``: ``RetrievalEngine``, the two towers and exact top-k over a resident corpus.
+- ``candidate_tower``: ``CandidateTower``, raw post and author ids to unit vectors in this
+  process (the one candidate tower the server, artifacts, training and the corpus store use).
 - ``batching``: buckets, padding, per-platform defaults and example inputs.
 """
 
@@ -14,12 +16,14 @@ from phoenix.engine.batching import (
     bucket_for,
     example_inputs,
 )
+from phoenix.engine.candidate_tower import CandidateTower
 from phoenix.engine.device_ranking import DeviceRanker, RankingScores
 from phoenix.engine.retrieval import RetrievalEngine
 
 __all__ = [
     "DEFAULT_BATCH_BUCKETS",
     "DEFAULT_TOP_K_BUCKETS",
+    "CandidateTower",
     "DeviceRanker",
     "RankingScores",
     "RetrievalEngine",

@@ -21,6 +21,7 @@ candidate width) compiled (or loaded from a ``ProgramStore``) by warm-up:
      and a stable descending sort per user. Padding candidates (post id 0) sort last.
 
   The host only stacks and pads the batch's inputs and splits the outputs per request.
+  The request batch is the serving layer's padded batch of the ranker's contract (below).
 - ``score``: the original model's inputs (hashes and their embeddings, ``RecsysBatch`` and
   ``RecsysEmbeddings``) in, logits and continuous predictions out: the API path, checked
   against the original's reference outputs and benchmarked against it.
@@ -34,8 +35,8 @@ Shape glossary
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import NamedTuple, Optional
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Optional
 
 import haiku as hk
 import jax
@@ -65,22 +66,25 @@ from phoenix.recsys_model import (
     RecsysEmbeddings,
 )
 
-
-class RankRequestBatch(NamedTuple):
-    """Raw inputs of B users, stacked and padded by the host (ids 0 = padding); the fields
-    are named as the ranker's contract names its inputs."""
-
-    user_id: np.ndarray  # [B] int64
-    history_post_ids: np.ndarray  # [B, S] int64, newest S items, right-padded
-    history_author_ids: np.ndarray  # [B, S] int64
-    history_actions: np.ndarray  # [B, S, A] float32
-    history_product_surface: np.ndarray  # [B, S] int32
-    history_dwell_seconds: np.ndarray  # [B, S] float32 (0 when not sent)
-    candidate_post_ids: np.ndarray  # [B, C] int64
-    candidate_author_ids: np.ndarray  # [B, C] int64
-    candidate_product_surface: np.ndarray  # [B, C] int32
-    candidate_post_age_seconds: np.ndarray  # [B, C] float32
-    candidate_has_age: np.ndarray  # [B, C] bool: False = unknown age
+# The request batch the ranker takes is the serving layer's padded batch of the ranker's
+# contract (``phoenix.serving.batches``): one field per input, named as the contract names it,
+# zeros as padding, and ``sent`` ({optional input: [B] bool}). The engine names here the
+# fields it reads; an input it does not name (candidate_retrieval_scores) never reaches the
+# device.
+HASHED_IDS = (  # int64 ids, hashed by the first program
+    "user_id",  # [B]
+    "history_post_ids",  # [B, S], newest S items, right-padded with 0
+    "history_author_ids",  # [B, S]
+    "candidate_post_ids",  # [B, C], 0 = padding candidate
+    "candidate_author_ids",  # [B, C]
+)
+FEATURES = (  # read by the ranking program as they are
+    "history_actions",  # [B, S, A] float32
+    "history_product_surface",  # [B, S] int32
+    "history_dwell_seconds",  # [B, S] float32 (0 when not sent)
+    "candidate_product_surface",  # [B, C] int32
+    "candidate_post_age_seconds",  # [B, C] float32 (unknown unless sent)
+)
 
 
 class RankingScores(NamedTuple):
@@ -192,19 +196,19 @@ class DeviceRanker:
             "candidate_author": hash_on_device(candidate_authors, e["author"]),  # [B, C, nA]
         }
 
-    def _rank_fn(self, weights, hashed, inputs: RankRequestBatch):
+    def _rank_fn(self, weights, hashed, inputs: dict):
         table = weights["table"]
         lookup = lambda rows: jnp.take(table, rows, axis=0)  # noqa: E731  [..., h, D]
         user_hashes, user_rows = (x[:, 0] for x in hashed["user"])  # [B, nU]
-        dwell = inputs.history_dwell_seconds  # [B, S]
+        dwell = inputs["history_dwell_seconds"]  # [B, S]
         continuous = jnp.zeros(dwell.shape + (NUM_CONTINUOUS,), jnp.float32)
         continuous = continuous.at[:, :, DWELL_TIME_INDEX].set(dwell)  # [B, S, N]
         context = RecsysBatch(
             user_hashes=user_hashes,
             history_post_hashes=hashed["history_post"][0],
             history_author_hashes=hashed["history_author"][0],
-            history_actions=inputs.history_actions,
-            history_product_surface=inputs.history_product_surface,
+            history_actions=inputs["history_actions"],
+            history_product_surface=inputs["history_product_surface"],
             candidate_post_hashes=None,
             candidate_author_hashes=None,
             candidate_product_surface=None,
@@ -227,14 +231,13 @@ class DeviceRanker:
         ranked_probs = jnp.take_along_axis(probs, order[..., None], axis=1)  # [B, C, A]
         return order, jnp.take_along_axis(blended, order, axis=1), ranked_probs
 
-    def _candidate_inputs(
-        self, hashed, inputs: RankRequestBatch, lookup
-    ) -> kernels.CandidateInputs:
-        has_age = inputs.candidate_has_age  # [B, C]
-        age = jnp.floor(inputs.candidate_post_age_seconds).astype(jnp.int32)
+    def _candidate_inputs(self, hashed, inputs: dict, lookup) -> kernels.CandidateInputs:
+        age_seconds = inputs["candidate_post_age_seconds"]  # [B, C]
+        has_age = jnp.broadcast_to(inputs["age_sent"][:, None], age_seconds.shape)  # [B, C]
+        age = jnp.floor(age_seconds).astype(jnp.int32)
         return kernels.CandidateInputs(
             valid=hashed["candidate_post"][0][:, :, 0] != 0,  # [B, C]
-            product_surface=inputs.candidate_product_surface,
+            product_surface=inputs["candidate_product_surface"],
             impr_ts=jnp.where(has_age, REFERENCE_TIME, 0).astype(jnp.int32),
             creation_ts=jnp.where(has_age, REFERENCE_TIME - age, 0).astype(jnp.int32),
             post_embeddings=lookup(hashed["candidate_post"][1]),  # [B, C, nI, D]
@@ -327,7 +330,7 @@ class DeviceRanker:
             rotation = kernels.rope_rotation(jnp.asarray(positions), self.shape.key_size)
         return kernels.Rotation(np.asarray(rotation.cos), np.asarray(rotation.sin))
 
-    # -- host side: buckets, raw ids ------------------------------------------------------
+    # -- host side: buckets, raw ids --------------------------------------------------------
 
     def padded_shape(self, users: int, candidates: int) -> tuple[int, int]:
         """(batch bucket, candidate width) a batch of this size is padded to."""
@@ -343,12 +346,30 @@ class DeviceRanker:
             return None
         return max(1, self.max_rows // min(width, self.chunk))
 
-    def rank(self, batch: RankRequestBatch) -> RankedBatch:
-        """Rank every user's candidates; ``batch`` must already be padded to a bucket shape."""
+    def rank(self, batch) -> RankedBatch:
+        """Rank every user's candidates; ``batch`` (the ranker's padded request batch, module
+        note above) must already be padded to a bucket shape."""
         self._check_ranks_raw_ids()
         hashed = self._hash(*id_inputs(batch))
-        order, scores, probs = self._rank(self.weights, hashed, float_inputs(batch))
+        order, scores, probs = self._rank(self.weights, hashed, feature_inputs(batch))
         return RankedBatch(np.asarray(order), np.asarray(scores), np.asarray(probs))
+
+    def warm_up(self, empty_batch: Callable[[int, int], Any]) -> int:
+        """Load (or compile) both programs for every (batch bucket, candidate bucket), from
+        shapes alone: nothing runs. ``empty_batch(users, candidates)`` is an all-padding
+        request batch of that shape. Returns how many buckets."""
+        self._check_ranks_raw_ids()
+        batches = [
+            empty_batch(users, width)
+            for users in self.batch_buckets
+            for width in self.candidate_buckets
+        ]
+        prepare_all([(self._hash, id_inputs(b)) for b in batches])
+        hashed = [self._hash.output_shapes(*id_inputs(b)) for b in batches]
+        prepare_all(
+            [(self._rank, (self.weights, h, feature_inputs(b))) for h, b in zip(hashed, batches)]
+        )
+        return len(batches)
 
     def _check_ranks_raw_ids(self) -> None:
         if "table" not in self.weights:
@@ -443,66 +464,24 @@ class DeviceRanker:
             author_embeddings=pad(emb.candidate_author_embeddings, np.float32),
         )
 
-    # -- warm-up --------------------------------------------------------------------------
-
-    def warm_up(self, *, scoring: bool = False) -> int:
-        """Load (or compile) the programs of ``rank`` (of ``score`` with ``scoring``) for every
-        (batch bucket, candidate bucket), from shapes and example inputs: nothing runs.
-        Returns how many buckets."""
-        buckets = [
-            (users, width) for users in self.batch_buckets for width in self.candidate_buckets
-        ]
-        if scoring:
-            examples = [(users, example_inputs(self.config, users, w)) for users, w in buckets]
-            args = [(self.weights, *self._score_inputs(*ex, users)) for users, ex in examples]
-            prepare_all([(self._score, a) for a in args])
-            return len(buckets)
-        self._check_ranks_raw_ids()
-        batches = [empty_request_batch(users, width, self.config) for users, width in buckets]
-        prepare_all([(self._hash, id_inputs(b)) for b in batches])
-        hashed = [self._hash.output_shapes(*id_inputs(b)) for b in batches]
-        prepare_all(
-            [(self._rank, (self.weights, h, float_inputs(b))) for h, b in zip(hashed, batches)]
-        )
-        return len(batches)
+    def warm_up_score(self) -> int:
+        """Load (or compile) the program of ``score`` for every (batch bucket, candidate
+        bucket), from example inputs: nothing runs. Returns how many buckets."""
+        buckets = [(u, w) for u in self.batch_buckets for w in self.candidate_buckets]
+        examples = [(users, example_inputs(self.config, users, w)) for users, w in buckets]
+        args = [(self.weights, *self._score_inputs(*ex, users)) for users, ex in examples]
+        prepare_all([(self._score, a) for a in args])
+        return len(buckets)
 
 
-def id_inputs(batch: RankRequestBatch) -> tuple[np.ndarray, ...]:
+def id_inputs(batch) -> tuple[np.ndarray, ...]:
     """The int64 id arrays the hashing program takes, in its argument order."""
-    return (
-        batch.user_id,
-        batch.history_post_ids,
-        batch.history_author_ids,
-        batch.candidate_post_ids,
-        batch.candidate_author_ids,
-    )
+    return tuple(getattr(batch, name) for name in HASHED_IDS)
 
 
-def float_inputs(batch: RankRequestBatch) -> RankRequestBatch:
-    """The batch without its id arrays (the ranking program gets their hashes instead)."""
-    return batch._replace(
-        user_id=None,
-        history_post_ids=None,
-        history_author_ids=None,
-        candidate_post_ids=None,
-        candidate_author_ids=None,
-    )
-
-
-def empty_request_batch(users: int, candidates: int, config: PhoenixModelConfig):
-    """An all-padding request batch of the given shape (what warm-up compiles)."""
-    S, A = config.history_seq_len, config.num_actions
-    zeros = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
-    return RankRequestBatch(
-        user_id=zeros((users,), np.int64),
-        history_post_ids=zeros((users, S), np.int64),
-        history_author_ids=zeros((users, S), np.int64),
-        history_actions=zeros((users, S, A), np.float32),
-        history_product_surface=zeros((users, S), np.int32),
-        history_dwell_seconds=zeros((users, S), np.float32),
-        candidate_post_ids=zeros((users, candidates), np.int64),
-        candidate_author_ids=zeros((users, candidates), np.int64),
-        candidate_product_surface=zeros((users, candidates), np.int32),
-        candidate_post_age_seconds=zeros((users, candidates), np.float32),
-        candidate_has_age=zeros((users, candidates), bool),
-    )
+def feature_inputs(batch) -> dict[str, np.ndarray]:
+    """What the ranking program reads besides the hashes: FEATURES, and whether each user's
+    request sent post ages (a post of unknown age gets no timestamps)."""
+    features = {name: getattr(batch, name) for name in FEATURES}
+    features["age_sent"] = batch.sent["candidate_post_age_seconds"]  # [B] bool
+    return features

@@ -182,14 +182,19 @@ def feed_table(
     rows: int = 20,
     top_actions: int = 3,
 ) -> str:
-    """A ranked feed as text: rank, post id, blended score, retrieval score, top actions."""
-    lines = [f"{'rank':>4}  {'post id':>20}  {'score':>8}  {'retrieval':>9}  top actions"]
+    """A ranked feed as text: rank, post id, blended score, retrieval score (only when the
+    result carries retrieval scores), top actions."""
+    shows_retrieval = has_retrieval_scores(result)
+    retrieval_header = f"{'retrieval':>9}  " if shows_retrieval else ""
+    lines = [f"{'rank':>4}  {'post id':>20}  {'score':>8}  {retrieval_header}top actions"]
     for r in feed_rows(result, action_names, rows, top_actions):
-        lines.append(
-            f"{r.rank:>4}  {r.post_id:>20}  {r.score:>8.3f}  {r.retrieval_score:>9.3f}  "
-            f"{r.top_actions}"
-        )
+        retrieval = f"{r.retrieval_score:>9.3f}  " if shows_retrieval else ""
+        lines.append(f"{r.rank:>4}  {r.post_id:>20}  {r.score:>8.3f}  {retrieval}{r.top_actions}")
     return "\n".join(lines + more_line(result, rows))
+
+
+def has_retrieval_scores(result: Mapping[str, np.ndarray]) -> bool:
+    return "retrieval_scores" in result or "ranked_retrieval_scores" in result
 
 
 def most_posts_by_one_author(result: Mapping[str, np.ndarray], rows: int = 10) -> tuple[int, int]:

@@ -74,6 +74,8 @@ class Values:
 IDS = Values(low=0, what="ids")  # 0 is padding where it is allowed
 POST_IDS = Values(low=1, what="ids")  # candidates and posts: 0 would read as padding
 SURFACES = Values(low=0, high="surfaces", what="surfaces")
+FLAGS = Values(0, 1, "action flags")
+PROBABILITIES = Values(0, 1, "probabilities")
 
 
 @dataclass(frozen=True)
@@ -418,13 +420,7 @@ def history_inputs(ragged: bool) -> tuple[TensorSpec, ...]:
     return (
         _spec("history_post_ids", np.int64, ["L"], ragged=ragged, values=IDS),
         _spec("history_author_ids", np.int64, ["L"], ragged=ragged, values=IDS),
-        _spec(
-            "history_actions",
-            np.float32,
-            ["L", "A"],
-            ragged=ragged,
-            values=Values(0, 1, "action flags"),
-        ),  # fmt: skip
+        _spec("history_actions", np.float32, ["L", "A"], ragged=ragged, values=FLAGS),
         _spec("history_product_surface", np.int32, ["L"], ragged=ragged, values=SURFACES),
     )
 
@@ -543,13 +539,7 @@ FEED_POLICY = ModelContract(
         USER_ID,
         _spec("candidate_post_ids", np.int64, ["C"], ragged=True, values=POST_IDS),  # ranked
         _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
-        _spec(
-            "candidate_action_probs",
-            np.float32,
-            ["C", "A"],
-            ragged=True,
-            values=Values(0, 1, "probabilities"),
-        ),  # fmt: skip
+        _spec("candidate_action_probs", np.float32, ["C", "A"], ragged=True, values=PROBABILITIES),
         _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
         *FEED_FILTERS,
     ),

@@ -1,13 +1,17 @@
-"""Typed requests of the served models: one object per Triton request, fields named as the
-contract names the inputs (no Triton imports).
+"""Typed requests of the served models, generated from their contracts (no Triton imports).
+
+Each model's request type is a frozen dataclass whose fields are the contract's inputs, in
+contract order; an optional input is a field that defaults to None. Nothing here names an
+input: adding one to a contract adds it to the typed request, to its checks and to its padded
+batch (``batches``).
 
 Triton has already checked each input against the model's ``config.pbtxt`` (generated from
 the contract): its name, dtype, rank and fixed dims, that required inputs are present and that
 the batch size is within ``max_batch_size``. What Triton cannot know is checked here, per
-request: lengths that must agree across inputs, the per-request limits, id and value ranges,
-NaN and infinities, and sizes fixed by the loaded artifacts (actions, surfaces, embedding
-width). Every failure is an ``InputError`` naming the input and what was expected; the Triton
-adapter answers it with INVALID_ARG for that request alone.
+request, from the specs: lengths that must agree across inputs (a length symbol), the
+per-request limit on each length, widths fixed by the loaded artifacts, and values (id ranges,
+flags, NaN and infinities). Every failure is an ``InputError`` naming the input and what was
+expected; the Triton adapter answers it with INVALID_ARG for that request alone.
 
 Shape glossary (R rows of one request: users or posts)
   L  history items sent   C  candidates sent   A  num_actions   D  emb_size
@@ -15,21 +19,98 @@ Shape glossary (R rows of one request: users or posts)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import ClassVar, Optional, TypeVar
 
 import numpy as np
 
 from phoenix.serving import contracts
-from phoenix.serving.contracts import LIMITS, ModelContract
+from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS, ModelContract
 
 
 class InputError(ValueError):
     """A request's inputs are invalid; the message says which input and why."""
 
 
-Request = TypeVar("Request")
+# What one unit of each symbolic axis is called in error messages.
+LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids"}
+LENGTH_GROUPS = {"L": "history", "C": "candidate", "E": "excluded author", "N": "seen post"}
+WIDTH_NOUNS = {"A": "actions per item", "D": "values per row"}
+
+
+class TypedRequest:
+    """Behaviour shared by every generated request type (fields come from the contract)."""
+
+    contract: ClassVar[ModelContract]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """{input name: array} of the inputs the request carries (absent optional ones left
+        out), in contract order."""
+        values = {spec.name: getattr(self, spec.name) for spec in self.contract.inputs}
+        return {name: array for name, array in values.items() if array is not None}
+
+    @property
+    def rows(self) -> int:
+        """R: users (or posts) in the request, the batch dimension of every input."""
+        return getattr(self, self.contract.inputs[0].name).shape[0]
+
+    def length(self, symbol: str) -> int:
+        """How many items of a length symbol ("L", "C", ...) each row carries (checked equal
+        across the inputs that share it)."""
+        for spec in self.contract.inputs:
+            array = getattr(self, spec.name)
+            if spec.length == symbol and array is not None:
+                return array.shape[1]
+        raise KeyError(f"{self.contract.name} request carries no input of length {symbol}")
+
+    @property
+    def candidates(self) -> int:
+        """C: candidates per user row."""
+        return self.length("C")
+
+
+def typed_request(contract: ModelContract, class_name: str) -> type:
+    """The frozen request dataclass of ``contract``: one field per input, optional inputs
+    defaulting to None."""
+    fields = []
+    for spec in contract.inputs:
+        if spec.optional:
+            fields.append((spec.name, Optional[np.ndarray], dataclasses.field(default=None)))
+        else:
+            fields.append((spec.name, np.ndarray))
+    return dataclasses.make_dataclass(
+        class_name,
+        fields,
+        bases=(TypedRequest,),
+        namespace={
+            "contract": contract,
+            "__doc__": f"``{contract.name}``'s request: {', '.join(contract.input_names)}.",
+            "__module__": __name__,
+        },
+        frozen=True,
+        kw_only=True,
+    )
+
+
+def class_name(model: str) -> str:
+    """ "ranker" -> "RankerRequest"."""
+    return "".join(part.title() for part in model.split("_")) + "Request"
+
+
+# One typed request per served model (ensembles have no service of their own).
+REQUEST_TYPES = {
+    name: typed_request(c, class_name(name))
+    for name, c in contracts.CONTRACTS.items()
+    if not c.is_ensemble
+}
+UserRequest = REQUEST_TYPES[contracts.USER_ENCODER.name]
+CandidateRequest = REQUEST_TYPES[contracts.CANDIDATE_TOWER.name]
+RetrieveRequest = REQUEST_TYPES[contracts.RETRIEVER.name]
+RankRequest = REQUEST_TYPES[contracts.RANKER.name]
+PolicyRequest = REQUEST_TYPES[contracts.FEED_POLICY.name]
+
+Request = TypeVar("Request", bound=TypedRequest)
 
 
 def from_arrays(request_type: type[Request], arrays: Mapping[str, np.ndarray]) -> Request:
@@ -54,252 +135,103 @@ def from_arrays(request_type: type[Request], arrays: Mapping[str, np.ndarray]) -
     )
 
 
+def parse(request_type: type[Request], arrays: Mapping[str, np.ndarray], config) -> Request:
+    """The checked typed request of ``arrays``; raises InputError."""
+    request = from_arrays(request_type, arrays)
+    check(request, config)
+    return request
+
+
 # ----------------------------------------------------------------------------------------
-# Checks
+# Checks, driven by the specs
 # ----------------------------------------------------------------------------------------
 
 
-def present(request, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """{name: array} of the named fields the request carries (absent optional ones left out)."""
-    values = {name: getattr(request, name, None) for name in names}
-    return {name: array for name, array in values.items() if array is not None}
+def check(request: TypedRequest, config) -> None:
+    """Every carried input against its spec, the limits and the artifact ``config`` (actions,
+    surfaces, embedding width); raises InputError naming the input."""
+    sent = request.arrays()
+    specs = {name: request.contract.input(name) for name in sent}
+    check_ranks(sent, specs)
+    check_rows(sent, request.rows)
+    for symbol, names in length_groups(specs).items():
+        check_length(symbol, {name: sent[name] for name in names})
+    for name, array in sent.items():
+        check_widths(name, array, specs[name], config)
+        check_values(name, array, specs[name].values, config)
 
 
-def check_rows(arrays: Mapping[str, np.ndarray], rows: int) -> None:
+def length_groups(specs: Mapping[str, contracts.TensorSpec]) -> dict[str, list[str]]:
+    """{length symbol: names of the inputs whose axis 1 it is}."""
+    groups: dict[str, list[str]] = {}
+    for name, spec in specs.items():
+        if spec.length is not None:
+            groups.setdefault(spec.length, []).append(name)
+    return groups
+
+
+def check_ranks(sent: Mapping[str, np.ndarray], specs) -> None:
+    """Dimensions as the contract has them (Triton checks this; in-process callers do not)."""
+    for name, array in sent.items():
+        spec = specs[name]
+        fixed = [(i + 1, axis) for i, axis in enumerate(spec.axes) if isinstance(axis, int)]
+        if array.ndim != spec.ndim or any(array.shape[i] != size for i, size in fixed):
+            axes = ", ".join(str(axis) for axis in ("R", *spec.axes))
+            raise InputError(f"input '{name}': expected shape [{axes}], got {tuple(array.shape)}")
+
+
+def check_rows(sent: Mapping[str, np.ndarray], rows: int) -> None:
     """Every array has the request's ``rows`` rows (the batch dimension)."""
-    wrong = {name: array.shape[0] for name, array in arrays.items() if array.shape[0] != rows}
+    wrong = {name: array.shape[0] for name, array in sent.items() if array.shape[0] != rows}
     if wrong:
         raise InputError(f"inputs {sorted(wrong)} have {wrong} rows; the request has {rows}")
 
 
-def check_same_shape(arrays: Mapping[str, np.ndarray], what: str, rows: int) -> int:
-    """Every array has ``rows`` rows and all share one length (axis 1); returns the length."""
-    check_rows(arrays, rows)
-    lengths = {name: array.shape[1] for name, array in arrays.items()}
+def check_length(symbol: str, group: Mapping[str, np.ndarray]) -> None:
+    """Inputs sharing a length symbol share one length, within the symbol's limit."""
+    lengths = {name: array.shape[1] for name, array in group.items()}
     if len(set(lengths.values())) > 1:
-        raise InputError(f"{what} inputs must have the same length, got {lengths}")
-    return next(iter(lengths.values()))
+        raise InputError(f"{LENGTH_GROUPS[symbol]} inputs must have the same length, got {lengths}")
+    name, length = next(iter(lengths.items()))
+    limit = getattr(LIMITS, LENGTH_LIMITS[symbol])
+    if length > limit:
+        raise InputError(
+            f"input '{name}': {length} {LENGTH_NOUNS[symbol]}, at most {limit} allowed"
+        )
 
 
-def check_limit(name: str, size: int, limit: int, what: str) -> None:
-    if size > limit:
-        raise InputError(f"input '{name}': {size} {what}, at most {limit} allowed")
+def check_widths(name: str, array: np.ndarray, spec, config) -> None:
+    """Axes fixed by the loaded artifacts (actions, embedding width) have the artifact's size."""
+    for axis, symbol in enumerate(spec.axes, start=1):
+        if symbol in ARTIFACT_WIDTHS:
+            expected = getattr(config, ARTIFACT_WIDTHS[symbol])
+            if array.shape[axis] != expected:
+                raise InputError(
+                    f"input '{name}': expected {expected} {WIDTH_NOUNS[symbol]}, "
+                    f"got shape {tuple(array.shape)}"
+                )
 
 
-def check_ids(name: str, ids: np.ndarray, minimum: int = 0) -> None:
-    if ids.size and ids.min() < minimum:
-        raise InputError(f"input '{name}': ids must be >= {minimum}, got {int(ids.min())}")
+def value_bound(bound, config):
+    """A Values bound as a number: "surfaces" is the artifact's largest product surface."""
+    if bound == "surfaces":
+        return config.product_surface_vocab_size - 1
+    return bound
 
 
-def check_finite(name: str, values: np.ndarray) -> None:
-    if not np.all(np.isfinite(values)):
+def check_values(name: str, array: np.ndarray, values: contracts.Values, config) -> None:
+    """Float inputs are finite; values lie within the spec's bounds."""
+    if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
         raise InputError(f"input '{name}': contains NaN or infinite values")
-
-
-def check_range(name: str, values: np.ndarray, low: float, high: float, what: str) -> None:
-    """Finite values in [low, high]."""
-    check_finite(name, values)
-    if values.size and (values.min() < low or values.max() > high):
+    if not array.size:
+        return
+    low, high = value_bound(values.low, config), value_bound(values.high, config)
+    if high is None:
+        if low is not None and array.min() < low:
+            raise InputError(f"input '{name}': {values.what} must be >= {low}, got {array.min()}")
+        return
+    if array.min() < low or array.max() > high:
         raise InputError(
-            f"input '{name}': {what} must lie in [{low}, {high}], "
-            f"got values in [{values.min()}, {values.max()}]"
+            f"input '{name}': {values.what} must lie in [{low}, {high}], "
+            f"got values in [{array.min()}, {array.max()}]"
         )
-
-
-def check_width(name: str, array: np.ndarray, axis: int, expected: int, what: str) -> None:
-    if array.shape[axis] != expected:
-        raise InputError(
-            f"input '{name}': expected {expected} {what}, got shape {tuple(array.shape)}"
-        )
-
-
-# ----------------------------------------------------------------------------------------
-# The requests
-# ----------------------------------------------------------------------------------------
-
-_HISTORY = (
-    "history_post_ids",
-    "history_author_ids",
-    "history_actions",
-    "history_product_surface",
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class UserRequest:
-    """``user_encoder``: R users, each with a history of L items, oldest first."""
-
-    contract = contracts.USER_ENCODER
-
-    user_id: np.ndarray  # [R, 1] int64
-    history_post_ids: np.ndarray  # [R, L] int64
-    history_author_ids: np.ndarray  # [R, L] int64
-    history_actions: np.ndarray  # [R, L, A] float32 flags
-    history_product_surface: np.ndarray  # [R, L] int32
-
-    @property
-    def rows(self) -> int:
-        return self.user_id.shape[0]
-
-    def check(self, config) -> None:
-        """Values against the limits and the artifact ``config`` (actions, surfaces)."""
-        history = present(self, (*_HISTORY, "history_dwell_seconds"))
-        length = check_same_shape(history, "history", self.rows)
-        check_limit("history_post_ids", length, LIMITS.max_history_items, "history items")
-        check_width(
-            "history_actions", self.history_actions, 2, config.num_actions, "actions per item"
-        )
-        check_ids("user_id", self.user_id)
-        check_ids("history_post_ids", self.history_post_ids)
-        check_ids("history_author_ids", self.history_author_ids)
-        check_range("history_actions", self.history_actions, 0, 1, "action flags")
-        surfaces = config.product_surface_vocab_size - 1
-        check_range(
-            "history_product_surface", self.history_product_surface, 0, surfaces, "surfaces"
-        )
-        if "history_dwell_seconds" in history:
-            check_range(
-                "history_dwell_seconds", history["history_dwell_seconds"], 0, np.inf, "dwell"
-            )
-
-
-_CANDIDATES = (
-    "candidate_post_ids",
-    "candidate_author_ids",
-    "candidate_product_surface",
-    "candidate_post_age_seconds",
-    "candidate_retrieval_scores",
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RankRequest(UserRequest):
-    """``ranker``: R users with their histories and C candidates each."""
-
-    contract = contracts.RANKER
-
-    history_dwell_seconds: Optional[np.ndarray] = None  # [R, L] float32 seconds
-    candidate_post_ids: np.ndarray  # [R, C] int64
-    candidate_author_ids: np.ndarray  # [R, C] int64
-    candidate_product_surface: Optional[np.ndarray] = None  # [R, C] int32
-    candidate_post_age_seconds: Optional[np.ndarray] = None  # [R, C] float32
-    candidate_retrieval_scores: Optional[np.ndarray] = None  # [R, C] float32, passed through
-
-    @property
-    def candidates(self) -> int:
-        return self.candidate_post_ids.shape[1]
-
-    def check(self, config) -> None:
-        super().check(config)
-        candidates = present(self, _CANDIDATES)
-        count = check_same_shape(candidates, "candidate", self.rows)
-        check_limit("candidate_post_ids", count, LIMITS.max_candidates, "candidates")
-        check_ids("candidate_post_ids", self.candidate_post_ids, minimum=1)
-        check_ids("candidate_author_ids", self.candidate_author_ids)
-        if self.candidate_product_surface is not None:
-            surfaces = config.product_surface_vocab_size - 1
-            check_range(
-                "candidate_product_surface", self.candidate_product_surface, 0, surfaces, "surfaces"
-            )
-        for name in ("candidate_post_age_seconds", "candidate_retrieval_scores"):
-            if name in candidates:
-                check_finite(name, candidates[name])
-
-
-@dataclass(frozen=True, kw_only=True)
-class CandidateRequest:
-    """``candidate_tower``: R posts with their authors."""
-
-    contract = contracts.CANDIDATE_TOWER
-
-    post_id: np.ndarray  # [R, 1] int64
-    author_id: np.ndarray  # [R, 1] int64
-
-    @property
-    def rows(self) -> int:
-        return self.post_id.shape[0]
-
-    def check(self, config) -> None:
-        check_same_shape({"post_id": self.post_id, "author_id": self.author_id}, "id", self.rows)
-        check_ids("post_id", self.post_id, minimum=1)
-        check_ids("author_id", self.author_id)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RetrieveRequest:
-    """``retriever``: R user vectors, how many posts each wants, and the posts to leave out."""
-
-    contract = contracts.RETRIEVER
-
-    user_embedding: np.ndarray  # [R, D] float32
-    top_k: np.ndarray  # [R, 1] int32
-    history_post_ids: Optional[np.ndarray] = None  # [R, L] int64, excluded from the results
-
-    @property
-    def rows(self) -> int:
-        return self.user_embedding.shape[0]
-
-    def check(self, config) -> None:
-        check_rows(present(self, ("top_k", "history_post_ids")), self.rows)
-        check_width("user_embedding", self.user_embedding, 1, config.emb_size, "values per row")
-        check_finite("user_embedding", self.user_embedding)
-        check_range("top_k", self.top_k, 1, LIMITS.max_top_k, "top_k")
-        if self.history_post_ids is not None:
-            check_ids("history_post_ids", self.history_post_ids)
-            length = self.history_post_ids.shape[1]
-            check_limit("history_post_ids", length, LIMITS.max_history_items, "ids")
-
-
-_POLICY_CANDIDATES = (
-    "candidate_post_ids",
-    "candidate_author_ids",
-    "candidate_action_probs",
-    "candidate_retrieval_scores",
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PolicyRequest:
-    """``feed_policy``: R users, each with C ranked candidates and the feed's filters."""
-
-    contract = contracts.FEED_POLICY
-
-    user_id: np.ndarray  # [R, 1] int64
-    candidate_post_ids: np.ndarray  # [R, C] int64, the ranker's order
-    candidate_author_ids: np.ndarray  # [R, C] int64
-    candidate_action_probs: np.ndarray  # [R, C, A] float32
-    candidate_retrieval_scores: Optional[np.ndarray] = None  # [R, C] float32, passed through
-    excluded_author_ids: Optional[np.ndarray] = None  # [R, E] int64
-    seen_post_ids: Optional[np.ndarray] = None  # [R, N] int64
-    max_age_seconds: Optional[np.ndarray] = None  # [R, 1] float32
-
-    @property
-    def rows(self) -> int:
-        return self.user_id.shape[0]
-
-    def check(self, config) -> None:
-        candidates = present(self, _POLICY_CANDIDATES)
-        count = check_same_shape(candidates, "candidate", self.rows)
-        check_limit("candidate_post_ids", count, LIMITS.max_candidates, "candidates")
-        check_ids("candidate_post_ids", self.candidate_post_ids, minimum=1)
-        check_ids("candidate_author_ids", self.candidate_author_ids)
-        probs = self.candidate_action_probs
-        check_width("candidate_action_probs", probs, 2, config.num_actions, "actions per post")
-        check_range("candidate_action_probs", probs, 0, 1, "probabilities")
-        if self.candidate_retrieval_scores is not None:
-            check_finite("candidate_retrieval_scores", self.candidate_retrieval_scores)
-        filters = present(self, ("excluded_author_ids", "seen_post_ids", "max_age_seconds"))
-        check_rows(filters, self.rows)
-        for name in ("excluded_author_ids", "seen_post_ids"):
-            if name in filters:
-                check_limit(name, filters[name].shape[1], LIMITS.max_filter_ids, "ids")
-                check_ids(name, filters[name])
-        if self.max_age_seconds is not None:
-            check_range("max_age_seconds", self.max_age_seconds, 0, np.inf, "ages in seconds")
-
-
-def parse(request_type: type[Request], arrays: Mapping[str, np.ndarray], config) -> Request:
-    """The checked typed request of ``arrays``; raises InputError."""
-    request = from_arrays(request_type, arrays)
-    request.check(config)
-    return request

@@ -145,7 +145,27 @@ def flags_to_args(flags: Mapping[str, object]) -> list[str]:
     return args
 
 
-class TritonServer:
+class StartsReady:
+    """A process with ``start``, ``wait_ready`` and ``stop``: as a context manager it starts,
+    waits until ready and stops; one that fails to get ready is stopped."""
+
+    def start_ready(self):
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self):
+        return self.start_ready()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+class TritonServer(StartsReady):
     """One tritonserver over a model repository; ports 0 or None are picked free now. As a
     context manager it starts, waits until ready and stops."""
 
@@ -302,22 +322,6 @@ class TritonServer:
         self.kill()
         shutil.rmtree(self.stub_dir, ignore_errors=True)
         return self.process.returncode
-
-    def start_ready(self) -> TritonServer:
-        """Start and wait until ready; a server that fails to get ready is stopped."""
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __enter__(self) -> TritonServer:
-        return self.start_ready()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

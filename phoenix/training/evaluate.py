@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.stats import rankdata
 
-from phoenix.artifacts import embed_candidates
 from phoenix.config import ArtifactConfig
 from phoenix.engine.batching import pad_axis
+from phoenix.engine.candidate_tower import CandidateTower
 from phoenix.hashing import stack_tables
 from phoenix.training import synthetic
 from phoenix.training.data import EvalSet, LogIndex
@@ -113,7 +113,7 @@ def embed_posts(config: ArtifactConfig, params: dict, world, posts: np.ndarray) 
     tables = artifact_tables(params)
     stacked = stack_tables(*(tables[f"{e}_embeddings"] for e in ("user", "item", "author")))
     post_ids, authors = world.post_ids[posts], world.author_ids[world.post_author[posts]]
-    return embed_candidates(config, params["retrieval"], stacked, post_ids, authors)
+    return CandidateTower.from_weights(config, params["retrieval"], stacked)(post_ids, authors)
 
 
 class Evaluator:

@@ -14,33 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving.triton_server import TritonServer, flags_to_args
+from phoenix.serving.triton_server import TritonServer
+from phoenix.testing.triton import start_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "600"))
 
 
-def launch_server(
-    repo_dir: str | os.PathLike,
-    artifacts_dir: str | os.PathLike | None = None,
-    *,
-    ready_timeout: float = READY_TIMEOUT_S,
-    log_path: str | os.PathLike | None = None,
-    env: dict[str, str] | None = None,
-    **flags,
-) -> TritonServer:
-    """Start a TritonServer over `repo_dir` on free ports and wait until it is ready."""
-    server = TritonServer(
-        repo_dir,
-        artifacts_dir=artifacts_dir,
-        extra_args=flags_to_args(flags),
-        env=env,
-        log_path=log_path,
-        ready_timeout=ready_timeout,
-    )
-    server.start_ready()
-    return server
+def launch_server(repo_dir, artifacts_dir=None, **options) -> TritonServer:
+    """A ready TritonServer over `repo_dir` on free ports (phoenix.testing.triton), waiting at
+    most READY_TIMEOUT_S unless `ready_timeout` is given."""
+    options.setdefault("ready_timeout", READY_TIMEOUT_S)
+    return start_triton(repo_dir, artifacts_dir, **options)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -19,7 +18,6 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
-from bench.loadgen import wait_until
 from phoenix.serving.triton_server import (
     BACKEND_DIR,
     TRITON_HOME_ENV,
@@ -27,10 +25,11 @@ from phoenix.serving.triton_server import (
     pick_free_ports,
     pytriton_server_root,
 )
+from phoenix.testing.polling import wait_until
+from phoenix.testing.processes import LoggedProcess
 from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
-REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))  # as test_faults
 
 
@@ -78,9 +77,7 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
     )  # fmt: skip  (paths of the image's layout)
     args = local_args(container["args"], ports, tiny_artifacts, tmp_path / "build")
     command = [sys.executable, "-m", "phoenix.serving.serve", *args]
-    log = (tmp_path / "serve.out").open("wb")
-    serve = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)  # fmt: skip
+    serve = LoggedProcess(command, tmp_path / "serve.out", env=env).start()
     try:
 
         def probe(kind: str) -> int | None:
@@ -88,9 +85,9 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
             port = get["port"] if isinstance(get["port"], int) else declared[get["port"]]
             return http_get_status(f"http://127.0.0.1:{local[port]}{get['path']}", timeout=5)
 
-        started = wait_until(lambda: probe("startupProbe") == 200 or serve.poll() is not None,
+        started = wait_until(lambda: probe("startupProbe") == 200 or not serve.is_running(),
                              READY_TIMEOUT_S, 0.5)  # fmt: skip
-        assert started and serve.poll() is None, (tmp_path / "serve.out").read_text()[-3000:]
+        assert started and serve.is_running(), serve.failure("serve did not start")
         assert probe("readinessProbe") == 200 and probe("livenessProbe") == 200
         # Triton's own ports, as the Services reach them, and the server the image names.
         assert (
@@ -110,10 +107,8 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
         termed = time.monotonic()
         serve.send_signal(signal.SIGTERM)
         assert wait_until(lambda: probe("readinessProbe") != 200, 5, 0.02), "no drain"
-        code = serve.wait(left)
+        code = serve.wait_exit(left)
         print(f"DEPLOY stop: exit {code} after {time.monotonic() - termed:.1f} s of {left:g} s")
-        assert code == 0, (tmp_path / "serve.out").read_text()[-3000:]
+        assert code == 0, serve.failure(f"serve did not exit 0 within {left:g} s of SIGTERM")
     finally:
-        if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
+        serve.kill()  # the whole group, if anything still runs

@@ -32,7 +32,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -46,8 +45,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from bench.loadgen import LoadRun, alternating_callers, error_kind, summarize, wait_until
-from bench.serving_servers import ServePorts
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
@@ -55,11 +52,14 @@ from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.state import RESTART_PARAMETER
 from phoenix.serving.supervisor.stubs import is_alive
-from phoenix.serving.triton_server import http_get_status, read_log_tail
+from phoenix.serving.triton_server import http_get_status
+from phoenix.testing.loadgen import LoadRun, alternating_callers, error_kind, summarize
+from phoenix.testing.polling import wait_until
+from phoenix.testing.processes import LoggedProcess
+from phoenix.testing.serve_process import ServePorts, ServeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LONG = os.environ.get("PHOENIX_LONG_TESTS") == "1"
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))
 KILLED_MODELS = (
@@ -92,25 +92,42 @@ def report(name: str, **figures) -> None:
 class Served:
     """The serve command under test and what the tests need to talk to it."""
 
-    process: subprocess.Popen
-    http_url: str
-    grpc_url: str
-    ready_url: str
-    status_url: str
+    serve: ServeProcess
     admin: TritonAdmin
     admin_key: str
     artifacts: Path
-    log_path: Path
     old_ids: set[int]
     new_ids: set[int]
-    ports: ServePorts | None = None
     server_pid: int = 0
     reference_load_s: float = 0.0  # an operator's load of the retriever, measured here
 
+    @property
+    def process(self) -> LoggedProcess:
+        return self.serve.process
+
+    @property
+    def ports(self) -> ServePorts:
+        return self.serve.ports
+
+    @property
+    def http_url(self) -> str:
+        return self.serve.http_url
+
+    @property
+    def grpc_url(self) -> str:
+        return self.serve.grpc_url
+
+    @property
+    def ready_url(self) -> str:
+        return self.serve.ready_url
+
+    @property
+    def log_path(self) -> Path:
+        return self.serve.log
+
 
 def supervisor_status(served: Served) -> dict:
-    with urllib.request.urlopen(served.status_url, timeout=5) as response:
-        return json.loads(response.read())
+    return served.serve.status()
 
 
 def wait_for(condition, timeout_s: float, interval_s: float = 0.05) -> float:
@@ -131,45 +148,22 @@ def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], s
     return set(old.post_ids.tolist()), set(new_ids.tolist())
 
 
-def start_serve(
-    artifacts: Path, root: Path, via_make: bool = False
-) -> tuple[subprocess.Popen, ServePorts]:
-    """The serve command on free ports (run by a `make` recipe, as `make serve` runs it, when
-    `via_make`); returns the process started and the ports."""
-    ports = ServePorts.free()
-    command = ports.command(artifacts, root / "build", DRAIN_S)
-    command += ["--ready-timeout", str(READY_TIMEOUT_S)]
-    if via_make:
+def serve_command_in_make(root: Path):
+    """Turns the serve command line into a `make` run of a recipe holding it, as `make serve`
+    runs serve."""
+
+    def wrap(command: list[str]) -> list[str]:
         makefile = root / "serve.mk"
         makefile.write_text(f"SHELL := /bin/bash\nserve:\n\t{' '.join(command)}\n")
-        command = ["make", "--no-print-directory", "-f", str(makefile), "serve"]
-    env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
-    with (root / "serve.out").open("wb") as out:
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    return process, ports
+        return ["make", "--no-print-directory", "-f", str(makefile), "serve"]
 
-
-def wait_until_served(served: Served) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S + 30
-    while http_get_status(served.ready_url) != 200:
-        if served.process.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"serve did not become ready:\n{read_log_tail(served.log_path, 60)}")
-        time.sleep(0.5)
-    served.server_pid = supervisor_status(served)["server_pid"]
+    return wrap
 
 
 def shut_down(served: Served) -> None:
-    """SIGTERM the serve command; make sure neither it nor tritonserver and stubs outlive us."""
-    if served.process.poll() is None:
-        served.process.send_signal(signal.SIGTERM)
-        try:
-            served.process.wait(DRAIN_S + DEFAULT_STOP_TIMEOUT_S + EXIT_TIMEOUT_S + 30)
-        except subprocess.TimeoutExpired:
-            os.killpg(served.process.pid, signal.SIGKILL)
-            served.process.wait(10)
+    """SIGTERM the serve command (SIGKILL to its group when it outlives the bound); make sure
+    tritonserver and its stubs do not outlive us either."""
+    served.serve.stop(DRAIN_S + DEFAULT_STOP_TIMEOUT_S + EXIT_TIMEOUT_S + 30)
     if served.server_pid and is_alive(served.server_pid):
         os.killpg(served.server_pid, signal.SIGKILL)
 
@@ -179,33 +173,28 @@ def serving(tiny_artifacts, tmp_path_factory, name: str, via_make: bool = False)
     root = tmp_path_factory.mktemp(name)
     artifacts = Path(shutil.copytree(tiny_artifacts, root / "artifacts"))
     old_ids, new_ids = write_relabelled_corpus(artifacts, "corpus-b.npz")
-    process, ports = start_serve(artifacts, root, via_make)
-    http, grpc, ready = ports.http, ports.grpc, ports.ready
-    key_file = root / "build" / "admin-key"
-    deadline = time.monotonic() + 60
-    while not key_file.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    admin_key = find_admin_key(key_file=key_file) or ""
-    served = Served(
-        process=process,
-        http_url=f"127.0.0.1:{http}",
-        grpc_url=f"127.0.0.1:{grpc}",
-        ready_url=f"http://127.0.0.1:{ready}/ready",
-        status_url=f"http://127.0.0.1:{ready}/status",
-        admin=TritonAdmin(f"127.0.0.1:{http}", admin_key),
-        admin_key=admin_key,
-        artifacts=artifacts,
-        log_path=root / "serve.out",
-        old_ids=old_ids,
-        new_ids=new_ids,
-        ports=ports,
-    )
+    env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
+    serve = ServeProcess(
+        artifacts, root, DRAIN_S, ["--ready-timeout", str(READY_TIMEOUT_S)], env=env,
+        wrap=serve_command_in_make(root) if via_make else None,
+        ready_timeout_s=READY_TIMEOUT_S + 30,
+    ).start()  # fmt: skip
+    served = None
     try:
+        key_file = serve.build_dir / "admin-key"
+        wait_until(lambda: key_file.exists() or not serve.process.is_running(), 60, 0.1)
+        admin_key = find_admin_key(key_file=key_file) or ""
         assert admin_key, f"serve wrote no usable key to {key_file}"
-        wait_until_served(served)
+        served = Served(serve, TritonAdmin(serve.http_url, admin_key), admin_key, artifacts,
+                        old_ids, new_ids)  # fmt: skip
+        serve.wait_ready(interval_s=0.5)
+        served.server_pid = supervisor_status(served)["server_pid"]
         yield served
     finally:
-        shut_down(served)
+        if served is not None:
+            shut_down(served)
+        else:
+            serve.stop()
 
 
 @pytest.fixture(scope="module")
@@ -479,11 +468,9 @@ def sigterm_under_load(served: Served) -> dict:
     with recommend_load(served, duration_s=limit_s + 30) as run:
         time.sleep(WARMUP_S)
         termed = time.monotonic()
-        served.process.send_signal(signal.SIGTERM)
+        served.serve.terminate()
         unready = wait_for(lambda: http_get_status(served.ready_url) != 200, DETECT_WAIT_S, 0.02)
-        try:
-            served.process.wait(limit_s)
-        except subprocess.TimeoutExpired:
+        if served.process.wait_exit(limit_s) is None:
             pytest.fail("serve did not exit after SIGTERM")
         exited = time.monotonic()
         time.sleep(0.5)  # let clients see the closed ports
@@ -571,7 +558,7 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
         pids = serve_processes(served)
         assert len(pids) >= 3, pids  # serve, tritonserver and stubs
         killed = time.monotonic()
-        served.process.kill()
+        served.process.send_signal(signal.SIGKILL)  # serve alone: not its process group
         gone = wait_until(lambda: not left_behind(pids, served.ports), ORPHAN_LIMIT_S)
         report("sigkill", processes=len(pids), gone_after_s=gone and round(gone - killed, 2))
         assert gone is not None, left_behind(pids, served.ports)
@@ -585,7 +572,7 @@ def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory)
         pids = serve_processes(served)
         assert psutil.Process(pids[0]).ppid() == served.process.pid  # make runs serve itself
         killed = time.monotonic()
-        served.process.kill()
+        served.process.send_signal(signal.SIGKILL)  # make alone: not its process group
         gone = wait_until(lambda: not left_behind(pids, served.ports), ORPHAN_LIMIT_S)
         report("sigkill_make", gone_after_s=gone and round(gone - killed, 2))
         assert gone is not None, left_behind(pids, served.ports)

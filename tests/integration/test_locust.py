@@ -47,6 +47,19 @@ def test_short_run_has_requests_and_no_failures(triton, tiny_artifacts, tmp_path
     assert {kind for kind, _ in by_type} == {"POST", "grpc"}  # both user classes ran
     assert {name for _, name in by_type} <= {"ranker", "recommend", "user_encoder", "retriever"}
     assert (tmp_path / "locust.html").is_file()
+    assert closing_count(done.stdout) == table_count(done.stdout + done.stderr)
+
+
+def closing_count(runner_out: str) -> int:
+    """Requests of the runner's closing line."""
+    line = next(line for line in runner_out.splitlines() if "Locust's Aggregated row" in line)
+    return int(line.split()[0])
+
+
+def table_count(locust_out: str) -> int:
+    """Requests of the Aggregated row of the table Locust prints when it quits."""
+    rows = [line.split() for line in locust_out.splitlines()]
+    return int(next(row for row in rows if row[:1] == ["Aggregated"])[1])
 
 
 def test_failed_requests_fail_the_run(triton, tiny_artifacts, tmp_path):

@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
 from phoenix.checkpoint import load_example_sequence
 from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
+from phoenix.testing.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
+from phoenix.testing.triton import triton_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -104,12 +105,10 @@ def caller_factory(server, artifacts: Path, model: str, protocol: str):
 
 @pytest.fixture(scope="module")
 def overload_server(tiny_artifacts, tmp_path_factory):
-    from phoenix.serving.triton_server import TritonServer
-
     log = tmp_path_factory.mktemp("overload") / "tritonserver.log"
-    server = TritonServer(MODEL_REPOSITORY, artifacts_dir=tiny_artifacts, log_path=log,
-                          extra_args=["--exit-timeout-secs=5"])  # fmt: skip
-    with server:
+    with triton_server(
+        MODEL_REPOSITORY, tiny_artifacts, log_path=log, exit_timeout_secs=5
+    ) as server:
         yield server
 
 

@@ -100,7 +100,7 @@ def test_zero_candidates():
 def test_warm_up_compiles_every_bucket_then_nothing_new():
     config, f, params, b, e = build("mha", layers=1)
     engine = DeviceRanker(config, params, batch_buckets=(1, 2), candidate_buckets=(4, 8, 32))
-    assert engine.warm_up(scoring=True) == 6
+    assert engine.warm_up_score() == 6
     assert engine._score.compiled == 6
     engine.score(b, e)  # 3 users -> 2 calls (2 + 1), 23 candidates -> width 32, chunks of 32
     engine.score(*take_users(b, e, slice(0, 1)))  # 1 user

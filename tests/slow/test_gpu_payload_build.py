@@ -1,4 +1,5 @@
-"""`make gpu-payload` end to end (bench/gpu/payload.py): the whole payload built and measured.
+"""`make gpu-payload` end to end (phoenix/testing/gpu_payload.py): the whole payload built
+and measured.
 
 In the slow tier because it xz-compresses the server (over 100 MiB, about a minute) and
 downloads wheels with pip; the builder's parts are unit-tested in tests/unit/test_gpu_payload.py.
@@ -7,7 +8,7 @@ downloads wheels with pip; the builder's parts are unit-tested in tests/unit/tes
 import json
 from pathlib import Path
 
-from bench.gpu import payload
+from phoenix.testing import gpu_payload as payload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,8 @@
-"""phoenix-build-corpus --store --in-process --from-generator (no server): a store of the
+"""phoenix-build-corpus --store DIR --in-process --from-generator (no server): a store of the
 trained demo world's posts, embedded by its own towers, that Snapshot.search answers from.
-The store must live inside ARTIFACTS (the retriever resolves corpus_file there), so the tests
-copy the files the candidate tower needs into a tmp dir."""
+The tests copy the files the candidate tower needs into a tmp dir, and build stores inside it
+(where --reload wants them) or beside it; `--store` is a path in phoenix-build-corpus,
+phoenix-ingest and phoenix-compact alike."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients import build_corpus
-from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, is_store
+from clients import build_corpus, compact, ingest
+from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, building, is_store
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"
@@ -32,7 +33,7 @@ def artifacts(tmp_path) -> Path:
 
 
 def test_a_store_of_generator_posts_embedded_in_process(artifacts, capsys):
-    argv = ["--from-generator", "3000", "--in-process", "--store", "store"]
+    argv = ["--from-generator", "3000", "--in-process", "--store", str(artifacts / "store")]
     argv += ["--segment-rows", "1000", "--window", "2d", "--artifacts", str(artifacts)]
     assert build_corpus.main(argv) == 0
     out = capsys.readouterr().out
@@ -61,7 +62,7 @@ def test_a_store_of_generator_posts_embedded_in_process(artifacts, capsys):
     old = snapshot.segments[0]
     assert old.created_at.max() < now - 2 * 86400  # expired: its own post is not served
     assert old.post_ids[0] not in snapshot.search(old.embeddings[[0]], k=20, now=now).post_ids[0]
-    world = build_corpus.world_posts(artifacts, 3000, None, now=0)
+    world = building.world_posts(artifacts, 3000, None, now=0)
     author_of = dict(zip(world.post_ids.tolist(), world.author_ids.tolist()))
     assert all(author_of[p] == a for p, a in zip(hits.post_ids[0], hits.author_ids[0]))
 
@@ -71,8 +72,9 @@ def test_a_store_of_generator_posts_embedded_in_process(artifacts, capsys):
 
 def test_a_world_needs_the_training_summary(artifacts, capsys):
     (artifacts / "training.json").unlink()
-    argv = ["--from-generator", "10", "--in-process", "--store", "s", "--artifacts", str(artifacts)]
-    assert build_corpus.main(argv) == 3
+    store = artifacts / "s"
+    argv = ["--from-generator", "10", "--in-process", "--store", str(store)]
+    assert build_corpus.main([*argv, "--artifacts", str(artifacts)]) == 3
     assert "training.json: not found (--from-generator needs trained artifacts" in (
         capsys.readouterr().err
     )
@@ -80,11 +82,12 @@ def test_a_world_needs_the_training_summary(artifacts, capsys):
 
 
 def test_a_failed_build_leaves_nothing_behind(artifacts, monkeypatch, capsys):
-    def broken(store, posts, label):
+    def broken(store, posts, label, report):
         raise OSError("disk full")
 
-    monkeypatch.setattr(build_corpus, "add_sealed", broken)
-    argv = ["--from-generator", "50", "--in-process", "--store", "s", "--artifacts", str(artifacts)]
+    monkeypatch.setattr(building, "add_sealed", broken)
+    argv = ["--from-generator", "50", "--in-process", "--store", str(artifacts / "s")]
+    argv += ["--artifacts", str(artifacts)]
     with pytest.raises(OSError, match="disk full"):
         build_corpus.main(argv)
     assert sorted(p.name for p in artifacts.iterdir()) == sorted(TOWER_FILES)
@@ -106,10 +109,32 @@ def test_bad_combinations_exit_2(argv, message, capsys):
     assert stopped.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_store_name_is_a_plain_directory_name(artifacts, capsys):
-    argv = ["--generate", "5", "--in-process", "--store", "../x", "--artifacts", str(artifacts)]
-    assert build_corpus.main(argv) == 3
-    assert "--store must be a plain directory name" in capsys.readouterr().err
+def test_store_is_a_path_in_every_command(artifacts, tmp_path, capsys):
+    """The same --store value, a directory path outside ARTIFACTS, serves all three commands:
+    build-corpus builds the store there, ingest adds to it, compact merges it."""
+    store = tmp_path / "elsewhere" / "store"
+    argv = ["--from-generator", "40", "--in-process", "--store", str(store)]
+    assert build_corpus.main([*argv, "--artifacts", str(artifacts)]) == 0
+    assert is_store(store) and not is_store(artifacts / "store")
+    assert f"wrote {store}: 40 posts in 1 sealed segments" in capsys.readouterr().out
+
+    lines = tmp_path / "posts.jsonl"
+    lines.write_text('{"post_id": 123456789, "author_id": 7}\n{"delete": 123456789}\n')
+    ingest_argv = [str(lines), "--store", str(store), "--artifacts", str(artifacts)]
+    ingest_argv += ["--flush-posts", "1"]  # the post in a segment, the deletion after
+    assert ingest.main(ingest_argv) == 0
+    assert CorpusStore(store).manifest().rows == 41
+
+    assert compact.main(["--store", str(store)]) == 0
+    assert "posts left out 1 (deleted, expired or repeated)" in capsys.readouterr().out
+    assert CorpusStore(store).manifest().rows == 40
+
+
+def test_reload_needs_the_store_inside_the_artifacts(artifacts, tmp_path, capsys):
+    argv = ["--generate", "5", "--in-process", "--store", str(tmp_path / "s"), "--reload"]
+    assert build_corpus.main([*argv, "--artifacts", str(artifacts)]) == 3
+    assert "--reload needs the store inside --artifacts" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
 
 
 def test_index_builds_report_their_progress(tmp_path):

@@ -9,9 +9,10 @@ import pytest
 
 from phoenix.artifacts import generate
 from phoenix.engine import DeviceRanker
-from phoenix.engine.device_ranking import empty_request_batch, hash_on_device
+from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
+from phoenix.serving.services.ranker import empty_request_batch
 from tests.plain_models import ranker_features
 
 WEIGHTS = {"favorite": 1.0, "reply": 13.5, "repost": 1.0}
@@ -139,6 +140,6 @@ def test_an_engine_built_without_table_scores_but_refuses_to_rank(resources):
     params = resources.artifacts.ranker_params
     engine = DeviceRanker(config, params, candidate_buckets=(8,))
     with pytest.raises(ValueError, match="cannot rank raw ids"):
-        engine.rank(empty_request_batch(1, 8, config))
+        engine.rank(empty_request_batch(resources.config, 1, 8))
     with pytest.raises(ValueError, match="go together"):
         DeviceRanker(config, params, resources.embedder.table, candidate_buckets=(8,))

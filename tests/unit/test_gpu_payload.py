@@ -1,4 +1,5 @@
-"""The GPU payload builder (bench/gpu/payload.py) and the machine set-up it feeds (machine.py).
+"""The GPU payload builder (phoenix/testing/gpu_payload.py) and the machine set-up it feeds
+(gpu_machine.py).
 
 Building the whole payload takes minutes (xz over 100 MiB, pip downloads), so these tests check
 its parts on this venv's real files; the whole build is tests/slow/test_gpu_payload_build.py.
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu import machine, payload
+from phoenix.testing import gpu_machine as machine
+from phoenix.testing import gpu_payload as payload
 
 SITE = payload.site_packages()
 STUB = "pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub"

@@ -1,4 +1,5 @@
-"""phoenix-ingest (clients/ingest.py): JSON lines in, segments and tombstones out.
+"""phoenix-ingest (clients/ingest.py over phoenix/corpus_store/ingestion.py): JSON lines in,
+segments and tombstones out.
 
 The parsing and batching are pure and tested on their own (the clock is a test's); the command
 runs against real stores in tmp dirs, embedding with artifacts/trained-demo's candidate tower
@@ -18,10 +19,18 @@ import numpy as np
 import pytest
 
 from clients import ingest
-from clients.ingest import END, BadLine, Batch, Deletion, Ingest, NewPost, Pending, parse_line
-from phoenix import artifacts as artifacts_module
-from phoenix.artifacts import CandidateTower
-from phoenix.corpus_store import CorpusStore
+from phoenix.corpus_store import CorpusStore, ingestion
+from phoenix.corpus_store.ingestion import (
+    END,
+    BadLine,
+    Batch,
+    Deletion,
+    Ingest,
+    NewPost,
+    Pending,
+    parse_line,
+)
+from phoenix.engine import CandidateTower
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"
@@ -192,10 +201,10 @@ def fake_embed(post_ids, author_ids):
 
 def test_deletions_reach_the_store(tmp_path):
     store = CorpusStore.create(tmp_path / "store", EMB)
-    tally = ingest.Tally()
+    tally = ingestion.Tally()
     first = Batch(tuple(NewPost(i, 100 + i, 1000 + i) for i in (1, 2, 3)))
-    ingest.write_batch(store, fake_embed, first, tally)
-    ingest.write_batch(store, fake_embed, Batch((NewPost(4, 104, 1004),), (2, 99)), tally)
+    ingestion.write_batch(store, fake_embed, first, tally)
+    ingestion.write_batch(store, fake_embed, Batch((NewPost(4, 104, 1004),), (2, 99)), tally)
     snapshot = store.open()
     assert [s.entry.rows for s in snapshot.segments] == [3, 1]
     assert snapshot.tombstones.tolist() == [2, 99]
@@ -213,8 +222,10 @@ def test_a_failed_embedding_names_what_was_not_written(tmp_path):
         raise ConnectionRefusedError("candidate_tower: connection refused")
 
     batch = Batch((NewPost(1, 2, 3),), (5,))
-    with pytest.raises(ingest.FlushError, match="1 posts and 1 deletions not written: .*refused"):
-        ingest.write_batch(store, broken, batch, ingest.Tally())
+    with pytest.raises(
+        ingestion.FlushError, match="1 posts and 1 deletions not written: .*refused"
+    ):
+        ingestion.write_batch(store, broken, batch, ingestion.Tally())
 
 
 # -- the command, embedding with the trained demo's tower in this process ---------------------
@@ -222,13 +233,13 @@ def test_a_failed_embedding_names_what_was_not_written(tmp_path):
 
 @pytest.fixture(scope="module")
 def tower():
-    return CandidateTower(TRAINED_DEMO)
+    return CandidateTower.from_artifacts(TRAINED_DEMO)
 
 
 @pytest.fixture
 def cached_tower(tower, monkeypatch):
     """The command's in-process tower, loaded once for the module."""
-    monkeypatch.setattr(artifacts_module, "CandidateTower", lambda artifacts: tower)
+    monkeypatch.setattr(CandidateTower, "from_artifacts", lambda *args, **options: tower)
     return tower
 
 
@@ -237,7 +248,7 @@ def post_line(post_id: int, author_id: int = 7, **more) -> str:
 
 
 def test_in_process_vectors_are_the_towers_whatever_the_batch_size(tower):
-    """Small batches are padded to a power of two (fewer JIT shapes): same vectors."""
+    """Small batches are padded to the rows of the tower's one program: same vectors."""
     ids, authors = np.arange(1, 41), np.arange(40) % 5
     whole = tower(ids, authors)
     assert whole.shape == (40, 64)

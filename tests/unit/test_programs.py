@@ -133,11 +133,10 @@ def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts):
 
     def ranker():
         resources = services.PhoenixResources(tiny_artifacts)
-        return services.RankerService(resources, weights, **buckets).ranker
+        return services.RankerService(resources, weights, **buckets)
 
-    first = ranker()
-    assert first.warm_up() == 4
+    assert ranker().warm_up() == 4
     second = ranker()
     second.warm_up()
-    assert (second._rank.loaded, second._rank.compiled) == (4, 0)
-    assert (second._hash.loaded, second._hash.compiled) == (4, 0)
+    assert (second.ranker._rank.loaded, second.ranker._rank.compiled) == (4, 0)
+    assert (second.ranker._hash.loaded, second.ranker._hash.compiled) == (4, 0)

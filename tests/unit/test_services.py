@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from phoenix.serving import services
+from phoenix.serving.batches import pad_batch
 from phoenix.serving.client import ranker_inputs
 from phoenix.serving.contracts import RANKER, Parameter, contract, powers_of_two_up_to
-from phoenix.serving.requests import InputError, UserRequest
+from phoenix.serving.requests import InputError, RankRequest, UserRequest, parse
 from phoenix.serving.services import ServiceSettings, build_service
 
 
@@ -76,32 +77,39 @@ def user_request(user_id, posts, actions=3):
     )
 
 
-def test_stack_histories_keeps_newest_pads_right_and_pads_rows():
+def test_pad_batch_keeps_newest_pads_right_and_pads_rows():
     long = user_request(1, np.arange(1, 8))
     short = user_request(2, [5])
-    users = services.stack_histories([long, short], history_len=4, rows=4)
+    users = pad_batch([long, short], rows=4, widths={"L": 4})
     np.testing.assert_array_equal(users.user_id, [1, 2, 0, 0])
     np.testing.assert_array_equal(
         users.history_post_ids, [[4, 5, 6, 7], [5, 0, 0, 0], *[[0] * 4] * 2]
     )
     assert users.history_actions.shape == (4, 4, 3)
-    np.testing.assert_array_equal(users.history_dwell_seconds, np.zeros((4, 4)))
+    assert users.sent == {}  # the user tower's inputs are all required
 
 
-def test_stack_histories_fills_absent_dwell_with_zeros(ranker, resources):
-    """A request without dwell times and one with them share one batch (ranker requests)."""
-    from phoenix.serving.requests import RankRequest, parse
-
+def test_pad_batch_fills_absent_optional_inputs_with_zeros_and_says_which(ranker, resources):
+    """A request without dwell times or ages and one with them share one batch."""
     rng = np.random.default_rng(4)
-    with_dwell = parse(RankRequest, request(resources.config, rng, history=2), resources.config)
-    arrays = request(resources.config, rng, history=3)
+    full = request(resources.config, rng, history=2)
+    full["candidate_post_age_seconds"] = np.full((1, 4), 60.0, np.float32)
+    with_all = parse(RankRequest, full, resources.config)
+    arrays = request(resources.config, rng, history=3, candidates=5)
     arrays.pop("history_dwell_seconds")
+
     without = parse(RankRequest, arrays, resources.config)
-    users = services.stack_histories([without, with_dwell], history_len=4, rows=2)
-    np.testing.assert_array_equal(users.history_dwell_seconds[0], np.zeros(4))
-    np.testing.assert_allclose(
-        users.history_dwell_seconds[1, :2], with_dwell.history_dwell_seconds[0]
+    batch = pad_batch([without, with_all], rows=4, widths={"L": 4, "C": 8})
+    np.testing.assert_array_equal(batch.history_dwell_seconds[0], np.zeros(4))
+    dwell = with_all.history_dwell_seconds[0]
+    np.testing.assert_allclose(batch.history_dwell_seconds[1, :2], dwell)
+    assert batch.candidate_post_age_seconds.shape == (4, 8)
+    np.testing.assert_array_equal(batch.candidate_post_age_seconds[0], np.zeros(8))
+    np.testing.assert_array_equal(batch.sent["history_dwell_seconds"], [False, True, False, False])
+    np.testing.assert_array_equal(
+        batch.sent["candidate_post_age_seconds"], [False, True, False, False]
     )
+    np.testing.assert_array_equal(batch.candidate_post_ids[0, 5:], np.zeros(3))
 
 
 def test_ranker_outputs_are_sorted_blends(ranker, resources):

@@ -15,7 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.soak import rss_bytes
 from phoenix.serving import admin_key, serve
 from phoenix.serving.supervisor.admin import TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
@@ -34,6 +33,7 @@ from phoenix.serving.supervisor.stubs import (
     register_stub,
 )
 from phoenix.serving.triton_server import redact_secrets
+from phoenix.testing.memory import rss_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_PID = 100
@@ -300,6 +300,27 @@ def test_a_killed_stub_is_reloaded_with_its_current_config(admin, processes):
     assert supervisor.models["retriever"].state == "healthy"
     assert 101 not in supervisor.known_pids  # the new stub is watched instead
     assert supervisor.readiness() == (True, [])
+
+
+def test_events_carry_wall_clock_times_and_reloads_monotonic_durations(admin, processes):
+    """/status dates events for an operator (ISO 8601, UTC); the reload's duration comes from
+    the monotonic clock, which a wall-clock step does not move."""
+    clock = Clock()
+    wall = [1_767_225_600.0]  # 2026-01-01T00:00:00Z
+
+    def load_takes_2_5_s(model):
+        clock.now += 2.5
+        wall[0] -= 3600.0  # the wall clock is set back an hour meanwhile
+
+    supervisor = make_supervisor(admin, processes, clock=clock, wall_clock=lambda: wall[0])
+    admin.on_load = load_takes_2_5_s
+    processes.kill(101)
+    supervisor.poll_once()
+    dead, reloaded = supervisor.events
+    assert dead["time"] == "2026-01-01T00:00:00.000+00:00"
+    assert reloaded["time"] == "2025-12-31T23:00:00.000+00:00"
+    assert reloaded["seconds"] == 2.5
+    assert supervisor.status()["time"] == "2025-12-31T23:00:00.000+00:00"
 
 
 def test_a_second_kill_gets_a_new_marker(admin, processes):

@@ -5,7 +5,7 @@ request on its own (a bad one gets an ``InputError``, the others are unaffected)
 good ones into one padded batch, makes one engine call and splits the results per request
 (``common.Service``).
 
-- ``common``: settings, the artifacts an instance loads, stacking, the request loop.
+- ``common``: settings, the artifacts an instance loads, the request loop.
 - ``retrieval``: ``UserEncoderService``, ``CandidateTowerService``, ``RetrieverService``.
 - ``ranker``: ``RankerService`` (the whole batch on the device) and its score weights.
 - ``feed_policy``: ``FeedPolicyService`` (filters, every action's weight, author diversity
@@ -15,15 +15,12 @@ good ones into one padded batch, makes one engine call and splits the results pe
 """
 
 from phoenix.serving.services.common import (
-    HistoryBatch,
     Outputs,
     PhoenixResources,
     Result,
     Service,
     ServiceSettings,
     action_weight_vector,
-    stack_histories,
-    stack_padded,
 )
 from phoenix.serving.services.feed_policy import FeedPolicyService
 from phoenix.serving.services.ranker import RankerService, score_weight_vector
@@ -60,7 +57,6 @@ __all__ = [
     "SERVICES",
     "CandidateTowerService",
     "FeedPolicyService",
-    "HistoryBatch",
     "Outputs",
     "PhoenixResources",
     "RankerService",
@@ -72,7 +68,5 @@ __all__ = [
     "build_service",
     "action_weight_vector",
     "score_weight_vector",
-    "stack_histories",
-    "stack_padded",
     "user_tower_inputs",
 ]

@@ -1,13 +1,14 @@
-"""What every service shares: its start-up settings, the artifacts it loads, the one loop that
-checks, stacks, runs and splits a batch of requests, and the stacking of histories.
+"""What every service shares: its start-up settings, the artifacts it loads, and the one loop
+that checks, stacks, runs and splits a batch of requests.
 
 A request takes these forms on its way through a service (``docs/architecture.md``):
 
 1. ``{input name: array}``: one Triton request's tensors, as the adapter reads them;
-2. a typed request (``requests.RankRequest`` ...), checked on its own: a bad request becomes
-   an ``InputError`` for itself alone;
-3. one padded batch of every good request's rows (``RankRequestBatch`` for the ranker), stacked
-   once, with the field names of 2;
+2. a typed request (``requests.RankRequest`` ..., generated from the contract), checked on
+   its own against the contract's specs: a bad request becomes an ``InputError`` for itself
+   alone;
+3. one padded batch of every good request's rows (``batches.pad_batch``), stacked once, with
+   the field names of 2;
 4. the engine's outputs for the whole batch;
 5. ``{output name: array}`` per request, split once.
 
@@ -22,7 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Optional, Union
+from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from phoenix.checkpoint import Artifacts, load_artifacts
 from phoenix.engine.programs import ProgramStore
 from phoenix.recsys_model import DWELL_TIME_INDEX, NUM_CONTINUOUS
 from phoenix.serving.contracts import contract
-from phoenix.serving.requests import InputError, UserRequest, parse
+from phoenix.serving.requests import InputError, parse
 
 Arrays = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -131,17 +132,6 @@ class ServiceSettings:
 # ----------------------------------------------------------------------------------------
 
 
-class HistoryBatch(NamedTuple):
-    """The users of a batch, histories cut to the newest S items and right-padded (zeros)."""
-
-    user_id: np.ndarray  # [B] int64
-    history_post_ids: np.ndarray  # [B, S] int64, 0 = padding
-    history_author_ids: np.ndarray  # [B, S] int64
-    history_actions: np.ndarray  # [B, S, A] float32
-    history_product_surface: np.ndarray  # [B, S] int32
-    history_dwell_seconds: np.ndarray  # [B, S] float32, zeros where not sent
-
-
 PARTS = ("ranker", "retrieval", "tables")  # of an artifact directory, loaded on demand
 
 
@@ -161,14 +151,17 @@ class PhoenixResources:
         # Compiled programs beside the artifacts (phoenix-compile fills it; docs/serving.md)
         self.programs = ProgramStore.beside(self.root)
 
-    def user_features(self, users: HistoryBatch):
-        """Hashes and embeddings of the user + history part of a batch (the RecsysBatch and
-        RecsysEmbeddings fields; candidates left out)."""
+    def user_features(self, users):
+        """Hashes and embeddings of the user + history part of a padded batch (``batches``;
+        the RecsysBatch and RecsysEmbeddings fields; candidates left out). A batch without
+        dwell times (the user tower's contract has none) gets zeros."""
         e = self.embedder
         user_hashes, user_rows = e.hash_users(users.user_id)  # [B, nU]
         post_hashes, post_rows = e.hash_items(users.history_post_ids)  # [B, S, nI]
         author_hashes, author_rows = e.hash_authors(users.history_author_ids)  # [B, S, nA]
-        dwell = users.history_dwell_seconds  # [B, S]
+        dwell = getattr(users, "history_dwell_seconds", None)  # [B, S]
+        if dwell is None:
+            dwell = np.zeros(users.history_post_ids.shape, np.float32)
         continuous = np.zeros(dwell.shape + (NUM_CONTINUOUS,), np.float32)  # [B, S, N]
         continuous[:, :, DWELL_TIME_INDEX] = dwell
         hashes = dict(
@@ -197,49 +190,8 @@ class PhoenixResources:
 
 
 # ----------------------------------------------------------------------------------------
-# Stacking and splitting
+# Splitting
 # ----------------------------------------------------------------------------------------
-
-
-def stack_padded(parts: Sequence[np.ndarray], width: int, rows: int) -> np.ndarray:
-    """Every request's rows ``[R_i, L_i, ...]`` in one zero-padded array ``[rows, width, ...]``.
-
-    Items beyond ``width`` are cut from the front, so a history keeps its newest items.
-    """
-    first = parts[0]
-    out = np.zeros((rows, width) + first.shape[2:], first.dtype)
-    start = 0
-    for part in parts:
-        kept = part[:, max(0, part.shape[1] - width) :]
-        out[start : start + part.shape[0], : kept.shape[1]] = kept
-        start += part.shape[0]
-    return out
-
-
-def optional_or_zeros(request, name: str, width_of: str, dtype) -> np.ndarray:
-    """The request's optional field ``name``, or zeros shaped like ``width_of`` when absent."""
-    value = getattr(request, name, None)
-    return np.zeros(getattr(request, width_of).shape, dtype) if value is None else value
-
-
-def stack_histories(requests: Sequence[UserRequest], history_len: int, rows: int) -> HistoryBatch:
-    """The users of ``requests`` in one batch of ``rows`` (zero rows pad it)."""
-
-    def stacked(name: str) -> np.ndarray:  # [B, S, ...]
-        return stack_padded([getattr(r, name) for r in requests], history_len, rows)
-
-    dwell = [  # optional: zeros where a request sent none (the user tower's requests never do)
-        optional_or_zeros(r, "history_dwell_seconds", "history_post_ids", np.float32)
-        for r in requests
-    ]
-    return HistoryBatch(
-        user_id=stack_padded([r.user_id for r in requests], 1, rows)[:, 0],  # [B]
-        history_post_ids=stacked("history_post_ids"),
-        history_author_ids=stacked("history_author_ids"),
-        history_actions=stacked("history_actions"),
-        history_product_surface=stacked("history_product_surface"),
-        history_dwell_seconds=stack_padded(dwell, history_len, rows),
-    )
 
 
 def split_rows(requests: Sequence, outputs: Mapping[str, np.ndarray]) -> list[Outputs]:

@@ -21,6 +21,7 @@ import numpy as np
 from phoenix.checkpoint import load_config, load_corpus, resolve_inside
 from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.feed_policy import FeedFilters, PolicySettings, apply_policy
+from phoenix.serving.batches import stack_padded
 from phoenix.serving.contracts import POLICY_PARAMETERS
 from phoenix.serving.requests import PolicyRequest
 from phoenix.serving.services.common import (
@@ -28,8 +29,6 @@ from phoenix.serving.services.common import (
     Service,
     ServiceSettings,
     action_weight_vector,
-    optional_or_zeros,
-    stack_padded,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -171,9 +170,9 @@ class FeedPolicyService(Service):
         ages = None
         if request.max_age_seconds is not None:
             ages = self.creation_times.ages(request.candidate_post_ids, now)
-        retrieval = optional_or_zeros(
-            request, "candidate_retrieval_scores", "candidate_post_ids", np.float32
-        )
+        retrieval = request.candidate_retrieval_scores  # passed through; zeros if not sent
+        if retrieval is None:
+            retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)
         columns = {name: [] for name in ("posts", "authors", "scores", "probs", "retrieval")}
         for row in range(request.rows):
             posts, authors = request.candidate_post_ids[row], request.candidate_author_ids[row]

@@ -1,7 +1,8 @@
 """The ranker's service: each user's candidates ranked by a blend of action probabilities.
 
 The whole batch runs on the device (``DeviceRanker``): the host stacks the typed requests into
-one padded ``RankRequestBatch`` with the same field names, and splits the ranked order back.
+one padded batch of the ranker's contract (``batches.pad_batch``, same field names), and
+splits the ranked order back.
 
 Shape glossary (R rows of one request, B rows of the padded batch)
   S  history_seq_len   C  candidates sent   W  padded candidate width   A  num_actions
@@ -9,12 +10,15 @@ Shape glossary (R rows of one request, B rows of the padded batch)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from phoenix.engine.device_ranking import DeviceRanker, RankedBatch, RankRequestBatch
+from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.hashing import entity_hashes
+from phoenix.serving.batches import artifact_widths, empty_batch, pad_batch
+from phoenix.serving.contracts import RANKER
 from phoenix.serving.requests import RankRequest
 from phoenix.serving.services.common import (
     Outputs,
@@ -22,9 +26,6 @@ from phoenix.serving.services.common import (
     Service,
     ServiceSettings,
     action_weight_vector,
-    optional_or_zeros,
-    stack_histories,
-    stack_padded,
 )
 
 
@@ -33,47 +34,41 @@ def score_weight_vector(weights: Mapping[str, float], action_names: Sequence[str
     return action_weight_vector(weights, action_names, "score_weights").astype(np.float32)
 
 
-def request_batch(
-    requests: Sequence[RankRequest], history_len: int, users: int, width: int
-) -> RankRequestBatch:
+def batch_widths(config, candidates: int) -> dict[str, int]:
+    """Widths of a ranker batch: the newest S history items, ``candidates`` padded."""
+    return {"L": config.history_seq_len, "C": candidates, **artifact_widths(config)}
+
+
+def request_batch(requests: Sequence[RankRequest], config, users: int, width: int):
     """Every request's rows stacked once and zero-padded to ``users`` x ``width`` candidates."""
-
-    def candidates(name: str, dtype) -> np.ndarray:  # [B, W]
-        parts = [optional_or_zeros(r, name, "candidate_post_ids", dtype) for r in requests]
-        return stack_padded(parts, width, users)
-
-    has_age = [
-        np.full(r.candidate_post_ids.shape, r.candidate_post_age_seconds is not None)
-        for r in requests
-    ]
-    return RankRequestBatch(
-        **stack_histories(requests, history_len, users)._asdict(),
-        candidate_post_ids=candidates("candidate_post_ids", np.int64),
-        candidate_author_ids=candidates("candidate_author_ids", np.int64),
-        candidate_product_surface=candidates("candidate_product_surface", np.int32),
-        candidate_post_age_seconds=candidates("candidate_post_age_seconds", np.float32),
-        candidate_has_age=stack_padded(has_age, width, users),
-    )
+    return pad_batch(requests, users, batch_widths(config, width))
 
 
-def split_ranked(requests: Sequence[RankRequest], ranked: RankedBatch) -> list[Outputs]:
+def empty_request_batch(config, users: int, width: int):
+    """An all-padding ranker batch of ``users`` x ``width`` candidates (warm-up, benchmarks)."""
+    return empty_batch(RANKER, users, batch_widths(config, width))
+
+
+def ranked_input(batch, rows: slice, order: np.ndarray, name: str) -> np.ndarray:
+    """[R, C] of a batch input for the request's ``rows``, in ranked ``order`` [R, C]."""
+    return np.take_along_axis(getattr(batch, name)[rows, : order.shape[1]], order, axis=1)
+
+
+def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) -> list[Outputs]:
     """Each request's rows of the ranked batch, its own C candidates only, best first."""
     outputs, start = [], 0
     for request in requests:
         rows, count = slice(start, start + request.rows), request.candidates
         order = ranked.order[rows, :count]  # [R, C]: padding sorts last, so these are its own
-        retrieval = optional_or_zeros(
-            request, "candidate_retrieval_scores", "candidate_post_ids", np.float32
-        )
+        ranked_column = functools.partial(ranked_input, batch, rows, order)
         outputs.append(
             {
-                "ranked_post_ids": np.take_along_axis(request.candidate_post_ids, order, axis=1),
-                "ranked_author_ids": np.take_along_axis(
-                    request.candidate_author_ids, order, axis=1
-                ),
+                "ranked_post_ids": ranked_column("candidate_post_ids"),
+                "ranked_author_ids": ranked_column("candidate_author_ids"),
                 "scores": ranked.scores[rows, :count],  # [R, C]
                 "action_probs": ranked.action_probs[rows, :count],  # [R, C, A]
-                "ranked_retrieval_scores": np.take_along_axis(retrieval, order, axis=1),
+                # zeros where the request sent none (the batch's stand-in)
+                "ranked_retrieval_scores": ranked_column("candidate_retrieval_scores"),
             }
         )
         start = rows.stop
@@ -120,10 +115,12 @@ class RankerService(Service):
         )
 
     def warm_up(self) -> int:
-        return self.ranker.warm_up()
+        return self.ranker.warm_up(
+            lambda users, width: empty_request_batch(self.config, users, width)
+        )
 
     def run(self, requests: Sequence[RankRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
         users, width = self.ranker.padded_shape(rows, max(r.candidates for r in requests))
-        batch = request_batch(requests, self.config.history_seq_len, users, width)
-        return split_ranked(requests, self.ranker.rank(batch))
+        batch = request_batch(requests, self.config, users, width)
+        return split_ranked(requests, batch, self.ranker.rank(batch))

@@ -16,22 +16,22 @@ import numpy as np
 from phoenix.checkpoint import Corpus, load_corpus, resolve_inside
 from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.corpus_store.segment import find_ids
-from phoenix.engine import RetrievalEngine
+from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
+from phoenix.serving.batches import pad_batch
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
-    HistoryBatch,
     Outputs,
     PhoenixResources,
     Service,
     ServiceSettings,
     split_rows,
-    stack_histories,
 )
 
 
-def user_tower_inputs(resources: PhoenixResources, users: HistoryBatch):
-    """The hashed and looked-up batch the user tower reads (it takes no candidates)."""
+def user_tower_inputs(resources: PhoenixResources, users):
+    """The hashed and looked-up batch the user tower reads (it takes no candidates) of a
+    padded user batch (``batches.pad_batch`` of user requests)."""
     hashes, embeddings = resources.user_features(users)
     hashes.pop("history_continuous_actions")  # the user tower reads no dwell time
     rows = len(users.user_id)
@@ -85,7 +85,7 @@ class UserEncoderService(Service):
 
     def run(self, requests: Sequence[UserRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
-        users = stack_histories(requests, self.config.history_seq_len, rows)
+        users = pad_batch(requests, rows, {"L": self.config.history_seq_len})
         vectors = self.engine.encode_users(*user_tower_inputs(self.resources, users))  # [B, D]
         return split_rows(requests, {"user_embedding": vectors})
 
@@ -100,6 +100,7 @@ class CandidateTowerService(Service):
         self.config = resources.config
         self.max_rows = max_rows  # one program of rows_per_call rows serves them all
         self.engine = retrieval_engine(resources, candidate_chunk=rows_per_call)
+        self.tower = CandidateTower(resources.embedder, self.engine)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
@@ -116,8 +117,7 @@ class CandidateTowerService(Service):
 
     def embed(self, post_ids: np.ndarray, author_ids: np.ndarray) -> np.ndarray:
         """Unit vectors [n, D] of posts [n] by authors [n]."""
-        _, (post_emb, author_emb) = self.resources.candidate_features(post_ids, author_ids)
-        return self.engine.encode_candidates(post_emb, author_emb)  # [n, D]
+        return self.tower(post_ids, author_ids)
 
     def run(self, requests: Sequence[CandidateRequest]) -> list[Outputs]:
         posts = np.concatenate([r.post_id[:, 0] for r in requests])  # [B]

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.stubs import StubProcess, list_stubs
@@ -31,6 +32,11 @@ REASONS = {
     GAVE_UP: "failed to reload too often; load it by hand",
     UNLOADED: "was unloaded by an operator",
 }
+
+
+def iso_time(epoch_s: float) -> str:
+    """A wall-clock time as operators read it: ISO 8601, UTC, milliseconds."""
+    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def has_stubs(config: Mapping) -> bool:
@@ -89,7 +95,10 @@ class ModelState:
 
 class Supervisor:
     """Watch the models of the tritonserver `server_pid` (a `TritonServer`), reload those that
-    died, report honest readiness; `events` (with `clock()` times) is for tests and /status."""
+    died, report honest readiness; `events` is for tests and /status.
+
+    `clock` (monotonic) times back-offs and reloads, so a wall-clock step cannot stretch or cut
+    them; `wall_clock` (seconds since the epoch) dates the events an operator reads."""
 
     def __init__(
         self,
@@ -101,12 +110,14 @@ class Supervisor:
         admin: TritonAdmin | None = None,
         stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ):
         self.admin = admin or TritonAdmin(http_url, admin_key)
         self.server_pid = server_pid
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
         self.clock = clock
+        self.wall_clock = wall_clock
         self.models: dict[str, ModelState] = {}
         self.known_pids: dict[int, str] = {}
         self.watched: set[str] = set()  # models whose stubs the last process watch checked
@@ -117,7 +128,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
 
     def _record(self, event: str, model: str = "", **details) -> None:
-        entry = {"time": self.clock(), "event": event, "model": model, **details}
+        entry = {"time": iso_time(self.wall_clock()), "event": event, "model": model, **details}
         with self._lock:
             self.events.append(entry)
             del self.events[:-200]  # bounded: a flapping model must not grow memory
@@ -279,7 +290,7 @@ class Supervisor:
         stub_pids = {str(pid): name for pid, name in sorted(self.known_pids.items())}
         return dict(
             ready=ready, reasons=reasons, server_pid=self.server_pid, stub_pids=stub_pids,
-            models=models, events=events, clock=self.clock(),
+            models=models, events=events, time=iso_time(self.wall_clock()),
         )  # fmt: skip
 
     def run(self) -> None:

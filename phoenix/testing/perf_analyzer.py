@@ -4,7 +4,7 @@ Only the `tritonclient` 2.51.0 wheel carries the binary (later wheels dropped it
 venv runs a newer tritonclient for numpy 2. So set-up downloads that wheel and takes the one
 file out of it:
 
-    python -m bench.perf_analyzer --extract build/wheels --to .venv/bin/perf_analyzer
+    python -m phoenix.testing.perf_analyzer --extract build/wheels --to .venv/bin/perf_analyzer
 """
 
 from __future__ import annotations

@@ -7,9 +7,6 @@ is an open loop whose latency counts from when a request was due, reported in wi
 time. Locust's users are closed loops (a stalled server slows the senders and hides its
 backlog) and perf_analyzer reports one aggregate per measurement; neither gives per-request
 timings relative to an event. Throughput and latency figures come from the benchmarks.
-
-A tool, not part of the served library: only the benchmarks (soak, bench_reliability) and the
-integration tests use it, so it lives in bench/ (tests import it as `bench.loadgen`).
 """
 
 from __future__ import annotations
@@ -155,16 +152,6 @@ def error_kind(error: str) -> str:
         if any(marker.lower() in error.lower() for marker in markers):
             return kind
     return "other"
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.05):
-    """time.monotonic() when ``condition()`` first holds; None after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return time.monotonic()
-        time.sleep(interval_s)
-    return None
 
 
 class LoadRun:

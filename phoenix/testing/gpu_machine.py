@@ -1,6 +1,7 @@
-"""Set up a bare GPU machine from the payload (bench/gpu/payload.py); standard library only.
+"""Set up a bare GPU machine from the payload (phoenix/testing/gpu_payload.py); standard
+library and `phoenix.command_line` only (the machine has none of the packages yet).
 
-    python -m bench.gpu.machine --payload .gpu
+    python -m phoenix.testing.gpu_machine --payload .gpu
 
 Into the Python environment that runs this script (the machine's venv, first on PATH):
 - the payload's wheels, with `pip install --no-index --no-deps` (the machine has no package
@@ -93,7 +94,7 @@ def link_checkout(site: Path, checkout: Path = REPO_ROOT) -> Path:
 
 def install_perf_analyzer(wheel_folder: Path, dest: Path) -> Path:
     """perf_analyzer out of the tritonclient 2.51.0 wheel (Python's zipfile: no unzip here)."""
-    from bench.perf_analyzer import extract_binary, find_wheel
+    from phoenix.testing.perf_analyzer import extract_binary, find_wheel
 
     return extract_binary(find_wheel(wheel_folder), dest)
 
@@ -134,7 +135,7 @@ def set_up(payload: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = command_parser("python -m bench.gpu.machine", __doc__)
+    parser = command_parser("python -m phoenix.testing.gpu_machine", __doc__)
     parser.add_argument("--payload", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
     args = parser.parse_args(argv)
     print(f"setting up {sys.prefix} from {args.payload}", flush=True)

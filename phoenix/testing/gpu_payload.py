@@ -1,9 +1,10 @@
 """Build the payload that sets up a bare GPU machine (no package registry there).
 
-    python -m bench.gpu.payload --out .gpu        # or: make gpu-payload
+    python -m phoenix.testing.gpu_payload --out .gpu        # or: make gpu-payload
 
-The lent GPU machines have Python 3.12, JAX with CUDA and numpy 2, but no Triton server, no
-Haiku and no Triton client. This folder carries what they lack, taken from this machine:
+The GPU machine this targets has no access to a package registry (pip cannot download), and
+has Python 3.12, JAX with CUDA and numpy 2, but no Triton server, no Haiku and no Triton
+client. This folder is an offline wheelhouse plus the server, taken from this machine's venv:
 
     server.tar.xz      pytriton's Triton 2.51 server files from this venv's site-packages
                        (tritonserver, the Python backend, the Python 3.12 stub and the bundled
@@ -13,7 +14,8 @@ Haiku and no Triton client. This folder carries what they lack, taken from this 
     manifest.json      what is inside, with sizes
 
 The project's own files travel with the working tree, so the payload holds no copy of them.
-It must stay under the device tool's 64 MiB per call: the build fails above 60 MiB.
+It is copied to the GPU machine with the checkout, so it is kept small: the build fails above
+60 MiB (LIMIT_MIB).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
 STUBS = "pytriton/tritonserver/python_backend_stubs"
 # The stub links the machine's own libpython; pytriton's bundled one (3.13, 30 MiB) is dead weight.
 EXCLUDED_PREFIXES = ("libpython",)
-# Distributions the machine lacks (see /work/.library/device/KINDS.md): Haiku and its jmp for the
-# models, tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
+# Distributions such a machine lacks (it has Python 3.12, JAX with CUDA, numpy 2): Haiku and its
+# jmp for the models, tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
 MACHINE_LACKS = (
     "dm-haiku",
     "jmp",
@@ -165,7 +167,7 @@ def check_size(folder: Path, limit_mib: float = LIMIT_MIB) -> int:
     if size > limit_mib * 2**20:
         raise PayloadError(
             f"payload {folder} is {size / 2**20:.1f} MiB, over the {limit_mib} MiB limit "
-            "(the device tool carries at most 64 MiB per call, the working tree included)"
+            "(it travels with the checkout to the GPU machine: remove what it does not need)"
         )
     return size
 
@@ -204,7 +206,7 @@ def build(out: Path, python_version: str, wheel_cache: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = command_parser("python -m bench.gpu.payload", __doc__)
+    parser = command_parser("python -m phoenix.testing.gpu_payload", __doc__)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
     parser.add_argument(
         "--python-version",

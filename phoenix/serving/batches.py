@@ -1,0 +1,142 @@
+"""Padded batches of typed requests, generated from the contracts as the requests are.
+
+A batch stacks the rows of several checked requests of one model into one array per input,
+named as the contract names the input, so that a field keeps one name from the wire to the
+engine:
+
+- an input of one value per row (``[R, 1]``, e.g. ``user_id``) becomes ``[B]``;
+- an input with a length axis (history ``L``, candidates ``C``) is right-padded with zeros to
+  the width the caller asks for; a longer one is cut from the front, so a history keeps its
+  newest items;
+- an optional input a request left out is zeros, and ``sent[name]`` ([B] bool) says which rows
+  carried it;
+- rows beyond the requests' are zeros (padding up to a compiled batch size).
+
+Zero is padding everywhere: post and author id 0 are never real (the contracts refuse
+candidate id 0), so engines mask padding by id.
+
+Shape glossary
+  B  rows of the batch   W  a length axis padded to its width   R  rows of one request
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from phoenix.serving.contracts import ARTIFACT_WIDTHS, ModelContract, TensorSpec
+
+_BATCH_TYPES: dict[str, type] = {}
+
+
+def batch_type(contract: ModelContract) -> type:
+    """The batch namedtuple of a model: one field per input, then ``sent`` (a pytree JAX can
+    trace, so engines take it whole). One type per model, made on first use."""
+    if contract.name not in _BATCH_TYPES:
+        name = "".join(part.title() for part in contract.name.split("_")) + "Batch"
+        fields = (*contract.input_names, "sent")
+        _BATCH_TYPES[contract.name] = collections.namedtuple(name, fields)
+    return _BATCH_TYPES[contract.name]
+
+
+def stack_padded(parts: Sequence[np.ndarray], width: int, rows: int) -> np.ndarray:
+    """Every request's rows ``[R_i, L_i, ...]`` in one zero-padded array ``[rows, width, ...]``.
+
+    Items beyond ``width`` are cut from the front, so a history keeps its newest items.
+    """
+    first = parts[0]
+    out = np.zeros((rows, width) + first.shape[2:], first.dtype)
+    start = 0
+    for part in parts:
+        kept = part[:, max(0, part.shape[1] - width) :]
+        out[start : start + part.shape[0], : kept.shape[1]] = kept
+        start += part.shape[0]
+    return out
+
+
+def stack_rows(parts: Sequence[np.ndarray], rows: int) -> np.ndarray:
+    """Every request's rows ``[R_i, ...]`` in one array ``[rows, ...]``, zero rows after."""
+    first = parts[0]
+    out = np.zeros((rows,) + first.shape[1:], first.dtype)
+    start = 0
+    for part in parts:
+        out[start : start + part.shape[0]] = part
+        start += part.shape[0]
+    return out
+
+
+def is_scalar(spec: TensorSpec) -> bool:
+    """One value per row (``[R, 1]``): batched as ``[B]``."""
+    return spec.axes == (1,)
+
+
+def stand_in(spec: TensorSpec, request, widths: Mapping[str, int]) -> np.ndarray:
+    """Zeros in place of an optional input a request left out, shaped as it would be sent."""
+    shape = [request.rows]
+    for axis in spec.axes:
+        if isinstance(axis, int):
+            shape.append(axis)
+        elif axis == spec.length:
+            shape.append(carried_length(request, axis))
+        else:
+            shape.append(widths[axis])
+    return np.zeros(shape, spec.dtype)
+
+
+def carried_length(request, symbol: str) -> int:
+    """The request's length of ``symbol``, 0 when no carried input has that axis."""
+    try:
+        return request.length(symbol)
+    except KeyError:
+        return 0
+
+
+def pad_batch(requests: Sequence, rows: int, widths: Mapping[str, int]):
+    """The rows of ``requests`` (checked typed requests of one model) in one batch of ``rows``.
+
+    ``widths`` gives the padded width of length symbols ("L": history_seq_len, "C": the
+    candidate bucket) and the artifact widths ("A", "D") stand-ins need; a length symbol it
+    leaves out is padded to the longest request.
+    """
+    contract = requests[0].contract
+    fields, sent = {}, {}
+    for spec in contract.inputs:
+        carried = [getattr(r, spec.name) for r in requests]
+        if spec.optional:
+            sent[spec.name] = stack_rows(
+                [np.full(r.rows, array is not None) for r, array in zip(requests, carried)], rows
+            )
+        parts = [
+            stand_in(spec, r, widths) if array is None else array
+            for r, array in zip(requests, carried)
+        ]
+        fields[spec.name] = stack_input(spec, parts, rows, widths)
+    return batch_type(contract)(**fields, sent=sent)
+
+
+def stack_input(spec: TensorSpec, parts: Sequence[np.ndarray], rows: int, widths) -> np.ndarray:
+    if is_scalar(spec):
+        return stack_rows(parts, rows)[:, 0]  # [B]
+    if spec.length is not None:
+        width = widths.get(spec.length, max(part.shape[1] for part in parts))
+        return stack_padded(parts, width, rows)  # [B, W, ...]
+    return stack_rows(parts, rows)  # [B, ...]
+
+
+def empty_batch(contract: ModelContract, rows: int, widths: Mapping[str, int]):
+    """An all-padding batch of the given shape, nothing sent (what warm-up compiles from)."""
+    fields = {}
+    for spec in contract.inputs:
+        shape = [rows]
+        if not is_scalar(spec):
+            shape += [axis if isinstance(axis, int) else widths[axis] for axis in spec.axes]
+        fields[spec.name] = np.zeros(shape, spec.dtype)
+    sent = {spec.name: np.zeros(rows, bool) for spec in contract.inputs if spec.optional}
+    return batch_type(contract)(**fields, sent=sent)
+
+
+def artifact_widths(config) -> dict[str, int]:
+    """{"A": num_actions, "D": emb_size} of an artifact config."""
+    return {symbol: getattr(config, field) for symbol, field in ARTIFACT_WIDTHS.items()}

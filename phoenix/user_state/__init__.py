@@ -1,0 +1,34 @@
+"""User state kept server-side in Redis: engagement histories, follows, served posts, request
+log, and authors' recent posts for the in-network source (docs/user-state.md).
+
+- limits: every cap, window, retention and TTL (``UserStateLimits``), declared once
+- actions: the positive / negative split of the 19 actions
+- keys: the key layout (one hash tag per user: one cluster slot)
+- events: the events and their JSON lines; history: the packed history member and arrays
+- client: ``connect`` with bounded timeouts, errors naming the store
+- store: ``UserStateStore`` (writes, pipelined batch reads)
+- stream: the Redis Stream consumer that applies events
+- server: a local redis-server / 3-node cluster as child processes
+"""
+
+from phoenix.user_state.client import UserStateError, UserStateUnavailable, connect
+from phoenix.user_state.events import Engagement, EventError, Follow, Post, Unfollow
+from phoenix.user_state.history import History, UserHistories
+from phoenix.user_state.limits import UserStateLimits
+from phoenix.user_state.store import InNetworkPosts, UserStateStore
+
+__all__ = [
+    "Engagement",
+    "EventError",
+    "Follow",
+    "History",
+    "InNetworkPosts",
+    "Post",
+    "Unfollow",
+    "UserHistories",
+    "UserStateError",
+    "UserStateLimits",
+    "UserStateStore",
+    "UserStateUnavailable",
+    "connect",
+]

@@ -1,0 +1,63 @@
+"""The one write every user-state key takes: add members to a sorted set kept capped, windowed
+and expiring, atomically, as one Lua script run on the key's node.
+
+Why a script rather than ZADD + ZREMRANGEBY* in a pipeline: the window is measured from the
+newest member the set holds, which only the server knows. Trimming each add against its own
+time would let a replayed old event back in after newer ones had trimmed it; measured from the
+newest member, the set after any sequence of adds is the same function of the members added:
+those within ``window_s`` of the newest, the newest ``cap`` of them (ties broken by member
+bytes), each with the greatest score it was added with (ZADD GT). Adding anything again, in any
+order, changes nothing: that is what makes events idempotent.
+
+A script touches one key, so it runs on one cluster node (EVAL is routed by its key; EVALSHA
+cannot be pipelined by the cluster client, and a cached script would be lost on a failover).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+ADD_CAPPED = """
+local key = KEYS[1]
+local cap, window, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+local newest = top and tonumber(top) or -math.huge
+for i = 4, #ARGV, 2 do newest = math.max(newest, tonumber(ARGV[i])) end
+for i = 4, #ARGV, 2 do
+  local score = tonumber(ARGV[i])
+  if window < 0 or score >= newest - window then
+    redis.call('ZADD', key, 'GT', score, ARGV[i + 1])
+  end
+end
+if window >= 0 then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.17g', newest - window))
+end
+redis.call('ZREMRANGEBYRANK', key, 0, -cap - 1)
+if ttl > 0 and redis.call('EXISTS', key) == 1 then redis.call('EXPIRE', key, ttl) end
+return redis.call('ZCARD', key)
+"""
+
+
+@dataclass(frozen=True)
+class CappedSet:
+    """What a sorted set keeps: the newest ``cap`` members within ``window_s`` of its newest
+    member (None: no window), expiring ``ttl_s`` after its last write (None: never)."""
+
+    cap: int
+    window_s: float | None = None
+    ttl_s: float | None = None
+
+    def arguments(self) -> list:
+        window = -1 if self.window_s is None else float(self.window_s)
+        ttl = 0 if self.ttl_s is None else max(1, int(self.ttl_s))
+        return [int(self.cap), repr(window), ttl]
+
+
+def queue_add(pipe, key: str, kept: CappedSet, scored: Sequence[tuple[float, object]]) -> None:
+    """Queue on ``pipe`` the atomic add of (score, member) pairs to ``key``."""
+    args = kept.arguments()
+    for score, member in scored:
+        args += [repr(float(score)), member]
+    # execute_command: the cluster pipeline's eval() is a stub, but EVAL itself routes by key
+    pipe.execute_command("EVAL", ADD_CAPPED, 1, key, *args)

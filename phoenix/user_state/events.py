@@ -1,0 +1,229 @@
+"""User-state events and their JSON-lines form.
+
+Four kinds, one JSON object a line (``type`` names the kind; times are Unix seconds):
+
+    {"type": "engagement", "user_id": 7, "post_id": 91, "author_id": 3, "ts": 1700000000.5,
+     "actions": ["favorite", "dwell"], "surface": 0, "dwell_seconds": 12.5}
+    {"type": "follow", "user_id": 7, "author_id": 3, "ts": 1700000000}
+    {"type": "unfollow", "user_id": 7, "author_id": 3, "ts": 1700000100}
+    {"type": "post", "post_id": 92, "author_id": 3, "ts": 1700000200}
+
+``actions`` lists action names (``phoenix.config.ACTION_NAMES``) or gives all 19 flags (0/1) in
+column order; ``surface`` and ``dwell_seconds`` default to 0. An engagement needs at least one
+action (an impression without one is no engagement). Post and author ids are >= 1 (0 is the
+padding id of the model inputs); user ids are >= 0.
+
+``parse_event`` raises ``EventError`` naming what is wrong; ``parse_lines`` skips bad lines with
+a warning naming the source and line number, and counts them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Union
+
+from phoenix.config import ACTION_NAMES, INT64_MAX
+from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
+
+logger = logging.getLogger(__name__)
+
+
+class EventError(ValueError):
+    """An event that cannot be applied: malformed JSON, a missing or wrong field."""
+
+
+def _check_id(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT64_MAX:
+        raise EventError(f"{name} must be an integer in [{low}, 2**63 - 1], got {value!r}")
+    return value
+
+
+def _check_number(name: str, value: Any, low: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EventError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < low:
+        raise EventError(f"{name} must be finite and >= {low:g}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Engagement:
+    """A user's actions on a post (one history item)."""
+
+    user_id: int
+    post_id: int
+    author_id: int
+    ts: float
+    actions: int  # bit i = ACTION_NAMES[i] (phoenix.user_state.actions)
+    surface: int = 0
+    dwell_seconds: float = 0.0
+    type: str = field(default="engagement", init=False)
+
+    def __post_init__(self):
+        _check_id("user_id", self.user_id, 0)
+        _check_id("post_id", self.post_id, 1)
+        _check_id("author_id", self.author_id, 1)
+        _check_number("ts", self.ts)
+        _check_id("surface", self.surface, 0)
+        if self.surface > 2**31 - 1:
+            raise EventError(f"surface must fit an int32, got {self.surface}")
+        _check_number("dwell_seconds", self.dwell_seconds)
+        if not 0 < self.actions < 1 << NUM_ACTIONS:
+            raise EventError("an engagement needs at least one action")
+
+    @classmethod
+    def of(cls, user_id, post_id, author_id, ts, actions: Iterable[str], **rest) -> Engagement:
+        """An engagement with its actions given by name."""
+        try:
+            mask = action_mask(actions)
+        except ValueError as error:
+            raise EventError(str(error)) from None
+        return cls(user_id, post_id, author_id, ts, mask, **rest)
+
+
+@dataclass(frozen=True)
+class _FollowEdge:
+    user_id: int
+    author_id: int
+    ts: float
+
+    def __post_init__(self):
+        _check_id("user_id", self.user_id, 0)
+        _check_id("author_id", self.author_id, 1)
+        _check_number("ts", self.ts)
+
+
+@dataclass(frozen=True)
+class Follow(_FollowEdge):
+    type: str = field(default="follow", init=False)
+
+
+@dataclass(frozen=True)
+class Unfollow(_FollowEdge):  # not a Follow: the store tells them apart by class
+    type: str = field(default="unfollow", init=False)
+
+
+@dataclass(frozen=True)
+class Post:
+    """A new post of an author (the in-network source)."""
+
+    post_id: int
+    author_id: int
+    ts: float  # creation time
+    type: str = field(default="post", init=False)
+
+    def __post_init__(self):
+        _check_id("post_id", self.post_id, 1)
+        _check_id("author_id", self.author_id, 1)
+        _check_number("ts", self.ts)
+
+
+Event = Union[Engagement, Follow, Unfollow, Post]
+_FIELDS = {
+    "engagement": (
+        {"user_id", "post_id", "author_id", "ts", "actions"},
+        {"surface", "dwell_seconds"},
+    ),
+    "follow": ({"user_id", "author_id", "ts"}, set()),
+    "unfollow": ({"user_id", "author_id", "ts"}, set()),
+    "post": ({"post_id", "author_id", "ts"}, set()),
+}
+
+
+def _mask_of(actions: Any) -> int:
+    """Action names, or all 19 flags in column order, as a mask."""
+    if not isinstance(actions, list):
+        raise EventError(f"actions must be a list of action names or of {NUM_ACTIONS} flags")
+    if all(isinstance(a, str) for a in actions):
+        try:
+            return action_mask(actions)
+        except ValueError as error:
+            raise EventError(str(error)) from None
+    if len(actions) != NUM_ACTIONS or any(a not in (0, 1) or isinstance(a, float) for a in actions):
+        raise EventError(
+            f"actions must be action names or exactly {NUM_ACTIONS} integer flags (0 or 1) in "
+            f"the order {', '.join(ACTION_NAMES)}; got {actions!r}"
+        )
+    return sum(1 << i for i, flag in enumerate(actions) if flag)
+
+
+def event_from_dict(obj: Any) -> Event:
+    """The event a decoded JSON object describes; EventError says what is wrong."""
+    if not isinstance(obj, dict):
+        raise EventError(f"an event must be a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    if kind not in _FIELDS:
+        raise EventError(f"type must be one of {', '.join(_FIELDS)}, got {kind!r}")
+    required, optional = _FIELDS[kind]
+    missing = sorted(required - obj.keys())
+    unknown = sorted(obj.keys() - required - optional - {"type"})
+    if missing or unknown:
+        raise EventError(
+            f"{kind} event: missing {missing or 'nothing'}, unknown {unknown or 'none'}"
+        )
+    args = {k: v for k, v in obj.items() if k != "type"}
+    if kind == "engagement":
+        args["actions"] = _mask_of(args["actions"])
+        return Engagement(**args)
+    return {"follow": Follow, "unfollow": Unfollow, "post": Post}[kind](**args)
+
+
+def parse_event(line: str) -> Event:
+    """One JSON line -> its event; EventError says what is wrong."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise EventError(f"not JSON: {error}") from None
+    try:
+        return event_from_dict(obj)
+    except TypeError as error:  # a dataclass refusing an argument
+        raise EventError(str(error)) from None
+
+
+def to_json(event: Event) -> str:
+    """The JSON line of ``event`` (``parse_event`` reads it back equal)."""
+    obj: dict[str, Any] = {"type": event.type}
+    obj.update({k: v for k, v in vars(event).items() if k != "type"})
+    if isinstance(event, Engagement):
+        obj["actions"] = list(action_names(event.actions))
+    return json.dumps(obj, separators=(",", ":"))
+
+
+@dataclass
+class ParseCounts:
+    """Lines read, events parsed and lines skipped (each skipped line was logged)."""
+
+    lines: int = 0
+    events: int = 0
+    skipped: int = 0
+
+
+def parse_lines(
+    lines: Iterable[str], source: str, counts: ParseCounts | None = None
+) -> Iterator[Event]:
+    """The events of JSON ``lines``; a bad line is logged as ``source:N: why`` and skipped,
+    blank lines are ignored. ``counts`` (if given) is updated as lines are read."""
+    counts = counts if counts is not None else ParseCounts()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        counts.lines += 1
+        try:
+            event = parse_event(line)
+        except EventError as error:
+            counts.skipped += 1
+            logger.warning("%s:%d: %s; line skipped", source, number, error)
+            continue
+        counts.events += 1
+        yield event
+
+
+def read_event_file(path: str | Path, counts: ParseCounts | None = None) -> list[Event]:
+    """Every good event of a JSON-lines file (bad lines skipped, logged and counted)."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as lines:
+        return list(parse_lines(lines, str(path), counts))

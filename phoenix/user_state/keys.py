@@ -1,0 +1,38 @@
+"""Where each piece of user state lives in Redis.
+
+Every key of one user carries the user id as its Redis Cluster hash tag (the part in braces),
+so all of them hash to one slot: one node answers every read of a user, and a pipeline of one
+user's commands goes to one node. An author's recent posts are keyed by the author id the
+same way. User and author ids are raw int64 ids, written in decimal.
+
+| key                     | type       | member                              | score             |
+| ----------------------- | ---------- | ----------------------------------- | ----------------- |
+| ``u:{<user>}:seq``      | sorted set | one packed engagement (history.py)  | event time (s)    |
+| ``u:{<user>}:pos``      | sorted set | the same, positive engagement only  | event time (s)    |
+| ``u:{<user>}:follows``  | sorted set | followed author id                  | follow time (s)   |
+| ``u:{<user>}:served``   | sorted set | served post id                      | served time (s)   |
+| ``u:{<user>}:requests`` | sorted set | request id                          | request time (s)  |
+| ``a:{<author>}:posts``  | sorted set | post id                             | creation time (s) |
+"""
+
+from __future__ import annotations
+
+SEQUENCE = "seq"  # every engagement: the ranking history
+POSITIVE = "pos"  # positive engagement only: the retrieval history
+FOLLOWS = "follows"
+SERVED = "served"
+REQUESTS = "requests"
+USER_KEY_KINDS = (SEQUENCE, POSITIVE, FOLLOWS, SERVED, REQUESTS)
+AUTHOR_POSTS = "posts"
+
+
+def user_key(user_id: int, kind: str) -> str:
+    """The key of one of a user's structures (``kind`` in ``USER_KEY_KINDS``)."""
+    if kind not in USER_KEY_KINDS:
+        raise ValueError(f"unknown user key kind {kind!r}; expected one of {USER_KEY_KINDS}")
+    return f"u:{{{int(user_id)}}}:{kind}"
+
+
+def author_posts_key(author_id: int) -> str:
+    """The key of an author's recent posts."""
+    return f"a:{{{int(author_id)}}}:{AUTHOR_POSTS}"

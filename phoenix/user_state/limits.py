@@ -1,0 +1,63 @@
+"""Every cap, window, retention and TTL of the user state, declared once.
+
+The history length a model reads is not here: it is the artifact's ``history_seq_len``
+(``phoenix.config.ArtifactConfig``), passed to ``UserStateStore.histories``; ``history_cap`` only
+bounds what is kept, and a model asking for more than is kept is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from phoenix.serving.contracts import LIMITS
+
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class UserStateLimits:
+    """What the store keeps and for how long. Times are seconds."""
+
+    # Engagements kept per user in each history (all; positive): twice the history_seq_len of
+    # the shipped artifacts (128), so a model with a longer sequence can be served without
+    # waiting for history to refill; memory grows linearly with it (docs/user-state.md).
+    history_cap: int = 256
+    # Older engagement says little about today's interests, and a user who stops engaging must
+    # not hold memory for ever: both history keys expire this long after their last write.
+    history_window_s: float = 30 * DAY_S
+    # X's own following limit for most accounts; it bounds the in-network fan-out of a request
+    # (one read per followed author). Beyond it the oldest follows are dropped.
+    follows_cap: int = 5_000
+    # A served post is kept as long as an in-network post is (author_posts_retention_s): after
+    # that it cannot come back in-network, and the retrieval corpus window covers the rest.
+    served_ttl_s: float = 2 * DAY_S
+    # Served ids become a feed request's seen_post_ids, which the contract caps at this.
+    served_cap: int = LIMITS.max_filter_ids
+    # Posts kept per author: a prolific account (news, bots) posts hundreds a day, and a feed
+    # takes only a few per author anyway (in_network's per_author_cap).
+    author_posts_cap: int = 128
+    # Thunder keeps an author's posts for 2 days: in-network is the fresh source, retrieval
+    # reaches older posts.
+    author_posts_retention_s: float = 2 * DAY_S
+    # Recent requests of a user (for deduplicating retries and pacing): a day, at most this many.
+    request_log_ttl_s: float = DAY_S
+    request_log_cap: int = 100
+
+    def __post_init__(self):
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if not value > 0:
+                raise ValueError(f"UserStateLimits.{field.name} must be > 0, got {value!r}")
+        if self.history_cap > LIMITS.max_history_items:
+            raise ValueError(
+                f"UserStateLimits.history_cap {self.history_cap} exceeds the contract's "
+                f"max_history_items {LIMITS.max_history_items}: such histories would be refused"
+            )
+
+    def check_seq_len(self, seq_len: int) -> None:
+        """A ValueError unless ``seq_len`` histories can be served from what is kept."""
+        if not 1 <= seq_len <= self.history_cap:
+            raise ValueError(
+                f"history length {seq_len} must lie in [1, history_cap={self.history_cap}]: the "
+                "store keeps no more (raise UserStateLimits.history_cap for this artifact)"
+            )

@@ -1,0 +1,282 @@
+"""``UserStateStore``: a user's engagement history, follows, served posts and request log, and
+authors' recent posts, in Redis or Redis Cluster (key layout: ``phoenix.user_state.keys``).
+
+Writes (``apply``, ``mark_served``, ``log_request``) send a whole batch in one pipeline: one
+atomic script call per key touched (``phoenix.user_state.capped``), which adds, trims to
+``UserStateLimits`` and sets the key's TTL; every write is idempotent (the same events again,
+in any order, leave the same state). Reads take a batch of users and cost one round trip per
+pipeline (``in_network`` two: follows, then posts); a cluster client's pipeline sends each node
+its commands together. A pipeline is not a transaction: a failure part-way leaves the keys
+already written (each consistent), and applying the batch again completes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import redis
+from redis.exceptions import RedisClusterException
+
+from phoenix.user_state import keys
+from phoenix.user_state.actions import is_positive
+from phoenix.user_state.capped import CappedSet, queue_add
+from phoenix.user_state.client import Client, describe, unavailable_or_failed
+from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
+from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
+from phoenix.user_state.limits import UserStateLimits
+
+
+@dataclass(frozen=True)
+class InNetworkPosts:
+    """One user's in-network candidates, newest first."""
+
+    post_ids: np.ndarray  # [N] int64
+    author_ids: np.ndarray  # [N] int64
+    created_at: np.ndarray  # [N] float64 Unix seconds
+
+    def __len__(self) -> int:
+        return len(self.post_ids)
+
+
+@dataclass
+class AppliedCounts:
+    engagements: int = 0
+    follows: int = 0
+    unfollows: int = 0
+    posts: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.engagements + self.follows + self.unfollows + self.posts
+
+
+def _seconds(ts: float) -> float:
+    """The score of a time: milliseconds, as the history members keep it."""
+    return time_ms(ts) / 1000.0
+
+
+def _ids(members: Sequence[bytes]) -> np.ndarray:
+    return np.array([int(m) for m in members], np.int64)
+
+
+class UserStateStore:
+    """User state in Redis; ``client`` from ``phoenix.user_state.client.connect``."""
+
+    def __init__(
+        self,
+        client: Client,
+        limits: UserStateLimits = UserStateLimits(),
+        *,
+        name: str | None = None,
+    ):
+        self.client = client
+        self.limits = limits
+        self.name = name or describe(client)  # every error names it
+        self.kept = self._kept()
+
+    # -- round trips ---------------------------------------------------------------------
+
+    def _pipeline(self):
+        return self.client.pipeline(transaction=False)
+
+    def _execute(self, pipe, what: str) -> list:
+        try:
+            return pipe.execute()
+        except (redis.RedisError, RedisClusterException) as error:
+            raise unavailable_or_failed(self.name, what, error) from error
+
+    def ping(self) -> None:
+        """UserStateUnavailable naming the store unless it answers."""
+        pipe = self._pipeline()
+        pipe.ping()
+        self._execute(pipe, "ping")
+
+    # -- writes --------------------------------------------------------------------------
+
+    def _kept(self) -> dict[str, CappedSet]:
+        """What each kind of key keeps (UserStateLimits)."""
+        lim = self.limits
+        history = CappedSet(lim.history_cap, lim.history_window_s, lim.history_window_s)
+        return {
+            keys.SEQUENCE: history,
+            keys.POSITIVE: history,
+            keys.FOLLOWS: CappedSet(lim.follows_cap),
+            keys.SERVED: CappedSet(lim.served_cap, lim.served_ttl_s, lim.served_ttl_s),
+            keys.REQUESTS: CappedSet(
+                lim.request_log_cap, lim.request_log_ttl_s, lim.request_log_ttl_s
+            ),
+            keys.AUTHOR_POSTS: CappedSet(
+                lim.author_posts_cap, lim.author_posts_retention_s, lim.author_posts_retention_s
+            ),
+        }
+
+    def apply(self, events: Iterable[Event]) -> AppliedCounts:
+        """Apply ``events`` in one pipeline; applying them again, in any order, changes
+        nothing (an unfollow applies after the follows before it in ``events``)."""
+        batch, counts = _WriteBatch(self.kept), AppliedCounts()
+        for event in events:
+            if isinstance(event, Engagement):
+                member, score = encode(event), _seconds(event.ts)
+                batch.add(keys.user_key(event.user_id, keys.SEQUENCE), keys.SEQUENCE, score, member)
+                if is_positive(event.actions):
+                    key = keys.user_key(event.user_id, keys.POSITIVE)
+                    batch.add(key, keys.POSITIVE, score, member)
+                counts.engagements += 1
+            elif isinstance(event, Follow):
+                key = keys.user_key(event.user_id, keys.FOLLOWS)
+                batch.add(key, keys.FOLLOWS, _seconds(event.ts), event.author_id)
+                counts.follows += 1
+            elif isinstance(event, Unfollow):
+                batch.remove(keys.user_key(event.user_id, keys.FOLLOWS), event.author_id)
+                counts.unfollows += 1
+            elif isinstance(event, Post):
+                key = keys.author_posts_key(event.author_id)
+                batch.add(key, keys.AUTHOR_POSTS, _seconds(event.ts), event.post_id)
+                counts.posts += 1
+            else:
+                raise TypeError(f"not a user-state event: {event!r}")
+        if counts.total:
+            self._execute(batch.queue(self._pipeline()), f"applying {counts.total} events")
+        return counts
+
+    def mark_served(self, user_id: int, post_ids: Iterable[int], now: float) -> None:
+        """Record posts served to a user at ``now`` (kept served_ttl_s, newest served_cap)."""
+        batch = _WriteBatch(self.kept)
+        key = keys.user_key(user_id, keys.SERVED)
+        for post in post_ids:
+            batch.add(key, keys.SERVED, _seconds(now), int(post))
+        if batch.ops:
+            self._execute(batch.queue(self._pipeline()), f"marking posts served to user {user_id}")
+
+    def log_request(self, user_id: int, request_id: str, now: float) -> None:
+        """Record a request of a user (kept request_log_ttl_s, newest request_log_cap)."""
+        batch = _WriteBatch(self.kept)
+        batch.add(keys.user_key(user_id, keys.REQUESTS), keys.REQUESTS, _seconds(now), request_id)
+        self._execute(batch.queue(self._pipeline()), f"logging request {request_id!r}")
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _newest(pipe, key: str, newest: float, oldest: float, count: int, withscores=False):
+        """Queue: up to ``count`` members scored in [oldest, newest], newest first."""
+        pipe.zrange(key, newest, oldest, desc=True, byscore=True, offset=0, num=count,
+                    withscores=withscores)  # fmt: skip
+
+    def histories(self, user_ids: Sequence[int], now: float, seq_len: int) -> list[UserHistories]:
+        """Each user's ranking and retrieval histories at ``now``: the newest ``seq_len``
+        engagements of the last history_window_s, oldest first (one round trip)."""
+        self.limits.check_seq_len(seq_len)
+        newest, oldest = _seconds(now), _seconds(now) - self.limits.history_window_s
+        pipe = self._pipeline()
+        for user in user_ids:
+            for kind in (keys.SEQUENCE, keys.POSITIVE):
+                self._newest(pipe, keys.user_key(user, kind), newest, oldest, seq_len)
+        replies = self._execute(pipe, f"reading the histories of {len(user_ids)} users")
+
+        def history(members: list[bytes]) -> History:
+            return History.from_records(decode(members[::-1]))  # newest first -> oldest first
+
+        return [
+            UserHistories(ranking=history(replies[2 * i]), retrieval=history(replies[2 * i + 1]))
+            for i in range(len(user_ids))
+        ]
+
+    def follows(self, user_ids: Sequence[int]) -> list[np.ndarray]:
+        """Each user's followed author ids [F] int64, most recently followed first."""
+        pipe = self._pipeline()
+        for user in user_ids:
+            pipe.zrange(keys.user_key(user, keys.FOLLOWS), 0, -1, desc=True)
+        replies = self._execute(pipe, f"reading the follows of {len(user_ids)} users")
+        return [_ids(reply) for reply in replies]
+
+    def served(self, user_ids: Sequence[int], now: float) -> list[np.ndarray]:
+        """Each user's post ids [N] int64 served within served_ttl_s of ``now``, newest first."""
+        newest, oldest = _seconds(now), _seconds(now) - self.limits.served_ttl_s
+        pipe = self._pipeline()
+        for user in user_ids:
+            key = keys.user_key(user, keys.SERVED)
+            self._newest(pipe, key, newest, oldest, self.limits.served_cap)
+        replies = self._execute(pipe, f"reading the served posts of {len(user_ids)} users")
+        return [_ids(reply) for reply in replies]
+
+    def recent_requests(self, user_ids: Sequence[int], now: float) -> list[list[str]]:
+        """Each user's request ids within request_log_ttl_s of ``now``, newest first."""
+        newest, oldest = _seconds(now), _seconds(now) - self.limits.request_log_ttl_s
+        pipe = self._pipeline()
+        for user in user_ids:
+            key = keys.user_key(user, keys.REQUESTS)
+            self._newest(pipe, key, newest, oldest, self.limits.request_log_cap)
+        replies = self._execute(pipe, f"reading the requests of {len(user_ids)} users")
+        return [[m.decode() for m in reply] for reply in replies]
+
+    def author_posts(self, author_ids: Sequence[int], now: float, per_author_cap: int):
+        """Each author's newest ``per_author_cap`` posts of the last author_posts_retention_s
+        before ``now``: a list of [(post_id, created_at)], newest first (one round trip)."""
+        newest = _seconds(now)
+        oldest = newest - self.limits.author_posts_retention_s
+        pipe = self._pipeline()
+        for author in author_ids:
+            key = keys.author_posts_key(author)
+            self._newest(pipe, key, newest, oldest, per_author_cap, withscores=True)
+        replies = self._execute(pipe, f"reading the posts of {len(author_ids)} authors")
+        return [[(int(m), score) for m, score in reply] for reply in replies]
+
+    def in_network(
+        self, user_ids: Sequence[int], per_author_cap: int, total_cap: int, now: float
+    ) -> list[InNetworkPosts]:
+        """Each user's in-network candidates: the newest ``per_author_cap`` posts of every
+        followed author (within author_posts_retention_s of ``now``), the newest ``total_cap``
+        of them, newest first. Two round trips for the whole batch: follows, then posts (each
+        author read once however many users of the batch follow it)."""
+        if per_author_cap < 1 or total_cap < 1:
+            raise ValueError(
+                f"per_author_cap and total_cap must be >= 1, got {per_author_cap}, {total_cap}"
+            )
+        follows = self.follows(user_ids)
+        authors = sorted({int(a) for f in follows for a in f})
+        posts = (
+            dict(zip(authors, self.author_posts(authors, now, per_author_cap))) if authors else {}
+        )
+        return [self._newest_of(followed, posts, total_cap) for followed in follows]
+
+    @staticmethod
+    def _newest_of(followed: np.ndarray, posts: dict, total_cap: int) -> InNetworkPosts:
+        rows = [(created, post, int(a)) for a in followed for post, created in posts[int(a)]]
+        rows.sort(reverse=True)  # newest first; equal times: the larger post id first
+        rows = rows[:total_cap]
+        return InNetworkPosts(
+            post_ids=np.array([r[1] for r in rows], np.int64),
+            author_ids=np.array([r[2] for r in rows], np.int64),
+            created_at=np.array([r[0] for r in rows], np.float64),
+        )
+
+
+class _WriteBatch:
+    """The writes of one pipeline: the adds to one key gathered into one script call, except
+    that a removal from a key (an unfollow) comes after the adds queued before it."""
+
+    def __init__(self, kept: dict[str, CappedSet]):
+        self.kept = kept
+        self.ops: list = []  # [key, CappedSet, [(score, member)]] or [key, None, member]
+        self._open: dict[str, list] = {}  # key -> its add op still taking members
+
+    def add(self, key: str, kind: str, score: float, member) -> None:
+        op = self._open.get(key)
+        if op is None:
+            op = self._open[key] = [key, self.kept[kind], []]
+            self.ops.append(op)
+        op[2].append((score, member))
+
+    def remove(self, key: str, member) -> None:
+        self._open.pop(key, None)  # later adds to this key come after the removal
+        self.ops.append([key, None, member])
+
+    def queue(self, pipe):
+        for key, kept, what in self.ops:
+            if kept is None:
+                pipe.zrem(key, what)
+            else:
+                queue_add(pipe, key, kept, what)
+        return pipe

@@ -1,0 +1,411 @@
+"""The user-state store against a real redis-server and a real 3-node Redis Cluster.
+
+No server is mocked: `redis-server` and `redis-cli` must be installed (`make setup` installs
+them); without them every test here fails saying so (RedisServerMissing), none is skipped.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from redis.cluster import RedisCluster
+
+from phoenix.serving.triton_server import LOOPBACK, pick_free_ports
+from phoenix.user_state import keys
+from phoenix.user_state.client import UserStateUnavailable, connect
+from phoenix.user_state.events import Engagement, Follow, Post, Unfollow
+from phoenix.user_state.limits import DAY_S, UserStateLimits
+from phoenix.user_state.server import RedisClusterNodes, RedisServer
+from phoenix.user_state.store import UserStateStore
+from phoenix.user_state.stream import STREAM, StreamConsumer, StreamConsumerError, publish
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+NOW = 1_700_000_000.0
+SEQ_LEN = 16
+
+
+@pytest.fixture(scope="module")
+def single():
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with RedisClusterNodes(3) as nodes:
+        yield nodes
+
+
+@pytest.fixture(params=["single", "cluster"])
+def client(request):
+    """A client of an empty single server or cluster."""
+    server = request.getfixturevalue(request.param)
+    client = connect(server.url, cluster=request.param == "cluster")
+    if isinstance(client, RedisCluster):
+        client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        client.flushall()
+    yield client
+    client.close()
+
+
+def store_of(client, **limits) -> UserStateStore:
+    return UserStateStore(client, UserStateLimits(**limits))
+
+
+def world(seed: int = 0, users: int = 40, authors: int = 12, events: int = 600) -> list:
+    """Follows, posts and engagements (some negative) of a small random world."""
+    rng = np.random.default_rng(seed)
+    out: list = []
+    for user in range(users):
+        for author in rng.choice(authors, 4, replace=False) + 1:
+            out.append(Follow(user, int(author), NOW - 5 * DAY_S + user))
+    for i in range(events // 3):
+        out.append(
+            Post(10_000 + i, int(rng.integers(1, authors + 1)), NOW - rng.uniform(0, 3 * DAY_S))
+        )
+    names = [["favorite"], ["click", "dwell"], ["reply", "favorite"], ["not_interested"]]
+    names.append(["report", "click"])
+    for _ in range(events):
+        out.append(
+            Engagement.of(
+                int(rng.integers(0, users)),
+                int(rng.integers(1, 10**12)),
+                int(rng.integers(1, authors + 1)),
+                NOW - rng.uniform(0, 40 * DAY_S),
+                names[int(rng.integers(0, len(names)))],
+                surface=int(rng.integers(0, 5)),
+                dwell_seconds=float(rng.uniform(0, 30)),
+            )
+        )
+    return out
+
+
+def state(client) -> dict:
+    """Every user-state key -> its members and scores (the stream and TTLs left out)."""
+    found = {k.decode() for k in client.scan_iter(match="*")}
+    return {
+        k: client.zrange(k, 0, -1, withscores=True)
+        for k in sorted(found)
+        if k.startswith(("u:", "a:"))
+    }
+
+
+def reads(store: UserStateStore, users) -> dict:
+    """Every read of ``users``, as plain lists (comparable)."""
+    histories = store.histories(users, NOW, SEQ_LEN)
+    return {
+        "ranking": [{k: v.tolist() for k, v in h.ranking.inputs().items()} for h in histories],
+        "retrieval": [{k: v.tolist() for k, v in h.retrieval.inputs().items()} for h in histories],
+        "follows": [f.tolist() for f in store.follows(users)],
+        "served": [s.tolist() for s in store.served(users, NOW)],
+        "in_network": [
+            (p.post_ids.tolist(), p.author_ids.tolist(), p.created_at.tolist())
+            for p in store.in_network(users, 3, 10, NOW)
+        ],
+    }
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+def test_applying_the_same_events_twice_changes_nothing(client):
+    store, events = store_of(client, history_cap=32), world()
+    store.apply(events)
+    store.mark_served(3, [5, 6], NOW)
+    once = state(client)
+    store.apply(events)
+    store.apply(events[::-1][:50])  # a re-read of part of a batch, even out of order
+    store.mark_served(3, [5, 6], NOW)
+    assert state(client) == once
+    assert any(k.endswith(":seq") for k in once) and any(k.endswith(":posts") for k in once)
+
+
+def test_ranking_history_keeps_every_action_retrieval_only_positive(client):
+    store = store_of(client)
+    kinds = [["favorite"], ["report"], ["click", "dwell"], ["favorite", "mute_author"], ["reply"]]
+    store.apply([Engagement.of(1, 100 + i, 7, NOW - 60 + i, a) for i, a in enumerate(kinds)])
+    (histories,) = store.histories([1], NOW, SEQ_LEN)
+    assert histories.ranking.post_ids.tolist() == [100, 101, 102, 103, 104]  # oldest first
+    assert histories.retrieval.post_ids.tolist() == [100, 102, 104]
+    assert histories.ranking.actions.shape == (5, 19)
+    assert histories.ranking.actions[1, 17] == 1.0  # "report" is column 17
+    assert histories.ranking.author_ids.tolist() == [7] * 5
+
+
+def test_history_keeps_the_newest_cap_and_reads_the_newest_seq_len(client):
+    store = store_of(client, history_cap=8)
+    order = np.random.default_rng(1).permutation(20)  # arrival order is not time order
+    store.apply([Engagement.of(1, 1000 + int(i), 7, NOW - 100 + int(i), ["click"]) for i in order])
+    assert client.zcard(keys.user_key(1, keys.SEQUENCE)) == 8
+    (histories,) = store.histories([1], NOW, 5)
+    assert histories.ranking.post_ids.tolist() == [1015, 1016, 1017, 1018, 1019]
+    assert np.all(np.diff(histories.ranking.times) > 0)
+    with pytest.raises(ValueError, match="history_cap=8"):
+        store.histories([1], NOW, 9)
+
+
+def test_history_window_at_write_and_at_read(client):
+    store = store_of(client, history_window_s=10 * DAY_S)
+    old, recent = NOW - 9 * DAY_S, NOW - 1 * DAY_S
+    store.apply(
+        [Engagement.of(1, 1, 7, old, ["favorite"]), Engagement.of(1, 2, 7, recent, ["favorite"])]
+    )
+    (h,) = store.histories([1], NOW, SEQ_LEN)
+    assert h.ranking.post_ids.tolist() == [1, 2]
+    (h,) = store.histories([1], NOW + 2 * DAY_S, SEQ_LEN)  # post 1 is now 11 days old
+    assert h.ranking.post_ids.tolist() == [2] and h.retrieval.post_ids.tolist() == [2]
+    (h,) = store.histories([1], recent - 1, SEQ_LEN)  # nothing after the read time
+    assert h.ranking.post_ids.tolist() == [1]
+    store.apply([Engagement.of(1, 3, 7, NOW + 2 * DAY_S, ["click"])])  # trims post 1 on write
+    assert client.zcard(keys.user_key(1, keys.SEQUENCE)) == 2
+    assert 0 < client.ttl(keys.user_key(1, keys.SEQUENCE)) <= 10 * DAY_S
+    assert 0 < client.ttl(keys.user_key(1, keys.POSITIVE)) <= 10 * DAY_S
+
+
+def test_follows_cap_drops_the_oldest_and_unfollow_removes(client):
+    store = store_of(client, follows_cap=3)
+    store.apply([Follow(1, author, NOW + author) for author in range(1, 6)])
+    assert store.follows([1])[0].tolist() == [5, 4, 3]
+    store.apply([Unfollow(1, 4, NOW + 10)])
+    assert store.follows([1, 2])[0].tolist() == [5, 3] and store.follows([2])[0].size == 0
+
+
+def test_author_posts_cap_and_retention(client):
+    store = store_of(client, author_posts_cap=4, author_posts_retention_s=2 * DAY_S)
+    store.apply([Post(100 + i, 9, NOW - i * 3600) for i in range(6)])  # newest: 100
+    assert client.zcard(keys.author_posts_key(9)) == 4
+    assert 0 < client.ttl(keys.author_posts_key(9)) <= 2 * DAY_S
+    (posts,) = store.author_posts([9], NOW, per_author_cap=10)
+    assert [p for p, _ in posts] == [100, 101, 102, 103]
+    (posts,) = store.author_posts([9], NOW + 2 * DAY_S - 3600 * 1.5, per_author_cap=10)
+    assert [p for p, _ in posts] == [100, 101]  # 102 is past the retention then
+    store.apply([Post(200, 9, NOW + 3 * DAY_S)])  # a write trims everything 2 days older
+    assert client.zrange(keys.author_posts_key(9), 0, -1) == [b"200"]
+
+
+def test_served_posts_expire_and_are_capped(client):
+    store = store_of(client, served_ttl_s=3600, served_cap=5)
+    store.mark_served(1, [1, 2, 3], NOW - 4000)
+    store.mark_served(1, [4, 5], NOW - 100)
+    assert store.served([1], NOW)[0].tolist() == [5, 4]  # 1..3 are over an hour old
+    store.mark_served(1, [6, 7, 8, 9], NOW)
+    assert sorted(store.served([1], NOW)[0].tolist()) == [5, 6, 7, 8, 9]
+    assert client.zcard(keys.user_key(1, keys.SERVED)) == 5
+    assert 0 < client.ttl(keys.user_key(1, keys.SERVED)) <= 3600
+
+
+def test_request_log_is_capped_and_expires(client):
+    store = store_of(client, request_log_cap=3, request_log_ttl_s=600)
+    for i in range(5):
+        store.log_request(1, f"r{i}", NOW - 900 + i * 100)
+    assert client.zrange(keys.user_key(1, keys.REQUESTS), 0, -1) == [b"r2", b"r3", b"r4"]
+    assert store.recent_requests([1], NOW) == [["r4", "r3"]]  # r2 is 700 s old by then
+    assert 0 < client.ttl(keys.user_key(1, keys.REQUESTS)) <= 600
+
+
+# -- in-network -----------------------------------------------------------------------------
+
+
+def test_in_network_is_newest_first_within_both_caps(client):
+    store = store_of(client, author_posts_retention_s=DAY_S)
+    store.apply([Follow(1, a, NOW - DAY_S) for a in (10, 20, 30)] + [Follow(2, 20, NOW)])
+    store.apply([Post(1000 + i, 10, NOW - i * 60) for i in range(5)])  # 1000 newest
+    store.apply([Post(2000 + i, 20, NOW - 30 - i * 60) for i in range(5)])
+    store.apply([Post(3000, 40, NOW - 1)])  # not followed
+    store.apply([Post(3001, 30, NOW - 2 * DAY_S), Post(3002, 30, NOW + 60)])  # too old, future
+    one, two = store.in_network([1, 2], per_author_cap=2, total_cap=3, now=NOW)
+    assert one.post_ids.tolist() == [1000, 2000, 1001]
+    assert one.author_ids.tolist() == [10, 20, 10]
+    assert np.all(np.diff(one.created_at) <= 0)
+    assert two.post_ids.tolist() == [2000, 2001]
+    store.apply([Unfollow(1, 10, NOW)])
+    (one,) = store.in_network([1], per_author_cap=2, total_cap=3, now=NOW)
+    assert one.post_ids.tolist() == [2000, 2001]
+
+
+# -- batches, slots ---------------------------------------------------------------------------
+
+
+class PipelineCounter:
+    """A client that counts pipeline executions and refuses any command outside a pipeline."""
+
+    def __init__(self, client):
+        self.client, self.executes = client, 0
+
+    def pipeline(self, transaction=False):
+        pipe = self.client.pipeline(transaction=transaction)
+        execute = pipe.execute
+
+        def counted(*args, **kwargs):
+            self.executes += 1
+            return execute(*args, **kwargs)
+
+        pipe.execute = counted
+        return pipe
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the store sent {name} outside a pipeline")
+
+
+def test_a_batch_read_answers_as_per_user_reads_in_one_round_trip(client):
+    users = list(range(40)) + [999]  # 999 has no state at all
+    store = store_of(client, history_cap=64)
+    events = world(seed=2)
+    store.apply(events)
+    for user in users[::3]:
+        store.mark_served(user, [user * 10 + 1, user * 10 + 2], NOW - 50)
+    batch = reads(store, users)
+    per_user = [reads(store, [u]) for u in users]
+    for field, values in batch.items():
+        assert values == [one[field][0] for one in per_user], field
+    assert any(batch["ranking"][u]["history_post_ids"] for u in range(40))
+    assert any(batch["in_network"][u][0] for u in range(40))
+
+    counted = PipelineCounter(client)
+    counting = UserStateStore(counted, store.limits, name="counted")
+    counting.histories(users, NOW, SEQ_LEN)
+    counting.follows(users)
+    counting.served(users, NOW)
+    assert counted.executes == 3
+    counting.in_network(users, 3, 10, NOW)
+    assert counted.executes == 5  # follows, then every followed author's posts
+    counting.apply(events)
+    assert counted.executes == 6
+
+
+def test_one_users_keys_share_a_slot_and_users_spread_over_the_nodes(cluster):
+    client = connect(cluster.url, cluster=True)
+    client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    store = store_of(client)
+    store.apply(world(seed=3))
+    for user in range(40):
+        slots = {client.keyslot(keys.user_key(user, kind)) for kind in keys.USER_KEY_KINDS}
+        assert len(slots) == 1
+        server_slot = client.execute_command("CLUSTER KEYSLOT", keys.user_key(user, keys.SEQUENCE))
+        assert slots == {server_slot}
+    per_node = [connect(node.url).dbsize() for node in cluster.nodes]  # each node alone
+    assert sum(per_node) == len(state(client)) and min(per_node) > 0, per_node
+    client.close()
+
+
+# -- the stream -----------------------------------------------------------------------------
+
+
+class ApplyThenCrash:
+    """A store whose first ``apply`` writes everything and then fails (a crash before XACK)."""
+
+    def __init__(self, store):
+        self.store, self.name, self.crashed = store, store.name, False
+
+    def apply(self, events):
+        self.store.apply(events)
+        if not self.crashed:
+            self.crashed = True
+            raise RuntimeError("crashed after applying")
+
+
+def expected_state(client, events) -> dict:
+    """The state of applying ``events`` once to an empty store (the store is emptied after)."""
+    for key in state(client):
+        client.delete(key)
+    store_of(client).apply(events)
+    applied = state(client)
+    for key in applied:
+        client.delete(key)
+    return applied
+
+
+def test_stream_consumer_applies_each_event_and_skips_bad_entries(client):
+    events = world(seed=4, events=120)
+    want = expected_state(client, events)
+    publish(client, events[:100])
+    client.xadd(STREAM, {"event": "{not json"})
+    client.xadd(STREAM, {"other": "x"})
+    publish(client, events[100:])
+    consumer = StreamConsumer(client, store_of(client), consumer="c1", batch_size=64)
+    counts = consumer.drain()
+    assert (counts.applied, counts.skipped) == (len(events), 2)
+    assert state(client) == want
+    assert client.xpending(STREAM, consumer.group)["pending"] == 0
+
+
+@pytest.mark.parametrize("restarted_as", ["c1", "c2"])
+def test_stream_restart_after_a_crash_loses_and_doubles_nothing(client, restarted_as):
+    events = world(seed=5, events=90)
+    want = expected_state(client, events)
+    ids = publish(client, events)
+    crashing = StreamConsumer(
+        client, ApplyThenCrash(store_of(client)), consumer="c1", batch_size=25
+    )
+    with pytest.raises(StreamConsumerError) as error:
+        crashing.drain()
+    message = str(error.value)
+    assert f"batch {ids[0]}..{ids[24]} (25 entries) not applied" in message
+    assert f"stream {STREAM!r}" in message and "crashed after applying" in message
+    assert client.xpending(STREAM, crashing.group)["pending"] == 25
+
+    # the same consumer re-reads its pending batch; another one takes it over once idle
+    restarted = StreamConsumer(client, store_of(client), consumer=restarted_as, batch_size=25,
+                               claim_idle_ms=0)  # fmt: skip
+    counts = restarted.drain()
+    assert counts.applied == len(events)
+    assert state(client) == want
+    assert client.xpending(STREAM, restarted.group)["pending"] == 0
+
+
+def test_stream_consumer_run_stops_when_asked(client):
+    consumer = StreamConsumer(client, store_of(client), consumer="c1")
+    stop = threading.Event()
+    runner = threading.Thread(target=consumer.run, args=(stop, 50))
+    runner.start()
+    publish(client, [Follow(1, 2, NOW)])
+    deadline = time.monotonic() + 5
+    while not store_of(client).follows([1])[0].size and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    runner.join(5)
+    assert not runner.is_alive()
+    assert store_of(client).follows([1])[0].tolist() == [2]
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def assert_fails_fast(call, url: str, within_s: float) -> None:
+    started = time.monotonic()
+    with pytest.raises(UserStateUnavailable) as error:
+        call()
+    assert time.monotonic() - started < within_s
+    assert url.split("//")[1].split("/")[0] in str(error.value)
+
+
+def test_a_down_redis_raises_a_clear_error_quickly():
+    (port,) = pick_free_ports(1)
+    url = f"redis://{LOOPBACK}:{port}/0"
+    store = UserStateStore(connect(url))
+    assert_fails_fast(lambda: store.histories([1], NOW, SEQ_LEN), url, within_s=2)
+    assert_fails_fast(lambda: store.apply([Follow(1, 2, NOW)]), url, within_s=2)
+    assert_fails_fast(lambda: connect(url, cluster=True), url, within_s=2)
+
+
+def test_a_redis_that_stops_answering_raises_within_the_socket_timeouts():
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never answers
+        silent.bind((LOOPBACK, 0))
+        silent.listen(8)
+        url = f"redis://{LOOPBACK}:{silent.getsockname()[1]}/0"
+        store = UserStateStore(connect(url))
+        assert_fails_fast(store.ping, url, within_s=4)
+
+
+def test_a_redis_stopped_under_a_store_fails_its_next_call():
+    server = RedisServer().start()
+    store = UserStateStore(connect(server.url))
+    store.apply([Follow(1, 2, NOW)])
+    server.stop()
+    assert_fails_fast(lambda: store.follows([1]), server.url if server.port else "", within_s=2)

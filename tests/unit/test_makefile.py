@@ -1,0 +1,62 @@
+"""The Makefile's serve, demo and train rules, read with `make -n` (nothing runs)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from phoenix.serving import serve
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+
+
+def dry_run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    return subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(REPO_ROOT), *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        [],
+        ["ARTIFACTS=artifacts/trained-demo"],  # the demo's directory, served by `make serve`
+        ["ARTIFACTS=./artifacts/trained-demo/"],  # the same directory, spelt otherwise
+        ["TRAINED=artifacts/trained-demo", "TRAIN_PRESET=demo"],
+        ["ARTIFACTS=artifacts/demo", "DEMO_ARTIFACTS=artifacts/demo"],
+    ],
+)
+def test_one_directory_in_several_roles_gets_one_rule(variables):
+    """Two rules for one config.json make make print `warning: overriding recipe`."""
+    done = dry_run("serve", "demo", "train", *variables)
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr.lower(), done.stderr
+
+
+def test_serve_passes_every_port_on_so_two_servers_can_run_side_by_side():
+    ports = dict(HTTP_PORT="9100", GRPC_PORT="9101", METRICS_PORT="9102", SUPERVISOR_PORT="9103")
+    done = dry_run("serve", *(f"{k}={v}" for k, v in ports.items()))
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if "-m phoenix.serving.serve" in ln)
+    words = shlex.split(line)
+    args = serve.build_parser().parse_args(words[words.index("phoenix.serving.serve") + 1 :])
+    served = (args.http_port, args.grpc_port, args.metrics_port, args.supervisor_port)
+    assert served == (9100, 9101, 9102, 9103)
+
+
+def test_help_says_the_demo_serves_the_shipped_towers():
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO_ROOT), "help"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    demo = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("demo "))
+    assert "shipped" in demo and "train" not in demo.replace("trained", "")
+    assert "SUPERVISOR_PORT=8003" in done.stdout

@@ -1,0 +1,78 @@
+"""docs/deploy.md's stub counts and GPU memory per stub come from the profiles."""
+
+from dataclasses import replace
+
+import pytest
+
+from phoenix.serving import profile_docs
+from phoenix.serving.profile_docs import (
+    ProfileDocError,
+    device_stubs,
+    overlay_mem_fraction,
+    profile_block,
+    stubs,
+)
+from phoenix.serving.profiles import CPU, GPU
+
+STALE_DOC = (
+    "# Deploy\n\nintro\n\n<!-- profile-table:start -->\n8 stubs\n<!-- profile-table:end -->\n\n"
+    "rest\n"
+)
+
+
+def test_deploy_md_holds_the_block_the_profiles_give():
+    """Fails when a profile or the GPU overlay changed and docs/deploy.md was not rewritten
+    (`python -m phoenix.serving.profile_docs`)."""
+    assert profile_docs.main(["--check"]) == 0
+
+
+def test_stubs_count_every_instance_and_the_gpu_only_its_own():
+    assert stubs(CPU) == sum(d.instances for d in CPU.models.values()) == 10
+    assert stubs(GPU) == 7
+    assert device_stubs(GPU) == 5  # the feed policy's two instances run on the host
+    assert device_stubs(CPU) == stubs(CPU)
+
+
+def test_the_block_follows_a_profile_change():
+    more_rankers = replace(
+        GPU, models={**GPU.models, "ranker": replace(GPU.models["ranker"], instances=4)}
+    )
+    block = profile_block(CPU, more_rankers, 0.1)
+    assert "| ranker | 2 | 4 (GPU) |" in block
+    assert "| **per pod** | **10** | **9**, 7 of them on the GPU |" in block
+    assert "7 stubs x 0.1 = 70% of the GPU" in block and "0.9 / 7 = 0.13" in block
+    assert "| per GPU stub | 1.6 GiB | 2.4 GiB |" in block
+
+
+def test_the_overlay_fraction_is_read_from_the_gpu_patch():
+    assert overlay_mem_fraction() == 0.15
+
+
+def test_a_patch_without_the_fraction_is_named(tmp_path):
+    patch = tmp_path / "gpu.yaml"
+    patch.write_text("spec:\n  template:\n    spec:\n      containers:\n        - name: triton\n")
+    with pytest.raises(
+        ProfileDocError, match=r"gpu\.yaml: expected one XLA_PYTHON_CLIENT_MEM_FRACTION, found 0"
+    ):
+        overlay_mem_fraction(patch)
+
+
+def test_check_fails_on_a_stale_block_and_the_writer_fixes_it(tmp_path, capsys):
+    doc = tmp_path / "deploy.md"
+    doc.write_text(STALE_DOC)
+    assert profile_docs.main(["--doc", str(doc), "--check"]) == 1
+    assert doc.read_text() == STALE_DOC
+    assert "out of date" in capsys.readouterr().err
+    assert profile_docs.main(["--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert "8 stubs" not in text and "| **per pod** | **10** |" in text
+    assert text.startswith("# Deploy\n\nintro\n\n<!-- profile-table:start -->\n")
+    assert text.endswith("<!-- profile-table:end -->\n\nrest\n")
+    assert profile_docs.main(["--doc", str(doc), "--check"]) == 0
+
+
+def test_a_doc_without_markers_is_an_error_naming_it(tmp_path, capsys):
+    doc = tmp_path / "deploy.md"
+    doc.write_text("# Deploy\n")
+    assert profile_docs.main(["--doc", str(doc)]) == 2
+    assert "deploy.md: expected one <!-- profile-table:start -->" in capsys.readouterr().err
