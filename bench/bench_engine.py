@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.flops import flops_per_candidate, flops_per_context
 from phoenix.command_line import command_parser
-from phoenix.engine import RankingEngine, RetrievalEngine, example_inputs
+from phoenix.engine import DeviceRanker, RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
@@ -111,7 +111,6 @@ def split_candidates(batch, emb, start, stop):
 
 def random_device_ranker(config, params, candidate_buckets, batch_buckets=(1,), vocab=1000):
     """A DeviceRanker over ``params`` with random hash functions and a random stacked table."""
-    from phoenix.engine.device_ranking import DeviceRanker
     from phoenix.hashing import NUM_RESERVED_ROWS, EntityHash
 
     rng = np.random.default_rng(5)
@@ -162,10 +161,10 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
     runner.initialize()
     runner.params = random_params(runner.params)
     jitted_rank = jax.jit(runner.rank_candidates)
-    engine = RankingEngine(
+    engine = DeviceRanker(
         config, runner.params, batch_buckets=(1,), candidate_buckets=RANKER_CANDIDATE_BUCKETS
     )
-    engine.warm_up()
+    engine.warm_up_score()
     device = random_device_ranker(config, runner.params, tuple(counts))
 
     rows = []

@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 POST_AGE_MAX_MINUTES = 4800  # 80 hours; older posts share one overflow bucket
 DWELL_TIME_INDEX = 1  # column of ``history_continuous_actions`` holding dwell seconds
+NUM_CONTINUOUS = 8  # continuous actions: width of history_continuous_actions, continuous_preds
+# Impression time given to every candidate of known age: a post age in seconds becomes the
+# timestamps (REFERENCE_TIME, REFERENCE_TIME - age) that compute_post_age_bucket reads.
+REFERENCE_TIME = 1_700_000_000
 
 
 def compute_post_age_bucket(
@@ -250,7 +254,7 @@ class PhoenixModelConfig:
     hash_config: Optional[HashConfig] = None
     product_surface_vocab_size: int = 16
     post_age_granularity_mins: int = 60
-    num_continuous_actions: int = 8
+    num_continuous_actions: int = NUM_CONTINUOUS
     continuous_action_hidden_dim: int = 64
     continuous_action_config: Optional[ContinuousActionConfig] = None
     use_ip_address: bool = False

@@ -7,8 +7,7 @@ from __future__ import annotations
 import haiku as hk
 import numpy as np
 
-from phoenix.engine.device_ranking import REFERENCE_TIME
-from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
+from phoenix.recsys_model import REFERENCE_TIME, RecsysBatch, RecsysEmbeddings
 from phoenix.serving import services
 from phoenix.serving.batches import pad_batch
 from phoenix.serving.client import ranker_inputs, user_inputs

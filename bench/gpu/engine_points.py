@@ -1,7 +1,8 @@
 """The in-process engines against the plain original model under `jax.jit`.
 
-`RankingEngine` scores the same hashed features as the original; `DeviceRanker` (what the
-ranker serves) starts from raw ids, so its time includes hashing, lookups, blend and sort.
+`DeviceRanker.score` takes the same hashed features as the original; `DeviceRanker.rank`
+(what the ranker serves) starts from raw ids, so its time includes hashing, lookups, blend
+and sort.
 
     python -m bench.gpu.engine_points --profile gpu --out bench/results/gpu/engine.json
 
@@ -57,13 +58,13 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     import jax
 
     from bench.flops import flops_per_candidate, flops_per_context
-    from phoenix.engine import RankingEngine, example_inputs
+    from phoenix.engine import DeviceRanker, example_inputs
     from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
 
     config = model_config(kwargs, candidates, dtype)
     runner = original_runner(config)
     jitted = jax.jit(runner.rank_candidates)
-    engine = RankingEngine(
+    engine = DeviceRanker(
         config,
         params,
         compute_dtype=dtype,

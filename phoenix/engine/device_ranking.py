@@ -1,18 +1,30 @@
-"""A whole ranking request on the device: raw ids in, ranked order, scores and probabilities out.
+"""The ranking engine of the Phoenix ranker: the cached-context passes on the device.
 
-Per (batch bucket, candidate bucket) two jitted programs run back to back without a host
-round trip between them:
+Ranking exploits candidate isolation: the user + history tokens (the *context*) never attend
+to candidates, so their per-layer keys and values are computed once per user and every
+candidate is then scored against that cache, attending to the context and to itself only, in
+chunks of the largest candidate bucket. Results equal the plain model's (``PhoenixModel``)
+whatever the chunking or the batch composition.
 
-1. ``hash``: the multiply-add-mod hashes of every user, post and author id and their rows in
-   the stacked embedding table. It runs with 64-bit integers (the hash wraps in int64, as the
-   original computes it), so it is a program of its own: JAX fixes the integer width of a
-   whole program when it traces it.
-2. ``rank``: the embedding lookups in the device-resident table, the context pass, every
-   candidate chunk against the cached context, the sigmoid blend of action probabilities and a
-   stable descending sort per user. Padding candidates (post id 0) sort last.
+``DeviceRanker`` runs that body from two kinds of input, each a program per (batch bucket,
+candidate width) compiled (or loaded from a ``ProgramStore``) by warm-up:
 
-The host only stacks and pads the batch's inputs and splits the outputs per request. Scores
-equal ``RankingEngine.score`` on the same inputs (same kernels, same chunking rule).
+- ``rank``: what the ranker serves. A request batch of raw ids runs two programs back to back
+  without a host round trip between them:
+
+  1. ``hash``: the multiply-add-mod hashes of every user, post and author id and their rows
+     in the stacked embedding table. It runs with 64-bit integers (the hash wraps in int64,
+     as the original computes it), so it is a program of its own: JAX fixes the integer
+     width of a whole program when it traces it.
+  2. ``rank``: the embedding lookups in the device-resident table, the context pass, every
+     candidate chunk against the cached context, the sigmoid blend of action probabilities
+     and a stable descending sort per user. Padding candidates (post id 0) sort last.
+
+  The host only stacks and pads the batch's inputs and splits the outputs per request.
+  The request batch is the serving layer's padded batch of the ranker's contract (below).
+- ``score``: the original model's inputs (hashes and their embeddings, ``RecsysBatch`` and
+  ``RecsysEmbeddings``) in, logits and continuous predictions out: the API path, checked
+  against the original's reference outputs and benchmarked against it.
 
 Shape glossary
   B  users (a batch bucket)   S  history_seq_len   T  1 + S   C  candidates (a bucket)
@@ -26,25 +38,33 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
+import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from phoenix.engine import kernels
 from phoenix.engine.batching import (
+    DEFAULT_BATCH_BUCKETS,
+    batch_slices,
     bucket_for,
     default_compute_dtype,
     default_max_rows_per_call,
+    example_inputs,
+    pad_axis,
+    take_users,
 )
 from phoenix.engine.programs import Program, ProgramStore, prepare_all
-from phoenix.engine.ranking import _model_method
 from phoenix.grok import rms_normalize
 from phoenix.hashing import EntityHash, hash_formula
-from phoenix.recsys_model import DWELL_TIME_INDEX, PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
-
-REFERENCE_TIME = 1_700_000_000  # impression time that turns post ages into timestamps
-NUM_CONTINUOUS = 8  # width of history_continuous_actions
-
+from phoenix.recsys_model import (
+    DWELL_TIME_INDEX,
+    NUM_CONTINUOUS,
+    REFERENCE_TIME,
+    PhoenixModelConfig,
+    RecsysBatch,
+    RecsysEmbeddings,
+)
 
 # The request batch the ranker takes is the serving layer's padded batch of the ranker's
 # contract (``phoenix.serving.batches``): one field per input, named as the contract names it,
@@ -65,6 +85,13 @@ FEATURES = (  # read by the ranking program as they are
     "candidate_product_surface",  # [B, C] int32
     "candidate_post_age_seconds",  # [B, C] float32 (unknown unless sent)
 )
+
+
+class RankingScores(NamedTuple):
+    """The model's outputs for every candidate of every user, in the candidates' order."""
+
+    logits: np.ndarray  # [B, C, A] float32
+    continuous_preds: np.ndarray  # [B, C, N] float32
 
 
 class RankedBatch(NamedTuple):
@@ -88,23 +115,48 @@ def hash_on_device(ids: jax.Array, entity: EntityHash):
     return hashes.astype(jnp.int32), rows.astype(jnp.int32)
 
 
+def context_tokens_program(config: PhoenixModelConfig):
+    """Haiku-applied ``PhoenixModel.build_context_inputs``: the context tokens exactly as the
+    model builds them, as a function of (params, batch, embeddings)."""
+    return hk.without_apply_rng(
+        hk.transform(lambda batch, emb: config.make().build_context_inputs(batch, emb))
+    ).apply
+
+
+def padding_at_position_zero(rotation: kernels.Rotation, valid) -> kernels.Rotation:
+    """``rotation`` [1, c, 1, d] with the padding candidates of ``valid`` [B, c] at position 0
+    (cos 1, sin 0), as the model's right-anchored positions place them."""
+    keep = valid[:, :, None, None]
+    return kernels.Rotation(jnp.where(keep, rotation.cos, 1.0), jnp.where(keep, rotation.sin, 0.0))
+
+
 class DeviceRanker:
-    """Ranks request batches with one hashing and one ranking program per bucket."""
+    """The ranker's cached-context passes: ``rank`` from raw ids (served), ``score`` from
+    hashed features (the API path); one program per bucket for each."""
 
     def __init__(
         self,
         config: PhoenixModelConfig,
         params,
-        table: np.ndarray,
-        entities: dict[str, EntityHash],
-        weights: np.ndarray,
+        table: Optional[np.ndarray] = None,
+        entities: Optional[dict[str, EntityHash]] = None,
+        weights: Optional[np.ndarray] = None,
         *,
         compute_dtype=None,
-        batch_buckets: Sequence[int] = (1, 2, 4, 8),
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
         candidate_buckets: Sequence[int],
         max_rows_per_call: Optional[int] = None,
         store: Optional[ProgramStore] = None,
     ):
+        """``table`` (the stacked embedding table [rows, D]), ``entities`` (the id hashes by
+        entity) and ``weights`` (the blend of action probabilities [A]) are what ``rank``
+        needs besides the model; an engine built without them only ``score``s."""
+        given = [x is not None for x in (table, entities, weights)]
+        if any(given) and not all(given):
+            raise ValueError(
+                "DeviceRanker: table, entities and weights go together (rank needs all three); "
+                "give none of them for an engine that only scores hashed features"
+            )
         self.dtype = compute_dtype or default_compute_dtype()
         self.config = dataclasses.replace(config, fprop_dtype=self.dtype)
         self.batch_buckets = tuple(sorted(batch_buckets))
@@ -116,19 +168,21 @@ class DeviceRanker:
         self.shape = kernels.AttentionShape.of(config)
         self.weights = {
             "params": jax.device_put(params),  # moved once, not with every call
-            "table": jnp.asarray(table, jnp.float32),  # [rows, D], resident on the device
             **kernels.ranker_weights(params, config, self.dtype)._asdict(),
-            "blend": jnp.asarray(weights, jnp.float32),  # [A]
         }
-        self._context_tokens = _model_method(self.config, "build_context_inputs")
+        if table is not None:
+            self.weights["table"] = jnp.asarray(table, jnp.float32)  # [rows, D], on the device
+            self.weights["blend"] = jnp.asarray(weights, jnp.float32)  # [A]
+        self._context_tokens = context_tokens_program(self.config)
         self._hash = Program("ranker_hash", self._hash_fn, store, x64=True)
-        # What shapes the ranking program besides its inputs (the config is the store's).
+        # What shapes the ranking programs besides their inputs (the config is the store's).
         settings = {
             "dtype": jnp.dtype(self.dtype).name,
             "chunk": self.chunk,
             "max_rows": self.max_rows,
         }
         self._rank = Program("ranker", self._rank_fn, store, settings=settings)
+        self._score = Program("ranker_scores", self._score_fn, store, settings=settings)
 
     # -- programs ------------------------------------------------------------------------
 
@@ -167,14 +221,9 @@ class DeviceRanker:
             candidate_post_embeddings=None,
             candidate_author_embeddings=None,
         )
-        tokens, mask = self._context_tokens(weights["params"], context, context_emb)  # [B,T,D]
-        rotation = kernels.rope_rotation(
-            kernels.context_positions(mask, self.config), self.shape.key_size
-        )
-        cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
-
         candidates = self._candidate_inputs(hashed, inputs, lookup)
-        logits = self._score_candidates(weights, cache, mask, candidates)  # [B, C, A]
+        # the continuous predictions are not served: XLA drops their computation
+        logits, _ = self._passes(weights, context, context_emb, candidates, model_padding=False)
         probs = jax.nn.sigmoid(logits)  # [B, C, A]
         blended = jnp.dot(probs, weights["blend"])  # [B, C]
         blended = jnp.where(candidates.valid, blended, -jnp.inf)  # padding sorts last
@@ -195,11 +244,42 @@ class DeviceRanker:
             author_embeddings=lookup(hashed["candidate_author"][1]),  # [B, C, nA, D]
         )
 
-    def _score_candidates(self, weights, cache, context_mask, candidates: kernels.CandidateInputs):
-        """Logits [B, C, A], candidates in chunks and users in groups of at most max_rows."""
+    def _score_fn(self, weights, context, context_emb, candidates: kernels.CandidateInputs):
+        """The model's outputs for every candidate, padding candidates included."""
+        return self._passes(weights, context, context_emb, candidates, model_padding=True)
+
+    def _passes(
+        self,
+        weights,
+        context: RecsysBatch,
+        context_emb: RecsysEmbeddings,
+        candidates: kernels.CandidateInputs,
+        *,
+        model_padding: bool,
+    ):
+        """Logits [B, C, A] and continuous predictions [B, C, N]: the context pass once, then
+        every candidate against its kv cache.
+
+        ``model_padding``: padding candidates (hash 0) get the model's RoPE position too (0
+        when right-anchored), so their outputs equal the model's; ranking drops them, and
+        keeps its candidate rotation a constant of the program.
+        """
+        tokens, mask = self._context_tokens(weights["params"], context, context_emb)  # [B,T,D]
+        rotation = kernels.rope_rotation(
+            kernels.context_positions(mask, self.config), self.shape.key_size
+        )
+        cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
+        return self._score_candidates(weights, cache, mask, candidates, model_padding)
+
+    def _score_candidates(
+        self, weights, cache, context_mask, candidates: kernels.CandidateInputs, model_padding
+    ):
+        """(logits, continuous), candidates in chunks and users in groups of at most
+        ``users_per_pass``."""
         users, count = candidates.valid.shape
         chunk = min(count, self.chunk)
-        group = users if self.max_rows is None else max(1, min(users, self.max_rows // chunk))
+        limit = self.users_per_pass(count)
+        group = users if limit is None else min(users, limit)
         rows_out = []
         for u in range(0, users, group):
             take = lambda x, u=u: x[u : u + group]  # noqa: E731
@@ -210,22 +290,29 @@ class DeviceRanker:
                     *(x[u : u + group, start : start + chunk] for x in candidates)
                 )
                 chunks.append(
-                    self._score_chunk(weights, group_cache, take(context_mask), part, start)
+                    self._score_chunk(
+                        weights, group_cache, take(context_mask), part, start, model_padding
+                    )
                 )
-            rows_out.append(jnp.concatenate(chunks, axis=1))
-        return jnp.concatenate(rows_out, axis=0)
+            rows_out.append([jnp.concatenate(outputs, axis=1) for outputs in zip(*chunks)])
+        return tuple(jnp.concatenate(outputs, axis=0) for outputs in zip(*rows_out))
 
-    def _score_chunk(self, weights, cache, context_mask, part: kernels.CandidateInputs, start: int):
+    def _score_chunk(
+        self, weights, cache, context_mask, part: kernels.CandidateInputs, start, model_padding
+    ):
         granularity = self.config.post_age_granularity_mins
         tokens = kernels.candidate_tokens(part, weights["candidates"], granularity).astype(
             self.dtype
         )
         rotation = self._candidate_rotation(part.valid.shape[1], start)
+        if model_padding and self.config.right_anchored_rope:
+            rotation = padding_at_position_zero(rotation, part.valid)
         h = kernels.candidate_layers(
             tokens, part.valid, rotation, context_mask, cache, weights["layers"], self.shape
         )
         h = rms_normalize(h, weights["final_norm"]).astype(jnp.float32)  # [B, c, D]
-        return jnp.dot(h, weights["unembed"])  # [B, c, A]
+        logits = jnp.dot(h, weights["unembed"])  # [B, c, A]
+        return logits, jax.nn.sigmoid(jnp.dot(h, weights["continuous"]))  # [B, c, N]
 
     def _candidate_rotation(self, width: int, start: int) -> kernels.Rotation:
         """cos/sin of candidate positions as constants of the program.
@@ -243,7 +330,7 @@ class DeviceRanker:
             rotation = kernels.rope_rotation(jnp.asarray(positions), self.shape.key_size)
         return kernels.Rotation(np.asarray(rotation.cos), np.asarray(rotation.sin))
 
-    # -- host side -----------------------------------------------------------------------
+    # -- host side: buckets, raw ids --------------------------------------------------------
 
     def padded_shape(self, users: int, candidates: int) -> tuple[int, int]:
         """(batch bucket, candidate width) a batch of this size is padded to."""
@@ -252,9 +339,17 @@ class DeviceRanker:
             width = -(-candidates // self.chunk) * self.chunk
         return bucket_for(users, self.batch_buckets), width
 
+    def users_per_pass(self, width: int) -> Optional[int]:
+        """Users whose candidates a chunk pass scores together when ``width`` candidates are
+        padded to: ``max_rows`` rows at most, one user at least; None without a row limit."""
+        if self.max_rows is None:
+            return None
+        return max(1, self.max_rows // min(width, self.chunk))
+
     def rank(self, batch) -> RankedBatch:
         """Rank every user's candidates; ``batch`` (the ranker's padded request batch, module
         note above) must already be padded to a bucket shape."""
+        self._check_ranks_raw_ids()
         hashed = self._hash(*id_inputs(batch))
         order, scores, probs = self._rank(self.weights, hashed, feature_inputs(batch))
         return RankedBatch(np.asarray(order), np.asarray(scores), np.asarray(probs))
@@ -263,6 +358,7 @@ class DeviceRanker:
         """Load (or compile) both programs for every (batch bucket, candidate bucket), from
         shapes alone: nothing runs. ``empty_batch(users, candidates)`` is an all-padding
         request batch of that shape. Returns how many buckets."""
+        self._check_ranks_raw_ids()
         batches = [
             empty_batch(users, width)
             for users in self.batch_buckets
@@ -274,6 +370,108 @@ class DeviceRanker:
             [(self._rank, (self.weights, h, feature_inputs(b))) for h, b in zip(hashed, batches)]
         )
         return len(batches)
+
+    def _check_ranks_raw_ids(self) -> None:
+        if "table" not in self.weights:
+            raise ValueError(
+                "this DeviceRanker was built without an embedding table, entity hashes and "
+                "blend weights: it scores hashed features (score) but cannot rank raw ids"
+            )
+
+    # -- host side: hashed features ------------------------------------------------------
+
+    def score(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> RankingScores:
+        """Logits and continuous predictions for every candidate of every user.
+
+        ``batch`` may hold any number of users (split into calls of at most the largest batch
+        bucket) and any number of candidates (padded as ``padded_shape`` says).
+        """
+        users = np.shape(batch.user_hashes)[0]
+        count = np.shape(batch.candidate_post_hashes)[1]
+        pending = []  # dispatch every call before reading any: they run asynchronously
+        for rows, pad_to in batch_slices(users, self.batch_buckets):
+            inputs = self._score_inputs(*take_users(batch, emb, rows), pad_to)
+            pending.append((self._score(self.weights, *inputs), rows.stop - rows.start))
+        if not pending:  # no users
+            return RankingScores(
+                np.zeros((0, count, self.weights["unembed"].shape[1]), np.float32),
+                np.zeros((0, count, self.weights["continuous"].shape[1]), np.float32),
+            )
+        logits = np.concatenate([np.asarray(lg)[:n, :count] for (lg, _), n in pending])
+        continuous = np.concatenate([np.asarray(ct)[:n, :count] for (_, ct), n in pending])
+        return RankingScores(logits, continuous)
+
+    def _score_inputs(self, batch: RecsysBatch, emb: RecsysEmbeddings, rows: int):
+        """(context, context embeddings, candidates) of the score program, padded to ``rows``
+        users and the candidate width ``padded_shape`` gives."""
+        _, width = self.padded_shape(rows, np.shape(batch.candidate_post_hashes)[1])
+        return (
+            *self._context_features(batch, emb, rows),
+            self._candidate_features(batch, emb, rows, width),
+        )
+
+    def _context_features(self, batch: RecsysBatch, emb: RecsysEmbeddings, rows: int):
+        """User and history fields padded to ``rows`` users; candidate fields left out."""
+
+        def pad(x, dtype):
+            return pad_axis(np.asarray(x, dtype), 0, rows)
+
+        continuous = batch.history_continuous_actions
+        if continuous is None:  # zeros are what the model uses for None (dwell 0 s)
+            users, seq = np.shape(batch.history_product_surface)
+            continuous = np.zeros((users, seq, self.config.num_continuous_actions), np.float32)
+        context = RecsysBatch(
+            user_hashes=pad(batch.user_hashes, np.int32),
+            history_post_hashes=pad(batch.history_post_hashes, np.int32),
+            history_author_hashes=pad(batch.history_author_hashes, np.int32),
+            history_actions=pad(batch.history_actions, np.float32),
+            history_product_surface=pad(batch.history_product_surface, np.int32),
+            candidate_post_hashes=None,
+            candidate_author_hashes=None,
+            candidate_product_surface=None,
+            history_continuous_actions=pad(continuous, np.float32),
+            candidate_impr_ts=None,
+            candidate_post_creation_ts=None,
+            user_ip_hashes=None,
+        )
+        context_emb = RecsysEmbeddings(
+            user_embeddings=pad(emb.user_embeddings, np.float32),
+            history_post_embeddings=pad(emb.history_post_embeddings, np.float32),
+            history_author_embeddings=pad(emb.history_author_embeddings, np.float32),
+            candidate_post_embeddings=None,
+            candidate_author_embeddings=None,
+        )
+        return context, context_emb
+
+    def _candidate_features(
+        self, batch: RecsysBatch, emb: RecsysEmbeddings, rows: int, width: int
+    ) -> kernels.CandidateInputs:
+        """Every candidate of every user, padded to ``rows`` x ``width``."""
+
+        def pad(x, dtype):
+            return pad_axis(pad_axis(np.asarray(x, dtype), 1, width), 0, rows)
+
+        post_hashes = np.asarray(batch.candidate_post_hashes)  # [B, C, nI]
+        impr, created = batch.candidate_impr_ts, batch.candidate_post_creation_ts
+        if impr is None or created is None:  # timestamp 0 = unknown age, as the model's None
+            impr = created = np.zeros(post_hashes.shape[:2], np.int32)
+        return kernels.CandidateInputs(
+            valid=pad(post_hashes[:, :, 0] != 0, bool),
+            product_surface=pad(batch.candidate_product_surface, np.int32),
+            impr_ts=pad(impr, np.int32),
+            creation_ts=pad(created, np.int32),
+            post_embeddings=pad(emb.candidate_post_embeddings, np.float32),
+            author_embeddings=pad(emb.candidate_author_embeddings, np.float32),
+        )
+
+    def warm_up_score(self) -> int:
+        """Load (or compile) the program of ``score`` for every (batch bucket, candidate
+        bucket), from example inputs: nothing runs. Returns how many buckets."""
+        buckets = [(u, w) for u in self.batch_buckets for w in self.candidate_buckets]
+        examples = [(users, example_inputs(self.config, users, w)) for users, w in buckets]
+        args = [(self.weights, *self._score_inputs(*ex, users)) for users, ex in examples]
+        prepare_all([(self._score, a) for a in args])
+        return len(buckets)
 
 
 def id_inputs(batch) -> tuple[np.ndarray, ...]:

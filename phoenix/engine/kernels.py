@@ -149,6 +149,7 @@ class RankerWeights(NamedTuple):
     candidates: CandidateTables
     final_norm: jax.Array  # [D] float32
     unembed: jax.Array  # [D, A] float32
+    continuous: jax.Array  # [D, N] float32
 
 
 def ranker_weights(params, config: PhoenixModelConfig, dtype) -> RankerWeights:
@@ -157,6 +158,7 @@ def ranker_weights(params, config: PhoenixModelConfig, dtype) -> RankerWeights:
         candidate_tables(params, config),
         jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32),
         jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32),
+        jnp.asarray(params["phoenix_model"]["continuous_unembeddings"], jnp.float32),
     )
 
 

@@ -29,10 +29,11 @@ from phoenix.engine.batching import (
     batch_slices,
     bucket_for,
     default_compute_dtype,
+    example_inputs,
     pad_axis,
+    take_users,
 )
 from phoenix.engine.programs import Program, ProgramStore
-from phoenix.engine.ranking import _take_users, example_inputs
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.recsys_retrieval_model import (
     INF,
@@ -302,7 +303,7 @@ class RetrievalEngine:
         for rows, pad_to in batch_slices(
             np.asarray(batch.user_hashes).shape[0], self.batch_buckets
         ):
-            sub_b, sub_e = _take_users(batch, emb, rows)
+            sub_b, sub_e = take_users(batch, emb, rows)
             # The user tower reads no candidate or optional field: give it one fixed
             # structure (dtype and shape) so that warm-up compiles what serving runs.
             sub_b = RecsysBatch(

@@ -25,9 +25,8 @@ from typing import Optional
 import numpy as np
 
 from phoenix.config import ArtifactConfig
-from phoenix.engine.device_ranking import REFERENCE_TIME
 from phoenix.hashing import hash_ids
-from phoenix.recsys_model import POST_AGE_MAX_MINUTES
+from phoenix.recsys_model import POST_AGE_MAX_MINUTES, REFERENCE_TIME
 from phoenix.training.synthetic import DAY, Impressions, World, positive_mask
 
 

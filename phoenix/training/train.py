@@ -33,9 +33,9 @@ import optax
 from phoenix import checkpoint
 from phoenix.artifacts import random_params, stream
 from phoenix.config import ArtifactConfig
-from phoenix.engine.device_ranking import NUM_CONTINUOUS
 from phoenix.recsys_model import (
     DWELL_TIME_INDEX,
+    NUM_CONTINUOUS,
     NormConfig,
     RecsysBatch,
     RecsysEmbeddings,

@@ -1,4 +1,5 @@
-"""The cached-context engine equals the plain model, whatever the chunking or batching.
+"""The cached-context engine (``DeviceRanker.score``) equals the plain model, whatever the
+chunking or batching.
 
 In the slow tier because every test builds a 3-layer model with random weights, runs the plain
 Haiku model op by op and compiles the engine's programs for several buckets (3-15 s each on a
@@ -12,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phoenix.engine import RankingEngine, example_inputs
+from phoenix.engine import DeviceRanker, example_inputs
+from phoenix.engine.batching import take_users
 from tests.small_models import small_ranker, small_transformer
 
 CASES = {
@@ -58,7 +60,7 @@ def build(case, candidates=23, layers=3):
 def test_engine_equals_plain_model(case, buckets):
     config, f, params, b, e = build(case)
     ref = f.apply(params, b, e)
-    engine = RankingEngine(config, params, batch_buckets=(1, 2), candidate_buckets=buckets)
+    engine = DeviceRanker(config, params, batch_buckets=(1, 2), candidate_buckets=buckets)
     out = engine.score(b, e)
     valid = np.asarray(b.candidate_post_hashes)[:, :, 0] != 0
     np.testing.assert_allclose(out.logits[valid], np.asarray(ref.logits)[valid], atol=1e-4)
@@ -67,18 +69,16 @@ def test_engine_equals_plain_model(case, buckets):
 
 def test_scores_do_not_depend_on_batch_mates():
     config, f, params, b, e = build("gqa_anchored")
-    engine = RankingEngine(config, params, batch_buckets=(1, 4), candidate_buckets=(8, 32))
+    engine = DeviceRanker(config, params, batch_buckets=(1, 4), candidate_buckets=(8, 32))
     together = engine.score(b, e).logits
-    from phoenix.engine.ranking import _take_users
-
     for row in range(3):
-        alone = engine.score(*_take_users(b, e, slice(row, row + 1))).logits
+        alone = engine.score(*take_users(b, e, slice(row, row + 1))).logits
         np.testing.assert_allclose(alone[0], together[row], atol=1e-5)
 
 
 def test_zero_candidates():
     config, f, params, b, e = build("mha", candidates=1)
-    engine = RankingEngine(config, params, batch_buckets=(4,), candidate_buckets=(8,))
+    engine = DeviceRanker(config, params, batch_buckets=(4,), candidate_buckets=(8,))
     b0 = b._replace(
         candidate_post_hashes=np.zeros((3, 0, 2), np.int32),
         candidate_author_hashes=np.zeros((3, 0, 2), np.int32),
@@ -99,34 +99,44 @@ def test_zero_candidates():
 
 def test_warm_up_compiles_every_bucket_then_nothing_new():
     config, f, params, b, e = build("mha", layers=1)
-    engine = RankingEngine(config, params, batch_buckets=(1, 2), candidate_buckets=(4, 8))
-    assert engine.warm_up() == 4
-    jitted = [
-        engine._context_inputs_jit,
-        engine._context_layers_jit,
-        engine._candidate_rotation,
-        engine._score_chunk,
-    ]
-    before = [fn._cache_size() for fn in jitted]
-    assert all(count >= 1 for count in before)
-    engine.score(b, e)  # 3 users -> 2 calls (2 + 1), 23 candidates -> chunks of 8
-    # absent optional features reuse the same compiled functions
+    engine = DeviceRanker(config, params, batch_buckets=(1, 2), candidate_buckets=(4, 8, 32))
+    assert engine.warm_up_score() == 6
+    assert engine._score.compiled == 6
+    engine.score(b, e)  # 3 users -> 2 calls (2 + 1), 23 candidates -> width 32, chunks of 32
+    engine.score(*take_users(b, e, slice(0, 1)))  # 1 user
+    cut = lambda x: x[:, :3]  # noqa: E731  3 candidates -> width 4
+    engine.score(
+        b._replace(
+            candidate_post_hashes=cut(b.candidate_post_hashes),
+            candidate_author_hashes=cut(b.candidate_author_hashes),
+            candidate_product_surface=cut(b.candidate_product_surface),
+            candidate_impr_ts=cut(b.candidate_impr_ts),
+            candidate_post_creation_ts=cut(b.candidate_post_creation_ts),
+        ),
+        type(e)(
+            **{
+                **e.__dict__,
+                "candidate_post_embeddings": cut(e.candidate_post_embeddings),
+                "candidate_author_embeddings": cut(e.candidate_author_embeddings),
+            }
+        ),
+    )
+    # absent optional features reuse the same compiled programs
     engine.score(
         b._replace(
             history_continuous_actions=None, candidate_impr_ts=None, candidate_post_creation_ts=None
         ),
         e,
     )
-    assert [fn._cache_size() for fn in jitted] == before
+    assert engine._score.compiled == 6
 
 
-def test_row_limit_splits_users_into_smaller_calls_with_the_same_scores():
+def test_row_limit_groups_users_inside_the_call_with_the_same_scores():
     config, f, params, b, e = build("mqa")
     kwargs = dict(batch_buckets=(1, 2, 4), candidate_buckets=(8, 32))
-    wide = RankingEngine(config, params, max_rows_per_call=10**6, **kwargs)
-    narrow = RankingEngine(config, params, max_rows_per_call=32, **kwargs)
-    assert wide.users_per_call(23) == 4
-    assert narrow.users_per_call(23) == 1  # 23 candidates -> width 32: one user per call
-    assert narrow.users_per_call(5) == 4  # width 8: 4 x 8 rows fit
-    assert narrow.warm_up() == 4  # width 8 with 1, 2, 4 users; width 32 with 1
+    wide = DeviceRanker(config, params, max_rows_per_call=10**6, **kwargs)
+    narrow = DeviceRanker(config, params, max_rows_per_call=32, **kwargs)
+    assert wide.users_per_pass(32) >= 4
+    assert narrow.users_per_pass(32) == 1  # 23 candidates -> width 32: one user per pass
+    assert narrow.users_per_pass(8) == 4  # width 8: 4 x 8 rows fit
     np.testing.assert_allclose(narrow.score(b, e).logits, wide.score(b, e).logits, atol=1e-5)

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from phoenix.artifacts import generate
-from phoenix.engine import RankingEngine
+from phoenix.engine import DeviceRanker
 from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
+from phoenix.serving.services.ranker import empty_request_batch
 from tests.plain_models import ranker_features
 
 WEIGHTS = {"favorite": 1.0, "reply": 13.5, "repost": 1.0}
@@ -68,8 +69,9 @@ def test_device_hashing_equals_numpy_hashing_at_the_edges(resources, entity):
 
 
 def host_path_ranking(resources, ranker, requests):
-    """Host hashing + RankingEngine + numpy blend and sort (the path served before)."""
-    engine = RankingEngine(
+    """Host hashing + ``DeviceRanker.score`` of the hashed features + numpy blend and sort
+    (the path served before)."""
+    engine = DeviceRanker(
         resources.config.ranker_config(),
         resources.artifacts.ranker_params,
         compute_dtype=jnp.float32,
@@ -131,3 +133,13 @@ def test_candidate_isolation_a_score_ignores_the_other_candidates(resources, ran
         return out["scores"][0, list(out["ranked_post_ids"][0]).index(kept)]
 
     np.testing.assert_allclose(score_of_kept(first), score_of_kept(second), rtol=TOL, atol=TOL)
+
+
+def test_an_engine_built_without_table_scores_but_refuses_to_rank(resources):
+    config = resources.config.ranker_config()
+    params = resources.artifacts.ranker_params
+    engine = DeviceRanker(config, params, candidate_buckets=(8,))
+    with pytest.raises(ValueError, match="cannot rank raw ids"):
+        engine.rank(empty_request_batch(resources.config, 1, 8))
+    with pytest.raises(ValueError, match="go together"):
+        DeviceRanker(config, params, resources.embedder.table, candidate_buckets=(8,))

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phoenix.engine import RankingEngine, RetrievalEngine
+from phoenix.engine import DeviceRanker, RetrievalEngine
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
@@ -96,7 +96,7 @@ def test_ranker_model_and_engine_reproduce_logits(golden):
     batch, emb = inputs(golden)
     out = f.apply(p, batch, emb)
     np.testing.assert_allclose(np.asarray(out.logits), golden["expected/ranker_logits"], atol=TOL)
-    engine = RankingEngine(ranker, p, batch_buckets=(4,), candidate_buckets=(2, 4))
+    engine = DeviceRanker(ranker, p, batch_buckets=(4,), candidate_buckets=(2, 4))
     scores = engine.score(batch, emb)
     np.testing.assert_allclose(scores.logits, golden["expected/ranker_logits"], atol=TOL)
     np.testing.assert_allclose(

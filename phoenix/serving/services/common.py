@@ -28,9 +28,8 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 
 from phoenix.checkpoint import Artifacts, load_artifacts
-from phoenix.engine.device_ranking import NUM_CONTINUOUS
 from phoenix.engine.programs import ProgramStore
-from phoenix.recsys_model import DWELL_TIME_INDEX
+from phoenix.recsys_model import DWELL_TIME_INDEX, NUM_CONTINUOUS
 from phoenix.serving.contracts import contract
 from phoenix.serving.requests import InputError, parse
 
