@@ -3,7 +3,7 @@
 Written to run unchanged in an older checkout too, for side-by-side release comparisons:
 
     .venv/bin/python bench/ab_ranker_service.py artifacts/demo
-    (cd ../old-checkout && PYTHONPATH=. ../old-checkout/.venv/bin/python \\
+    (cd OLD_CHECKOUT && PYTHONPATH=. .venv/bin/python \\
         /path/to/bench/ab_ranker_service.py /path/to/artifacts/demo)
 
 Run the two alternately (old, new, old, new) so that load from other work hits both alike.

@@ -58,6 +58,7 @@ from phoenix.command_line import command_parser
 from phoenix.serving.client import connect
 from phoenix.serving.inprocess import InProcessModels
 from phoenix.serving.triton_server import TritonServer
+from phoenix.testing.results import shown_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -268,8 +269,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine_info(),
         "settings": {
-            "artifacts": str(args.artifacts),
-            "model_repository": str(args.model_repository),
+            "artifacts": shown_path(args.artifacts),
+            "model_repository": shown_path(args.model_repository),
             "device": args.device,
             "concurrency": args.concurrency,
             "window_requests": args.window_requests,
