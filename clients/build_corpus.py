@@ -97,10 +97,9 @@ def parse_args(argv: Optional[Sequence[str]]):
         metavar="NAME",
         help="corpus file name inside ARTIFACTS (default: corpus-<posts file stem>.npz)",
     )
-    target.add_argument(
-        "--store",
-        type=Path,
-        metavar="DIR",
+    cli.add_store_arg(
+        target,
+        required=False,
         help="write a corpus store directory DIR (a path) instead of a .npz file",
     )
     parser.add_argument(

@@ -146,6 +146,13 @@ def add_user_args(parser: argparse.ArgumentParser, candidates: bool = False) -> 
         )
 
 
+def add_store_arg(
+    parser, required: bool = True, help: str = "the corpus store directory (a path)"
+) -> None:
+    """--store DIR: a corpus store directory, one kind of value in every command."""
+    parser.add_argument("--store", type=Path, required=required, metavar="DIR", help=help)
+
+
 def add_check_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from pathlib import Path
 from typing import Optional
 
 from clients import cli
@@ -34,13 +33,7 @@ KEEP = object()
 
 def parse_args(argv):
     parser = cli.docstring_parser(__file__, __doc__, EXIT_CODES_HELP)
-    parser.add_argument(
-        "--store",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="the corpus store directory (a path)",
-    )
+    cli.add_store_arg(parser)
     parser.add_argument(
         "--window",
         type=cli.parse_duration,

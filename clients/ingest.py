@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from pathlib import Path
 from typing import BinaryIO, Optional
 
 from tqdm import tqdm
@@ -66,13 +65,7 @@ def parse_args(argv):
         exit_codes=EXIT_CODES_HELP,
     )
     parser.add_argument("input", metavar="FILE", help="JSON lines file, or - for standard input")
-    parser.add_argument(
-        "--store",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="the corpus store directory (a path)",
-    )
+    cli.add_store_arg(parser)
     parser.add_argument(
         "--create", action="store_true", help="create the store if DIR holds none yet"
     )
