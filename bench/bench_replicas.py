@@ -98,7 +98,7 @@ def balance(args, proxy: Proxy, replicas: list[Replica], user: str, work: Path) 
         finish_locust(process)
     served = {r.name: r.successes() - before[r.name] for r in replicas}
     total = sum(served.values()) or 1
-    requests, failures = locust_totals(Path(f"{prefix}_stats.csv"))
+    requests, failures = locust_totals(prefix)
     return {
         "user": user,
         "locust_requests": requests,
@@ -144,7 +144,7 @@ def stop_one(args, proxy: Proxy, replicas: list[Replica], work: Path, name: str)
         if controller:
             controller.halt.set()
             controller.join()
-    requests, failures = locust_totals(Path(f"{prefix}_stats.csv"))
+    requests, failures = locust_totals(prefix)
     kinds = failure_kinds(Path(f"{prefix}_failures.csv"))
     removed = [round(t - termed, 2) for t, ready in (controller.changes if controller else [])]
     return {

@@ -182,7 +182,7 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
             locust.wait(max(1.0, args.load_seconds + 60 - (time.monotonic() - started)))
         finally:
             finish_locust(locust)
-        requests, failures = locust_totals(Path(f"{prefix}_stats.csv"))
+        requests, failures = locust_totals(prefix)
         row.update(requests=requests, failures=failures)
         row["requests_per_s"] = round(requests / args.load_seconds, 1)
         return row

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import gevent
 import numpy as np
@@ -39,6 +39,7 @@ from phoenix.command_line import command_parser
 from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
 from phoenix.serving.contracts import contract
 from phoenix.serving.ensemble import next_step_inputs, passed_on_history
+from phoenix.testing.locust_runs import TOTALS_SUFFIX, Totals, read_totals
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,12 +52,6 @@ FILTERED_SHARE = 0.5  # recommend requests carrying the feed policy's filters
 NORM_TOLERANCE = 1e-3
 
 Check = Callable[[Mapping[str, np.ndarray]], Optional[str]]
-TOTALS_SUFFIX = "_totals.json"  # beside Locust's CSV files
-
-
-class Totals(NamedTuple):
-    requests: int
-    failures: int
 
 
 # ----------------------------------------------------------------------------------------
@@ -546,15 +541,6 @@ def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
 
 def totals_file(results: Path) -> Path:
     return results / f"locust{TOTALS_SUFFIX}"
-
-
-def read_totals(path: Path) -> Optional[Totals]:
-    """The totals Locust saved at its exit, or None when it saved none (it did not finish)."""
-    try:
-        saved = json.loads(path.read_text())
-        return Totals(int(saved["requests"]), int(saved["failures"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def closing_line(totals: Optional[Totals], exit_code: int) -> str:

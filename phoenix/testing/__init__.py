@@ -1,5 +1,5 @@
 """The harness the tests and the benchmarks share (imported by module; this package file
-imports nothing, so each module costs only its own imports):
+imports only pathlib, for REPO_ROOT, so each module costs only its own imports):
 
 - polling: ``wait_until`` a condition holds, with a bound;
 - processes: a command in a session of its own, output to a log file, stopped as a group;
@@ -14,3 +14,7 @@ imports nothing, so each module costs only its own imports):
 - perf_analyzer: Triton's perf_analyzer taken out of the tritonclient 2.51 wheel;
 - gpu_payload, gpu_machine: what a bare GPU machine lacks, packed here and set up there.
 """
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout this harness runs from

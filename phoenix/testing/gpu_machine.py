@@ -28,13 +28,21 @@ import tarfile
 from pathlib import Path
 
 from phoenix.command_line import command_parser
+from phoenix.testing import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The payload's parts (gpu_payload.py writes them) and where pytriton's server lies in a
+# site-packages: written here once, since this module may import nothing but the standard library.
+SERVER_ARCHIVE = "server.tar.xz"
+WHEELS_DIR = "wheels"
+PERF_ANALYZER_DIR = "perf_analyzer"
+SERVER_ROOT = "pytriton/tritonserver"
+SERVER_MARKER = f"{SERVER_ROOT}/bin/tritonserver"
+STUBS = f"{SERVER_ROOT}/python_backend_stubs"
+BUNDLED_LIBS = "nvidia_pytriton.libs"
 PTH_NAME = "phoenix-checkout.pth"
 PERF_ANALYZER_LIBS = Path(sys.prefix) / "perf_analyzer-libs"
-# link name -> pattern of pytriton's bundled copy in nvidia_pytriton.libs
+# link name -> pattern of pytriton's bundled copy in BUNDLED_LIBS
 BUNDLED_LIBRARIES = {"libcudart.so.12": "libcudart-*.so.12*", "libb64.so.0d": "libb64-*.so.0d"}
-SERVER_MARKER = "pytriton/tritonserver/bin/tritonserver"
 
 
 class SetupError(RuntimeError):
@@ -101,7 +109,7 @@ def install_perf_analyzer(wheel_folder: Path, dest: Path) -> Path:
 
 def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[Path]:
     """Links named as perf_analyzer asks for them, to pytriton's bundled copies."""
-    bundled = site / "nvidia_pytriton.libs"
+    bundled = site / BUNDLED_LIBS
     dest.mkdir(parents=True, exist_ok=True)
     links = []
     for name, pattern in BUNDLED_LIBRARIES.items():
@@ -117,18 +125,18 @@ def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[
 
 def set_up(payload: Path) -> None:
     site = site_packages()
-    for part in ("server.tar.xz", "wheels", "perf_analyzer"):
+    for part in (SERVER_ARCHIVE, WHEELS_DIR, PERF_ANALYZER_DIR):
         if not (payload / part).exists():
             raise SetupError(
                 f"{payload / part} is missing: build the payload with make gpu-payload"
             )
-    installed = install_wheels(payload / "wheels")
+    installed = install_wheels(payload / WHEELS_DIR)
     print(f"  wheels installed: {', '.join(installed) or 'none needed'}")
-    unpacked = unpack_server(payload / "server.tar.xz", site)
+    unpacked = unpack_server(payload / SERVER_ARCHIVE, site)
     print(f"  Triton server files {'unpacked into' if unpacked else 'already in'} {site}")
     print(f"  {link_checkout(site)} -> {REPO_ROOT}")
     binary = install_perf_analyzer(
-        payload / "perf_analyzer", Path(sys.executable).parent / "perf_analyzer"
+        payload / PERF_ANALYZER_DIR, Path(sys.executable).parent / "perf_analyzer"
     )
     links = link_bundled_libraries(site)
     print(f"  {binary}; its libraries in {links[0].parent}")

@@ -25,23 +25,27 @@ import json
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from phoenix.command_line import command_parser
+from phoenix.testing import REPO_ROOT
+from phoenix.testing.gpu_machine import (
+    BUNDLED_LIBS,
+    PERF_ANALYZER_DIR,
+    SERVER_ARCHIVE,
+    SERVER_ROOT,
+    STUBS,
+    WHEELS_DIR,
+    site_packages,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LIMIT_MIB = 60
 TARGET_PYTHON = "3.12"
-SERVER_ARCHIVE = "server.tar.xz"
-WHEELS_DIR = "wheels"
-PERF_ANALYZER_DIR = "perf_analyzer"
 MANIFEST = "manifest.json"
 PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
-STUBS = "pytriton/tritonserver/python_backend_stubs"
 # The stub links the machine's own libpython; pytriton's bundled one (3.13, 30 MiB) is dead weight.
 EXCLUDED_PREFIXES = ("libpython",)
 # Distributions such a machine lacks (it has Python 3.12, JAX with CUDA, numpy 2): Haiku and its
@@ -74,18 +78,14 @@ class PayloadError(RuntimeError):
     """The payload cannot be built, or came out too large."""
 
 
-def site_packages() -> Path:
-    return Path(sysconfig.get_paths()["purelib"])
-
-
 def server_paths(python_version: str) -> tuple[str, ...]:
     """What tritonserver needs at run time, relative to site-packages: one stub only."""
     return (
         "pytriton/__init__.py",
-        "pytriton/tritonserver/bin",
-        "pytriton/tritonserver/backends/python",
+        f"{SERVER_ROOT}/bin",
+        f"{SERVER_ROOT}/backends/python",
         f"{STUBS}/{python_version}",
-        "nvidia_pytriton.libs",
+        BUNDLED_LIBS,
     )
 
 

@@ -1,9 +1,14 @@
 """The project's Locust traffic (loadtest/locustfile.py) run in the background against a
-server, and what it wrote back: the Aggregated totals and the failures by kind."""
+server, and what it wrote back: the Aggregated totals and the failures by kind.
+
+The totals are read from ``{prefix}_totals.json``, which the locustfile writes from
+``stats.total`` when Locust quits (this module is its one reader); Locust's own _stats.csv can
+miss the last requests, so it is only the fallback for runs older than that file."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -11,12 +16,19 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple, Optional
 
+from phoenix.testing import REPO_ROOT
 from phoenix.testing.loadgen import error_kind
-from phoenix.testing.processes import REPO_ROOT
 
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 FINISH_TIMEOUT_S = 90.0
+TOTALS_SUFFIX = "_totals.json"  # beside Locust's CSV files
+
+
+class Totals(NamedTuple):
+    requests: int
+    failures: int
 
 
 def start_locust(
@@ -54,15 +66,30 @@ def finish_locust(process: subprocess.Popen, timeout_s: float = FINISH_TIMEOUT_S
         process.wait()
 
 
-def locust_totals(stats_csv: Path) -> tuple[int, int]:
-    """(requests, failures) of the Aggregated row of Locust's _stats.csv; (0, 0) without one."""
+def read_totals(path: Path) -> Optional[Totals]:
+    """The totals Locust saved at its exit, or None when it saved none (it did not finish)."""
+    try:
+        saved = json.loads(path.read_text())
+        return Totals(int(saved["requests"]), int(saved["failures"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def locust_totals(prefix: Path) -> Totals:
+    """(requests, failures) of the run whose files are at ``prefix``: its saved totals, else
+    the Aggregated row of its _stats.csv (runs from before the totals file); (0, 0) without
+    either."""
+    saved = read_totals(Path(f"{prefix}{TOTALS_SUFFIX}"))
+    if saved is not None:
+        return saved
+    stats_csv = Path(f"{prefix}_stats.csv")
     if not stats_csv.exists():
-        return 0, 0
+        return Totals(0, 0)
     with stats_csv.open(newline="") as handle:
         for row in csv.DictReader(handle):
             if row["Name"] == "Aggregated":
-                return int(row["Request Count"]), int(row["Failure Count"])
-    return 0, 0
+                return Totals(int(row["Request Count"]), int(row["Failure Count"]))
+    return Totals(0, 0)
 
 
 def failure_kinds(failures_csv: Path) -> Counter:

@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from phoenix.serving.triton_server import read_log_tail
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from phoenix.testing import REPO_ROOT
 
 
 class LoggedProcess:

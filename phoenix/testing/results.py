@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from phoenix.testing import REPO_ROOT
 
 
 def shown_path(path: Path) -> str:

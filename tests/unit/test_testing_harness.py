@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from phoenix.serving.supervisor.stubs import is_alive
-from phoenix.testing.locust_runs import failure_kinds, locust_totals
+from phoenix.testing.locust_runs import TOTALS_SUFFIX, failure_kinds, locust_totals
 from phoenix.testing.polling import wait_until
 from phoenix.testing.processes import LoggedProcess
 from phoenix.testing.results import write_results
@@ -132,10 +132,17 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
 
 
 def test_locust_totals_read_the_aggregated_row(tmp_path):
-    stats = write_csv(tmp_path / "s_stats.csv", ["Type", "Name", "Request Count", "Failure Count"],
-                      [["POST", "recommend", 7, 1], ["", "Aggregated", 12, 2]])  # fmt: skip
-    assert locust_totals(stats) == (12, 2)
-    assert locust_totals(tmp_path / "missing.csv") == (0, 0)
+    write_csv(tmp_path / "s_stats.csv", ["Type", "Name", "Request Count", "Failure Count"],
+              [["POST", "recommend", 7, 1], ["", "Aggregated", 12, 2]])  # fmt: skip
+    assert locust_totals(tmp_path / "s") == (12, 2)
+    assert locust_totals(tmp_path / "missing") == (0, 0)
+
+
+def test_locust_totals_prefer_the_totals_locust_saved_at_exit(tmp_path):
+    write_csv(tmp_path / "s_stats.csv", ["Type", "Name", "Request Count", "Failure Count"],
+              [["", "Aggregated", 12, 2]])  # fmt: skip
+    (tmp_path / f"s{TOTALS_SUFFIX}").write_text('{"requests": 15, "failures": 3}\n')
+    assert locust_totals(tmp_path / "s") == (15, 3)  # the CSV missed the last requests
 
 
 def test_locust_failures_are_counted_by_kind(tmp_path):
