@@ -409,19 +409,14 @@ def main():
     encodings = bench_corpus_encodings(encodings_corpus, min_seconds)
     print_table(ranking, matmul, retrieval)
     print_encodings(encodings)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "ranking": ranking,
-                "matmul_gflops": matmul,
-                "retrieval": retrieval,
-                "retrieval_corpus_encodings": encodings,
-            },
-            indent=2,
-        )
-    )
+    results = {
+        "machine": machine(),
+        "ranking": ranking,
+        "matmul_gflops": matmul,
+        "retrieval": retrieval,
+        "retrieval_corpus_encodings": encodings,
+    }
+    write_results(args.out, results)
     print(f"\nwrote {args.out}")
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.retrieval_data import TRAINED, exact_top_k, generator_posts
+from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
 from phoenix.corpus_store.recall import recall_per_user, recall_summary
@@ -122,7 +123,7 @@ def measure_size(size: int, queries: int, work: Path) -> dict:
     started = time.perf_counter()
     world, posts = generator_posts(TRAINED, size)
     embed_s = time.perf_counter() - started
-    history_len = json.loads((TRAINED / "config.json").read_text())["history_seq_len"]
+    history_len = load_config(TRAINED).history_seq_len
     kinds = users_of_kinds(TRAINED, world, queries, history_len)  # {kind: [Q, D]}
     users = np.concatenate([kinds[kind] for kind in KINDS])  # every kind, in turn
     store_dir = work / f"store-{size}"

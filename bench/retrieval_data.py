@@ -59,26 +59,12 @@ def query_users(artifacts: Path, world, count: int, seed: int = 1):
     """Users of one kind (phoenix.training.user_kinds has them all): (unit user vectors
     [Q, D] of the trained user tower, their histories as post rows of
     ``world`` [Q, S]) for ``count`` users of ``world`` who favorited posts of their topics."""
-    from phoenix.serving.batches import batch_type
-    from phoenix.serving.contracts import USER_ENCODER
-    from phoenix.serving.services.common import PhoenixResources
-    from phoenix.serving.services.retrieval import retrieval_engine, user_tower_inputs
+    from phoenix.checkpoint import load_config
+    from phoenix.training.user_kinds import encode_histories
 
-    resources = PhoenixResources(artifacts, ("retrieval", "tables"))
-    config = resources.config
-    users, posts = user_histories(world, count, config.history_seq_len, seed)
-    actions = np.zeros((count, config.history_seq_len, config.num_actions), np.float32)
-    actions[..., config.action_names.index("favorite")] = 1.0
-    batch = batch_type(USER_ENCODER)(
-        user_id=world.user_ids[users],
-        history_post_ids=world.post_ids[posts],
-        history_author_ids=world.author_ids[world.post_author[posts]],
-        history_actions=actions,
-        history_product_surface=np.zeros(posts.shape, np.int32),
-        sent={},
-    )
-    engine = retrieval_engine(resources)
-    return engine.encode_users(*user_tower_inputs(resources, batch)), posts  # [Q, D], [Q, S]
+    history_len = load_config(artifacts).history_seq_len
+    users, posts = user_histories(world, count, history_len, seed)
+    return encode_histories(artifacts, world, world.user_ids[users], posts), posts
 
 
 def recall_at_k(found: list, expected: np.ndarray) -> float:
