@@ -28,6 +28,7 @@ from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import (
+    DEFAULT_READY_TIMEOUT_S,
     LOOPBACK,
     TritonServer,
     TritonServerError,
@@ -39,7 +40,6 @@ from phoenix.serving.triton_server import (
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_MODEL_REPOSITORY = Path("model_repository")
 DEFAULT_BUILD_DIR = Path("build/serve")
-DEFAULT_READY_TIMEOUT_S = 600.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
 # Triton's own exit timeout: after our unloads it only waits for idle HTTP keep-alive
 # connections, which clients never close on their own.

@@ -33,6 +33,8 @@ STUB_NAME = "triton_python_backend_stub"
 # A Triton install to use instead of the wheel's (deploy/image: /opt/tritonserver).
 TRITON_HOME_ENV = "PHOENIX_TRITON_HOME"
 LOOPBACK = "127.0.0.1"
+# How long a start may take to be ready: loading the models (JAX compiles) can take minutes.
+DEFAULT_READY_TIMEOUT_S = 600.0
 # Error lines of a tritonserver log, and the ones every GPU-less machine prints.
 _ERROR_LINE = re.compile(r"^E\d{4} |UNAVAILABLE")
 _HARMLESS_ERROR = re.compile("CudaDriverHelper has not been initialized|Failed to initialize NVML")
@@ -181,7 +183,7 @@ class TritonServer(StartsReady):
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike | None = None,
-        ready_timeout: float = 180.0,
+        ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         self.artifacts_dir = Path(artifacts_dir).resolve() if artifacts_dir else None

@@ -103,7 +103,6 @@ class Proxy:
         self.process: LoggedProcess | None = None
         self.retries = True
         self.lock = threading.Lock()
-        self.reloads = 0
 
     @property
     def conf(self) -> Path:
@@ -147,7 +146,6 @@ class Proxy:
                 self.retries = retries
             self.write(ready)
             self.process.send_signal(signal.SIGHUP)
-            self.reloads += 1
 
     def stop(self) -> None:
         """SIGQUIT (nginx's graceful stop), then SIGKILL to its group past the bound."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from phoenix.serving.triton_server import (
+    DEFAULT_READY_TIMEOUT_S,
     LOOPBACK,
     StartsReady,
     http_get_status,
@@ -23,7 +24,6 @@ from phoenix.serving.triton_server import (
 )
 from phoenix.testing.processes import LoggedProcess
 
-DEFAULT_READY_TIMEOUT_S = 600.0
 DEFAULT_STOP_TIMEOUT_S = 120.0
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 
-from phoenix.serving.triton_server import TritonServer, flags_to_args
-
-DEFAULT_READY_TIMEOUT_S = 600.0
+from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer, flags_to_args
 
 
 def triton_server(

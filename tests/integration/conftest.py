@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving.triton_server import TritonServer
+from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
 from phoenix.testing.triton import start_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
-READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "600"))
+READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", DEFAULT_READY_TIMEOUT_S))
 
 
 def launch_server(repo_dir, artifacts_dir=None, **options) -> TritonServer:

@@ -55,7 +55,6 @@ from phoenix.serving.supervisor.stubs import is_alive
 from phoenix.serving.triton_server import http_get_status
 from phoenix.testing.loadgen import LoadRun, alternating_callers, error_kind, summarize
 from phoenix.testing.polling import wait_until
-from phoenix.testing.processes import LoggedProcess
 from phoenix.testing.serve_process import ServePorts, ServeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -100,30 +99,6 @@ class Served:
     new_ids: set[int]
     server_pid: int = 0
     reference_load_s: float = 0.0  # an operator's load of the retriever, measured here
-
-    @property
-    def process(self) -> LoggedProcess:
-        return self.serve.process
-
-    @property
-    def ports(self) -> ServePorts:
-        return self.serve.ports
-
-    @property
-    def http_url(self) -> str:
-        return self.serve.http_url
-
-    @property
-    def grpc_url(self) -> str:
-        return self.serve.grpc_url
-
-    @property
-    def ready_url(self) -> str:
-        return self.serve.ready_url
-
-    @property
-    def log_path(self) -> Path:
-        return self.serve.log
 
 
 def supervisor_status(served: Served) -> dict:
@@ -229,7 +204,7 @@ def corpus_label(served: Served):
 
 def recommend_load(served: Served, duration_s: float) -> LoadRun:
     inputs = recommend_inputs(load_example_sequence(served.artifacts).to_dict(), top_k=TOP_K)
-    make = alternating_callers(served.http_url, served.grpc_url, "recommend", inputs,
+    make = alternating_callers(served.serve.http_url, served.serve.grpc_url, "recommend", inputs,
                                outputs=["ranked_post_ids"], check=corpus_label(served),
                                timeout_s=60)  # fmt: skip
     # The pause keeps a worker from spinning on instant refusals.
@@ -247,10 +222,10 @@ def user_parameters(config: dict) -> dict:
 
 
 def test_the_generated_key_is_private_and_admin_apis_need_it(served):
-    key_file = served.log_path.parent / "build" / "admin-key"
+    key_file = served.serve.log.parent / "build" / "admin-key"
     assert key_file.stat().st_mode & 0o777 == 0o600
-    http = httpclient.InferenceServerClient(served.http_url)
-    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    http = httpclient.InferenceServerClient(served.serve.http_url)
+    grpc = grpcclient.InferenceServerClient(served.serve.grpc_url)
     try:
         with pytest.raises(InferenceServerException) as refused:
             http.unload_model("ranker")
@@ -274,7 +249,7 @@ def test_the_generated_key_is_private_and_admin_apis_need_it(served):
     finally:
         http.close()
         grpc.close()
-    assert http_get_status(served.ready_url) == 200
+    assert http_get_status(served.serve.ready_url) == 200
 
 
 # ----------------------------------------------------------------------------------------
@@ -286,7 +261,7 @@ def test_corpus_swap_under_load_fails_nothing(served):
     config = served.admin.model_config("retriever")
     config["parameters"]["corpus_file"] = {"string_value": "corpus-b.npz"}
     with pytest.raises(TritonAPIError) as refused:  # the load API needs the admin key
-        TritonAdmin(served.http_url).load_model("retriever", config, timeout=30)
+        TritonAdmin(served.serve.http_url).load_model("retriever", config, timeout=30)
     assert refused.value.status == 403
 
     with recommend_load(served, duration_s=300) as run:
@@ -316,7 +291,7 @@ def test_corpus_swap_under_load_fails_nothing(served):
     # The old stub exits after the new one started: the supervisor must not call that a death,
     # nor the ensemble's reload around its new step an unload.
     assert supervisor_status(served)["events"] == []
-    assert http_get_status(served.ready_url) == 200
+    assert http_get_status(served.serve.ready_url) == 200
 
 
 def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serves(served):
@@ -332,7 +307,7 @@ def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serv
     summary = summarize(run.snapshot())
     assert after == before
     assert summary["failed"] == 0 and summary["ok"] > 0, summary["errors"]
-    assert http_get_status(served.ready_url) == 200
+    assert http_get_status(served.serve.ready_url) == 200
 
 
 # ----------------------------------------------------------------------------------------
@@ -342,7 +317,7 @@ def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serv
 
 def ready_body(served: Served) -> tuple[int | None, dict]:
     try:
-        with urllib.request.urlopen(served.ready_url, timeout=2) as response:
+        with urllib.request.urlopen(served.serve.ready_url, timeout=2) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -351,7 +326,7 @@ def ready_body(served: Served) -> tuple[int | None, dict]:
 def test_readiness_probes_do_not_leak_open_files(served):
     """A load balancer probes /ready for as long as the node lives: every probe asks Triton,
     and the serve process (which runs the supervisor) must not open anything per probe."""
-    serve = psutil.Process(served.process.pid)
+    serve = psutil.Process(served.serve.process.pid)
     for _ in range(10):  # the endpoint's thread makes its Triton clients once
         assert ready_body(served)[0] in (200, 503)
     before = serve.num_fds()
@@ -386,7 +361,7 @@ def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(
     served.admin.load_model("ranker", None, timeout=300)
     if served.admin.model_index()["recommend"][0] != "READY":
         served.admin.load_model("recommend", None, timeout=300)
-    wait_for(lambda: http_get_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
+    wait_for(lambda: http_get_status(served.serve.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
 
 
 # ----------------------------------------------------------------------------------------
@@ -407,9 +382,13 @@ def kill_stub_and_recover(served: Served, model: str) -> dict:
         pid = stub_pid(served, model)
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        detected = wait_for(lambda: http_get_status(served.ready_url) == 503, DETECT_WAIT_S, 0.02)
+        detected = wait_for(
+            lambda: http_get_status(served.serve.ready_url) == 503, DETECT_WAIT_S, 0.02
+        )
         reasons = ready_body(served)[1].get("reasons", [])
-        recovered = wait_for(lambda: http_get_status(served.ready_url) == 200, RECOVERY_WAIT_S, 0.1)
+        recovered = wait_for(
+            lambda: http_get_status(served.serve.ready_url) == 200, RECOVERY_WAIT_S, 0.1
+        )
         time.sleep(AFTER_S)
     outcomes = run.snapshot()
     failures = [o for o in outcomes if not o.ok]
@@ -469,8 +448,10 @@ def sigterm_under_load(served: Served) -> dict:
         time.sleep(WARMUP_S)
         termed = time.monotonic()
         served.serve.terminate()
-        unready = wait_for(lambda: http_get_status(served.ready_url) != 200, DETECT_WAIT_S, 0.02)
-        if served.process.wait_exit(limit_s) is None:
+        unready = wait_for(
+            lambda: http_get_status(served.serve.ready_url) != 200, DETECT_WAIT_S, 0.02
+        )
+        if served.serve.process.wait_exit(limit_s) is None:
             pytest.fail("serve did not exit after SIGTERM")
         exited = time.monotonic()
         time.sleep(0.5)  # let clients see the closed ports
@@ -482,7 +463,7 @@ def sigterm_under_load(served: Served) -> dict:
     figures = {
         "unready_after_s": round(unready - termed, 3),
         "exit_s": round(exited - termed, 2),
-        "exit_code": served.process.returncode,
+        "exit_code": served.serve.process.returncode,
         "in_flight": len(in_flight),
         "in_flight_failed": sum(not o.ok for o in in_flight),
         "during_drain": len(draining),
@@ -504,7 +485,7 @@ def sigterm_under_load(served: Served) -> dict:
 def test_sigterm_under_load_drains_and_exits_0(fresh_served):
     figures = sigterm_under_load(fresh_served)
     report("sigterm", **figures)
-    said = fresh_served.log_path.read_text()
+    said = fresh_served.serve.log.read_text()
     assert figures["exit_code"] == 0, said[-2000:]
     assert "stopped cleanly" in said
 
@@ -514,7 +495,7 @@ def test_sigterm_after_a_heal_exits_non_zero_and_says_why(served):
     loaded a new one beside it), so the stop outlives Triton's exit timeout."""
     figures = sigterm_under_load(served)
     report("sigterm_after_heal", **figures)
-    said = served.log_path.read_text()
+    said = served.serve.log.read_text()
     assert figures["exit_code"] != 0
     assert "the stop outlived" in said and "whose stub died" in said, said[-2000:]
 
@@ -538,9 +519,9 @@ def port_is_free(port: int) -> bool:
 
 def serve_processes(served: Served) -> list[int]:
     """The serve command (under make, or itself), tritonserver and every stub."""
-    launchers = [served.process.pid]
-    if psutil.Process(served.process.pid).name() == "make":
-        launchers = [child.pid for child in psutil.Process(served.process.pid).children()]
+    launchers = [served.serve.process.pid]
+    if psutil.Process(served.serve.process.pid).name() == "make":
+        launchers = [child.pid for child in psutil.Process(served.serve.process.pid).children()]
     stubs = [int(pid) for pid in supervisor_status(served)["stub_pids"]]
     return [*launchers, served.server_pid, *stubs]
 
@@ -558,10 +539,10 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
         pids = serve_processes(served)
         assert len(pids) >= 3, pids  # serve, tritonserver and stubs
         killed = time.monotonic()
-        served.process.send_signal(signal.SIGKILL)  # serve alone: not its process group
-        gone = wait_until(lambda: not left_behind(pids, served.ports), ORPHAN_LIMIT_S)
+        served.serve.process.send_signal(signal.SIGKILL)  # serve alone: not its process group
+        gone = wait_until(lambda: not left_behind(pids, served.serve.ports), ORPHAN_LIMIT_S)
         report("sigkill", processes=len(pids), gone_after_s=gone and round(gone - killed, 2))
-        assert gone is not None, left_behind(pids, served.ports)
+        assert gone is not None, left_behind(pids, served.serve.ports)
 
 
 def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory):
@@ -570,9 +551,9 @@ def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory)
     nothing runs and every port is free."""
     with serving(tiny_artifacts, tmp_path_factory, "sigkill-make", via_make=True) as served:
         pids = serve_processes(served)
-        assert psutil.Process(pids[0]).ppid() == served.process.pid  # make runs serve itself
+        assert psutil.Process(pids[0]).ppid() == served.serve.process.pid  # make runs serve itself
         killed = time.monotonic()
-        served.process.send_signal(signal.SIGKILL)  # make alone: not its process group
-        gone = wait_until(lambda: not left_behind(pids, served.ports), ORPHAN_LIMIT_S)
+        served.serve.process.send_signal(signal.SIGKILL)  # make alone: not its process group
+        gone = wait_until(lambda: not left_behind(pids, served.serve.ports), ORPHAN_LIMIT_S)
         report("sigkill_make", gone_after_s=gone and round(gone - killed, 2))
-        assert gone is not None, left_behind(pids, served.ports)
+        assert gone is not None, left_behind(pids, served.serve.ports)
