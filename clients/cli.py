@@ -278,11 +278,13 @@ def show_feed(
     title: str,
     action_names: Sequence[str],
     check: Callable[..., int],
+    shown: Optional[Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]] = None,
 ) -> int:
-    """Ask ``model``, print ``title`` over its ranked feed, then ``check`` it with --check."""
+    """Ask ``model``, print ``title`` over its ranked feed (``shown(answer)`` where given:
+    what of the answer the table shows), then ``check`` the whole answer with --check."""
     client, served = ask(args, model, arrays)
     print(title + "\n")
-    print(feed_table(served, action_names, rows=args.rows))
+    print(feed_table(shown(served) if shown else served, action_names, rows=args.rows))
     return run_check(args, check, client, arrays, served)
 
 

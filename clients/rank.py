@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.serving.client import feed_table, ranker_inputs
+from phoenix.serving.client import ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -47,10 +47,10 @@ def rank(args) -> int:
     config, user = cli.request_user(args)
     title = f"{len(user['candidate_post_ids'])} candidates of user {user['user_id']}, ranked:"
     arrays = ranker_inputs(user)
-    client, served = cli.ask(args, "ranker", arrays)
-    print(title + "\n")
-    print(feed_table(shown_result(arrays, served), config.action_names, rows=args.rows))
-    return cli.run_check(args, check_ranking, client, arrays, served)
+    return cli.show_feed(
+        args, "ranker", arrays, title, config.action_names, check_ranking,
+        shown=lambda served: shown_result(arrays, served),
+    )  # fmt: skip
 
 
 def shown_result(

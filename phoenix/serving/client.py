@@ -159,7 +159,7 @@ def feed_rows(
     """The first ``rows`` posts of the first user of a ranked result."""
     posts = result["ranked_post_ids"][0]
     scores = result["scores"][0]
-    retrieval = result.get("retrieval_scores", result.get("ranked_retrieval_scores"))
+    retrieval = retrieval_scores(result)
     retrieval = retrieval[0] if retrieval is not None else np.full(len(posts), np.nan)
     probs = result["action_probs"][0]
     out = []
@@ -206,8 +206,17 @@ def feed_table(
     return "\n".join(lines + more_line(result, rows) + empty_feed_line(result))
 
 
+# What a ranked result calls its retrieval scores: recommend's name, the ranker's and the policy's.
+RETRIEVAL_SCORE_NAMES = ("retrieval_scores", "ranked_retrieval_scores")
+
+
+def retrieval_scores(result: Mapping[str, np.ndarray]) -> Optional[np.ndarray]:
+    """The result's retrieval scores under either name, or None when it carries none."""
+    return next((result[name] for name in RETRIEVAL_SCORE_NAMES if name in result), None)
+
+
 def has_retrieval_scores(result: Mapping[str, np.ndarray]) -> bool:
-    return "retrieval_scores" in result or "ranked_retrieval_scores" in result
+    return retrieval_scores(result) is not None
 
 
 def most_posts_by_one_author(result: Mapping[str, np.ndarray], rows: int = 10) -> tuple[int, int]:

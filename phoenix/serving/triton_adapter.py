@@ -94,7 +94,7 @@ class ServiceModel:
             self.service_name, config, args["model_repository"]
         )
         # the served config must tell the truth about the artifacts (clients trust it)
-        check_loaded(services.common.config_parameters(config), settings.artifact_dir)
+        check_loaded(settings.parameters, settings.artifact_dir)
         self.service = services.build_service(settings)
         self.service.warm_up()
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)
@@ -119,13 +119,14 @@ class ServiceModel:
 
     def _response(self, result):
         pb = self.pb
-        if isinstance(result, InputError):  # the request's fault, not the server's
-            self.metrics.count_refused(result.input)
-            error = pb.TritonError(str(result), pb.TritonError.INVALID_ARG)
-            return pb.InferenceResponse(output_tensors=[], error=error)
         if isinstance(result, Exception):
-            self.metrics.count_failed()
-            error = pb.TritonError(str(result), pb.TritonError.INTERNAL)
+            if isinstance(result, InputError):  # the request's fault, not the server's
+                self.metrics.count_refused(result.input)
+                code = pb.TritonError.INVALID_ARG
+            else:
+                self.metrics.count_failed()
+                code = pb.TritonError.INTERNAL
+            error = pb.TritonError(str(result), code)
             return pb.InferenceResponse(output_tensors=[], error=error)
         tensors = [
             pb.Tensor.from_dlpack(name, host_tensor(array, self.output_dtypes[name]))
