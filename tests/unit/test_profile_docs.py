@@ -1,10 +1,12 @@
 """docs/deploy.md's stub counts and GPU memory per stub come from the profiles."""
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from phoenix.serving import profile_docs
+from phoenix.serving.configs import REPOSITORY
 from phoenix.serving.profile_docs import (
     ProfileDocError,
     device_stubs,
@@ -26,8 +28,15 @@ def test_deploy_md_holds_the_block_the_profiles_give():
     assert profile_docs.main(["--check"]) == 0
 
 
+def configured_instances(repository) -> int:
+    """Instances over the instance groups of the generated (CPU profile's) configs."""
+    groups = (re.findall(r"instance_group \{\s*count: (\d+)", config.read_text())
+              for config in repository.glob("*/config.pbtxt"))  # fmt: skip
+    return sum(int(count) for found in groups for count in found)
+
+
 def test_stubs_count_every_instance_and_the_gpu_only_its_own():
-    assert stubs(CPU) == sum(d.instances for d in CPU.models.values()) == 12
+    assert stubs(CPU) == configured_instances(REPOSITORY) == 12  # what Triton starts
     assert stubs(GPU) == 9
     assert device_stubs(GPU) == 5  # the feed policy's and user state's run on the host
     assert device_stubs(CPU) == stubs(CPU)
