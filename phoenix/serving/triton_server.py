@@ -244,6 +244,16 @@ class TritonServer(StartsReady):
             self.log_path = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.served_repository = self._write_served_repository()
+        try:
+            self._launch()
+        except BaseException:  # no server to stop(): remove what it would have
+            self._remove_temporary_folders()
+            raise
+        self.started_at = time.monotonic()
+        self.ready_after_s = None
+        return self
+
+    def _launch(self) -> None:
         self.last_command = command = self.command()
         self.stub_dir = Path(tempfile.mkdtemp(prefix=f"{self.log_path.stem}.stubs-",
                                               dir=self.log_path.parent))  # fmt: skip
@@ -255,9 +265,11 @@ class TritonServer(StartsReady):
                 dying_with_us + command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=self._environment(), cwd=REPO_ROOT, start_new_session=True,
             )  # fmt: skip
-        self.started_at = time.monotonic()
-        self.ready_after_s = None
-        return self
+
+    def _remove_temporary_folders(self) -> None:
+        for folder in (self.stub_dir, self.served_repository):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _write_served_repository(self) -> Path | None:
         """With artifacts_dir, a copy of the repository beside the log whose configs say which
@@ -342,9 +354,7 @@ class TritonServer(StartsReady):
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout)
         self.kill()
-        shutil.rmtree(self.stub_dir, ignore_errors=True)
-        if self.served_repository is not None:
-            shutil.rmtree(self.served_repository, ignore_errors=True)
+        self._remove_temporary_folders()
         return self.process.returncode
 
 
