@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from phoenix.command_line import command_parser
 from phoenix.serving.triton_server import http_get_status
 from phoenix.testing.locust_runs import failure_kinds, finish_locust, start_locust
 from phoenix.testing.polling import wait_until
@@ -93,11 +94,11 @@ def summary(rows: list[dict]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.bench_reliability",
-        description="SIGTERM the serve command under Locust load, N runs in a row; report exit "
-        "codes, exit times and failures by kind.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m bench.bench_reliability",
+        "SIGTERM the serve command under Locust load, N runs in a row; report exit codes, exit "
+        "times and failures by kind.",
+        show_defaults=True,
     )
     parser.add_argument("--runs", type=int, default=20, help="runs in a row")
     parser.add_argument("--artifacts", type=Path, default=Path("artifacts/demo"))

@@ -38,6 +38,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from phoenix.command_line import command_parser
 from phoenix.testing.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
 from phoenix.testing.proxy import Proxy, nginx_binary
 from phoenix.testing.results import write_results
@@ -162,11 +163,11 @@ def stop_one(args, proxy: Proxy, replicas: list[Replica], work: Path, name: str)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.bench_replicas",
-        description="Two serve replicas behind nginx: balance over HTTP and gRPC, and the "
-        "failures when one stops under load (plain proxy vs drained).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m bench.bench_replicas",
+        "Two serve replicas behind nginx: balance over HTTP and gRPC, and the failures when one "
+        "stops under load (plain proxy vs drained).",
+        show_defaults=True,
     )
     parser.add_argument("--artifacts", type=Path, default=Path("artifacts/demo"))
     parser.add_argument("--users", type=int, default=8, help="Locust users per phase")

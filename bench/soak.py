@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from phoenix.command_line import command_parser
 from phoenix.testing.loadgen import (
     LoadRun,
     Outcome,
@@ -233,12 +234,11 @@ def verdict(result: dict, max_growth: float) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python bench/soak.py",
-        description="Soak the end-to-end `recommend` model at a fraction of its capacity and "
-        "report failures, latency percentiles over time and RSS growth of tritonserver and "
-        "its stubs.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python bench/soak.py",
+        "Soak the end-to-end `recommend` model at a fraction of its capacity and report "
+        "failures, latency percentiles over time and RSS growth of tritonserver and its stubs.",
+        show_defaults=True,
     )
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of soak")
     parser.add_argument(

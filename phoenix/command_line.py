@@ -7,14 +7,21 @@ import argparse
 from typing import Optional
 
 
+class _RawWithDefaults(
+    argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter
+):
+    """The description's own line breaks, and "(default: ...)" after each option's help."""
+
+
 def command_parser(
-    prog: str, description: str, epilog: Optional[str] = None
+    prog: str, description: str, epilog: Optional[str] = None, *, show_defaults: bool = False
 ) -> argparse.ArgumentParser:
     """An argument parser that prints ``description`` and ``epilog`` with their own line
-    breaks (module docstrings, example lists) instead of rewrapping them."""
+    breaks (module docstrings, example lists) instead of rewrapping them; ``show_defaults``:
+    every option's help ends with its default."""
     return argparse.ArgumentParser(
         prog=prog,
         description=description,
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawWithDefaults if show_defaults else argparse.RawDescriptionHelpFormatter,
     )

@@ -6,7 +6,6 @@ wheel lacks: the Python backend looks for its stub beside `libtriton_python.so` 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import importlib.util
@@ -24,6 +23,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from phoenix.command_line import command_parser
 from phoenix.serving.supervisor.stubs import STUB_DIR_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -359,9 +359,9 @@ class TritonServer(StartsReady):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m phoenix.serving.triton_server",
-        description="Build the backend folder (Python backend + this Python's stub) in DIR.",
+    parser = command_parser(
+        "python -m phoenix.serving.triton_server",
+        "Build the backend folder (Python backend + this Python's stub) in DIR.",
     )
     parser.add_argument("--build-backend-dir", metavar="DIR", type=Path, required=True)
     try:
