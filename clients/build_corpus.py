@@ -55,10 +55,18 @@ from phoenix.corpus_store.building import (
     read_posts,
     world_posts,
 )
-from phoenix.corpus_store.embedding import IN_PROCESS, SERVED, EmbedPosts, candidate_tower
+from phoenix.corpus_store.embedding import (
+    IN_PROCESS,
+    SERVED,
+    EmbeddedBy,
+    EmbedPosts,
+    candidate_tower,
+    tower_identity,
+)
 from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.contracts import LIMITS
 from phoenix.serving.reload import switch_corpus
+from phoenix.serving.served_artifacts import ArtifactMismatch
 
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
 REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call
@@ -261,17 +269,34 @@ def write_corpus(args, name: str, posts: PostRows, embed: EmbedPosts) -> np.ndar
     return embeddings
 
 
-def write_store(args, posts: PostRows, embed: EmbedPosts) -> None:
-    """The store at --store DIR, built whole."""
+def embedding_tower(args, client) -> EmbeddedBy:
+    """The tower that embeds, as the store records it: ARTIFACTS' with --in-process, else the
+    one of the artifacts the server serves (read here; exits 3 when they are not here)."""
+    where = IN_PROCESS if args.in_process else SERVED
     try:
-        segments = build_store(args.store, posts, embed, args.segment_rows, args.window)
+        return tower_identity(
+            where, artifacts=args.artifacts, client=client, protocol=args.protocol
+        )
+    except (ArtifactError, ArtifactMismatch) as error:
+        raise cli.Exit(cli.fail(f"the store was not written: {error}")) from None
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+
+
+def write_store(args, posts: PostRows, embed: EmbedPosts, tower: EmbeddedBy) -> None:
+    """The store at --store DIR, built whole, recording the tower that embedded it."""
+    try:
+        segments = build_store(
+            args.store, posts, embed, args.segment_rows, args.window, embedded_by=tower
+        )
     except StoreExistsError as error:
         raise cli.Exit(cli.fail(str(error))) from None
     except ArtifactError as error:  # StoreError is one
         raise cli.Exit(cli.fail(f"the store was not written: {error}")) from None
     window = cli.format_duration(args.window)
     print(
-        f"wrote {args.store}: {len(posts):,} posts in {segments} sealed segments, window {window}"
+        f"wrote {args.store}: {len(posts):,} posts in {segments} sealed segments, window "
+        f"{window}, embedded by {tower.describe()}"
     )
 
 
@@ -313,8 +338,8 @@ def build(args) -> int:
     client = None if args.in_process else connect_server(args)
     embed = make_embedder(args, client)
     status = 0
-    if args.store is not None:
-        write_store(args, posts, embed)
+    if args.store is not None:  # the tower is named before the long work of embedding
+        write_store(args, posts, embed, embedding_tower(args, client))
     else:
         embeddings = write_corpus(args, name, posts, embed)
         if args.check:

@@ -5,6 +5,8 @@ candidate tower (in this process from --artifacts, or by the running server's
 `candidate_tower` with --embed served) and written to the store (--store) as one fresh segment
 per flush; deletions become tombstones at the same flushes. A retriever whose corpus_file
 names the store serves each flush within a second (docs/retrieval.md, "Feeding the store").
+A store records the candidate tower that embedded it: one embedded by another tower than
+--embed's is refused, naming both (a store made with --create records --embed's).
 
 One JSON object a line; blank lines are skipped and other keys ignored; ids are JSON
 integers or strings of digits; created_at is unix seconds (default: now):
@@ -38,16 +40,25 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError
-from phoenix.corpus_store.embedding import IN_PROCESS, WHERE, EmbedPosts, candidate_tower
+from phoenix.corpus_store.embedding import (
+    IN_PROCESS,
+    WHERE,
+    EmbeddedBy,
+    EmbedPosts,
+    candidate_tower,
+    tower_identity,
+)
 from phoenix.corpus_store.ingestion import (
     Ingest,
     IngestError,
     Pending,
+    check_embedded_by,
     check_width,
     open_store,
     summary,
     write_batch,
 )
+from phoenix.serving.served_artifacts import ArtifactMismatch
 
 EXIT_CODES_HELP = (
     "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "
@@ -146,16 +157,34 @@ def ingest(args, stop: Optional[threading.Event] = None) -> int:
             stream.close()
 
 
+def embedding_tower(args) -> EmbeddedBy:
+    """The tower --embed names, as a store records it (for the server's: the artifacts it
+    serves, read on this machine)."""
+    try:
+        client = None if args.embed == IN_PROCESS else cli.open_client(args)
+        return tower_identity(
+            args.embed, artifacts=args.artifacts, client=client, protocol=args.protocol
+        )
+    except (ArtifactError, ArtifactMismatch) as error:
+        raise cli.Exit(cli.fail(str(error))) from None
+    except Exception as error:  # tritonclient raises several types; all mean "no answer"
+        raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+
+
 def ingest_from(args, stream: BinaryIO, stop: threading.Event) -> int:
     embed = make_embedder(args)  # before --create: a store is made only if it can be fed
+    tower = embedding_tower(args)
     try:
-        store = open_store(args.store, args.create, args.artifacts)
+        store = open_store(args.store, args.create, args.artifacts, tower)
         check_width(store, embed, str(args.artifacts))
+        unchecked = check_embedded_by(store, tower)  # another tower's store: refused
     except (ArtifactError, OSError) as error:  # StoreError is an ArtifactError
         return cli.fail(str(error))
+    if unchecked:
+        print(f"warning: {unchecked}", file=sys.stderr)
     run = Ingest(
         Pending(args.flush_posts, args.flush_seconds),
-        write=functools.partial(write_batch, store, embed),
+        write=functools.partial(write_batch, store, embed, embedded_by=tower),
         source="<stdin>" if args.input == "-" else args.input,
     )
     follow = args.follow and stream is not sys.stdin.buffer

@@ -3,7 +3,8 @@
 ``ArtifactConfig`` describes both towers (ranker and retrieval), the hash functions that map raw
 ids to embedding rows and the name of every output column. ``from_dict`` reads the published
 ``config.json`` layout (optional keys take their defaults) and ``to_dict`` writes every key,
-``action_names`` included. Every problem raises ``ArtifactError`` naming the file and the key.
+``action_names`` included (``version``, a release label, only when the artifacts have one).
+Every problem raises ``ArtifactError`` naming the file and the key.
 
 The module imports no JAX at import time, so clients can read a config without it.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Union
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +156,10 @@ class ArtifactConfig:
     right_anchored_rope: bool = False
     enable_linear_proj: bool = True
     hash_params: HashParams
+    # A label of the artifacts' release (``"2025-06"``, 3): said in messages and recorded by
+    # the corpus stores they embed; None (no ``version`` key) for artifacts written before.
+    # It shapes nothing: the candidate tower's digest, not this, decides which store fits.
+    version: Optional[Union[str, int]] = None
 
     def __post_init__(self):
         check_config_values(self, source="ArtifactConfig")
@@ -248,6 +253,8 @@ class ArtifactConfig:
                 value = value.to_dict()
             elif field.name == "action_names":
                 value = list(value)
+            elif field.name == "version" and value is None:
+                continue  # unversioned artifacts keep the config.json they always had
             out[field.name] = value
         return out
 
@@ -263,6 +270,7 @@ class ArtifactConfig:
         values["num_kv_heads"] = d.get("num_kv_heads", values["num_heads"])
         values["action_names"] = _parse_action_names(d, values["num_actions"], source)
         values["hash_params"] = _parse_hash_params(_required(d, "hash_params", source), source)
+        values["version"] = d.get("version")
         _warn_unknown_keys(d, source)
         check_config_values(values, source)
         return cls(**values)
@@ -449,3 +457,12 @@ def check_config_values(values: Any, source: str) -> None:
     _check_heads(values, source)
     _check_action_names(values, source)
     _check_hash_params(values, source)
+    _check_version(_get(values, "version"), source)
+
+
+def _check_version(version: Any, source: str) -> None:
+    if version is None or _is_int(version) or isinstance(version, str) and version.strip():
+        return
+    raise ArtifactError(
+        f"{source}: 'version' must be a non-empty string or an integer, found {version!r}"
+    )

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
 from phoenix.corpus_store.ann import choose_index
 from phoenix.corpus_store.embedding import EmbedPosts
-from phoenix.corpus_store.manifest import SEALED, IndexSpec, StoreError
+from phoenix.corpus_store.manifest import SEALED, EmbeddedBy, IndexSpec, StoreError
 from phoenix.corpus_store.segment import Posts as StorePosts
 from phoenix.corpus_store.store import CorpusStore
 
@@ -204,9 +204,11 @@ def build_store(
     segment_rows: int = SEGMENT_ROWS,
     window: Optional[int] = None,
     report: Report = say,
+    embedded_by: Optional[EmbeddedBy] = None,
 ) -> int:
     """A new corpus store at ``final``: posts oldest first in sealed segments of
     ``segment_rows``, each indexed as its size calls for; returns the number of segments.
+    ``embedded_by``: the tower ``embed`` is, recorded in the store for its retrievers.
     Built in a hidden sibling directory and renamed when complete, so a retriever never
     opens half a store and a failed build leaves nothing behind. StoreExistsError if
     ``final`` exists; ArtifactError (StoreError is one) if the store cannot be written."""
@@ -230,7 +232,7 @@ def build_store(
             with posts_bar(len(part), f"{label}: candidate_tower") as bar:
                 vectors = embed(part.post_ids, part.author_ids, bar.update)
             if store is None:  # the width is known once the tower has answered
-                store = CorpusStore.create(building, int(vectors.shape[1]), window)
+                store = CorpusStore.create(building, int(vectors.shape[1]), window, embedded_by)
             columns = StorePosts(part.post_ids, part.author_ids, created[rows], vectors)
             add_sealed(store, columns, label, report)
         os.rename(building, final)

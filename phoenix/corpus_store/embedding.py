@@ -4,7 +4,7 @@ Both have one signature, ``embed(post_ids [n], author_ids [n], progress=None) ->
 [n, D]`` (``progress`` is called with the posts just embedded), so that building a store,
 ingesting into one and writing a corpus file do not care where the tower runs.
 ``emb_size`` is the tower's width when it is known before it has answered (in process), else
-None.
+None. ``tower_identity`` names the tower, as a store records it (``towers``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Optional, Protocol
 
 import numpy as np
+
+from phoenix.corpus_store.manifest import EmbeddedBy
+from phoenix.corpus_store.towers import tower_of
 
 Progress = Callable[[int], None]
 IN_PROCESS, SERVED = "in-process", "served"
@@ -83,3 +86,18 @@ def candidate_tower(
     if where == SERVED:
         return ServedCandidateTower(client, protocol, batch_size)
     raise ValueError(f"where: {where!r}, expected one of {WHERE}")
+
+
+def tower_identity(
+    where: str, *, artifacts: Optional[Path] = None, client=None, protocol: str = "http"
+) -> EmbeddedBy:
+    """The ``EmbeddedBy`` of the tower ``where`` names: ARTIFACTS' own in process; for the
+    server's, the candidate tower of the artifact directory the server states it serves,
+    read on this machine (ArtifactMismatch when it is not here or changed since the server
+    loaded it; ARTIFACTS when the server does not say which it serves)."""
+    if where == IN_PROCESS:
+        return tower_of(artifacts)
+    from phoenix.serving.served_artifacts import choose_artifacts, served_artifacts
+
+    served = served_artifacts(client, protocol, models=("candidate_tower",))
+    return tower_of(choose_artifacts(None, served, artifacts))

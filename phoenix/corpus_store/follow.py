@@ -14,9 +14,10 @@ import threading
 import time
 from typing import Callable, Optional
 
-from phoenix.corpus_store.manifest import MANIFEST_FILE, StoreError
+from phoenix.corpus_store.manifest import MANIFEST_FILE, EmbeddedBy, StoreError
 from phoenix.corpus_store.snapshot import Snapshot
 from phoenix.corpus_store.store import CorpusStore
+from phoenix.corpus_store.towers import check_tower
 
 POLL_SECONDS = 0.5
 log = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ class StoreFollower:
 
     The first generation is opened in the constructor, so a bad store fails the start with
     the file and the problem. A later generation that fails to open (a torn copy, a wrong
-    width) is reported through ``on_error`` and skipped: the previous one keeps serving.
+    width, vectors of another candidate tower than ``tower``) is reported through
+    ``on_error``, counted in ``skipped`` and skipped: the previous one keeps serving.
+    ``tower`` None: the vectors are not compared with any user's (look-ups only).
     """
 
     def __init__(
@@ -37,8 +40,12 @@ class StoreFollower:
         poll_seconds: float = POLL_SECONDS,
         on_error: Callable[[str], None] = log.warning,
         searchable: bool = True,
+        tower: Optional[EmbeddedBy] = None,
     ):
         self.store = CorpusStore(root)
+        self.tower = tower
+        self.skipped = 0  # generations not loaded, since this process started
+        self._warned_unrecorded = False
         self.searchable = searchable  # False: look-ups only, no ANN index loaded
         self.poll_seconds = poll_seconds
         self.on_error = on_error
@@ -52,14 +59,19 @@ class StoreFollower:
         self._thread: Optional[threading.Thread] = None
 
     def _opened(self, previous: Optional[Snapshot] = None) -> Snapshot:
-        """The store's current generation, which must hold vectors of the model's width."""
-        snapshot = self.store.open(previous, self.searchable)
-        if snapshot.manifest.emb_size != self.emb_size:
+        """The store's current generation, which must hold vectors of the model's width
+        and tower (checked on the manifest, before any segment or index is opened)."""
+        manifest = self.store.manifest()
+        if manifest.emb_size != self.emb_size:
             raise StoreError(
-                f"{self.store.root / MANIFEST_FILE}: emb_size {snapshot.manifest.emb_size}, "
+                f"{self.store.root / MANIFEST_FILE}: emb_size {manifest.emb_size}, "
                 f"but the model's candidate vectors have {self.emb_size}"
             )
-        return snapshot
+        unchecked = check_tower(self.store.root, manifest, self.tower)
+        if unchecked and not self._warned_unrecorded:
+            self._warned_unrecorded = True  # once: the next generations say the same
+            log.warning(unchecked)
+        return Snapshot(self.store.root, manifest, previous, self.searchable)
 
     def current(self) -> Snapshot:
         """The newest good generation, checked for a newer one at most once per poll."""
@@ -103,6 +115,7 @@ class StoreFollower:
             snapshot = self._opened(previous=self._snapshot)
         except (StoreError, OSError) as error:
             self._failed_stamp = stamp
+            self.skipped += 1
             self.on_error(
                 f"corpus store generation not loaded, still serving the previous: {error}"
             )

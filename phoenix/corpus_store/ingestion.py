@@ -34,9 +34,10 @@ from tqdm import tqdm
 
 from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.corpus_store.embedding import EmbedPosts
-from phoenix.corpus_store.manifest import StoreError
+from phoenix.corpus_store.manifest import EmbeddedBy, StoreError
 from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.store import CorpusStore
+from phoenix.corpus_store.towers import check_tower
 
 MAX_ID = 2**63 - 1
 FUTURE_SLACK_S = 86_400  # a post dated further ahead is a unit mistake (milliseconds?)
@@ -233,8 +234,15 @@ class ReadError(IngestError):
     """The input could not be read any further."""
 
 
-def write_batch(store: CorpusStore, embed: EmbedPosts, batch: Batch, tally: Tally) -> None:
-    """Posts first, then deletions: a post deleted in the same batch is deleted after."""
+def write_batch(
+    store: CorpusStore,
+    embed: EmbedPosts,
+    batch: Batch,
+    tally: Tally,
+    embedded_by: Optional[EmbeddedBy] = None,
+) -> None:
+    """Posts first, then deletions: a post deleted in the same batch is deleted after.
+    ``embedded_by``: ``embed``'s tower, refused by a store that records another."""
     lost = f"{len(batch.posts)} posts and {len(batch.deletions)} deletions not written"
     if batch.posts:
         post_ids, author_ids, created_at = batch.columns()
@@ -243,7 +251,7 @@ def write_batch(store: CorpusStore, embed: EmbedPosts, batch: Batch, tally: Tall
         except Exception as error:  # tritonclient and JAX raise several types
             raise FlushError(f"embedding failed, {lost}: {error}") from error
         try:
-            store.add(Posts(post_ids, author_ids, created_at, embeddings))
+            store.add(Posts(post_ids, author_ids, created_at, embeddings), embedded_by=embedded_by)
         except (ArtifactError, OSError) as error:  # StoreError is an ArtifactError
             raise FlushError(f"writing a segment failed, {lost}: {error}") from error
         tally.posts += len(post_ids)
@@ -413,16 +421,19 @@ class Ingest:
 _IDLE = object()  # no line within the wait
 
 
-def open_store(path: Path, create: bool, artifacts: Path) -> CorpusStore:
+def open_store(
+    path: Path, create: bool, artifacts: Path, embedded_by: Optional[EmbeddedBy] = None
+) -> CorpusStore:
     """The store at ``path``; if it holds none and ``create``, a new one of ARTIFACTS'
-    emb_size. StoreError (or OSError) when there is none and no ``create``, or it is unusable."""
+    emb_size, recording the tower ``embedded_by``. StoreError (or OSError) when there is none
+    and no ``create``, or it is unusable."""
     from phoenix.corpus_store import is_store
 
     if is_store(path):
         return CorpusStore(path)
     if not create:
         raise StoreError(f"{path}: not a corpus store (pass --create to make one)")
-    return CorpusStore.create(path, load_config(artifacts).emb_size)
+    return CorpusStore.create(path, load_config(artifacts).emb_size, embedded_by=embedded_by)
 
 
 def check_width(store: CorpusStore, embed: EmbedPosts, tower_name: str) -> None:
@@ -434,6 +445,13 @@ def check_width(store: CorpusStore, embed: EmbedPosts, tower_name: str) -> None:
             f"{store.root}: emb_size {emb_size}, but {tower_name}'s candidate tower gives "
             f"{embed.emb_size}"
         )
+
+
+def check_embedded_by(store: CorpusStore, embedded_by: EmbeddedBy) -> Optional[str]:
+    """A store embedded by another tower is refused before any line is read (TowerMismatch
+    naming both); the warning to show when the store records no tower (it is fed anyway:
+    see ``towers``)."""
+    return check_tower(store.root, store.manifest(), embedded_by)
 
 
 def summary(tally: Tally, store: Path) -> str:

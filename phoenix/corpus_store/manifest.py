@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from phoenix.config import ArtifactError
 
@@ -92,6 +92,25 @@ class Retired:
 
 
 @dataclass(frozen=True)
+class EmbeddedBy:
+    """The candidate tower whose vectors a store holds: its digest
+    (``phoenix.checkpoint.tower``), and, to say in messages, the artifacts' version label and
+    the directory it was read from when the store was made."""
+
+    digest: str  # sha256 hex of the candidate tower
+    version: Optional[Union[str, int]] = None
+    artifacts: str = ""
+
+    def describe(self) -> str:
+        version = "unversioned" if self.version is None else f"version {self.version!r}"
+        where = f", artifacts {self.artifacts}" if self.artifacts else ""
+        return f"candidate tower {self.digest[:16]} ({version}{where})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"digest": self.digest, "version": self.version, "artifacts": self.artifacts}
+
+
+@dataclass(frozen=True)
 class Manifest:
     emb_size: int
     generation: int = 0
@@ -100,6 +119,9 @@ class Manifest:
     window_seconds: Optional[int] = None  # posts older than this are not served
     retired: tuple[Retired, ...] = ()
     updated_at: float = 0.0
+    # Every generation says which tower embedded its vectors; None: a store written before
+    # stores recorded it (docs/retrieval.md, "Which tower embedded this store").
+    embedded_by: Optional[EmbeddedBy] = None
 
     @property
     def rows(self) -> int:
@@ -114,6 +136,7 @@ class Manifest:
             "format": FORMAT,
             "generation": self.generation,
             "emb_size": self.emb_size,
+            "embedded_by": None if self.embedded_by is None else self.embedded_by.to_dict(),
             "window_seconds": self.window_seconds,
             "tombstones": self.tombstones,
             "segments": [s.to_dict() for s in self.segments],
@@ -157,6 +180,20 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
         float(optional("probe_slope", (int, float))),
         rerank,
     )
+
+
+def _embedded_by(data: Any, where: str) -> Optional[EmbeddedBy]:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise StoreError(f"{where}: 'embedded_by' is {data!r}, expected an object or null")
+    digest = _field(data, "digest", str, where)
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise StoreError(f"{where}: 'embedded_by' digest {digest!r}, expected 64 hex digits")
+    version = data.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, str | int)):
+        raise StoreError(f"{where}: 'embedded_by' version {version!r}, expected a string or int")
+    return EmbeddedBy(digest, version, str(data.get("artifacts", "")))
 
 
 def _segment_entry(data: Any, where: str) -> SegmentEntry:
@@ -207,6 +244,7 @@ def parse_manifest(data: Any, where: str) -> Manifest:
         window_seconds=window,
         retired=retired,
         updated_at=float(data.get("updated_at", 0.0)),
+        embedded_by=_embedded_by(data.get("embedded_by"), where),
     )
 
 

@@ -26,6 +26,7 @@ from phoenix.corpus_store.manifest import (
     FRESH,
     MANIFEST_FILE,
     SEALED,
+    EmbeddedBy,
     IndexSpec,
     Manifest,
     Retired,
@@ -43,6 +44,7 @@ from phoenix.corpus_store.segment import (
     write_segment,
 )
 from phoenix.corpus_store.snapshot import TOMBSTONES_DIR, Snapshot, read_tombstones
+from phoenix.corpus_store.towers import check_tower
 
 LOCK_FILE = "store.lock"
 RETIRE_GRACE_S = 60.0
@@ -73,15 +75,24 @@ class CorpusStore:
     # -- creating and reading -----------------------------------------------------------
 
     @classmethod
-    def create(cls, root, emb_size: int, window_seconds: Optional[int] = None) -> CorpusStore:
-        """An empty store at ``root`` (a new or empty directory)."""
+    def create(
+        cls,
+        root,
+        emb_size: int,
+        window_seconds: Optional[int] = None,
+        embedded_by: Optional[EmbeddedBy] = None,
+    ) -> CorpusStore:
+        """An empty store at ``root`` (a new or empty directory) for the vectors of the
+        candidate tower ``embedded_by`` (recorded in every generation from now on)."""
         root = Path(root)
         if (root / MANIFEST_FILE).exists():
             raise StoreError(f"{root / MANIFEST_FILE}: a store exists already")
         if root.exists() and any(root.iterdir()):
             raise StoreError(f"{root}: not empty; a new store needs a new or empty directory")
         root.mkdir(parents=True, exist_ok=True)
-        write_manifest(root, Manifest(emb_size, window_seconds=window_seconds))
+        write_manifest(
+            root, Manifest(emb_size, window_seconds=window_seconds, embedded_by=embedded_by)
+        )
         return cls(root)
 
     def manifest(self) -> Manifest:
@@ -110,16 +121,26 @@ class CorpusStore:
         state: str = FRESH,
         index: Optional[IndexSpec] = None,
         progress: Optional[Callable[[int], None]] = None,
+        embedded_by: Optional[EmbeddedBy] = None,
     ):
         """Write ``posts`` as one new segment (rows in creation order) and publish it;
-        ``progress`` is told the rows added to its index as it is built (``build_index``)."""
-        emb_size = self.manifest().emb_size
+        ``progress`` is told the rows added to its index as it is built (``build_index``).
+        ``embedded_by``: the tower that embedded ``posts``, refused (TowerMismatch) when the
+        store records another."""
+        manifest = self.manifest()
+        check_tower(self.root, manifest, embedded_by)  # before the work, and again under the lock
+        emb_size = manifest.emb_size
         posts = check_posts(posts, emb_size, f"new posts for {self.root}")
         posts = posts.take(np.argsort(posts.created_at, kind="stable"))
         if index is None:
             index = choose_index(len(posts)) if state == SEALED else IndexSpec()
         entry = write_segment(self.root, posts, state, index, progress)
         with self._locked() as manifest:
+            try:
+                check_tower(self.root, manifest, embedded_by)
+            except StoreError:
+                shutil.rmtree(self.root / SEGMENTS_DIR / entry.name, ignore_errors=True)
+                raise
             write_manifest(self.root, manifest.next(segments=(*manifest.segments, entry)))
         return entry
 

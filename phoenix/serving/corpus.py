@@ -28,6 +28,7 @@ from phoenix.checkpoint import load_corpus, load_post_dates, resolve_inside
 from phoenix.config import ArtifactConfig
 from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.corpus_store.segment import find_ids
+from phoenix.corpus_store.towers import tower_of
 
 
 class RowHits(NamedTuple):
@@ -156,9 +157,13 @@ def open_corpus(
     model of artifact ``config``: a store directory, followed from now on, or a corpus file
     (see ``CorpusFile.open`` for ``engine_for``). Without ``engine_for`` the corpus is only
     looked up (the feed policy): neither a file's vectors nor a store's ANN indexes are loaded.
-    Errors name the path and the problem."""
+    A store searched must have been embedded by ``artifact_dir``'s candidate tower (its every
+    generation; TowerMismatch naming both towers); one looked up only dates posts, which any
+    tower's store does alike. Errors name the path and the problem."""
     path = resolve_inside(Path(artifact_dir), name)
     if is_store(path):
-        follower = StoreFollower(path, config.emb_size, searchable=engine_for is not None)
+        searched = engine_for is not None
+        tower = tower_of(artifact_dir) if searched else None
+        follower = StoreFollower(path, config.emb_size, searchable=searched, tower=tower)
         return FollowedStore(follower.start())
     return CorpusFile.open(path, config, engine_for)

@@ -15,6 +15,7 @@ import pytest
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.corpus_store import SEALED, CorpusStore, Posts
 from phoenix.corpus_store.follow import POLL_SECONDS
+from phoenix.corpus_store.towers import tower_of
 from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
 from phoenix.serving.configs import write_repository
 from phoenix.serving.contracts import CORPUS_READERS, POLICY_FILTERS
@@ -37,7 +38,8 @@ def store_server(tiny_artifacts, tmp_path_factory):
     shutil.copytree(tiny_artifacts, artifacts)
     corpus = load_corpus(artifacts / "corpus.npz")
     created = np.full(len(corpus), int(time.time()) - 60, np.int64)
-    store = CorpusStore.create(artifacts / "store", corpus.embeddings.shape[1])
+    width = corpus.embeddings.shape[1]  # the store records the tower that embedded the corpus
+    store = CorpusStore.create(artifacts / "store", width, embedded_by=tower_of(artifacts))
     store.add(Posts(corpus.post_ids, corpus.author_ids, created, corpus.embeddings), SEALED)
     repository = write_repository(root / "repository", profile("cpu").with_corpus("store"))
     server = launch_server(repository, artifacts, log_path=root / "tritonserver.log")

@@ -30,6 +30,7 @@ from phoenix.corpus_store.ingestion import (
     Pending,
     parse_line,
 )
+from phoenix.corpus_store.towers import tower_of
 from phoenix.engine import CandidateTower
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -327,7 +328,7 @@ def test_follow_reads_a_growing_file_until_signalled_and_flushes_what_it_holds(
     written in two halves read once whole, and on SIGINT the post still held is written."""
     path, store_dir = tmp_path / "growing.jsonl", tmp_path / "store"
     path.write_text(post_line(1) + post_line(2))
-    CorpusStore.create(store_dir, 64)
+    CorpusStore.create(store_dir, 64, embedded_by=tower_of(TRAINED_DEMO))  # as made now
     stop = threading.Event()
     problems = []
     before = signal.getsignal(signal.SIGINT)

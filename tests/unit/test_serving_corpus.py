@@ -14,6 +14,7 @@ from phoenix.checkpoint import Corpus, load_corpus, save_corpus
 from phoenix.config import ArtifactError
 from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, StoreError
 from phoenix.corpus_store.manifest import IVF_SQ8
+from phoenix.corpus_store.towers import tower_of
 from phoenix.serving import services
 from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.corpus import CorpusFile, FollowedStore, open_corpus
@@ -33,7 +34,7 @@ def artifacts(tmp_path_factory):
     created = NOW - 10 * np.arange(len(corpus), dtype=np.int64)  # post i is 10 i seconds old
     dated = Corpus(corpus.post_ids, corpus.embeddings, corpus.author_ids, None, created)
     save_corpus(out / "corpus.npz", dated)
-    store = CorpusStore.create(out / "store", corpus.embeddings.shape[1])
+    store = CorpusStore.create(out / "store", corpus.embeddings.shape[1], embedded_by=tower_of(out))
     store.add(Posts(corpus.post_ids, corpus.author_ids, created, corpus.embeddings), SEALED)
     return out
 
@@ -115,18 +116,18 @@ def test_the_feed_policy_dates_posts_from_the_store_it_is_given(artifacts, resou
         policy.corpus.close()
 
 
-def test_the_feed_policy_loads_no_index_of_a_store(tmp_path, resources):
+def test_the_feed_policy_loads_no_index_of_a_store(artifacts, resources):
     """A sealed IVF segment: the retriever loads its Faiss index, the policy never does."""
     rng = np.random.default_rng(0)
     rows, width = 2_000, resources.config.emb_size
     vectors = rng.normal(size=(rows, width)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     ids = np.arange(1, rows + 1)
-    store = CorpusStore.create(tmp_path / "ivf", width)
+    store = CorpusStore.create(artifacts / "ivf", width, embedded_by=tower_of(artifacts))
     posts = Posts(ids, ids % 7, np.full(rows, NOW - 100), vectors)
     store.add(posts, SEALED, index=IndexSpec(IVF_SQ8, nlist=8, nprobe=8))
-    searched = open_corpus(tmp_path, "ivf", resources.config, engine_for=lambda rows: None)
-    looked_up = open_corpus(tmp_path, "ivf", resources.config)
+    searched = open_corpus(artifacts, "ivf", resources.config, engine_for=lambda rows: None)
+    looked_up = open_corpus(artifacts, "ivf", resources.config)
     try:
         assert searched.follower.current().segments[0].index is not None
         assert looked_up.follower.current().segments[0].index is None
