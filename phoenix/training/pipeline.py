@@ -38,10 +38,11 @@ TRAINING_FILE = "training.json"
 EXAMPLE_TOP_K = 100
 
 
-def trained_world(artifact_dir: Path, num_posts: int, seed: Optional[int] = None):
+def trained_world(artifact_dir: Path, num_posts: Optional[int] = None, seed: Optional[int] = None):
     """The synthetic world the towers of ``artifact_dir`` were trained on (its training.json),
-    with ``num_posts`` posts: the same users and authors, since ``make_world`` draws each from
-    a stream of its own. ``seed``: training's by default."""
+    with ``num_posts`` posts (the spec's by default: the very world of training): the same users
+    and authors, since ``make_world`` draws each from a stream of its own. ``seed``: training's
+    by default."""
     path = existing_file(artifact_root(artifact_dir), TRAINING_FILE)
     summary = read_json(path, TRAINING_FILE)
     try:
@@ -49,7 +50,9 @@ def trained_world(artifact_dir: Path, num_posts: int, seed: Optional[int] = None
     except (KeyError, TypeError, ValueError) as error:
         raise checkpoint.ArtifactError(f"{path}: no usable 'world' spec ({error!r})") from None
     seed = int(summary.get("seed", 0)) if seed is None else seed
-    return synthetic.make_world(dataclasses.replace(spec, num_posts=num_posts), seed)
+    if num_posts is not None:
+        spec = dataclasses.replace(spec, num_posts=num_posts)
+    return synthetic.make_world(spec, seed)
 
 
 def served_score_weights() -> dict[str, float]:

@@ -9,15 +9,9 @@ judged against its own ranking (the ceiling):
   author, a media type (text, photo, video), a creation time and a quality;
 - every user likes one or two topics (``interest`` 1.0 and 0.6), may dislike one, and follows a
   few authors of the topics they like;
-- the affinity of user u for post p is
-      a = 2.5 interest[u, topic] + 0.8 follows(u, author) + 0.4 (author + post quality)
-          - 0.35 age_days - 0.8 dislike[u, topic] + surface offset
-  and each positive action fires with probability sigmoid(base + slope * a) (photo_expand only
-  on photos, vqv only on videos, follow_author only for authors not yet followed); the negative
-  actions (not_interested, block_author, mute_author, report) fire with
-  sigmoid(base - slope * a + weight * dislike[u, topic]);
-- dwell seconds are log-normal with a median of exp(1.3 + 0.5 a); ``dwell`` is dwell >= 8 s and
-  ``dwell_time`` dwell >= 20 s;
+- users react to a post by the world's engagement model, ``phoenix.training.reactions`` (an
+  affinity from interest, follows, quality, age, dislike and surface; 17 actions drawn from it,
+  dwell seconds log-normal around it), the one model simulated users of a load test share;
 - the feed that produced the impressions (the logging policy) mixes posts of the topics a user
   likes (55%), posts of followed authors (10%) and recent posts of any topic (35%), favouring
   recent posts (age ~ exponential with a mean of 18 hours, at most ``max_post_age_days``).
@@ -33,55 +27,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from phoenix.artifacts import stream, unique_positive_ids
-from phoenix.config import ACTION_NAMES, NEGATIVE_ACTIONS
+from phoenix.config import NEGATIVE_ACTIONS
+from phoenix.training.reactions import (  # noqa: F401  (the world's model, re-exported)
+    ACTION_INDEX,
+    DAY,
+    DWELL_THRESHOLD_S,
+    LONG_DWELL_THRESHOLD_S,
+    SURFACE_NAMES,
+    action_probabilities,
+    affinity,
+    sample_reactions,
+)
 
-DAY = 86_400
 START_TS = 1_700_000_000  # first second of day 0 of the logs
 TOPIC_NAMES = (
     "sports", "politics", "music", "tech", "gaming", "food", "science", "movies",
     "travel", "fashion", "finance", "health", "art", "books", "pets", "cars",
 )  # fmt: skip
-SURFACE_NAMES = ("home_for_you", "home_following", "search", "profile", "notifications")
 MEDIA_NAMES = ("text", "photo", "video")
 POSITIVE_ACTIONS = ("favorite", "reply", "repost", "quote")  # a retrieval "positive"
-DWELL_THRESHOLD_S = 8.0  # ``dwell``
-LONG_DWELL_THRESHOLD_S = 20.0  # ``dwell_time``
-MAX_DWELL_S = 600.0
-
-# Ground-truth weights of the affinity (see the module docstring).
-W_INTEREST = 2.5
-W_FOLLOW = 0.8
-W_QUALITY = 0.4
-W_AGE_PER_DAY = 0.35
-W_DISLIKE = 0.8
 SECONDARY_INTEREST = 0.6
 POST_QUALITY_STD = 0.3
 AUTHOR_QUALITY_STD = 0.5
 POST_AGE_SCALE_DAYS = 0.75  # logging policy: age of a shown post ~ exponential
-SURFACE_OFFSET = np.array([0.0, 0.2, 0.4, -0.2, 0.1], np.float32)
-DWELL_MU, DWELL_SLOPE, DWELL_SIGMA = 1.3, 0.5, 0.7
-
-# (base, slope on affinity, weight of dislike) per action; dwell columns come from dwell seconds.
-ACTION_PARAMS = {
-    "favorite": (-3.5, 1.6, 0.0),
-    "reply": (-5.8, 1.6, 0.0),
-    "repost": (-5.3, 1.6, 0.0),
-    "photo_expand": (-2.2, 0.9, 0.0),
-    "click": (-2.5, 0.9, 0.0),
-    "profile_click": (-4.5, 0.8, 0.0),
-    "vqv": (-1.6, 1.0, 0.0),
-    "share": (-5.5, 1.3, 0.0),
-    "share_via_dm": (-6.0, 1.3, 0.0),
-    "share_via_copy_link": (-6.5, 1.2, 0.0),
-    "quote": (-6.0, 1.5, 0.0),
-    "quoted_click": (-6.0, 0.8, 0.0),
-    "follow_author": (-6.5, 1.2, 0.0),
-    "not_interested": (-4.5, -0.8, 2.5),
-    "block_author": (-7.5, -0.6, 2.0),
-    "mute_author": (-7.0, -0.6, 2.0),
-    "report": (-8.0, -0.5, 1.8),
-}
-ACTION_INDEX = {name: i for i, name in enumerate(ACTION_NAMES)}
 
 # Logging policy: where an impression's post comes from.
 SOURCE_LIKED, SOURCE_FOLLOWED = 0.55, 0.10  # the rest: recent posts of any topic
@@ -261,66 +229,8 @@ def _pick_members(rng, members: list[np.ndarray], groups: np.ndarray) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------
-# Ground truth
+# Engagement masks
 # ----------------------------------------------------------------------------------------
-
-
-def affinity(
-    world: World, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
-) -> np.ndarray:
-    """Ground-truth affinity of user indices and post indices (same shape; broadcasting)."""
-    topic = world.post_topic[posts]
-    author = world.post_author[posts]
-    followed = np.zeros(np.broadcast_shapes(users.shape, posts.shape), bool)
-    for f in range(world.follows.shape[1]):
-        followed |= world.follows[users, f] == author
-    age_days = np.maximum(ts - world.post_created_ts[posts], 0) / DAY
-    return (
-        W_INTEREST * world.interest[users, topic]
-        + W_FOLLOW * followed
-        + W_QUALITY * (world.author_quality[author] + world.post_quality[posts])
-        - W_AGE_PER_DAY * age_days
-        - W_DISLIKE * world.dislike[users, topic]
-        + SURFACE_OFFSET[surface]
-    ).astype(np.float32)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _normal_sf(z: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtr
-
-    return 1.0 - ndtr(z)
-
-
-def action_probabilities(
-    world: World, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
-) -> np.ndarray:
-    """Ground-truth probability of every action, float32 [..., 19] (the ceiling's scores)."""
-    a = affinity(world, users, posts, ts, surface).astype(np.float64)
-    topic = world.post_topic[posts]
-    dislike = world.dislike[users, topic]
-    media = world.post_media[posts]
-    author = world.post_author[posts]
-    followed = np.zeros(a.shape, bool)
-    for f in range(world.follows.shape[1]):
-        followed |= world.follows[users, f] == author
-    probs = np.zeros(a.shape + (len(ACTION_NAMES),), np.float32)
-    for name, (base, slope, dislike_weight) in ACTION_PARAMS.items():
-        p = _sigmoid(base + slope * a + dislike_weight * dislike)
-        if name == "photo_expand":
-            p = np.where(media == 1, p, 0.0)
-        elif name == "vqv":
-            p = np.where(media == 2, p, 0.0)
-        elif name == "follow_author":
-            p = np.where(followed, 0.0, p)
-        probs[..., ACTION_INDEX[name]] = p
-    mu = DWELL_MU + DWELL_SLOPE * a
-    for name, threshold in (("dwell", DWELL_THRESHOLD_S), ("dwell_time", LONG_DWELL_THRESHOLD_S)):
-        probs[..., ACTION_INDEX[name]] = _normal_sf((np.log(threshold) - mu) / DWELL_SIGMA)
-    return probs
 
 
 def positive_mask(actions: np.ndarray) -> np.ndarray:
@@ -413,14 +323,7 @@ def make_impressions(world: World, seed: int) -> Impressions:
     post = post.astype(np.int32)
 
     # actions and dwell from the ground truth
-    probs = action_probabilities(world, user, post, ts, surface)
-    rng = stream(seed, "actions")
-    actions = (rng.random(probs.shape, dtype=np.float32) < probs).astype(np.uint8)
-    a = affinity(world, user, post, ts, surface)
-    dwell = np.exp(DWELL_MU + DWELL_SLOPE * a + DWELL_SIGMA * rng.standard_normal(len(a)))
-    dwell = np.round(np.minimum(dwell, MAX_DWELL_S), 2).astype(np.float32)
-    actions[:, ACTION_INDEX["dwell"]] = dwell >= DWELL_THRESHOLD_S
-    actions[:, ACTION_INDEX["dwell_time"]] = dwell >= LONG_DWELL_THRESHOLD_S
+    _, actions, dwell = sample_reactions(world, user, post, ts, surface, stream(seed, "actions"))
     return Impressions(user, post, ts, request, surface, dwell, actions)  # fields in order
 
 
