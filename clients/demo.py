@@ -41,6 +41,7 @@ from phoenix.checkpoint import (
     resolve_inside,
 )
 from phoenix.config import NEGATIVE_ACTIONS
+from phoenix.feed_policy import in_network_share
 from phoenix.serving.admin_key import AdminKeyError, server_admin_key
 from phoenix.serving.client import (
     connect,
@@ -188,6 +189,16 @@ def diversity_line(result: dict, info: Optional[PostInfo], what: str) -> str:
     return f"  {what}: at most {count} of the top {DIVERSITY_ROWS} posts by one author ({name})"
 
 
+def in_network_line(result: dict) -> str:
+    """The feed's in-network share: its posts from the followed authors' newest posts."""
+    flags = result["in_network"][0]
+    top = flags[:DIVERSITY_ROWS]
+    return (
+        f"  in-network: {int(top.sum())} of the top {len(top)} posts, "
+        f"{in_network_share(flags):.0%} of the feed's {len(flags)}"
+    )
+
+
 def ranking_before_policy(client, request: dict) -> dict:
     """The ranker's own outputs for ``request``: the recommend steps asked one by one."""
     return run_until(served_models(client, "http"), request, "ranker")
@@ -232,6 +243,7 @@ def run_demo(
     else:
         print(topic_feed_table(result, info, config.action_names))
     print(diversity_line(result, info, "after the feed policy"))
+    print(in_network_line(result))
 
 
 def parse_args(argv: Optional[Sequence[str]]):

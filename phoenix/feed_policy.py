@@ -12,7 +12,11 @@ in the order that makes each one see what it should:
    (not_interested, block, mute, report) pull a post down, and a negative sum is mapped into
    [0, offset) so every score stays >= 0 and in order (``offset_negative_scores``);
 3. author diversity multiplies an author's k-th post (k = 0 for the first, in the order of
-   step 2) by ``(1 - floor) * decay**k + floor``, and the feed is sorted by the result.
+   step 2) by ``(1 - floor) * decay**k + floor``;
+4. an out-of-network post (one not from the followed authors' newest posts) is multiplied by
+   ``out_of_network_factor`` (in [0, 1]), as X's out-of-network scorer does after its author
+   diversity; scores are >= 0 by then (step 2), so the factor can only lower an
+   out-of-network post, never raise it; the feed is sorted by the result.
 
 Shape glossary: C candidates of one user row, A actions.
 """
@@ -34,6 +38,7 @@ class PolicySettings:
     author_diversity_decay: float  # in [0, 1]
     author_diversity_floor: float  # in [0, 1]
     filter_own_posts: bool
+    out_of_network_factor: float = 1.0  # in [0, 1]; 1: in- and out-of-network alike
 
 
 @dataclass(frozen=True)
@@ -167,11 +172,29 @@ def diversity_multipliers(occurrence: np.ndarray, decay: float, floor: float) ->
 # ----------------------------------------------------------------------------------------
 
 
+def network_multipliers(in_network: Optional[np.ndarray], factor: float) -> np.ndarray:
+    """1 for an in-network post, ``factor`` for an out-of-network one ([C'] of ``in_network``
+    flags; None: every post out-of-network)."""
+    if in_network is None:
+        return np.asarray(factor, np.float64)
+    return np.where(in_network, 1.0, factor)
+
+
+def in_network_share(in_network: np.ndarray) -> float:
+    """The share of a feed's posts that are in-network (0 for an empty feed)."""
+    return float(np.mean(in_network)) if len(in_network) else 0.0
+
+
 def rank_kept(
-    kept: np.ndarray, author_ids: np.ndarray, action_probs: np.ndarray, settings: PolicySettings
+    kept: np.ndarray,
+    author_ids: np.ndarray,
+    action_probs: np.ndarray,
+    settings: PolicySettings,
+    in_network: Optional[np.ndarray] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(``kept`` positions reordered best first; their final scores): the weighted score,
-    then author diversity."""
+    then author diversity, then the out-of-network factor (``in_network``: [C] flags of every
+    candidate; None: none is in-network)."""
     weights = settings.action_weights
     scores = offset_negative_scores(
         weighted_scores(action_probs[kept], weights), weights, settings.negative_scores_offset
@@ -182,7 +205,10 @@ def rank_kept(
         settings.author_diversity_decay,
         settings.author_diversity_floor,
     )
-    final = scores[by_score] * multipliers
+    flags = None if in_network is None else in_network[kept[by_score]]
+    final = (
+        scores[by_score] * multipliers * network_multipliers(flags, settings.out_of_network_factor)
+    )
     order = np.argsort(-final, kind="stable")
     return kept[by_score[order]], final[order]
 
@@ -193,10 +219,12 @@ def apply_policy(
     action_probs: np.ndarray,
     settings: PolicySettings,
     filters: FeedFilters,
+    in_network: Optional[np.ndarray] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(positions into the row's candidates, best first; their final scores) of one user row.
 
     Candidates come in the ranker's order; equal scores keep that order (stable sorts).
+    ``in_network``: [C] True for the candidates from the in-network source (None: none).
     """
     kept = np.flatnonzero(keep_mask(post_ids, author_ids, filters))
-    return rank_kept(kept, author_ids, action_probs, settings)
+    return rank_kept(kept, author_ids, action_probs, settings, in_network)

@@ -16,7 +16,8 @@ Per input (``TensorSpec``):
     ragged        ``allow_ragged_batch``: requests of different lengths share one batch
 
 Shapes in the glossary below have a leading batch dimension R (rows: users or posts) on the
-wire:  L history items,  C candidates,  K retrieved posts,  D emb_size,  A num_actions.
+wire:  L history items,  C candidates,  K retrieved posts,  D emb_size,  A num_actions,
+M in-network posts (the newest posts of the authors a user follows).
 
 Limits (``LIMITS``) are per request; larger requests get INVALID_ARG. The candidate limit is
 the ranker's largest candidate bucket, so a request never needs a shape compiled on demand.
@@ -55,6 +56,7 @@ LENGTH_LIMITS = {  # symbol -> the Limits field capping it
     "C": "max_candidates",  # candidates of one user row
     "E": "max_filter_ids",  # excluded authors
     "N": "max_filter_ids",  # seen posts
+    "M": "max_candidates",  # in-network posts: every one of them can become a candidate
 }
 ARTIFACT_WIDTHS = {"D": "emb_size", "A": "num_actions"}  # symbol -> artifact config field
 OUTPUT_LENGTHS = ("K", "C'")  # lengths of outputs only (retrieved, kept by the policy)
@@ -413,6 +415,10 @@ POLICY_PARAMETERS = (
     Parameter("author_diversity_decay", "number", 0.5, low=0, high=1),
     Parameter("author_diversity_floor", "number", 0.1, low=0, high=1),
     Parameter("filter_own_posts", "flag", True),
+    # An out-of-network post's score is multiplied by this (after author diversity, as X's
+    # home-mixer does): below 1 an in-network post outranks an out-of-network one of equal
+    # score. 1 treats both alike; 0 puts every in-network post first. docs/policy.md.
+    Parameter("out_of_network_factor", "number", 0.75, low=0, high=1),
 )
 
 # ----------------------------------------------------------------------------------------
@@ -441,6 +447,19 @@ def history_dwell(optional: bool, ragged: bool) -> TensorSpec:
 def _optional(spec: TensorSpec) -> TensorSpec:
     return TensorSpec(spec.name, spec.dtype, spec.axes, True, spec.ragged, spec.values)
 
+
+# The newest posts of the authors a user follows (the user state's in-network source), newest
+# first; right-padded with post id 0 where rows of a request differ.
+IN_NETWORK_POSTS = (
+    _spec("in_network_post_ids", np.int64, ["M"], values=IDS),
+    _spec("in_network_author_ids", np.int64, ["M"], values=IDS),
+)
+IN_NETWORK_INPUTS = tuple(
+    _spec(s.name, s.dtype, s.axes, optional=True, ragged=True, values=s.values)
+    for s in IN_NETWORK_POSTS
+)
+# Per returned post: 1 when it came from the in-network source, else 0.
+IN_NETWORK_FLAGS = _spec("in_network", np.int8, ["C'"])
 
 TOP_K = _spec("top_k", np.int32, [1], values=Values(1, LIMITS.max_top_k, "top_k"))
 RANKED_OUTPUTS = (
@@ -501,9 +520,12 @@ RETRIEVER = ModelContract(
         ),
         # excluded too: the posts already served to the user (the user state's)
         _spec("excluded_post_ids", np.int64, ["N"], optional=True, ragged=True, values=IDS),
+        *IN_NETWORK_INPUTS,
     ),
+    # In-network posts first (newest first), then the top_k retrieved (best first), each post
+    # once; rows of a request cut to its shortest row (docs/user-state.md, In-network source).
     outputs=(
-        _spec("post_ids", np.int64, ["K"]),  # best first
+        _spec("post_ids", np.int64, ["K"]),
         _spec("author_ids", np.int64, ["K"]),
         _spec("retrieval_scores", np.float32, ["K"]),
     ),
@@ -558,6 +580,8 @@ FEED_POLICY = ModelContract(
         _spec("candidate_action_probs", np.float32, ["C", "A"], ragged=True, values=PROBABILITIES),
         _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
         *FEED_FILTERS,
+        # a candidate among them is in-network (out_of_network_factor spares it); absent: none
+        IN_NETWORK_INPUTS[0],
     ),
     outputs=(
         _spec("ranked_post_ids", np.int64, ["C'"]),
@@ -566,6 +590,7 @@ FEED_POLICY = ModelContract(
         _spec("ranked_author_ids", np.int64, ["C'"]),
         _spec("ranked_retrieval_scores", np.float32, ["C'"]),
         FILTERED_COUNTS,
+        IN_NETWORK_FLAGS,
     ),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, *POLICY_PARAMETERS, CORPUS_FILE),
@@ -574,11 +599,14 @@ FEED_POLICY = ModelContract(
 
 # The user's state, read from the user-state store (Redis; docs/user-state.md) by user id, as
 # the rest of the chain takes it: the ranking history (every engagement), the retrieval history
-# (positive engagement only; the user tower's) and the posts already served. A request that
-# carries its own history gets that history back as both (nothing is read); a user the store
-# does not know gets empty histories (L = 0). Histories from the store hold at most the
-# artifact's history_seq_len items, oldest first; rows are right-padded with id 0.
+# (positive engagement only; the user tower's), the posts already served and the in-network
+# posts (the newest of the followed authors', capped per author and in all by
+# UserStateLimits). A request that carries its own history gets that history back as both
+# (nothing is read, no served or in-network posts); a user the store does not know gets empty
+# histories (L = 0). Histories from the store hold at most the artifact's history_seq_len
+# items, oldest first; rows are right-padded with id 0.
 USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
+USER_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # history_post_ids, ...
 RETRIEVAL_PREFIX = "retrieval_"
 USER_STATE = ModelContract(
     name="user_state",
@@ -590,6 +618,7 @@ USER_STATE = ModelContract(
         *(_spec(s.name, s.dtype, s.axes) for s in USER_HISTORY),
         *(_spec(RETRIEVAL_PREFIX + s.name, s.dtype, s.axes) for s in USER_HISTORY),
         _spec("served_post_ids", np.int64, ["N"]),  # newest first
+        *IN_NETWORK_POSTS,
     ),
     max_batch_size=8,
     parameters=(
@@ -605,14 +634,15 @@ def _same_names(names) -> dict[str, str]:
     return {name: name for name in names}
 
 
-_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # ranker's: with dwell
 _TOWER_HISTORY_NAMES = tuple(spec.name for spec in history_inputs(ragged=False))  # no dwell
 
 # Read the user's state (or take the request's history), encode the user by the retrieval
-# history, retrieve top_k posts neither in the history nor served before, rank them by the
-# ranking history, apply the feed policy. Tensors starting with "_" live only inside the
-# ensemble. The optional inputs (the history, the feed filters) reach their step only when
-# the request carries them (Triton 2.51 passes an absent optional input on as absent).
+# history, retrieve top_k posts neither in the history nor served before and add the
+# in-network posts, rank them by the ranking history, apply the feed policy (which favours the
+# in-network posts by out_of_network_factor and flags them). Tensors starting with "_" live
+# only inside the ensemble. The optional inputs (the history, the feed filters) reach their
+# step only when the request carries them (Triton 2.51 passes an absent optional input on
+# as absent).
 RECOMMEND = ModelContract(
     name="recommend",
     inputs=(
@@ -627,6 +657,7 @@ RECOMMEND = ModelContract(
         RANKED_AUTHOR_IDS,
         _spec("retrieval_scores", np.float32, [-1]),
         FILTERED_COUNTS,
+        IN_NETWORK_FLAGS,
     ),
     max_batch_size=8,
     backend=None,
@@ -634,12 +665,13 @@ RECOMMEND = ModelContract(
     steps=(
         EnsembleStep(
             "user_state",
-            input_map=_same_names(("user_id", *_HISTORY_NAMES)),
+            input_map=_same_names(("user_id", *USER_HISTORY_NAMES)),
             output_map={
-                **{name: "_" + name for name in _HISTORY_NAMES},
+                **{name: "_" + name for name in USER_HISTORY_NAMES},
                 # the user tower reads no dwell: Triton refuses an ensemble tensor nobody reads
                 **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
                 "served_post_ids": "_served_post_ids",
+                **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
             },
         ),
         EnsembleStep(
@@ -657,6 +689,7 @@ RECOMMEND = ModelContract(
                 "top_k": "top_k",
                 "history_post_ids": "_history_post_ids",
                 "excluded_post_ids": "_served_post_ids",
+                **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
             },
             output_map={
                 "post_ids": "_candidate_post_ids",
@@ -668,7 +701,7 @@ RECOMMEND = ModelContract(
             "ranker",
             input_map={
                 "user_id": "user_id",
-                **{name: "_" + name for name in _HISTORY_NAMES},
+                **{name: "_" + name for name in USER_HISTORY_NAMES},
                 "candidate_post_ids": "_candidate_post_ids",
                 "candidate_author_ids": "_candidate_author_ids",
                 "candidate_retrieval_scores": "_candidate_retrieval_scores",
@@ -689,10 +722,17 @@ RECOMMEND = ModelContract(
                 "candidate_action_probs": "_ranked_action_probs",
                 "candidate_retrieval_scores": "_ranked_retrieval_scores",
                 **_same_names(spec.name for spec in FEED_FILTERS),
+                "in_network_post_ids": "_in_network_post_ids",
             },
             output_map={
                 **_same_names(
-                    spec.name for spec in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS, FILTERED_COUNTS)
+                    spec.name
+                    for spec in (
+                        *RANKED_OUTPUTS,
+                        RANKED_AUTHOR_IDS,
+                        FILTERED_COUNTS,
+                        IN_NETWORK_FLAGS,
+                    )
                 ),
                 "ranked_retrieval_scores": "retrieval_scores",
             },

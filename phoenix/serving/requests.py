@@ -15,6 +15,7 @@ expected; the Triton adapter answers it with INVALID_ARG for that request alone.
 
 Shape glossary (R rows of one request: users or posts)
   L  history items sent   C  candidates sent   A  num_actions   D  emb_size
+  M  in-network posts sent
 """
 
 from __future__ import annotations
@@ -30,8 +31,14 @@ from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS, Mo
 from phoenix.serving.input_error import InputError  # raised here; re-exported
 
 # What one unit of each symbolic axis is called in error messages.
-LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids"}
-LENGTH_GROUPS = {"L": "history", "C": "candidate", "E": "excluded author", "N": "seen post"}
+LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids", "M": "posts"}
+LENGTH_GROUPS = {
+    "L": "history",
+    "C": "candidate",
+    "E": "excluded author",
+    "N": "seen post",
+    "M": "in-network",
+}
 WIDTH_NOUNS = {"A": "actions per item", "D": "values per row"}
 
 

@@ -16,7 +16,7 @@ from phoenix.user_state.client import UserStateError, UserStateUnavailable, conn
 from phoenix.user_state.events import Engagement, EventError, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories
 from phoenix.user_state.limits import UserStateLimits
-from phoenix.user_state.store import InNetworkPosts, UserStateStore
+from phoenix.user_state.store import InNetworkPosts, UserState, UserStateStore
 
 __all__ = [
     "Engagement",
@@ -27,6 +27,7 @@ __all__ = [
     "Post",
     "Unfollow",
     "UserHistories",
+    "UserState",
     "UserStateError",
     "UserStateLimits",
     "UserStateStore",

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from phoenix.serving.contracts import RANKER
+from phoenix.serving.contracts import RANKER, USER_HISTORY_NAMES
 from phoenix.user_state.actions import action_flags
 from phoenix.user_state.events import Engagement
 
@@ -28,14 +28,8 @@ MEMBER = np.dtype(
         ("ts_ms", "<i8"),
     ]
 )
-# The ranker inputs a History fills, by the contract's names (their dtypes come from it).
-HISTORY_INPUTS = (
-    "history_post_ids",
-    "history_author_ids",
-    "history_actions",
-    "history_product_surface",
-    "history_dwell_seconds",
-)
+# The ranker inputs a History fills, in this order (their dtypes come from the contract too).
+HISTORY_INPUTS = USER_HISTORY_NAMES
 
 
 def time_ms(ts: float) -> int:
@@ -98,10 +92,6 @@ class History:
             dwell_seconds=records["dwell_seconds"].astype(dtypes["history_dwell_seconds"]),
             times=records["ts_ms"].astype(np.float64) / 1000.0,
         )
-
-    @classmethod
-    def empty(cls) -> History:
-        return cls.from_records(np.zeros(0, MEMBER))
 
     def inputs(self) -> dict[str, np.ndarray]:
         """{ranker input name: array}: history_post_ids, ..., history_dwell_seconds."""

@@ -18,9 +18,10 @@ DAY_S = 86_400.0
 class UserStateLimits:
     """What the store keeps and for how long. Times are seconds."""
 
-    # Engagements kept per user in each history (all; positive): twice the history_seq_len of
-    # the shipped artifacts (128), so a model with a longer sequence can be served without
-    # waiting for history to refill; memory grows linearly with it (docs/user-state.md).
+    # Engagements kept per user in each history (all; positive): twice the longest
+    # history_seq_len of the shipped artifacts (artifacts/demo 127, artifacts/trained-demo 16),
+    # so a model with a longer sequence can be served without waiting for history to refill;
+    # memory grows linearly with it (docs/user-state.md).
     history_cap: int = 256
     # Older engagement says little about today's interests, and a user who stops engaging must
     # not hold memory for ever: both history keys expire this long after their last write.
@@ -42,6 +43,15 @@ class UserStateLimits:
     # Recent requests of a user (for deduplicating retries and pacing): a day, at most this many.
     request_log_ttl_s: float = DAY_S
     request_log_cap: int = 100
+    # In-network candidates of one request (the newest posts of the followed authors): a feed
+    # shows few posts of one author (author diversity damps the second and later), so more
+    # than a few per author would only crowd out other authors' posts before ranking.
+    in_network_per_author: int = 3
+    # ... and at most this many in all, newest first. They join the retriever's top_k before
+    # ranking, whose cost grows with the candidates: 64 keeps a demo request (top_k 32-100)
+    # within the ranker's 256-candidate bucket, and lets in-network be at most about half of
+    # a feed before the policy's out_of_network_factor. At most LIMITS.max_candidates.
+    in_network_total: int = 64
 
     def __post_init__(self):
         for field in fields(self):
@@ -52,6 +62,11 @@ class UserStateLimits:
             raise ValueError(
                 f"UserStateLimits.history_cap {self.history_cap} exceeds the contract's "
                 f"max_history_items {LIMITS.max_history_items}: such histories would be refused"
+            )
+        if self.in_network_total > LIMITS.max_candidates:
+            raise ValueError(
+                f"UserStateLimits.in_network_total {self.in_network_total} exceeds the "
+                f"contract's max_candidates {LIMITS.max_candidates}: the ranker would refuse them"
             )
 
     def check_seq_len(self, seq_len: int) -> None:

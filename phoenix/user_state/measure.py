@@ -1,13 +1,16 @@
 """Measure the memory of user state and the time of its batch reads on a local redis-server.
 
-    python -m phoenix.user_state.measure [--users 1000] [--listpack-entries N]
+    python -m phoenix.user_state.measure [--users 1000] [--listpack-entries N] [--out FILE]
 
 Starts its own redis-server (``server.RedisServer``), fills ``--users`` users to the default
 caps (UserStateLimits: full histories, follows, served posts, request log) and authors to
 author_posts_cap, and prints JSON: ``MEMORY USAGE <key> SAMPLES 0`` per key kind (mean bytes of
 a key, and per member), ``used_memory`` per user, and the wall time of pipelined batch reads.
 ``--listpack-entries`` sets zset-max-listpack-entries (Redis's default: 128), the size up to
-which a sorted set is stored compactly. docs/user-state.md gives the numbers measured.
+which a sorted set is stored compactly; ``--out`` also writes the JSON to a file. The reads
+include what the ``user_state`` serving step reads per batch (``UserStateStore.state``: both
+histories at the demo artifact's history_seq_len, served posts, in-network posts) beside the
+same reads made separately. docs/user-state.md gives the numbers measured.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from phoenix.user_state.store import UserStateStore
 NOW = 1_700_000_000.0
 FOLLOWS_PER_USER = 200  # a typical account; the cap (5,000) is measured apart
 AUTHORS = 2_000
+STEP_SEQ_LEN = 127  # artifacts/demo's history_seq_len: what the served step reads
 
 
 def _fill(store: UserStateStore, users: int, rng: np.random.Generator) -> None:
@@ -99,13 +103,34 @@ def measure(users: int, listpack_entries: int | None) -> dict:
         }
         batch = list(range(min(users, 64)))
         report["read_ms"] = {
-            "histories of 64 users (seq_len 128)": _timed(lambda: store.histories(batch, NOW, 128)),
+            f"histories of {len(batch)} users (seq_len 128)": _timed(
+                lambda: store.histories(batch, NOW, 128)
+            ),
             "histories of 1 user (seq_len 128)": _timed(lambda: store.histories([0], NOW, 128)),
             "in_network of 1 user (200 follows, 2/author, 200 total)": _timed(
                 lambda: store.in_network([0], 2, 200, NOW)
             ),
-            "served of 64 users": _timed(lambda: store.served(batch, NOW)),
+            f"served of {len(batch)} users": _timed(lambda: store.served(batch, NOW)),
         }
+        lim = store.limits
+        for users_ in (1, 8):
+            step = list(range(min(users, users_)))
+            report["read_ms"] |= {
+                f"state of {len(step)} users (the step's read: 2 round trips)": _timed(
+                    lambda step=step: store.state(step, NOW, STEP_SEQ_LEN)
+                ),
+                f"histories, served, in_network of {len(step)} users apart (4 round trips)": (
+                    _timed(
+                        lambda step=step: (
+                            store.histories(step, NOW, STEP_SEQ_LEN),
+                            store.served(step, NOW),
+                            store.in_network(
+                                step, lim.in_network_per_author, lim.in_network_total, NOW
+                            ),
+                        )
+                    )
+                ),
+            }
         client.close()
     return report
 
@@ -114,8 +139,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--listpack-entries", type=int, default=None)
+    parser.add_argument("--out", default=None, help="also write the JSON report to this file")
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.users, args.listpack_entries), indent=2))
+    text = json.dumps(measure(args.users, args.listpack_entries), indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as file:
+            file.write(text + "\n")
 
 
 if __name__ == "__main__":

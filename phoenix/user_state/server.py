@@ -26,15 +26,15 @@ from pathlib import Path
 
 import redis
 
-from phoenix.serving.triton_server import LOOPBACK, pick_free_ports
+# redis-server is started as tritonserver is: through a fresh interpreter that asks for
+# SIGKILL on its launcher's death, then becomes redis-server (same pid).
+from phoenix.serving.triton_server import (
+    _EXEC_DYING_WITH_PARENT,
+    LOOPBACK,
+    pick_free_ports,
+)
 
 READY_TIMEOUT_S = 10.0
-# Started through a fresh interpreter that asks for SIGKILL on its launcher's death, then
-# becomes redis-server (same pid): nothing runs in the forked child of a threaded parent.
-_EXEC_DYING_WITH_PARENT = (
-    "import os, signal, sys; from phoenix.serving.triton_server import die_with_parent; "
-    "die_with_parent(signal.SIGKILL, int(sys.argv[1])); os.execv(sys.argv[2], sys.argv[2:])"
-)
 CLUSTER_BUS_OFFSET = 10_000  # a cluster node also listens on its port + 10000 (Redis's rule)
 
 

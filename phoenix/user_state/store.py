@@ -5,9 +5,11 @@ Writes (``apply``, ``mark_served``, ``log_request``) send a whole batch in one p
 atomic script call per key touched (``phoenix.user_state.capped``), which adds, trims to
 ``UserStateLimits`` and sets the key's TTL; every write is idempotent (the same events again,
 in any order, leave the same state). Reads take a batch of users and cost one round trip per
-pipeline (``in_network`` two: follows, then posts); a cluster client's pipeline sends each node
-its commands together. A pipeline is not a transaction: a failure part-way leaves the keys
-already written (each consistent), and applying the batch again completes it.
+pipeline (``in_network`` two: follows, then posts; ``state``, everything a recommend by user id
+reads, two: histories, served posts and follows, then the followed authors' posts); a cluster
+client's pipeline sends each node its commands together. A pipeline is not a transaction: a
+failure part-way leaves the keys already written (each consistent), and applying the batch
+again completes it.
 """
 
 from __future__ import annotations
@@ -40,16 +42,13 @@ class InNetworkPosts:
         return len(self.post_ids)
 
 
-@dataclass
-class AppliedCounts:
-    engagements: int = 0
-    follows: int = 0
-    unfollows: int = 0
-    posts: int = 0
+@dataclass(frozen=True)
+class UserState:
+    """What a recommend-by-user-id request reads of one user (``UserStateStore.state``)."""
 
-    @property
-    def total(self) -> int:
-        return self.engagements + self.follows + self.unfollows + self.posts
+    histories: UserHistories
+    served: np.ndarray  # [N] int64 post ids, newest first
+    in_network: InNetworkPosts
 
 
 def _seconds(ts: float) -> float:
@@ -112,34 +111,30 @@ class UserStateStore:
             ),
         }
 
-    def apply(self, events: Iterable[Event]) -> AppliedCounts:
+    def apply(self, events: Iterable[Event]) -> None:
         """Apply ``events`` in one pipeline; applying them again, in any order, changes
         nothing (an unfollow applies after the follows before it in ``events``)."""
-        batch, counts = _WriteBatch(self.kept), AppliedCounts()
+        batch, count = _WriteBatch(self.kept), 0
         for event in events:
+            count += 1
             if isinstance(event, Engagement):
                 member, score = encode(event), _seconds(event.ts)
                 batch.add(keys.user_key(event.user_id, keys.SEQUENCE), keys.SEQUENCE, score, member)
                 if is_positive(event.actions):
                     key = keys.user_key(event.user_id, keys.POSITIVE)
                     batch.add(key, keys.POSITIVE, score, member)
-                counts.engagements += 1
             elif isinstance(event, Follow):
                 key = keys.user_key(event.user_id, keys.FOLLOWS)
                 batch.add(key, keys.FOLLOWS, _seconds(event.ts), event.author_id)
-                counts.follows += 1
             elif isinstance(event, Unfollow):
                 batch.remove(keys.user_key(event.user_id, keys.FOLLOWS), event.author_id)
-                counts.unfollows += 1
             elif isinstance(event, Post):
                 key = keys.author_posts_key(event.author_id)
                 batch.add(key, keys.AUTHOR_POSTS, _seconds(event.ts), event.post_id)
-                counts.posts += 1
             else:
                 raise TypeError(f"not a user-state event: {event!r}")
-        if counts.total:
-            self._execute(batch.queue(self._pipeline()), f"applying {counts.total} events")
-        return counts
+        if batch.ops:
+            self._execute(batch.queue(self._pipeline()), f"applying {count} events")
 
     def mark_served(self, user_id: int, post_ids: Iterable[int], now: float) -> None:
         """Record posts served to a user at ``now`` (kept served_ttl_s, newest served_cap)."""
@@ -164,40 +159,55 @@ class UserStateStore:
         pipe.zrange(key, newest, oldest, desc=True, byscore=True, offset=0, num=count,
                     withscores=withscores)  # fmt: skip
 
-    def histories(self, user_ids: Sequence[int], now: float, seq_len: int) -> list[UserHistories]:
-        """Each user's ranking and retrieval histories at ``now``: the newest ``seq_len``
-        engagements of the last history_window_s, oldest first (one round trip)."""
+    def _queue_histories(self, pipe, user_ids, now: float, seq_len: int) -> None:
         self.limits.check_seq_len(seq_len)
         newest, oldest = _seconds(now), _seconds(now) - self.limits.history_window_s
-        pipe = self._pipeline()
         for user in user_ids:
             for kind in (keys.SEQUENCE, keys.POSITIVE):
                 self._newest(pipe, keys.user_key(user, kind), newest, oldest, seq_len)
-        replies = self._execute(pipe, f"reading the histories of {len(user_ids)} users")
+
+    @staticmethod
+    def _histories_of(replies: list) -> list[UserHistories]:
+        """The histories of the replies ``_queue_histories`` queued (two per user)."""
 
         def history(members: list[bytes]) -> History:
             return History.from_records(decode(members[::-1]))  # newest first -> oldest first
 
         return [
-            UserHistories(ranking=history(replies[2 * i]), retrieval=history(replies[2 * i + 1]))
-            for i in range(len(user_ids))
+            UserHistories(ranking=history(replies[i]), retrieval=history(replies[i + 1]))
+            for i in range(0, len(replies), 2)
         ]
+
+    def _queue_served(self, pipe, user_ids, now: float) -> None:
+        newest, oldest = _seconds(now), _seconds(now) - self.limits.served_ttl_s
+        for user in user_ids:
+            key = keys.user_key(user, keys.SERVED)
+            self._newest(pipe, key, newest, oldest, self.limits.served_cap)
+
+    @staticmethod
+    def _queue_follows(pipe, user_ids) -> None:
+        for user in user_ids:
+            pipe.zrange(keys.user_key(user, keys.FOLLOWS), 0, -1, desc=True)
+
+    def histories(self, user_ids: Sequence[int], now: float, seq_len: int) -> list[UserHistories]:
+        """Each user's ranking and retrieval histories at ``now``: the newest ``seq_len``
+        engagements of the last history_window_s, oldest first (one round trip)."""
+        pipe = self._pipeline()
+        self._queue_histories(pipe, user_ids, now, seq_len)
+        replies = self._execute(pipe, f"reading the histories of {len(user_ids)} users")
+        return self._histories_of(replies)
 
     def follows(self, user_ids: Sequence[int]) -> list[np.ndarray]:
         """Each user's followed author ids [F] int64, most recently followed first."""
         pipe = self._pipeline()
-        for user in user_ids:
-            pipe.zrange(keys.user_key(user, keys.FOLLOWS), 0, -1, desc=True)
+        self._queue_follows(pipe, user_ids)
         replies = self._execute(pipe, f"reading the follows of {len(user_ids)} users")
         return [_ids(reply) for reply in replies]
 
     def served(self, user_ids: Sequence[int], now: float) -> list[np.ndarray]:
         """Each user's post ids [N] int64 served within served_ttl_s of ``now``, newest first."""
-        newest, oldest = _seconds(now), _seconds(now) - self.limits.served_ttl_s
         pipe = self._pipeline()
-        for user in user_ids:
-            key = keys.user_key(user, keys.SERVED)
-            self._newest(pipe, key, newest, oldest, self.limits.served_cap)
+        self._queue_served(pipe, user_ids, now)
         replies = self._execute(pipe, f"reading the served posts of {len(user_ids)} users")
         return [_ids(reply) for reply in replies]
 
@@ -230,11 +240,38 @@ class UserStateStore:
         followed author (within author_posts_retention_s of ``now``), the newest ``total_cap``
         of them, newest first. Two round trips for the whole batch: follows, then posts (each
         author read once however many users of the batch follow it)."""
-        if per_author_cap < 1 or total_cap < 1:
-            raise ValueError(
-                f"per_author_cap and total_cap must be >= 1, got {per_author_cap}, {total_cap}"
-            )
-        follows = self.follows(user_ids)
+        _check_caps(per_author_cap, total_cap)
+        return self._posts_of_followed(self.follows(user_ids), now, per_author_cap, total_cap)
+
+    def state(self, user_ids: Sequence[int], now: float, seq_len: int) -> list[UserState]:
+        """Everything a recommend by user id reads of each user at ``now``: both histories
+        (as ``histories``), the served posts (as ``served``) and the in-network posts (as
+        ``in_network``, capped by in_network_per_author and in_network_total).
+
+        One round trip reads the histories, served posts and follows of the whole batch; a
+        second, only when a user of the batch follows someone, reads the followed authors'
+        posts (each author once). The second cannot join the first: which authors to read is
+        the first's answer, and an author's posts live in the author's hash slot, which a
+        cluster serves from another node than the user's, so no one server-side script can
+        read both."""
+        lim = self.limits
+        pipe = self._pipeline()
+        self._queue_histories(pipe, user_ids, now, seq_len)
+        self._queue_served(pipe, user_ids, now)
+        self._queue_follows(pipe, user_ids)
+        replies = self._execute(pipe, f"reading the state of {len(user_ids)} users")
+        users = len(user_ids)
+        histories = self._histories_of(replies[: 2 * users])
+        served = [_ids(reply) for reply in replies[2 * users : 3 * users]]
+        follows = [_ids(reply) for reply in replies[3 * users :]]
+        in_network = self._posts_of_followed(
+            follows, now, lim.in_network_per_author, lim.in_network_total
+        )
+        return [UserState(*row) for row in zip(histories, served, in_network, strict=True)]
+
+    def _posts_of_followed(
+        self, follows: list[np.ndarray], now: float, per_author_cap: int, total_cap: int
+    ) -> list[InNetworkPosts]:
         authors = sorted({int(a) for f in follows for a in f})
         posts = (
             dict(zip(authors, self.author_posts(authors, now, per_author_cap))) if authors else {}
@@ -250,6 +287,13 @@ class UserStateStore:
             post_ids=np.array([r[1] for r in rows], np.int64),
             author_ids=np.array([r[2] for r in rows], np.int64),
             created_at=np.array([r[0] for r in rows], np.float64),
+        )
+
+
+def _check_caps(per_author_cap: int, total_cap: int) -> None:
+    if per_author_cap < 1 or total_cap < 1:
+        raise ValueError(
+            f"per_author_cap and total_cap must be >= 1, got {per_author_cap}, {total_cap}"
         )
 
 

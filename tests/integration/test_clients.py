@@ -118,6 +118,8 @@ def test_demo_starts_its_own_server_prints_the_feed_and_stops_it(tiny_artifacts,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Recommended feed for user" in done.stdout and "rank" in done.stdout
+    # the example user carries its own history: nothing is read, so nothing is in-network
+    assert re.search(r"^  in-network: 0 of the top \d+ posts, 0% of the feed", done.stdout, re.M)
     server_pid = int(re.search(r"^tritonserver (\d+) ready after", done.stdout, re.M)[1])
     assert not psutil.pid_exists(server_pid)
     assert (tmp_path / "build" / "admin-key").stat().st_mode & 0o777 == 0o600

@@ -1,7 +1,8 @@
 """``recommend`` by user id against a real tritonserver and a real redis-server: the history
 comes from the user-state store, served posts are not recommended again, an unknown user is
-served, and a store that is down fails by-id requests fast while requests carrying their own
-history are still served."""
+served, a followed author's new post is in the follower's feed (flagged in-network, moved by
+the policy's out_of_network_factor), and a store that is down fails by-id requests fast while
+requests carrying their own history are still served."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_config, load_corpus
+from phoenix.feed_policy import in_network_share
 from phoenix.serving.client import connect, infer
+from phoenix.serving.contracts import FEED_POLICY
+from phoenix.serving.reload import reload_model
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.user_state import Engagement, UserStateStore
+from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.server import RedisServer
 from tests.integration.conftest import MODEL_REPOSITORY, launch_server
@@ -40,6 +44,8 @@ def server(tiny_artifacts, redis_server, tmp_path_factory):
         log_path=log,
         exit_timeout_secs=5,
         env={USER_STATE_URL_ENV: redis_server.url},
+        model_control_mode="explicit",  # the feed policy is loaded again with other factors
+        load_model="*",
     )
     yield triton
     triton.stop()
@@ -129,6 +135,59 @@ def test_posts_marked_served_are_not_recommended(client, redis_server, corpus):
     store.mark_served(USER, served, time.time())
     after = recommend(client, by_id())["ranked_post_ids"][0].tolist()
     assert len(after) > 0 and not set(served) & set(after)
+
+
+FOLLOWER, AUTHOR = 11, 555_001
+NEW_POST = 10**15 + 1  # in no corpus: a post made a moment ago
+
+
+def test_a_followed_authors_new_post_is_in_the_followers_feed(client, redis_server):
+    store = UserStateStore(connect_store(redis_server.url))
+    now = time.time()
+    store.apply([Follow(FOLLOWER, AUTHOR, now - 3600)])
+    before = recommend(client, by_id(FOLLOWER))
+    assert NEW_POST not in before["ranked_post_ids"][0].tolist()
+    assert before["in_network"].tolist() == [[0] * before["in_network"].shape[1]]
+
+    store.apply([Post(NEW_POST, AUTHOR, now - 1)])
+    feed = recommend(client, by_id(FOLLOWER))
+    posts = feed["ranked_post_ids"][0].tolist()
+    assert NEW_POST in posts
+    where = posts.index(NEW_POST)
+    assert feed["in_network"][0, where] == 1 and feed["ranked_author_ids"][0, where] == AUTHOR
+    assert feed["in_network"][0].sum() == 1  # no other post is in-network
+    assert feed["in_network"].dtype == np.int8
+    assert NEW_POST not in recommend(client, by_id(FOLLOWER + 1))["ranked_post_ids"][0].tolist()
+
+
+def set_factor(client, value: str) -> None:
+    reload_model(client, "http", FEED_POLICY.name, {"out_of_network_factor": value}, None)
+
+
+def test_the_out_of_network_factor_moves_the_in_network_share(client, redis_server):
+    user, feed_top = FOLLOWER + 2, 10
+    store = UserStateStore(connect_store(redis_server.url))
+    now = time.time()
+    authors = [AUTHOR + 10 + a for a in range(8)]
+    store.apply([Follow(user, a, now - 3600) for a in authors])
+    store.apply(
+        Post(NEW_POST + 100 + 10 * i + j, a, now - 60 * (10 * i + j))
+        for i, a in enumerate(authors)
+        for j in range(3)
+    )  # 24 in-network posts beside top_k 32 retrieved
+    shares = {}
+    try:
+        for factor in ("1", "0.3", "0"):
+            set_factor(client, factor)
+            feed = recommend(client, by_id(user))
+            shares[factor] = in_network_share(feed["in_network"][0, :feed_top])
+    finally:
+        set_factor(client, FEED_POLICY.parameter("out_of_network_factor").text(
+            FEED_POLICY.parameter("out_of_network_factor").default
+        ))  # fmt: skip
+    assert shares["0"] == 1.0  # every in-network post first
+    assert shares["1"] <= shares["0.3"] <= shares["0"]
+    assert shares["1"] < 1.0, shares
 
 
 def test_store_down_fails_by_id_fast_serves_history_then_recovers(

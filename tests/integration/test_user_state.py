@@ -279,6 +279,34 @@ def test_a_batch_read_answers_as_per_user_reads_in_one_round_trip(client):
     assert counted.executes == 6
 
 
+def test_state_answers_as_the_separate_reads_in_two_round_trips(client):
+    users = list(range(40)) + [999]
+    limits = UserStateLimits(history_cap=64, in_network_per_author=2, in_network_total=5)
+    store = UserStateStore(client, limits)
+    store.apply(world(seed=4))
+    for user in users[::4]:
+        store.mark_served(user, [user * 10 + 1], NOW - 50)
+    counted = PipelineCounter(client)
+    states = UserStateStore(counted, limits, name="counted").state(users, NOW, SEQ_LEN)
+    assert counted.executes == 2  # histories, served and follows; then the authors' posts
+    histories = store.histories(users, NOW, SEQ_LEN)
+    served = store.served(users, NOW)
+    in_network = store.in_network(users, 2, 5, NOW)
+    for state, history, posts, network in zip(states, histories, served, in_network, strict=True):
+        for kind in ("ranking", "retrieval"):
+            mine, theirs = getattr(state.histories, kind), getattr(history, kind)
+            for name, array in mine.inputs().items():
+                np.testing.assert_array_equal(array, theirs.inputs()[name])
+        np.testing.assert_array_equal(state.served, posts)
+        np.testing.assert_array_equal(state.in_network.post_ids, network.post_ids)
+        np.testing.assert_array_equal(state.in_network.author_ids, network.author_ids)
+    assert any(len(s.in_network) == 5 for s in states)
+
+    counted = PipelineCounter(client)
+    UserStateStore(counted, limits, name="counted").state([999], NOW, SEQ_LEN)
+    assert counted.executes == 1  # follows no one: no second round trip
+
+
 def test_one_users_keys_share_a_slot_and_users_spread_over_the_nodes(cluster):
     client = connect(cluster.url, cluster=True)
     client.flushall(target_nodes=RedisCluster.PRIMARIES)

@@ -20,12 +20,18 @@ HISTORY = ("history_post_ids", "history_author_ids", "history_actions", "history
 
 def user_state(inputs: dict) -> dict:
     """The request's history as the ranking history, the retrieval history told apart from
-    it (post ids + 100), one served post."""
+    it (post ids + 100), one served post, one in-network post."""
     ranking = {name: inputs[name] for name in HISTORY}
     ranking["history_dwell_seconds"] = np.zeros(inputs["history_post_ids"].shape, np.float32)
     retrieval = {f"retrieval_{name}": array for name, array in ranking.items()}
     retrieval["retrieval_history_post_ids"] = ranking["history_post_ids"] + 100
-    return {**ranking, **retrieval, "served_post_ids": np.array([[99]])}
+    return {
+        **ranking,
+        **retrieval,
+        "served_post_ids": np.array([[99]]),
+        "in_network_post_ids": np.array([[77]]),
+        "in_network_author_ids": np.array([[78]]),
+    }
 
 
 def answer(model: str, inputs: dict) -> dict:
@@ -36,6 +42,8 @@ def answer(model: str, inputs: dict) -> dict:
         assert inputs["history_post_ids"].tolist() == [[105, 106]]  # the retrieval history
         return {"user_embedding": inputs["user_id"] * 10.0}
     if model == "retriever":
+        assert inputs["in_network_post_ids"].tolist() == [[77]]
+        assert inputs["in_network_author_ids"].tolist() == [[78]]
         base = inputs["user_embedding"].sum() + inputs["top_k"].sum()
         return {
             "post_ids": np.array([[base, base + 1]]),
@@ -53,6 +61,7 @@ def answer(model: str, inputs: dict) -> dict:
             "ranked_retrieval_scores": inputs["candidate_retrieval_scores"][:, ::-1],
         }
     # feed_policy: drops the seen posts, keeps the ranker's order
+    assert inputs["in_network_post_ids"].tolist() == [[77]]
     keep = ~np.isin(inputs["candidate_post_ids"][0], inputs.get("seen_post_ids", []))
     return {
         "ranked_post_ids": inputs["candidate_post_ids"][:, keep],
@@ -61,6 +70,7 @@ def answer(model: str, inputs: dict) -> dict:
         "action_probs": inputs["candidate_action_probs"][:, keep],
         "ranked_retrieval_scores": inputs["candidate_retrieval_scores"][:, keep],
         "filtered_counts": np.array([[0, 0, 0, (~keep).sum(), 0]]),
+        "in_network": np.zeros((1, keep.sum()), np.int8),
     }
 
 
@@ -74,7 +84,16 @@ def test_steps_run_in_order_once_per_step_with_mapped_tensors():
     (out,) = run_ensemble(run_model, [REQUEST])
     steps = ["user_state", "user_encoder", "retriever", "ranker", "feed_policy"]
     assert [model for model, _ in calls] == steps
-    assert calls[2][1] == [["excluded_post_ids", "history_post_ids", "top_k", "user_embedding"]]
+    assert calls[2][1] == [
+        [
+            "excluded_post_ids",
+            "history_post_ids",
+            "in_network_author_ids",
+            "in_network_post_ids",
+            "top_k",
+            "user_embedding",
+        ]
+    ]
     assert "top_k" not in calls[3][1][0] and "candidate_post_ids" in calls[3][1][0]
     assert out["ranked_post_ids"].tolist() == [[13, 12]]  # 1 * 10 + 2, reversed by the ranker
     assert out["ranked_author_ids"].tolist() == [[15, 14]]
@@ -87,6 +106,7 @@ def test_steps_run_in_order_once_per_step_with_mapped_tensors():
             "candidate_author_ids",
             "candidate_post_ids",
             "candidate_retrieval_scores",
+            "in_network_post_ids",
             "user_id",
         ]
     ]
@@ -130,7 +150,14 @@ def test_retriever_inputs_after_the_user_encoder():
     embedding = np.ones((1, 4), np.float32)
     done = {"user_state": user_state(REQUEST), "user_encoder": {"user_embedding": embedding}}
     inputs = next_step_inputs(REQUEST, done, "retriever")
-    assert sorted(inputs) == ["excluded_post_ids", "history_post_ids", "top_k", "user_embedding"]
+    assert sorted(inputs) == [
+        "excluded_post_ids",
+        "history_post_ids",
+        "in_network_author_ids",
+        "in_network_post_ids",
+        "top_k",
+        "user_embedding",
+    ]
     assert inputs["user_embedding"] is embedding
     assert inputs["history_post_ids"] is REQUEST["history_post_ids"]
 

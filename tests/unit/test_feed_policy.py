@@ -17,6 +17,7 @@ from phoenix.feed_policy import (
     diversity_multipliers,
     dropped_counts,
     filter_masks,
+    in_network_share,
     keep_mask,
     occurrence_index,
     offset_negative_scores,
@@ -32,9 +33,12 @@ NAMES = ("favorite", "reply", "block_author", "report")
 WEIGHTS = np.array([1.0, 10.0, -20.0, -50.0])  # positive sum 11, negative 70, total 81
 
 
-def settings(decay=1.0, floor=1.0, offset=0.0, weights=WEIGHTS, own=False) -> PolicySettings:
-    """decay = floor = 1: no diversity; offset 0: scores as they are when >= 0."""
-    return PolicySettings(np.asarray(weights, float), offset, decay, floor, own)
+def settings(
+    decay=1.0, floor=1.0, offset=0.0, weights=WEIGHTS, own=False, factor=1.0
+) -> PolicySettings:
+    """decay = floor = 1: no diversity; offset 0: scores as they are when >= 0; factor 1:
+    out-of-network posts as in-network ones."""
+    return PolicySettings(np.asarray(weights, float), offset, decay, floor, own, factor)
 
 
 # ----------------------------------------------------------------------------------------
@@ -176,6 +180,65 @@ def test_filtered_posts_take_no_diversity_slot():
 
 
 # ----------------------------------------------------------------------------------------
+# In-network and the out-of-network factor
+# ----------------------------------------------------------------------------------------
+
+
+def test_the_out_of_network_factor_multiplies_out_of_network_scores_after_diversity():
+    probs = np.zeros((4, 4))
+    probs[:, 0] = [1.0, 0.9, 0.8, 0.5]
+    posts, authors = np.array([1, 2, 3, 4]), np.array([7, 7, 8, 9])
+    in_network = np.array([False, False, False, True])
+    order, scores = apply_policy(
+        posts, authors, probs, settings(0.5, 0.0, factor=0.5), FeedFilters(), in_network
+    )
+    # 1: 1.0 * 0.5; 2: author 7's second, 0.9 * 0.5 (diversity) * 0.5; 3: 0.8 * 0.5; 4: 0.5
+    assert posts[order].tolist() == [1, 4, 3, 2]
+    np.testing.assert_allclose(scores, [0.5, 0.5, 0.4, 0.225])
+
+
+def test_the_factor_never_raises_a_post_with_a_negative_weighted_score():
+    probs = np.zeros((2, 4))
+    probs[0, 3] = 0.9  # very likely reported: a negative weighted score
+    probs[1, 3] = 0.1
+    posts, authors = np.array([1, 2]), np.array([5, 6])
+    for factor in (1.0, 0.5, 0.0):
+        policy = settings(offset=0.1, factor=factor)
+        order, scores = apply_policy(posts, authors, probs, policy, FeedFilters(), None)
+        assert posts[order].tolist() == [2, 1]  # the less likely report stays ahead
+        assert np.all(scores >= 0)
+        plain = apply_policy(posts, authors, probs, settings(offset=0.1), FeedFilters())[1]
+        assert np.all(scores <= plain)
+
+
+def random_candidates(seed: int, count: int = 200):
+    rng = np.random.default_rng(seed)
+    probs = rng.uniform(0, 1, (count, 4)) * [1.0, 0.2, 0.02, 0.01]
+    authors = rng.integers(1, 60, count)
+    in_network = rng.random(count) < 0.2
+    return np.arange(1, count + 1), authors, probs, in_network
+
+
+def feed_share(factor: float, seed: int = 0, feed: int = 20) -> float:
+    posts, authors, probs, in_network = random_candidates(seed)
+    policy = settings(0.5, 0.1, offset=0.1, factor=factor)
+    order, _ = apply_policy(posts, authors, probs, policy, FeedFilters(), in_network)
+    return in_network_share(in_network[order[:feed]])
+
+
+def test_a_smaller_out_of_network_factor_raises_the_in_network_share_of_a_feed():
+    shares = [feed_share(factor) for factor in (1.0, 0.75, 0.3, 0.0)]
+    assert shares[0] < 0.5  # about the candidates' 20% when both are treated alike
+    assert shares == sorted(shares) and shares[0] < shares[2]
+    assert shares[3] == 1.0  # factor 0: every in-network post first (40 of them > 20)
+
+
+def test_in_network_share_of_an_empty_feed_is_zero():
+    assert in_network_share(np.zeros(0, bool)) == 0.0
+    assert in_network_share(np.array([1, 0, 0, 1], np.int8)) == 0.5
+
+
+# ----------------------------------------------------------------------------------------
 # Parameters
 # ----------------------------------------------------------------------------------------
 
@@ -185,6 +248,7 @@ GOOD = {
     "author_diversity_decay": "0.5",
     "author_diversity_floor": "0.1",
     "filter_own_posts": "true",
+    "out_of_network_factor": "0.6",
 }
 
 
@@ -193,6 +257,7 @@ def test_parameters_parse():
     np.testing.assert_array_equal(parsed.action_weights, [1, 0, 0, -50])
     assert (parsed.negative_scores_offset, parsed.author_diversity_floor) == (0.1, 0.1)
     assert parsed.filter_own_posts is True
+    assert parsed.out_of_network_factor == 0.6
 
 
 def test_the_default_weights_name_every_action_and_parse():
@@ -216,6 +281,8 @@ def test_the_default_weights_name_every_action_and_parse():
         ("author_diversity_decay", "half", "'author_diversity_decay' must be a number"),
         ("negative_scores_offset", "-1", "'negative_scores_offset' must lie in [0, inf]"),
         ("filter_own_posts", "yes", "'filter_own_posts' must be 'true' or 'false'"),
+        ("out_of_network_factor", "1.5", "'out_of_network_factor' must lie in [0, 1]"),
+        ("out_of_network_factor", "-0.1", "'out_of_network_factor' must lie in [0, 1]"),
     ],
 )
 def test_bad_parameters_are_named(key, value, fragment):
@@ -279,6 +346,20 @@ def test_the_service_filters_scores_and_passes_columns_along(service):
     np.testing.assert_allclose(out["action_probs"][0, :, 0], [0.9, 0.8, 0.6])
     assert out["filtered_counts"].tolist() == [[0, 1, 0, 0, 0]]  # one own post
     assert out["filtered_counts"].dtype == FILTERED_COUNTS.dtype
+    assert out["in_network"].tolist() == [[0, 0, 0]]  # no in-network posts sent
+    assert out["in_network"].dtype == np.int8
+
+
+def test_the_service_flags_in_network_posts_and_favours_them(service):
+    request = policy_request(in_network_post_ids=np.array([[14, 99, 0]]))
+    (alike,) = service.handle([request])
+    assert alike["ranked_post_ids"].tolist() == [[11, 12, 14]]  # factor 1: as before
+    assert alike["in_network"].tolist() == [[0, 0, 1]]
+    service.settings = settings(0.5, 0.1, offset=0.1, own=True, factor=0.3)
+    (favoured,) = service.handle([request])
+    assert favoured["ranked_post_ids"].tolist() == [[14, 11, 12]]  # 0.385 > 1.0 * 0.3
+    assert favoured["in_network"].tolist() == [[1, 0, 0]]
+    np.testing.assert_allclose(favoured["scores"], [[0.7 * 0.55, 0.3, 0.9 * 0.3]], rtol=1e-6)
 
 
 def test_the_service_applies_the_requests_filters(service):

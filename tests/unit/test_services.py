@@ -198,6 +198,27 @@ def test_user_encoder_and_retriever(resources):
     )[0]
     assert everything["post_ids"].shape == (1, 200)
 
+    # in-network posts join the top_k retrieved: first, each post once (a retrieved one keeps
+    # its retrieval score), none excluded; top_k counts the retrieved posts only
+    top = int(first["post_ids"][0, 0])
+    in_network = {
+        "in_network_post_ids": np.array([[10**15, top, 10**15 + 1, 0]]),  # 0: padding
+        "in_network_author_ids": np.array([[3, int(first["author_ids"][0, 0]), 3, 0]]),
+    }
+    (joined,) = retriever.handle(
+        [
+            {
+                "user_embedding": out["user_embedding"],
+                "top_k": np.array([[5]], np.int32),
+                "excluded_post_ids": np.array([[10**15 + 1]]),
+                **in_network,
+            }
+        ]
+    )
+    assert joined["post_ids"].tolist() == [[10**15, top, *first["post_ids"][0, 1:].tolist()]]
+    assert joined["retrieval_scores"][0, 1] == first["retrieval_scores"][0, 0]
+    assert joined["retrieval_scores"][0, 0] == services.retrieval.UNRETRIEVED_SCORE
+
 
 def test_adapter_parameter_helpers():
     assert powers_of_two_up_to(8) == (1, 2, 4, 8)

@@ -1,5 +1,6 @@
 """The user_state service against a real redis-server: histories by user id, the request's own
-history passed on, cold start, served posts, a store that is down and comes back."""
+history passed on, cold start, served posts, in-network posts (one read of a batch's state, a
+second of its followed authors' posts), a store that is down and comes back."""
 
 import time
 
@@ -10,7 +11,14 @@ from phoenix.serving.contracts import USER_STATE
 from phoenix.serving.requests import InputError
 from phoenix.serving.services import ServiceSettings, build_service
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV, UserStateService
-from phoenix.user_state import Engagement, UserStateStore, UserStateUnavailable, connect
+from phoenix.user_state import (
+    Engagement,
+    Follow,
+    Post,
+    UserStateStore,
+    UserStateUnavailable,
+    connect,
+)
 from phoenix.user_state.server import RedisServer
 
 NOW = time.time()
@@ -81,23 +89,81 @@ def test_unknown_user_gets_empty_histories(artifacts, redis_server):
     assert out["history_actions"].shape == (1, 0, svc.config.num_actions)
     assert out["retrieval_history_actions"].shape == (1, 0, svc.config.num_actions)
     assert out["served_post_ids"].shape == (1, 0)
+    assert out["in_network_post_ids"].shape == (1, 0)
+
+
+class CountedPipelines:
+    """Counts the pipelines a store client executes (each one round trip to a server)."""
+
+    def __init__(self, client):
+        self.client, self.executed = client, []
+
+    def pipeline(self, transaction=False):
+        pipe = self.client.pipeline(transaction=transaction)
+        execute = pipe.execute
+
+        def counted(*args, **kwargs):
+            self.executed.append(len(pipe.command_stack))
+            return execute(*args, **kwargs)
+
+        pipe.execute = counted
+        return pipe
+
+
+def counted_service(artifacts, url: str) -> tuple[UserStateService, CountedPipelines]:
+    svc = service(artifacts, url)
+    counted = CountedPipelines(connect(url))
+    svc.store = UserStateStore(counted, svc.store.limits, name=url)
+    return svc, counted
 
 
 def test_rows_of_one_request_are_right_padded_and_a_batch_is_one_read(artifacts, redis_server):
-    svc = service(artifacts, redis_server.url)
+    svc, counted = counted_service(artifacts, redis_server.url)
     store = UserStateStore(connect(redis_server.url))
     store.apply(engagements(1, 4) + engagements(2, 2))
-    calls = []
-    histories = svc.store.histories
-    svc.store.histories = lambda users, now, n: calls.append(list(users)) or histories(
-        users, now, n
-    )
 
     two_rows, one_row = svc.handle([by_id(1, 2), by_id(2)])
 
-    assert calls == [[1, 2, 2]]  # every by-id row of the batch in one pipelined read
+    # every by-id row of the batch in one pipeline: 2 histories, served, follows per row;
+    # nobody follows anyone, so no author is read
+    assert counted.executed == [4 * 3]
     assert two_rows["history_post_ids"].tolist() == [[1000, 1001, 1002, 1003], [1000, 1001, 0, 0]]
     assert one_row["history_post_ids"].tolist() == [[1000, 1001]]
+    assert two_rows["in_network_post_ids"].shape == (2, 0)
+
+
+def test_in_network_posts_of_followed_authors_newest_first_capped(artifacts, redis_server):
+    svc, counted = counted_service(artifacts, redis_server.url)
+    limits = svc.store.limits
+    store = UserStateStore(connect(redis_server.url))
+    store.apply([Follow(1, 70, NOW - 500), Follow(1, 80, NOW - 400), Follow(2, 80, NOW - 300)])
+    many = limits.in_network_per_author + 2
+    store.apply(Post(7000 + i, 70, NOW - 100 - i) for i in range(many))  # 7000 newest
+    store.apply([Post(8000, 80, NOW - 50), Post(9000, 90, NOW - 10)])  # 90: not followed
+    store.apply([Post(8001, 80, NOW - limits.author_posts_retention_s - 1)])  # too old
+    store.apply(engagements(1, 2))
+
+    (two_rows,) = svc.handle([by_id(1, 2)])
+
+    assert counted.executed == [4 * 2, 2]  # then the two followed authors' posts, each once
+    per_author = [7000 + i for i in range(limits.in_network_per_author)]
+    assert two_rows["in_network_post_ids"].tolist() == [
+        [8000, *per_author],
+        [8000] + [0] * limits.in_network_per_author,
+    ]
+    assert two_rows["in_network_author_ids"][0].tolist() == [80] + [70] * len(per_author)
+    assert two_rows["history_post_ids"].tolist() == [[1000, 1001], [0, 0]]
+
+
+def test_in_network_posts_are_capped_in_all(artifacts, redis_server):
+    svc = service(artifacts, redis_server.url)
+    total = svc.store.limits.in_network_total
+    store = UserStateStore(connect(redis_server.url))
+    authors = range(100, 100 + total + 5)  # one post each: more authors than the cap
+    store.apply(Follow(3, a, NOW - 1000) for a in authors)
+    store.apply(Post(10 * a, a, NOW - a) for a in authors)  # the smaller author, the newer
+    (out,) = svc.handle([by_id(3)])
+    assert out["in_network_post_ids"][0].tolist() == [10 * a for a in authors][:total]
 
 
 def own_history(user: int = 3, length: int = 2, actions: int = 19) -> dict:
@@ -120,6 +186,7 @@ def test_own_history_wins_and_needs_no_store(artifacts):
             np.testing.assert_array_equal(out["retrieval_" + name], array)
     assert out["history_dwell_seconds"].tolist() == [[0.0, 0.0]]
     assert out["served_post_ids"].shape == (1, 0)
+    assert out["in_network_post_ids"].shape == out["in_network_author_ids"].shape == (1, 0)
 
 
 def test_a_partial_history_is_refused(artifacts):

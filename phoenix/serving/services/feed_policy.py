@@ -7,6 +7,11 @@ posts' creation times come from the corpus the retriever reads (``serving.corpus
 optional ``created_at`` column, unix seconds, or a store's): a post the corpus does not date is
 never dropped for its age.
 
+A candidate is in-network when the request's ``in_network_post_ids`` (the user state's
+followed authors' newest posts) hold it; without that input none is, and every score is
+multiplied by ``out_of_network_factor`` (which changes no order). Each returned post carries its
+``in_network`` flag.
+
 Shape glossary (R rows of one request): C candidates, C' posts kept, A actions.
 """
 
@@ -55,6 +60,7 @@ def policy_settings(values: Mapping[str, Any], action_names: Sequence[str]) -> P
         author_diversity_decay=values["author_diversity_decay"],
         author_diversity_floor=values["author_diversity_floor"],
         filter_own_posts=values["filter_own_posts"],
+        out_of_network_factor=values["out_of_network_factor"],
     )
 
 
@@ -87,6 +93,15 @@ def row_filters(request: PolicyRequest, row: int, filter_own: bool, ages) -> Fee
         max_age_seconds=None if max_age is None else float(max_age[row, 0]),
         post_ages_seconds=None if ages is None else ages[row],
     )
+
+
+def in_network_flags(request: PolicyRequest, row: int) -> np.ndarray:
+    """[C] True for the candidates of ``row`` among its in-network posts (padding 0 matches no
+    candidate: post ids are >= 1)."""
+    posts = request.candidate_post_ids[row]
+    if request.in_network_post_ids is None:
+        return np.zeros(posts.shape, bool)
+    return np.isin(posts, request.in_network_post_ids[row])
 
 
 class FeedPolicyService(Service):
@@ -136,15 +151,18 @@ class FeedPolicyService(Service):
         retrieval = request.candidate_retrieval_scores  # passed through; zeros if not sent
         if retrieval is None:
             retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)
-        columns = {name: [] for name in ("posts", "authors", "scores", "probs", "retrieval")}
+        columns = {
+            name: [] for name in ("posts", "authors", "scores", "probs", "retrieval", "in_network")
+        }
         dropped = np.zeros((request.rows, len(FILTERS)), np.int32)  # [R, F]
         for row in range(request.rows):
             posts, authors = request.candidate_post_ids[row], request.candidate_author_ids[row]
             probs = request.candidate_action_probs[row]
             filters = row_filters(request, row, self.settings.filter_own_posts, ages)
             masks = filter_masks(posts, authors, filters)
+            in_network = in_network_flags(request, row)
             kept, scores = rank_kept(
-                np.flatnonzero(passes_all(masks)), authors, probs, self.settings
+                np.flatnonzero(passes_all(masks)), authors, probs, self.settings, in_network
             )
             dropped[row] = dropped_counts(masks)
             columns["posts"].append(posts[kept])
@@ -152,6 +170,7 @@ class FeedPolicyService(Service):
             columns["scores"].append(scores.astype(np.float32))
             columns["probs"].append(probs[kept])
             columns["retrieval"].append(retrieval[row][kept])
+            columns["in_network"].append(in_network[kept].astype(np.int8))
         width = max(len(p) for p in columns["posts"])  # rows padded with post id 0
 
         def stacked(column: str) -> np.ndarray:  # [R, width, ...]
@@ -164,4 +183,5 @@ class FeedPolicyService(Service):
             "ranked_author_ids": stacked("authors"),
             "ranked_retrieval_scores": stacked("retrieval"),
             "filtered_counts": dropped,
+            "in_network": stacked("in_network"),
         }

@@ -1,7 +1,8 @@
-"""The retrieval side's services: the user tower, the candidate tower and top-k retrieval.
+"""The retrieval side's services: the user tower, the candidate tower and top-k retrieval
+joined by the in-network posts.
 
 Shape glossary (R rows of one request, B rows of a batch)
-  S  history_seq_len   D  emb_size   M  corpus size   K  top_k
+  S  history_seq_len   D  emb_size   K  top_k   M  in-network posts
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import numpy as np
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.batches import pad_batch
-from phoenix.serving.corpus import open_corpus
+from phoenix.serving.contracts import LIMITS
+from phoenix.serving.corpus import RowHits, open_corpus
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
     Outputs,
@@ -149,9 +151,61 @@ def excluded_rows(request: RetrieveRequest) -> list[np.ndarray]:
     return list(np.concatenate(sent, axis=1))
 
 
+# The retrieval score of an in-network post the retriever did not also retrieve: it was not
+# scored against the user's vector (its vector may not even be in the corpus yet: a post made a
+# minute ago), and 0 is what a post orthogonal to the user scores. The scores are passed
+# through for inspection only; nothing ranks by them, and the in_network flag tells the posts
+# apart. An in-network post also retrieved keeps its retrieval score.
+UNRETRIEVED_SCORE = 0.0
+
+
+def in_network_rows(request: RetrieveRequest) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row: (post ids, author ids) of its in-network posts, padding (post id 0) left out."""
+    if request.in_network_post_ids is None:
+        empty = np.zeros(0, np.int64)
+        return [(empty, empty)] * request.rows
+    rows = []
+    for posts, authors in zip(request.in_network_post_ids, request.in_network_author_ids):
+        real = posts != 0
+        rows.append((posts[real], authors[real]))
+    return rows
+
+
+def with_in_network(
+    retrieved: RowHits,
+    in_network: tuple[np.ndarray, np.ndarray],
+    excluded: np.ndarray,
+    limit: int = LIMITS.max_candidates,
+) -> RowHits:
+    """One row's candidates: its in-network posts first (in their order: newest first) that are
+    not ``excluded``, then the ``retrieved`` posts (best first) that are not in-network, each
+    post once, at most ``limit`` (the ranker's candidate limit) with the retrieved cut first."""
+    posts, authors = in_network
+    _, first = np.unique(posts, return_index=True)
+    keep = np.zeros(len(posts), bool)
+    keep[first] = True
+    keep &= ~np.isin(posts, excluded)
+    posts, authors = posts[keep][:limit], authors[keep][:limit]
+    also = np.isin(retrieved.post_ids, posts)
+    score_of = dict(zip(retrieved.post_ids[also].tolist(), retrieved.scores[also].tolist()))
+    scores = np.array([score_of.get(p, UNRETRIEVED_SCORE) for p in posts.tolist()], np.float32)
+    room = limit - len(posts)
+    return RowHits(
+        np.concatenate([posts, retrieved.post_ids[~also][:room]]),
+        np.concatenate([authors, retrieved.author_ids[~also][:room]]),
+        np.concatenate([scores, retrieved.scores[~also][:room].astype(np.float32)]),
+    )
+
+
 class RetrieverService(Service):
     """Top-k of a user vector over the corpus (a file, searched exactly, or a store followed
-    while serving), excluding the user's history and the posts excluded besides (served)."""
+    while serving), excluding the user's history and the posts excluded besides (served),
+    joined by the user's in-network posts when the request carries them.
+
+    ``top_k`` counts the retrieved (out-of-network) posts only, as X's home-mixer asks its
+    retrieval and its in-network source for their own counts: a row gets its in-network posts
+    (newest first) and then its top_k retrieved posts (best first), an in-network post also
+    retrieved once, as in-network; at most ``LIMITS.max_candidates`` in all."""
 
     request_type = RetrieveRequest
 
@@ -186,19 +240,28 @@ class RetrieverService(Service):
         wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]
         excluded = [row for r in requests for row in excluded_rows(r)]
         hits = self.corpus.search(users, int(wanted.max()), excluded)
-        # A row gets at most its top_k; a request's rows are cut to its shortest row's count,
-        # so each output is one rectangular array.
+        # A row gets its in-network posts and at most its top_k retrieved; a request's rows are
+        # cut to its shortest row's count (the retrieved posts cut first), so each output is one
+        # rectangular array.
         outputs, start = [], 0
         for request in requests:
-            rows = hits[start : start + request.rows]
-            keep = min(min(int(k), len(h.post_ids)) for k, h in zip(wanted[start:], rows))
+            rows = [
+                with_in_network(
+                    RowHits(*(column[: int(k)] for column in hit)), in_network, excluded_ids
+                )
+                for hit, k, in_network, excluded_ids in zip(
+                    hits[start:],
+                    wanted[start : start + request.rows],
+                    in_network_rows(request),
+                    excluded[start:],
+                )
+            ]
+            keep = min(len(h.post_ids) for h in rows)
             outputs.append(
                 {
                     "post_ids": np.stack([h.post_ids[:keep] for h in rows]),  # [R, K]
                     "author_ids": np.stack([h.author_ids[:keep] for h in rows]),
-                    "retrieval_scores": np.stack([h.scores[:keep] for h in rows]).astype(
-                        np.float32
-                    ),
+                    "retrieval_scores": np.stack([h.scores[:keep] for h in rows]),
                 }
             )
             start += request.rows

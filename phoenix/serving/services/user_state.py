@@ -1,10 +1,13 @@
-"""The user-state step: a user's histories and served posts, read from the user-state store by
-user id (``phoenix.user_state``, docs/user-state.md), or the request's own history passed on.
+"""The user-state step: a user's histories, served posts and in-network posts, read from the
+user-state store by user id (``phoenix.user_state``, docs/user-state.md), or the request's own
+history passed on.
 
-Per batch, the rows that carry no history are read from the store in ONE pipelined read of
-their histories (the newest ``history_seq_len`` engagements) and served posts. A request that
-carries its own history never touches the store: both histories are that history, and no
-post is known to be served. A user the store does not know gets empty histories (L = 0).
+Per batch, the rows that carry no history are read from the store in one pipelined read of
+their histories (the newest ``history_seq_len`` engagements), served posts and follows, and a
+second of the followed authors' newest posts when any of them follows someone
+(``UserStateStore.state``). A request that carries its own history never touches the store:
+both histories are that history, and no post is known to be served or in-network. A user the
+store does not know gets empty histories (L = 0).
 
 The store's URL is the ``user_state_url`` parameter, else ``$PHOENIX_USER_STATE_URL`` (serve
 sets it). When the store is down or unset, each by-id request of the batch gets an error
@@ -12,7 +15,8 @@ naming the store (within the client's bounded timeouts), while the requests with
 history are answered; the Redis client reconnects on its next call, so the store coming back
 needs no restart.
 
-Shape glossary (R rows of one request): L history items, N served posts, A actions.
+Shape glossary (R rows of one request): L history items, N served posts, M in-network posts,
+A actions.
 """
 
 from __future__ import annotations
@@ -25,14 +29,15 @@ import numpy as np
 
 from phoenix.checkpoint import load_config
 from phoenix.serving.batches import stack_padded
-from phoenix.serving.contracts import LIMITS, RETRIEVAL_PREFIX, USER_STATE
+from phoenix.serving.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
 from phoenix.serving.ensemble import passed_on_history
 from phoenix.serving.requests import REQUEST_TYPES, InputError
 from phoenix.serving.services.common import Arrays, Result, Service, ServiceSettings
 from phoenix.user_state import (
     History,
-    UserHistories,
+    UserState,
     UserStateError,
+    UserStateLimits,
     UserStateStore,
     UserStateUnavailable,
     connect,
@@ -40,11 +45,8 @@ from phoenix.user_state import (
 
 USER_STATE_URL_ENV = "PHOENIX_USER_STATE_URL"
 UserStateRequest = REQUEST_TYPES[USER_STATE.name]
-HISTORY_NAMES = tuple(spec.name for spec in USER_STATE.inputs[1:])  # history_post_ids, ...
 # A history the request carries: every one of these (dwell times are optional).
-REQUIRED_WITH_HISTORY = tuple(
-    s.name for s in USER_STATE.inputs[1:] if not s.name.endswith("dwell_seconds")
-)
+REQUIRED_WITH_HISTORY = tuple(s.name for s in USER_HISTORY if not s.optional)
 
 
 def store_url(parameter: str) -> str:
@@ -56,6 +58,7 @@ class NoStore:
     """Stands in for the store when no URL is configured: every read fails saying so."""
 
     name = "(none)"
+    limits = UserStateLimits()
 
     def _fail(self, *args, **kwargs):
         raise UserStateUnavailable(
@@ -64,7 +67,7 @@ class NoStore:
             "history can be served"
         )
 
-    histories = served = _fail
+    state = _fail
 
 
 class UserStateService(Service):
@@ -83,6 +86,7 @@ class UserStateService(Service):
         self.config = config
         self.store = store
         self.seq_len = config.history_seq_len
+        store.limits.check_seq_len(self.seq_len)  # at start-up, not in every request
         self.max_rows = max_batch_size  # no compiled shapes: numpy and Redis only
         self.clock = clock
 
@@ -117,23 +121,19 @@ class UserStateService(Service):
         results, row = [], 0
         for request in requests:
             if request.history_post_ids is not None:
-                results.append(own_history(request))
+                results.append(passed_on_history(request.arrays()))
             elif isinstance(state, UserStateError):
                 results.append(state)
             else:
-                histories, served = state
-                rows = slice(row, row + request.rows)
-                results.append(stored_state(histories[rows], served[rows], self.config))
+                results.append(stored_state(state[row : row + request.rows]))
                 row += request.rows
         return results
 
-    def read(self, user_ids: list[int]):
-        """(histories, served) of ``user_ids``, one pipelined read each; or the store's error."""
-        now = self.clock()
+    def read(self, user_ids: list[int]) -> list[UserState] | UserStateError:
+        """The state of ``user_ids`` (one batch read: ``UserStateStore.state``), or the
+        store's error."""
         try:
-            return self.store.histories(user_ids, now, self.seq_len), self.store.served(
-                user_ids, now
-            )
+            return self.store.state(user_ids, self.clock(), self.seq_len)
         except UserStateError as error:
             return error
 
@@ -143,39 +143,31 @@ class UserStateService(Service):
 # ----------------------------------------------------------------------------------------
 
 
-def history_outputs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The ranking and the retrieval history outputs, both ``arrays``."""
-    return {**arrays, **{RETRIEVAL_PREFIX + name: array for name, array in arrays.items()}}
-
-
-def own_history(request) -> dict[str, np.ndarray]:
-    """A request's own history as both histories (dwell zeros when not sent: the model reads
-    zeros as no dwell), and no served posts."""
-    return passed_on_history(request.arrays())
-
-
-def stacked_history(histories: Sequence[History], num_actions: int) -> dict[str, np.ndarray]:
-    """Rows of histories [R, L, ...], right-padded with zeros to the longest."""
+def stacked_history(histories: Sequence[History]) -> dict[str, np.ndarray]:
+    """Rows of histories [R, L, ...], right-padded with zeros to the longest (an empty
+    history's actions are [0, A] already)."""
     width = max(len(h) for h in histories)
-    out = {}
-    for name in HISTORY_NAMES:
-        parts = [h.inputs()[name][None] for h in histories]
-        if name == "history_actions":  # an empty history's flags still have A columns
-            parts = [p.reshape(1, -1, num_actions) for p in parts]
-        out[name] = stack_padded(parts, width, len(histories))
-    return out
+    inputs = [h.inputs() for h in histories]
+    return {
+        spec.name: stack_padded([row[spec.name][None] for row in inputs], width, len(inputs))
+        for spec in USER_HISTORY
+    }
 
 
-def stored_state(
-    histories: Sequence[UserHistories], served: Sequence[np.ndarray], config
-) -> dict[str, np.ndarray]:
+def stacked_ids(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """[R, longest] int64 ids, right-padded with 0."""
+    width = max(len(ids) for ids in rows)
+    return stack_padded([np.asarray(ids, np.int64)[None] for ids in rows], width, len(rows))
+
+
+def stored_state(users: Sequence[UserState]) -> dict[str, np.ndarray]:
     """One request's outputs from the store's rows."""
-    ranking = stacked_history([h.ranking for h in histories], config.num_actions)
-    retrieval = stacked_history([h.retrieval for h in histories], config.num_actions)
-    served = [ids[: LIMITS.max_filter_ids] for ids in served]
-    width = max(len(ids) for ids in served)
+    ranking = stacked_history([u.histories.ranking for u in users])
+    retrieval = stacked_history([u.histories.retrieval for u in users])
     return {
         **ranking,
         **{RETRIEVAL_PREFIX + name: array for name, array in retrieval.items()},
-        "served_post_ids": stack_padded([ids[None] for ids in served], width, len(served)),
+        "served_post_ids": stacked_ids([u.served[: LIMITS.max_filter_ids] for u in users]),
+        "in_network_post_ids": stacked_ids([u.in_network.post_ids for u in users]),
+        "in_network_author_ids": stacked_ids([u.in_network.author_ids for u in users]),
     }
