@@ -40,8 +40,15 @@ class UserStateLimits:
     # reaches older posts.
     author_posts_retention_s: float = 2 * DAY_S
     # Recent requests of a user (for deduplicating retries and pacing): a day, at most this many.
+    # The request log stream (request_log.py) keeps entries as long: the next day's training
+    # job must have drained it by then.
     request_log_ttl_s: float = DAY_S
     request_log_cap: int = 100
+    # Entries of the request log stream, all users together (XADD MAXLEN ~): its memory bound.
+    # An entry of a 127-item history, 100 candidates and a 100-post feed takes about 9 KB
+    # (docs/user-state.md, measured), so the cap bounds the stream near 0.9 GB whatever the
+    # traffic; past it the oldest entries go before their day is up (a drain must keep pace).
+    request_stream_cap: int = 100_000
 
     def __post_init__(self):
         for field in fields(self):
