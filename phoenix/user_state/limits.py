@@ -44,7 +44,7 @@ class UserStateLimits:
     # job must have drained it by then.
     request_log_ttl_s: float = DAY_S
     request_log_cap: int = 100
-    # Entries of the request log stream, all users together (XADD MAXLEN ~): its memory bound.
+    # Entries of the request log stream, all users together (XADD MAXLEN): its memory bound.
     # An entry of a 127-item history, 100 candidates and a 100-post feed takes about 9 KB
     # (docs/user-state.md, measured), so the cap bounds the stream near 0.9 GB whatever the
     # traffic; past it the oldest entries go before their day is up (a drain must keep pace).

@@ -12,10 +12,12 @@ TTL) so that served traffic can become training data. Here the ``served_log`` st
 - the feed returned, in order (post, author, score, retrieval score, action probabilities).
 
 Arrays travel as little-endian bytes (``ARRAYS`` gives each dtype); padding (post id 0) is left
-out. The stream is bounded twice in the same round trip as the write: ``XADD MAXLEN ~`` keeps
-about ``request_stream_cap`` entries, ``XTRIM MINID ~`` drops those older than
-``request_log_ttl_s`` (``UserStateLimits``). Entry ids are Redis times, so a reader pages
-through the log in time order from the id it stopped at (``read_request_log``).
+out. The stream is bounded twice in the same round trip as the write: ``XADD MAXLEN`` keeps
+the newest ``request_stream_cap`` entries, ``XTRIM MINID`` drops those older than
+``request_log_ttl_s`` (``UserStateLimits``); both exact (each entry is removed once, so the
+cost is one removal per add at most, and the bound holds to the entry). Entry ids are Redis
+times, so a reader pages through the log in time order from the id it stopped at
+(``read_request_log``).
 """
 
 from __future__ import annotations
@@ -124,11 +126,11 @@ def queue_records(
             REQUEST_LOG_STREAM,
             record.fields(),
             maxlen=limits.request_stream_cap,
-            approximate=True,  # whole macro nodes: O(1) per add, a few entries over the cap
+            approximate=False,  # exact: O(1) amortized per add, and the bound is exact
         )
     if records:
         oldest_ms = max(0, int((now - limits.request_log_ttl_s) * 1000))
-        pipe.xtrim(REQUEST_LOG_STREAM, minid=f"{oldest_ms}-0", approximate=True)
+        pipe.xtrim(REQUEST_LOG_STREAM, minid=f"{oldest_ms}-0", approximate=False)
 
 
 def read_request_log(
