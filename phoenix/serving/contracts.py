@@ -55,9 +55,12 @@ LENGTH_LIMITS = {  # symbol -> the Limits field capping it
     "C": "max_candidates",  # candidates of one user row
     "E": "max_filter_ids",  # excluded authors
     "N": "max_filter_ids",  # seen posts
+    # retrieved and kept by the policy: outputs, and served_log's inputs (the ranker takes no
+    # more candidates than this, so neither list is longer)
+    "K": "max_candidates",
+    "C'": "max_candidates",
 }
 ARTIFACT_WIDTHS = {"D": "emb_size", "A": "num_actions"}  # symbol -> artifact config field
-OUTPUT_LENGTHS = ("K", "C'")  # lengths of outputs only (retrieved, kept by the policy)
 Axis = Union[int, str]
 
 

@@ -30,8 +30,10 @@ from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS, Mo
 from phoenix.serving.input_error import InputError  # raised here; re-exported
 
 # What one unit of each symbolic axis is called in error messages.
-LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids"}
-LENGTH_GROUPS = {"L": "history", "C": "candidate", "E": "excluded author", "N": "seen post"}
+LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids", "K": "candidates",
+                "C'": "posts"}  # fmt: skip
+LENGTH_GROUPS = {"L": "history", "C": "candidate", "E": "excluded author", "N": "seen post",
+                 "K": "retrieved candidate", "C'": "feed"}  # fmt: skip
 WIDTH_NOUNS = {"A": "actions per item", "D": "values per row"}
 
 
