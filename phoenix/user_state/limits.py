@@ -45,10 +45,12 @@ class UserStateLimits:
     request_log_ttl_s: float = DAY_S
     request_log_cap: int = 100
     # Entries of the request log stream, all users together (XADD MAXLEN): its memory bound.
-    # An entry of a 127-item history, 100 candidates and a 100-post feed takes about 9 KB
-    # (docs/user-state.md, measured), so the cap bounds the stream near 0.9 GB whatever the
-    # traffic; past it the oldest entries go before their day is up (a drain must keep pace).
-    request_stream_cap: int = 100_000
+    # An entry of a 127-item history, 100 candidates and a 100-post feed with its action
+    # probabilities takes about 17 KB (docs/user-state.md, measured), so the cap holds the
+    # stream near 340 MB whatever the traffic: a day of one demo pod's requests; past it the
+    # oldest entries go before their day is up, so a busier server needs a drain that keeps
+    # pace (the next issue's training export) or a larger cap.
+    request_stream_cap: int = 20_000
 
     def __post_init__(self):
         for field in fields(self):
