@@ -57,9 +57,12 @@ LENGTH_LIMITS = {  # symbol -> the Limits field capping it
     "E": "max_filter_ids",  # excluded authors
     "N": "max_filter_ids",  # seen posts
     "M": "max_candidates",  # in-network posts: every one of them can become a candidate
+    # retrieved and kept by the policy: outputs, and served_log's inputs (the ranker takes no
+    # more candidates than this, so neither list is longer)
+    "K": "max_candidates",
+    "C'": "max_candidates",
 }
 ARTIFACT_WIDTHS = {"D": "emb_size", "A": "num_actions"}  # symbol -> artifact config field
-OUTPUT_LENGTHS = ("K", "C'")  # lengths of outputs only (retrieved, kept by the policy)
 Axis = Union[int, str]
 
 
@@ -217,6 +220,9 @@ class EnsembleStep:
     model: str
     input_map: Mapping[str, str]  # the model's input name -> ensemble tensor name
     output_map: Mapping[str, str]  # the model's output name -> ensemble tensor name
+    # A step that writes state and changes no other step's answer (served_log): in-process
+    # references of the chain (--check, benchmarks) leave it out, so they write nothing.
+    side_effect: bool = False
 
 
 @dataclass(frozen=True)
@@ -630,6 +636,38 @@ USER_STATE = ModelContract(
 )
 
 
+# The last step of recommend, a side effect of serving (docs/user-state.md): the feed's posts
+# marked served to the user (the next by-id request's user_state step reads them and the
+# retriever excludes them), and one request log entry per user row with what the models used
+# and what was returned. It answers a new request id per user row (int64, the training logs'
+# request_id). Its inputs are the ranking history, the retriever's candidates and the feed;
+# sent_history_post_ids is the request's own history when it carried one (only its presence
+# is read: such requests are logged but mark nothing served, as they read nothing). A store
+# that is down or unset loses the write (logged and counted), never the feed.
+SERVED_LOG = ModelContract(
+    name="served_log",
+    inputs=(
+        USER_ID,
+        *history_inputs(ragged=True),
+        history_dwell(optional=False, ragged=True),
+        _spec("sent_history_post_ids", np.int64, ["L"], optional=True, ragged=True, values=IDS),
+        _spec("candidate_post_ids", np.int64, ["K"], ragged=True, values=IDS),
+        _spec("candidate_author_ids", np.int64, ["K"], ragged=True, values=IDS),
+        _spec("candidate_retrieval_scores", np.float32, ["K"], ragged=True),
+        _spec("ranked_post_ids", np.int64, ["C'"], ragged=True, values=IDS),  # 0: padding
+        _spec("ranked_author_ids", np.int64, ["C'"], ragged=True, values=IDS),
+        _spec("scores", np.float32, ["C'"], ragged=True),
+        _spec("retrieval_scores", np.float32, ["C'"], ragged=True),
+        _spec("action_probs", np.float32, ["C'", "A"], ragged=True, values=PROBABILITIES),
+        # which source each post came from (1: in-network), for training on what was served
+        _spec("in_network", np.int8, ["C'"], ragged=True, values=Values(0, 1, "flags")),
+    ),
+    outputs=(_spec("request_id", np.int64, [1]),),
+    max_batch_size=8,
+    parameters=(*ARTIFACT_PARAMETERS, USER_STATE.parameter("user_state_url")),
+)
+
+
 def _same_names(names) -> dict[str, str]:
     return {name: name for name in names}
 
@@ -639,10 +677,11 @@ _TOWER_HISTORY_NAMES = tuple(spec.name for spec in history_inputs(ragged=False))
 # Read the user's state (or take the request's history), encode the user by the retrieval
 # history, retrieve top_k posts neither in the history nor served before and add the
 # in-network posts, rank them by the ranking history, apply the feed policy (which favours the
-# in-network posts by out_of_network_factor and flags them). Tensors starting with "_" live
-# only inside the ensemble. The optional inputs (the history, the feed filters) reach their
-# step only when the request carries them (Triton 2.51 passes an absent optional input on
-# as absent).
+# in-network posts by out_of_network_factor and flags them), then record what was served
+# (served_log: the posts marked served, the request log, the request id returned). Tensors
+# starting with "_" live only inside the ensemble. The optional inputs (the history, the feed
+# filters) reach their step only when the request carries them (Triton 2.51 passes an absent
+# optional input on as absent).
 RECOMMEND = ModelContract(
     name="recommend",
     inputs=(
@@ -658,6 +697,7 @@ RECOMMEND = ModelContract(
         _spec("retrieval_scores", np.float32, [-1]),
         FILTERED_COUNTS,
         IN_NETWORK_FLAGS,
+        SERVED_LOG.outputs[0],  # request_id: what engagements with this feed refer to
     ),
     max_batch_size=8,
     backend=None,
@@ -737,6 +777,23 @@ RECOMMEND = ModelContract(
                 "ranked_retrieval_scores": "retrieval_scores",
             },
         ),
+        EnsembleStep(
+            "served_log",
+            input_map={
+                "user_id": "user_id",
+                **{name: "_" + name for name in USER_HISTORY_NAMES},
+                "sent_history_post_ids": "history_post_ids",
+                "candidate_post_ids": "_candidate_post_ids",
+                "candidate_author_ids": "_candidate_author_ids",
+                "candidate_retrieval_scores": "_candidate_retrieval_scores",
+                **_same_names(
+                    s.name for s in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS, IN_NETWORK_FLAGS)
+                ),
+                "retrieval_scores": "retrieval_scores",
+            },
+            output_map={"request_id": "request_id"},
+            side_effect=True,
+        ),
     ),
 )
 
@@ -749,6 +806,7 @@ CONTRACTS: dict[str, ModelContract] = {
         RETRIEVER,
         RANKER,
         FEED_POLICY,
+        SERVED_LOG,
         RECOMMEND,
     )
 }

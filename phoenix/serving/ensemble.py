@@ -56,13 +56,20 @@ def run_ensemble(
     run_model: RunModel, requests: Sequence[Mapping[str, np.ndarray]], ensemble=RECOMMEND
 ) -> list[Arrays]:
     """Every step for all requests at once (one ``run_model`` call per step), like the
-    batcher would batch them; returns each request's ensemble outputs."""
+    batcher would batch them; returns each request's ensemble outputs. Side-effect steps
+    (served_log) are left out, and with them their outputs (the request id): a reference run
+    writes nothing to the user state."""
     tensors = [dict(request) for request in requests]
-    for step in ensemble.steps:
+    for step in reference_steps(ensemble):
         results = run_model(step.model, [step_inputs(step, t) for t in tensors])
         for t, outputs in zip(tensors, results, strict=True):
             store_outputs(step, outputs, t)
-    return [{name: t[name] for name in ensemble.output_names} for t in tensors]
+    return [{name: t[name] for name in ensemble.output_names if name in t} for t in tensors]
+
+
+def reference_steps(ensemble: ModelContract = RECOMMEND) -> tuple[EnsembleStep, ...]:
+    """The steps an in-process reference runs: all but the side effects."""
+    return tuple(step for step in ensemble.steps if not step.side_effect)
 
 
 def next_step_inputs(

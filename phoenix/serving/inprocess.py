@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from phoenix.serving.contracts import RECOMMEND
-from phoenix.serving.ensemble import run_ensemble
+from phoenix.serving.ensemble import reference_steps, run_ensemble
 
 Arrays = dict[str, np.ndarray]
-SERVICE_MODELS = tuple(step.model for step in RECOMMEND.steps)  # ("user_encoder", ...)
+# ("user_state", "user_encoder", ...): served_log, a side effect, is never run in process
+SERVICE_MODELS = tuple(step.model for step in reference_steps(RECOMMEND))
 
 
 def server_model_config(client, protocol: str, model: str) -> dict[str, Any]:

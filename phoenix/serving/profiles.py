@@ -124,6 +124,8 @@ CPU = Profile(
         "feed_policy": Deployment(2, Queue(max_delay_us=0, max_size=64)),
         # Redis reads, one pipeline per batch: no wait to fill a batch (as feed_policy)
         "user_state": Deployment(2, Queue(max_delay_us=0, max_size=64)),
+        # one Redis write per batch: no wait to fill a batch (as user_state)
+        "served_log": Deployment(2, Queue(max_delay_us=0, max_size=64)),
     },
 )
 
@@ -144,6 +146,8 @@ GPU = Profile(
         "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
         # Redis reads on the host, whatever the device
         "user_state": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
+        # Redis writes on the host, whatever the device
+        "served_log": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
     },
 )
 

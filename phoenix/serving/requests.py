@@ -31,13 +31,16 @@ from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS, Mo
 from phoenix.serving.input_error import InputError  # raised here; re-exported
 
 # What one unit of each symbolic axis is called in error messages.
-LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids", "M": "posts"}
+LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids", "M": "posts",
+                "K": "candidates", "C'": "posts"}  # fmt: skip
 LENGTH_GROUPS = {
     "L": "history",
     "C": "candidate",
     "E": "excluded author",
     "N": "seen post",
     "M": "in-network",
+    "K": "retrieved candidate",
+    "C'": "feed",
 }
 WIDTH_NOUNS = {"A": "actions per item", "D": "values per row"}
 

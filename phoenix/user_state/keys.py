@@ -13,6 +13,7 @@ same way. User and author ids are raw int64 ids, written in decimal.
 | ``u:{<user>}:served``   | sorted set | served post id                      | served time (s)   |
 | ``u:{<user>}:requests`` | sorted set | request id                          | request time (s)  |
 | ``a:{<author>}:posts``  | sorted set | post id                             | creation time (s) |
+| ``requests:log``        | stream     | one served request (request_log.py) | entry id: time    |
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ SERVED = "served"
 REQUESTS = "requests"
 USER_KEY_KINDS = (SEQUENCE, POSITIVE, FOLLOWS, SERVED, REQUESTS)
 AUTHOR_POSTS = "posts"
+# Every served request, all users together: one stream, read in order by a training export.
+REQUEST_LOG_STREAM = "requests:log"
 
 
 def user_key(user_id: int, kind: str) -> str:

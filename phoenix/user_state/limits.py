@@ -41,6 +41,8 @@ class UserStateLimits:
     # reaches older posts.
     author_posts_retention_s: float = 2 * DAY_S
     # Recent requests of a user (for deduplicating retries and pacing): a day, at most this many.
+    # The request log stream (request_log.py) keeps entries as long: the next day's training
+    # job must have drained it by then.
     request_log_ttl_s: float = DAY_S
     request_log_cap: int = 100
     # In-network candidates of one request (the newest posts of the followed authors): a feed
@@ -52,6 +54,13 @@ class UserStateLimits:
     # within the ranker's 256-candidate bucket, and lets in-network be at most about half of
     # a feed before the policy's out_of_network_factor. At most LIMITS.max_candidates.
     in_network_total: int = 64
+    # Entries of the request log stream, all users together (XADD MAXLEN): its memory bound.
+    # An entry of a 127-item history, 100 candidates and a 100-post feed with its action
+    # probabilities takes about 17 KB (docs/user-state.md, measured), so the cap holds the
+    # stream near 340 MB whatever the traffic: a day of one demo pod's requests; past it the
+    # oldest entries go before their day is up, so a busier server needs a drain that keeps
+    # pace (the next issue's training export) or a larger cap.
+    request_stream_cap: int = 20_000
 
     def __post_init__(self):
         for field in fields(self):

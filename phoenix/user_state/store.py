@@ -1,15 +1,16 @@
 """``UserStateStore``: a user's engagement history, follows, served posts and request log, and
 authors' recent posts, in Redis or Redis Cluster (key layout: ``phoenix.user_state.keys``).
 
-Writes (``apply``, ``mark_served``, ``log_request``) send a whole batch in one pipeline: one
-atomic script call per key touched (``phoenix.user_state.capped``), which adds, trims to
-``UserStateLimits`` and sets the key's TTL; every write is idempotent (the same events again,
-in any order, leave the same state). Reads take a batch of users and cost one round trip per
-pipeline (``in_network`` two: follows, then posts; ``state``, everything a recommend by user id
-reads, two: histories, served posts and follows, then the followed authors' posts); a cluster
-client's pipeline sends each node its commands together. A pipeline is not a transaction: a
-failure part-way leaves the keys already written (each consistent), and applying the batch
-again completes it.
+Writes (``apply``, ``mark_served``, ``log_request``, ``record_served``) send a whole batch in
+one pipeline: one atomic script call per key touched (``phoenix.user_state.capped``), which
+adds, trims to ``UserStateLimits`` and sets the key's TTL; every such write is idempotent (the
+same events again, in any order, leave the same state); the request log stream that
+``record_served`` appends to is not (an entry written twice is two entries). Reads take a batch
+of users and cost one round trip per pipeline (``in_network`` two: follows, then posts;
+``state``, everything a recommend by user id reads, two: histories, served posts and follows,
+then the followed authors' posts); a cluster client's pipeline sends each node its commands
+together. A pipeline is not a transaction: a failure part-way leaves the keys already written
+(each consistent), and applying the batch again completes it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from phoenix.user_state.client import Client, describe, unavailable_or_failed
 from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
 from phoenix.user_state.limits import UserStateLimits
+from phoenix.user_state.request_log import RequestRecord, queue_records
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,27 @@ class UserStateStore:
         batch = _WriteBatch(self.kept)
         batch.add(keys.user_key(user_id, keys.REQUESTS), keys.REQUESTS, _seconds(now), request_id)
         self._execute(batch.queue(self._pipeline()), f"logging request {request_id!r}")
+
+    def record_served(
+        self,
+        served: Sequence[tuple[int, Sequence[int], str]],
+        now: float,
+        log: Sequence[RequestRecord] = (),
+    ) -> None:
+        """In one pipeline: for each (user id, post ids, request id), the posts marked served
+        and the request id logged for the user at ``now``, and the entries of ``log`` appended
+        to the request log stream (``request_log``, trimmed in the same round trip)."""
+        batch = _WriteBatch(self.kept)
+        for user_id, post_ids, request_id in served:
+            key = keys.user_key(user_id, keys.SERVED)
+            for post in post_ids:
+                batch.add(key, keys.SERVED, _seconds(now), int(post))
+            batch.add(keys.user_key(user_id, keys.REQUESTS), keys.REQUESTS, _seconds(now),
+                      request_id)  # fmt: skip
+        pipe = batch.queue(self._pipeline())
+        queue_records(pipe, log, now, self.limits)
+        if batch.ops or log:
+            self._execute(pipe, f"recording {len(served)} served requests")
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -1,8 +1,11 @@
 """``recommend`` by user id against a real tritonserver and a real redis-server: the history
-comes from the user-state store, served posts are not recommended again, an unknown user is
-served, a followed author's new post is in the follower's feed (flagged in-network, moved by
-the policy's out_of_network_factor), and a store that is down fails by-id requests fast while
-requests carrying their own history are still served."""
+comes from the user-state store, served posts are not recommended again (those marked in the
+store, and those the server itself served: 20 requests in a row over HTTP and gRPC never repeat
+a post, seen_post_ids still filtering beside it), every feed is in the request log under the
+request id it returned, an unknown user is served, a followed author's new post is in the
+follower's feed (flagged in-network, moved by the policy's out_of_network_factor), and a store
+that is down fails by-id requests fast while requests carrying their own history are still
+served."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from phoenix.serving.reload import reload_model
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
+from phoenix.user_state.request_log import read_request_log
 from phoenix.user_state.server import RedisServer
 from tests.integration.conftest import MODEL_REPOSITORY, launch_server
 from tests.rankings import assert_same_ranking_up_to_ties
@@ -101,8 +105,8 @@ def with_history(store: UserStateStore, seq_len: int, user: int = USER) -> dict:
     return {**by_id(user), **arrays}
 
 
-def recommend(client, arrays: dict) -> dict:
-    return infer(client, "http", "recommend", arrays)
+def recommend(client, arrays: dict, protocol: str = "http") -> dict:
+    return infer(client, protocol, "recommend", arrays)
 
 
 def test_by_id_equals_the_explicit_history_and_skips_history_posts(
@@ -203,9 +207,47 @@ def test_store_down_fails_by_id_fast_serves_history_then_recovers(
         took = time.monotonic() - started
         assert "user state store" in str(refused.value)
         assert took < FAIL_FAST_S, f"a down store took {took:.1f} s to fail the request"
-        assert recommend(client, explicit)["ranked_post_ids"].shape[1] > 0
+        answered = recommend(client, explicit)  # served_log's write is lost, not the feed
+        assert answered["ranked_post_ids"].shape[1] > 0 and answered["request_id"][0, 0] > 0
     finally:
         redis_server.requested_port = port
         redis_server.start()  # same port, empty: no persistence
     load_user(redis_server.url, corpus)
     assert recommend(client, by_id())["ranked_post_ids"].shape[1] > 0
+
+
+def test_twenty_requests_in_a_row_never_repeat_a_post_and_are_all_logged(
+    client, server, redis_server, corpus
+):
+    """The served posts written back by the served_log step keep every feed of a user new for
+    20 consecutive requests (alternating HTTP and gRPC); the request's seen_post_ids still
+    filters beside them; each feed is in the request log under its request id."""
+    user, top_k = 8, 16  # 20 x 16 posts out of a 500-post corpus
+    store = load_user(redis_server.url, corpus)
+    store.apply([Engagement.of(user, e.post_id, e.author_id, e.ts, ["favorite"])
+                 for e in user_events(corpus)])  # fmt: skip
+    grpc = connect(server.grpc_url, "grpc")
+    shown: list[int] = []
+    request_ids = []
+    seen = [int(p) for p in corpus.post_ids[100:400]]  # a third of them seen by the client
+    for i in range(20):
+        protocol, to = ("http", client) if i % 2 == 0 else ("grpc", grpc)
+        arrays = {**by_id(user), "top_k": np.array([[top_k]], np.int32)}
+        if i % 4 == 1:
+            arrays["seen_post_ids"] = np.array([seen], np.int64)
+        out = recommend(to, arrays, protocol)
+        feed = out["ranked_post_ids"][0].tolist()
+        assert len(feed) > 0, f"request {i}: empty feed"
+        assert not set(feed) & set(shown), f"request {i} repeats {set(feed) & set(shown)}"
+        if "seen_post_ids" in arrays:
+            assert not set(feed) & set(seen), f"request {i} shows seen posts"
+        shown += feed
+        request_ids.append(int(out["request_id"][0, 0]))
+    assert len(set(request_ids)) == 20 and min(request_ids) > 0
+
+    logged = {r.request_id: r for _, r in read_request_log(connect_store(redis_server.url))}
+    feeds = [logged[i] for i in request_ids]  # every request, under the id it returned
+    assert [p for r in feeds for p in r.ranked_post_ids.tolist()] == shown
+    assert all(r.user_id == user and not r.own_history for r in feeds)
+    assert all(len(r.candidate_post_ids) >= len(r.ranked_post_ids) for r in feeds)
+    assert all(len(r.history_post_ids) == len(user_events(corpus)) for r in feeds)

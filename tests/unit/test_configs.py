@@ -88,8 +88,8 @@ def test_every_profile_compiles_what_it_may_be_sent(profile):
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         if "batch_buckets" in parameters:
             assert int(parameters["batch_buckets"].split(",")[-1]) == config.max_batch_size
-        elif contract.name in ("feed_policy", "user_state"):
-            assert "candidate_buckets" not in parameters  # numpy only: nothing compiled
+        elif contract.name in ("feed_policy", "user_state", "served_log"):
+            assert "candidate_buckets" not in parameters  # numpy and Redis: nothing compiled
         else:
             assert int(parameters["rows_per_call"]) >= 1
     ranker = {k: v.string_value for k, v in model_config(RANKER, profile).parameters.items()}

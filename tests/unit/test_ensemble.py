@@ -98,7 +98,8 @@ def test_steps_run_in_order_once_per_step_with_mapped_tensors():
     assert out["ranked_post_ids"].tolist() == [[13, 12]]  # 1 * 10 + 2, reversed by the ranker
     assert out["ranked_author_ids"].tolist() == [[15, 14]]
     assert out["retrieval_scores"].tolist() == [[0.8, 0.9]]  # ranked_retrieval_scores, renamed
-    assert set(out) == set(RECOMMEND.output_names)
+    # served_log, a side effect, is not run in process: everything but its request id
+    assert set(out) == set(RECOMMEND.output_names) - {"request_id"}
     # absent optional filters are not sent to the policy
     assert calls[4][1] == [
         [
@@ -173,3 +174,13 @@ def test_run_until_returns_the_rankers_outputs_before_the_policy():
     ranked = run_until(run_model, request, "ranker")
     assert calls == ["user_state", "user_encoder", "retriever", "ranker"]
     assert ranked["ranked_post_ids"].tolist() == [[13, 12]]  # nothing filtered yet
+
+
+def test_only_served_log_is_a_side_effect_and_it_changes_no_other_output():
+    """A reference run may leave out the side effect: no other step reads what it answers,
+    and it answers no output of the feed."""
+    (side_effect,) = [step for step in RECOMMEND.steps if step.side_effect]
+    assert side_effect.model == "served_log" and RECOMMEND.steps[-1] is side_effect
+    assert list(side_effect.output_map.values()) == ["request_id"]
+    read = {source for step in RECOMMEND.steps for source in step.input_map.values()}
+    assert not read & set(side_effect.output_map.values())

@@ -12,6 +12,8 @@ good ones into one padded batch, makes one engine call and splits the results pe
   store by user id, or the request's own history passed on).
 - ``feed_policy``: ``FeedPolicyService`` (filters, every action's weight, author diversity
   after the ranker; numpy only).
+- ``served_log``: ``ServedLogService`` (the last step: the feed marked served, the request
+  logged, a request id answered; a side effect that never fails the feed).
 
 ``SERVICES`` is the registry the Triton adapter and the in-process models build from.
 """
@@ -32,6 +34,7 @@ from phoenix.serving.services.retrieval import (
     UserEncoderService,
     user_tower_inputs,
 )
+from phoenix.serving.services.served_log import ServedLogService
 from phoenix.serving.services.user_state import UserStateService
 
 SERVICES: dict[str, type[Service]] = {
@@ -43,6 +46,7 @@ SERVICES: dict[str, type[Service]] = {
         RetrieverService,
         RankerService,
         FeedPolicyService,
+        ServedLogService,
     )
 }
 
@@ -66,6 +70,7 @@ __all__ = [
     "RankerService",
     "Result",
     "RetrieverService",
+    "ServedLogService",
     "Service",
     "ServiceSettings",
     "UserEncoderService",
