@@ -95,7 +95,8 @@ def parse_args(argv: Optional[Sequence[str]]):
                      help="trained artifact directory whose training.json names the world "
                      "(default: %(default)s)")  # fmt: skip
     sub.add_argument("--users", type=cli.positive_int, metavar="N",
-                     help="load only the N most active users (default: all)")  # fmt: skip
+                     help="load only the first N users of the world, the population Locust's by-id "
+                     "mode draws from (default: all)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -168,7 +169,7 @@ def load_world(args) -> int:
     store = open_store(args)
     try:
         world = WorldUsers.from_artifacts(args.artifacts)
-        users = world.most_active(args.users) if args.users else None
+        users = world.population(args.users)
         loaded = load_users(store, world, users, progress=True)
     except (ArtifactError, UserStateError) as error:
         return cli.fail(str(error))
