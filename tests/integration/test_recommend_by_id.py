@@ -5,6 +5,7 @@ history are still served."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -150,3 +151,25 @@ def test_store_down_fails_by_id_fast_serves_history_then_recovers(
         redis_server.start()  # same port, empty: no persistence
     load_user(redis_server.url, corpus)
     assert recommend(client, by_id())["ranked_post_ids"].shape[1] > 0
+
+
+def test_phoenix_recommend_by_user_id_sends_only_the_id_and_says_the_history_read(
+    server, redis_server, corpus, tiny_artifacts, seq_len, capsys
+):
+    """`phoenix-recommend --user-id`: the feed by id through the real server, its title
+    naming the history items the server read from the store, the history posts left out."""
+    from clients import recommend as recommend_cli
+
+    load_user(redis_server.url, corpus)
+    argv = ["--user-id", str(USER), "--top-k", "20", "--url", server.http_url.split("://")[-1],
+            "--artifacts", str(tiny_artifacts), "--rows", "20"]  # fmt: skip
+    assert recommend_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    items = min(12, seq_len)
+    assert f"Feed for user {USER} by id ({items} history items read by the server" in out
+    shown = {int(p) for p in re.findall(r"^\s*\d+\s+(\d+)\s", out, re.M)}
+    assert shown, out
+    assert not shown & {e.post_id for e in user_events(corpus)}
+    # an unknown user: read from the store too, with nothing in it
+    assert recommend_cli.main([*argv[:1], "123456", *argv[2:]]) == 0
+    assert "by id (0 history items read by the server" in capsys.readouterr().out
