@@ -13,6 +13,13 @@ With trained artifacts (``python -m phoenix.training``), the artifact directory 
 example user's planted interests); the demo then prints the user's history topics next to
 the recommended posts' topics and authors, so the match can be seen.
 
+With trained artifacts the demo also recommends by user id: it starts a local redis-server
+for the user state (the server's --redis), loads the world's users into it (the example user
+and the first --world-users others: engagements before the held-out days and follows,
+phoenix.user_state.world), shows the example user's feed by id, then sends an engagement
+event (the user favourites posts of a topic new to their history) and shows the feed again,
+then a new post of an author the user follows (a post event) and says whether it appears.
+
 Examples:
   python -m clients.demo                                       # artifacts/demo on the CPU
   python -m clients.demo --artifacts artifacts/trained-demo --device gpu
@@ -21,6 +28,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -32,7 +40,7 @@ from typing import Optional
 
 from tritonclient.utils import InferenceServerException
 
-from clients import cli
+from clients import cli, demo_by_id
 from phoenix.checkpoint import (
     ArtifactError,
     load_config,
@@ -69,10 +77,14 @@ from phoenix.serving.serve import (
     DEFAULT_READY_TIMEOUT_S as READY_TIMEOUT_S,
 )
 from phoenix.serving.triton_server import LOOPBACK, TritonServerError
+from phoenix.user_state import UserStateError
+from phoenix.user_state.server import RedisServer, RedisServerError, RedisServerMissing
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"
 FEED_ROWS = 20
+WORLD_USERS = 2_000  # loaded in a few seconds; all 100,000 take over a minute
+BY_ID_ROWS = 10
 DIVERSITY_ROWS = 10  # the feed policy's author diversity is reported over the top 10
 # What the demo reports in one line (exit 3) rather than with a traceback.
 FAILURES = (
@@ -82,6 +94,7 @@ FAILURES = (
     ArtifactError,
     InferenceServerException,
     CompileError,
+    UserStateError,
 )
 
 
@@ -246,6 +259,20 @@ def run_demo(
     print(in_network_line(result))
 
 
+def start_user_state(running: contextlib.ExitStack, artifacts: Path) -> str:
+    """A local redis-server for the by-id part (trained artifacts only), stopped on the way
+    out; "" for artifacts without a trained world."""
+    if not (artifacts / TRAINING_FILE).is_file():
+        return ""
+    try:
+        server = running.enter_context(RedisServer())
+    except (RedisServerMissing, RedisServerError) as error:
+        print(f"no by-id demo: {error}", flush=True)
+        return ""
+    print(f"user state: a local redis-server at {server.url}", flush=True)
+    return server.url
+
+
 def parse_args(argv: Optional[Sequence[str]]):
     exit_codes = "Exit status: 0 ok, 2 bad arguments, 3 server or input error, 130 interrupted."
     parser = cli.docstring_parser(__file__, __doc__, exit_codes)
@@ -270,6 +297,14 @@ def parse_args(argv: Optional[Sequence[str]]):
         help="where the log and admin key go (default: %(default)s)",
     )
     add(
+        "--world-users",
+        type=int,
+        default=WORLD_USERS,
+        metavar="N",
+        help="users of the trained world loaded into the store besides the example user "
+        "(default: %(default)s; loading all 100,000 takes minutes, docs/user-state.md)",
+    )
+    add(
         "--no-policy",
         action="store_true",
         help="also print the ranker's own ranking (before the feed policy) beside the feed",
@@ -290,11 +325,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         warn_if_no_gpu_jax(args.device)
         ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, _ = server_admin_key(args.build_dir)
-        server = make_server(args, artifacts, DEFAULT_MODEL_REPOSITORY, admin_key, supervised=False)
-        print(f"starting tritonserver (log: {server.log_path})", flush=True)
-        with server:  # started, ready, and stopped on the way out
+        with contextlib.ExitStack() as running:
+            store_url = start_user_state(running, artifacts)
+            server = make_server(args, artifacts, DEFAULT_MODEL_REPOSITORY, admin_key,
+                                 supervised=False, user_state_url=store_url)  # fmt: skip
+            # the world's users load while the server starts (a subprocess)
+            loading = (
+                demo_by_id.start_loading(store_url, artifacts, args.world_users)
+                if store_url
+                else None
+            )
+            print(f"starting tritonserver (log: {server.log_path})", flush=True)
+            running.enter_context(server)  # started, ready, and stopped on the way out
             print(f"tritonserver {server.pid} ready after {server.ready_after_s:.1f} s", flush=True)
             run_demo(server.http_url, artifacts, no_policy=args.no_policy)
+            if loading is not None:
+                demo_by_id.run(
+                    server.http_url,
+                    store_url,
+                    artifacts,
+                    loading.result(),
+                    PostInfo.load(artifacts),
+                )
     except FAILURES as error:
         return cli.fail(str(error))
     except KeyboardInterrupt:

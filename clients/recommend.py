@@ -7,8 +7,13 @@ diversity; docs/policy.md). This prints the feed: rank, post id, policy score, r
 score and the most likely actions. --exclude-authors, --seen-posts and --max-age send the
 feed's optional filters; --no-policy also prints the ranker's own ranking beside the feed.
 
+--user-id N asks by user id alone (with top_k and the filters): the server reads the user's
+history from its user-state store (docs/user-state.md); the title says how many history items
+it read (from the served user_state model).
+
 Examples:
   python -m clients.recommend                      # the artifacts' example user
+  python -m clients.recommend --user-id 7 --top-k 50   # the history the server's store holds
   python -m clients.recommend --generate --seed 3 --top-k 100 --protocol grpc
   python -m clients.recommend --input user.json --check
   python -m clients.recommend --no-policy --seen-posts 12,34 --max-age 86400
@@ -23,16 +28,25 @@ from typing import Any, Optional
 import numpy as np
 
 from clients import cli
+from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.serving.client import feed_table, recommend_inputs, served_models, side_by_side
 from phoenix.serving.ensemble import run_until
 from phoenix.serving.inprocess import SERVICE_MODELS
 
 RANKED_IDS = ("ranked_post_ids",)
+DEFAULT_TOP_K = 50  # --user-id without --top-k
 
 
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(__file__, __doc__, artifacts_from_server=True)
     cli.add_user_args(parser)
+    parser.add_argument(
+        "--user-id",
+        type=int,
+        metavar="N",
+        help="ask by user id only: the server hydrates the history from its user-state store "
+        "(not with --input, --generate or --check)",
+    )
     parser.add_argument(
         "--top-k",
         type=int,
@@ -67,7 +81,11 @@ def parse_args(argv: Optional[Sequence[str]]):
         help="also print the ranker's own ranking (before the feed policy) beside the feed",
     )
     cli.add_check_arg(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.user_id is not None and (args.input or args.generate or args.check):
+        parser.error("--user-id asks with the server's stored history: not with --input, "
+                     "--generate or --check")  # fmt: skip
+    return args
 
 
 def id_list(text: str) -> list[int]:
@@ -97,11 +115,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return cli.run(recommend, parse_args(argv))
 
 
+def stored_history_length(args, user_id: int) -> int:
+    """How many history items the server's user_state step reads for ``user_id``."""
+    _, state = cli.ask(args, "user_state", {"user_id": np.array([[user_id]], np.int64)})
+    return int(np.count_nonzero(state["history_post_ids"][0]))
+
+
+def by_id_user(args) -> tuple:
+    """(config, user, title) of a --user-id request: no history in the request."""
+    try:
+        config = load_config(cli.artifacts(args))
+    except ArtifactError as error:
+        raise cli.Exit(cli.fail(str(error))) from None
+    top_k = int(args.top_k or DEFAULT_TOP_K)
+    history = stored_history_length(args, args.user_id)
+    title = (f"Feed for user {args.user_id} by id ({history} history items read by the server "
+             f"from its user-state store, top_k {top_k}):")  # fmt: skip
+    return config, {"user_id": args.user_id, "top_k": top_k}, title
+
+
 def recommend(args) -> int:
-    config, user = cli.request_user(args)
-    top_k = int(args.top_k or user["top_k"])
-    history = len(user["history_post_ids"])
-    title = f"Feed for user {user['user_id']} ({history} history items, top_k {top_k}):"
+    if args.user_id is not None:
+        config, user, title = by_id_user(args)
+        top_k = user["top_k"]
+    else:
+        config, user = cli.request_user(args)
+        top_k = int(args.top_k or user["top_k"])
+        history = len(user["history_post_ids"])
+        title = f"Feed for user {user['user_id']} ({history} history items, top_k {top_k}):"
     arrays = {**recommend_inputs(user, top_k), **filter_inputs(args)}
     if not args.no_policy:
         return cli.show_feed(args, "recommend", arrays, title, config.action_names, check_feed)

@@ -138,6 +138,12 @@ def test_the_trained_demo_diversifies_its_top_10(tmp_path):
     counts = dict(re.findall(r"^  (.+): at most (\d+) of the top 10 posts", done.stdout, re.M))
     assert int(counts["ranker alone"]) == 5, done.stdout  # the shipped towers' @sports_10
     assert int(counts["after the feed policy"]) <= 2, done.stdout
+    # the by-id part: the world's users in a redis-server of its own, the feed by id from the
+    # stored history (the example user's 16 items), then after an engagement and a post event
+    assert re.search(r"^2,001 users loaded into the user-state store", done.stdout, re.M)
+    assert "BY ID (recommend with user_id and top_k only; the server read 16 history" in done.stdout
+    assert re.search(r"After an engagement event: .* favourited 3 \w+ posts", done.stdout)
+    assert re.search(r"^  the new post is (at rank \d+|not in the feed)$", done.stdout, re.M)
 
 
 # -- build_corpus: input formats -----------------------------------------------------------

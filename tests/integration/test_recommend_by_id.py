@@ -9,6 +9,7 @@ served."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -251,3 +252,25 @@ def test_twenty_requests_in_a_row_never_repeat_a_post_and_are_all_logged(
     assert all(r.user_id == user and not r.own_history for r in feeds)
     assert all(len(r.candidate_post_ids) >= len(r.ranked_post_ids) for r in feeds)
     assert all(len(r.history_post_ids) == len(user_events(corpus)) for r in feeds)
+
+
+def test_phoenix_recommend_by_user_id_sends_only_the_id_and_says_the_history_read(
+    server, redis_server, corpus, tiny_artifacts, seq_len, capsys
+):
+    """`phoenix-recommend --user-id`: the feed by id through the real server, its title
+    naming the history items the server read from the store, the history posts left out."""
+    from clients import recommend as recommend_cli
+
+    load_user(redis_server.url, corpus)
+    argv = ["--user-id", str(USER), "--top-k", "20", "--url", server.http_url.split("://")[-1],
+            "--artifacts", str(tiny_artifacts), "--rows", "20"]  # fmt: skip
+    assert recommend_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    items = min(12, seq_len)
+    assert f"Feed for user {USER} by id ({items} history items read by the server" in out
+    shown = {int(p) for p in re.findall(r"^\s*\d+\s+(\d+)\s", out, re.M)}
+    assert shown, out
+    assert not shown & {e.post_id for e in user_events(corpus)}
+    # an unknown user: read from the store too, with nothing in it
+    assert recommend_cli.main([*argv[:1], "123456", *argv[2:]]) == 0
+    assert "by id (0 history items read by the server" in capsys.readouterr().out

@@ -1,0 +1,190 @@
+"""User-state events into the Redis store that recommend reads by user id (docs/user-state.md).
+
+One JSON object a line (engagements, follows, unfollows and posts; the fields are in
+docs/user-state.md, "Events and the stream"):
+
+  {"type": "engagement", "user_id": 7, "post_id": 91, "author_id": 3, "ts": 1767225600,
+   "actions": ["favorite"], "surface": 0, "dwell_seconds": 12.5}
+  {"type": "follow", "user_id": 7, "author_id": 3, "ts": 1767225600}
+  {"type": "unfollow", "user_id": 7, "author_id": 3, "ts": 1767225700}
+  {"type": "post", "post_id": 92, "author_id": 3, "ts": 1767225800}
+
+Commands:
+  apply    apply the events of FILE (or - for standard input) to the store, in batches of
+           --batch-size events (one pipeline each); with --follow wait for more lines at the
+           end of FILE, as tail -f, until SIGINT or SIGTERM. A batch goes as soon as it is
+           full or the input is idle.
+  publish  append the events to the stream `user-state:events`, for `consume` to apply.
+  consume  apply the stream in the consumer group `user-state` until SIGINT or SIGTERM: each
+           batch is acknowledged only after it was applied; a restart re-reads what was not.
+  load-world
+           give every user of a trained world (ARTIFACTS/training.json) state: their
+           engagements before the held-out days and their follows, shifted so that the
+           newest engagement is now, and the authors' recent posts (docs/user-state.md,
+           "The trained world's users").
+
+A post event puts the post into its author's recent posts (the in-network source); the
+retrieval corpus is fed by `phoenix-ingest`, which reads posts in its own line form: a new
+post goes to both commands (docs/user-state.md, "Events and the stream").
+
+A bad line is skipped with a warning naming FILE:LINE, and counted; the summary at the end
+says how many.
+
+Examples:
+  python -m clients.events apply events.jsonl --redis redis://127.0.0.1:6379
+  tail -n0 -F events.jsonl | python -m clients.events publish - --redis redis://redis:6379
+  python -m clients.events consume --redis redis://redis:6379 --consumer worker-1
+  python -m clients.events load-world --artifacts artifacts/trained-demo --redis redis://...
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO, Optional
+
+from tqdm import tqdm
+
+from clients import cli
+from phoenix.user_state import UserStateError, UserStateStore, connect
+from phoenix.user_state.lines import BATCH_SIZE, BatchError, apply_lines, publish_lines
+from phoenix.user_state.stream import StreamConsumer, StreamConsumerError
+
+EXIT_CODES_HELP = (
+    "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "
+    "or stream error (batches sent before it stay sent; sending the same input again changes "
+    "nothing twice)."
+)
+
+
+def parse_args(argv: Optional[Sequence[str]]):
+    parser = cli.docstring_parser(__file__, __doc__, EXIT_CODES_HELP)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=summary, description=summary)
+        sub.add_argument("--redis", metavar="URL", required=True,
+                         help="the user-state store, redis://host:port[/db]")  # fmt: skip
+        sub.add_argument("--cluster", action="store_true",
+                         help="URL names a node of a Redis Cluster")  # fmt: skip
+        return sub
+
+    for name, summary in (
+        ("apply", "apply JSON-line events to the store"),
+        ("publish", "append JSON-line events to the events stream"),
+    ):
+        sub = command(name, summary)
+        sub.add_argument("input", metavar="FILE", help="JSON lines file, or - for standard input")
+        sub.add_argument("--batch-size", type=cli.positive_int, default=BATCH_SIZE, metavar="N",
+                         help="events per pipeline (default: %(default)s)")  # fmt: skip
+        follow = "at the end of FILE wait for more lines, as tail -f, until SIGINT or SIGTERM "
+        follow += "(standard input is read until it ends either way)"
+        sub.add_argument("--follow", action="store_true", help=follow)
+    sub = command("consume", "apply the events stream in its consumer group until interrupted")
+    sub.add_argument("--consumer", default=f"{socket.gethostname()}-{os.getpid()}",
+                     help="this consumer's name in the group; a restart under the same name "
+                     "re-reads its unacknowledged entries first (default: host-pid)")  # fmt: skip
+    sub = command("load-world", "give every user of a trained world state in the store")
+    sub.add_argument("--artifacts", type=Path, default=Path("artifacts/trained-demo"),
+                     help="trained artifact directory whose training.json names the world "
+                     "(default: %(default)s)")  # fmt: skip
+    sub.add_argument("--users", type=cli.positive_int, metavar="N",
+                     help="load only the first N users of the world, the population Locust's by-id "
+                     "mode draws from (default: all)")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def open_store(args) -> UserStateStore:
+    try:
+        store = UserStateStore(connect(args.redis, cluster=args.cluster))
+        store.ping()
+    except UserStateError as error:
+        raise cli.Exit(cli.fail(str(error))) from None
+    return store
+
+
+def open_input(name: str) -> BinaryIO:
+    if name == "-":
+        return sys.stdin.buffer
+    try:
+        return open(name, "rb")
+    except OSError as error:
+        raise cli.Exit(cli.fail(f"{name}: cannot be read ({error.strerror})")) from None
+
+
+def send(args, stop: Optional[threading.Event] = None) -> int:
+    """apply / publish: the lines of FILE to the store or the stream."""
+    stream = open_input(args.input)  # first: a mistyped name fails before connecting
+    source = "<stdin>" if args.input == "-" else args.input
+    stop = stop or threading.Event()
+    try:
+        store = open_store(args)
+        where = f"the store {store.name}" if args.command == "apply" else "the events stream"
+        with cli.stop_on_signals(stop), tqdm(unit=" lines", desc=args.command, disable=None) as bar:
+            run = apply_lines if args.command == "apply" else publish_lines
+            target = store if args.command == "apply" else store.client
+            follow = args.follow and stream is not sys.stdin.buffer
+            counts = run(target, stream, source, follow=follow, stop=stop,
+                         batch_size=args.batch_size, on_line=bar.update)  # fmt: skip
+    except BatchError as error:
+        return cli.fail(str(error))
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    print(counts.summary(where))
+    return cli.EXIT_OK
+
+
+def consume(args, stop: Optional[threading.Event] = None) -> int:
+    """consume: the stream applied until interrupted; exit 3 naming a failed batch."""
+    store = open_store(args)
+    consumer = StreamConsumer(store.client, store, consumer=args.consumer)
+    stop = stop or threading.Event()
+    print(f"consuming {consumer.stream!r} as {args.consumer!r} in group {consumer.group!r} "
+          f"into {store.name} (SIGINT or SIGTERM stops)", flush=True)  # fmt: skip
+    try:
+        with cli.stop_on_signals(stop):
+            counts = consumer.run(stop)
+    except StreamConsumerError as error:
+        counts = consumer.counts
+        print(f"{counts.applied} events applied in {counts.batches} batches before it, "
+              f"{counts.skipped} bad entries skipped", file=sys.stderr)  # fmt: skip
+        return cli.fail(str(error))
+    print(f"{counts.applied} events applied in {counts.batches} batches, "
+          f"{counts.skipped} bad entries skipped")  # fmt: skip
+    return cli.EXIT_OK
+
+
+def load_world(args) -> int:
+    """load-world: every user of the trained world (or the N most active) into the store."""
+    from phoenix.checkpoint import ArtifactError
+    from phoenix.user_state.world import WorldUsers, load_users
+
+    store = open_store(args)
+    try:
+        world = WorldUsers.from_artifacts(args.artifacts)
+        users = world.population(args.users)
+        loaded = load_users(store, world, users, progress=True)
+    except (ArtifactError, UserStateError) as error:
+        return cli.fail(str(error))
+    print(loaded.summary(store.name))
+    return cli.EXIT_OK
+
+
+COMMANDS = {"apply": send, "publish": send, "consume": consume, "load-world": load_world}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(format="warning: %(message)s", level=logging.WARNING)
+    return cli.run(COMMANDS[args.command], args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""`phoenix-events` (clients/events.py over phoenix/user_state/lines.py) against a real
+redis-server: apply, publish + consume, bad lines, --follow, a failed batch."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from clients import events as events_cli
+from phoenix.serving.triton_server import pick_free_ports
+from phoenix.user_state import UserStateStore, connect
+from phoenix.user_state.server import RedisServer
+from phoenix.user_state.stream import STREAM
+
+pytestmark = pytest.mark.timeout(60)
+
+NOW = time.time()
+LINES = [
+    {"type": "engagement", "user_id": 7, "post_id": 91, "author_id": 3, "ts": NOW - 60,
+     "actions": ["favorite"], "surface": 1, "dwell_seconds": 12.5},
+    {"type": "engagement", "user_id": 7, "post_id": 92, "author_id": 4, "ts": NOW - 30,
+     "actions": ["not_interested"]},
+    {"type": "follow", "user_id": 7, "author_id": 3, "ts": NOW - 100},
+    {"type": "follow", "user_id": 7, "author_id": 5, "ts": NOW - 90},
+    {"type": "unfollow", "user_id": 7, "author_id": 5, "ts": NOW - 80},
+    {"type": "post", "post_id": 93, "author_id": 3, "ts": NOW - 10},
+]  # fmt: skip
+
+
+@pytest.fixture
+def redis_server():
+    with RedisServer() as server:
+        yield server
+
+
+def write_events(path, bad_after: int | None = None):
+    lines = [json.dumps(e) for e in LINES]
+    if bad_after is not None:
+        lines.insert(bad_after, '{"type": "engagement", "user_id": 7}')
+        lines.insert(bad_after, "not json")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def assert_state(url: str) -> None:
+    store = UserStateStore(connect(url))
+    [hist] = store.histories([7], NOW, 16)
+    assert hist.ranking.post_ids.tolist() == [91, 92]
+    assert hist.retrieval.post_ids.tolist() == [91]  # not_interested is negative feedback
+    assert hist.ranking.dwell_seconds.tolist() == [12.5, 0.0]
+    assert hist.ranking.product_surface.tolist() == [1, 0]
+    assert store.follows([7])[0].tolist() == [3]  # 5 was unfollowed
+    assert store.author_posts([3], NOW, 8) == [[(93, pytest.approx(NOW - 10, abs=1e-3))]]
+
+
+def test_apply_reports_bad_lines_by_file_and_line_and_applies_the_rest(
+    redis_server, tmp_path, capsys, caplog
+):
+    path = write_events(tmp_path / "events.jsonl", bad_after=2)
+    status = events_cli.main(["apply", str(path), "--redis", redis_server.url, "--batch-size", "2"])
+    assert status == 0
+    assert_state(redis_server.url)
+    out = capsys.readouterr().out
+    assert "8 lines: 6 events (2 engagements, 2 follows, 1 unfollows, 1 posts) in 3 batches" in out
+    assert "2 bad lines skipped" in out
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith(f"{path}:3: not JSON") for m in warnings), warnings
+    assert any(m.startswith(f"{path}:4: engagement event: missing") for m in warnings), warnings
+
+
+def test_publish_then_consume_applies_the_stream(redis_server, tmp_path, capsys):
+    path = write_events(tmp_path / "events.jsonl")
+    assert events_cli.main(["publish", str(path), "--redis", redis_server.url]) == 0
+    client = connect(redis_server.url)
+    assert client.xlen(STREAM) == len(LINES)
+    assert UserStateStore(client).follows([7])[0].tolist() == []  # published, not applied yet
+
+    stop = threading.Event()
+    args = events_cli.parse_args(["consume", "--redis", redis_server.url, "--consumer", "t"])
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(status=events_cli.consume(args, stop)))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not UserStateStore(client).author_posts([3], NOW, 8)[0]:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(10)
+    assert result == {"status": 0}
+    assert_state(redis_server.url)
+    assert client.xpending(STREAM, "user-state")["pending"] == 0  # all acknowledged
+    assert f"{len(LINES)} events applied" in capsys.readouterr().out
+
+
+def test_follow_applies_lines_appended_later(redis_server, tmp_path):
+    path = tmp_path / "growing.jsonl"
+    path.write_text(json.dumps(LINES[2]) + "\n")
+    args = events_cli.parse_args(["apply", str(path), "--redis", redis_server.url, "--follow"])
+    stop, result = threading.Event(), {}
+    thread = threading.Thread(target=lambda: result.update(status=events_cli.send(args, stop)))
+    thread.start()
+    store = UserStateStore(connect(redis_server.url))
+    with path.open("a") as out:
+        out.write(json.dumps(LINES[5]) + "\n")
+    deadline = time.monotonic() + 10  # applied while following, before the stop
+    while time.monotonic() < deadline and not store.author_posts([3], NOW, 8)[0]:
+        time.sleep(0.05)
+    assert store.follows([7])[0].tolist() == [3]
+    assert store.author_posts([3], NOW, 8)[0], "an appended line was not applied while following"
+    stop.set()
+    thread.join(10)
+    assert result == {"status": 0}
+
+
+def test_a_store_that_is_down_fails_with_exit_3_naming_it(tmp_path, capsys):
+    path = write_events(tmp_path / "events.jsonl")
+    [port] = pick_free_ports(1)
+    url = f"redis://127.0.0.1:{port}"
+    assert events_cli.main(["apply", str(path), "--redis", url]) == 3
+    assert f"127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_batch_the_store_refuses_exits_3_naming_its_lines(redis_server, tmp_path, capsys):
+    path = write_events(tmp_path / "events.jsonl")
+    client = connect(redis_server.url)
+    client.set("u:{7}:follows", "not a sorted set")  # the follow batch fails (WRONGTYPE)
+    status = events_cli.main(["apply", str(path), "--redis", redis_server.url, "--batch-size", "2"])
+    assert status == 3
+    err = capsys.readouterr().err
+    assert f"{path}: the batch of lines 3..4 (2 events) was not sent" in err
+    # the batch before it was applied
+    assert UserStateStore(client).histories([7], NOW, 16)[0].ranking.post_ids.tolist() == [91, 92]
