@@ -53,6 +53,20 @@ class UserState:
     in_network: InNetworkPosts
 
 
+@dataclass
+class AppliedCounts:
+    """The events one `apply` applied, by kind (what phoenix-events reports)."""
+
+    engagements: int = 0
+    follows: int = 0
+    unfollows: int = 0
+    posts: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.engagements + self.follows + self.unfollows + self.posts
+
+
 def _seconds(ts: float) -> float:
     """The score of a time: milliseconds, as the history members keep it."""
     return time_ms(ts) / 1000.0
@@ -113,30 +127,34 @@ class UserStateStore:
             ),
         }
 
-    def apply(self, events: Iterable[Event]) -> None:
+    def apply(self, events: Iterable[Event]) -> AppliedCounts:
         """Apply ``events`` in one pipeline; applying them again, in any order, changes
         nothing (an unfollow applies after the follows before it in ``events``)."""
-        batch, count = _WriteBatch(self.kept), 0
+        batch, counts = _WriteBatch(self.kept), AppliedCounts()
         for event in events:
-            count += 1
             if isinstance(event, Engagement):
                 member, score = encode(event), _seconds(event.ts)
                 batch.add(keys.user_key(event.user_id, keys.SEQUENCE), keys.SEQUENCE, score, member)
                 if is_positive(event.actions):
                     key = keys.user_key(event.user_id, keys.POSITIVE)
                     batch.add(key, keys.POSITIVE, score, member)
+                counts.engagements += 1
             elif isinstance(event, Follow):
                 key = keys.user_key(event.user_id, keys.FOLLOWS)
                 batch.add(key, keys.FOLLOWS, _seconds(event.ts), event.author_id)
+                counts.follows += 1
             elif isinstance(event, Unfollow):
                 batch.remove(keys.user_key(event.user_id, keys.FOLLOWS), event.author_id)
+                counts.unfollows += 1
             elif isinstance(event, Post):
                 key = keys.author_posts_key(event.author_id)
                 batch.add(key, keys.AUTHOR_POSTS, _seconds(event.ts), event.post_id)
+                counts.posts += 1
             else:
                 raise TypeError(f"not a user-state event: {event!r}")
-        if batch.ops:
-            self._execute(batch.queue(self._pipeline()), f"applying {count} events")
+        if counts.total:
+            self._execute(batch.queue(self._pipeline()), f"applying {counts.total} events")
+        return counts
 
     def mark_served(self, user_id: int, post_ids: Iterable[int], now: float) -> None:
         """Record posts served to a user at ``now`` (kept served_ttl_s, newest served_cap)."""

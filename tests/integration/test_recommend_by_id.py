@@ -170,11 +170,14 @@ def set_factor(client, value: str) -> None:
 
 
 def test_the_out_of_network_factor_moves_the_in_network_share(client, redis_server):
-    user, feed_top = FOLLOWER + 2, 10
+    # One follower per factor, all following the same authors: a feed marks its posts served
+    # (served_log), so one user's second feed would hold none of the in-network posts again.
+    followers = {"1": FOLLOWER + 2, "0.3": FOLLOWER + 3, "0": FOLLOWER + 4}
+    feed_top = 10
     store = UserStateStore(connect_store(redis_server.url))
     now = time.time()
     authors = [AUTHOR + 10 + a for a in range(8)]
-    store.apply([Follow(user, a, now - 3600) for a in authors])
+    store.apply([Follow(user, a, now - 3600) for user in followers.values() for a in authors])
     store.apply(
         Post(NEW_POST + 100 + 10 * i + j, a, now - 60 * (10 * i + j))
         for i, a in enumerate(authors)
@@ -184,7 +187,7 @@ def test_the_out_of_network_factor_moves_the_in_network_share(client, redis_serv
     try:
         for factor in ("1", "0.3", "0"):
             set_factor(client, factor)
-            feed = recommend(client, by_id(user))
+            feed = recommend(client, by_id(followers[factor]))
             shares[factor] = in_network_share(feed["in_network"][0, :feed_top])
     finally:
         set_factor(client, FEED_POLICY.parameter("out_of_network_factor").text(
