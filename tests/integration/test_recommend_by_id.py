@@ -89,9 +89,9 @@ def user_events(corpus, user: int = USER, count: int = 12) -> list[Engagement]:
     ]
 
 
-def load_user(url: str, corpus) -> UserStateStore:
+def load_user(url: str, corpus, user: int = USER) -> UserStateStore:
     store = UserStateStore(connect_store(url))
-    store.apply(user_events(corpus))
+    store.apply(user_events(corpus, user))
     return store
 
 
@@ -264,16 +264,19 @@ def test_phoenix_recommend_by_user_id_sends_only_the_id_and_says_the_history_rea
     naming the history items the server read from the store, the history posts left out."""
     from clients import recommend as recommend_cli
 
-    load_user(redis_server.url, corpus)
-    argv = ["--user-id", str(USER), "--top-k", "20", "--url", server.http_url.split("://")[-1],
+    # a user of its own: loading USER again a minute later would interleave two loads' events
+    # (times are relative to now), and the newest 12 would no longer be the 12 posts
+    user = USER + 100
+    load_user(redis_server.url, corpus, user)
+    argv = ["--user-id", str(user), "--top-k", "20", "--url", server.http_url.split("://")[-1],
             "--artifacts", str(tiny_artifacts), "--rows", "20"]  # fmt: skip
     assert recommend_cli.main(argv) == 0
     out = capsys.readouterr().out
     items = min(12, seq_len)
-    assert f"Feed for user {USER} by id ({items} history items read by the server" in out
+    assert f"Feed for user {user} by id ({items} history items read by the server" in out
     shown = {int(p) for p in re.findall(r"^\s*\d+\s+(\d+)\s", out, re.M)}
     assert shown, out
-    assert not shown & {e.post_id for e in user_events(corpus)}
+    assert not shown & {e.post_id for e in user_events(corpus, user)}
     # an unknown user: read from the store too, with nothing in it
     assert recommend_cli.main([*argv[:1], "123456", *argv[2:]]) == 0
     assert "by id (0 history items read by the server" in capsys.readouterr().out
