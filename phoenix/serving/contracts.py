@@ -644,6 +644,18 @@ USER_STATE = ModelContract(
 # sent_history_post_ids is the request's own history when it carried one (only its presence
 # is read: such requests are logged but mark nothing served, as they read nothing). A store
 # that is down or unset loses the write (logged and counted), never the feed.
+# It also answers the feed itself, passed through unchanged (FEED_OUTPUTS): Triton 2.51 answers
+# an ensemble request when its last step updates an output the client asked for, and refuses
+# it ("unexpected deadlock, at least one output is not set") when that step updated none. As
+# the last step, served_log must therefore hand back every output a client may ask for; it
+# also makes the write happen for every answered feed, whatever the outputs asked.
+FEED_OUTPUTS = (
+    *RANKED_OUTPUTS,
+    RANKED_AUTHOR_IDS,
+    _spec("retrieval_scores", np.float32, ["C"]),
+    FILTERED_COUNTS,
+    IN_NETWORK_FLAGS,
+)
 SERVED_LOG = ModelContract(
     name="served_log",
     inputs=(
@@ -661,8 +673,9 @@ SERVED_LOG = ModelContract(
         _spec("action_probs", np.float32, ["C'", "A"], ragged=True, values=PROBABILITIES),
         # which source each post came from (1: in-network), for training on what was served
         _spec("in_network", np.int8, ["C'"], ragged=True, values=Values(0, 1, "flags")),
+        FILTERED_COUNTS,
     ),
-    outputs=(_spec("request_id", np.int64, [1]),),
+    outputs=(_spec("request_id", np.int64, [1]), *FEED_OUTPUTS),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, USER_STATE.parameter("user_state_url")),
 )
@@ -692,11 +705,7 @@ RECOMMEND = ModelContract(
         *FEED_FILTERS,
     ),
     outputs=(
-        *RANKED_OUTPUTS,
-        RANKED_AUTHOR_IDS,
-        _spec("retrieval_scores", np.float32, [-1]),
-        FILTERED_COUNTS,
-        IN_NETWORK_FLAGS,
+        *FEED_OUTPUTS,  # from served_log, which passes the policy's feed through
         SERVED_LOG.outputs[0],  # request_id: what engagements with this feed refer to
     ),
     max_batch_size=8,
@@ -765,16 +774,8 @@ RECOMMEND = ModelContract(
                 "in_network_post_ids": "_in_network_post_ids",
             },
             output_map={
-                **_same_names(
-                    spec.name
-                    for spec in (
-                        *RANKED_OUTPUTS,
-                        RANKED_AUTHOR_IDS,
-                        FILTERED_COUNTS,
-                        IN_NETWORK_FLAGS,
-                    )
-                ),
-                "ranked_retrieval_scores": "retrieval_scores",
+                **{s.name: "_feed_" + s.name for s in FEED_OUTPUTS if s.name != "retrieval_scores"},
+                "ranked_retrieval_scores": "_feed_retrieval_scores",
             },
         ),
         EnsembleStep(
@@ -786,12 +787,9 @@ RECOMMEND = ModelContract(
                 "candidate_post_ids": "_candidate_post_ids",
                 "candidate_author_ids": "_candidate_author_ids",
                 "candidate_retrieval_scores": "_candidate_retrieval_scores",
-                **_same_names(
-                    s.name for s in (*RANKED_OUTPUTS, RANKED_AUTHOR_IDS, IN_NETWORK_FLAGS)
-                ),
-                "retrieval_scores": "retrieval_scores",
+                **{s.name: "_feed_" + s.name for s in FEED_OUTPUTS},
             },
-            output_map={"request_id": "request_id"},
+            output_map=_same_names(s.name for s in SERVED_LOG.outputs),
             side_effect=True,
         ),
     ),

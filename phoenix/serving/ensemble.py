@@ -57,14 +57,28 @@ def run_ensemble(
 ) -> list[Arrays]:
     """Every step for all requests at once (one ``run_model`` call per step), like the
     batcher would batch them; returns each request's ensemble outputs. Side-effect steps
-    (served_log) are left out, and with them their outputs (the request id): a reference run
-    writes nothing to the user state."""
+    (served_log) are not run, so a reference run writes nothing to the user state: what they
+    pass through (the feed) is passed on, what they make (the request id) is left out."""
     tensors = [dict(request) for request in requests]
-    for step in reference_steps(ensemble):
+    for step in ensemble.steps:
+        if step.side_effect:
+            for t in tensors:
+                t.update(passed_through(step, t))
+            continue
         results = run_model(step.model, [step_inputs(step, t) for t in tensors])
         for t, outputs in zip(tensors, results, strict=True):
             store_outputs(step, outputs, t)
     return [{name: t[name] for name in ensemble.output_names if name in t} for t in tensors]
+
+
+def passed_through(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> Arrays:
+    """The outputs a step answers unchanged from its same-named inputs, under their ensemble
+    names (served_log's feed)."""
+    return {
+        target: tensors[step.input_map[name]]
+        for name, target in step.output_map.items()
+        if step.input_map.get(name) in tensors
+    }
 
 
 def reference_steps(ensemble: ModelContract = RECOMMEND) -> tuple[EnsembleStep, ...]:

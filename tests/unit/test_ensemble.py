@@ -178,9 +178,17 @@ def test_run_until_returns_the_rankers_outputs_before_the_policy():
 
 def test_only_served_log_is_a_side_effect_and_it_changes_no_other_output():
     """A reference run may leave out the side effect: no other step reads what it answers,
-    and it answers no output of the feed."""
+    and every output but the request id is one of its inputs passed through."""
     (side_effect,) = [step for step in RECOMMEND.steps if step.side_effect]
     assert side_effect.model == "served_log" and RECOMMEND.steps[-1] is side_effect
-    assert list(side_effect.output_map.values()) == ["request_id"]
     read = {source for step in RECOMMEND.steps for source in step.input_map.values()}
     assert not read & set(side_effect.output_map.values())
+    made = [name for name in side_effect.output_map if name not in side_effect.input_map]
+    assert made == ["request_id"]
+
+
+def test_the_last_step_answers_every_output_of_recommend():
+    """Triton 2.51 answers an ensemble request when its last step updates a requested output,
+    and refuses it ("unexpected deadlock") when that step updated none: the last step must
+    update every output a client may ask for alone."""
+    assert sorted(RECOMMEND.steps[-1].output_map.values()) == sorted(RECOMMEND.output_names)

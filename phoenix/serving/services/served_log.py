@@ -6,7 +6,8 @@ served to the user (the next by-id request's ``user_state`` step reads them, and
 excludes them for ``served_ttl_s``), the id added to the user's recent requests, and one entry
 of the request log stream (``phoenix.user_state.request_log``: the ranking history, the
 candidates and the feed). The write completes before the answer, so a user's next request
-sees it.
+sees it. It answers the feed too, passed through unchanged: as the ensemble's last step it
+must update whichever outputs a client asks for (``contracts.SERVED_LOG``).
 
 A row whose request carried its own history is logged but marks nothing served: such a
 request reads nothing from the store (``user_state``), so it writes nothing a by-id request
@@ -29,7 +30,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from phoenix.checkpoint import load_config
-from phoenix.serving.contracts import SERVED_LOG
+from phoenix.serving.contracts import FEED_OUTPUTS, SERVED_LOG
 from phoenix.serving.requests import REQUEST_TYPES
 from phoenix.serving.services.common import Outputs, Service, ServiceSettings
 from phoenix.serving.services.user_state import NoStore, store_url
@@ -86,7 +87,7 @@ def row_record(request, row: int, request_id: int, now: float) -> RequestRecord:
 
 
 class ServedLogService(Service):
-    """Marks each row's feed served, logs the request, answers its request id."""
+    """Marks each row's feed served, logs the request, answers the feed and its request id."""
 
     request_type = ServedLogRequest
 
@@ -122,7 +123,8 @@ class ServedLogService(Service):
         outputs, records = [], []
         for request in requests:
             ids = np.array([[self.request_ids()] for _ in range(request.rows)], np.int64)
-            outputs.append({"request_id": ids})
+            feed = {spec.name: getattr(request, spec.name) for spec in FEED_OUTPUTS}
+            outputs.append({"request_id": ids, **feed})
             records += [row_record(request, r, int(ids[r, 0]), now) for r in range(request.rows)]
         self.write(records, now)
         return outputs
