@@ -2,6 +2,7 @@
 
 - `tiny_artifacts`: tiny model artifacts, generated once per session.
 - `triton`: one server over the project's model_repository/ with those artifacts (session).
+- `redis_server`: an empty redis-server for a test module (the user-state store).
 - `start_server(repo_dir, artifacts_dir=None, **flags)`: a ready server of a test's own; flags
   become tritonserver options (`exit_timeout_secs=2` -> `--exit-timeout-secs=2`); every server
   it started is stopped when the test ends.
@@ -16,6 +17,7 @@ import pytest
 
 from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
 from phoenix.testing.triton import start_triton
+from phoenix.user_state.server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
@@ -66,3 +68,10 @@ def triton(tiny_artifacts, tmp_path_factory):
     server = launch_server(MODEL_REPOSITORY, tiny_artifacts, log_path=log_path, exit_timeout_secs=5)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """An empty redis-server shared by one test module's tests."""
+    with RedisServer() as server:
+        yield server

@@ -20,7 +20,6 @@ from phoenix.training.pipeline import trained_world
 from phoenix.training.simulate import draw_user_ids
 from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
-from phoenix.user_state.server import RedisServer
 from tests.integration.conftest import MODEL_REPOSITORY, launch_server
 from tests.training_helpers import trained_tiny
 
@@ -28,13 +27,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REACTING = REPO_ROOT / "loadtest" / "reacting.py"
 USERS, SEED, SEQ_LEN = 3, 5, 16
-
-
-@pytest.fixture(scope="module")
-def redis_server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -24,20 +24,12 @@ from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
-from phoenix.user_state.server import RedisServer
 from tests.integration.conftest import MODEL_REPOSITORY, launch_server
 from tests.rankings import assert_same_ranking_up_to_ties
 
 USER = 7
 TOP_K = 32
 FAIL_FAST_S = 5.0  # the store client's bounded timeouts (about 2 s) plus the ensemble's hops
-
-
-@pytest.fixture(scope="module")
-def redis_server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
