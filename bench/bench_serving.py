@@ -32,18 +32,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
+from bench import serving_measure as measure
 from bench import serving_report as report
-from bench.serving_measure import (
-    IN_PROCESS_BATCH,
-    RECOMMEND_TOP_K,
-    WORKLOADS,
-    Measurement,
-    failure_counts,
-    measure_in_process,
-    measure_served,
-    request_arrays,
-    write_input_data,
-)
 from bench.serving_servers import start_servers, stop_servers
 from clients.workload import random_users
 from phoenix.checkpoint import load_config
@@ -97,8 +87,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     add("--protocols", type=name_list(("http", "grpc")), default=["http", "grpc"], help=protocols)
     batching = "dynamic batching settings, from on,off (default: both)"
     add("--batching", type=name_list(("on", "off")), default=["on", "off"], help=batching)
-    workloads = f"comma-separated, from {','.join(WORKLOADS)} (default: all)"
-    add("--workloads", type=name_list(tuple(WORKLOADS)), default=list(WORKLOADS), help=workloads)
+    workloads = f"comma-separated, from {','.join(measure.WORKLOADS)} (default: all)"
+    names = list(measure.WORKLOADS)
+    add("--workloads", type=name_list(tuple(names)), default=names, help=workloads)
     window = "requests per perf_analyzer measurement window, at least twice the concurrency "
     window += "(default: 60; quick: 20)"
     add("--window-requests", type=int, help=window)
@@ -136,19 +127,19 @@ def measure_all(servers: dict[str, TritonServer], args, data: dict[str, Path], r
     On a shared machine the load of others drifts over minutes: measuring the settings one
     after the other at each point keeps that drift out of the on/off and gRPC/HTTP ratios.
     """
-    before = {b: failure_counts(s.http_url) for b, s in servers.items()}
+    before = {b: measure.failure_counts(s.http_url) for b, s in servers.items()}
     for workload in args.workloads:
         for concurrency in args.concurrency:
             for batching, server in servers.items():
                 for protocol in args.protocols:
                     url = server.http_url if protocol == "http" else server.grpc_url
-                    model = WORKLOADS[workload][0]
-                    m = Measurement(workload, model, protocol, batching, concurrency)
-                    measure_served(m, url, data[workload], args.window_requests, args.quick)
+                    model = measure.WORKLOADS[workload][0]
+                    m = measure.Measurement(workload, model, protocol, batching, concurrency)
+                    measure.measure_served(m, url, data[workload], args.window_requests, args.quick)
                     print_measurement(m)
                     results["served"].append(asdict(m))
     for batching, server in servers.items():
-        after = failure_counts(server.http_url)
+        after = measure.failure_counts(server.http_url)
         failed = {k: after[k] - before[batching].get(k, 0) for k in after}
         results["failed_requests"][batching] = failed
 
@@ -160,13 +151,13 @@ def measure_in_process_all(http_url: str, args, results: dict) -> None:
     users = make_users(args)
     results["in_process"] = {}
     for workload in args.workloads:
-        requests = [request_arrays(workload, user) for user in users]
-        figures = measure_in_process(models, workload, requests, args.timing_s)
+        requests = [measure.request_arrays(workload, user) for user in users]
+        figures = measure.measure_in_process(models, workload, requests, args.timing_s)
         results["in_process"][workload] = figures
+        batched = measure.IN_PROCESS_BATCH
         print(
             f"  {workload:<11} batch 1: {figures['batch_1']['throughput']:8.1f} req/s   "
-            f"batch {IN_PROCESS_BATCH}: {figures[f'batch_{IN_PROCESS_BATCH}']['throughput']:8.1f}"
-            " req/s",
+            f"batch {batched}: {figures[f'batch_{batched}']['throughput']:8.1f} req/s",
             flush=True,
         )
 
@@ -176,11 +167,11 @@ def make_users(args) -> list[dict]:
     history = load_config(args.artifacts).history_seq_len
     return random_users(
         args.artifacts, args.users, args.seed,
-        history_len=history, num_candidates=512, top_k=RECOMMEND_TOP_K,
+        history_len=history, num_candidates=512, top_k=measure.RECOMMEND_TOP_K,
     )  # fmt: skip
 
 
-def print_measurement(m: Measurement) -> None:
+def print_measurement(m: measure.Measurement) -> None:
     where = f"  {m.workload:<11} batching {m.batching:<3} {m.protocol:<4} c={m.concurrency:<3}"
     if m.error:
         print(f"{where} ERROR {m.error}", flush=True)
@@ -207,7 +198,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.build_dir.mkdir(parents=True, exist_ok=True)
     users = make_users(args)
     data = {
-        w: write_input_data(args.build_dir / f"{w}.json", [request_arrays(w, u) for u in users])
+        w: measure.write_input_data(
+            args.build_dir / f"{w}.json", [measure.request_arrays(w, u) for u in users]
+        )
         for w in args.workloads
     }
     results: dict[str, Any] = {
@@ -221,7 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "window_requests": args.window_requests,
             "users": args.users,
             "history": "full (history_seq_len)",
-            "recommend_top_k": RECOMMEND_TOP_K,
+            "recommend_top_k": measure.RECOMMEND_TOP_K,
             "quick": args.quick,
         },
         "served": [],
