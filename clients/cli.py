@@ -18,7 +18,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
@@ -243,6 +243,16 @@ class Exit(Exception):
     def __init__(self, status: int):
         super().__init__(status)
         self.status = status
+
+
+def open_input(name: str) -> BinaryIO:
+    """The file ``name`` to read as bytes (``-``: stdin); one that cannot be read exits 3."""
+    if name == "-":
+        return sys.stdin.buffer
+    try:
+        return open(name, "rb")
+    except OSError as error:
+        raise Exit(fail(f"{name}: cannot be read ({error.strerror})")) from None
 
 
 def run(body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
