@@ -311,24 +311,15 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         description="Generate seeded demo Phoenix artifacts (weights, hash tables, corpus, "
         "example request) in the layout phoenix.checkpoint loads.",
     )
-    parser.add_argument(
-        "--preset",
-        required=True,
-        choices=sorted(PRESETS),
-        help="tiny: unit-test sized (emb 32, 2 layers); mini: the published mini shapes "
-        "(emb 128, 4 layers, history 127, candidates 64) with small vocabularies",
-    )
-    parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument(
-        "--corpus-size",
-        type=int,
-        default=None,
-        help="posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="write into OUT even if it is not empty"
-    )
+    add = parser.add_argument
+    presets = "tiny: unit-test sized (emb 32, 2 layers); mini: the published mini shapes "
+    presets += "(emb 128, 4 layers, history 127, candidates 64) with small vocabularies"
+    add("--preset", required=True, choices=sorted(PRESETS), help=presets)
+    add("--out", required=True, type=Path, help="output directory")
+    add("--seed", type=int, default=0, help="random seed (default: 0)")
+    corpus = "posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)"
+    add("--corpus-size", type=int, default=None, help=corpus)
+    add("--force", action="store_true", help="write into OUT even if it is not empty")
     return parser.parse_args(argv)
 
 
