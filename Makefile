@@ -97,8 +97,8 @@ $(INSTALL_STAMP): pyproject.toml $(REQUIREMENTS_STAMP)
 	$(PY) -m pip install --no-deps -e .
 	@touch $@
 
-$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_server.py
-	$(PY) -m phoenix.serving.triton_server --build-backend-dir $(BACKEND_DIR)
+$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_install.py
+	$(PY) -m phoenix.serving.triton_install --build-backend-dir $(BACKEND_DIR)
 	@touch $@
 
 # $(ARTIFACTS)/config.json: its rule is under "artifact directories" at the end

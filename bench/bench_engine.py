@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.flops import flops_per_candidate, flops_per_context
+from phoenix.artifacts import PRESETS, preset_config
 from phoenix.command_line import command_parser
 from phoenix.engine import DeviceRanker, RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
@@ -37,15 +38,8 @@ ORIGINAL_CHUNK = 64
 
 
 def mini_transformer() -> TransformerConfig:
-    return TransformerConfig(
-        emb_size=128,
-        key_size=32,
-        num_q_heads=4,
-        num_kv_heads=4,
-        num_layers=4,
-        widening_factor=2.0,
-        attn_output_multiplier=0.125,
-    )
+    """The published mini shapes (emb 128, 4 layers, 4 heads of 32), as artifacts' "mini"."""
+    return preset_config(PRESETS["mini"], seed=0).transformer_config()
 
 
 def random_params(params, seed=0):

@@ -32,25 +32,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-from bench.serving_measure import (
-    IN_PROCESS_BATCH,
-    RECOMMEND_TOP_K,
-    WORKLOADS,
-    Measurement,
-    failure_counts,
-    measure_in_process,
-    measure_served,
-    request_arrays,
-    write_input_data,
-)
-from bench.serving_report import (
-    TABLE_END,
-    TABLE_START,
-    markdown_table,
-    plot,
-    summarize,
-    update_docs,
-)
+from bench import serving_measure as measure
+from bench import serving_report as report
 from bench.serving_servers import start_servers, stop_servers
 from clients.workload import random_users
 from phoenix.checkpoint import load_config
@@ -87,87 +70,40 @@ def name_list(choices: Sequence[str]):
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = command_parser("python bench/bench_serving.py", __doc__)
-    parser.add_argument(
-        "--artifacts",
-        type=Path,
-        default=REPO_ROOT / "artifacts" / "demo",
-        help="artifact directory to serve (default: artifacts/demo)",
-    )
-    parser.add_argument(
-        "--model-repository",
-        type=Path,
-        default=REPO_ROOT / "model_repository",
-        help="repository measured with batching on; batching off is a derived "
-        "copy (default: model_repository)",
-    )
-    parser.add_argument(
-        "--device",
-        choices=("cpu", "gpu"),
-        default="cpu",
-        help="instance kind of both servers' models, as `serve --device` (default: cpu)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="fast sanity run: concurrency 1,16, short windows and timings; "
-        "writes serving-quick.json/png and leaves the docs alone",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int_list,
-        help="comma-separated concurrency levels (default: 1,4,16,64)",
-    )
-    parser.add_argument(
-        "--protocols",
-        type=name_list(("http", "grpc")),
-        default=["http", "grpc"],
-        help="comma-separated, from http,grpc (default: both)",
-    )
-    parser.add_argument(
-        "--batching",
-        type=name_list(("on", "off")),
-        default=["on", "off"],
-        help="dynamic batching settings, from on,off (default: both)",
-    )
-    parser.add_argument(
-        "--workloads",
-        type=name_list(tuple(WORKLOADS)),
-        default=list(WORKLOADS),
-        help=f"comma-separated, from {','.join(WORKLOADS)} (default: all)",
-    )
-    parser.add_argument(
-        "--window-requests",
-        type=int,
-        help="requests per perf_analyzer measurement window, at least twice the concurrency "
-        "(default: 60; quick: 20)",
-    )
-    parser.add_argument(
-        "--users",
-        type=int,
-        default=16,
-        help="distinct random users cycled through (default: %(default)s)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the users (default: 0)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="JSON of all figures (default: "
-        "bench/results/serving.json, serving-quick.json with --quick)",
-    )
-    parser.add_argument("--plot", type=Path, help="PNG plot (default: beside --out)")
-    parser.add_argument(
-        "--docs",
-        type=Path,
-        help="markdown file whose serving table (between the markers "
-        f"{TABLE_START} ... {TABLE_END}) is rewritten (default: "
-        "docs/performance.md, none with --quick)",
-    )
-    parser.add_argument(
-        "--build-dir",
-        type=Path,
-        default=REPO_ROOT / "build" / "bench",
-        help="derived repository, input data and server logs (default: build/bench)",
-    )
+    add = parser.add_argument
+    artifacts = "artifact directory to serve (default: artifacts/demo)"
+    add("--artifacts", type=Path, default=REPO_ROOT / "artifacts" / "demo", help=artifacts)
+    repository = "repository measured with batching on; batching off is a derived copy "
+    repository += "(default: model_repository)"
+    add("--model-repository", type=Path, default=REPO_ROOT / "model_repository", help=repository)
+    device = "instance kind of both servers' models, as `serve --device` (default: cpu)"
+    add("--device", choices=("cpu", "gpu"), default="cpu", help=device)
+    quick = "fast sanity run: concurrency 1,16, short windows and timings; writes "
+    quick += "serving-quick.json/png and leaves the docs alone"
+    add("--quick", action="store_true", help=quick)
+    levels = "comma-separated concurrency levels (default: 1,4,16,64)"
+    add("--concurrency", type=int_list, help=levels)
+    protocols = "comma-separated, from http,grpc (default: both)"
+    add("--protocols", type=name_list(("http", "grpc")), default=["http", "grpc"], help=protocols)
+    batching = "dynamic batching settings, from on,off (default: both)"
+    add("--batching", type=name_list(("on", "off")), default=["on", "off"], help=batching)
+    workloads = f"comma-separated, from {','.join(measure.WORKLOADS)} (default: all)"
+    names = list(measure.WORKLOADS)
+    add("--workloads", type=name_list(tuple(names)), default=names, help=workloads)
+    window = "requests per perf_analyzer measurement window, at least twice the concurrency "
+    window += "(default: 60; quick: 20)"
+    add("--window-requests", type=int, help=window)
+    users = "distinct random users cycled through (default: %(default)s)"
+    add("--users", type=int, default=16, help=users)
+    add("--seed", type=int, default=0, help="seed of the users (default: 0)")
+    out = "JSON of all figures (default: bench/results/serving.json, serving-quick.json with "
+    add("--out", type=Path, help=out + "--quick)")
+    add("--plot", type=Path, help="PNG plot (default: beside --out)")
+    docs = f"markdown file whose serving table (between the markers {report.TABLE_START} ... "
+    docs += f"{report.TABLE_END}) is rewritten (default: docs/performance.md, none with --quick)"
+    add("--docs", type=Path, help=docs)
+    build = "derived repository, input data and server logs (default: build/bench)"
+    add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench", help=build)
     args = parser.parse_args(argv)
     stem = "serving-quick" if args.quick else "serving"
     args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16, 64])
@@ -191,19 +127,19 @@ def measure_all(servers: dict[str, TritonServer], args, data: dict[str, Path], r
     On a shared machine the load of others drifts over minutes: measuring the settings one
     after the other at each point keeps that drift out of the on/off and gRPC/HTTP ratios.
     """
-    before = {b: failure_counts(s.http_url) for b, s in servers.items()}
+    before = {b: measure.failure_counts(s.http_url) for b, s in servers.items()}
     for workload in args.workloads:
         for concurrency in args.concurrency:
             for batching, server in servers.items():
                 for protocol in args.protocols:
                     url = server.http_url if protocol == "http" else server.grpc_url
-                    model = WORKLOADS[workload][0]
-                    m = Measurement(workload, model, protocol, batching, concurrency)
-                    measure_served(m, url, data[workload], args.window_requests, args.quick)
+                    model = measure.WORKLOADS[workload][0]
+                    m = measure.Measurement(workload, model, protocol, batching, concurrency)
+                    measure.measure_served(m, url, data[workload], args.window_requests, args.quick)
                     print_measurement(m)
                     results["served"].append(asdict(m))
     for batching, server in servers.items():
-        after = failure_counts(server.http_url)
+        after = measure.failure_counts(server.http_url)
         failed = {k: after[k] - before[batching].get(k, 0) for k in after}
         results["failed_requests"][batching] = failed
 
@@ -215,13 +151,13 @@ def measure_in_process_all(http_url: str, args, results: dict) -> None:
     users = make_users(args)
     results["in_process"] = {}
     for workload in args.workloads:
-        requests = [request_arrays(workload, user) for user in users]
-        figures = measure_in_process(models, workload, requests, args.timing_s)
+        requests = [measure.request_arrays(workload, user) for user in users]
+        figures = measure.measure_in_process(models, workload, requests, args.timing_s)
         results["in_process"][workload] = figures
+        batched = measure.IN_PROCESS_BATCH
         print(
             f"  {workload:<11} batch 1: {figures['batch_1']['throughput']:8.1f} req/s   "
-            f"batch {IN_PROCESS_BATCH}: {figures[f'batch_{IN_PROCESS_BATCH}']['throughput']:8.1f}"
-            " req/s",
+            f"batch {batched}: {figures[f'batch_{batched}']['throughput']:8.1f} req/s",
             flush=True,
         )
 
@@ -231,11 +167,11 @@ def make_users(args) -> list[dict]:
     history = load_config(args.artifacts).history_seq_len
     return random_users(
         args.artifacts, args.users, args.seed,
-        history_len=history, num_candidates=512, top_k=RECOMMEND_TOP_K,
+        history_len=history, num_candidates=512, top_k=measure.RECOMMEND_TOP_K,
     )  # fmt: skip
 
 
-def print_measurement(m: Measurement) -> None:
+def print_measurement(m: measure.Measurement) -> None:
     where = f"  {m.workload:<11} batching {m.batching:<3} {m.protocol:<4} c={m.concurrency:<3}"
     if m.error:
         print(f"{where} ERROR {m.error}", flush=True)
@@ -262,7 +198,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.build_dir.mkdir(parents=True, exist_ok=True)
     users = make_users(args)
     data = {
-        w: write_input_data(args.build_dir / f"{w}.json", [request_arrays(w, u) for u in users])
+        w: measure.write_input_data(
+            args.build_dir / f"{w}.json", [measure.request_arrays(w, u) for u in users]
+        )
         for w in args.workloads
     }
     results: dict[str, Any] = {
@@ -276,7 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "window_requests": args.window_requests,
             "users": args.users,
             "history": "full (history_seq_len)",
-            "recommend_top_k": RECOMMEND_TOP_K,
+            "recommend_top_k": measure.RECOMMEND_TOP_K,
             "quick": args.quick,
         },
         "served": [],
@@ -291,15 +229,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         stop_servers(servers)
     results["machine"]["load_average_at_end"] = os.getloadavg()
     results["wall_s"] = time.monotonic() - started
-    results["summary"] = summarize(results)
-    table = markdown_table(results)
+    results["summary"] = report.summarize(results)
+    table = report.markdown_table(results)
     print(f"\n{table}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, args.plot)
+    report.plot(results, args.plot)
     print(f"wrote {args.out} and {args.plot} ({results['wall_s']:.0f} s)")
     if args.docs:
-        update_docs(args.docs, table, results)
+        report.update_docs(args.docs, table, results)
     failed = sum(sum(v.values()) for v in results["failed_requests"].values())
     return 1 if failed or any(r["error"] for r in results["served"]) else 0
 

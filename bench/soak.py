@@ -240,48 +240,26 @@ def build_parser() -> argparse.ArgumentParser:
         "failures, latency percentiles over time and RSS growth of tritonserver and its stubs.",
         show_defaults=True,
     )
-    parser.add_argument("--duration", type=float, default=600.0, help="seconds of soak")
-    parser.add_argument(
-        "--artifacts",
-        type=Path,
-        default=Path("artifacts/demo"),
-        help="artifact directory (served, and the example request)",
-    )
-    parser.add_argument(
-        "--load-fraction",
-        type=float,
-        default=0.5,
-        help="rate as a fraction of the measured capacity",
-    )
-    parser.add_argument("--rate", type=float, help="requests per second (skips the fraction)")
-    parser.add_argument("--capacity", type=float, help="known capacity (skips measuring it)")
-    parser.add_argument("--top-k", type=int, default=50, help="top_k of each request")
-    parser.add_argument("--workers", type=int, default=16, help="client threads")
-    parser.add_argument(
-        "--window", type=float, default=10.0, help="seconds per latency window and memory sample"
-    )
-    parser.add_argument(
-        "--max-rss-growth",
-        type=float,
-        default=10.0,
-        help="percent RSS growth (start to end) that fails the soak",
-    )
-    parser.add_argument(
-        "--http-url",
-        help="use a running server (host:port) instead of "
-        "starting one; needs --grpc-url, and --server-pid for memory",
-    )
-    parser.add_argument("--grpc-url", help="gRPC host:port of the running server")
-    parser.add_argument("--server-pid", type=int, help="tritonserver pid (memory sampling)")
-    parser.add_argument(
-        "--log-dir", type=Path, default=Path("build/soak"), help="where the server log goes"
-    )
-    parser.add_argument(
-        "--out-prefix",
-        type=Path,
-        default=Path("bench/results/soak"),
-        help="writes PREFIX.json and PREFIX.png",
-    )
+    add = parser.add_argument
+    add("--duration", type=float, default=600.0, help="seconds of soak")
+    artifacts = "artifact directory (served, and the example request)"
+    add("--artifacts", type=Path, default=Path("artifacts/demo"), help=artifacts)
+    fraction = "rate as a fraction of the measured capacity"
+    add("--load-fraction", type=float, default=0.5, help=fraction)
+    add("--rate", type=float, help="requests per second (skips the fraction)")
+    add("--capacity", type=float, help="known capacity (skips measuring it)")
+    add("--top-k", type=int, default=50, help="top_k of each request")
+    add("--workers", type=int, default=16, help="client threads")
+    add("--window", type=float, default=10.0, help="seconds per latency window and memory sample")
+    growth = "percent RSS growth (start to end) that fails the soak"
+    add("--max-rss-growth", type=float, default=10.0, help=growth)
+    running = "use a running server (host:port) instead of starting one; needs --grpc-url, "
+    add("--http-url", help=running + "and --server-pid for memory")
+    add("--grpc-url", help="gRPC host:port of the running server")
+    add("--server-pid", type=int, help="tritonserver pid (memory sampling)")
+    add("--log-dir", type=Path, default=Path("build/soak"), help="where the server log goes")
+    prefix = "writes PREFIX.json and PREFIX.png"
+    add("--out-prefix", type=Path, default=Path("bench/results/soak"), help=prefix)
     return parser
 
 

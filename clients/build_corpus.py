@@ -84,76 +84,33 @@ def parse_args(argv: Optional[Sequence[str]]):
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("posts", nargs="?", type=Path, help="posts file (.csv, .npy or .npz)")
-    source.add_argument(
-        "--generate", type=int, metavar="N", help="embed N random posts instead of a file"
-    )
-    source.add_argument(
-        "--from-generator",
-        type=cli.positive_int,
-        metavar="N",
-        help="embed N posts of the synthetic world of ARTIFACTS/training.json instead",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        help="seed for --generate (default: 0) or --from-generator (default: the seed in "
-        "training.json, whose world the towers were trained on)",
-    )
+    random_posts = "embed N random posts instead of a file"
+    source.add_argument("--generate", type=int, metavar="N", help=random_posts)
+    world = "embed N posts of the synthetic world of ARTIFACTS/training.json instead"
+    source.add_argument("--from-generator", type=cli.positive_int, metavar="N", help=world)
+    add = parser.add_argument
+    seed = "seed for --generate (default: 0) or --from-generator (default: the seed in "
+    add("--seed", type=int, help=seed + "training.json, whose world the towers were trained on)")
     target = parser.add_mutually_exclusive_group()
-    target.add_argument(
-        "--out",
-        metavar="NAME",
-        help="corpus file name inside ARTIFACTS (default: corpus-<posts file stem>.npz)",
-    )
-    cli.add_store_arg(
-        target,
-        required=False,
-        help="write a corpus store directory DIR (a path) instead of a .npz file",
-    )
-    parser.add_argument(
-        "--segment-rows",
-        type=cli.positive_int,
-        default=SEGMENT_ROWS,
-        metavar="N",
-        help="posts per sealed segment with --store (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--window",
-        type=cli.parse_duration,
-        metavar="DURATION",
-        help="with --store: serve only posts younger than this (48h, 3600s, 2d; default: none)",
-    )
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="embed with ARTIFACTS' candidate tower in this process instead of the server",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=1024,
-        help="posts per candidate_tower request (default: %(default)s; at most the model's "
-        "max_batch_size)",
-    )
-    parser.add_argument(
-        "--reload",
-        action="store_true",
-        help="reload the server's models that read the corpus (retriever, feed policy) with "
-        "the new corpus once it is written",
-    )
-    parser.add_argument(
-        "--admin-key-env",
-        default=ADMIN_KEY_ENV,
-        metavar="NAME",
-        help="environment variable with the server's admin key, sent with the load request; "
-        "unset: the key `serve` generated into build/serve/admin-key (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--admin-key-file",
-        metavar="PATH",
-        help="file with the admin key (default: $PHOENIX_ADMIN_KEY_FILE, else "
-        "build/serve/admin-key)",
-    )
+    name = "corpus file name inside ARTIFACTS (default: corpus-<posts file stem>.npz)"
+    target.add_argument("--out", metavar="NAME", help=name)
+    store = "write a corpus store directory DIR (a path) instead of a .npz file"
+    cli.add_store_arg(target, required=False, help=store)
+    segment = "posts per sealed segment with --store (default: %(default)s)"
+    add("--segment-rows", type=cli.positive_int, default=SEGMENT_ROWS, metavar="N", help=segment)
+    window = "with --store: serve only posts younger than this (48h, 3600s, 2d; default: none)"
+    add("--window", type=cli.parse_duration, metavar="DURATION", help=window)
+    in_process = "embed with ARTIFACTS' candidate tower in this process instead of the server"
+    add("--in-process", action="store_true", help=in_process)
+    batch = "posts per candidate_tower request (default: %(default)s; at most the model's "
+    add("--batch-size", type=int, default=1024, help=batch + "max_batch_size)")
+    reload = "reload the server's models that read the corpus (retriever, feed policy) with "
+    add("--reload", action="store_true", help=reload + "the new corpus once it is written")
+    key_env = "environment variable with the server's admin key, sent with the load request; "
+    key_env += "unset: the key `serve` generated into build/serve/admin-key (default: %(default)s)"
+    add("--admin-key-env", default=ADMIN_KEY_ENV, metavar="NAME", help=key_env)
+    key_file = "file with the admin key (default: $PHOENIX_ADMIN_KEY_FILE, else "
+    add("--admin-key-file", metavar="PATH", help=key_file + "build/serve/admin-key)")
     cli.add_check_arg(parser)
     args = parser.parse_args(argv)
     if args.window is not None and args.store is None:

@@ -18,7 +18,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
@@ -116,34 +116,25 @@ def build_parser(
 def add_user_args(parser: argparse.ArgumentParser, candidates: bool = False) -> None:
     """--input / --generate and friends: where the request's user comes from."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--input",
-        type=Path,
-        metavar="FILE",
-        help="one user as JSON in the example_sequence.json format "
-        "(default: ARTIFACTS/example_sequence.json)",
-    )
-    source.add_argument(
-        "--generate",
-        action="store_true",
-        help="generate a random user (ids drawn from the artifact corpus) instead",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed for --generate (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--history",
-        type=int,
-        metavar="N",
-        help="history length for --generate (default: random in 0..history_seq_len)",
-    )
+    given = "one user as JSON in the example_sequence.json format "
+    given += "(default: ARTIFACTS/example_sequence.json)"
+    source.add_argument("--input", type=Path, metavar="FILE", help=given)
+    random_user = "generate a random user (ids drawn from the artifact corpus) instead"
+    source.add_argument("--generate", action="store_true", help=random_user)
+    add = parser.add_argument
+    add("--seed", type=int, default=0, help="seed for --generate (default: %(default)s)")
+    length = "history length for --generate (default: random in 0..history_seq_len)"
+    add("--history", type=int, metavar="N", help=length)
     if candidates:
-        parser.add_argument(
-            "--candidates",
-            type=int,
-            metavar="N",
-            help="candidate count for --generate (default: random in 1..512)",
-        )
+        count = "candidate count for --generate (default: random in 1..512)"
+        add("--candidates", type=int, metavar="N", help=count)
+
+
+def add_top_k_and_rows(parser: argparse.ArgumentParser, what: str) -> None:
+    """--top-k (posts to `what`) and --rows, as recommend and retrieve take them."""
+    top_k = f"posts to {what} (default: the input's top_k; random 10..200 with --generate)"
+    parser.add_argument("--top-k", type=int, metavar="K", help=top_k)
+    parser.add_argument("--rows", type=int, default=20, help="rows to print (default: %(default)s)")
 
 
 def add_store_arg(
@@ -252,6 +243,16 @@ class Exit(Exception):
     def __init__(self, status: int):
         super().__init__(status)
         self.status = status
+
+
+def open_input(name: str) -> BinaryIO:
+    """The file ``name`` to read as bytes (``-``: stdin); one that cannot be read exits 3."""
+    if name == "-":
+        return sys.stdin.buffer
+    try:
+        return open(name, "rb")
+    except OSError as error:
+        raise Exit(fail(f"{name}: cannot be read ({error.strerror})")) from None
 
 
 def run(body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

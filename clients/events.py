@@ -47,7 +47,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, Optional
+from typing import Optional
 
 from tqdm import tqdm
 
@@ -109,18 +109,9 @@ def open_store(args) -> UserStateStore:
     return store
 
 
-def open_input(name: str) -> BinaryIO:
-    if name == "-":
-        return sys.stdin.buffer
-    try:
-        return open(name, "rb")
-    except OSError as error:
-        raise cli.Exit(cli.fail(f"{name}: cannot be read ({error.strerror})")) from None
-
-
 def send(args, stop: Optional[threading.Event] = None) -> int:
     """apply / publish: the lines of FILE to the store or the stream."""
-    stream = open_input(args.input)  # first: a mistyped name fails before connecting
+    stream = cli.open_input(args.input)  # first: a mistyped name fails before connecting
     source = "<stdin>" if args.input == "-" else args.input
     stop = stop or threading.Event()
     try:

@@ -138,18 +138,9 @@ def make_embedder(args) -> EmbedPosts:
         raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
 
 
-def open_input(name: str) -> BinaryIO:
-    if name == "-":
-        return sys.stdin.buffer
-    try:
-        return open(name, "rb")
-    except OSError as error:
-        raise cli.Exit(cli.fail(f"{name}: cannot be read ({error.strerror})")) from None
-
-
 def ingest(args, stop: Optional[threading.Event] = None) -> int:
     """The command; ``stop`` ends a --follow run (signals set it when in the main thread)."""
-    stream = open_input(args.input)  # first: a mistyped name fails before the model loads
+    stream = cli.open_input(args.input)  # first: a mistyped name fails before the model loads
     try:
         return ingest_from(args, stream, stop or threading.Event())
     finally:

@@ -40,46 +40,19 @@ DEFAULT_TOP_K = 50  # --user-id without --top-k
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(__file__, __doc__, artifacts_from_server=True)
     cli.add_user_args(parser)
-    parser.add_argument(
-        "--user-id",
-        type=int,
-        metavar="N",
-        help="ask by user id only: the server hydrates the history from its user-state store "
-        "(not with --input, --generate or --check)",
-    )
-    parser.add_argument(
-        "--top-k",
-        type=int,
-        metavar="K",
-        help="posts to retrieve and rank (default: the input's top_k; random 10..200 "
-        "with --generate)",
-    )
-    parser.add_argument(
-        "--rows", type=int, default=20, help="feed rows to print (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--exclude-authors",
-        type=id_list,
-        metavar="IDS",
-        help="comma-separated author ids the feed must leave out (blocked or muted)",
-    )
-    parser.add_argument(
-        "--seen-posts",
-        type=id_list,
-        metavar="IDS",
-        help="comma-separated post ids already seen or served, left out of the feed",
-    )
-    parser.add_argument(
-        "--max-age",
-        type=float,
-        metavar="SECONDS",
-        help="leave out posts older than this (where the corpus has creation times)",
-    )
-    parser.add_argument(
-        "--no-policy",
-        action="store_true",
-        help="also print the ranker's own ranking (before the feed policy) beside the feed",
-    )
+    add = parser.add_argument
+    by_id = "ask by user id only: the server hydrates the history from its user-state store "
+    by_id += "(not with --input, --generate or --check)"
+    add("--user-id", type=int, metavar="N", help=by_id)
+    cli.add_top_k_and_rows(parser, "retrieve and rank")
+    excluded = "comma-separated author ids the feed must leave out (blocked or muted)"
+    add("--exclude-authors", type=id_list, metavar="IDS", help=excluded)
+    seen = "comma-separated post ids already seen or served, left out of the feed"
+    add("--seen-posts", type=id_list, metavar="IDS", help=seen)
+    max_age = "leave out posts older than this (where the corpus has creation times)"
+    add("--max-age", type=float, metavar="SECONDS", help=max_age)
+    both = "also print the ranker's own ranking (before the feed policy) beside the feed"
+    add("--no-policy", action="store_true", help=both)
     cli.add_check_arg(parser)
     args = parser.parse_args(argv)
     if args.user_id is not None and (args.input or args.generate or args.check):

@@ -28,13 +28,7 @@ RETRIEVED_IDS = ("post_ids", "author_ids")
 def parse_args(argv: Optional[Sequence[str]]):
     parser = cli.build_parser(__file__, __doc__, artifacts_from_server=True)
     cli.add_user_args(parser)
-    parser.add_argument(
-        "--top-k",
-        type=int,
-        metavar="K",
-        help="posts to retrieve (default: the input's top_k; random 10..200 with --generate)",
-    )
-    parser.add_argument("--rows", type=int, default=20, help="rows to print (default: %(default)s)")
+    cli.add_top_k_and_rows(parser, "retrieve")
     cli.add_check_arg(parser)
     return parser.parse_args(argv)
 

@@ -13,6 +13,7 @@ preset and seed always give byte-identical files.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import zlib
@@ -102,31 +103,19 @@ def random_entity_hash(rng: np.random.Generator, num_hashes: int) -> EntityHashP
 
 
 def preset_config(preset: Preset, seed: int) -> ArtifactConfig:
-    """The artifact config of ``preset`` with hash functions drawn from ``seed``."""
+    """The artifact config of ``preset`` (its fields of the same name; each entity gets
+    ``num_hashes`` hash functions) with hash functions drawn from ``seed``."""
     hashes = {
         entity: random_entity_hash(stream(seed, "hash", entity), preset.num_hashes)
         for entity in ENTITIES
     }
+    config_fields = {field.name for field in dataclasses.fields(ArtifactConfig)}
+    same_named = {k: v for k, v in dataclasses.asdict(preset).items() if k in config_fields}
+    per_entity = {f"num_{entity}_hashes": preset.num_hashes for entity in ENTITIES}
     return ArtifactConfig(
-        emb_size=preset.emb_size,
-        history_seq_len=preset.history_seq_len,
-        candidate_seq_len=preset.candidate_seq_len,
-        num_user_hashes=preset.num_hashes,
-        num_item_hashes=preset.num_hashes,
-        num_author_hashes=preset.num_hashes,
-        key_size=preset.key_size,
-        num_heads=preset.num_heads,
-        num_kv_heads=preset.num_kv_heads,
-        num_layers=preset.num_layers,
-        widening_factor=preset.widening_factor,
-        attn_output_multiplier=preset.attn_output_multiplier,
-        num_actions=preset.num_actions,
+        **same_named,
+        **per_entity,
         action_names=action_names_for(preset.num_actions),
-        product_surface_vocab_size=preset.product_surface_vocab_size,
-        post_age_granularity_mins=preset.post_age_granularity_mins,
-        user_vocab_size=preset.user_vocab_size,
-        item_vocab_size=preset.item_vocab_size,
-        author_vocab_size=preset.author_vocab_size,
         hash_params=HashParams(**hashes),
     )
 
@@ -311,24 +300,15 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         description="Generate seeded demo Phoenix artifacts (weights, hash tables, corpus, "
         "example request) in the layout phoenix.checkpoint loads.",
     )
-    parser.add_argument(
-        "--preset",
-        required=True,
-        choices=sorted(PRESETS),
-        help="tiny: unit-test sized (emb 32, 2 layers); mini: the published mini shapes "
-        "(emb 128, 4 layers, history 127, candidates 64) with small vocabularies",
-    )
-    parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument(
-        "--corpus-size",
-        type=int,
-        default=None,
-        help="posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="write into OUT even if it is not empty"
-    )
+    add = parser.add_argument
+    presets = "tiny: unit-test sized (emb 32, 2 layers); mini: the published mini shapes "
+    presets += "(emb 128, 4 layers, history 127, candidates 64) with small vocabularies"
+    add("--preset", required=True, choices=sorted(PRESETS), help=presets)
+    add("--out", required=True, type=Path, help="output directory")
+    add("--seed", type=int, default=0, help="random seed (default: 0)")
+    corpus = "posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)"
+    add("--corpus-size", type=int, default=None, help=corpus)
+    add("--force", action="store_true", help="write into OUT even if it is not empty")
     return parser.parse_args(argv)
 
 

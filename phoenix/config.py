@@ -206,40 +206,37 @@ class ArtifactConfig:
             num_author_hashes=self.num_author_hashes,
         )
 
-    def ranker_config(self, fprop_dtype: Any = None):
-        """``PhoenixModelConfig`` of the ranker; ``fprop_dtype`` defaults to float32."""
+    def _tower_fields(self, fprop_dtype: Any) -> dict[str, Any]:
+        """The config fields the ranker and the retriever share; ``fprop_dtype`` None: float32."""
         import jax.numpy as jnp
 
-        from phoenix.recsys_model import PhoenixModelConfig
-
-        return PhoenixModelConfig(
+        return dict(
             model=self.transformer_config(),
             emb_size=self.emb_size,
-            num_actions=self.num_actions,
             history_seq_len=self.history_seq_len,
             candidate_seq_len=self.candidate_seq_len,
             fprop_dtype=jnp.float32 if fprop_dtype is None else fprop_dtype,
             hash_config=self.hash_config(),
             product_surface_vocab_size=self.product_surface_vocab_size,
+        )
+
+    def ranker_config(self, fprop_dtype: Any = None):
+        """``PhoenixModelConfig`` of the ranker; ``fprop_dtype`` defaults to float32."""
+        from phoenix.recsys_model import PhoenixModelConfig
+
+        return PhoenixModelConfig(
+            **self._tower_fields(fprop_dtype),
+            num_actions=self.num_actions,
             post_age_granularity_mins=self.post_age_granularity_mins,
             right_anchored_rope=self.right_anchored_rope,
         )
 
     def retrieval_config(self, fprop_dtype: Any = None):
         """``PhoenixRetrievalModelConfig``; ``fprop_dtype`` defaults to float32."""
-        import jax.numpy as jnp
-
         from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 
         return PhoenixRetrievalModelConfig(
-            model=self.transformer_config(),
-            emb_size=self.emb_size,
-            history_seq_len=self.history_seq_len,
-            candidate_seq_len=self.candidate_seq_len,
-            fprop_dtype=jnp.float32 if fprop_dtype is None else fprop_dtype,
-            hash_config=self.hash_config(),
-            product_surface_vocab_size=self.product_surface_vocab_size,
-            enable_linear_proj=self.enable_linear_proj,
+            **self._tower_fields(fprop_dtype), enable_linear_proj=self.enable_linear_proj
         )
 
     # -- (de)serialisation ---------------------------------------------------------------

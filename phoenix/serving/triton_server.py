@@ -1,14 +1,9 @@
-"""Start and stop the tritonserver of the `nvidia-pytriton` wheel; it never outlives its launcher.
-
-`python -m phoenix.serving.triton_server --build-backend-dir DIR` links the backend folder the
-wheel lacks: the Python backend looks for its stub beside `libtriton_python.so` (docs/serving.md).
-"""
+"""Start and stop a tritonserver (triton_install says which); it never outlives its launcher."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib.util
 import os
 import re
 import shutil
@@ -23,15 +18,10 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from phoenix.command_line import command_parser
 from phoenix.serving.supervisor.stubs import STUB_DIR_ENV
+from phoenix.serving.triton_install import TritonServerError, server_and_backends
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BACKEND_DIR = Path(sys.prefix) / "triton-backends"
-BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
-STUB_NAME = "triton_python_backend_stub"
-# A Triton install to use instead of the wheel's (deploy/image: /opt/tritonserver).
-TRITON_HOME_ENV = "PHOENIX_TRITON_HOME"
 LOOPBACK = "127.0.0.1"
 # How long a start may take to be ready: loading the models (JAX compiles) can take minutes.
 DEFAULT_READY_TIMEOUT_S = 600.0
@@ -51,10 +41,6 @@ _EXEC_DYING_WITH_PARENT = (
 )
 
 
-class TritonServerError(RuntimeError):
-    """The server could not be found, started, or did not become ready."""
-
-
 def die_with_parent(signum: int, parent_pid: int) -> None:
     """Have the kernel send `signum` to this process when its parent *thread* dies (Linux); a
     parent that died before this call (getppid() is no longer `parent_pid`) sends it at once."""
@@ -64,34 +50,6 @@ def die_with_parent(signum: int, parent_pid: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), signum)
-
-
-def pytriton_server_root() -> Path:
-    """Folder `pytriton/tritonserver` of the installed `nvidia-pytriton` wheel."""
-    spec = importlib.util.find_spec("pytriton")
-    folders = (spec.submodule_search_locations or []) if spec else []
-    root = Path(next(iter(folders), "")) / "tritonserver"
-    if not folders or not (root / "bin" / "tritonserver").is_file():
-        raise TritonServerError(f"no tritonserver from nvidia-pytriton in {sys.prefix}: make setup")
-    return root
-
-
-def build_backend_dir(dest: Path = BACKEND_DIR) -> Path:
-    """Build (or refresh) `dest/python/` with links to the Python backend and this Python's stub
-    (links: the stub finds its libcudart by an $ORIGIN rpath, resolved from the real file)."""
-    root = pytriton_server_root()
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    targets = {name: root / "backends" / "python" / name for name in BACKEND_FILES}
-    targets[STUB_NAME] = root / "python_backend_stubs" / version / STUB_NAME
-    if not targets[STUB_NAME].is_file():
-        raise TritonServerError(f"no Python {version} backend stub in the pytriton wheel")
-    (dest / "python").mkdir(parents=True, exist_ok=True)
-    for name, target in targets.items():
-        link = dest / "python" / name
-        link.unlink(missing_ok=True)
-        link.symlink_to(target)
-    (dest / ".phoenix-backend-dir").touch()  # the Makefile's stamp
-    return dest
 
 
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
@@ -213,15 +171,8 @@ class TritonServer(StartsReady):
         return self.process.pid if self.process else None
 
     def command(self) -> list[str]:
-        """The tritonserver command line: the wheel's server and our backend folder, or with
-        $PHOENIX_TRITON_HOME (NVIDIA's image: /opt/tritonserver) that install's own."""
-        if home := os.environ.get(TRITON_HOME_ENV):
-            binary, backends = Path(home) / "bin" / "tritonserver", Path(home) / "backends"
-        else:
-            files = (*BACKEND_FILES, STUB_NAME)
-            linked = all((BACKEND_DIR / "python" / f).exists() for f in files)
-            binary = pytriton_server_root() / "bin" / "tritonserver"
-            backends = BACKEND_DIR if linked else build_backend_dir()
+        """The tritonserver command line (the server and backends of triton_install)."""
+        binary, backends = server_and_backends()
         return [
             str(binary),
             f"--model-repository={self.served_repository or self.model_repository}",
@@ -356,20 +307,3 @@ class TritonServer(StartsReady):
         self.kill()
         self._remove_temporary_folders()
         return self.process.returncode
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = command_parser(
-        "python -m phoenix.serving.triton_server",
-        "Build the backend folder (Python backend + this Python's stub) in DIR.",
-    )
-    parser.add_argument("--build-backend-dir", metavar="DIR", type=Path, required=True)
-    try:
-        print(build_backend_dir(parser.parse_args(argv).build_backend_dir))
-    except TritonServerError as error:
-        parser.exit(1, f"error: {error}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ library and `phoenix.command_line` only (the machine has none of the packages ye
 Into the Python environment that runs this script (the machine's venv, first on PATH):
 - the payload's wheels, with `pip install --no-index --no-deps` (the machine has no package
   registry); a distribution already installed there is kept as it is;
-- Triton's server files, unpacked into site-packages where `phoenix.serving.triton_server`
+- Triton's server files, unpacked into site-packages where `phoenix.serving.triton_install`
   looks for them;
 - a .pth file that puts this checkout on sys.path: the backend stub starts an isolated Python
   that ignores PYTHONPATH, so this is how model.py finds `phoenix`;

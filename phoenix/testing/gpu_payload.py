@@ -207,18 +207,12 @@ def build(out: Path, python_version: str, wheel_cache: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = command_parser("python -m phoenix.testing.gpu_payload", __doc__)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
-    parser.add_argument(
-        "--python-version",
-        default=TARGET_PYTHON,
-        help="the GPU machine's Python X.Y (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--wheel-cache",
-        type=Path,
-        default=REPO_ROOT / "build" / "wheels",
-        help="where `make setup` left the tritonclient 2.51.0 wheel (default: build/wheels)",
-    )
+    add = parser.add_argument
+    add("--out", type=Path, default=REPO_ROOT / ".gpu", help="(default: .gpu)")
+    python = "the GPU machine's Python X.Y (default: %(default)s)"
+    add("--python-version", default=TARGET_PYTHON, help=python)
+    wheels = "where `make setup` left the tritonclient 2.51.0 wheel (default: build/wheels)"
+    add("--wheel-cache", type=Path, default=REPO_ROOT / "build" / "wheels", help=wheels)
     args = parser.parse_args(argv)
     try:
         size = build(args.out, args.python_version, args.wheel_cache)

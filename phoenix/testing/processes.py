@@ -11,8 +11,18 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from phoenix.serving.triton_server import read_log_tail
 from phoenix.testing import REPO_ROOT
+
+
+def is_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (killed, not reaped by its parent)."""
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
 
 
 class LoggedProcess:

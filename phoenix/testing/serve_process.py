@@ -98,8 +98,17 @@ class ServeProcess(StartsReady):
     def log(self) -> Path:
         return self.process.log
 
+    def _name_urls(self) -> None:
+        """Where this start answers (each start takes new ports): http_url and grpc_url as
+        tritonclient takes them, the metrics, /ready and /status URLs."""
+        http, grpc, metrics, ready = (f"{LOOPBACK}:{port}" for port in self.ports)
+        self.http_url, self.grpc_url = http, grpc
+        self.metrics_url = f"http://{metrics}/metrics"
+        self.ready_url, self.status_url = f"http://{ready}/ready", f"http://{ready}/status"
+
     def start(self) -> ServeProcess:
         self.ports = ServePorts.free()
+        self._name_urls()
         self.starts += 1
         command = serve_command(
             self.ports, self.artifacts, self.build_dir, self.drain_seconds, self.extra
@@ -110,27 +119,6 @@ class ServeProcess(StartsReady):
         self.process = LoggedProcess(command, self.work / name, env=self.env).start()
         self.started = time.monotonic()
         return self
-
-    # -- where it answers --------------------------------------------------------------
-    @property
-    def http_url(self) -> str:
-        return f"{LOOPBACK}:{self.ports.http}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{LOOPBACK}:{self.ports.grpc}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.ports.metrics}/metrics"
-
-    @property
-    def ready_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.ports.ready}/ready"
-
-    @property
-    def status_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.ports.ready}/status"
 
     # -- readiness ---------------------------------------------------------------------
     def is_ready(self) -> bool:

@@ -2,6 +2,8 @@
 
 - `tiny_artifacts`: tiny model artifacts, generated once per session.
 - `triton`: one server over the project's model_repository/ with those artifacts (session).
+- `redis_server`: an empty redis-server for a test module (the user-state store).
+- `launch_with_store(artifacts, store_url, log_dir)`: a ready server reading that user-state store.
 - `start_server(repo_dir, artifacts_dir=None, **flags)`: a ready server of a test's own; flags
   become tritonserver options (`exit_timeout_secs=2` -> `--exit-timeout-secs=2`); every server
   it started is stopped when the test ends.
@@ -14,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
 from phoenix.testing.triton import start_triton
+from phoenix.user_state.server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
@@ -27,6 +31,16 @@ def launch_server(repo_dir, artifacts_dir=None, **options) -> TritonServer:
     most READY_TIMEOUT_S unless `ready_timeout` is given."""
     options.setdefault("ready_timeout", READY_TIMEOUT_S)
     return start_triton(repo_dir, artifacts_dir, **options)
+
+
+def launch_with_store(artifacts_dir, store_url: str, log_dir: Path, **options) -> TritonServer:
+    """A ready server over model_repository/ whose user_state model reads the store at
+    `store_url` (requests by user id); its log in `log_dir`."""
+    env = {USER_STATE_URL_ENV: store_url}
+    log_path = log_dir / "tritonserver.log"
+    return launch_server(
+        MODEL_REPOSITORY, artifacts_dir, log_path=log_path, exit_timeout_secs=5, env=env, **options
+    )
 
 
 @pytest.fixture
@@ -66,3 +80,10 @@ def triton(tiny_artifacts, tmp_path_factory):
     server = launch_server(MODEL_REPOSITORY, tiny_artifacts, log_path=log_path, exit_timeout_secs=5)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """An empty redis-server shared by one test module's tests."""
+    with RedisServer() as server:
+        yield server

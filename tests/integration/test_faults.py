@@ -51,10 +51,10 @@ from phoenix.serving.client import recommend_inputs
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.state import RESTART_PARAMETER
-from phoenix.serving.supervisor.stubs import is_alive
 from phoenix.serving.triton_server import http_get_status
 from phoenix.testing.loadgen import LoadRun, alternating_callers, error_kind, summarize
 from phoenix.testing.polling import wait_until
+from phoenix.testing.processes import is_alive
 from phoenix.testing.serve_process import ServePorts, ServeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

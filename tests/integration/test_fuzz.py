@@ -38,7 +38,8 @@ from phoenix.serving.client import (
     recommend_inputs,
     user_inputs,
 )
-from phoenix.serving.supervisor.stubs import is_alive, list_stubs
+from phoenix.serving.supervisor.stubs import list_stubs
+from phoenix.testing.processes import is_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

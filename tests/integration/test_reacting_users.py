@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.training.pipeline import trained_world
 from phoenix.training.simulate import draw_user_ids
 from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
-from phoenix.user_state.server import RedisServer
-from tests.integration.conftest import MODEL_REPOSITORY, launch_server
+from tests.integration.conftest import launch_with_store
 from tests.training_helpers import trained_tiny
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -31,23 +29,10 @@ USERS, SEED, SEQ_LEN = 3, 5, 16
 
 
 @pytest.fixture(scope="module")
-def redis_server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def served(redis_server, tmp_path_factory):
     artifacts, _, _ = trained_tiny()
-    log = tmp_path_factory.mktemp("triton-reacting") / "tritonserver.log"
-    triton = launch_server(
-        MODEL_REPOSITORY,
-        artifacts,
-        log_path=log,
-        exit_timeout_secs=5,
-        env={USER_STATE_URL_ENV: redis_server.url},
-    )
+    log_dir = tmp_path_factory.mktemp("triton-reacting")
+    triton = launch_with_store(artifacts, redis_server.url, log_dir)
     yield triton, artifacts
     triton.stop()
 

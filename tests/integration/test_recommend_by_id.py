@@ -20,12 +20,10 @@ from phoenix.feed_policy import in_network_share
 from phoenix.serving.client import connect, infer
 from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.reload import reload_model
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
-from phoenix.user_state.server import RedisServer
-from tests.integration.conftest import MODEL_REPOSITORY, launch_server
+from tests.integration.conftest import launch_with_store
 from tests.rankings import assert_same_ranking_up_to_ties
 
 USER = 7
@@ -34,24 +32,11 @@ FAIL_FAST_S = 5.0  # the store client's bounded timeouts (about 2 s) plus the en
 
 
 @pytest.fixture(scope="module")
-def redis_server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def server(tiny_artifacts, redis_server, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton-by-id") / "tritonserver.log"
-    triton = launch_server(
-        MODEL_REPOSITORY,
-        tiny_artifacts,
-        log_path=log,
-        exit_timeout_secs=5,
-        env={USER_STATE_URL_ENV: redis_server.url},
-        model_control_mode="explicit",  # the feed policy is loaded again with other factors
-        load_model="*",
-    )
+    log_dir = tmp_path_factory.mktemp("triton-by-id")
+    # explicit model control: the feed policy is loaded again with other factors
+    options = {"model_control_mode": "explicit", "load_model": "*"}
+    triton = launch_with_store(tiny_artifacts, redis_server.url, log_dir, **options)
     yield triton
     triton.stop()
 

@@ -10,7 +10,8 @@ import shlex
 import pytest
 
 from phoenix.serving import serve
-from phoenix.serving.triton_server import TRITON_HOME_ENV, TritonServer
+from phoenix.serving.triton_install import TRITON_HOME_ENV
+from phoenix.serving.triton_server import TritonServer
 from tests.deploy_checks import IMAGE_DIR, K8S_DIR, render
 
 DOCKERFILE = (IMAGE_DIR / "Dockerfile").read_text()

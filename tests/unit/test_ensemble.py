@@ -16,6 +16,15 @@ REQUEST = {
 
 
 HISTORY = ("history_post_ids", "history_author_ids", "history_actions", "history_product_surface")
+# What the retriever is handed: the request's retrieval inputs and earlier steps' outputs.
+RETRIEVER_STEP_INPUTS = [
+    "excluded_post_ids",
+    "history_post_ids",
+    "in_network_author_ids",
+    "in_network_post_ids",
+    "top_k",
+    "user_embedding",
+]
 
 
 def user_state(inputs: dict) -> dict:
@@ -84,16 +93,7 @@ def test_steps_run_in_order_once_per_step_with_mapped_tensors():
     (out,) = run_ensemble(run_model, [REQUEST])
     steps = ["user_state", "user_encoder", "retriever", "ranker", "feed_policy"]
     assert [model for model, _ in calls] == steps
-    assert calls[2][1] == [
-        [
-            "excluded_post_ids",
-            "history_post_ids",
-            "in_network_author_ids",
-            "in_network_post_ids",
-            "top_k",
-            "user_embedding",
-        ]
-    ]
+    assert calls[2][1] == [RETRIEVER_STEP_INPUTS]
     assert "top_k" not in calls[3][1][0] and "candidate_post_ids" in calls[3][1][0]
     assert out["ranked_post_ids"].tolist() == [[13, 12]]  # 1 * 10 + 2, reversed by the ranker
     assert out["ranked_author_ids"].tolist() == [[15, 14]]
@@ -151,14 +151,7 @@ def test_retriever_inputs_after_the_user_encoder():
     embedding = np.ones((1, 4), np.float32)
     done = {"user_state": user_state(REQUEST), "user_encoder": {"user_embedding": embedding}}
     inputs = next_step_inputs(REQUEST, done, "retriever")
-    assert sorted(inputs) == [
-        "excluded_post_ids",
-        "history_post_ids",
-        "in_network_author_ids",
-        "in_network_post_ids",
-        "top_k",
-        "user_embedding",
-    ]
+    assert sorted(inputs) == RETRIEVER_STEP_INPUTS
     assert inputs["user_embedding"] is embedding
     assert inputs["history_post_ids"] is REQUEST["history_post_ids"]
 

@@ -12,7 +12,6 @@ import pytest
 from clients import events as events_cli
 from phoenix.serving.triton_server import pick_free_ports
 from phoenix.user_state import UserStateStore, connect
-from phoenix.user_state.server import RedisServer
 from phoenix.user_state.stream import STREAM
 
 pytestmark = pytest.mark.timeout(60)
@@ -28,12 +27,6 @@ LINES = [
     {"type": "unfollow", "user_id": 7, "author_id": 5, "ts": NOW - 80},
     {"type": "post", "post_id": 93, "author_id": 3, "ts": NOW - 10},
 ]  # fmt: skip
-
-
-@pytest.fixture
-def redis_server():
-    with RedisServer() as server:
-        yield server
 
 
 def write_events(path, bad_after: int | None = None):

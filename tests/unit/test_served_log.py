@@ -15,29 +15,13 @@ from phoenix.serving.services.served_log import ServedLogService
 from phoenix.user_state import Engagement, UserStateLimits, UserStateStore, connect
 from phoenix.user_state.keys import REQUEST_LOG_STREAM
 from phoenix.user_state.request_log import RequestRecord, read_request_log
-from phoenix.user_state.server import RedisServer
 
 NOW = time.time()
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    from phoenix.artifacts import generate
-
-    out = tmp_path_factory.mktemp("tiny")
-    generate("tiny", out, seed=1, corpus_size=200)
-    return out
-
-
-@pytest.fixture
-def redis_server():
-    with RedisServer() as server:
-        yield server
-
-
-def service(artifacts, url: str) -> ServedLogService:
+def service(tiny_artifacts, url: str) -> ServedLogService:
     texts = SERVED_LOG.parameter_texts({"user_state_url": url})  # the rest: defaults
-    return build_service(ServiceSettings.parsed("served_log", artifacts, 8, texts))
+    return build_service(ServiceSettings.parsed("served_log", tiny_artifacts, 8, texts))
 
 
 def step_inputs(users, num_actions: int, own_history: bool = False, shown=(31, 32, 0)) -> dict:
@@ -68,8 +52,8 @@ def step_inputs(users, num_actions: int, own_history: bool = False, shown=(31, 3
     return arrays
 
 
-def test_a_by_id_feed_is_marked_served_and_logged_completely(artifacts, redis_server):
-    svc = service(artifacts, redis_server.url)
+def test_a_by_id_feed_is_marked_served_and_logged_completely(tiny_artifacts, redis_server):
+    svc = service(tiny_artifacts, redis_server.url)
     num_actions = svc.config.num_actions
     (out,) = svc.handle([step_inputs([7, 8], num_actions)])
 
@@ -109,8 +93,8 @@ def _bytes(value) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
 
-def test_an_own_history_feed_is_logged_but_marks_nothing_served(artifacts, redis_server):
-    svc = service(artifacts, redis_server.url)
+def test_an_own_history_feed_is_logged_but_marks_nothing_served(tiny_artifacts, redis_server):
+    svc = service(tiny_artifacts, redis_server.url)
     (out,) = svc.handle([step_inputs([9], svc.config.num_actions, own_history=True)])
     store = UserStateStore(connect(redis_server.url))
     assert store.served([9], time.time())[0].tolist() == []
@@ -119,24 +103,24 @@ def test_an_own_history_feed_is_logged_but_marks_nothing_served(artifacts, redis
     assert record.own_history and record.request_id == int(out["request_id"][0, 0])
 
 
-def test_a_store_down_or_unset_loses_the_write_never_the_feed(artifacts, redis_server):
+def test_a_store_down_or_unset_loses_the_write_never_the_feed(tiny_artifacts, redis_server):
     url = redis_server.url
-    down = service(artifacts, url)
+    down = service(tiny_artifacts, url)
     redis_server.stop()
     started = time.monotonic()
     (out,) = down.handle([step_inputs([7], down.config.num_actions)])
     assert time.monotonic() - started < 3.0  # the client's bounded timeouts
     assert out["request_id"][0, 0] > 0 and down.unlogged_rows == 1
 
-    unset = service(artifacts, "")
+    unset = service(tiny_artifacts, "")
     (out,) = unset.handle([step_inputs([7], unset.config.num_actions)])
     assert out["request_id"][0, 0] > 0 and unset.unlogged_rows == 1
 
 
-def test_the_log_keeps_the_newest_cap_entries_within_the_window(artifacts, redis_server):
+def test_the_log_keeps_the_newest_cap_entries_within_the_window(tiny_artifacts, redis_server):
     limits = dataclasses.replace(UserStateLimits(), request_stream_cap=50)
     store = UserStateStore(connect(redis_server.url), limits)
-    svc = ServedLogService(service(artifacts, "").config, store, max_batch_size=8)
+    svc = ServedLogService(service(tiny_artifacts, "").config, store, max_batch_size=8)
     inputs = step_inputs([1, 2, 3, 4], svc.config.num_actions)
     answered = [svc.handle([inputs])[0]["request_id"][:, 0] for _ in range(20)]  # 80 rows
     client = connect(redis_server.url)

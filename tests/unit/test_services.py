@@ -12,17 +12,8 @@ from phoenix.serving.services import ServiceSettings, build_service
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    from phoenix.artifacts import generate
-
-    out = tmp_path_factory.mktemp("tiny")
-    generate("tiny", out, seed=1, corpus_size=200)
-    return out
-
-
-@pytest.fixture(scope="module")
-def resources(artifacts):
-    return services.PhoenixResources(artifacts)
+def resources(tiny_artifacts):
+    return services.PhoenixResources(tiny_artifacts)
 
 
 @pytest.fixture(scope="module")
@@ -232,30 +223,31 @@ def test_adapter_parameter_helpers():
         buckets.parse("0,8")
 
 
-def settings(artifacts, model, max_batch, **texts):
+def settings(tiny_artifacts, model, max_batch, **texts):
     """Settings of ``model`` from its contract's defaults overridden by config ``texts``."""
     declared = contract(model).parameters
     defaults = {p.name: p.text(p.default) for p in declared if p.default is not None}
-    return ServiceSettings.parsed(model, artifacts, max_batch, {**defaults, **texts})
+    return ServiceSettings.parsed(model, tiny_artifacts, max_batch, {**defaults, **texts})
 
 
-def test_batch_buckets_must_reach_the_batch_size(artifacts):
-    assert settings(artifacts, "ranker", 64, batch_buckets="64,1,8").batch_buckets == (1, 8, 64)
+def test_batch_buckets_must_reach_the_batch_size(tiny_artifacts):
+    buckets = settings(tiny_artifacts, "ranker", 64, batch_buckets="64,1,8").batch_buckets
+    assert buckets == (1, 8, 64)
     with pytest.raises(ValueError, match="must reach max_batch_size 64"):
-        settings(artifacts, "ranker", 64, batch_buckets="1,8,32")
+        settings(tiny_artifacts, "ranker", 64, batch_buckets="1,8,32")
 
 
-def test_a_missing_parameter_is_named(artifacts):
+def test_a_missing_parameter_is_named(tiny_artifacts):
     with pytest.raises(ValueError, match="ranker: config parameters \\['batch_buckets'\\] are"):
-        settings(artifacts, "ranker", 8)
+        settings(tiny_artifacts, "ranker", 8)
     with pytest.raises(ValueError, match="no service for model 'nope'"):
-        build_service(ServiceSettings("nope", artifacts, 8, {}))
+        build_service(ServiceSettings("nope", tiny_artifacts, 8, {}))
 
 
-def test_candidate_tower_program_has_rows_per_call_rows(artifacts):
+def test_candidate_tower_program_has_rows_per_call_rows(tiny_artifacts):
     """The profiles' rows_per_call sets the rows of the tower's one compiled program."""
-    cpu = build_service(settings(artifacts, "candidate_tower", 4096, rows_per_call="256"))
-    gpu = build_service(settings(artifacts, "candidate_tower", 4096, rows_per_call="4096"))
+    cpu = build_service(settings(tiny_artifacts, "candidate_tower", 4096, rows_per_call="256"))
+    gpu = build_service(settings(tiny_artifacts, "candidate_tower", 4096, rows_per_call="4096"))
     assert cpu.engine.candidate_chunk == 256
     assert gpu.engine.candidate_chunk == 4096
     posts, authors = np.arange(1, 301, dtype=np.int64), np.arange(301, 601, dtype=np.int64)

@@ -28,12 +28,12 @@ from phoenix.serving.supervisor.state import (
 from phoenix.serving.supervisor.stubs import (
     STUB_DIR_ENV,
     StubProcess,
-    is_alive,
     list_stubs,
     register_stub,
 )
 from phoenix.serving.triton_server import redact_secrets
 from phoenix.testing.memory import rss_bytes
+from phoenix.testing.processes import is_alive
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_PID = 100

@@ -10,10 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from phoenix.serving.supervisor.stubs import is_alive
 from phoenix.testing.locust_runs import TOTALS_SUFFIX, failure_kinds, locust_totals
 from phoenix.testing.polling import wait_until
-from phoenix.testing.processes import LoggedProcess
+from phoenix.testing.processes import LoggedProcess, is_alive
 from phoenix.testing.results import write_results
 from phoenix.testing.serve_process import ServePorts, ServeProcess, serve_command
 from phoenix.testing.triton import triton_server

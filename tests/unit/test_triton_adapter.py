@@ -133,25 +133,16 @@ class Request:
 # ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    from phoenix.artifacts import generate
-
-    out = tmp_path_factory.mktemp("tiny")
-    generate("tiny", out, seed=1, corpus_size=200)
-    return out
-
-
-def triton_args(artifacts, digest: str = "") -> dict[str, str]:
+def triton_args(tiny_artifacts, digest: str = "") -> dict[str, str]:
     """``initialize``'s args: the model config in JSON form, as Triton passes it."""
     config = MessageToDict(
         model_config(FEED_POLICY, profile("cpu")), preserving_proto_field_name=True
     )
-    config["parameters"]["artifact_dir"] = {"string_value": str(artifacts)}
+    config["parameters"]["artifact_dir"] = {"string_value": str(tiny_artifacts)}
     config["parameters"]["artifact_digest"] = {"string_value": digest}
     return {
         "model_config": json.dumps(config),
-        "model_repository": str(artifacts),
+        "model_repository": str(tiny_artifacts),
         "model_instance_kind": "CPU",
         "model_instance_name": f"{MODEL}_0",
     }
@@ -167,12 +158,12 @@ def metrics(monkeypatch):
 
 
 @pytest.fixture
-def model(metrics, artifacts):
+def model(metrics, tiny_artifacts):
     class TritonPythonModel(ServiceModel):
         service_name = MODEL
 
     instance = TritonPythonModel()
-    instance.initialize(triton_args(artifacts))
+    instance.initialize(triton_args(tiny_artifacts))
     yield instance
     instance.finalize()
 
@@ -245,7 +236,7 @@ def test_a_failing_batch_answers_internal_for_each_of_its_requests_and_counts_th
     assert sum(metrics.series(REFUSED).values()) == 0
 
 
-def test_instances_of_a_model_add_to_the_same_series(metrics, artifacts):
+def test_instances_of_a_model_add_to_the_same_series(metrics, tiny_artifacts):
     rng = np.random.default_rng(2)
 
     class TritonPythonModel(ServiceModel):
@@ -253,7 +244,7 @@ def test_instances_of_a_model_add_to_the_same_series(metrics, artifacts):
 
     first, second = TritonPythonModel(), TritonPythonModel()
     for instance in (first, second):
-        instance.initialize(triton_args(artifacts))
+        instance.initialize(triton_args(tiny_artifacts))
     actions = first.service.config.num_actions
     refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)  # ids must be >= 0
     first.execute([Request(refused)])
@@ -263,7 +254,7 @@ def test_instances_of_a_model_add_to_the_same_series(metrics, artifacts):
     assert metrics.value(REFUSED, model=MODEL, input="candidate_author_ids") == 3
 
 
-def test_the_adapter_serves_without_custom_metrics(monkeypatch, artifacts):
+def test_the_adapter_serves_without_custom_metrics(monkeypatch, tiny_artifacts):
     """A Triton without MetricFamily (or with metrics off): answers as before, counts nothing."""
     metrics = FakeMetrics()
     utils = fake_backend_utils(metrics, with_metrics=False)
@@ -275,7 +266,7 @@ def test_the_adapter_serves_without_custom_metrics(monkeypatch, artifacts):
         service_name = MODEL
 
     instance = TritonPythonModel()
-    instance.initialize(triton_args(artifacts))
+    instance.initialize(triton_args(tiny_artifacts))
     rng = np.random.default_rng(3)
     actions = instance.service.config.num_actions
     refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)
@@ -286,12 +277,12 @@ def test_the_adapter_serves_without_custom_metrics(monkeypatch, artifacts):
     assert metrics.values == {}
 
 
-def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, artifacts):
+def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, tiny_artifacts):
     """The served config's artifact_digest is what clients trust: it must be true."""
 
     class TritonPythonModel(ServiceModel):
         service_name = MODEL
 
-    TritonPythonModel().initialize(triton_args(artifacts, artifact_digest(artifacts)))
-    with pytest.raises(ArtifactMismatch, match=str(artifacts)):
-        TritonPythonModel().initialize(triton_args(artifacts, "0" * 64))
+    TritonPythonModel().initialize(triton_args(tiny_artifacts, artifact_digest(tiny_artifacts)))
+    with pytest.raises(ArtifactMismatch, match=str(tiny_artifacts)):
+        TritonPythonModel().initialize(triton_args(tiny_artifacts, "0" * 64))

@@ -58,6 +58,12 @@ def test_actions_may_be_the_19_flags():
     assert parse_event(json.dumps(line)) == ENGAGEMENT
 
 
+def engagement_line(**fields) -> dict:
+    """A valid engagement event's JSON object with ``fields`` changed or added."""
+    line = {"type": "engagement", "user_id": 1, "post_id": 1, "author_id": 1, "ts": 1}
+    return line | {"actions": ["click"]} | fields
+
+
 @pytest.mark.parametrize(
     "obj, message",
     [
@@ -69,51 +75,10 @@ def test_actions_may_be_the_19_flags():
             "post_id must be an integer in [1",
         ),
         ({"type": "post", "post_id": 1, "author_id": 2, "ts": -1}, "ts must be finite and >= 0"),
-        (
-            {
-                "type": "engagement",
-                "user_id": 1,
-                "post_id": 1,
-                "author_id": 1,
-                "ts": 1,
-                "actions": [],
-            },
-            "at least one action",
-        ),  # fmt: skip
-        (
-            {
-                "type": "engagement",
-                "user_id": 1,
-                "post_id": 1,
-                "author_id": 1,
-                "ts": 1,
-                "actions": ["like"],
-            },
-            "unknown action 'like'",
-        ),  # fmt: skip
-        (
-            {
-                "type": "engagement",
-                "user_id": 1,
-                "post_id": 1,
-                "author_id": 1,
-                "ts": 1,
-                "actions": [1, 0],
-            },
-            "exactly 19 integer flags",
-        ),  # fmt: skip
-        (
-            {
-                "type": "engagement",
-                "user_id": 1,
-                "post_id": 1,
-                "author_id": 1,
-                "ts": 1,
-                "actions": ["click"],
-                "dwell_seconds": "long",
-            },
-            "dwell_seconds must be a number",
-        ),  # fmt: skip
+        (engagement_line(actions=[]), "at least one action"),
+        (engagement_line(actions=["like"]), "unknown action 'like'"),
+        (engagement_line(actions=[1, 0]), "exactly 19 integer flags"),
+        (engagement_line(dwell_seconds="long"), "dwell_seconds must be a number"),
     ],
 )
 def test_a_bad_event_says_what_is_wrong(obj, message):

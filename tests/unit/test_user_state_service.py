@@ -5,7 +5,6 @@ second of its followed authors' posts), a store that is down and comes back."""
 import time
 
 import numpy as np
-import pytest
 
 from phoenix.serving.contracts import USER_STATE
 from phoenix.serving.requests import InputError
@@ -24,24 +23,9 @@ from phoenix.user_state.server import RedisServer
 NOW = time.time()
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    from phoenix.artifacts import generate
-
-    out = tmp_path_factory.mktemp("tiny")
-    generate("tiny", out, seed=1, corpus_size=200)
-    return out
-
-
-@pytest.fixture
-def redis_server():
-    with RedisServer() as server:
-        yield server
-
-
-def service(artifacts, url: str, max_batch: int = 8) -> UserStateService:
+def service(tiny_artifacts, url: str, max_batch: int = 8) -> UserStateService:
     texts = USER_STATE.parameter_texts({"user_state_url": url})  # the rest: defaults
-    return build_service(ServiceSettings.parsed("user_state", artifacts, max_batch, texts))
+    return build_service(ServiceSettings.parsed("user_state", tiny_artifacts, max_batch, texts))
 
 
 def engagements(user: int, count: int, negative_every: int = 3) -> list[Engagement]:
@@ -61,8 +45,8 @@ def by_id(*users: int) -> dict:
     return {"user_id": np.array(users, np.int64)[:, None]}
 
 
-def test_by_id_reads_both_histories_capped_newest_last_and_served(artifacts, redis_server):
-    svc = service(artifacts, redis_server.url)
+def test_by_id_reads_both_histories_capped_newest_last_and_served(tiny_artifacts, redis_server):
+    svc = service(tiny_artifacts, redis_server.url)
     seq_len = svc.seq_len
     store = UserStateStore(connect(redis_server.url))
     events = engagements(7, seq_len + 5)
@@ -82,8 +66,8 @@ def test_by_id_reads_both_histories_capped_newest_last_and_served(artifacts, red
     assert out["served_post_ids"].tolist() == [[9, 6, 5]]  # newest first (ties: larger id)
 
 
-def test_unknown_user_gets_empty_histories(artifacts, redis_server):
-    svc = service(artifacts, redis_server.url)
+def test_unknown_user_gets_empty_histories(tiny_artifacts, redis_server):
+    svc = service(tiny_artifacts, redis_server.url)
     (out,) = svc.handle([by_id(424242)])
     assert out["history_post_ids"].shape == (1, 0)
     assert out["history_actions"].shape == (1, 0, svc.config.num_actions)
@@ -110,15 +94,15 @@ class CountedPipelines:
         return pipe
 
 
-def counted_service(artifacts, url: str) -> tuple[UserStateService, CountedPipelines]:
-    svc = service(artifacts, url)
+def counted_service(tiny_artifacts, url: str) -> tuple[UserStateService, CountedPipelines]:
+    svc = service(tiny_artifacts, url)
     counted = CountedPipelines(connect(url))
     svc.store = UserStateStore(counted, svc.store.limits, name=url)
     return svc, counted
 
 
-def test_rows_of_one_request_are_right_padded_and_a_batch_is_one_read(artifacts, redis_server):
-    svc, counted = counted_service(artifacts, redis_server.url)
+def test_rows_of_one_request_are_right_padded_and_a_batch_is_one_read(tiny_artifacts, redis_server):
+    svc, counted = counted_service(tiny_artifacts, redis_server.url)
     store = UserStateStore(connect(redis_server.url))
     store.apply(engagements(1, 4) + engagements(2, 2))
 
@@ -132,8 +116,8 @@ def test_rows_of_one_request_are_right_padded_and_a_batch_is_one_read(artifacts,
     assert two_rows["in_network_post_ids"].shape == (2, 0)
 
 
-def test_in_network_posts_of_followed_authors_newest_first_capped(artifacts, redis_server):
-    svc, counted = counted_service(artifacts, redis_server.url)
+def test_in_network_posts_of_followed_authors_newest_first_capped(tiny_artifacts, redis_server):
+    svc, counted = counted_service(tiny_artifacts, redis_server.url)
     limits = svc.store.limits
     store = UserStateStore(connect(redis_server.url))
     store.apply([Follow(1, 70, NOW - 500), Follow(1, 80, NOW - 400), Follow(2, 80, NOW - 300)])
@@ -155,8 +139,8 @@ def test_in_network_posts_of_followed_authors_newest_first_capped(artifacts, red
     assert two_rows["history_post_ids"].tolist() == [[1000, 1001], [0, 0]]
 
 
-def test_in_network_posts_are_capped_in_all(artifacts, redis_server):
-    svc = service(artifacts, redis_server.url)
+def test_in_network_posts_are_capped_in_all(tiny_artifacts, redis_server):
+    svc = service(tiny_artifacts, redis_server.url)
     total = svc.store.limits.in_network_total
     store = UserStateStore(connect(redis_server.url))
     authors = range(100, 100 + total + 5)  # one post each: more authors than the cap
@@ -176,8 +160,8 @@ def own_history(user: int = 3, length: int = 2, actions: int = 19) -> dict:
     }
 
 
-def test_own_history_wins_and_needs_no_store(artifacts):
-    svc = service(artifacts, "redis://127.0.0.1:1/0")  # nothing listens there
+def test_own_history_wins_and_needs_no_store(tiny_artifacts):
+    svc = service(tiny_artifacts, "redis://127.0.0.1:1/0")  # nothing listens there
     sent = own_history(actions=svc.config.num_actions)
     (out,) = svc.handle([sent])
     for name, array in sent.items():
@@ -189,36 +173,36 @@ def test_own_history_wins_and_needs_no_store(artifacts):
     assert out["in_network_post_ids"].shape == out["in_network_author_ids"].shape == (1, 0)
 
 
-def test_a_partial_history_is_refused(artifacts):
-    svc = service(artifacts, "")
+def test_a_partial_history_is_refused(tiny_artifacts):
+    svc = service(tiny_artifacts, "")
     sent = own_history(actions=svc.config.num_actions)
     del sent["history_actions"]
     (result,) = svc.handle([sent])
     assert isinstance(result, InputError) and "history_actions" in str(result)
 
 
-def test_no_store_configured_fails_by_id_requests_only(artifacts, monkeypatch):
+def test_no_store_configured_fails_by_id_requests_only(tiny_artifacts, monkeypatch):
     monkeypatch.delenv(USER_STATE_URL_ENV, raising=False)
-    svc = service(artifacts, "")
+    svc = service(tiny_artifacts, "")
     refused, served = svc.handle([by_id(3), own_history(actions=svc.config.num_actions)])
     assert isinstance(refused, UserStateUnavailable) and USER_STATE_URL_ENV in str(refused)
     assert served["history_post_ids"].shape == (1, 2)
 
 
 def test_the_url_comes_from_the_environment_when_the_parameter_is_empty(
-    artifacts, redis_server, monkeypatch
+    tiny_artifacts, redis_server, monkeypatch
 ):
     monkeypatch.setenv(USER_STATE_URL_ENV, redis_server.url)
     UserStateStore(connect(redis_server.url)).apply(engagements(5, 1))
-    (out,) = service(artifacts, "").handle([by_id(5)])
+    (out,) = service(tiny_artifacts, "").handle([by_id(5)])
     assert out["history_post_ids"].tolist() == [[1000]]
 
 
-def test_store_down_fails_fast_naming_it_then_recovers_without_restart(artifacts):
+def test_store_down_fails_fast_naming_it_then_recovers_without_restart(tiny_artifacts):
     server = RedisServer().start()
     try:
         port, url = server.port, server.url
-        svc = service(artifacts, url)
+        svc = service(tiny_artifacts, url)
         UserStateStore(connect(url)).apply(engagements(8, 2))
         assert svc.handle([by_id(8)])[0]["history_post_ids"].shape == (1, 2)
         server.stop()

@@ -63,9 +63,3 @@ def list_stubs(server_pid: int) -> list[StubProcess]:
         if stat and stat[0] not in "ZX" and stat[1:] == (server_pid, record["started"]):
             stubs.append(StubProcess(record["pid"], record["instance"]))
     return stubs
-
-
-def is_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    stat = _proc_stat(pid)
-    return stat is not None and stat[0] not in "ZX"
