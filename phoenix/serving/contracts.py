@@ -649,6 +649,7 @@ USER_STATE = ModelContract(
 # it ("unexpected deadlock, at least one output is not set") when that step updated none. As
 # the last step, served_log must therefore hand back every output a client may ask for; it
 # also makes the write happen for every answered feed, whatever the outputs asked.
+REQUEST_ID = _spec("request_id", np.int64, [1])  # a new one per user row, never 0
 FEED_OUTPUTS = (
     *RANKED_OUTPUTS,
     RANKED_AUTHOR_IDS,
@@ -675,7 +676,7 @@ SERVED_LOG = ModelContract(
         _spec("in_network", np.int8, ["C'"], ragged=True, values=Values(0, 1, "flags")),
         FILTERED_COUNTS,
     ),
-    outputs=(_spec("request_id", np.int64, [1]), *FEED_OUTPUTS),
+    outputs=(REQUEST_ID, *FEED_OUTPUTS),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, USER_STATE.parameter("user_state_url")),
 )
@@ -706,7 +707,7 @@ RECOMMEND = ModelContract(
     ),
     outputs=(
         *FEED_OUTPUTS,  # from served_log, which passes the policy's feed through
-        SERVED_LOG.outputs[0],  # request_id: what engagements with this feed refer to
+        REQUEST_ID,  # what engagements with this feed refer to
     ),
     max_batch_size=8,
     backend=None,

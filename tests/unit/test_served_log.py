@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from phoenix.config import ACTION_NAMES
-from phoenix.serving.contracts import SERVED_LOG
+from phoenix.serving.contracts import FEED_OUTPUTS, SERVED_LOG
 from phoenix.serving.services import ServiceSettings, build_service
 from phoenix.serving.services.served_log import ServedLogService
 from phoenix.user_state import Engagement, UserStateLimits, UserStateStore, connect
@@ -46,6 +46,7 @@ def step_inputs(users, num_actions: int, own_history: bool = False, shown=(31, 3
         "retrieval_scores": np.array([[0.9, 0.8, 0.0][: len(shown)]] * rows, np.float32),
         "action_probs": np.full((rows, len(shown), num_actions), 0.25, np.float32),
         "in_network": np.array([[1, 0, 0][: len(shown)]] * rows, np.int8),
+        "filtered_counts": np.array([[0, 1, 0, 2, 0]] * rows, np.int32),
     }
     if own_history:
         arrays["sent_history_post_ids"] = arrays["history_post_ids"]
@@ -59,6 +60,9 @@ def test_a_by_id_feed_is_marked_served_and_logged_completely(tiny_artifacts, red
 
     ids = out["request_id"][:, 0].tolist()
     assert out["request_id"].shape == (2, 1) and len(set(ids)) == 2 and min(ids) > 0
+    sent = step_inputs([7, 8], num_actions)
+    for spec in FEED_OUTPUTS:  # the feed passed on unchanged: recommend answers it from here
+        np.testing.assert_array_equal(out[spec.name], sent[spec.name], err_msg=spec.name)
     store = UserStateStore(connect(redis_server.url))
     assert [s.tolist() for s in store.served([7, 8], time.time())] == [[32, 31], [32, 31]]
     assert store.recent_requests([7], time.time()) == [[str(ids[0])]]

@@ -6,15 +6,14 @@ import pytest
 
 from phoenix.serving.configs import REPOSITORY
 from phoenix.serving.triton_server import TritonServer
-from phoenix.testing import REPO_ROOT
 
 
-def test_a_launch_that_fails_leaves_no_temporary_folders(tmp_path):
+def test_a_launch_that_fails_leaves_no_temporary_folders(tmp_path, tiny_artifacts):
     # An environment value with a NUL byte: Popen itself refuses it, after the served
     # repository (artifacts_dir) and the stub folder were made beside the log.
     server = TritonServer(
         REPOSITORY,
-        artifacts_dir=REPO_ROOT / "artifacts" / "demo",
+        artifacts_dir=tiny_artifacts,
         log_path=tmp_path / "server.log",
         env={"PHOENIX_TEST_BAD": "nul\0byte"},
     )
