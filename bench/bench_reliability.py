@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from phoenix.command_line import command_parser
-from phoenix.serving.triton_server import http_get_status
+from phoenix.processes import http_get_status
 from phoenix.testing.locust_runs import failure_kinds, finish_locust, start_locust
 from phoenix.testing.polling import wait_until
 from phoenix.testing.results import write_results

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from phoenix.command_line import command_parser
-from phoenix.serving.triton_server import http_get_status
+from phoenix.processes import http_get_status
 from phoenix.testing.loadgen import LoadRun, alternating_callers
 from phoenix.testing.polling import wait_until
 from phoenix.testing.results import write_results

@@ -50,6 +50,7 @@ from phoenix.checkpoint import (
 )
 from phoenix.config import NEGATIVE_ACTIONS
 from phoenix.feed_policy import in_network_share
+from phoenix.processes import LOOPBACK
 from phoenix.serving.admin_key import AdminKeyError, server_admin_key
 from phoenix.serving.client import (
     connect,
@@ -62,7 +63,7 @@ from phoenix.serving.client import (
     served_models,
     side_by_side,
 )
-from phoenix.serving.compile import CompileError, ensure_programs
+from phoenix.serving.compile import CompileError, ensure_programs, warn_if_no_gpu_jax
 from phoenix.serving.ensemble import run_until
 from phoenix.serving.serve import (
     DEFAULT_BUILD_DIR,
@@ -70,13 +71,12 @@ from phoenix.serving.serve import (
     ServeError,
     make_server,
     stop_with_parent,
-    validate_artifacts,
-    warn_if_no_gpu_jax,
 )
 from phoenix.serving.serve import (
     DEFAULT_READY_TIMEOUT_S as READY_TIMEOUT_S,
 )
-from phoenix.serving.triton_server import LOOPBACK, TritonServerError
+from phoenix.serving.served_artifacts import servable_artifact_dir
+from phoenix.serving.triton_server import TritonServerError
 from phoenix.user_state import UserStateError
 from phoenix.user_state.server import RedisServer, RedisServerError, RedisServerMissing
 
@@ -321,7 +321,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stop_with_parent()
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        artifacts = validate_artifacts(args.artifacts)
+        artifacts = servable_artifact_dir(args.artifacts)
         warn_if_no_gpu_jax(args.device)
         ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, _ = server_admin_key(args.build_dir)

@@ -25,3 +25,11 @@ def command_parser(
         epilog=epilog,
         formatter_class=_RawWithDefaults if show_defaults else argparse.RawDescriptionHelpFormatter,
     )
+
+
+def port_number(text: str) -> int:
+    """An option's TCP port: 0..65535, 0 for any free port."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0 = any free port)")
+    return value

@@ -13,6 +13,7 @@ compiled for another one is detected and rebuilt, never loaded).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -29,6 +30,18 @@ DEVICES = ("cpu", "gpu")
 
 class CompileError(ValueError):
     """The programs could not be built (the compile step printed why)."""
+
+
+def warn_if_no_gpu_jax(device: str) -> None:
+    """JAX without its CUDA plugin silently runs on the CPU: say so up front (stderr)."""
+    plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin")
+    if device == "gpu" and not any(importlib.util.find_spec(p) for p in plugins):
+        print(
+            "warning: --device gpu but jax's CUDA plugin is not installed; the models will run "
+            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def service_settings(model: str, artifact_dir: Path, device: str):

@@ -27,6 +27,7 @@ from tritonclient.grpc import model_config_pb2
 from phoenix.command_line import command_parser
 from phoenix.serving.contracts import CONTRACTS, ModelContract, TensorSpec
 from phoenix.serving.profiles import PROFILES, Profile
+from phoenix.serving.profiles import profile as profile_for
 
 ModelConfig = model_config_pb2.ModelConfig
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
@@ -198,6 +199,30 @@ def write_repository(
             config.ClearField("dynamic_batching")
         (model_dir / "config.pbtxt").write_text(render(config, profile))
     return dest
+
+
+def variant_repository(
+    source: Path,
+    build_dir: Path,
+    device: str,
+    dynamic_batching: bool = True,
+    *,
+    queue_delay_us: int | None = None,
+    corpus: str | None = None,
+) -> Path:
+    """``source`` itself, or a copy under ``build_dir`` generated for ``device`` without dynamic
+    batching, with another queue delay or reading another corpus (serve's benchmark options)."""
+    if not source.is_dir():
+        raise ConfigError(f"model repository {source} does not exist.")
+    if dynamic_batching and queue_delay_us is None and corpus is None:
+        return source.resolve()
+    deployment = profile_for(device)
+    if queue_delay_us is not None:
+        deployment = deployment.with_queue_delay(queue_delay_us)
+    if corpus is not None:
+        deployment = deployment.with_corpus(corpus)
+    dest = build_dir / f"model_repository-{device}{'' if dynamic_batching else '-nobatch'}"
+    return write_repository(dest, deployment, dynamic_batching=dynamic_batching, source=source)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

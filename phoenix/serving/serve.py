@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -18,24 +17,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phoenix.command_line import command_parser
+from phoenix.checkpoint import ArtifactError
+from phoenix.command_line import command_parser, port_number
+from phoenix.processes import LOOPBACK, client_host, die_with_parent, echo_log
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
-from phoenix.serving.compile import ensure_programs
-from phoenix.serving.configs import ConfigError, write_repository
+from phoenix.serving.compile import ensure_programs, warn_if_no_gpu_jax
+from phoenix.serving.configs import ConfigError, variant_repository
 from phoenix.serving.profiles import profile
+from phoenix.serving.served_artifacts import servable_artifact_dir
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
 from phoenix.serving.triton_server import (
     DEFAULT_READY_TIMEOUT_S,
-    LOOPBACK,
     TritonServer,
     TritonServerError,
-    client_host,
-    die_with_parent,
     flags_to_args,
 )
+from phoenix.user_state.server import RedisServerError, RedisServerMissing, local_store_unless
+from phoenix.user_state.store import reachability_check
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_MODEL_REPOSITORY = Path("model_repository")
@@ -55,13 +56,6 @@ class ServeError(RuntimeError):
 
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0 = any free port)")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--metrics-port", 8002, "Prometheus metrics"),
         ("--supervisor-port", 8003, "the supervisor's /ready (probe it), /live and /status"),
     ):
-        add(name, type=port, default=default, metavar="PORT", help=f"{what} (%(default)s)")
+        add(name, type=port_number, default=default, metavar="PORT", help=f"{what} (%(default)s)")
     add("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY, help="%(default)s")
     corpus = "serve a copy reading this corpus file or store directory inside the artifacts"
     add("--corpus", metavar="NAME", help=corpus)
@@ -108,16 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def validate_artifacts(artifacts: Path) -> Path:
-    """Absolute artifact directory, or ServeError saying how to create it."""
-    if not (artifacts / "config.json").is_file():
-        raise ServeError(
-            f"{artifacts} is no Phoenix artifact directory (no config.json). Create demo "
-            f"artifacts with `python -m phoenix.artifacts --preset mini --out {artifacts}`."
-        )
-    return artifacts.resolve()
-
-
 def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
     """tritonserver options: the device's configs, explicit model control for the supervisor's
     reloads and the clean stop's unloads, the admin key on every bind."""
@@ -129,34 +113,6 @@ def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[
     restriction = f"{RESTRICTED_APIS}:{ADMIN_HEADER}={admin_key}"
     flags.update(http_restricted_api=restriction, grpc_restricted_protocol=restriction)
     return flags
-
-
-def prepare_repository(args: argparse.Namespace) -> Path:
-    """The repository, or a benchmark baseline generated from it under --build-dir."""
-    source = args.model_repository
-    if not source.is_dir():
-        raise ServeError(f"model repository {source} does not exist.")
-    corpus = getattr(args, "corpus", None)
-    if not args.no_dynamic_batching and args.max_queue_delay_us is None and corpus is None:
-        return source.resolve()
-    deployment = profile(args.device)
-    if args.max_queue_delay_us is not None:
-        deployment = deployment.with_queue_delay(args.max_queue_delay_us)
-    if corpus is not None:
-        deployment = deployment.with_corpus(corpus)
-    batching = not args.no_dynamic_batching
-    dest = args.build_dir / f"model_repository-{args.device}{'' if batching else '-nobatch'}"
-    return write_repository(dest, deployment, dynamic_batching=batching, source=source)
-
-
-def warn_if_no_gpu_jax(device: str) -> None:
-    """JAX without its CUDA plugin silently runs on the CPU: say so up front."""
-    plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin")
-    if device == "gpu" and not any(importlib.util.find_spec(p) for p in plugins):
-        say(
-            "warning: --device gpu but jax's CUDA plugin is not installed; the models will run "
-            "on the CPU. Install it with: make setup DEVICE=gpu (requirements-gpu.txt)"
-        )
 
 
 def stop_with_parent() -> None:
@@ -193,50 +149,8 @@ def make_server(
     )
 
 
-@contextlib.contextmanager
-def user_state_store(url: str | None):
-    """The store's URL: ``url``, or a local redis-server child for the run (stopped after it;
-    SIGKILLed with serve if serve dies)."""
-    if url:
-        yield url
-        return
-    from phoenix.user_state.server import RedisServer, RedisServerError, RedisServerMissing
-
-    try:
-        server = RedisServer().start()
-    except (RedisServerMissing, RedisServerError) as error:
-        raise ServeError(f"{error}\n(or name a running store with --redis URL)") from None
-    say(f"user state: a local redis-server at {server.url} (empty; --redis URL names another)")
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-def store_dependency(url: str) -> Callable[[], str | None]:
-    """A readiness check of the store at ``url``: None when it answers a PING (bounded)."""
-    from phoenix.user_state import UserStateError, UserStateStore, connect
-
-    store = UserStateStore(connect(url, connect_timeout_s=0.2, socket_timeout_s=0.5), name=url)
-
-    def unreachable() -> str | None:
-        try:
-            store.ping()
-        except UserStateError as error:
-            return str(error)
-        return None
-
-    return unreachable
-
-
-def echo_log(path: Path, stop: threading.Event) -> None:
-    """Copy the lines appended to `path` onto stdout until `stop` is set (then the rest)."""
-    with path.open("r", errors="replace") as log:
-        while (line := log.readline()) or not stop.is_set():
-            if line:
-                print(line, end="", flush=True)
-            else:
-                time.sleep(0.1)
+def announce_local_store(url: str) -> None:
+    say(f"user state: a local redis-server at {url} (empty; --redis URL names another)")
 
 
 def describe(server: TritonServer, ready_url: str | None, key_file: Path | None) -> str:
@@ -371,7 +285,7 @@ def serve_foreground(
     supervisor = endpoint = ready_url = None
     try:
         if not args.no_supervisor:  # bound at once: a port in use fails before the models load
-            dependencies = [store_dependency(user_state_url)] if user_state_url else []
+            dependencies = [reachability_check(user_state_url)] if user_state_url else []
             supervisor = Supervisor(
                 server.http_url, server.pid, admin_key=admin_key, dependencies=dependencies
             )
@@ -405,20 +319,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stop_with_parent()
     try:
-        artifacts = validate_artifacts(args.artifacts)
-        repository = prepare_repository(args)
+        artifacts = servable_artifact_dir(args.artifacts)
+        repository = variant_repository(
+            args.model_repository, args.build_dir, args.device, not args.no_dynamic_batching,
+            queue_delay_us=args.max_queue_delay_us, corpus=args.corpus,
+        )  # fmt: skip
         warn_if_no_gpu_jax(args.device)
         ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
-        with user_state_store(args.redis) as url:
+        with local_store_unless(args.redis, announce_local_store) as url:
             server = make_server(
                 args, artifacts, repository, admin_key, not args.no_supervisor, user_state_url=url
             )
             print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
             server.start()
             return serve_foreground(server, args, admin_key, key_file, user_state_url=url)
-    except (ServeError, AdminKeyError, TritonServerError, ConfigError, ValueError) as error:
+    except (ServeError, AdminKeyError, TritonServerError, ConfigError, ArtifactError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (RedisServerMissing, RedisServerError) as error:
+        print(f"error: {error}\n(or name a running store with --redis URL)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -38,6 +38,16 @@ class ArtifactMismatch(ValueError):
     """The client's artifacts are not the served ones (the message names both)."""
 
 
+def servable_artifact_dir(artifacts: Path) -> Path:
+    """``artifacts`` made absolute, or ArtifactError saying how to create it."""
+    if not (Path(artifacts) / CONFIG_FILE).is_file():
+        raise ArtifactError(
+            f"{artifacts} is no Phoenix artifact directory (no {CONFIG_FILE}). Create demo "
+            f"artifacts with `python -m phoenix.artifacts --preset mini --out {artifacts}`."
+        )
+    return Path(artifacts).resolve()
+
+
 def artifact_digest(artifact_dir: str | Path) -> str:
     """sha256 (hex) of the artifact directory's config.json; ArtifactError when it has none."""
     path = existing_file(artifact_root(artifact_dir), CONFIG_FILE)

@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from phoenix.processes import (
+    LOOPBACK,
+    StartsReady,
+    client_host,
+    dying_with_us,
+    http_get_status,
+    pick_free_ports,
+    read_log_tail,
+)
 from phoenix.serving.supervisor.stubs import STUB_DIR_ENV
 from phoenix.serving.triton_install import TritonServerError, server_and_backends
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-LOOPBACK = "127.0.0.1"
 # How long a start may take to be ready: loading the models (JAX compiles) can take minutes.
 DEFAULT_READY_TIMEOUT_S = 600.0
 # Error lines of a tritonserver log, and the ones every GPU-less machine prints.
@@ -30,66 +34,11 @@ _ERROR_LINE = re.compile(r"^E\d{4} |UNAVAILABLE")
 _HARMLESS_ERROR = re.compile("CudaDriverHelper has not been initialized|Failed to initialize NVML")
 # `--http-restricted-api=<apis>:<header>=<key>` (and the gRPC twin) carry a secret.
 _RESTRICTION_KEY = re.compile(r"^(--(?:http-restricted-api|grpc-restricted-protocol)=[^=]*=).*$")
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# tritonserver is started through a fresh interpreter that asks for SIGKILL on its launcher's
-# death and then becomes tritonserver (same pid): no Python runs in the forked child of this
-# multithreaded process (a preexec_fn would, and may deadlock; JAX warns about it).
-_EXEC_DYING_WITH_PARENT = (
-    "import os, signal, sys; from phoenix.serving.triton_server import die_with_parent; "
-    "die_with_parent(signal.SIGKILL, int(sys.argv[1])); os.execv(sys.argv[2], sys.argv[2:])"
-)
-
-
-def die_with_parent(signum: int, parent_pid: int) -> None:
-    """Have the kernel send `signum` to this process when its parent *thread* dies (Linux); a
-    parent that died before this call (getppid() is no longer `parent_pid`) sends it at once."""
-    if _LIBC is None:
-        return
-    if _LIBC.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signum)
-
-
-def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports free on `host` right now (held together so they differ)."""
-    with contextlib.ExitStack() as held:
-        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
-
-def client_host(bind_host: str) -> str:
-    """Address a client on this machine should dial for a server bound to `bind_host`."""
-    return LOOPBACK if bind_host in ("", "0.0.0.0") else bind_host
 
 
 def redact_secrets(command: Sequence[str]) -> list[str]:
     """`command` with the admin key of restricted-API flags replaced by '***'."""
     return [_RESTRICTION_KEY.sub(r"\1***", arg) for arg in command]
-
-
-def read_log_tail(path: Path | None, lines: int = 40) -> str:
-    """Last `lines` lines of a log file ('' when there is none)."""
-    if path is None or not path.exists():
-        return ""
-    with path.open("rb") as handle:
-        handle.seek(max(0, handle.seek(0, os.SEEK_END) - 64 * 1024))
-        text = handle.read().decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def http_get_status(url: str, timeout: float = 2.0) -> int | None:
-    """HTTP status of GET `url`, or None when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:  # refused, reset, timed out
-        return None
 
 
 def flags_to_args(flags: Mapping[str, object]) -> list[str]:
@@ -103,26 +52,6 @@ def flags_to_args(flags: Mapping[str, object]) -> list[str]:
             elif item is not None and item is not False:
                 args.append(f"--{key.replace('_', '-')}={item}")
     return args
-
-
-class StartsReady:
-    """A process with ``start``, ``wait_ready`` and ``stop``: as a context manager it starts,
-    waits until ready and stops; one that fails to get ready is stopped."""
-
-    def start_ready(self):
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __enter__(self):
-        return self.start_ready()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
 
 
 class TritonServer(StartsReady):
@@ -208,12 +137,11 @@ class TritonServer(StartsReady):
         self.last_command = command = self.command()
         self.stub_dir = Path(tempfile.mkdtemp(prefix=f"{self.log_path.stem}.stubs-",
                                               dir=self.log_path.parent))  # fmt: skip
-        dying_with_us = [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid())]
         with self.log_path.open("wb") as log:
             # A session of its own: a terminal's Ctrl-C reaches only us (serve drains first),
             # and the stubs share the server's process group so stop() can reap leftovers.
             self.process = subprocess.Popen(
-                dying_with_us + command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                dying_with_us(command), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=self._environment(), cwd=REPO_ROOT, start_new_session=True,
             )  # fmt: skip
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from phoenix.serving.triton_server import read_log_tail
+from phoenix.processes import read_log_tail
 from phoenix.testing import REPO_ROOT
 
 

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from phoenix.serving.triton_server import http_get_status, pick_free_ports
+from phoenix.processes import http_get_status, pick_free_ports
 from phoenix.testing.polling import wait_until
 from phoenix.testing.processes import LoggedProcess
 from phoenix.testing.serve_process import ServePorts

@@ -15,13 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from phoenix.serving.triton_server import (
-    DEFAULT_READY_TIMEOUT_S,
-    LOOPBACK,
-    StartsReady,
-    http_get_status,
-    pick_free_ports,
-)
+from phoenix.processes import LOOPBACK, StartsReady, http_get_status, pick_free_ports
+from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S
 from phoenix.testing.processes import LoggedProcess
 
 DEFAULT_STOP_TIMEOUT_S = 120.0

@@ -14,25 +14,18 @@ with the process that started them (SIGKILL on the parent's death, as tritonserv
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
 
-# redis-server is started as tritonserver is: through a fresh interpreter that asks for
-# SIGKILL on its launcher's death, then becomes redis-server (same pid).
-from phoenix.serving.triton_server import (
-    _EXEC_DYING_WITH_PARENT,
-    LOOPBACK,
-    pick_free_ports,
-)
+from phoenix.processes import LOOPBACK, dying_with_us, pick_free_ports
 
 READY_TIMEOUT_S = 10.0
 CLUSTER_BUS_OFFSET = 10_000  # a cluster node also listens on its port + 10000 (Redis's rule)
@@ -121,9 +114,8 @@ class RedisServer:
         else:
             self.port = _free_cluster_port() if self.cluster_node else pick_free_ports(1)[0]
         self.dir = Path(tempfile.mkdtemp(prefix="redis-"))
-        launcher = [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid())]
         self.process = subprocess.Popen(
-            launcher + self.command(),
+            dying_with_us(self.command()),  # redis-server dies with us, as tritonserver does
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -180,6 +172,18 @@ class RedisServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def local_store_unless(url: str | None, announce: Callable[[str], None]) -> Iterator[str]:
+    """``url``, or the URL of a local redis-server started for the block (``announce``d; empty,
+    stopped after it, SIGKILLed if we die)."""
+    if url:
+        yield url
+        return
+    with RedisServer() as server:
+        announce(server.url)
+        yield server.url
 
 
 class RedisClusterNodes:

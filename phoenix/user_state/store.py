@@ -16,7 +16,7 @@ together. A pipeline is not a transaction: a failure part-way leaves the keys al
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import redis
@@ -25,7 +25,13 @@ from redis.exceptions import RedisClusterException
 from phoenix.user_state import keys
 from phoenix.user_state.actions import is_positive
 from phoenix.user_state.capped import CappedSet, queue_add
-from phoenix.user_state.client import Client, describe, unavailable_or_failed
+from phoenix.user_state.client import (
+    Client,
+    UserStateError,
+    connect,
+    describe,
+    unavailable_or_failed,
+)
 from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
 from phoenix.user_state.limits import UserStateLimits
@@ -365,3 +371,18 @@ class _WriteBatch:
             else:
                 queue_add(pipe, key, kept, what)
         return pipe
+
+
+def reachability_check(url: str) -> Callable[[], str | None]:
+    """The check serve's /ready runs on the store at ``url``: None while it answers a PING, else
+    why not, naming the store. Short timeouts: a probe must never hang on a dead store."""
+    store = UserStateStore(connect(url, connect_timeout_s=0.2, socket_timeout_s=0.5), name=url)
+
+    def unreachable() -> str | None:
+        try:
+            store.ping()
+        except UserStateError as error:
+            return str(error)
+        return None
+
+    return unreachable

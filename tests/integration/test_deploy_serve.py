@@ -18,8 +18,8 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
+from phoenix.processes import http_get_status, pick_free_ports
 from phoenix.serving.triton_install import BACKEND_DIR, TRITON_HOME_ENV, pytriton_server_root
-from phoenix.serving.triton_server import http_get_status, pick_free_ports
 from phoenix.testing.polling import wait_until
 from phoenix.testing.processes import LoggedProcess
 from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds

@@ -46,12 +46,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
+from phoenix.processes import http_get_status
 from phoenix.serving.admin_key import admin_headers, find_admin_key
 from phoenix.serving.client import recommend_inputs
 from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.state import RESTART_PARAMETER
-from phoenix.serving.triton_server import http_get_status
 from phoenix.testing.loadgen import LoadRun, alternating_callers, error_kind, summarize
 from phoenix.testing.polling import wait_until
 from phoenix.testing.processes import is_alive

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from redis.cluster import RedisCluster
 
-from phoenix.serving.triton_server import LOOPBACK, pick_free_ports
+from phoenix.processes import LOOPBACK, pick_free_ports
 from phoenix.user_state import keys
 from phoenix.user_state.client import UserStateUnavailable, connect
 from phoenix.user_state.events import Engagement, Follow, Post, Unfollow

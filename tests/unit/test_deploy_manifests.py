@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
+from phoenix.processes import http_get_status
 from phoenix.serving.supervisor.endpoints import ReadinessServer
-from phoenix.serving.triton_server import http_get_status
 from tests.deploy_checks import (
     K8S_DIR,
     K8S_VERSIONS,

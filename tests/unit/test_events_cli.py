@@ -10,7 +10,7 @@ import time
 import pytest
 
 from clients import events as events_cli
-from phoenix.serving.triton_server import pick_free_ports
+from phoenix.processes import pick_free_ports
 from phoenix.user_state import UserStateStore, connect
 from phoenix.user_state.stream import STREAM
 

@@ -224,13 +224,18 @@ def test_store_down_fails_fast_naming_it_then_recovers_without_restart(tiny_arti
 
 
 def test_serve_starts_a_store_unless_given_one_and_ready_reports_it_unreachable():
-    from phoenix.serving.serve import build_parser, store_dependency, user_state_store
+    from phoenix.serving.serve import build_parser
+    from phoenix.user_state.server import local_store_unless
+    from phoenix.user_state.store import reachability_check
+
+    announced = []
 
     assert build_parser().parse_args(["--redis", "redis://h:1/0"]).redis == "redis://h:1/0"
-    with user_state_store("redis://elsewhere:6379/0") as url:
-        assert url == "redis://elsewhere:6379/0"  # named: nothing started
-    with user_state_store(None) as url:
-        unreachable = store_dependency(url)
+    with local_store_unless("redis://elsewhere:6379/0", announced.append) as url:
+        assert url == "redis://elsewhere:6379/0" and announced == []  # named: nothing started
+    with local_store_unless(None, announced.append) as url:
+        assert announced == [url]
+        unreachable = reachability_check(url)
         assert unreachable() is None
         connect(url).set("k", "v")
     started = time.monotonic()

@@ -9,8 +9,8 @@ import urllib.request
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from phoenix.processes import http_get_status
 from phoenix.serving.admin_key import admin_headers
-from phoenix.serving.triton_server import http_get_status
 
 
 class TritonAPIError(RuntimeError):
