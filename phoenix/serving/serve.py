@@ -95,9 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     ready = "seconds the models get to load (%(default)s)"
     add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
     add("--quiet", action="store_true", help="do not echo the server log")
-    redis = "the user-state store (redis://host:port/db) recommend reads by user id; unset: a "
-    redis += "local redis-server started for this run (empty, no persistence; it dies with serve)"
-    add("--redis", metavar="URL", help=redis)
+    redis = "the user-state store recommend reads by user id: redis://host:port/db (one server) "
+    redis += "or redis+cluster://host:port (any node of a Redis Cluster); rediss:// and "
+    redis += f"rediss+cluster:// with TLS (default: ${USER_STATE_URL_ENV}; unset: a local "
+    redis += "redis-server started for this run, empty, no persistence; it dies with serve)"
+    add(
+        "--redis",
+        metavar="URL",
+        type=redis_url,
+        default=os.environ.get(USER_STATE_URL_ENV) or None,
+        help=redis,
+    )
     add("--no-supervisor", action="store_true", help="no stub healing, no /ready, no clean unloads")
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
@@ -193,6 +201,13 @@ def make_server(
     )
 
 
+def redis_url(text: str) -> str:
+    """--redis: a store URL (phoenix.user_state.client.URL_FORMS), else argparse's error."""
+    from phoenix.user_state.client import url_argument
+
+    return url_argument(text)
+
+
 @contextlib.contextmanager
 def user_state_store(url: str | None):
     """The store's URL: ``url``, or a local redis-server child for the run (stopped after it;
@@ -214,10 +229,12 @@ def user_state_store(url: str | None):
 
 
 def store_dependency(url: str) -> Callable[[], str | None]:
-    """A readiness check of the store at ``url``: None when it answers a PING (bounded)."""
+    """A check of the store at ``url`` for /ready's `degraded`: None when it answers a PING
+    (bounded), else why not, naming the store."""
     from phoenix.user_state import UserStateError, UserStateStore, connect
 
-    store = UserStateStore(connect(url, connect_timeout_s=0.2, socket_timeout_s=0.5), name=url)
+    client = connect(url, lazy=True, connect_timeout_s=0.2, socket_timeout_s=0.5)
+    store = UserStateStore(client, name=url)
 
     def unreachable() -> str | None:
         try:
@@ -371,9 +388,9 @@ def serve_foreground(
     supervisor = endpoint = ready_url = None
     try:
         if not args.no_supervisor:  # bound at once: a port in use fails before the models load
-            dependencies = [store_dependency(user_state_url)] if user_state_url else []
+            degraded_by = [store_dependency(user_state_url)] if user_state_url else []
             supervisor = Supervisor(
-                server.http_url, server.pid, admin_key=admin_key, dependencies=dependencies
+                server.http_url, server.pid, admin_key=admin_key, degraded_by=degraded_by
             )
             try:
                 endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()

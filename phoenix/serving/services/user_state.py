@@ -93,7 +93,7 @@ class UserStateService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> UserStateService:
         url = store_url(settings.parameters["user_state_url"])
-        store = UserStateStore(connect(url), name=url) if url else NoStore()
+        store = UserStateStore(connect(url, lazy=True), name=url) if url else NoStore()
         return cls(
             load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
         )
