@@ -1,4 +1,4 @@
-"""User-state events into the Redis store that recommend reads by user id (docs/user-state.md).
+"""User-state events into the Redis store that recommend reads by user id.
 
 One JSON object a line (engagements, follows, unfollows and posts; the fields are in
 docs/user-state.md, "Events and the stream"):
@@ -34,6 +34,7 @@ Examples:
   python -m clients.events apply events.jsonl --redis redis://127.0.0.1:6379
   tail -n0 -F events.jsonl | python -m clients.events publish - --redis redis://redis:6379
   python -m clients.events consume --redis redis://redis:6379 --consumer worker-1
+  python -m clients.events apply events.jsonl --redis redis+cluster://redis-cluster:6379
   python -m clients.events load-world --artifacts artifacts/trained-demo --redis redis://...
 """
 
@@ -53,6 +54,7 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.user_state import UserStateError, UserStateStore, connect
+from phoenix.user_state.client import url_argument
 from phoenix.user_state.lines import BATCH_SIZE, BatchError, apply_lines, publish_lines
 from phoenix.user_state.stream import StreamConsumer, StreamConsumerError
 
@@ -69,10 +71,13 @@ def parse_args(argv: Optional[Sequence[str]]):
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=summary)
-        sub.add_argument("--redis", metavar="URL", required=True,
-                         help="the user-state store, redis://host:port[/db]")  # fmt: skip
+        sub.add_argument("--redis", metavar="URL", required=True, type=url_argument,
+                         help="the user-state store: redis://host:port[/db] (one server) or "
+                         "redis+cluster://host:port (any node of a Redis Cluster); rediss:// "
+                         "and rediss+cluster:// with TLS")  # fmt: skip
         sub.add_argument("--cluster", action="store_true",
-                         help="URL names a node of a Redis Cluster")  # fmt: skip
+                         help="a redis:// URL names a node of a Redis Cluster (as "
+                         "redis+cluster:// does)")  # fmt: skip
         return sub
 
     for name, summary in (

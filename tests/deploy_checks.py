@@ -23,6 +23,7 @@ from phoenix.serving.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV,
 from phoenix.serving.profiles import profile
 from phoenix.serving.request_metrics import FAILED, REFUSED
 from phoenix.serving.serve import EXIT_TIMEOUT_S
+from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"
@@ -180,6 +181,7 @@ def pod_violations(owner: str, spec: dict) -> list[str]:
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
     if env.get(JAX_MEMORY_ENV[0]) != JAX_MEMORY_ENV[1]:
         bad.append(f"{owner}: {JAX_MEMORY_ENV[0]} is not {JAX_MEMORY_ENV[1]!r}")
+    bad += store_violations(owner, container)
     limits = (container.get("resources") or {}).get("limits") or {}
     if "memory" not in limits:
         bad.append(f"{owner}: no memory limit")
@@ -192,6 +194,21 @@ def pod_violations(owner: str, spec: dict) -> list[str]:
                 f"{owner}: {MEM_FRACTION_ENV} x {stubs('gpu')} stubs = {share:.2f} of the GPU"
             )
     return bad
+
+
+def store_violations(owner: str, container: dict) -> list[str]:
+    """One user-state store that every replica shares, its URL (a password in it) from a
+    Secret: without one, serve starts an empty store in each pod, and a user's served posts
+    would be forgotten whenever another pod answers."""
+    if any(arg.split("=", 1)[0] == "--redis" for arg in container.get("args") or []):
+        return [f"{owner}: --redis in the args: the store's URL belongs in a Secret"]
+    env = {e["name"]: e for e in container.get("env") or []}
+    if USER_STATE_URL_ENV not in env:
+        return [f"{owner}: no {USER_STATE_URL_ENV}: each pod would start an empty store"]
+    secret = (env[USER_STATE_URL_ENV].get("valueFrom") or {}).get("secretKeyRef") or {}
+    if not secret.get("name") or not secret.get("key") or secret.get("optional"):
+        return [f"{owner}: {USER_STATE_URL_ENV} is not from a required Secret key"]
+    return []
 
 
 def selects(selector: dict, labels: dict) -> bool:

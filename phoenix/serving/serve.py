@@ -89,9 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     ready = "seconds the models get to load (%(default)s)"
     add("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S, metavar="S", help=ready)
     add("--quiet", action="store_true", help="do not echo the server log")
-    redis = "the user-state store (redis://host:port/db) recommend reads by user id; unset: a "
-    redis += "local redis-server started for this run (empty, no persistence; it dies with serve)"
-    add("--redis", metavar="URL", help=redis)
+    redis = "the user-state store recommend reads by user id: redis://host:port/db (one server) "
+    redis += "or redis+cluster://host:port (any node of a Redis Cluster); rediss:// and "
+    redis += f"rediss+cluster:// with TLS (default: ${USER_STATE_URL_ENV}; unset: a local "
+    redis += "redis-server started for this run, empty, no persistence; it dies with serve)"
+    add(
+        "--redis",
+        metavar="URL",
+        type=redis_url,
+        default=os.environ.get(USER_STATE_URL_ENV) or None,
+        help=redis,
+    )
     add("--no-supervisor", action="store_true", help="no stub healing, no /ready, no clean unloads")
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
@@ -151,6 +159,13 @@ def make_server(
 
 def announce_local_store(url: str) -> None:
     say(f"user state: a local redis-server at {url} (empty; --redis URL names another)")
+
+
+def redis_url(text: str) -> str:
+    """--redis: a store URL (phoenix.user_state.client.URL_FORMS), else argparse's error."""
+    from phoenix.user_state.client import url_argument
+
+    return url_argument(text)
 
 
 def describe(server: TritonServer, ready_url: str | None, key_file: Path | None) -> str:
@@ -285,9 +300,9 @@ def serve_foreground(
     supervisor = endpoint = ready_url = None
     try:
         if not args.no_supervisor:  # bound at once: a port in use fails before the models load
-            dependencies = [reachability_check(user_state_url)] if user_state_url else []
+            degraded_by = [reachability_check(user_state_url)] if user_state_url else []
             supervisor = Supervisor(
-                server.http_url, server.pid, admin_key=admin_key, dependencies=dependencies
+                server.http_url, server.pid, admin_key=admin_key, degraded_by=degraded_by
             )
             try:
                 endpoint = ReadinessServer(supervisor, server.host, args.supervisor_port).start()

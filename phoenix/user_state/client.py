@@ -1,7 +1,12 @@
 """The Redis client of the user state: bounded timeouts, and errors that name the store.
 
-``connect(url)`` gives a ``redis.Redis`` (one server) or, with ``cluster=True``, a
-``redis.cluster.RedisCluster`` (any node of the cluster as the URL). Connecting and every
+``connect(url)`` gives a ``redis.Redis`` for a server's URL (``redis://``, ``rediss://`` with
+TLS, ``unix://``) or a ``redis.cluster.RedisCluster`` for a cluster's (``redis+cluster://`` or
+``rediss+cluster://`` and any one node, or a Service in front of them all: the client learns
+the others from it). The scheme says which, so one string names the store everywhere
+(serve's --redis, the models' ``user_state_url``, a Kubernetes Secret, phoenix-events); there
+is no standard cluster URL, and ``+cluster`` follows the ``redis+sentinel://`` form some
+clients use. ``cluster=True`` still makes a plain URL a cluster's. Connecting and every
 command are bounded by ``CONNECT_TIMEOUT_S`` / ``SOCKET_TIMEOUT_S`` with one quick retry, so a
 down or unreachable store raises ``UserStateUnavailable`` naming its URL within a few seconds
 instead of hanging a request.
@@ -9,7 +14,9 @@ instead of hanging a request.
 
 from __future__ import annotations
 
-from typing import Union
+import argparse
+from typing import NamedTuple, Union
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -32,6 +39,54 @@ class UserStateUnavailable(UserStateError):
     """The store could not be reached or did not answer in time."""
 
 
+# The cluster schemes, and the server scheme redis-py reads for each.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SERVER_SCHEMES = ("redis", "rediss", "unix")
+URL_FORMS = (
+    "redis://[:password@]host:port[/db] (one server; rediss:// with TLS), unix:///path.sock, or "
+    "redis+cluster://[:password@]host:port (any node of a Redis Cluster; rediss+cluster:// "
+    "with TLS)"
+)
+
+
+class StoreUrl(NamedTuple):
+    """A store's URL read once: whether it names a cluster, and the URL redis-py reads."""
+
+    url: str  # as given: what error messages name
+    cluster: bool
+    redis_url: str  # the server form (redis://, rediss://, unix://) of the same address
+
+
+def parse_url(url: str, *, cluster: bool = False) -> StoreUrl:
+    """``url`` read as a store's URL; ValueError naming the accepted forms when it is not one.
+    A cluster URL names one node (the client discovers the rest), and a cluster has no db."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in CLUSTER_SCHEMES:
+        redis_url = CLUSTER_SCHEMES[scheme] + url[len(scheme) :]
+        parts = urlsplit(redis_url)
+        if not parts.hostname or "," in parts.netloc:
+            raise ValueError(
+                f"{url!r}: a cluster URL names one node as host:port, not {parts.netloc!r}"
+            )
+        if parts.path.strip("/") not in ("", "0"):
+            raise ValueError(f"{url!r}: a Redis Cluster has database 0 only")
+        return StoreUrl(url, True, redis_url)
+    if scheme not in SERVER_SCHEMES:
+        raise ValueError(f"{url!r} is not a Redis URL: expected {URL_FORMS}")
+    if scheme != "unix" and not urlsplit(url).hostname:
+        raise ValueError(f"{url!r} names no host: expected {URL_FORMS}")
+    return StoreUrl(url, cluster, url)
+
+
+def url_argument(text: str) -> str:
+    """``text`` as a command line's store URL: unchanged, or the argparse error saying why not."""
+    try:
+        parse_url(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def _retry() -> Retry:
     return Retry(ExponentialBackoff(cap=0.1, base=0.02), RETRIES)
 
@@ -40,29 +95,58 @@ def connect(
     url: str,
     *,
     cluster: bool = False,
+    lazy: bool = False,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
     socket_timeout_s: float = SOCKET_TIMEOUT_S,
 ) -> Client:
-    """A client of the store at ``url`` (redis://host:port[/db]); a cluster client connects at
-    once and raises UserStateUnavailable naming ``url`` if no node answers."""
+    """A client of the store at ``url`` (``URL_FORMS``; ValueError for another). A server's
+    client connects on its first command; a cluster's connects at once and raises
+    UserStateUnavailable naming ``url`` if no node answers, unless ``lazy`` (a served model,
+    which must load while the store is down): then on its first command, again until it
+    succeeds."""
+    store = parse_url(url, cluster=cluster)
+    if store.cluster and lazy:
+        return ClusterOnFirstUse(
+            store.url, connect_timeout_s=connect_timeout_s, socket_timeout_s=socket_timeout_s
+        )
     options = dict(
         socket_connect_timeout=connect_timeout_s,
         socket_timeout=socket_timeout_s,
         retry=_retry(),
     )
-    if not cluster:
-        return redis.Redis.from_url(url, **options)
+    if not store.cluster:
+        return redis.Redis.from_url(store.redis_url, **options)
     try:
-        return RedisCluster.from_url(url, **options)
+        return RedisCluster.from_url(store.redis_url, **options)
     except (RedisClusterException, redis.RedisError) as error:
         raise UserStateUnavailable(f"user state cluster {url} is unreachable: {error}") from error
 
 
+class ClusterOnFirstUse:
+    """A Redis Cluster client made on its first command, and on every command after a failed
+    attempt; meanwhile each command raises UserStateUnavailable naming the cluster."""
+
+    def __init__(self, url: str, **options):
+        self.url = url
+        self.options = options
+        self.made: RedisCluster | None = None
+
+    def client(self) -> RedisCluster:
+        if self.made is None:
+            self.made = connect(self.url, **self.options)
+        return self.made
+
+    def __getattr__(self, name: str):
+        return getattr(self.client(), name)
+
+
 def describe(client: Client) -> str:
     """A URL naming where ``client`` points, for error messages."""
+    if isinstance(client, ClusterOnFirstUse):
+        return client.url
     if isinstance(client, RedisCluster):
         nodes = ",".join(f"{n.host}:{n.port}" for n in client.get_nodes()[:3])
-        return f"redis-cluster://{nodes}"
+        return f"redis+cluster://{nodes}"
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"

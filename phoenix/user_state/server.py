@@ -4,7 +4,7 @@ with the process that started them (SIGKILL on the parent's death, as tritonserv
 
     with RedisServer() as server:            # server.url: redis://127.0.0.1:<port>/0
         ...
-    with RedisClusterNodes(3) as cluster:    # cluster.url: any node; connect(url, cluster=True)
+    with RedisClusterNodes(3) as cluster:    # cluster.url: redis+cluster://<a node>; connect(url)
         ...
 
 ``redis-server`` and ``redis-cli`` come from Debian's redis-server / redis-tools packages, which
@@ -196,7 +196,8 @@ class RedisClusterNodes:
 
     @property
     def url(self) -> str:
-        return self.nodes[0].url
+        """Its first node under the cluster scheme (phoenix.user_state.client)."""
+        return f"redis+cluster://{LOOPBACK}:{self.nodes[0].port}"
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> RedisClusterNodes:
         try:

@@ -376,7 +376,8 @@ class _WriteBatch:
 def reachability_check(url: str) -> Callable[[], str | None]:
     """The check serve's /ready runs on the store at ``url``: None while it answers a PING, else
     why not, naming the store. Short timeouts: a probe must never hang on a dead store."""
-    store = UserStateStore(connect(url, connect_timeout_s=0.2, socket_timeout_s=0.5), name=url)
+    client = connect(url, lazy=True, connect_timeout_s=0.2, socket_timeout_s=0.5)
+    store = UserStateStore(client, name=url)
 
     def unreachable() -> str | None:
         try:

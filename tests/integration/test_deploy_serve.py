@@ -52,8 +52,20 @@ def local_args(args: list[str], ports: dict[str, int], artifacts: Path, build: P
     return [*out, "--quiet"]
 
 
+def secret_values(container: dict, store_url: str) -> dict[str, str]:
+    """The container's env taken from Secrets, as the cluster would fill it: the store's URL
+    (phoenix-redis) is ``store_url``; a Secret this test does not know fails it."""
+    known = {("phoenix-redis", "url"): store_url}
+    env = {}
+    for entry in container["env"]:
+        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+        if ref and not ref.get("optional"):
+            env[entry["name"]] = known[(ref["name"], ref["key"])]
+    return env
+
+
 def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
-    tiny_artifacts, tmp_path
+    tiny_artifacts, redis_server, tmp_path
 ):
     deployment = next(o for o in render(K8S_DIR / "overlays" / "cpu") if o["kind"] == "Deployment")
     spec = deployment["spec"]["template"]["spec"]
@@ -70,6 +82,7 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
             if "value" in e and not e["value"].startswith("/")
         }
     )  # fmt: skip  (paths of the image's layout)
+    env.update(secret_values(container, redis_server.url))
     args = local_args(container["args"], ports, tiny_artifacts, tmp_path / "build")
     command = [sys.executable, "-m", "phoenix.serving.serve", *args]
     serve = LoggedProcess(command, tmp_path / "serve.out", env=env).start()
@@ -84,6 +97,11 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
                              READY_TIMEOUT_S, 0.5)  # fmt: skip
         assert started and serve.is_running(), serve.failure("serve did not start")
         assert probe("readinessProbe") == 200 and probe("livenessProbe") == 200
+        # the store the Secret names, and no other: serve started none of its own
+        ready = urllib.request.urlopen(f"http://127.0.0.1:{ports['supervisor']}/ready").read()
+        assert b'"degraded": []' in ready
+        said = (tmp_path / "serve.out").read_text()
+        assert "a local redis-server" not in said, said
         # Triton's own ports, as the Services reach them, and the server the image names.
         assert (
             http_get_status(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=5) == 200

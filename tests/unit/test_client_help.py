@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CLIENTS = ["build_corpus", "compact", "demo", "encode_user", "feed_policy", "ingest", "rank"]
-CLIENTS += ["recommend", "retrieve"]
+CLIENTS = ["build_corpus", "compact", "demo", "encode_user", "events", "feed_policy", "ingest"]
+CLIENTS += ["rank", "recommend", "retrieve"]
 
 
 @pytest.mark.parametrize("name", CLIENTS)

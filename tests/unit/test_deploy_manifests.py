@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from phoenix.processes import http_get_status
+from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from tests.deploy_checks import (
     K8S_DIR,
@@ -152,6 +153,28 @@ def greedy_gpu_stubs(objects):
     container["env"].append({"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0.5"})
 
 
+def store_url_dropped(objects):
+    container = container_of(objects)[1]
+    container["env"] = [e for e in container["env"] if e["name"] != USER_STATE_URL_ENV]
+
+
+def store_url_in_plain_text(objects):
+    container = container_of(objects)[1]
+    store = next(e for e in container["env"] if e["name"] == USER_STATE_URL_ENV)
+    store.pop("valueFrom")
+    store["value"] = "redis://:password@redis:6379/0"
+
+
+def store_secret_optional(objects):
+    container = container_of(objects)[1]
+    store = next(e for e in container["env"] if e["name"] == USER_STATE_URL_ENV)
+    store["valueFrom"]["secretKeyRef"]["optional"] = True
+
+
+def store_url_in_args(objects):
+    container_of(objects)[1]["args"].append("--redis=redis://redis:6379/0")
+
+
 MUTATIONS = {
     "no readinessProbe": (drop_probe("readinessProbe"), "no readinessProbe"),
     "no livenessProbe": (drop_probe("livenessProbe"), "no livenessProbe"),
@@ -167,6 +190,10 @@ MUTATIONS = {
     "short grace period": (short_grace, "terminationGracePeriodSeconds 30 <"),
     "gRPC behind a virtual IP": (grpc_behind_virtual_ip, "gRPC behind a virtual IP"),
     "GPU stubs over-allotted": (greedy_gpu_stubs, "XLA_PYTHON_CLIENT_MEM_FRACTION x"),
+    "no store URL": (store_url_dropped, "each pod would start an empty store"),
+    "store URL in plain text": (store_url_in_plain_text, "is not from a required Secret key"),
+    "store Secret optional": (store_secret_optional, "is not from a required Secret key"),
+    "store URL in the args": (store_url_in_args, "--redis in the args"),
 }
 
 

@@ -115,6 +115,18 @@ def test_a_store_that_is_down_fails_with_exit_3_naming_it(tmp_path, capsys):
     assert f"127.0.0.1:{port}" in capsys.readouterr().err
 
 
+def test_a_down_cluster_fails_with_exit_3_and_a_url_of_no_store_with_exit_2(tmp_path, capsys):
+    path = write_events(tmp_path / "events.jsonl")
+    [port] = pick_free_ports(1)
+    url = f"redis+cluster://127.0.0.1:{port}"  # the scheme alone says cluster
+    assert events_cli.main(["apply", str(path), "--redis", url]) == 3
+    assert f"cluster {url} is unreachable" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        events_cli.main(["apply", str(path), "--redis", f"127.0.0.1:{port}"])
+    assert refused.value.code == 2
+    assert "is not a Redis URL: expected redis://" in capsys.readouterr().err
+
+
 def test_a_batch_the_store_refuses_exits_3_naming_its_lines(redis_server, tmp_path, capsys):
     path = write_events(tmp_path / "events.jsonl")
     client = connect(redis_server.url)

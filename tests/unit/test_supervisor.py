@@ -456,7 +456,7 @@ def test_ready_endpoint_answers_503_with_reasons(admin, processes):
     endpoint = ReadinessServer(supervisor, "127.0.0.1", 0, is_live=lambda: True).start()
     base = f"http://127.0.0.1:{endpoint.port}"
     try:
-        assert http_get(base + "/ready") == (200, {"ready": True, "reasons": []})
+        assert http_get(base + "/ready") == (200, {"ready": True, "reasons": [], "degraded": []})
         supervisor.models["ranker"].state = "dead"
         code, body = http_get(base + "/ready")
         assert code == 503 and body["reasons"][0].startswith("model ranker is dead")
@@ -538,9 +538,10 @@ def test_serve_parser_has_the_reliability_options():
     assert args.no_supervisor is False
 
 
-def test_an_unusable_dependency_makes_readiness_false_with_its_reason(admin, processes):
+def test_an_unusable_store_is_reported_degraded_and_keeps_readiness(admin, processes):
     reason = ["user state store redis://127.0.0.1:1/0 unavailable during ping"]
-    supervisor = make_supervisor(admin, processes, dependencies=[lambda: reason[0]])
-    assert supervisor.readiness() == (False, reason)
-    reason[0] = None
+    supervisor = make_supervisor(admin, processes, degraded_by=[lambda: reason[0]])
     assert supervisor.readiness() == (True, [])
+    assert supervisor.degraded() == reason and supervisor.status()["degraded"] == reason
+    reason[0] = None
+    assert supervisor.readiness() == (True, []) and supervisor.degraded() == []

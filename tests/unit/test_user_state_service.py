@@ -5,6 +5,7 @@ second of its followed authors' posts), a store that is down and comes back."""
 import time
 
 import numpy as np
+import pytest
 
 from phoenix.serving.contracts import USER_STATE
 from phoenix.serving.requests import InputError
@@ -223,14 +224,12 @@ def test_store_down_fails_fast_naming_it_then_recovers_without_restart(tiny_arti
         server.stop()
 
 
-def test_serve_starts_a_store_unless_given_one_and_ready_reports_it_unreachable():
-    from phoenix.serving.serve import build_parser
+def test_serve_starts_a_store_unless_given_one_and_checks_it_bounded():
     from phoenix.user_state.server import local_store_unless
     from phoenix.user_state.store import reachability_check
 
     announced = []
 
-    assert build_parser().parse_args(["--redis", "redis://h:1/0"]).redis == "redis://h:1/0"
     with local_store_unless("redis://elsewhere:6379/0", announced.append) as url:
         assert url == "redis://elsewhere:6379/0" and announced == []  # named: nothing started
     with local_store_unless(None, announced.append) as url:
@@ -242,3 +241,58 @@ def test_serve_starts_a_store_unless_given_one_and_ready_reports_it_unreachable(
     reason = unreachable()  # the child stopped with the context
     assert reason is not None and url.split("/")[2] in reason
     assert time.monotonic() - started < 3.0
+
+
+def test_serve_takes_a_server_or_cluster_url_from_redis_or_the_environment(monkeypatch, capsys):
+    from phoenix.serving.serve import build_parser
+
+    for url in ("redis://h:1/0", "rediss://:pw@h:1/2", "redis+cluster://h:7000"):
+        assert build_parser().parse_args(["--redis", url]).redis == url
+    monkeypatch.delenv(USER_STATE_URL_ENV, raising=False)
+    assert build_parser().parse_args([]).redis is None  # serve starts a local one
+    monkeypatch.setenv(USER_STATE_URL_ENV, "redis+cluster://redis-cluster:6379")
+    assert build_parser().parse_args([]).redis == "redis+cluster://redis-cluster:6379"
+    for bad, why in (
+        ("http://h:1", "is not a Redis URL: expected redis://"),
+        ("redis+cluster://h:1/3", "database 0 only"),
+        ("redis+cluster://h:1,g:2", "names one node"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args(["--redis", bad])
+        assert refused.value.code == 2
+        assert why in capsys.readouterr().err
+
+
+def test_ready_stays_ready_and_names_the_store_while_it_is_down(redis_server):
+    """A real redis-server stopped and restarted under serve's check on the real /ready
+    endpoint: 200 throughout (own-history requests are still served), `degraded` naming the
+    store while it is down and empty again once it is back."""
+    from phoenix.serving.supervisor.endpoints import ReadinessServer
+    from phoenix.user_state.store import reachability_check
+    from tests.unit.test_supervisor import FakeAdmin, FakeProcesses, http_get, make_supervisor
+
+    processes = FakeProcesses()
+    supervisor = make_supervisor(
+        FakeAdmin(processes), processes, degraded_by=[reachability_check(redis_server.url)]
+    )
+    endpoint = ReadinessServer(supervisor, "127.0.0.1", 0).start()
+    back = RedisServer(port=redis_server.port)  # the same store, started again
+
+    def ready() -> tuple[int, dict]:
+        return http_get(f"http://127.0.0.1:{endpoint.port}/ready")
+
+    try:
+        supervisor.start()
+        assert ready() == (200, {"ready": True, "reasons": [], "degraded": []})
+        port = redis_server.port
+        redis_server.stop()
+        code, answer = ready()
+        assert code == 200 and answer["ready"] is True, answer
+        [why] = answer["degraded"]
+        assert f"127.0.0.1:{port}" in why and "unavailable" in why, why
+        back.start()
+        assert ready() == (200, {"ready": True, "reasons": [], "degraded": []})
+    finally:
+        supervisor.stop()
+        endpoint.stop()
+        back.stop()

@@ -110,7 +110,7 @@ class ServedLogService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> ServedLogService:
         url = store_url(settings.parameters["user_state_url"])
-        store = UserStateStore(connect(url), name=url) if url else NoStoreToWrite()
+        store = UserStateStore(connect(url, lazy=True), name=url) if url else NoStoreToWrite()
         return cls(
             load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
         )

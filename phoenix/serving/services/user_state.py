@@ -10,7 +10,9 @@ both histories are that history, and no post is known to be served or in-network
 store does not know gets empty histories (L = 0).
 
 The store's URL is the ``user_state_url`` parameter, else ``$PHOENIX_USER_STATE_URL`` (serve
-sets it). When the store is down or unset, each by-id request of the batch gets an error
+sets it): a server's (``redis://``) or a cluster's (``redis+cluster://``), read by
+``phoenix.user_state.client``; the client is made lazily, so the model loads with the store
+down. When the store is down or unset, each by-id request of the batch gets an error
 naming the store (within the client's bounded timeouts), while the requests with their own
 history are answered; the Redis client reconnects on its next call, so the store coming back
 needs no restart.
@@ -93,7 +95,7 @@ class UserStateService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> UserStateService:
         url = store_url(settings.parameters["user_state_url"])
-        store = UserStateStore(connect(url), name=url) if url else NoStore()
+        store = UserStateStore(connect(url, lazy=True), name=url) if url else NoStore()
         return cls(
             load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
         )

@@ -16,7 +16,8 @@ def _handler_for(supervisor: Supervisor, is_live: Callable[[], bool]):
             path = self.path.split("?", 1)[0].rstrip("/")
             if path == "/ready":
                 ready, reasons = supervisor.readiness()
-                self._reply(200 if ready else 503, {"ready": ready, "reasons": reasons})
+                answer = {"ready": ready, "reasons": reasons, "degraded": supervisor.degraded()}
+                self._reply(200 if ready else 503, answer)
             elif path == "/live":
                 live = is_live()
                 self._reply(200 if live else 503, {"live": live})

@@ -111,12 +111,14 @@ class Supervisor:
         stub_lister: Callable[[int], list[StubProcess]] = list_stubs,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        dependencies: Sequence[Callable[[], str | None]] = (),
+        degraded_by: Sequence[Callable[[], str | None]] = (),
     ):
         self.admin = admin or TritonAdmin(http_url, admin_key)
-        # What the models need besides Triton (the user-state store): each returns why it is
-        # not usable, or None; /ready is false while any gives a reason.
-        self.dependencies = tuple(dependencies)
+        # What some requests need besides Triton (the user-state store, for by-id requests):
+        # each returns why it is not usable, or None. /ready names the reasons as `degraded`
+        # but stays ready: every replica shares the store, so pulling replicas would not bring
+        # it back and would refuse the requests that carry their own history too.
+        self.degraded_by = tuple(degraded_by)
         self.server_pid = server_pid
         self.max_failed_reloads = max_failed_reloads
         self.list_stubs = stub_lister
@@ -277,10 +279,13 @@ class Supervisor:
         for model, (_, _, composing) in models.items():
             if model not in down and composing & down:
                 reasons.append(f"model {model} needs {', '.join(sorted(composing & down))}")
-        reasons += [reason for check in self.dependencies if (reason := check())]
         if not reasons and not self.admin.is_ready():
             reasons.append("triton is not ready")
         return not reasons, reasons
+
+    def degraded(self) -> list[str]:
+        """Why some requests cannot be served now (an unreachable store); [] when all can."""
+        return [reason for check in self.degraded_by if (reason := check())]
 
     def drain(self) -> None:
         """From now on /ready answers 503, so load balancers stop sending new requests."""
@@ -294,8 +299,8 @@ class Supervisor:
             events = list(self.events[-50:])
         stub_pids = {str(pid): name for pid, name in sorted(self.known_pids.items())}
         return dict(
-            ready=ready, reasons=reasons, server_pid=self.server_pid, stub_pids=stub_pids,
-            models=models, events=events, time=iso_time(self.wall_clock()),
+            ready=ready, reasons=reasons, degraded=self.degraded(), server_pid=self.server_pid,
+            stub_pids=stub_pids, models=models, events=events, time=iso_time(self.wall_clock()),
         )  # fmt: skip
 
     def run(self) -> None:
