@@ -285,11 +285,15 @@ def freshness(args, server, store, redis_url: str, artifacts: Path, work: Path) 
             engaged.append(engagement_probe(client, store, redis_client, user, post, post_author))
             posted.append(new_post_probe(client, store, followers[i], author, PROBE_POST_BASE + i))
             print(f"  probe {i + 1}: engagement {engaged[-1]}, new post {posted[-1]}", flush=True)
+            time.sleep(
+                args.probe_gap_s
+            )  # the probes spread over the load, not bunched at its start
     finally:
         finish_locust(locust)
     totals = locust_totals(prefix)
     return {
         "locust_users": args.locust_users,
+        "probe_gap_s": args.probe_gap_s,
         "locust_started_sending": loaded,
         "locust_requests": totals.requests,
         "locust_failures": totals.failures,
@@ -463,6 +467,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="by id / with history pairs")
     parser.add_argument("--probes", type=int, default=5, help="freshness probes of each kind")
     parser.add_argument("--locust-users", type=int, default=4)
+    parser.add_argument("--probe-gap-s", type=float, default=3.0, help="seconds between probes")
     parser.add_argument(
         "--phase-s",
         type=float,
