@@ -402,7 +402,7 @@ def add_options(parser) -> None:
         default="",
         env_var=USER_STATE_URL_ENV,
         help="the server's user-state store: the by-id users are loaded into it first "
-        "(default: none, the by-id users are sent as they are)",
+        f"(default: ${USER_STATE_URL_ENV}, else none: the by-id users are sent unloaded)",
     )
     parser.add_argument(
         "--by-id-world",
