@@ -151,7 +151,8 @@ BENCH_ARGS ?=
 LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
-.PHONY: loadtest bench-serving bench-engine bench-startup bench-retrieval bench-store-serving
+.PHONY: loadtest bench-serving bench-engine bench-startup bench-retrieval bench-store-serving \
+	bench-user-state
 
 bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
@@ -171,6 +172,9 @@ bench-retrieval: setup  ## corpus stores of 1 M and 10 M trained-tower posts: re
 
 bench-store-serving: setup  ## recommend over 100 k vs 10 M stores under Locust; freshness, deletion, window -> bench/results/
 	$(PY) -m bench.bench_store_serving $(BENCH_ARGS)
+
+bench-user-state: setup artifacts  ## recommend by id vs with history, freshness under Locust, Redis killed -> bench/results/user_state_load.json
+	$(PY) -m bench.bench_user_state $(BENCH_ARGS)
 
 # ---- reliability: faults, overload, fuzz and soak (docs/reliability.md) --------------------
 RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \

@@ -2,10 +2,16 @@
 
 Two user classes share one weighted mix of traffic: `rank` (the ranker, 1..512 candidates),
 `recommend` (the ensemble with its feed policy, top_k 10..200, half of the requests with seen
-posts and excluded authors) and `retrieve` (user_encoder, then retriever with the
-returned vector). Users have histories of 0..history_seq_len posts; post and author ids come from
-the artifact directory's corpus. Every response is checked (status, output shapes, ranked ids
-are the candidates, scores sorted descending, history excluded); a failed check is a failure.
+posts and excluded authors), `retrieve` (user_encoder, then retriever with the
+returned vector) and `recommend_by_id` (the ensemble by `user_id` and `top_k` alone, a quarter
+with filters: the server reads the history from its user-state store). Users have histories of
+0..history_seq_len posts; post and author ids come from the artifact directory's corpus. By-id
+users are the first `--by-id-users` users of a trained world (`--by-id-world`, its
+training.json), drawn by Zipf's law (`--zipf-s`) reproducibly for `--workload-seed`; with
+`--redis-url` they are loaded into that store first (the server's). Every response is checked
+(status, output shapes, ranked ids are the candidates, scores sorted descending, history
+excluded, in_network flags 0/1, request_id > 0); a failed check is a failure.
+`--exclude-tags recommend_by_id` leaves the by-id traffic out (a server without a store).
 
 Against a running server (see loadtest/README.md):
     .venv/bin/locust -f loadtest/locustfile.py --headless -u 8 -r 8 -t 30s \\
@@ -17,6 +23,7 @@ With a server of its own, reports and a verdict (what `make loadtest` runs):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -39,11 +46,20 @@ from phoenix.command_line import command_parser
 from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
 from phoenix.serving.contracts import contract
 from phoenix.serving.ensemble import next_step_inputs, passed_on_history
+from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.testing.locust_runs import TOTALS_SUFFIX, Totals, read_totals
+from phoenix.user_state import UserStateLimits, UserStateStore
+from phoenix.user_state import connect as connect_store
+from phoenix.user_state.popularity import DEFAULT_ZIPF_S, ZipfUsers, user_stream
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_ARTIFACTS = "artifacts/demo"
+DEFAULT_WORLD = "artifacts/trained-demo"  # shipped: the world its users come from
+DEFAULT_BY_ID_USERS = 1000
+BY_ID_TAG = "recommend_by_id"  # its task's tag and its requests' name in Locust's tables
+BY_ID_WEIGHT = 2
+BY_ID_FILTERED_SHARE = 0.25
 DEFAULT_GRPC_URL = "127.0.0.1:8001"
 TASK_WEIGHTS = {"rank": 3, "recommend": 2, "retrieve": 1}
 MAX_CANDIDATES = 512
@@ -146,6 +162,38 @@ def check_filtered(
     return check
 
 
+def check_by_id(top_k: int, seen: np.ndarray, excluded: np.ndarray) -> Check:
+    """A feed by user id: up to top_k retrieved plus the in-network posts, unique, sorted,
+    every per-post output as long, in_network flags 0 or 1, a request id > 0, none of the seen
+    posts or excluded authors. An empty feed is allowed: a hot user served the whole corpus
+    within the served-posts TTL has nothing left but in-network posts, maybe none."""
+    most = top_k + UserStateLimits().in_network_total
+
+    def check(out):
+        problem = shape_problem("recommend", out, {})
+        if problem:
+            return problem
+        count = out["ranked_post_ids"].shape[-1]
+        shapes = {"ranked_post_ids": (1, count), "request_id": (1, 1)}
+        shapes.update({name: (1, count) for name in ("scores", "ranked_author_ids", "in_network")})
+        problem = shape_problem("recommend", out, shapes)
+        problem = problem or sorted_problem(out["scores"][0], "scores")
+        if problem:
+            return problem
+        posts, authors = out["ranked_post_ids"][0], out["ranked_author_ids"][0]
+        if count > most or len(np.unique(posts)) != count:
+            return f"ranked_post_ids: {count} posts, at most {most} unique expected"
+        if not np.isin(out["in_network"][0], (0, 1)).all():
+            return "in_network has flags other than 0 and 1"
+        if out["request_id"][0, 0] <= 0:
+            return f"request_id {out['request_id'][0, 0]} is not positive"
+        if np.isin(posts, seen).any() or np.isin(authors, excluded).any():
+            return "ranked_post_ids contains seen posts or posts of excluded authors"
+        return None
+
+    return check
+
+
 def check_user_embedding(emb_size: int) -> Check:
     def check(out):
         problem = shape_problem("user_encoder", out, {"user_embedding": (1, emb_size)})
@@ -173,8 +221,13 @@ class Prepared:
     check: Check
     chain: Optional[dict[str, np.ndarray]] = None  # retrieve only: the recommend request
     expected: int = 0  # retrieve only: how many posts the retriever must return
+    name: str = ""  # the name in Locust's tables, when not the model's
     # the request encoded per protocol, built on first use (pooled requests are sent many times)
     encoded: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
 
 
 def http_body(arrays: Mapping[str, np.ndarray]) -> tuple[bytes, int]:
@@ -256,13 +309,68 @@ class Workload:
         return prepared.encoded["grpc"]
 
 
+class ByIdTraffic:
+    """recommend requests carrying only `user_id` and `top_k` (a quarter also the feed
+    filters), for users drawn by Zipf's law; each Locust user draws from its own stream."""
+
+    def __init__(self, users: ZipfUsers, corpus: CorpusIds, seed: int):
+        self.users, self.corpus, self.seed = users, corpus, seed
+        self.next_client = itertools.count()
+
+    def stream(self) -> np.random.Generator:
+        return user_stream(self.seed, next(self.next_client))
+
+    def prepare(self, rng: np.random.Generator) -> Prepared:
+        top_k = int(rng.integers(TOP_K_RANGE[0], TOP_K_RANGE[1] + 1))
+        arrays = {
+            "user_id": np.array([[self.users.draw(rng)]], np.int64),
+            "top_k": np.array([[top_k]], np.int32),
+        }
+        seen, excluded = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if rng.random() < BY_ID_FILTERED_SHARE:
+            seen, _ = self.corpus.draw(rng, 20)
+            _, excluded = self.corpus.draw(rng, 5)
+            arrays["seen_post_ids"], arrays["excluded_author_ids"] = seen[None], excluded[None]
+        return Prepared("recommend", arrays, check_by_id(top_k, seen, excluded), name=BY_ID_TAG)
+
+
+def by_id_population(world_dir: Path, count: int, s: float, store_url: str) -> ZipfUsers:
+    """The first ``count`` users of the trained world of ``world_dir``, loaded into the store at
+    ``store_url`` when one is given (their engagements, follows and the authors' posts)."""
+    from phoenix.checkpoint import ArtifactError
+    from phoenix.user_state.world import WorldUsers, load_users
+
+    try:
+        world = WorldUsers.from_artifacts(world_dir)
+    except ArtifactError as error:
+        raise SystemExit(f"--by-id-world: {error}") from None
+    population = world.population(count)
+    if store_url:
+        loaded = load_users(UserStateStore(connect_store(store_url)), world, population)
+        print(loaded.summary(store_url), flush=True)
+    return ZipfUsers(world.user_ids[population], s)
+
+
+def by_id_selected(options) -> bool:
+    """Whether Locust's --tags / --exclude-tags leave the by-id task in."""
+    tags, excluded = getattr(options, "tags", None), getattr(options, "exclude_tags", None)
+    return (not tags or BY_ID_TAG in tags) and BY_ID_TAG not in (excluded or [])
+
+
 WORKLOAD: Optional[Workload] = None
+BY_ID: Optional[ByIdTraffic] = None
 
 
 def workload() -> Workload:
     if WORKLOAD is None:
         raise RuntimeError("the workload is built on Locust's init event; was it fired?")
     return WORKLOAD
+
+
+def by_id_traffic() -> ByIdTraffic:
+    if BY_ID is None:
+        raise RuntimeError("the by-id traffic is built on Locust's init event when its tag is in")
+    return BY_ID
 
 
 # ----------------------------------------------------------------------------------------
@@ -289,6 +397,30 @@ def add_options(parser) -> None:
     )
     parser.add_argument("--pool-size", type=int, default=64, help="prepared random users per task")
     parser.add_argument("--workload-seed", type=int, default=0, help="seed of the random users")
+    parser.add_argument(
+        "--redis-url",
+        default="",
+        env_var=USER_STATE_URL_ENV,
+        help="the server's user-state store: the by-id users are loaded into it first "
+        f"(default: ${USER_STATE_URL_ENV}, else none: the by-id users are sent unloaded)",
+    )
+    parser.add_argument(
+        "--by-id-world",
+        default=DEFAULT_WORLD,
+        help="trained artifact directory whose world's users the by-id requests are for",
+    )
+    parser.add_argument(
+        "--by-id-users",
+        type=int,
+        default=DEFAULT_BY_ID_USERS,
+        help="how many of the world's users the by-id requests draw from",
+    )
+    parser.add_argument(
+        "--zipf-s",
+        type=float,
+        default=DEFAULT_ZIPF_S,
+        help="exponent of the Zipf law of the by-id users (0: uniform)",
+    )
 
 
 @events.init.add_listener
@@ -297,13 +429,27 @@ def build_workload(environment, **_kwargs) -> None:
     options = environment.parsed_options
     artifacts = Path(getattr(options, "artifacts", DEFAULT_ARTIFACTS))
     pool_size = getattr(options, "pool_size", 64)
-    WORKLOAD = Workload(artifacts, pool_size, getattr(options, "workload_seed", 0))
+    seed = getattr(options, "workload_seed", 0)
+    WORKLOAD = Workload(artifacts, pool_size, seed)
+    build_by_id_traffic(options, WORKLOAD.corpus, seed)
     # Every gRPC user may have one blocking call in the pool at a time; don't queue them.
     users = getattr(options, "num_users", None) or 64
     gevent.get_hub().threadpool.maxsize = max(10, int(users))
     cap = getattr(options, "max_requests", 0)
     if cap:
         stop_after(environment, cap)
+
+
+def build_by_id_traffic(options, corpus: CorpusIds, seed: int) -> None:
+    global BY_ID
+    if options is None or not by_id_selected(options):
+        return
+    if options.by_id_users < 1:
+        raise SystemExit(f"--by-id-users must be at least 1, got {options.by_id_users}")
+    users = by_id_population(
+        Path(options.by_id_world), options.by_id_users, options.zipf_s, options.redis_url
+    )
+    BY_ID = ByIdTraffic(users, corpus, seed)
 
 
 @events.init.add_listener
@@ -350,6 +496,7 @@ class PhoenixTraffic(User):
 
     def on_start(self) -> None:
         self.rng = np.random.default_rng()
+        self.by_id_rng = by_id_traffic().stream() if BY_ID is not None else None
 
     def send(self, prepared: Prepared) -> Optional[Mapping[str, np.ndarray]]:
         raise NotImplementedError
@@ -363,6 +510,11 @@ class PhoenixTraffic(User):
     @task(TASK_WEIGHTS["recommend"])
     def recommend(self) -> None:
         self.send(workload().pick("recommend", self.rng))
+
+    @tag(BY_ID_TAG)  # `--exclude-tags recommend_by_id` for a server without a store
+    @task(BY_ID_WEIGHT)
+    def recommend_by_id(self) -> None:
+        self.send(by_id_traffic().prepare(self.by_id_rng))
 
     @tag("retrieve")  # `--tags retrieve` sends only these
     @task(TASK_WEIGHTS["retrieve"])
@@ -386,7 +538,7 @@ class TritonHttpUser(PhoenixTraffic, FastHttpUser):
         }
         url = f"/v2/models/{prepared.model}/infer"
         with self.client.post(
-            url, data=body, headers=headers, name=prepared.model, catch_response=True
+            url, data=body, headers=headers, name=prepared.label, catch_response=True
         ) as response:
             if response.status_code != 200:
                 response.failure(f"HTTP {response.status_code}: {response.text[:300]}")
@@ -444,7 +596,7 @@ class TritonGrpcUser(PhoenixTraffic):
             error = exception
         self.environment.events.request.fire(
             request_type="grpc",
-            name=prepared.model,
+            name=prepared.label,
             response_time=1e3 * (time.perf_counter() - started),
             response_length=length,
             exception=error,
@@ -464,10 +616,13 @@ def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "Run this Locust file headless with both user classes (HTTP and gRPC) "
         "against a Triton server, write Locust's CSV and HTML reports and fail when any "
         "request failed. Without --http-port it starts a server of its own on free loopback "
-        "ports over --model-repository and stops it afterwards.",
+        "ports over --model-repository, with a redis-server as its user-state store (the "
+        "by-id users loaded into it), and stops both afterwards. With --http-port, the by-id "
+        "traffic is sent only when --redis-url names that server's store.",
         "Examples:\n"
         "  python loadtest/locustfile.py --users 8 --run-time 30s\n"
-        "  python loadtest/locustfile.py --host 127.0.0.1 --http-port 8000 --grpc-port 8001\n",
+        "  python loadtest/locustfile.py --host 127.0.0.1 --http-port 8000 --grpc-port 8001\n"
+        "  python loadtest/locustfile.py --http-port 8000 --redis-url redis://127.0.0.1:6379/0\n",
     )
     parser.add_argument(
         "--artifacts",
@@ -494,6 +649,25 @@ def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         type=int,
         default=8001,
         help="its gRPC port (with --http-port; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default="",
+        help="the running server's user-state store (with --http-port): by-id users are loaded "
+        "into it and by-id traffic is sent; without it, none is sent",
+    )
+    parser.add_argument(
+        "--by-id-world",
+        type=Path,
+        default=Path(DEFAULT_WORLD),
+        help="trained artifacts whose world's users are the by-id users (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--by-id-users",
+        type=int,
+        default=DEFAULT_BY_ID_USERS,
+        help="how many of the world's users by-id requests draw from, by Zipf's law "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--users",
@@ -536,6 +710,17 @@ def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
         "--host", f"http://{http_url}", "--grpc-url", grpc_url,
         "--artifacts", str(args.artifacts.resolve()), "--max-requests", str(args.max_requests),
         "--csv", str(prefix), "--html", f"{prefix}.html", "--exit-code-on-error", "1",
+        *by_id_options(args),
+    ]  # fmt: skip
+
+
+def by_id_options(args) -> list[str]:
+    """Locust's by-id options: the store to load the users into, or the by-id task left out."""
+    if not args.redis_url:
+        return ["--exclude-tags", BY_ID_TAG]
+    return [
+        "--redis-url", args.redis_url, "--by-id-world", str(args.by_id_world.resolve()),
+        "--by-id-users", str(args.by_id_users),
     ]  # fmt: skip
 
 
@@ -575,15 +760,24 @@ def run_locust(args, http_url: str, grpc_url: str) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_runner_args(argv)
     if args.http_port:
+        if not args.redis_url:
+            print(f"no --redis-url: the {BY_ID_TAG} traffic is left out", flush=True)
         return run_locust(args, f"{args.host}:{args.http_port}", f"{args.host}:{args.grpc_port}")
     from phoenix.testing.triton import triton_server
+    from phoenix.user_state.server import RedisServer
 
     log = args.results / "tritonserver.log"
-    server = triton_server(args.model_repository, args.artifacts, log_path=log, exit_timeout_secs=5)
-    print(f"starting tritonserver over {args.model_repository} (log: {log})", flush=True)
-    with server:
-        print(f"ready after {server.ready_after_s:.0f} s at {server.http_url}", flush=True)
-        return run_locust(args, server.http_url, server.grpc_url)
+    with RedisServer() as store:
+        args.redis_url = store.url
+        env = {USER_STATE_URL_ENV: store.url}
+        server = triton_server(
+            args.model_repository, args.artifacts, log_path=log, env=env, exit_timeout_secs=5
+        )
+        print(f"starting tritonserver over {args.model_repository} (log: {log}), "
+              f"user-state store {store.url}", flush=True)  # fmt: skip
+        with server:
+            print(f"ready after {server.ready_after_s:.0f} s at {server.http_url}", flush=True)
+            return run_locust(args, server.http_url, server.grpc_url)
 
 
 if __name__ == "__main__":

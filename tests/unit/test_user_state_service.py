@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from phoenix.serving.contracts import USER_STATE
+from phoenix.serving.contracts import LIMITS, USER_STATE
 from phoenix.serving.requests import InputError
 from phoenix.serving.services import ServiceSettings, build_service
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV, UserStateService
@@ -15,6 +15,7 @@ from phoenix.user_state import (
     Engagement,
     Follow,
     Post,
+    UserStateLimits,
     UserStateStore,
     UserStateUnavailable,
     connect,
@@ -65,6 +66,26 @@ def test_by_id_reads_both_histories_capped_newest_last_and_served(tiny_artifacts
     positive = [e.post_id for i, e in enumerate(events) if i % 3 != 2][-seq_len:]
     assert out["retrieval_history_post_ids"].tolist() == [positive]
     assert out["served_post_ids"].tolist() == [[9, 6, 5]]  # newest first (ties: larger id)
+
+
+def test_a_hot_users_served_posts_and_history_fit_the_retrievers_exclusion_list(
+    tiny_artifacts, redis_server
+):
+    """Found under Locust's Zipf traffic: a user served served_cap posts plus a history
+    overflowed the retriever's 4,096 excluded posts a row and failed its batch."""
+    svc = service(tiny_artifacts, redis_server.url)
+    store = UserStateStore(connect(redis_server.url))
+    store.apply(engagements(21, svc.seq_len))
+    cap = UserStateLimits().served_cap
+    store.mark_served(21, range(10**6, 10**6 + cap), NOW - 20)  # the oldest served
+    store.mark_served(21, [77, 78], NOW - 5)
+
+    (out,) = svc.handle([by_id(21)])
+
+    history, served = out["history_post_ids"][0], out["served_post_ids"][0]
+    assert len(history) == svc.seq_len
+    assert len(history) + len(served) == LIMITS.max_filter_ids
+    assert served[:2].tolist() == [78, 77]  # the newest kept, the oldest cut
 
 
 def test_unknown_user_gets_empty_histories(tiny_artifacts, redis_server):

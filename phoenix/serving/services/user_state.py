@@ -162,6 +162,15 @@ def stacked_ids(rows: Sequence[np.ndarray]) -> np.ndarray:
     return stack_padded([np.asarray(ids, np.int64)[None] for ids in rows], width, len(rows))
 
 
+def excludable_served(user: UserState) -> np.ndarray:
+    """The newest served posts that fit beside the history in the retriever's exclusion list
+    (history + served, at most max_filter_ids a row). A user served the whole served_cap
+    within the TTL (a hot user: measured under Locust's Zipf traffic) would otherwise overflow
+    it and fail the retriever's whole batch; the oldest served posts give way."""
+    room = LIMITS.max_filter_ids - len(user.histories.ranking)
+    return user.served[: max(room, 0)]
+
+
 def stored_state(users: Sequence[UserState]) -> dict[str, np.ndarray]:
     """One request's outputs from the store's rows."""
     ranking = stacked_history([u.histories.ranking for u in users])
@@ -169,7 +178,7 @@ def stored_state(users: Sequence[UserState]) -> dict[str, np.ndarray]:
     return {
         **ranking,
         **{RETRIEVAL_PREFIX + name: array for name, array in retrieval.items()},
-        "served_post_ids": stacked_ids([u.served[: LIMITS.max_filter_ids] for u in users]),
+        "served_post_ids": stacked_ids([excludable_served(u) for u in users]),
         "in_network_post_ids": stacked_ids([u.in_network.post_ids for u in users]),
         "in_network_author_ids": stacked_ids([u.in_network.author_ids for u in users]),
     }
