@@ -1,11 +1,13 @@
 """ANN indexes of sealed segments (Faiss): which index a segment gets, building, reading.
 
-An IVF index with 8-bit scalar-quantized vectors: a quarter of float32's bytes per scan, and
-on the trained demo towers' embeddings of generator posts (64-d) it kept recall@100 >= 0.95
-where IVF-Flat needed the same lists probed (docs/retrieval.md, "Choosing the index").
-Each user probes as many lists as its position needs (``lists_to_probe``: users between
-clusters need many more), and the index's candidates are re-scored exactly in float32.
-Inner product on unit vectors is the towers' cosine score.
+An IVF index whose vectors are product-quantized into one 4-bit code per dimension, scanned by
+Faiss' fast-scan (SIMD table look-ups over 32 codes at a time): on the trained demo towers'
+64-d embeddings of generator posts it scanned the same lists about 2x faster than 8-bit
+scalar-quantized codes, and with 10x the rows wanted re-scored in float32 kept the same recall
+(docs/retrieval.md, "Choosing the index"). Each user probes as many lists as its position
+needs (``lists_to_probe``: users between clusters need many more), and the index's candidates
+are re-scored exactly in float32. Inner product on unit vectors is the towers' cosine score.
+IVF-SQ8 segments written before still load and are searched as their entries say.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from phoenix.corpus_store.manifest import EXACT, IVF_SQ8, IndexSpec, StoreError
+from phoenix.corpus_store.manifest import EXACT, IVF_PQ4FS, IndexSpec, StoreError
 
 # Segments smaller than this are scored exactly: an index would save little and cost a build.
 ANN_MIN_ROWS = 200_000
@@ -31,27 +33,32 @@ PROBE_SLOPE = 4.8
 PROBE_SCORE = 0.82
 MOST_PROBED_SHARE = 4  # at most a quarter of the lists
 MOST_PROBED = 1024
-RERANK = 2  # the index is asked for 2x the rows wanted, re-scored exactly (4x: no better)
+# The index is asked for 10x the rows wanted, re-scored exactly: 4-bit codes order the flat
+# top of a user's scores loosely (8x lost 0.01 of new users' worst decile at 1 M; IVF-SQ8
+# needed 2x).
+RERANK = 10
 
 
-def choose_index(rows: int) -> IndexSpec:
+def choose_index(rows: int, emb_size: int) -> IndexSpec:
     """The index of a sealed segment of ``rows`` posts: exact below ANN_MIN_ROWS, else IVF with
     about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), probed adaptively (``ivf_spec``).
 
     Measured through ``Snapshot.search`` on trained-tower users of five kinds (make
     bench-retrieval; docs/retrieval.md, "Users of every kind"): recall@100 mean >= 0.97 and
-    worst decile >= 0.91 for every kind at 1 M rows (4,096 lists) and 10 M (8,192 lists)."""
+    worst decile >= 0.91 for every kind at 1 M rows (4,096 lists; IVF-SQ8 also at 10 M,
+    8,192 lists)."""
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))
-    return ivf_spec(nlist)
+    return ivf_spec(nlist, emb_size)
 
 
-def ivf_spec(nlist: int) -> IndexSpec:
-    """IVF-SQ8 over ``nlist`` lists with this module's probing and re-ranking."""
+def ivf_spec(nlist: int, emb_size: int) -> IndexSpec:
+    """IVF with 4-bit fast-scan PQ codes (one per dimension of ``emb_size``) over ``nlist``
+    lists, with this module's probing and re-ranking."""
     nprobe = min(PROBED_LISTS, max(1, nlist // 8))
     most = max(nprobe, min(MOST_PROBED, nlist // MOST_PROBED_SHARE))
-    return IndexSpec(IVF_SQ8, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, RERANK)
+    return IndexSpec(IVF_PQ4FS, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, RERANK, emb_size)
 
 
 def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:
@@ -117,13 +124,9 @@ def build_index(
     """A trained, filled Faiss index of ``embeddings`` [n, D] (row i gets id i); ``progress``
     is told the rows added after each slice (a caller's progress bar: big builds take minutes).
     """
-    import faiss
 
     rows, dim = embeddings.shape
-    quantizer = faiss.IndexFlatIP(dim)
-    index = faiss.IndexIVFScalarQuantizer(
-        quantizer, dim, spec.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
-    )
+    index = empty_index(spec, dim)
     sample = min(rows, spec.nlist * TRAIN_POINTS_PER_LIST)
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(rows, sample, replace=False))
@@ -138,19 +141,36 @@ def build_index(
     return index
 
 
+def empty_index(spec: IndexSpec, dim: int):
+    """An untrained Faiss IVF index of ``spec``'s kind (inner product) over ``dim``-d vectors."""
+    import faiss
+
+    quantizer = faiss.IndexFlatIP(dim)
+    if spec.kind == IVF_PQ4FS:
+        if dim % spec.pq_m:
+            raise StoreError(f"pq_m {spec.pq_m} does not divide emb_size {dim}")
+        return faiss.IndexIVFPQFastScan(
+            quantizer, dim, spec.nlist, spec.pq_m, 4, faiss.METRIC_INNER_PRODUCT
+        )
+    return faiss.IndexIVFScalarQuantizer(
+        quantizer, dim, spec.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+    )
+
+
 def write_index(index, path: Path) -> None:
     import faiss
 
     faiss.write_index(index, str(path))
 
 
-def read_index(path: Path, rows: int, emb_size: int):
+def read_index(path: Path, spec: IndexSpec, rows: int, emb_size: int):
     """The index at ``path``, loaded into this process's memory and checked against its
-    segment's rows and width.
+    segment's entry: the kind ``spec`` names, its rows and width.
 
     Not memory-mapped: Faiss maps an IVF index's lists as OnDiskInvertedLists, which searched
     at a third to a half of the speed here (16 users per call, 1 M posts), and the loaded
-    8-bit codes are small (D + 8 bytes per post: 0.7 GB per instance at 10 M posts)."""
+    codes are small (8-bit: D + 8 bytes per post, 0.7 GB per instance at 10 M posts; 4-bit
+    PQ: pq_m / 2 + 8)."""
     import faiss
 
     if not path.is_file():
@@ -159,6 +179,12 @@ def read_index(path: Path, rows: int, emb_size: int):
         index = faiss.read_index(str(path))
     except RuntimeError as error:
         raise StoreError(f"{path}: not a readable Faiss index ({error})") from None
+    expected = faiss.IndexIVFPQFastScan if spec.kind == IVF_PQ4FS else faiss.IndexIVFScalarQuantizer
+    if not isinstance(index, expected):
+        raise StoreError(
+            f"{path}: a {type(index).__name__}, expected a {expected.__name__} (the manifest "
+            f"gives this segment index kind {spec.kind!r})"
+        )
     if index.ntotal != rows or index.d != emb_size:
         raise StoreError(
             f"{path}: holds {index.ntotal} vectors of width {index.d}, expected {rows} of "

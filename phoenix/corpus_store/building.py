@@ -244,7 +244,7 @@ def build_store(
 
 def add_sealed(store: CorpusStore, posts: StorePosts, label: str, report: Report) -> None:
     """One sealed segment, its index chosen by size; a bar while a big index is built."""
-    spec = choose_index(len(posts))
+    spec = choose_index(len(posts), posts.embeddings.shape[1])
     report(f"{label}: {len(posts):,} posts, index {describe_index(spec)}")
     if spec.kind == "exact":
         store.add(posts, state=SEALED, index=spec)

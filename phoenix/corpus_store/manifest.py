@@ -30,7 +30,8 @@ from phoenix.config import ArtifactError
 MANIFEST_FILE = "manifest.json"
 FORMAT = "phoenix-corpus-store/1"
 FRESH, SEALED = "fresh", "sealed"
-EXACT, IVF_SQ8 = "exact", "ivf_sq8"  # how a segment is searched
+EXACT, IVF_SQ8, IVF_PQ4FS = "exact", "ivf_sq8", "ivf_pq4fs"  # how a segment is searched
+INDEX_KINDS = (EXACT, IVF_SQ8, IVF_PQ4FS)
 
 
 class StoreError(ArtifactError):
@@ -39,14 +40,15 @@ class StoreError(ArtifactError):
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """How a segment is searched: ``exact`` (every row scored) or an IVF index whose vectors
-    are 8-bit scalar-quantized, probed in ``nprobe`` of ``nlist`` lists.
+    """How a segment is searched: ``exact`` (every row scored) or an IVF index probed in
+    ``nprobe`` of ``nlist`` lists, whose vectors are 8-bit scalar-quantized (``ivf_sq8``) or
+    product-quantized into ``pq_m`` 4-bit codes scanned by Faiss' fast-scan (``ivf_pq4fs``).
 
     Query-adaptive probing (``ann.lists_to_probe``): a user whose best list centroid scores
     ``s`` below ``probe_score`` sits between clusters, and probes ``nprobe * exp(probe_slope *
     (probe_score - s))`` lists, at most ``max_nprobe``. ``rerank``: the index is asked for
-    ``rerank`` times the rows wanted, re-scored exactly in float32 (0: the index's 8-bit scores
-    as they are). Stores written before these fields load with them absent: ``max_nprobe`` =
+    ``rerank`` times the rows wanted, re-scored exactly in float32 (0: the index's quantized
+    scores as they are). Stores written before these fields load with them absent: ``max_nprobe`` =
     ``nprobe``, no re-rank, as they were searched then."""
 
     kind: str = EXACT
@@ -56,6 +58,7 @@ class IndexSpec:
     probe_score: float = 0.0
     probe_slope: float = 0.0
     rerank: int = 0
+    pq_m: int = 0  # ivf_pq4fs only: 4-bit codes per vector
 
     @property
     def most_probed(self) -> int:
@@ -159,8 +162,9 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
     kind = data.get("kind")
     if kind == EXACT:
         return IndexSpec()
-    if kind != IVF_SQ8:
-        raise StoreError(f"{where}: index kind {kind!r}, expected '{EXACT}' or '{IVF_SQ8}'")
+    if kind not in INDEX_KINDS:
+        expected = ", ".join(repr(k) for k in INDEX_KINDS)
+        raise StoreError(f"{where}: index kind {kind!r}, expected one of {expected}")
     nlist, nprobe = _field(data, "nlist", int, where), _field(data, "nprobe", int, where)
     if not 1 <= nprobe <= nlist:
         raise StoreError(f"{where}: nprobe {nprobe} must lie in [1, nlist={nlist}]")
@@ -171,14 +175,18 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
     rerank = optional("rerank", int)
     if rerank < 0:
         raise StoreError(f"{where}: rerank {rerank}, expected >= 0")
+    pq_m = _field(data, "pq_m", int, where) if kind == IVF_PQ4FS else 0
+    if kind == IVF_PQ4FS and pq_m < 1:
+        raise StoreError(f"{where}: pq_m {pq_m}, expected >= 1 (4-bit codes per vector)")
     return IndexSpec(
-        IVF_SQ8,
+        kind,
         nlist,
         nprobe,
         max_nprobe,
         float(optional("probe_score", (int, float))),
         float(optional("probe_slope", (int, float))),
         rerank,
+        pq_m,
     )
 
 

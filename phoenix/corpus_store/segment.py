@@ -135,7 +135,7 @@ class Segment:
         self.index = None
         self.centroids = None  # float32 [nlist, D] of the index, when it has one
         if searchable and entry.index.kind != EXACT:
-            self.index = read_index(self.path / "index.faiss", entry.rows, emb_size)
+            self.index = read_index(self.path / "index.faiss", entry.index, entry.rows, emb_size)
             self.centroids = centroids_of(self.index)
 
     def _column(self, column: str) -> np.ndarray:

@@ -133,7 +133,7 @@ class CorpusStore:
         posts = check_posts(posts, emb_size, f"new posts for {self.root}")
         posts = posts.take(np.argsort(posts.created_at, kind="stable"))
         if index is None:
-            index = choose_index(len(posts)) if state == SEALED else IndexSpec()
+            index = choose_index(len(posts), emb_size) if state == SEALED else IndexSpec()
         entry = write_segment(self.root, posts, state, index, progress)
         with self._locked() as manifest:
             try:
@@ -183,7 +183,7 @@ class CorpusStore:
         kept, purged = self._live_posts(snapshot, fresh, cutoff)
         new_entry = None
         if kept is not None and len(kept):
-            index = choose_index(len(kept))
+            index = choose_index(len(kept), kept.embeddings.shape[1])
             if progress:
                 print(f"sealing {len(kept):,} posts ({index.kind})", flush=True)
             new_entry = write_segment(self.root, kept, SEALED, index)

@@ -19,7 +19,7 @@ from phoenix.corpus_store import (
     StoreFollower,
     choose_index,
 )
-from phoenix.corpus_store.manifest import IVF_SQ8
+from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
 from phoenix.corpus_store.store import RETIRE_GRACE_S
 
 D = 16
@@ -116,11 +116,48 @@ def test_sealed_ivf_segment_recall_against_exact(tmp_path, rng):
         assert np.all(np.diff(hits.scores[b]) <= 0)
 
 
-def test_ivf_segment_honours_tombstones_window_and_exclusions(tmp_path, rng):
+def test_pq4fs_segment_returns_exact_scores_and_keeps_recall(tmp_path, rng):
+    centers = rng.normal(size=(32, D))
+    posts = make_posts(rng, 20_000, 1, 0, centers)
+    store = CorpusStore.create(tmp_path / "s", D)
+    spec = IndexSpec(IVF_PQ4FS, nlist=64, nprobe=16, rerank=10, pq_m=D)
+    store.add(posts, state=SEALED, index=spec)
+    snapshot = store.open()
+    assert type(snapshot.segments[0].index).__name__ == "IndexIVFPQFastScan"
+    users = unit(centers[:8] + 0.3 * rng.normal(size=(8, D)))
+    hits = snapshot.search(users, 100)
+    expected = reference_top_k(posts, users, 100)
+    recall = np.mean([np.isin(h, e).mean() for h, e in zip(hits.post_ids, expected)])
+    assert recall >= 0.95, recall
+    for b in range(8):  # the 4-bit estimates re-scored from the float vectors: exact
+        exact = posts.embeddings[hits.post_ids[b] - 1] @ users[b]
+        np.testing.assert_allclose(hits.scores[b], exact, rtol=1e-5, atol=1e-6)
+
+
+def test_an_index_file_of_another_kind_is_refused_naming_it(tmp_path, rng):
+    posts = make_posts(rng, 2_000, 1, 0, rng.normal(size=(4, D)))
+    store = CorpusStore.create(tmp_path / "s", D)
+    entry = store.add(posts, state=SEALED, index=IndexSpec(IVF_SQ8, nlist=8, nprobe=8))
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["segments"][0]["index"] = {"kind": IVF_PQ4FS, "nlist": 8, "nprobe": 8, "pq_m": D}
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=rf"{entry.name}/index.faiss: a IndexIVFScalarQuantizer"):
+        store.open()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        IndexSpec(IVF_SQ8, nlist=16, nprobe=16),
+        IndexSpec(IVF_PQ4FS, nlist=16, nprobe=16, rerank=10, pq_m=D),
+    ],
+    ids=["ivf_sq8", "ivf_pq4fs"],
+)
+def test_ivf_segment_honours_tombstones_window_and_exclusions(tmp_path, rng, spec):
     centers = rng.normal(size=(8, D))
     posts = make_posts(rng, 5_000, 1, 0, centers)
     store = CorpusStore.create(tmp_path / "s", D, window_seconds=4_000)
-    store.add(posts, state=SEALED, index=IndexSpec(IVF_SQ8, nlist=16, nprobe=16))
+    store.add(posts, state=SEALED, index=spec)
     users = unit(centers[:2])
     first = store.open().search(users, 50, now=5_000)
     assert first.created_at[0].min() >= 1_000
@@ -258,10 +295,10 @@ def test_bad_posts_are_refused_before_anything_is_written(tmp_path, rng):
 
 
 def test_index_choice_by_segment_size():
-    assert choose_index(10_000).kind == "exact"
-    big = choose_index(1_000_000)
-    assert (big.kind, big.nlist, big.nprobe) == (IVF_SQ8, 4096, 128)
-    assert choose_index(10_000_000).nlist == 8192
+    assert choose_index(10_000, D).kind == "exact"
+    big = choose_index(1_000_000, D)
+    assert (big.kind, big.nlist, big.nprobe, big.pq_m) == (IVF_PQ4FS, 4096, 128, D)
+    assert choose_index(10_000_000, D).nlist == 8192
     assert FRESH != SEALED
 
 

@@ -11,7 +11,7 @@ from phoenix.corpus_store.manifest import IVF_SQ8, IndexSpec, StoreError, _index
 
 
 def test_probing_fields_round_trip_through_the_manifest():
-    spec = ivf_spec(4096)
+    spec = ivf_spec(4096, 64)
     assert spec.max_nprobe > spec.nprobe and spec.rerank > 0
     assert _index_spec(spec.to_dict(), "manifest.json") == spec
 
@@ -24,7 +24,7 @@ def test_an_entry_without_probing_fields_loads_as_before():
 
 
 def test_users_between_clusters_probe_more_lists_up_to_the_cap():
-    spec = ivf_spec(4096)
+    spec = ivf_spec(4096, 64)
     probes = lists_to_probe(spec, np.array([0.95, spec.probe_score, 0.6, -1.0]))
     assert probes[0] == probes[1] == spec.nprobe
     assert spec.nprobe < probes[2] < spec.max_nprobe

@@ -1,0 +1,164 @@
+"""Index designs for the corpus store compared side by side on the same posts and users:
+recall@100 per kind of user and queries/s, measured interleaved (one pass of each design in
+turn, best of the passes) so that load from other work on the machine hits each alike.
+
+Every design probes the same lists per user (phoenix.corpus_store.ann's adaptive probing over
+one shared coarse quantizer) and re-scores its candidates exactly from the float vectors; they
+differ in how a list is scanned (8-bit codes, 4-bit fast-scan PQ) and in how many candidates
+are re-scored.
+
+Run: ``python -m bench.compare_ann --posts 1000000`` (the posts and users are cached under
+--work, keyed by the count). Writes a JSON of the table to --out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.retrieval_data import TRAINED, generator_posts
+from phoenix.checkpoint import load_config
+from phoenix.command_line import command_parser
+from phoenix.corpus_store import ann
+from phoenix.corpus_store.recall import exact_top_k, recall_per_user, recall_summary
+from phoenix.training.user_kinds import KINDS, users_of_kinds
+
+USERS_PER_CALL = 16
+TOP_K = 100
+
+
+def cached_inputs(work: Path, posts: int, queries: int):
+    """(embeddings [N, D], {kind: users [Q, D]}, {kind: exact top rows [Q, k]}), cached."""
+    path = work / f"inputs-{posts}-{queries}.npz"
+    if not path.is_file():
+        world, stored = generator_posts(TRAINED, posts)
+        history_len = load_config(TRAINED).history_seq_len
+        kinds = users_of_kinds(TRAINED, world, queries, history_len)
+        exact = {k: exact_top_k(stored.embeddings, kinds[k], TOP_K) for k in KINDS}
+        work.mkdir(parents=True, exist_ok=True)
+        np.savez(
+            path,
+            embeddings=stored.embeddings,
+            **{f"users_{k}": v for k, v in kinds.items()},
+            **{f"exact_{k}": v for k, v in exact.items()},
+        )
+    data = np.load(path)
+    users = {k: data[f"users_{k}"] for k in KINDS}
+    exact = {k: data[f"exact_{k}"] for k in KINDS}
+    return data["embeddings"], users, exact
+
+
+def build(kind: str, embeddings: np.ndarray, quantizer, nlist: int):
+    """An IVF index of ``kind`` ("sq8" or "pqMx4fs") over the trained ``quantizer``'s lists."""
+    import faiss
+
+    dim = embeddings.shape[1]
+    if kind == "sq8":
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        )
+    else:
+        m = int(kind[2:].split("x")[0])
+        index = faiss.IndexIVFPQFastScan(quantizer, dim, nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(0)
+    sample = rng.choice(len(embeddings), min(len(embeddings), nlist * 32), replace=False)
+    index.train(np.ascontiguousarray(embeddings[np.sort(sample)]))
+    for start in range(0, len(embeddings), 1 << 20):
+        index.add(np.ascontiguousarray(embeddings[start : start + (1 << 20)]))
+    return index
+
+
+def searcher(index, spec, centroids, embeddings, candidates: int):
+    """search(users [B, D]) -> rows [B, TOP_K]: the index's ``candidates`` best re-scored."""
+
+    def search(users):
+        _, rows = ann.search_index(index, spec, users, candidates, None, centroids)
+        held = rows >= 0
+        vectors = embeddings[np.where(held, rows, 0)]  # [B, c, D]
+        scores = np.einsum("bcd,bd->bc", vectors, users)
+        scores[~held] = -np.inf
+        best = np.argpartition(-scores, TOP_K - 1, axis=1)[:, :TOP_K]
+        return np.take_along_axis(rows, best, 1)
+
+    return search
+
+
+def run_all(search, users: np.ndarray) -> list:
+    found = []
+    for start in range(0, len(users), USERS_PER_CALL):
+        found += list(search(users[start : start + USERS_PER_CALL]))
+    return found
+
+
+def main(argv=None) -> int:
+    import faiss
+
+    parser = command_parser(
+        "python -m bench.compare_ann",
+        "Index designs of the corpus store side by side: recall@100 per kind, queries/s.",
+        "Example:\n  python -m bench.compare_ann --posts 1000000 --designs sq8:200,pq32x4fs:1000",
+    )
+    parser.add_argument("--posts", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=256, help="users per kind")
+    parser.add_argument(
+        "--designs",
+        default="sq8:200,pq32x4fs:500,pq32x4fs:1000,pq64x4fs:300,pq64x4fs:600",
+        help="index:candidates re-scored, comma-separated",
+    )
+    parser.add_argument("--threads", default="2", help="Faiss OpenMP threads to try, e.g. 1,2")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=Path("build/fastann"))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    embeddings, users, exact = cached_inputs(args.work, args.posts, args.queries)
+    spec = ann.choose_index(args.posts)
+    coarse = build("sq8", embeddings, faiss.IndexFlatIP(embeddings.shape[1]), spec.nlist)
+    centroids = ann.centroids_of(coarse)
+    indexes, built_s = {"sq8": coarse}, {}
+    designs = [(d.split(":")[0], int(d.split(":")[1])) for d in args.designs.split(",")]
+    for kind, _ in designs:
+        if kind not in indexes:
+            quantizer = faiss.IndexFlatIP(embeddings.shape[1])
+            quantizer.add(centroids)
+            started = time.perf_counter()
+            indexes[kind] = build(kind, embeddings, quantizer, spec.nlist)
+            built_s[kind] = round(time.perf_counter() - started, 1)
+    everyone = np.concatenate([users[k] for k in KINDS])
+    table = {}
+    for kind, candidates in designs:
+        search = searcher(indexes[kind], spec, centroids, embeddings, candidates)
+        by_kind = {}
+        for user_kind in KINDS:
+            got = recall_summary(
+                recall_per_user(run_all(search, users[user_kind]), exact[user_kind])
+            )
+            by_kind[user_kind] = [round(got["mean"], 4), round(got["worst_decile"], 4)]
+        table[f"{kind}:{candidates}"] = {"recall": by_kind, "queries_per_s": {}}
+        print(f"{kind}:{candidates} recall (mean, worst decile) {by_kind}", flush=True)
+    for threads in [int(t) for t in args.threads.split(",")]:
+        faiss.omp_set_num_threads(threads)
+        best = {name: np.inf for name in table}
+        for _ in range(args.passes):
+            for kind, candidates in designs:
+                search = searcher(indexes[kind], spec, centroids, embeddings, candidates)
+                started = time.perf_counter()
+                run_all(search, everyone)
+                seconds = time.perf_counter() - started
+                name = f"{kind}:{candidates}"
+                best[name] = min(best[name], seconds)
+        for name in table:
+            table[name]["queries_per_s"][threads] = round(len(everyone) / best[name], 1)
+            print(f"{name} threads {threads}: {table[name]['queries_per_s'][threads]} q/s")
+    result = {"posts": args.posts, "spec": spec.to_dict(), "built_s": built_s, "designs": table}
+    print(json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
