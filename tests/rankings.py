@@ -48,3 +48,15 @@ def dense_top_k(users: np.ndarray, corpus: np.ndarray, k: int, excluded=None):
             scores[r, idx] = -np.inf
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(scores, order, axis=1)
+
+
+def assert_same_feed(served: dict, expected: dict, tol: float, row: int = 0) -> None:
+    """Two feed outputs (``ranked_post_ids`` and ``scores``) rank ``row`` the same way up to
+    near-ties (``assert_same_ranking_up_to_ties``)."""
+    assert_same_ranking_up_to_ties(
+        served["ranked_post_ids"][row],
+        served["scores"][row],
+        expected["ranked_post_ids"][row],
+        expected["scores"][row],
+        tol,
+    )

@@ -202,6 +202,22 @@ class ParseCounts:
     skipped: int = 0
 
 
+def parse_counted(line: str, source: str, number: int, counts: ParseCounts) -> Event | None:
+    """The event of one JSON line; None for a blank line or a bad one (logged as
+    ``source:N: why`` and counted as skipped)."""
+    if not line.strip():
+        return None
+    counts.lines += 1
+    try:
+        event = parse_event(line)
+    except EventError as error:
+        counts.skipped += 1
+        logger.warning("%s:%d: %s; line skipped", source, number, error)
+        return None
+    counts.events += 1
+    return event
+
+
 def parse_lines(
     lines: Iterable[str], source: str, counts: ParseCounts | None = None
 ) -> Iterator[Event]:
@@ -209,17 +225,9 @@ def parse_lines(
     blank lines are ignored. ``counts`` (if given) is updated as lines are read."""
     counts = counts if counts is not None else ParseCounts()
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        counts.lines += 1
-        try:
-            event = parse_event(line)
-        except EventError as error:
-            counts.skipped += 1
-            logger.warning("%s:%d: %s; line skipped", source, number, error)
-            continue
-        counts.events += 1
-        yield event
+        event = parse_counted(line, source, number, counts)
+        if event is not None:
+            yield event
 
 
 def read_event_file(path: str | Path, counts: ParseCounts | None = None) -> list[Event]:

@@ -13,7 +13,6 @@ every write is idempotent the same input can simply be sent again.
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -22,11 +21,9 @@ from typing import BinaryIO, Callable, Optional, Sequence
 from phoenix.corpus_store.ingestion import END, start_reader
 from phoenix.corpus_store.ingestion import read_lines as read_stream_lines
 from phoenix.user_state.client import Client, UserStateError
-from phoenix.user_state.events import Event, EventError, ParseCounts, parse_event
+from phoenix.user_state.events import Event, ParseCounts, parse_counted
 from phoenix.user_state.store import AppliedCounts, UserStateStore
 from phoenix.user_state.stream import publish
-
-logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 1000  # events per pipeline: a few hundred KB of commands, milliseconds to apply
 IDLE_FLUSH_S = 0.2  # an idle input sends what it holds after this long
@@ -61,20 +58,8 @@ class LineCounts:
 
 
 def parse_line(raw: bytes, source: str, number: int, counts: ParseCounts) -> Event | None:
-    """The event of one line; None for a blank line or a bad one (logged as ``source:N:
-    why`` and counted, as ``events.parse_lines`` does)."""
-    text = raw.decode("utf-8", errors="replace")
-    if not text.strip():
-        return None
-    counts.lines += 1
-    try:
-        event = parse_event(text)
-    except EventError as error:
-        counts.skipped += 1
-        logger.warning("%s:%d: %s; line skipped", source, number, error)
-        return None
-    counts.events += 1
-    return event
+    """The event of one line as bytes (``events.parse_counted``)."""
+    return parse_counted(raw.decode("utf-8", errors="replace"), source, number, counts)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import pytest
 from phoenix.serving import services
 from phoenix.serving.client import connect, infer
 from phoenix.serving.inprocess import InProcessModels
-from tests.rankings import assert_same_ranking_up_to_ties
+from tests.rankings import assert_same_feed
 
 pytestmark = pytest.mark.integration
 
@@ -83,13 +83,7 @@ def assert_same_ranking(served: dict, local: dict, request: dict, same_shape=Tru
     if same_shape:
         np.testing.assert_array_equal(served["ranked_post_ids"], local["ranked_post_ids"])
     else:
-        assert_same_ranking_up_to_ties(
-            served["ranked_post_ids"][0],
-            served["scores"][0],
-            local["ranked_post_ids"][0],
-            local["scores"][0],
-            TOL,
-        )
+        assert_same_feed(served, local, TOL)
     order = {int(p): i for i, p in enumerate(sent)}
     expected_retrieval = request["candidate_retrieval_scores"][0][
         [order[int(p)] for p in served["ranked_post_ids"][0]]

@@ -24,7 +24,7 @@ from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
 from tests.integration.conftest import launch_with_store
-from tests.rankings import assert_same_ranking_up_to_ties
+from tests.rankings import assert_same_feed
 
 USER = 7
 TOP_K = 32
@@ -102,13 +102,7 @@ def test_by_id_equals_the_explicit_history_and_skips_history_posts(
     by_user = recommend(client, by_id())
     explicit = recommend(client, with_history(store, seq_len))
     assert by_user["ranked_post_ids"].shape[1] > 0
-    assert_same_ranking_up_to_ties(
-        by_user["ranked_post_ids"][0],
-        by_user["scores"][0],
-        explicit["ranked_post_ids"][0],
-        explicit["scores"][0],
-        tol=1e-5,
-    )
+    assert_same_feed(by_user, explicit, 1e-5)
     history = {e.post_id for e in user_events(corpus)}
     assert not history & set(by_user["ranked_post_ids"][0].tolist())
 

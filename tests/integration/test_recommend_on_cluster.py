@@ -20,7 +20,7 @@ from phoenix.user_state.keys import SEQUENCE, author_posts_key, user_key
 from phoenix.user_state.request_log import read_request_log
 from phoenix.user_state.server import RedisClusterNodes
 from tests.integration.conftest import launch_with_store
-from tests.rankings import assert_same_ranking_up_to_ties
+from tests.rankings import assert_same_feed
 
 USER = 21
 TOP_K = 24
@@ -82,13 +82,7 @@ def test_by_id_on_a_cluster_equals_the_explicit_history_and_its_writes_land(
     first = infer(client, "http", "recommend", by_id())
     feed = first["ranked_post_ids"][0].tolist()
     assert len(feed) > 0
-    assert_same_ranking_up_to_ties(
-        first["ranked_post_ids"][0],
-        first["scores"][0],
-        with_history["ranked_post_ids"][0],
-        with_history["scores"][0],
-        tol=1e-5,
-    )
+    assert_same_feed(first, with_history, 1e-5)
     assert not {e.post_id for e in engagements(corpus)} & set(feed)
 
     [served] = store.served([USER], time.time())  # served_log wrote to the user's node

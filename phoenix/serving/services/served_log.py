@@ -33,8 +33,8 @@ from phoenix.checkpoint import load_config
 from phoenix.serving.contracts import FEED_OUTPUTS, SERVED_LOG
 from phoenix.serving.requests import REQUEST_TYPES
 from phoenix.serving.services.common import Outputs, Service, ServiceSettings
-from phoenix.serving.services.user_state import NoStore, store_url
-from phoenix.user_state import UserStateError, UserStateStore, connect
+from phoenix.serving.services.user_state import NoStore, configured_store
+from phoenix.user_state import UserStateError
 from phoenix.user_state.request_log import RequestRecord
 
 logger = logging.getLogger("phoenix.serving")
@@ -109,8 +109,7 @@ class ServedLogService(Service):
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> ServedLogService:
-        url = store_url(settings.parameters["user_state_url"])
-        store = UserStateStore(connect(url, lazy=True), name=url) if url else NoStoreToWrite()
+        store = configured_store(settings, NoStoreToWrite())
         return cls(
             load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
         )

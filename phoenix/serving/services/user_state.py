@@ -56,6 +56,13 @@ def store_url(parameter: str) -> str:
     return parameter or os.environ.get(USER_STATE_URL_ENV, "")
 
 
+def configured_store(settings: ServiceSettings, absent):
+    """The store the settings name (connected lazily: it need not be up at start-up), else
+    ``absent``, which fails every call saying that no store is configured."""
+    url = store_url(settings.parameters["user_state_url"])
+    return UserStateStore(connect(url, lazy=True), name=url) if url else absent
+
+
 class NoStore:
     """Stands in for the store when no URL is configured: every read fails saying so."""
 
@@ -94,8 +101,7 @@ class UserStateService(Service):
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> UserStateService:
-        url = store_url(settings.parameters["user_state_url"])
-        store = UserStateStore(connect(url, lazy=True), name=url) if url else NoStore()
+        store = configured_store(settings, NoStore())
         return cls(
             load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
         )
