@@ -47,7 +47,13 @@ from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
 from phoenix.serving.contracts import contract
 from phoenix.serving.ensemble import next_step_inputs, passed_on_history
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.testing.locust_runs import TOTALS_SUFFIX, Totals, read_totals
+from phoenix.testing.locust_runs import (
+    DEFAULT_GRPC_URL,
+    TOTALS_SUFFIX,
+    Totals,
+    add_server_options,
+    read_totals,
+)
 from phoenix.user_state import UserStateLimits, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.popularity import DEFAULT_ZIPF_S, ZipfUsers, user_stream
@@ -60,7 +66,6 @@ DEFAULT_BY_ID_USERS = 1000
 BY_ID_TAG = "recommend_by_id"  # its task's tag and its requests' name in Locust's tables
 BY_ID_WEIGHT = 2
 BY_ID_FILTERED_SHARE = 0.25
-DEFAULT_GRPC_URL = "127.0.0.1:8001"
 TASK_WEIGHTS = {"rank": 3, "recommend": 2, "retrieve": 1}
 MAX_CANDIDATES = 512
 TOP_K_RANGE = (10, 200)
@@ -380,14 +385,11 @@ def by_id_traffic() -> ByIdTraffic:
 
 @events.init_command_line_parser.add_listener
 def add_options(parser) -> None:
-    parser.add_argument(
-        "--artifacts",
-        default=DEFAULT_ARTIFACTS,
+    add_server_options(
+        parser,
+        DEFAULT_ARTIFACTS,
+        "artifact directory the server serves; ids are drawn from its corpus",
         env_var="PHOENIX_LOADTEST_ARTIFACTS",
-        help="artifact directory the server serves; ids are drawn from its corpus",
-    )
-    parser.add_argument(
-        "--grpc-url", default=DEFAULT_GRPC_URL, help="host:port of the server's gRPC endpoint"
     )
     parser.add_argument(
         "--max-requests",

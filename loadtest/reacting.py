@@ -36,6 +36,7 @@ from locust import User, between, events, task
 
 from phoenix.serving.client import infer_inputs, result_arrays
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
+from phoenix.testing.locust_runs import add_server_options
 from phoenix.testing.results import REPO_ROOT, shown_path
 from phoenix.training.online_metrics import OnlineMetrics, plot
 from phoenix.training.pipeline import trained_world
@@ -44,7 +45,6 @@ from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
 
 DEFAULT_ARTIFACTS = "artifacts/trained-demo"
-DEFAULT_GRPC_URL = "127.0.0.1:8001"
 DEFAULT_METRICS = "bench/results/online-metrics.json"
 IN_NETWORK_MARK = "in_network"  # an output with this in its name flags in-network posts
 
@@ -89,21 +89,12 @@ class Simulation:
 SIMULATION: Optional[Simulation] = None
 
 
-def simulation() -> Simulation:
-    if SIMULATION is None:
-        raise RuntimeError("the simulation is built on Locust's init event; was it fired?")
-    return SIMULATION
-
-
 @events.init_command_line_parser.add_listener
 def add_options(parser) -> None:
-    parser.add_argument(
-        "--artifacts",
-        default=DEFAULT_ARTIFACTS,
-        help="trained artifact directory the server serves; its training.json gives the world",
-    )
-    parser.add_argument(
-        "--grpc-url", default=DEFAULT_GRPC_URL, help="host:port of the server's gRPC endpoint"
+    add_server_options(
+        parser,
+        DEFAULT_ARTIFACTS,
+        "trained artifact directory the server serves; its training.json gives the world",
     )
     parser.add_argument(
         "--redis-url",
@@ -137,6 +128,12 @@ def build_simulation(environment, **_kwargs) -> None:
     SIMULATION = Simulation(options)
     gevent.get_hub().threadpool.maxsize = max(10, int(options.num_users or 1))
     environment.events.quit.add_listener(lambda **_: SIMULATION.write_metrics())
+
+
+def simulation() -> Simulation:
+    if SIMULATION is None:
+        raise RuntimeError("the simulation is built on Locust's init event; was it fired?")
+    return SIMULATION
 
 
 class ReactingUser(User):

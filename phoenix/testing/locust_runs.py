@@ -24,6 +24,7 @@ from phoenix.testing.loadgen import error_kind
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 FINISH_TIMEOUT_S = 90.0
 TOTALS_SUFFIX = "_totals.json"  # beside Locust's CSV files
+DEFAULT_GRPC_URL = "127.0.0.1:8001"  # serve's default gRPC port, on loopback
 
 
 class Totals(NamedTuple):
@@ -108,3 +109,12 @@ def failure_kinds(failures_csv: Path) -> Counter:
             if kind == "other":
                 kinds[f"other: {error[:120]}"] += int(row["Occurrences"])
     return kinds
+
+
+def add_server_options(parser, default_artifacts: str, artifacts_help: str, **artifacts) -> None:
+    """The options each of the project's locustfiles takes: the artifact directory the server
+    serves (``artifacts``: more keywords for that option) and the server's gRPC endpoint."""
+    parser.add_argument("--artifacts", default=default_artifacts, help=artifacts_help, **artifacts)
+    parser.add_argument(
+        "--grpc-url", default=DEFAULT_GRPC_URL, help="host:port of the server's gRPC endpoint"
+    )

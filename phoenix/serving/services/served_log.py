@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from phoenix.checkpoint import load_config
 from phoenix.serving.contracts import FEED_OUTPUTS, SERVED_LOG
 from phoenix.serving.requests import REQUEST_TYPES
-from phoenix.serving.services.common import Outputs, Service, ServiceSettings
-from phoenix.serving.services.user_state import NoStore, configured_store
+from phoenix.serving.services.common import Outputs
+from phoenix.serving.services.user_state import NoStore, StoreBackedService
 from phoenix.user_state import UserStateError
 from phoenix.user_state.request_log import RequestRecord
 
@@ -86,36 +84,16 @@ def row_record(request, row: int, request_id: int, now: float) -> RequestRecord:
     )
 
 
-class ServedLogService(Service):
+class ServedLogService(StoreBackedService):
     """Marks each row's feed served, logs the request, answers the feed and its request id."""
 
     request_type = ServedLogRequest
+    absent_store = NoStoreToWrite
 
-    def __init__(
-        self,
-        config,
-        store,
-        *,
-        max_batch_size: int,
-        clock: Callable[[], float] = time.time,
-        request_ids: Callable[[], int] = new_request_id,
-    ):
-        self.config = config
-        self.store = store
-        self.max_rows = max_batch_size  # no compiled shapes: numpy and Redis only
-        self.clock = clock
+    def __init__(self, config, store, *, request_ids: Callable[[], int] = new_request_id, **kw):
+        super().__init__(config, store, **kw)
         self.request_ids = request_ids
         self.unlogged_rows = 0  # rows whose write was lost (store down or unset)
-
-    @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> ServedLogService:
-        store = configured_store(settings, NoStoreToWrite())
-        return cls(
-            load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
-        )
-
-    def warm_up(self) -> int:
-        return 0  # nothing to compile; the store is not required to be up at start-up
 
     def run(self, requests: Sequence) -> list[Outputs]:
         now = self.clock()

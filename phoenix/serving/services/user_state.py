@@ -56,13 +56,6 @@ def store_url(parameter: str) -> str:
     return parameter or os.environ.get(USER_STATE_URL_ENV, "")
 
 
-def configured_store(settings: ServiceSettings, absent):
-    """The store the settings name (connected lazily: it need not be up at start-up), else
-    ``absent``, which fails every call saying that no store is configured."""
-    url = store_url(settings.parameters["user_state_url"])
-    return UserStateStore(connect(url, lazy=True), name=url) if url else absent
-
-
 class NoStore:
     """Stands in for the store when no URL is configured: every read fails saying so."""
 
@@ -79,35 +72,41 @@ class NoStore:
     state = _fail
 
 
-class UserStateService(Service):
-    """Histories and served posts per user row: from the request, else from the store."""
+class StoreBackedService(Service):
+    """A service over the user-state store: numpy and Redis only, nothing to compile."""
 
-    request_type = UserStateRequest
+    absent_store = NoStore  # stands in, failing every call, when no store URL is configured
 
     def __init__(
-        self,
-        config,
-        store,
-        *,
-        max_batch_size: int,
-        clock: Callable[[], float] = time.time,
+        self, config, store, *, max_batch_size: int, clock: Callable[[], float] = time.time
     ):
         self.config = config
         self.store = store
-        self.seq_len = config.history_seq_len
-        store.limits.check_seq_len(self.seq_len)  # at start-up, not in every request
         self.max_rows = max_batch_size  # no compiled shapes: numpy and Redis only
         self.clock = clock
 
     @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> UserStateService:
-        store = configured_store(settings, NoStore())
+    def from_settings(cls, settings: ServiceSettings):
+        url = store_url(settings.parameters["user_state_url"])
+        # lazy: the store need not be up at start-up
+        store = UserStateStore(connect(url, lazy=True), name=url) if url else cls.absent_store()
         return cls(
             load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
         )
 
     def warm_up(self) -> int:
-        return 0  # nothing to compile; the store is not required to be up at start-up
+        return 0
+
+
+class UserStateService(StoreBackedService):
+    """Histories and served posts per user row: from the request, else from the store."""
+
+    request_type = UserStateRequest
+
+    def __init__(self, config, store, **options):
+        super().__init__(config, store, **options)
+        self.seq_len = config.history_seq_len
+        store.limits.check_seq_len(self.seq_len)  # at start-up, not in every request
 
     def parse(self, arrays: Arrays):
         """A history is all of its required inputs or none of them."""
