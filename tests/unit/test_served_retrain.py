@@ -108,14 +108,25 @@ SPAN_S = 120.0  # the served requests' time range
 
 @pytest.fixture(scope="module")
 def served_tiny(tmp_path_factory):
-    """Briefly trained tiny towers with a training.json (the served version 1)."""
-    from phoenix.training.pipeline import run_pipeline
+    """The served version 1: the tiny preset's towers at their initial weights, written as
+    the pipeline writes trained ones (a training.json naming the world; no training steps,
+    whose compiling would double the test's time)."""
+    from phoenix.training import pipeline, synthetic
+    from phoenix.training.data import LogIndex
+    from phoenix.training.train import init_params
 
-    root = tmp_path_factory.mktemp("served")
-    preset = dataclasses.replace(PRESETS["tiny"], retrieval_steps=20, ranker_steps=20)
-    run_pipeline("tiny", root / "v1", seed=0, logs_dir=root / "logs", evaluate=False,
-                 log=lambda *_: None, preset=preset)  # fmt: skip
-    return root / "v1"
+    preset = PRESETS["tiny"]
+    world, impressions = synthetic.generate_logs(preset.world, 0)
+    config = preset.config(0)
+    index = LogIndex(world, impressions, config)
+    eval_set = index.eval_set(50, 16, 0)
+    params = init_params(config, 0)
+    corpus = pipeline.build_corpus(index, config, params)
+    out = tmp_path_factory.mktemp("served") / "v1"
+    partial, _ = pipeline.write_artifact_files(out, config, params, corpus, index, eval_set)
+    summary = {"preset": "tiny", "seed": 0, "world": dataclasses.asdict(preset.world)}
+    pipeline.finish_artifact_dir(partial, summary)
+    return out
 
 
 def serve_and_react(store: UserStateStore, artifacts, start: float) -> int:
