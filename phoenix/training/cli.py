@@ -158,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--until", type=float, default=None, help="last Unix second to export (default: now)"
     )
     served.add_argument(
+        "--top-n",
+        type=int,
+        default=None,
+        help="impressions: the top N posts of each feed, those a client showed (default: all)",
+    )
+    served.add_argument(
         "--held-out-fraction",
         type=float,
         default=0.25,
@@ -202,6 +208,7 @@ def _served_logs(args) -> int:
             since=args.since,
             until=args.until,
             held_out_fraction=args.held_out_fraction,
+            top_n=args.top_n,
         )
     except (ExportError, ArtifactError, UserStateError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

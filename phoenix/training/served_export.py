@@ -80,6 +80,17 @@ def read_requests(client, since: float, until: float) -> list[RequestRecord]:
     return [r for _, r in read_request_log(client) if since <= r.ts <= until]
 
 
+def shown_top(record: RequestRecord, top_n: int) -> RequestRecord:
+    """``record`` with its feed cut to the ``top_n`` posts a client showed."""
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    return dataclasses.replace(
+        record,
+        ranked_post_ids=record.ranked_post_ids[:top_n],
+        ranked_author_ids=record.ranked_author_ids[:top_n],
+    )
+
+
 def read_engagements(
     store: UserStateStore, user_ids: list[int], since: float, until: float
 ) -> tuple[list[Engagement], dict[int, float]]:
@@ -109,6 +120,7 @@ def export_served_logs(
     since: Optional[float] = None,
     until: Optional[float] = None,
     held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    top_n: Optional[int] = None,
     log=print,
 ) -> ExportSummary:
     """Read the served traffic of [since, until] (default: all the log keeps, up to now)
@@ -118,6 +130,8 @@ def export_served_logs(
     until = time.time() if until is None else float(until)
     store = UserStateStore(connect(redis_url), name=redis_url)
     records = read_requests(store.client, since, until)
+    if top_n is not None:  # a client shows the top of the feed: the rest was never seen
+        records = [shown_top(r, top_n) for r in records]
     if not records:
         raise ExportError(
             f"{redis_url}: no served requests in the request log between "
@@ -171,6 +185,7 @@ def export_served_logs(
             "artifacts": str(artifacts),
             "window_s": window_s,
             "held_out_fraction": held_out_fraction,
+            "top_n": top_n,
             "wall_first": split.first,
             "wall_split": split.split,
             "wall_last": split.last,
