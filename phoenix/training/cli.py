@@ -3,6 +3,8 @@
 python -m phoenix.training generate --preset tiny --out build/logs/tiny
 python -m phoenix.training pipeline --preset demo --out artifacts/trained
 python -m phoenix.training report artifacts/trained/training.json
+python -m phoenix.training served-logs --redis redis://127.0.0.1:6379/0 --out build/served
+python -m phoenix.training pipeline --logs build/served --init artifacts/trained-demo --out NEW
 """
 
 from __future__ import annotations
@@ -68,15 +70,104 @@ def build_parser() -> argparse.ArgumentParser:
         "the ranker on the frozen shared tables, write the artifact directory and evaluate "
         "on the held-out day.",
     )
-    run.add_argument("--preset", choices=sorted(PRESETS), default="demo", help=_preset_help())
+    run.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="default: demo, or with --init the served artifacts' preset. " + _preset_help(),
+    )
     run.add_argument("--out", type=Path, required=True, help="artifact directory to write")
-    run.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    run.add_argument("--seed", type=int, default=None, help="random seed (default: 0, or --init's)")
     run.add_argument(
         "--logs",
         type=Path,
         default=None,
         help="log directory, reused when it holds this preset's and seed's logs "
-        "(default: build/logs/PRESET-seedSEED)",
+        "(default: build/logs/PRESET-seedSEED); with --init, served logs (served-logs)",
+    )
+    warm = run.add_argument_group(
+        "next version from served logs (--init)",
+        "Warm-start from served artifacts, train on --logs (written by served-logs), write "
+        "version N+1 to --out and OUT/gate.json: both versions on the held-out served rows.",
+    )
+    warm.add_argument(
+        "--init", type=Path, default=None, help="the served artifact directory (version N)"
+    )
+    warm.add_argument(
+        "--version", default=None, help="the new version label (default: N + 1; unversioned: 2)"
+    )
+    warm.add_argument(
+        "--retrieval-steps",
+        type=int,
+        default=None,
+        help="retrieval steps (default: a quarter of the preset's)",
+    )
+    warm.add_argument(
+        "--ranker-steps",
+        type=int,
+        default=None,
+        help="ranker steps (default: a quarter of the preset's)",
+    )
+    warm.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="peak learning rate (default: 0.3 x the preset's)",
+    )
+    warm.add_argument(
+        "--gate-metric",
+        default=None,
+        help="gate metric, e.g. ndcg@20, recall@100, auc.favorite (default: ndcg@20)",
+    )
+    warm.add_argument(
+        "--gate-tolerance",
+        type=float,
+        default=None,
+        help="how much worse than the served version still passes (default: 0.01)",
+    )
+
+    served = sub.add_parser(
+        "served-logs",
+        help="served traffic in Redis -> a training log directory (for pipeline --init)",
+        description="Read the request log and the served users' engagements from the "
+        "user-state store a server wrote (phoenix-serve --redis), join them into impressions "
+        "and write a log directory in the schema load_logs reads, for the world of the served "
+        "artifacts; the last --held-out-fraction of the time range is held out.",
+    )
+    served.add_argument("--redis", required=True, help="user-state store URL (redis://...)")
+    served.add_argument("--out", type=Path, required=True, help="log directory to write")
+    served.add_argument(
+        "--artifacts",
+        type=Path,
+        default=Path("artifacts/trained-demo"),
+        help="the served artifacts: their training.json names the world (default: %(default)s)",
+    )
+    served.add_argument(
+        "--window-s",
+        type=float,
+        default=3600.0,
+        help="an engagement counts for an impression this long after it (default: %(default)s)",
+    )
+    served.add_argument(
+        "--since",
+        type=float,
+        default=None,
+        help="first Unix second to export (default: all the log keeps)",
+    )
+    served.add_argument(
+        "--until", type=float, default=None, help="last Unix second to export (default: now)"
+    )
+    served.add_argument(
+        "--top-n",
+        type=int,
+        default=None,
+        help="impressions: the top N posts of each feed, those a client showed (default: all)",
+    )
+    served.add_argument(
+        "--held-out-fraction",
+        type=float,
+        default=0.25,
+        help="share of the time range held out (default: %(default)s)",
     )
     run.add_argument("--results", type=Path, default=None, help="also write the JSON here")
     run.add_argument("--plot", type=Path, default=None, help="write learning curves + recall@k PNG")
@@ -103,6 +194,65 @@ def _print_report(summary: dict) -> None:
         print(f"  [{'ok' if holds else 'MISSED'}] {text}")
 
 
+def _served_logs(args) -> int:
+    from phoenix.checkpoint import ArtifactError
+    from phoenix.training.served_export import ExportError, export_served_logs
+    from phoenix.user_state import UserStateError
+
+    try:
+        summary = export_served_logs(
+            args.redis,
+            args.artifacts,
+            args.out,
+            window_s=args.window_s,
+            since=args.since,
+            until=args.until,
+            held_out_fraction=args.held_out_fraction,
+            top_n=args.top_n,
+        )
+    except (ExportError, ArtifactError, UserStateError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(summary.text(args.out))
+    return 0
+
+
+def _next_version(args) -> int:
+    from phoenix.checkpoint import ArtifactError
+    from phoenix.training.gate import DEFAULT_TOLERANCE, PRIMARY_METRIC, GateRule, gate_table
+    from phoenix.training.logs import LogError
+    from phoenix.training.retrain import RetrainError, retrain
+
+    if args.logs is None:
+        print("error: --init needs --logs (a directory written by served-logs)", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    try:
+        rule = GateRule(
+            args.gate_metric or PRIMARY_METRIC,
+            DEFAULT_TOLERANCE if args.gate_tolerance is None else args.gate_tolerance,
+        )
+        gate = retrain(
+            args.logs,
+            args.init,
+            args.out,
+            preset_name=args.preset,
+            seed=args.seed,
+            retrieval_steps=args.retrieval_steps,
+            ranker_steps=args.ranker_steps,
+            learning_rate=args.learning_rate,
+            version=args.version,
+            rule=rule,
+            make_progress=None if args.quiet else TqdmProgress,
+        )
+    except (RetrainError, LogError, ArtifactError, KeyError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(gate_table(gate))
+    print(f"wrote {args.out} (gate.json) in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "generate":
@@ -126,15 +276,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _print_report(summary)
         return 0
 
+    if args.command == "served-logs":
+        return _served_logs(args)
+    if args.init is not None:
+        return _next_version(args)
+
     from phoenix.training.logs import LogError
     from phoenix.training.pipeline import run_pipeline
 
     started = time.perf_counter()
     try:
         summary = run_pipeline(
-            args.preset,
+            args.preset or "demo",
             args.out,
-            seed=args.seed,
+            seed=args.seed or 0,
             logs_dir=args.logs,
             results_path=args.results,
             evaluate=not args.no_eval,

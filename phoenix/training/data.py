@@ -54,12 +54,24 @@ class EntityHashes:
 class LogIndex:
     """Impressions indexed for history look-ups, sessions and evaluation requests."""
 
-    def __init__(self, world: World, impressions: Impressions, config: ArtifactConfig):
+    def __init__(
+        self,
+        world: World,
+        impressions: Impressions,
+        config: ArtifactConfig,
+        split_ts: Optional[int] = None,
+        train_from_ts: Optional[int] = None,
+    ):
+        """``split_ts``: first held-out second (default: the world spec's); training takes
+        the requests and positives in [``train_from_ts``, ``split_ts``) (default: all before
+        the split). Rows before ``train_from_ts`` still make up histories: served logs keep
+        the engagements the store held before serving there (``served_export``)."""
         self.world = world
         self.imp = impressions
         self.config = config
         self.hashes = EntityHashes.of(world, config)
-        self.split_ts = world.spec.split_ts
+        self.split_ts = world.spec.split_ts if split_ts is None else int(split_ts)
+        first = np.iinfo(np.int64).min if train_from_ts is None else int(train_from_ts)
         n_users = world.user_ids.shape[0]
         # engaged impressions (any action) make up histories; rows are in training order
         # (logs.in_training_order): by user, then time
@@ -74,9 +86,10 @@ class LogIndex:
         change[1:] = impressions.request[1:] != impressions.request[:-1]
         self.session_start = np.flatnonzero(change)
         self.session_len = np.diff(np.append(self.session_start, len(impressions)))
-        train = impressions.ts[self.session_start] < self.split_ts
-        self.train_sessions = np.flatnonzero(train)
-        self.train_positives = np.flatnonzero(self.positive & (impressions.ts < self.split_ts))
+        session_ts = impressions.ts[self.session_start]
+        self.train_sessions = np.flatnonzero((session_ts >= first) & (session_ts < self.split_ts))
+        in_training = (impressions.ts >= first) & (impressions.ts < self.split_ts)
+        self.train_positives = np.flatnonzero(self.positive & in_training)
         # log q of each post as an in-batch positive (sampled-softmax correction)
         counts = np.bincount(impressions.post[self.train_positives], minlength=len(world.post_ids))
         self.post_logq = np.log(np.maximum(counts, 1) / max(len(self.train_positives), 1))

@@ -9,7 +9,8 @@ One request per evaluation user at the first second of the held-out days
   repost or quote) in the top k, averaged over users;
 - ranking: the user's held-out impressions as candidates; AUC of each action's probability
   against the logged action over all candidates, and NDCG@20 of the blended score (the served
-  ``score_weights``) with the blend of the logged actions as the gain.
+  ``score_weights``) with the blend of the logged actions as the gain; the log-loss of each
+  action's probability (mean binary cross-entropy over all candidates).
 
 Scorers compared: the trained towers, the same towers at their random initial weights, a
 popularity baseline (positives per post in the training days) and the ground truth's own
@@ -58,6 +59,15 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
         return float("nan")
     ranks = rankdata(scores)
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def log_loss(probs: np.ndarray, labels: np.ndarray, eps: float = 1e-7) -> float:
+    """Mean binary cross-entropy (nats) of ``probs`` against 0/1 ``labels``; NaN when empty."""
+    probs = np.clip(np.asarray(probs, np.float64).ravel(), eps, 1 - eps)
+    labels = np.asarray(labels).ravel() > 0
+    if probs.size == 0:
+        return float("nan")
+    return float(-np.mean(np.where(labels, np.log(probs), np.log1p(-probs))))
 
 
 def ndcg_at_k(scores: np.ndarray, gains: np.ndarray, mask: np.ndarray, k: int = NDCG_K) -> float:
@@ -220,8 +230,13 @@ class Evaluator:
             name: auc(probs[..., a][self.mask], self.labels[..., a][self.mask])
             for a, name in enumerate(names)
         }
+        losses = {
+            name: log_loss(probs[..., a][self.mask], self.labels[..., a][self.mask])
+            for a, name in enumerate(names)
+        }
         return {
             "auc": per_action,
+            "log_loss": losses,
             f"ndcg@{NDCG_K}": ndcg_at_k(probs @ self.weights, self.gains, self.mask),
         }
 

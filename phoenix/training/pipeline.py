@@ -202,45 +202,16 @@ def run_pipeline(
         f"training positives, corpus of {len(index.corpus_posts()):,} recent posts"
     )
     eval_set = index.eval_set(preset.eval_users, preset.eval_candidates, seed)
-    rng = np.random.default_rng([seed, 7])
     initial = init_params(config, seed)
-    params = initial
-    curves: dict[str, Any] = {}
-    timings: dict[str, float] = {}
-    for settings in preset.phases(seed):
-        tower = settings.towers[0]
-
-        def next_batches(step, settings=settings, tower=tower):
-            return index.train_batch(tower, settings, rng)
-
-        eval_batches = held_out_batches(index, eval_set, settings, tower)
-        progress = make_progress(f"train {tower}", settings.steps) if make_progress else None
-        params, history = train(
-            config,
-            params,
-            next_batches,
-            settings,
-            eval_batches=eval_batches,
-            eval_every=preset.eval_every,
-            progress=progress,
-        )
-        if progress is not None and hasattr(progress, "close"):
-            progress.close()
-        curves[tower] = history.to_dict()
-        timings[f"train_{tower}_s"] = round(history.seconds, 1)
-        log(_phase_summary(tower, history, settings))
+    params, curves, timings = train_phases(
+        index, eval_set, config, initial, preset.phases(seed), preset.eval_every, seed,
+        make_progress, log,
+    )  # fmt: skip
 
     # -- artifacts: written beside out_dir, moved into place once complete ---------------
     t0 = time.perf_counter()
-    final_dir, out_dir = out_dir, out_dir.parent / f".{out_dir.name}.partial"
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tables = artifact_tables(params)
-    checkpoint.save_artifacts(out_dir, config, params["ranker"], params["retrieval"], tables)
     corpus = build_corpus(index, config, params)
-    checkpoint.save_corpus(out_dir / checkpoint.CORPUS_FILE, corpus)
-    row = pick_example_user(index, eval_set)
-    checkpoint.save_example_sequence(out_dir, example_sequence(index, eval_set, row, config))
-    write_npz(out_dir.resolve() / METADATA_FILE, metadata_arrays(world))
+    out_dir, row = write_artifact_files(out_dir, config, params, corpus, index, eval_set)
     timings["write_artifacts_s"] = round(time.perf_counter() - t0, 1)
 
     summary: dict[str, Any] = {
@@ -264,13 +235,84 @@ def run_pipeline(
         timings["evaluate_s"] = round(time.perf_counter() - t0, 1)
     timings["total_s"] = round(time.perf_counter() - started, 1)
     summary["timings"] = timings
-    write_json(out_dir.resolve() / TRAINING_FILE, _jsonable(summary))
+    finish_artifact_dir(out_dir, summary, results_path)
+    return summary
+
+
+def train_phases(
+    index: LogIndex,
+    eval_set,
+    config,
+    params: dict,
+    phases: list,
+    eval_every: int,
+    seed: int,
+    make_progress: Optional[Callable[[str, int], Callable]] = None,
+    log=print,
+) -> tuple[dict, dict, dict[str, float]]:
+    """Train ``params`` phase by phase (``TrainPreset.phases``) on ``index``'s training
+    requests; (params, learning curves per tower, seconds per phase)."""
+    rng = np.random.default_rng([seed, 7])
+    curves: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for settings in phases:
+        tower = settings.towers[0]
+
+        def next_batches(step, settings=settings, tower=tower):
+            return index.train_batch(tower, settings, rng)
+
+        eval_batches = held_out_batches(index, eval_set, settings, tower)
+        progress = make_progress(f"train {tower}", settings.steps) if make_progress else None
+        params, history = train(
+            config,
+            params,
+            next_batches,
+            settings,
+            eval_batches=eval_batches,
+            eval_every=eval_every,
+            progress=progress,
+        )
+        if progress is not None and hasattr(progress, "close"):
+            progress.close()
+        curves[tower] = history.to_dict()
+        timings[f"train_{tower}_s"] = round(history.seconds, 1)
+        log(_phase_summary(tower, history, settings))
+    return params, curves, timings
+
+
+def write_artifact_files(
+    out_dir: Path, config, params: dict, corpus: Corpus, index: LogIndex, eval_set
+) -> tuple[Path, int]:
+    """Weights, tables, ``corpus``, an example request and metadata.npz, into a partial
+    directory beside ``out_dir`` (``finish_artifact_dir`` moves it into place); (the partial
+    directory, the eval_set row of the example request)."""
+    out_dir = Path(out_dir)
+    partial = out_dir.parent / f".{out_dir.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    checkpoint.save_artifacts(
+        partial, config, params["ranker"], params["retrieval"], artifact_tables(params)
+    )
+    checkpoint.save_corpus(partial / checkpoint.CORPUS_FILE, corpus)
+    row = pick_example_user(index, eval_set)
+    checkpoint.save_example_sequence(partial, example_sequence(index, eval_set, row, config))
+    write_npz(partial.resolve() / METADATA_FILE, metadata_arrays(index.world))
+    return partial, row
+
+
+def finish_artifact_dir(
+    partial: Path, summary: dict, results_path: Optional[Path] = None, extra_files=None
+) -> None:
+    """Write training.json (and ``extra_files``: {name: JSON data}) into the partial
+    directory, then move it into place (replacing an older directory of that name)."""
+    write_json(partial.resolve() / TRAINING_FILE, _jsonable(summary))
+    for name, data in (extra_files or {}).items():
+        write_json(partial.resolve() / name, _jsonable(data))
+    final_dir = partial.parent / partial.name[1 : -len(".partial")]
     shutil.rmtree(final_dir, ignore_errors=True)
-    out_dir.rename(final_dir)
+    partial.rename(final_dir)
     if results_path is not None:
         results_path.parent.mkdir(parents=True, exist_ok=True)
         write_json(results_path.resolve(), _jsonable(summary))
-    return summary
 
 
 def held_out_batches(index: LogIndex, eval_set, settings, tower: str) -> dict:

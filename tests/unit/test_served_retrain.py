@@ -1,0 +1,210 @@
+"""The next version from served traffic: the pure parts (time split, world clock, dropped
+rows, version, config check, warm start, the gate rule) and, against a real redis-server,
+served feeds and engagements written through phoenix.user_state -> served-logs export ->
+pipeline --init -> gate.json."""
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+
+from phoenix import checkpoint
+from phoenix.checkpoint.tower import candidate_tower_digest
+from phoenix.training.cli import main
+from phoenix.training.gate import GateRule, gate_result, gate_table
+from phoenix.training.logs import load_logs
+from phoenix.training.presets import PRESETS
+from phoenix.training.retrain import (
+    RetrainError,
+    check_same_config,
+    next_version,
+    retrain,
+    warm_start_params,
+)
+from phoenix.training.served_logs import TimeSplit, WorldTime, complete_rows
+from phoenix.training.simulate import SimulatedUser, WorldClock, draw_user_ids
+from phoenix.user_state import UserStateStore, connect
+from phoenix.user_state.request_log import RequestRecord
+
+# -- pure parts ----------------------------------------------------------------------------
+
+
+def test_the_last_fraction_of_the_time_range_is_held_out():
+    split = TimeSplit.of([100.0, 130.0, 200.0, 110.0], held_out_fraction=0.25)
+    assert (split.first, split.split, split.last) == (100.0, 175.0, 200.0)
+    for bad in (0.0, 1.0, -0.5):
+        with pytest.raises(ValueError, match="held_out_fraction"):
+            TimeSplit.of([1.0, 2.0], bad)
+    with pytest.raises(ValueError, match="no served requests"):
+        TimeSplit.of([], 0.25)
+
+
+def test_served_seconds_go_onto_the_worlds_clock_from_the_first_request():
+    to_world = WorldTime(origin_wall=1000.0, origin_world=5000)
+    assert to_world([1000.0, 1000.9, 1061.2]).tolist() == [5000, 5000, 5061]
+
+
+def test_rows_shown_before_the_history_cap_dropped_engagements_are_left_out():
+    rows = {"user_id": np.array([1, 1, 2, 3]), "impression_ts": np.array([10, 20, 10, 10])}
+    kept = complete_rows(rows, {1: 15.0, 2: -np.inf})  # user 3: not read, nothing dropped
+    assert kept.tolist() == [False, True, True, True]
+
+
+def test_the_next_version_is_one_more():
+    assert next_version(None) == 2  # unversioned artifacts are version 1
+    assert next_version(3) == 4
+    assert next_version("7") == 8
+    with pytest.raises(RetrainError, match="'2025-06'.*--version"):
+        next_version("2025-06")
+
+
+def test_a_config_of_other_shapes_is_refused_naming_the_keys():
+    tiny = PRESETS["tiny"].config(0)
+    check_same_config(tiny, dataclasses.replace(tiny, version=5), "x")  # the label aside
+    with pytest.raises(RetrainError, match="emb_size.*history_seq_len|emb_size"):
+        check_same_config(tiny, PRESETS["demo"].config(0), "--preset demo")
+    with pytest.raises(RetrainError, match="hash_params"):
+        check_same_config(tiny, PRESETS["tiny"].config(1), "--seed 1")
+
+
+def test_the_warm_start_is_the_served_weights(tiny_artifacts):
+    served = checkpoint.load_artifacts(tiny_artifacts)
+    params = warm_start_params(served)
+    for module, values in served.ranker_params.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(params["ranker"][module][name], value)
+    for module, values in served.retrieval_params.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(params["retrieval"][module][name], value)
+    np.testing.assert_array_equal(params["tables"]["item"], served.tables["item_embeddings"])
+    assert np.isfinite(params["retrieval"]["~"]["log_temperature"])
+
+
+def test_the_gate_passes_within_the_tolerance_and_fails_beyond_it():
+    old = {"ndcg@20": 0.50, "auc": {"favorite": 0.7}, "log_loss": {"favorite": 0.30}}
+    rule = GateRule("ndcg@20", 0.01)
+    assert rule.passes({"ndcg@20": 0.495}, old)
+    assert rule.passes({"ndcg@20": 0.60}, old)
+    assert not rule.passes({"ndcg@20": 0.485}, old)
+    assert not rule.passes({"ndcg@20": float("nan")}, old)  # nothing measured: no pass
+    loss = GateRule("log_loss.favorite", 0.0)  # lower is better
+    assert loss.passes({"log_loss": {"favorite": 0.29}}, old)
+    assert not loss.passes({"log_loss": {"favorite": 0.31}}, old)
+    gate = gate_result({"ndcg@20": 0.40}, old, rule, {"rows": 3, "from": 1, "to": 2})
+    assert gate["passed"] is False and ">= baseline ndcg@20 - 0.01" in gate["rule"]
+    assert "FAILED" in gate_table(gate) and "-0.1000" in gate_table(gate)
+    with pytest.raises(KeyError, match="recall@7"):
+        GateRule("recall@7").passes(old, old)
+
+
+# -- served traffic in a real redis-server -> export -> next version -> gate --------------
+
+FEED = 8  # posts per served feed
+REQUESTS_PER_USER = 6
+SPAN_S = 120.0  # the served requests' time range
+
+
+@pytest.fixture(scope="module")
+def served_tiny(tmp_path_factory):
+    """The served version 1: the tiny preset's towers at their initial weights, written as
+    the pipeline writes trained ones (a training.json naming the world; no training steps,
+    whose compiling would double the test's time)."""
+    from phoenix.training import pipeline, synthetic
+    from phoenix.training.data import LogIndex
+    from phoenix.training.train import init_params
+
+    preset = PRESETS["tiny"]
+    world, impressions = synthetic.generate_logs(preset.world, 0)
+    config = preset.config(0)
+    index = LogIndex(world, impressions, config)
+    eval_set = index.eval_set(50, 16, 0)
+    params = init_params(config, 0)
+    corpus = pipeline.build_corpus(index, config, params)
+    out = tmp_path_factory.mktemp("served") / "v1"
+    partial, _ = pipeline.write_artifact_files(out, config, params, corpus, index, eval_set)
+    summary = {"preset": "tiny", "seed": 0, "world": dataclasses.asdict(preset.world)}
+    pipeline.finish_artifact_dir(partial, summary)
+    return out
+
+
+def serve_and_react(store: UserStateStore, artifacts, start: float) -> int:
+    """Feeds of corpus posts to 40 world users over SPAN_S, logged as the served_log step
+    logs them, and the users' reactions (the world's model) applied as the event path does."""
+    from phoenix.training.pipeline import trained_world
+
+    world = trained_world(artifacts)
+    corpus = checkpoint.load_corpus(artifacts)
+    authors = dict(zip(corpus.post_ids.tolist(), corpus.author_ids.tolist()))
+    users = draw_user_ids(world, 40, seed=3)
+    rng = np.random.default_rng(3)
+    clock = WorldClock.after_logs(world, start)
+    shown = 0
+    for i in range(REQUESTS_PER_USER):
+        for k, user_id in enumerate(users.tolist()):
+            now = start + SPAN_S * (i * len(users) + k) / (REQUESTS_PER_USER * len(users))
+            posts = rng.choice(corpus.post_ids, FEED, replace=False)
+            record = feed_record(int(user_id), posts, authors, now, request_id=1 + shown)
+            store.record_served([(int(user_id), posts, str(record.request_id))], now, [record])
+            reaction = SimulatedUser(world, int(user_id), 3, clock).react(posts, top_n=FEED,
+                                                                         now=now + 1.0)  # fmt: skip
+            store.apply(reaction.events)
+            shown += 1
+    return shown
+
+
+def feed_record(user_id: int, posts, authors: dict, now: float, request_id: int):
+    empty = np.zeros(0)
+    return RequestRecord(
+        request_id=request_id, user_id=user_id, ts=now, own_history=False, num_actions=19,
+        history_post_ids=empty.astype(np.int64), history_author_ids=empty.astype(np.int64),
+        history_actions=empty.astype(np.uint32), history_product_surface=empty.astype(np.int32),
+        history_dwell_seconds=empty.astype(np.float32), candidate_post_ids=posts,
+        candidate_author_ids=np.array([authors[p] for p in posts.tolist()]),
+        candidate_retrieval_scores=np.ones(len(posts), np.float32), ranked_post_ids=posts,
+        ranked_author_ids=np.array([authors[p] for p in posts.tolist()]),
+        scores=np.ones(len(posts), np.float32), retrieval_scores=np.ones(len(posts), np.float32),
+        action_probs=np.zeros((len(posts), 19), np.float32),
+        in_network=np.zeros(len(posts), np.int8),
+    )  # fmt: skip
+
+
+def test_served_logs_train_the_next_version_and_gate_it(served_tiny, redis_server, tmp_path):
+    store = UserStateStore(connect(redis_server.url))
+    start = time.time() - SPAN_S - 10
+    requests = serve_and_react(store, served_tiny, start)
+    logs, new = tmp_path / "served-logs", tmp_path / "v2"
+
+    assert main(["served-logs", "--redis", redis_server.url, "--artifacts", str(served_tiny),
+                 "--out", str(logs), "--held-out-fraction", "0.3"]) == 0  # fmt: skip
+    world, imp, meta = load_logs(logs)
+    served = imp.ts >= meta["train_from_ts"]
+    assert served.sum() == requests * FEED  # every shown post one row, none dropped
+    assert len(np.unique(imp.request[served])) == requests
+    assert meta["train_from_ts"] == world.spec.split_ts < meta["split_ts"]
+    held = imp.ts >= meta["split_ts"]
+    assert 0.2 < held.sum() / served.sum() < 0.4  # the last 30% of the time range
+    assert imp.actions[served].any(axis=1).sum() > 50  # the reactions joined their rows
+    assert (~served).any() and imp.actions[~served].any(axis=1).all()  # histories: engaged
+    assert meta["served"]["requests"] == requests
+
+    assert main(["pipeline", "--logs", str(logs), "--init", str(served_tiny), "--out", str(new),
+                 "--retrieval-steps", "5", "--ranker-steps", "5", "--quiet"]) == 0  # fmt: skip
+    gate = json.loads((new / "gate.json").read_text())
+    assert isinstance(gate["passed"], bool) and "ndcg@20" in gate["rule"]
+    assert gate["held_out"]["rows"] == int(held.sum())
+    assert gate["held_out"]["from"] == meta["split_ts"]
+    for side in ("candidate", "baseline"):
+        assert 0 <= gate[side]["ndcg@20"] <= 1 and "favorite" in gate[side]["auc"]
+        assert "favorite" in gate[side]["log_loss"] and "recall@100" in gate[side]
+    assert gate["candidate"] != gate["baseline"]  # trained: another version's scores
+    assert gate["passed"] == GateRule().passes(gate["candidate"], gate["baseline"])
+    assert checkpoint.load_config(new).version == 2  # unversioned v1 -> 2
+    np.testing.assert_array_equal(
+        checkpoint.load_corpus(new).post_ids, checkpoint.load_corpus(served_tiny).post_ids
+    )
+    assert candidate_tower_digest(new) != candidate_tower_digest(served_tiny)
+
+    with pytest.raises(RetrainError, match="differs from the served artifacts'"):
+        retrain(logs, served_tiny, tmp_path / "bad", preset_name="demo", log=lambda *_: None)
