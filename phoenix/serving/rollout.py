@@ -541,7 +541,14 @@ def roll(
     except BaseException:
         server.each(server.unload_beside, list(loaded))
         raise
-    switch(server, plan, log)
+    try:
+        switch(server, plan, log)
+    except RolloutError as error:
+        done = "; ".join(f"{e['event']} {e.get('model', '')}" for e in log.events[-4:])
+        raise RolloutError(
+            f"{error}. The switch stopped part way (last: {done}): the server may serve both "
+            "versions; roll out again or roll back"
+        ) from None
 
     def retire(name: str) -> None:
         waited = server.drain(name)
@@ -551,11 +558,19 @@ def roll(
     server.each(retire, list(loaded))
     log("done")
     return {
-        "previous": describe(plan.previous),
-        "target": describe(plan.target),
+        **plan_summary(plan),
         "shadow": shadowed,
         "timeline": log.events,
         "previous_configs": plan.previous,
+    }
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """Which artifacts and version the plan goes from and to, and the models it loads."""
+    return {
+        "previous": describe(plan.previous),
+        "target": describe(plan.target),
+        "models": plan.models,
     }
 
 
