@@ -325,7 +325,8 @@ def plot_report(report: Mapping, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     comparison = report["comparison"]
-    rows = [r for r in comparison["rows"] if r["v1"] and r["v1"].get("rate") is not None]
+    rows = [r for r in comparison["rows"] if all((r[k] or {}).get("rate") is not None
+                                                  for k in ("v1", "v2"))]  # fmt: skip
     actions = [r for r in rows if r["metric"].startswith("engagements.")]
     others = [r for r in rows if not r["metric"].startswith("engagements.")]
     fig, axes = plt.subplots(1, 3, figsize=(17, 5), gridspec_kw={"width_ratios": [4, 1.3, 1.3]})
@@ -333,8 +334,9 @@ def plot_report(report: Mapping, path: Path) -> Path:
         x = np.arange(len(chosen))
         for offset, label in ((-0.2, "v1"), (0.2, "v2")):
             rates = np.array([r[label]["rate"] for r in chosen])
-            low = rates - np.array([r[label]["low"] for r in chosen])
-            high = np.array([r[label]["high"] for r in chosen]) - rates
+            # the interval holds the rate; clipped, as rounding may leave it a hair outside
+            low = np.maximum(0, rates - np.array([r[label]["low"] for r in chosen]))
+            high = np.maximum(0, np.array([r[label]["high"] for r in chosen]) - rates)
             panel.bar(x + offset, rates, 0.4, yerr=[low, high], capsize=3, label=label)
         panel.set_xticks(x, [r["metric"].removeprefix("engagements.") for r in chosen],
                          rotation=45, ha="right")  # fmt: skip
@@ -510,6 +512,26 @@ def load_simulated_users(redis_url: str, artifacts: Path, user_ids: np.ndarray,
 # ----------------------------------------------------------------------------------------
 
 
+class WithHeaders:
+    """A tritonclient whose every call without ``headers`` sends ``headers``: the rollout
+    library reads the repository index, a restricted API, without the admin key as it stands."""
+
+    def __init__(self, client, headers: Optional[Mapping[str, str]]):
+        self.client, self.headers = client, dict(headers or {})
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self.client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            if kwargs.get("headers") is None:
+                kwargs["headers"] = self.headers
+            return attribute(*args, **kwargs)
+
+        return call
+
+
 def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: LoopOptions,
              say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
     """Roll the server onto ``new_dir`` (gate checked, shadowed on the simulated users' feed
@@ -518,10 +540,12 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
     import tritonclient.http as httpclient
 
     from phoenix.serving import rollout
+    from phoenix.serving.admin_key import admin_headers
 
-    client = httpclient.InferenceServerClient(serving.http_url)
+    key = serving.admin_key()
+    client = WithHeaders(httpclient.InferenceServerClient(serving.http_url), admin_headers(key))
     try:
-        server = rollout.Server(client, "http", serving.admin_key(), serving.repository)
+        server = rollout.Server(client, "http", key, serving.repository)
         rollout.check_gate(new_dir, options.force, say)
         plan = rollout.forward_plan(server, new_dir)
         requests = [
