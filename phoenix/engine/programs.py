@@ -81,6 +81,14 @@ def host_signature() -> str:
     return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:16]
 
 
+def program_config(path: Path) -> bytes:
+    """config.json as the programs depend on it: without ``version``, a release label (a
+    retrained version of the same shapes loads the programs compiled for the one before)."""
+    config = json.loads(path.read_bytes())
+    config.pop("version", None)
+    return json.dumps(config, sort_keys=True).encode()
+
+
 def fingerprint(artifact_config: bytes, device: Optional[jax.Device] = None) -> dict[str, str]:
     """What a program compiled in this process depends on besides its inputs and settings."""
     import jaxlib
@@ -136,7 +144,7 @@ class ProgramStore:
         """The store for this process's device and code under ``<artifact_dir>/compiled/``
         (or ``$PHOENIX_PROGRAM_STORE``)."""
         root = Path(artifact_dir)
-        print_ = fingerprint((root / "config.json").read_bytes(), device)
+        print_ = fingerprint(program_config(root / "config.json"), device)
         digest = hashlib.sha256(json.dumps(print_, sort_keys=True).encode()).hexdigest()[:12]
         base = Path(os.environ.get(STORE_ENV) or root / STORE_DIR)
         directory = (base / f"{print_['platform']}-{digest}").resolve()

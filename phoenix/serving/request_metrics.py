@@ -78,3 +78,72 @@ class RequestMetrics:
         self._refused = {}
         self._failed = None
         self._families = []
+
+
+# ----------------------------------------------------------------------------------------
+# What each model version served (docs/rollout.md: two versions serve side by side during a
+# rollout, and the dashboard tells their traffic apart)
+# ----------------------------------------------------------------------------------------
+
+SERVED = "phoenix_requests_served_total"
+CANDIDATES = "phoenix_candidates_served_total"
+# The outputs holding a model's posts, first found wins; id 0 is padding (served_log's rows).
+CANDIDATE_OUTPUTS = ("ranked_post_ids", "post_ids")
+
+
+def candidate_output(outputs: Sequence[str]) -> Optional[str]:
+    """The output whose ids count as the model's candidates; None: the model returns none."""
+    return next((name for name in CANDIDATE_OUTPUTS if name in outputs), None)
+
+
+def candidate_count(result: dict) -> int:
+    """Posts (non-zero ids) in one answer of a model with a candidate output."""
+    import numpy as np
+
+    name = candidate_output(list(result))
+    return int(np.count_nonzero(result[name])) if name is not None else 0
+
+
+class ServedMetrics:
+    """Requests answered and candidates returned by one model instance, labelled with the
+    model's served name (a rollout's ``ranker__next`` has its own series) and the version of
+    the artifacts it serves."""
+
+    def __init__(self, pb: Any, model: str, version: str, outputs: Sequence[str]):
+        self._families: list[Any] = []
+        self._served: Optional[Any] = None
+        self._candidates: Optional[Any] = None
+        family_type = getattr(pb, "MetricFamily", None)
+        if family_type is None:
+            return
+        labels = {"model": model, "version": version}
+        try:
+            served = family_type(
+                name=SERVED,
+                description="Requests answered with outputs, by model and artifact version",
+                kind=family_type.COUNTER,
+            )
+            self._families = [served]
+            self._served = served.Metric(labels=labels)
+            if candidate_output(outputs) is not None:
+                candidates = family_type(
+                    name=CANDIDATES,
+                    description="Posts returned in answers, by model and artifact version",
+                    kind=family_type.COUNTER,
+                )
+                self._families.append(candidates)
+                self._candidates = candidates.Metric(labels=labels)
+        except Exception as error:  # metrics off: serve without them
+            logger.warning("%s: no served-request metrics (%s)", model, error)
+            self.close()
+
+    def count(self, result: dict) -> None:
+        """One request answered with ``result`` ({output: array})."""
+        if self._served is not None:
+            self._served.increment(1)
+        if self._candidates is not None:
+            self._candidates.increment(candidate_count(result))
+
+    def close(self) -> None:
+        self._served = self._candidates = None
+        self._families = []

@@ -54,6 +54,14 @@ def artifact_digest(artifact_dir: str | Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def artifact_version(artifact_dir: str | Path) -> str:
+    """The artifacts' version label (config.json's ``version``), "none" when they have none."""
+    from phoenix.checkpoint import load_config
+
+    version = load_config(artifact_root(artifact_dir)).version
+    return "none" if version is None else str(version)
+
+
 def short(digest: str) -> str:
     return digest[:12] or "(none)"
 
@@ -90,7 +98,38 @@ def write_served_repository(source: Path, dest: Path, artifact_dir: Path) -> Pat
             config.parameters[ARTIFACT_DIGEST.name].string_value = ARTIFACT_DIGEST.text(digest)
             header = SERVED_HEADER.format(source=path.relative_to(dest), artifacts=artifact_dir)
             path.write_text(header + text_format.MessageToString(config))
+        precompile_model_files(copy)
     return dest
+
+
+def compiled_model_file(source: str) -> bytes:
+    """The bytecode of a model.py with ``source``, valid whatever the file's time (a hash-based
+    .pyc, PEP 552): Triton may write the file at load time."""
+    import importlib.util
+    import py_compile
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.py"
+        path.write_text(source)
+        compiled = Path(importlib.util.cache_from_source(str(path)))
+        mode = py_compile.PycInvalidationMode.CHECKED_HASH
+        py_compile.compile(str(path), cfile=str(compiled), doraise=True, invalidation_mode=mode)
+        return compiled.read_bytes()
+
+
+def precompile_model_files(model_dir: Path) -> None:
+    """Each version's model.py compiled beside it now, so that the Python stub, which imports
+    it at load, finds its .pyc and never writes into the model's folder: Triton reloads a
+    model whose folder changed after its load when an ensemble over it is loaded, and the
+    ensemble stalls meanwhile (docs/rollout.md). The stub embeds this Python (cpython-311),
+    and ignores $PYTHONDONTWRITEBYTECODE."""
+    import importlib.util
+
+    for model_file in model_dir.glob("[0-9]*/model.py"):
+        compiled = Path(importlib.util.cache_from_source(str(model_file)))
+        compiled.parent.mkdir(exist_ok=True)
+        compiled.write_bytes(compiled_model_file(model_file.read_text()))
 
 
 def check_loaded(parameters: dict[str, str], artifact_dir: Path) -> None:

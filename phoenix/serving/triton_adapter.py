@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from phoenix.serving.input_error import InputError
-from phoenix.serving.request_metrics import RequestMetrics
-from phoenix.serving.served_artifacts import check_loaded
+from phoenix.serving.request_metrics import RequestMetrics, ServedMetrics
+from phoenix.serving.served_artifacts import artifact_version, check_loaded
 
 logger = logging.getLogger("phoenix.serving")
 
@@ -95,6 +95,10 @@ class ServiceModel:
         )
         # the served config must tell the truth about the artifacts (clients trust it)
         check_loaded(settings.parameters, settings.artifact_dir)
+        served_as = args.get("model_name", self.service_name)  # ranker__next in a rollout
+        version = artifact_version(settings.artifact_dir)
+        outputs = [spec.name for spec in contract.outputs]
+        self.served = ServedMetrics(pb_utils, served_as, version, outputs)
         self.service = services.build_service(settings)
         self.service.warm_up()
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)
@@ -128,6 +132,7 @@ class ServiceModel:
                 code = pb.TritonError.INTERNAL
             error = pb.TritonError(str(result), code)
             return pb.InferenceResponse(output_tensors=[], error=error)
+        self.served.count(result)
         tensors = [
             pb.Tensor.from_dlpack(name, host_tensor(array, self.output_dtypes[name]))
             for name, array in result.items()
@@ -137,3 +142,4 @@ class ServiceModel:
     def finalize(self) -> None:
         self.service = None
         self.metrics.close()
+        self.served.close()

@@ -179,8 +179,10 @@ class TritonServer(StartsReady):
         # a 100 k corpus store searched exactly, recommend fell from 88 to 65 req/s on 2 cores
         # (docs/retrieval.md). Instances are the parallelism; each uses one BLAS thread.
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        # The served configs name the artifacts (absolute): no $PHOENIX_ARTIFACT_DIR may
+        # override what a rollout's config override says.
         if self.artifacts_dir is not None:
-            env["PHOENIX_ARTIFACT_DIR"] = str(self.artifacts_dir)
+            env.pop("PHOENIX_ARTIFACT_DIR", None)
         return {**env, **self.env_overrides, STUB_DIR_ENV: str(self.stub_dir)}
 
     def is_running(self) -> bool:

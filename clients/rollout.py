@@ -1,0 +1,103 @@
+"""Roll a running server onto a new artifact directory (version N+1), or back.
+
+Loads N+1's models beside N's, optionally shadows them (both versions answer the same
+requests; rank agreement and score deltas go to the report), switches `recommend` and the
+models users call by name to N+1, drains and unloads N. The server must run with
+--model-control-mode=explicit (phoenix-serve does); its model repository folder must be
+reachable from here (phoenix-serve prints it). docs/rollout.md says what happens step by step.
+
+A NEW_DIR/gate.json saying "passed": false refuses the rollout unless --force.
+
+Examples:
+  phoenix-rollout artifacts/v2 --repository build/serve/tritonserver-123.repository-x \\
+      --shadow-seconds 30
+  phoenix-rollout --rollback --repository build/serve/tritonserver-123.repository-x
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+from clients import cli
+from clients.workload import random_users
+from phoenix.checkpoint import ArtifactError
+from phoenix.serving import rollout
+from phoenix.serving.admin_key import ADMIN_KEY_ENV
+from phoenix.serving.client import recommend_inputs
+
+DEFAULT_REPORT = Path("build/rollout/last-rollout.json")
+LOAD_TIMEOUT_S = 600.0  # a load compiles when the artifacts have no programs for this machine
+
+
+def parse_args(argv: Optional[Sequence[str]]):
+    parser = cli.docstring_parser(__file__, __doc__, cli.EXIT_CODES_HELP)
+    add = parser.add_argument
+    add("new_dir", nargs="?", type=Path, metavar="NEW_DIR", help="the artifacts of version N+1")
+    add("--url", help="server address host:port (default: 127.0.0.1:8000 for http, :8001 grpc)")
+    add("--protocol", choices=("http", "grpc"), default="http", help="(default: %(default)s)")
+    add("--repository", type=Path, required=True, help="the server's model repository folder")
+    add("--rollback", action="store_true", help="return to what --report says was served before")
+    add("--force", action="store_true", help="roll out even when gate.json says it failed")
+    shadow = "seconds N and N+1 answer the same requests before the switch (0: no shadow)"
+    add("--shadow-seconds", type=float, default=0.0, metavar="S", help=shadow)
+    add("--shadow-users", type=int, default=16, metavar="N", help="random users shadowed (16)")
+    add("--seed", type=int, default=0, help="seed of the shadow users (default: %(default)s)")
+    report = "the rollout's JSON report (read by --rollback); (default: %(default)s)"
+    add("--report", type=Path, default=DEFAULT_REPORT, help=report)
+    add("--admin-key-env", default=ADMIN_KEY_ENV, metavar="NAME", help="admin key variable")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    if not args.rollback and args.new_dir is None:
+        return cli.fail("give NEW_DIR (the artifacts to roll out) or --rollback")
+    try:
+        return run_rollout(args)
+    except (rollout.RolloutError, ArtifactError) as error:
+        return cli.fail(str(error))
+
+
+def run_rollout(args) -> int:
+    client = cli.open_client(
+        args, **({"network_timeout": LOAD_TIMEOUT_S} if args.protocol == "http" else {})
+    )
+    server = rollout.Server(
+        client, args.protocol, os.environ.get(args.admin_key_env), args.repository
+    )
+    if args.rollback:
+        report = read_report(args.report)
+        plan = rollout.rollback_plan(server, report)
+        requests = []
+    else:
+        gate = rollout.check_gate(args.new_dir, args.force, rollout.say_to_stderr)
+        plan = rollout.forward_plan(server, args.new_dir)
+        users = (
+            random_users(args.new_dir, args.shadow_users, args.seed) if args.shadow_seconds else []
+        )
+        requests = [recommend_inputs(user) for user in users]
+    result = rollout.roll(server, plan, requests, args.shadow_seconds)
+    if not args.rollback:
+        result["gate"] = gate
+    target = (
+        args.report.with_name(args.report.stem + "-rollback.json") if args.rollback else args.report
+    )
+    rollout.write_report(result, target)
+    print(f"rolled to {result['target']}; report: {target}", file=sys.stderr)
+    return 0
+
+
+def read_report(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise rollout.RolloutError(f"{path}: no rollout report to roll back ({error})") from None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

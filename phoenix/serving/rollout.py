@@ -1,0 +1,560 @@
+"""Roll a running server from the artifacts it serves (version N) to another directory
+(version N+1) with no failed request, and back (docs/rollout.md).
+
+The server runs with ``--model-control-mode=explicit``; every step is a load or an unload
+through the model repository API (with the admin key when it is restricted):
+
+1. **gate**: ``NEW_DIR/gate.json`` saying ``"passed": false`` refuses the rollout unless forced.
+2. **load N+1 beside N**: each step of ``recommend`` that reads artifacts is loaded again under
+   the name ``<model>__next``, from a folder written complete into the server's model
+   repository (config naming NEW_DIR, model.py and its bytecode) and never touched while loaded:
+   an ensemble's steps must be in a repository, and Triton reloads a step whose folder changed
+   since its load.
+3. **shadow** (optional): two ensembles without the served-log side effect,
+   ``recommend__base`` over N's steps and ``recommend__next`` over N+1's, answer the same
+   requests; rank agreement and score deltas are reported (``rank_agreement``). N serves the
+   users meanwhile.
+4. **switch**: ``recommend`` is loaded with its steps renamed to the ``__next`` models: one
+   ensemble load, every step already loaded and warm.
+5. **by-name models**: each model users call by name (``ranker``, ``retriever``, ...) is loaded
+   again with N+1's config; Triton answers with N until N+1 is ready. ``recommend`` is then
+   switched back onto these names (N+1 now), so names never change between rollouts.
+6. **drain and unload**: the ``__next`` models are unloaded once their inference counts stop
+   moving.
+
+The report (JSON) keeps every config served before the rollout: ``rollback`` loads them again
+the same way, so version N answers exactly as before.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from phoenix.serving.admin_key import admin_headers
+from phoenix.serving.client import infer
+from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND
+from phoenix.serving.inprocess import server_model_config
+from phoenix.serving.rank_agreement import compare_rankings, summarize
+from phoenix.serving.served_artifacts import (
+    artifact_digest,
+    artifact_version,
+    precompile_model_files,
+    servable_artifact_dir,
+)
+
+GATE_FILE = "gate.json"
+NEXT_SUFFIX = "__next"
+SHADOW_BASE = f"{RECOMMEND.name}__base"
+SHADOW_NEXT = f"{RECOMMEND.name}__next"
+# The ensemble steps that only write state (served_log): shadow ensembles leave them out, so a
+# shadow request logs nothing and marks nothing served.
+SIDE_EFFECT_MODELS = frozenset(step.model for step in RECOMMEND.steps if step.side_effect)
+# The model file of a model loaded under another name: the adapter of the same service.
+MODEL_FILE = '''"""Triton entry point of {name!r}, loaded by phoenix.serving.rollout."""
+
+from phoenix.serving.triton_adapter import ServiceModel
+
+
+class TritonPythonModel(ServiceModel):
+    service_name = {service!r}
+'''
+# A drained model's inference count has not moved for this long.
+DRAIN_QUIET_S = 1.0
+DRAIN_TIMEOUT_S = 30.0
+LOAD_TIMEOUT_S = 600.0
+
+
+class RolloutError(RuntimeError):
+    """A rollout that cannot go on (the message says what the server serves now)."""
+
+
+class GateRefused(RolloutError):
+    """The new version lost its offline gate (``gate.json``: ``"passed": false``)."""
+
+
+# ----------------------------------------------------------------------------------------
+# The gate
+# ----------------------------------------------------------------------------------------
+
+
+def read_gate(new_dir: Path) -> Optional[dict[str, Any]]:
+    """``new_dir/gate.json`` as written by the training side, None when there is none;
+    RolloutError naming the file when it is not JSON or its ``passed`` is not true/false."""
+    path = Path(new_dir) / GATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        gate = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise RolloutError(f"{path}: not readable JSON ({error})") from None
+    if not isinstance(gate, dict) or not isinstance(gate.get("passed"), bool):
+        raise RolloutError(
+            f'{path}: expected an object with "passed": true or false, found {gate!r:.200}'
+        )
+    return gate
+
+
+def check_gate(new_dir: Path, force: bool, say: Callable[[str], None]) -> Optional[dict]:
+    """The gate of ``new_dir`` (None: none); GateRefused when it failed and not ``force``."""
+    gate = read_gate(new_dir)
+    path = Path(new_dir) / GATE_FILE
+    if gate is None:
+        say(f"warning: {path} does not exist: no offline gate checked this version")
+    elif not gate["passed"]:
+        metrics = json.dumps(gate.get("metrics", {}), sort_keys=True)
+        if not force:
+            raise GateRefused(
+                f"{path} says the version failed its offline gate (metrics {metrics:.500}); "
+                "--force rolls it out anyway"
+            )
+        say(f"warning: {path} says the gate failed (metrics {metrics:.500}); forced")
+    return gate
+
+
+# ----------------------------------------------------------------------------------------
+# Configs (Triton's JSON form, as GET /v2/models/<m>/config answers)
+# ----------------------------------------------------------------------------------------
+
+
+def parameter(config: Mapping[str, Any], name: str) -> str:
+    return config.get("parameters", {}).get(name, {}).get("string_value", "")
+
+
+def reads_artifacts(config: Mapping[str, Any]) -> bool:
+    return ARTIFACT_DIR.name in config.get("parameters", {})
+
+
+def retargeted(
+    config: Mapping[str, Any], artifact_dir: Path, digest: str, name: Optional[str] = None
+) -> dict[str, Any]:
+    """A copy of a model's ``config`` reading ``artifact_dir`` (stated with its ``digest``),
+    under ``name`` when given; its other parameters as they are."""
+    new = copy.deepcopy(dict(config))
+    parameters = new.setdefault("parameters", {})
+    parameters[ARTIFACT_DIR.name] = {"string_value": ARTIFACT_DIR.text(Path(artifact_dir))}
+    parameters[ARTIFACT_DIGEST.name] = {"string_value": ARTIFACT_DIGEST.text(digest)}
+    if name is not None:
+        new["name"] = name
+    return new
+
+
+def renamed(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A copy of ``config`` under ``name``, its instance groups unnamed (Triton names them
+    after the model: two models' instances of one name trip the Python backend's unload)."""
+    new = copy.deepcopy(dict(config))
+    new["name"] = name
+    for group in new.get("instance_group", []):
+        group.pop("name", None)
+    return new
+
+
+def ensemble_steps(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    steps = config.get("ensemble_scheduling", {}).get("step")
+    if not steps:
+        raise RolloutError(f"{config.get('name')!r} is no ensemble (no ensemble_scheduling)")
+    return steps
+
+
+def step_models(config: Mapping[str, Any]) -> list[str]:
+    return [step["model_name"] for step in ensemble_steps(config)]
+
+
+def with_step_models(
+    config: Mapping[str, Any], models: Mapping[str, str], name: Optional[str] = None
+) -> dict[str, Any]:
+    """A copy of the ensemble ``config`` whose steps call ``models[step model]`` (steps not in
+    ``models`` as they are), under ``name`` when given."""
+    new = renamed(config, name or config["name"])
+    for step in ensemble_steps(new):
+        step["model_name"] = models.get(step["model_name"], step["model_name"])
+    return new
+
+
+def without_side_effects(
+    config: Mapping[str, Any], side_effects: Iterable[str] = SIDE_EFFECT_MODELS
+) -> dict[str, Any]:
+    """A copy of the ensemble ``config`` without its side-effect steps: the step before each
+    feeds the ensemble outputs that the side effect passed on, and an output only the side
+    effect made (``request_id``) is dropped."""
+    new = copy.deepcopy(dict(config))
+    steps = ensemble_steps(new)
+    side_effects = set(side_effects)
+    for dropped in [s for s in steps if s["model_name"] in side_effects]:
+        # the side effect's output X is the tensor it was handed as its input X
+        passed_on = {
+            tensor: dropped["input_map"][key]
+            for key, tensor in dropped["output_map"].items()
+            if key in dropped["input_map"]
+        }
+        steps.remove(dropped)
+        for step in steps:
+            for key, tensor in step["output_map"].items():
+                for output, internal in passed_on.items():
+                    if tensor == internal:
+                        step["output_map"][key] = output
+        made = {t for s in steps for t in s["output_map"].values()}
+        new["output"] = [o for o in new.get("output", []) if o["name"] in made]
+    return new
+
+
+# ----------------------------------------------------------------------------------------
+# The server
+# ----------------------------------------------------------------------------------------
+
+
+def write_model_folder(repository: Path, service: str, config: Mapping[str, Any]) -> Path:
+    """``repository/<config name>/``: ``config`` as config.pbtxt and version 1 running
+    ``service``'s adapter, its bytecode beside it (so loading writes nothing there)."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    name = config["name"]
+    folder = Path(repository) / name
+    if folder.exists():
+        shutil.rmtree(folder)
+    (folder / "1").mkdir(parents=True)
+    message = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    header = f"# {name}: {service} loaded beside it by phoenix.serving.rollout\n"
+    (folder / "config.pbtxt").write_text(header + text_format.MessageToString(message))
+    (folder / "1" / "model.py").write_text(MODEL_FILE.format(name=name, service=service))
+    precompile_model_files(folder)
+    return folder
+
+
+def ensemble_files() -> dict[str, bytes]:
+    """An ensemble loaded by override needs only its version folder."""
+    return {"file:1/README": b"an ensemble loaded by phoenix.serving.rollout\n"}
+
+
+def model_states(client, protocol: str) -> dict[str, str]:
+    """{model: state} of the repository index (READY, UNLOADING, UNAVAILABLE, ...)."""
+    index = client.get_model_repository_index(**({"as_json": True} if protocol == "grpc" else {}))
+    entries = index.get("models", []) if isinstance(index, dict) else index
+    return {e["name"]: e.get("state", "") for e in entries}
+
+
+def model_state(client, protocol: str, model: str) -> str:
+    return model_states(client, protocol).get(model, "UNAVAILABLE")
+
+
+def ready_models(client, protocol: str) -> list[str]:
+    """The models the server has loaded and ready."""
+    return sorted(m for m, state in model_states(client, protocol).items() if state == "READY")
+
+
+def inference_count(client, protocol: str, model: str) -> int:
+    """Requests the model has answered, all its versions together (0 when not loaded)."""
+    kwargs = {"as_json": True} if protocol == "grpc" else {}
+    try:
+        stats = client.get_inference_statistics(model, **kwargs)
+    except Exception:  # tritonclient raises its own types: an unloaded model has none
+        return 0
+    return sum(int(s.get("inference_count", 0)) for s in stats.get("model_stats", []))
+
+
+@dataclass
+class Timeline:
+    """What happened when, in seconds from the start (the report's ``timeline``)."""
+
+    say: Callable[[str], None]
+    started: float = field(default_factory=time.monotonic)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, event: str, **detail: Any) -> None:
+        at = round(time.monotonic() - self.started, 3)
+        self.events.append({"t_s": at, "event": event, **detail})
+        extra = " ".join(f"{k}={v}" for k, v in detail.items())
+        self.say(f"[{at:7.2f} s] {event}{' ' + extra if extra else ''}")
+
+
+def say_to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class Server:
+    """The loads, unloads and inferences a rollout makes on one server, whose model repository
+    is the folder ``repository`` (the one tritonserver's --model-repository names)."""
+
+    def __init__(self, client, protocol: str, admin_key: Optional[str], repository: Path):
+        self.client, self.protocol = client, protocol
+        self.headers = admin_headers(admin_key, protocol)
+        self.repository = Path(repository)
+        if not self.repository.is_dir():
+            raise RolloutError(f"the model repository {self.repository} is no folder here")
+
+    def config(self, model: str) -> dict[str, Any]:
+        return server_model_config(self.client, self.protocol, model)
+
+    def load(
+        self, name: str, config: Optional[Mapping[str, Any]], files: Optional[dict] = None
+    ) -> None:
+        """Load ``name`` (with ``config`` as override when given); RolloutError unless it is
+        then ready."""
+        text = json.dumps(config) if config is not None else None
+        try:
+            self.client.load_model(name, headers=self.headers, config=text, files=files)
+        except Exception as error:
+            raise RolloutError(f"loading {name} failed: {error}") from None
+        if not self.client.is_model_ready(name):
+            raise RolloutError(f"{name} is not ready after its load")
+
+    def unload(self, name: str) -> None:
+        self.client.unload_model(name, headers=self.headers)
+
+    def load_beside(self, model: str, config: Mapping[str, Any]) -> str:
+        """``config`` of ``model`` loaded as ``<model>__next`` from a folder of its own."""
+        name = model + NEXT_SUFFIX
+        write_model_folder(self.repository, model, renamed(config, name))
+        self.load(name, None)
+        return name
+
+    def unload_beside(self, name: str) -> None:
+        """Unload a model ``load_beside`` loaded; once Triton has finished, remove its folder
+        (RolloutError when it has not after DRAIN_TIMEOUT_S)."""
+        self.unload(name)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while (state := model_state(self.client, self.protocol, name)) != "UNAVAILABLE":
+            if time.monotonic() > deadline:
+                raise RolloutError(
+                    f"{name} is still {state} {DRAIN_TIMEOUT_S:g} s after its unload"
+                )
+            time.sleep(0.1)
+        shutil.rmtree(self.repository / name, ignore_errors=True)
+
+    def infer(self, model: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return infer(self.client, self.protocol, model, arrays)
+
+    def drain(self, model: str, quiet_s: float = DRAIN_QUIET_S, timeout_s=DRAIN_TIMEOUT_S):
+        """Wait until ``model``'s inference count has not moved for ``quiet_s``; returns the
+        seconds waited (RolloutError after ``timeout_s``)."""
+        started = time.monotonic()
+        count, still_since = inference_count(self.client, self.protocol, model), started
+        while time.monotonic() - still_since < quiet_s:
+            if time.monotonic() - started > timeout_s:
+                raise RolloutError(f"{model} still answers requests after {timeout_s:g} s")
+            time.sleep(0.1)
+            now = inference_count(self.client, self.protocol, model)
+            if now != count:
+                count, still_since = now, time.monotonic()
+        return time.monotonic() - started
+
+
+# ----------------------------------------------------------------------------------------
+# The rollout
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the server serves now (``previous``: every config the rollout changes) and what
+    it will serve (``target``: the same models' configs afterwards)."""
+
+    previous: dict[str, dict[str, Any]]
+    target: dict[str, dict[str, Any]]
+    ensemble: str = RECOMMEND.name
+
+    @property
+    def models(self) -> list[str]:
+        """The models that read artifacts, in the order they are loaded."""
+        return [m for m in self.target if m != self.ensemble]
+
+    @property
+    def steps(self) -> list[str]:
+        """The rolled models that ``recommend`` calls."""
+        return [m for m in step_models(self.previous[self.ensemble]) if m in self.target]
+
+
+def served_configs(server: Server) -> dict[str, dict[str, Any]]:
+    """The config of ``recommend`` and of every ready model reading artifacts (not the
+    leftovers of an interrupted rollout)."""
+    models = [m for m in ready_models(server.client, server.protocol) if NEXT_SUFFIX not in m]
+    configs = {m: server.config(m) for m in models if m != SHADOW_BASE}
+    if RECOMMEND.name not in configs:
+        raise RolloutError(f"the server has no {RECOMMEND.name!r} loaded")
+    rolled = {m: c for m, c in configs.items() if reads_artifacts(c)}
+    return {RECOMMEND.name: configs[RECOMMEND.name], **rolled}
+
+
+def forward_plan(server: Server, new_dir: Path) -> Plan:
+    """N (what is served) to the artifacts ``new_dir``, every other parameter kept."""
+    new_dir = servable_artifact_dir(new_dir)
+    digest = artifact_digest(new_dir)
+    previous = served_configs(server)
+    target = {
+        m: c if m == RECOMMEND.name else retargeted(c, new_dir, digest) for m, c in previous.items()
+    }
+    return Plan(previous, target)
+
+
+def rollback_plan(server: Server, report: Mapping[str, Any]) -> Plan:
+    """Back to the configs a rollout's ``report`` saved (what was served before it)."""
+    saved = report.get("previous_configs")
+    if not saved or RECOMMEND.name not in saved:
+        raise RolloutError("the report holds no previous_configs to roll back to")
+    return Plan(served_configs(server), dict(saved))
+
+
+def describe(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Which artifacts a set of configs reads (the first model that reads any)."""
+    for config in configs.values():
+        if reads_artifacts(config):
+            directory = parameter(config, ARTIFACT_DIR.name)
+            return {"artifact_dir": directory, "version": version_here(directory)}
+    return {}
+
+
+def version_here(directory: str) -> str:
+    """The artifacts' version label; "unknown" when this machine cannot read them."""
+    try:
+        return artifact_version(directory)
+    except Exception:  # ArtifactError, config errors: a directory the server has, not us
+        return "unknown"
+
+
+def shadow(
+    server: Server,
+    plan: Plan,
+    requests: Sequence[Mapping[str, np.ndarray]],
+    seconds: float,
+    log: Timeline,
+) -> dict[str, Any]:
+    """N and N+1 answer the same ``requests`` (cycled for ``seconds``, each at least once)
+    through side-effect-free ensembles; the rankings' agreement, per request and summed up.
+    With the ranker rolled, both rankers also rank N's feed (the same candidates)."""
+    base = without_side_effects(plan.previous[plan.ensemble])
+    nexts = {m: m + NEXT_SUFFIX for m in plan.steps}
+    server.load(SHADOW_BASE, renamed(base, SHADOW_BASE), ensemble_files())
+    server.load(SHADOW_NEXT, with_step_models(base, nexts, SHADOW_NEXT), ensemble_files())
+    log("shadow ensembles loaded", base=SHADOW_BASE, next=SHADOW_NEXT)
+    feeds, rankers = [], []
+    deadline, sent = time.monotonic() + seconds, 0
+    try:
+        while sent < len(requests) or time.monotonic() < deadline:
+            request = requests[sent % len(requests)]
+            old, new = server.infer(SHADOW_BASE, request), server.infer(SHADOW_NEXT, request)
+            feeds.append(compare_feeds(old, new))
+            if "ranker" in nexts and "history_post_ids" in request:
+                arrays = ranker_request(request, old)
+                rankers.append(
+                    compare_feeds(
+                        server.infer("ranker", arrays), server.infer(nexts["ranker"], arrays)
+                    )
+                )
+            sent += 1
+    finally:
+        for name in (SHADOW_NEXT, SHADOW_BASE):
+            server.unload(name)
+    result = {"recommend": summarize(feeds), "ranker": summarize(rankers) if rankers else None}
+    log("shadow done", requests=sent, **{
+        f"recommend_{k}": round(v, 4) for k, v in result["recommend"].items() if k != "requests"
+    })  # fmt: skip
+    return result
+
+
+def compare_feeds(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray]) -> dict:
+    """Row 0 of two answers (ranked_post_ids, scores) compared."""
+    return compare_rankings(
+        old["ranked_post_ids"][0], old["scores"][0], new["ranked_post_ids"][0], new["scores"][0]
+    )
+
+
+RANKER_HISTORY = (
+    "user_id",
+    "history_post_ids",
+    "history_author_ids",
+    "history_actions",
+    "history_product_surface",
+    "history_dwell_seconds",
+)
+
+
+def ranker_request(request: Mapping[str, np.ndarray], feed: Mapping[str, np.ndarray]) -> dict:
+    """The ranker's request for the user of ``request`` and the posts of ``feed``."""
+    arrays = {name: request[name] for name in RANKER_HISTORY if name in request}
+    arrays["candidate_post_ids"] = feed["ranked_post_ids"][:1]
+    arrays["candidate_author_ids"] = feed["ranked_author_ids"][:1]
+    return arrays
+
+
+def switch(server: Server, plan: Plan, log: Timeline) -> None:
+    """recommend onto the __next steps, the by-name models onto the target, recommend back
+    onto the by-name models (now the target)."""
+    ensemble = plan.ensemble
+    nexts = {m: m + NEXT_SUFFIX for m in plan.steps}
+    server.load(ensemble, with_step_models(plan.target[ensemble], nexts))
+    log("switched", model=ensemble, steps=",".join(nexts.values()))
+    for model in plan.models:
+        server.load(model, plan.target[model])
+        log("loaded", model=model, artifact_dir=parameter(plan.target[model], ARTIFACT_DIR.name))
+    server.load(ensemble, plan.target[ensemble])
+    log("switched", model=ensemble, steps=",".join(step_models(plan.target[ensemble])))
+
+
+def roll(
+    server: Server,
+    plan: Plan,
+    shadow_requests: Sequence[Mapping[str, np.ndarray]] = (),
+    shadow_seconds: float = 0.0,
+    say: Callable[[str], None] = say_to_stderr,
+) -> dict[str, Any]:
+    """Carry out ``plan`` (steps 2 to 6 of the module's doc); returns the report. A failure
+    before the switch unloads what it loaded (the server serves N as before)."""
+    log = Timeline(say)
+    log("start", previous=describe(plan.previous), target=describe(plan.target))
+    loaded: list[str] = []
+    try:
+        for model in plan.steps:
+            loaded.append(server.load_beside(model, plan.target[model]))
+            log("loaded", model=loaded[-1])
+        shadowed = None
+        if shadow_requests:
+            shadowed = shadow(server, plan, shadow_requests, shadow_seconds, log)
+    except BaseException:
+        for name in loaded:
+            server.unload_beside(name)
+        raise
+    switch(server, plan, log)
+    for name in loaded:
+        waited = server.drain(name)
+        server.unload_beside(name)
+        log("unloaded", model=name, drained_s=round(waited, 2))
+    log("done")
+    return {
+        "previous": describe(plan.previous),
+        "target": describe(plan.target),
+        "shadow": shadowed,
+        "timeline": log.events,
+        "previous_configs": plan.previous,
+    }
+
+
+def write_report(report: Mapping[str, Any], path: Path) -> None:
+    """The report as JSON at ``path``, and the shadow's means as Prometheus gauges beside it
+    (``path`` with .prom: a node-exporter textfile collector can publish them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, sort_keys=True, default=float) + "\n")
+    if report.get("shadow"):
+        path.with_suffix(".prom").write_text(shadow_metrics(report))
+
+
+def shadow_metrics(report: Mapping[str, Any]) -> str:
+    """phoenix_rollout_shadow_<measure>{compared, from_version, to_version} gauges."""
+    labels = 'from_version="{}",to_version="{}"'.format(
+        report["previous"].get("version", ""), report["target"].get("version", "")
+    )
+    lines = []
+    for compared, summary in report["shadow"].items():
+        for measure, value in (summary or {}).items():
+            name = f"phoenix_rollout_shadow_{measure}"
+            lines.append(f'{name}{{compared="{compared}",{labels}}} {float(value):.6g}')
+    return "\n".join(sorted(lines)) + "\n"

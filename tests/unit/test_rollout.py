@@ -1,0 +1,161 @@
+"""The pure parts of a rollout (phoenix.serving.rollout, rank_agreement): the gate, the rank
+agreement maths, and the config rewriting the switch and the shadow ensembles rest on."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from google.protobuf import json_format
+from scipy import stats
+
+from phoenix.serving import rollout
+from phoenix.serving.configs import read_config
+from phoenix.serving.rank_agreement import compare_rankings, kendall_tau, spearman_rho, summarize
+from phoenix.serving.request_metrics import candidate_count
+from tests.integration.conftest import MODEL_REPOSITORY
+
+
+def served_json(model: str) -> dict:
+    """A committed config in the JSON form the server answers."""
+    return json_format.MessageToDict(
+        read_config(MODEL_REPOSITORY / model / "config.pbtxt"), preserving_proto_field_name=True
+    )
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+def test_a_missing_gate_is_allowed_with_a_warning(tmp_path):
+    said = []
+    assert rollout.check_gate(tmp_path, force=False, say=said.append) is None
+    assert "gate.json does not exist" in said[0]
+
+
+def test_a_failed_gate_refuses_unless_forced(tmp_path):
+    gate = {"passed": False, "metrics": {"auc": 0.61}, "baseline": {"auc": 0.64}}
+    (tmp_path / "gate.json").write_text(json.dumps(gate))
+    with pytest.raises(rollout.GateRefused, match=r"failed its offline gate.*auc.*--force"):
+        rollout.check_gate(tmp_path, force=False, say=print)
+    said = []
+    assert rollout.check_gate(tmp_path, force=True, say=said.append) == gate
+    assert "forced" in said[0]
+
+
+def test_a_passed_gate_says_nothing(tmp_path):
+    (tmp_path / "gate.json").write_text('{"passed": true, "metrics": {}}')
+    said = []
+    assert rollout.check_gate(tmp_path, force=False, say=said.append)["passed"] is True
+    assert said == []
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"passed": "no"}', "[true]"])
+def test_a_malformed_gate_is_an_error_naming_the_file(tmp_path, text):
+    (tmp_path / "gate.json").write_text(text)
+    with pytest.raises(rollout.RolloutError, match=str(tmp_path / "gate.json")):
+        rollout.check_gate(tmp_path, force=True, say=print)
+
+
+# -- rank agreement ------------------------------------------------------------------------
+
+
+def test_tau_and_rho_agree_with_scipy_ties_included():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = rng.integers(0, 6, 15).astype(float)  # ties on purpose
+        b = a + rng.normal(0, 2, 15)
+        assert kendall_tau(a, b) == pytest.approx(stats.kendalltau(a, b).statistic)
+        assert spearman_rho(a, b) == pytest.approx(stats.spearmanr(a, b).statistic)
+
+
+def test_the_same_ranking_agrees_fully_and_a_reversed_one_not_at_all():
+    ids, scores = [5, 4, 3, 2], [0.9, 0.5, 0.2, 0.1]
+    same = compare_rankings(ids, scores, ids, scores)
+    assert same["top_k_overlap"] == 1.0 and same["kendall_tau"] == 1.0
+    assert same["max_abs_score_delta"] == 0.0
+    reversed_ = compare_rankings(ids, scores, ids[::-1], scores)
+    assert reversed_["kendall_tau"] == -1.0 and reversed_["spearman_rho"] == pytest.approx(-1.0)
+
+
+def test_rankings_of_different_posts_compare_over_the_common_ones():
+    result = compare_rankings(
+        [1, 2, 3, 4], [4.0, 3.0, 2.0, 1.0], [2, 9, 1, 8], [5.0, 4.0, 3.0, 0.0]
+    )
+    assert result["common"] == 2 and result["top_k_overlap"] == 0.5
+    assert result["kendall_tau"] == -1.0  # post 1 above 2 in A, below it in B
+    assert result["mean_score_delta"] == pytest.approx(((3.0 - 4.0) + (5.0 - 3.0)) / 2)
+    summary = summarize([result, compare_rankings([1], [1.0], [1], [1.0])])
+    assert summary["requests"] == 2 and summary["kendall_tau"] == -1.0  # nan left out
+
+
+# -- configs -------------------------------------------------------------------------------
+
+
+def test_retargeted_changes_only_the_artifacts_and_the_name(tmp_path):
+    ranker = served_json("ranker")
+    new = rollout.retargeted(ranker, tmp_path, "ab" * 32)
+    assert rollout.parameter(new, "artifact_dir") == str(tmp_path)
+    assert rollout.parameter(new, "artifact_digest") == "ab" * 32
+    assert rollout.parameter(ranker, "artifact_dir") == "../../artifacts/demo"  # a copy
+    for key in set(ranker) - {"parameters"}:
+        assert new[key] == ranker[key]
+    assert set(new["parameters"]) == set(ranker["parameters"])
+
+
+def test_a_renamed_config_leaves_triton_to_name_its_instances():
+    config = {"name": "ranker", "instance_group": [{"name": "ranker_0", "count": 2}]}
+    assert rollout.renamed(config, "ranker__next") == {
+        "name": "ranker__next",
+        "instance_group": [{"count": 2}],
+    }
+    assert config["instance_group"][0]["name"] == "ranker_0"
+
+
+def test_the_switch_renames_the_steps_it_is_given():
+    recommend = served_json("recommend")
+    switched = rollout.with_step_models(recommend, {"ranker": "ranker__next"})
+    assert rollout.step_models(switched) == [
+        "user_state", "user_encoder", "retriever", "ranker__next", "feed_policy", "served_log"
+    ]  # fmt: skip
+    assert switched["name"] == "recommend" and rollout.step_models(recommend)[3] == "ranker"
+
+
+def test_the_shadow_ensemble_has_no_side_effect_and_answers_the_feed():
+    recommend = served_json("recommend")
+    shadow = rollout.without_side_effects(recommend)
+    assert "served_log" not in rollout.step_models(shadow)
+    outputs = {o["name"] for o in shadow["output"]}
+    assert outputs == {o["name"] for o in recommend["output"]} - {"request_id"}
+    made = {t for step in rollout.ensemble_steps(shadow) for t in step["output_map"].values()}
+    assert outputs <= made  # every output comes from a step
+    feed_policy = rollout.ensemble_steps(shadow)[-1]
+    assert feed_policy["output_map"]["ranked_post_ids"] == "ranked_post_ids"
+
+
+def test_a_model_folder_holds_its_config_model_file_and_bytecode(tmp_path):
+    from tritonclient.grpc import model_config_pb2
+
+    config = rollout.renamed(served_json("ranker"), "ranker__next")
+    folder = rollout.write_model_folder(tmp_path, "ranker", config)
+    written = read_config(folder / "config.pbtxt")
+    assert isinstance(written, model_config_pb2.ModelConfig) and written.name == "ranker__next"
+    assert "service_name = 'ranker'" in (folder / "1" / "model.py").read_text()
+    assert list((folder / "1" / "__pycache__").glob("model.*.pyc"))
+
+
+def test_the_shadow_metrics_are_prometheus_gauges():
+    report = {
+        "previous": {"version": "1"},
+        "target": {"version": "2"},
+        "shadow": {"recommend": {"kendall_tau": 0.5, "requests": 3}, "ranker": None},
+    }
+    text = rollout.shadow_metrics(report)
+    labels = 'compared="recommend",from_version="1",to_version="2"'
+    line = f"phoenix_rollout_shadow_kendall_tau{{{labels}}} 0.5"
+    assert line in text.splitlines()
+
+
+def test_candidates_are_the_non_padding_post_ids():
+    assert candidate_count({"ranked_post_ids": np.array([[4, 5, 0]]), "scores": None}) == 2
+    assert candidate_count({"user_embedding": np.zeros((1, 4))}) == 0
