@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import inspect
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -379,6 +381,15 @@ class Serving:
     build_dir: Path
     repository: Path
 
+    def served_repository(self) -> Path:
+        """The repository tritonserver serves: the copy serve wrote into its build folder
+        (``TritonServer.served_repository``), where the rollout writes its models' folders."""
+        stem = f"tritonserver-{self.process.pid}.repository-"
+        found = [p for p in self.build_dir.glob(stem + "*") if p.is_dir()]
+        if len(found) != 1:
+            raise LoopError(f"{self.build_dir}: expected one {stem}* folder, found {len(found)}")
+        return found[0]
+
     def admin_key(self) -> str:
         """The key serve wrote into its build folder (the rollout's loads need it)."""
         from phoenix.serving.admin_key import server_admin_key
@@ -524,6 +535,9 @@ class WithHeaders:
         if not callable(attribute):
             return attribute
 
+        if "headers" not in inspect.signature(attribute).parameters:
+            return attribute
+
         def call(*args, **kwargs):
             if kwargs.get("headers") is None:
                 kwargs["headers"] = self.headers
@@ -543,10 +557,16 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
     from phoenix.serving.admin_key import admin_headers
 
     key = serving.admin_key()
-    client = WithHeaders(httpclient.InferenceServerClient(serving.http_url), admin_headers(key))
+    timeouts = {
+        "connection_timeout": rollout.LOAD_TIMEOUT_S,
+        "network_timeout": rollout.LOAD_TIMEOUT_S,
+    }
+    client = WithHeaders(
+        httpclient.InferenceServerClient(serving.http_url, **timeouts), admin_headers(key)
+    )
     try:
-        server = rollout.Server(client, "http", key, serving.repository)
-        rollout.check_gate(new_dir, options.force, say)
+        server = rollout.Server(client, "http", key, serving.served_repository())
+        gate = rollout.check_gate(new_dir, options.force, say)
         plan = rollout.forward_plan(server, new_dir)
         requests = [
             {"user_id": np.array([[u]], np.int64), "top_k": np.array([[options.top_k]], np.int32)}
@@ -554,6 +574,7 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
         ]
         shadow = requests if options.shadow_seconds > 0 else ()
         report = rollout.roll(server, plan, shadow, options.shadow_seconds, say)
+        report["gate"] = gate
         rollout.write_report(report, options.work / "rollout.json")
         return report
     except rollout.RolloutError as error:
@@ -596,9 +617,22 @@ def train_v2(options: LoopOptions, redis_url: str, v1: Path, log: Progress):
                    ranker_steps=options.v2_ranker_steps, log=log)  # fmt: skip
     summary = {k: v for k, v in dataclasses.asdict(export).items() if k != "split"}
     log(f"gate: {'passed' if gate['passed'] else 'FAILED'} ({gate['rule']})")
-    log("compiling v2's programs before its rollout (serve did v1's before it started)")
+    reuse_programs(v1, v2, log)
+    log("checking v2's programs before its rollout (serve did v1's before it started)")
     ensure_programs(v2, "cpu")
     return v2, summary, gate
+
+
+def reuse_programs(v1: Path, v2: Path, log: Progress) -> None:
+    """v1's compiled programs copied to v2 when it has none: the program store is keyed by the
+    shapes, the code and the machine, not the weights (a store of another key is rebuilt),
+    so v2 starts without the minutes of compiling v1 took."""
+    from phoenix.engine.programs import STORE_DIR
+
+    source, target = v1 / STORE_DIR, v2 / STORE_DIR
+    if source.is_dir() and not target.exists():
+        shutil.copytree(source, target)
+        log(f"copied {source} to {target} (the same shapes: v2 reuses v1's programs)")
 
 
 def run_phase(users: ReactingUsers, seconds: float, log: Progress) -> dict[str, Any]:
