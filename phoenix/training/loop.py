@@ -15,7 +15,8 @@ Steps (each announced on stdout with the clock time and the seconds since the st
    (``retrain``) with its offline gate (``gate.json``);
 5. **rollout under load**: reacting users (label ``rollout``) run through the rollout (shadow,
    switch, unload; ``phoenix.serving.rollout``); their failed requests are counted;
-6. **users on v2**: ``--minutes`` more, label ``v2``;
+6. **users on v2**: ``--minutes`` more, label ``v2``, the posts marked served to the users
+   unmarked first (``forget_served``), so that v2 does not serve the leftovers of v1's phase;
 7. **report**: v1 against v2 with 95% Wilson intervals, the failed requests of the rollout
    window, the rollout timeline and the gate, as JSON, a PNG and a markdown table.
 
@@ -74,7 +75,7 @@ class LoopOptions:
     world_seed: int = 0
     history_keep: int = 64
     top_n: int = 10
-    top_k: int = 50
+    top_k: int = 10  # = top_n: only the posts a user views are marked served
     shadow_seconds: float = 10.0
     settle_seconds: float = 5.0  # reacting users before and after the rollout
     force: bool = False
@@ -518,6 +519,18 @@ def load_simulated_users(redis_url: str, artifacts: Path, user_ids: np.ndarray,
             "follows": loaded.applied.follows, "seconds": round(loaded.seconds, 1)}  # fmt: skip
 
 
+def forget_served(redis_url: str, user_ids: Sequence[int]) -> int:
+    """Unmark every post served to ``user_ids``: the retriever excludes served posts for two
+    days, so users who run through a version's phase have used up the best of the corpus and
+    the next version would be measured on the leftovers. Each measured phase starts from
+    nothing served; the users' engagement histories stay. Returns the keys removed."""
+    from phoenix.user_state import connect
+    from phoenix.user_state.keys import SERVED, user_key
+
+    client = connect(redis_url)
+    return int(sum(client.delete(user_key(int(u), SERVED)) for u in user_ids))
+
+
 # ----------------------------------------------------------------------------------------
 # The rollout: the one place that calls phoenix.serving.rollout
 # ----------------------------------------------------------------------------------------
@@ -687,6 +700,8 @@ def run_loop(options: LoopOptions, log: Optional[Progress] = None) -> dict[str, 
             log(f"rollout window: {phases['rollout']['requests']} requests, "
                 f"{phases['rollout']['failures']} failed")  # fmt: skip
         with log.step("users on v2", f"{options.users} reacting users for {seconds:g} s"):
+            cleared = forget_served(redis.url, user_ids)
+            log(f"served marks of {cleared} users removed: v2 starts where v1 started")
             users = start_reacting_users(options, serving, redis.url, v2, "v2", metrics_path,
                                          seconds)  # fmt: skip
             running.callback(stop_process, users.process, 60)
