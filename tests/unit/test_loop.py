@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +200,17 @@ def test_make_loop_runs_the_loop_with_loop_args():
     helped = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "help"],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert any(line.strip().startswith("loop ") for line in helped.stdout.splitlines())
+
+
+def test_forgetting_served_posts_unmarks_only_the_simulated_users(redis_server):
+    from phoenix.training.loop import forget_served
+    from phoenix.user_state import UserStateStore, connect
+
+    store = UserStateStore(connect(redis_server.url))
+    now = time.time()
+    for user in (1, 2, 3):
+        store.mark_served(user, [10 * user, 10 * user + 1], now)
+    assert forget_served(redis_server.url, [1, 2, 99]) == 2  # 99 had nothing served
+    served = store.served([1, 2, 3], now)
+    assert [len(s) for s in served] == [0, 0, 2]
+    assert store.served([3], now)[0].tolist() == [31, 30]  # newest first, untouched
