@@ -713,12 +713,26 @@ def run_loop(options: LoopOptions, log: Optional[Progress] = None) -> dict[str, 
     return report
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with NaN and infinities as null (a shadow of empty feeds measures no rank
+    correlation): loop.json stays standard JSON."""
+    if isinstance(value, Mapping):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
 def write_outputs(report: Mapping, metrics: Mapping, out: Path, log: Progress) -> None:
     """loop.json, loop.png, loop.md and the online metrics over time (JSON and PNG) in out."""
     from phoenix.training.online_metrics import plot
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "loop.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    (out / "loop.json").write_text(json.dumps(strict_json(report), indent=1) + "\n")
     (out / "online-metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
     plot(metrics, out / "online-metrics.png")
     plot_report(report, out / "loop.png")

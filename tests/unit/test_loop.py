@@ -214,3 +214,12 @@ def test_forgetting_served_posts_unmarks_only_the_simulated_users(redis_server):
     served = store.served([1, 2, 3], now)
     assert [len(s) for s in served] == [0, 0, 2]
     assert store.served([3], now)[0].tolist() == [31, 30]  # newest first, untouched
+
+
+def test_the_report_is_standard_json_without_nan():
+    from phoenix.training.loop import strict_json
+
+    value = {"tau": float("nan"), "rows": [np.float32(0.5), np.int64(3), float("inf")], "k": "x"}
+    assert json.dumps(strict_json(value), allow_nan=False) == (
+        '{"tau": null, "rows": [0.5, 3, null], "k": "x"}'
+    )
