@@ -212,6 +212,44 @@ def compare_versions(v1: Mapping, v2: Mapping) -> dict[str, Any]:
     }
 
 
+def totals_between(buckets: Sequence[Mapping], start_s: float, end_s: float) -> dict:
+    """A version's totals over its buckets starting in [start_s, end_s), in the shape of an
+    ``OnlineMetrics`` total (rates with Wilson intervals; no latency, no in-network share)."""
+    from phoenix.training.online_metrics import wilson
+
+    chosen = [b for b in buckets if start_s <= b["start_s"] < end_s]
+    impressions = sum(b["impressions"] for b in chosen)
+
+    def count(pick) -> int:
+        return sum(pick(b)["count"] for b in chosen)
+
+    return {
+        "impressions": impressions,
+        "requests": sum(b["requests"] for b in chosen),
+        "engagements": {
+            name: wilson(count(lambda b, n=name: b["engagements"][n]), impressions)
+            for name in ACTION_NAMES
+        },
+        "negative_rate": wilson(count(lambda b: b["negative_rate"]), impressions),
+        "in_network_share": None,
+        "latency_ms": None,
+    }
+
+
+def compare_halves(metrics: Mapping, phase_s: float) -> dict[str, Any]:
+    """v1 against v2 over the first and the second half of their phases: a served post is
+    excluded for days, so a version that serves each user's best posts first wins the first
+    half and may serve leftovers in the second."""
+    versions, half = metrics["versions"], phase_s / 2
+    result: dict[str, Any] = {"half_s": half}
+    for name, (start, end) in (("first", (0.0, half)), ("second", (half, float("inf")))):
+        v1, v2 = (totals_between(versions[k]["buckets"], start, end) for k in ("v1", "v2"))
+        compared = compare_versions(v1, v2)
+        result[name] = {k: compared[k] for k in ("rows", "impressions", "better_outside_interval",
+                                                 "worse_outside_interval", "beats")}  # fmt: skip
+    return result
+
+
 def rollout_window(locust: Mapping, metrics: Optional[Mapping]) -> dict[str, Any]:
     """The failed requests of the reacting users who ran through the rollout: Locust's count
     (feeds and engagement writes) and the feeds the online metrics recorded."""
@@ -264,6 +302,7 @@ def assemble_report(
         "what": "one run of the loop (python -m phoenix.training loop; docs/loop.md)",
         "settings": settings,
         "comparison": compare_versions(versions["v1"]["total"], versions["v2"]["total"]),
+        "comparison_by_half": compare_halves(metrics, 60.0 * options.minutes),
         "rollout_window": rollout_window(rollout_locust, versions.get("rollout")),
         "rollout": {k: v for k, v in rollout_report.items() if k != "previous_configs"},
         "gate": gate_figures(gate),
@@ -303,6 +342,13 @@ def markdown_report(report: Mapping) -> str:
     lines += ["", f"v2 beats v1 outside the 95% intervals: **{verdict}** "
               f"(better: {', '.join(comparison['better_outside_interval']) or 'none'}; "
               f"worse: {', '.join(comparison['worse_outside_interval']) or 'none'})"]  # fmt: skip
+    for half in ("first", "second"):
+        if half in report.get("comparison_by_half", {}):
+            part = report["comparison_by_half"][half]
+            lines.append(f"- {half} half of each phase ({part['impressions']['v1']:,} and "
+                         f"{part['impressions']['v2']:,} impressions): v2 better on "
+                         f"{', '.join(part['better_outside_interval']) or 'none'}; worse on "
+                         f"{', '.join(part['worse_outside_interval']) or 'none'}")  # fmt: skip
     window = report["rollout_window"]
     lines += ["", f"Rollout under load: {window['locust_failures']} failed of "
               f"{window['locust_requests']} Locust requests (feeds: {window['feed_failures']} "

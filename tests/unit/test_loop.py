@@ -157,6 +157,7 @@ def test_the_report_holds_the_comparison_the_rollout_window_and_the_gate(tmp_pat
     assert "| engagements.favorite | 0.0500 [" in table and "| +0.1000 | better |" in table
     assert "v2 beats v1 outside the 95% intervals: **yes**" in table
     assert "0 failed of 162 Locust requests" in table
+    assert "- first half of each phase (200 and 200 impressions): v2 better on" in table
     assert "| 4.50 | switched model=recommend |" in table
     assert "- ndcg@20: v1 0.2800 -> v2 0.3400" in table
     assert plot_report(report, tmp_path / "loop.png").stat().st_size > 10_000
@@ -223,3 +224,23 @@ def test_the_report_is_standard_json_without_nan():
     assert json.dumps(strict_json(value), allow_nan=False) == (
         '{"tau": null, "rows": [0.5, 3, null], "k": "x"}'
     )
+
+
+def test_each_half_of_the_phases_is_compared_on_its_own():
+    from phoenix.training.loop import compare_halves
+
+    metrics = OnlineMetrics(bucket_s=10.0)
+    for label, early in (("v1", 1), ("v2", 5)):  # favorites of 10 views before 60 s; 1 after
+        for i in range(100):
+            ts = 1.2 * i  # 0 .. 119 s
+            actions = np.zeros((10, len(ACTION_NAMES)), np.int8)
+            actions[: early if ts < 60 else 1, FAVORITE] = 1
+            metrics.record_request(label, ts, 0.02, ok=True)
+            metrics.record_views(label, ts, actions)
+    halves = compare_halves(metrics.summary(), phase_s=120.0)
+    assert halves["half_s"] == 60.0
+    assert halves["first"]["impressions"] == {"v1": 500, "v2": 500}
+    assert halves["first"]["better_outside_interval"] == ["engagements.favorite"]
+    favorite = next(r for r in halves["second"]["rows"] if r["metric"] == "engagements.favorite")
+    assert favorite["v1"]["rate"] == favorite["v2"]["rate"] == 0.1
+    assert favorite["verdict"] == "overlap" and halves["second"]["beats"] is False
