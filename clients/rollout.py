@@ -81,13 +81,16 @@ def run_rollout(args) -> int:
             random_users(args.new_dir, args.shadow_users, args.seed) if args.shadow_seconds else []
         )
         requests = [recommend_inputs(user) for user in users]
-    result = rollout.roll(server, plan, requests, args.shadow_seconds)
-    if not args.rollback:
-        result["gate"] = gate
     target = (
         args.report.with_name(args.report.stem + "-rollback.json") if args.rollback else args.report
     )
-    rollout.write_report(result, target)
+    # written first, so that a rollout that fails part way can be rolled back
+    started = {"state": "started", "previous_configs": plan.previous}
+    rollout.write_report({**started, **rollout.plan_summary(plan)}, target)
+    result = rollout.roll(server, plan, requests, args.shadow_seconds)
+    if not args.rollback:
+        result["gate"] = gate
+    rollout.write_report({"state": "done", **result}, target)
     print(f"rolled to {result['target']}; report: {target}", file=sys.stderr)
     return 0
 

@@ -21,7 +21,7 @@ import yaml
 from phoenix.serving import serve
 from phoenix.serving.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
 from phoenix.serving.profiles import profile
-from phoenix.serving.request_metrics import FAILED, REFUSED
+from phoenix.serving.request_metrics import CANDIDATES, FAILED, REFUSED, SERVED
 from phoenix.serving.serve import EXIT_TIMEOUT_S
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 
@@ -280,5 +280,7 @@ def triton_metrics_used(objects: list[dict]) -> set[str]:
         for rule in group["rules"]
     ]
     text = "\n".join(texts)
-    ours = {name for name in (REFUSED, FAILED) if re.search(rf"\b{name}\b", text)}
+    ours = {
+        name for name in (REFUSED, FAILED, SERVED, CANDIDATES) if re.search(rf"\b{name}\b", text)
+    }
     return set(re.findall(r"\bnv_[a-z0-9_]+", text)) | ours

@@ -9,6 +9,11 @@ tell them apart:
                                                    ("(request)": no single input is)
     phoenix_requests_failed_total{model}           answered INTERNAL (a batch that failed)
 
+and what each served model and artifact version answered (``ServedMetrics``):
+
+    phoenix_requests_served_total{model, version}    answered with outputs
+    phoenix_candidates_served_total{model, version}  posts returned (models that return posts)
+
 Each model instance (one stub process) creates its families once, at ``initialize``; Triton
 shares a series between the instances of a model, so they add up. Every series exists from
 the start, at 0, so that a rate sees the first refusal. Without MetricFamily support (another

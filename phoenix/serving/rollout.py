@@ -34,6 +34,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -308,6 +309,18 @@ class Server:
         if not self.client.is_model_ready(name):
             raise RolloutError(f"{name} is not ready after its load")
 
+    def each(self, action: Callable[[str], None], models: Sequence[str]) -> None:
+        """``action(model)`` for every model: at once over gRPC (its client may be shared
+        between threads; Triton loads models in parallel), one after the other over HTTP.
+        Every action runs; the first error is raised after."""
+        if self.protocol != "grpc" or len(models) < 2:
+            for model in models:
+                action(model)
+            return
+        with ThreadPoolExecutor(len(models), thread_name_prefix="rollout") as pool:
+            for future in [pool.submit(action, model) for model in models]:
+                future.result()
+
     def unload(self, name: str) -> None:
         self.client.unload_model(name, headers=self.headers)
 
@@ -493,9 +506,12 @@ def switch(server: Server, plan: Plan, log: Timeline) -> None:
     nexts = {m: m + NEXT_SUFFIX for m in plan.steps}
     server.load(ensemble, with_step_models(plan.target[ensemble], nexts))
     log("switched", model=ensemble, steps=",".join(nexts.values()))
-    for model in plan.models:
+
+    def load(model: str) -> None:
         server.load(model, plan.target[model])
         log("loaded", model=model, artifact_dir=parameter(plan.target[model], ARTIFACT_DIR.name))
+
+    server.each(load, plan.models)
     server.load(ensemble, plan.target[ensemble])
     log("switched", model=ensemble, steps=",".join(step_models(plan.target[ensemble])))
 
@@ -513,28 +529,48 @@ def roll(
     log("start", previous=describe(plan.previous), target=describe(plan.target))
     loaded: list[str] = []
     try:
-        for model in plan.steps:
+
+        def load_beside(model: str) -> None:
             loaded.append(server.load_beside(model, plan.target[model]))
             log("loaded", model=loaded[-1])
+
+        server.each(load_beside, plan.steps)
         shadowed = None
         if shadow_requests:
             shadowed = shadow(server, plan, shadow_requests, shadow_seconds, log)
     except BaseException:
-        for name in loaded:
-            server.unload_beside(name)
+        server.each(server.unload_beside, list(loaded))
         raise
-    switch(server, plan, log)
-    for name in loaded:
+    try:
+        switch(server, plan, log)
+    except RolloutError as error:
+        done = "; ".join(f"{e['event']} {e.get('model', '')}" for e in log.events[-4:])
+        raise RolloutError(
+            f"{error}. The switch stopped part way (last: {done}): the server may serve both "
+            "versions; roll out again or roll back"
+        ) from None
+
+    def retire(name: str) -> None:
         waited = server.drain(name)
         server.unload_beside(name)
         log("unloaded", model=name, drained_s=round(waited, 2))
+
+    server.each(retire, list(loaded))
     log("done")
     return {
-        "previous": describe(plan.previous),
-        "target": describe(plan.target),
+        **plan_summary(plan),
         "shadow": shadowed,
         "timeline": log.events,
         "previous_configs": plan.previous,
+    }
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """Which artifacts and version the plan goes from and to, and the models it loads."""
+    return {
+        "previous": describe(plan.previous),
+        "target": describe(plan.target),
+        "models": plan.models,
     }
 
 

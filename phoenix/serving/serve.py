@@ -177,6 +177,8 @@ def describe(server: TritonServer, ready_url: str | None, key_file: Path | None)
         f"  gRPC     {server.grpc_url}\n"
         f"  metrics  {server.metrics_url}\n"
         f"  log      {server.log_path}\n"
+        f"  models   {server.served_repository or server.model_repository}  (phoenix-rollout "
+        "--repository)\n"
         f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md){ready}"
     )
 

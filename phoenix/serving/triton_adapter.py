@@ -4,7 +4,8 @@ Each ``model_repository/<model>/1/model.py`` subclasses ``ServiceModel`` and nam
 the service comes from the registry in ``services``. Per ``execute`` the adapter reads each
 request's tensors (DLPack), hands them to the service, and turns each result into a response:
 outputs, INVALID_ARG for a request the service refused, INTERNAL for every request of a batch
-that failed, each refusal and failure counted on Triton's ``/metrics`` (``request_metrics``).
+that failed, each refusal and failure counted on Triton's ``/metrics`` (``request_metrics``),
+and each answer counted per model and artifact version.
 This module imports neither JAX nor Triton at import time: the device settings must be in the
 environment before JAX loads, and tests import it without a server.
 """
@@ -97,8 +98,7 @@ class ServiceModel:
         check_loaded(settings.parameters, settings.artifact_dir)
         served_as = args.get("model_name", self.service_name)  # ranker__next in a rollout
         version = artifact_version(settings.artifact_dir)
-        outputs = [spec.name for spec in contract.outputs]
-        self.served = ServedMetrics(pb_utils, served_as, version, outputs)
+        self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
         self.service = services.build_service(settings)
         self.service.warm_up()
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)

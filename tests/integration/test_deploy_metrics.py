@@ -15,10 +15,19 @@ from tritonclient.utils import InferenceServerException
 from phoenix.checkpoint import load_config
 from phoenix.serving.client import connect, infer, model_inputs
 from phoenix.serving.contracts import CONTRACTS
-from phoenix.serving.request_metrics import FAILED, REFUSED
+from phoenix.serving.request_metrics import CANDIDATES, FAILED, REFUSED, SERVED, candidate_output
 from tests.deploy_checks import K8S_DIR, render, triton_metrics_used
 
 PYTHON_MODELS = {name for name, contract in CONTRACTS.items() if not contract.is_ensemble}
+# the models returning posts (candidate_output): they count candidates too
+WITH_CANDIDATES = {name for name in PYTHON_MODELS if candidate_output(CONTRACTS[name].output_names)}
+# our own counters' models; Triton's (nv_...) have a series for every model
+OWN_SERIES = {
+    REFUSED: PYTHON_MODELS,
+    FAILED: PYTHON_MODELS,
+    SERVED: PYTHON_MODELS,
+    CANDIDATES: WITH_CANDIDATES,
+}
 
 
 def scrape(url: str) -> dict[str, set[str]]:
@@ -37,9 +46,9 @@ def test_the_metrics_of_the_hpa_rule_and_the_dashboard_exist_on_a_real_server(tr
     assert {"nv_inference_queue_duration_us", "nv_inference_request_success"} <= used
     exported = scrape(triton.metrics_url)
     assert sorted(used - set(exported)) == [], f"queried but not exported: {exported.keys()}"
-    assert {REFUSED, FAILED} <= used
+    assert set(OWN_SERIES) <= used
     for metric in used:
-        models = PYTHON_MODELS if metric in (REFUSED, FAILED) else set(CONTRACTS)
+        models = OWN_SERIES.get(metric, set(CONTRACTS))
         assert exported[metric] >= models, (metric, sorted(exported[metric]))
 
 

@@ -159,3 +159,21 @@ def test_the_shadow_metrics_are_prometheus_gauges():
 def test_candidates_are_the_non_padding_post_ids():
     assert candidate_count({"ranked_post_ids": np.array([[4, 5, 0]]), "scores": None}) == 2
     assert candidate_count({"user_embedding": np.zeros((1, 4))}) == 0
+
+
+def test_the_command_refuses_a_failed_gate_before_it_touches_the_server(tmp_path, capsys):
+    from clients import rollout as command
+
+    (tmp_path / "gate.json").write_text('{"passed": false, "metrics": {"auc": 0.5}}')
+    url = "127.0.0.1:9"  # nothing listens: the refusal comes first
+    status = command.main([str(tmp_path), "--url", url, "--repository", str(tmp_path)])
+    assert status != 0
+    assert "failed its offline gate" in capsys.readouterr().err
+
+
+def test_the_command_names_a_missing_repository(tmp_path, capsys):
+    from clients import rollout as command
+
+    missing = tmp_path / "nowhere"
+    assert command.main([str(tmp_path), "--repository", str(missing)]) != 0
+    assert f"{missing} is no folder here" in capsys.readouterr().err
