@@ -632,9 +632,14 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
             for u in user_ids
         ]
         shadow = requests if options.shadow_seconds > 0 else ()
+        # written first, as phoenix-rollout does: a rollout that fails part way can be rolled
+        # back from it (phoenix-rollout --rollback --report build/loop/rollout.json)
+        path = options.work / "rollout.json"
+        started = {"state": "started", "previous_configs": plan.previous}
+        rollout.write_report({**started, **rollout.plan_summary(plan)}, path)
         report = rollout.roll(server, plan, shadow, options.shadow_seconds, say)
         report["gate"] = gate
-        rollout.write_report(report, options.work / "rollout.json")
+        rollout.write_report({"state": "done", **report}, path)
         return report
     except rollout.RolloutError as error:
         raise LoopError(f"rollout of {new_dir}: {error}") from None
