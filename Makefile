@@ -264,3 +264,12 @@ train: setup $(TRAINED)/config.json  ## train both towers on synthetic logs (TRA
 
 bench-training: setup  ## training throughput (examples/s) -> bench/results/training.json
 	$(PY) -m bench.bench_training $(BENCH_ARGS)
+
+# ---- the whole loop (docs/loop.md) -------------------------------------------------------------
+# v1 (few steps) served -> reacting users -> served logs -> v2 + gate -> rollout under load ->
+# reacting users -> v1 vs v2 online. About 15 min on 2 cores; e.g. LOOP_ARGS="--minutes 3".
+LOOP_ARGS ?=
+
+.PHONY: loop
+loop: setup  ## the whole loop: v1 served, users react, v2 trained + gated, rolled out under load -> bench/results/loop/
+	$(PY) -m phoenix.training loop $(LOOP_ARGS)
