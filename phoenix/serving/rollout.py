@@ -112,13 +112,14 @@ def check_gate(new_dir: Path, force: bool, say: Callable[[str], None]) -> Option
     if gate is None:
         say(f"warning: {path} does not exist: no offline gate checked this version")
     elif not gate["passed"]:
-        metrics = json.dumps(gate.get("metrics", {}), sort_keys=True)
+        # whatever the gate recorded beside its verdict: the rule and both versions' figures
+        figures = json.dumps({k: v for k, v in gate.items() if k != "passed"}, sort_keys=True)
         if not force:
             raise GateRefused(
-                f"{path} says the version failed its offline gate (metrics {metrics:.500}); "
+                f"{path} says the version failed its offline gate ({figures:.500}); "
                 "--force rolls it out anyway"
             )
-        say(f"warning: {path} says the gate failed (metrics {metrics:.500}); forced")
+        say(f"warning: {path} says the gate failed ({figures:.500}); forced")
     return gate
 
 

@@ -34,9 +34,16 @@ def test_a_missing_gate_is_allowed_with_a_warning(tmp_path):
 
 
 def test_a_failed_gate_refuses_unless_forced(tmp_path):
-    gate = {"passed": False, "metrics": {"auc": 0.61}, "baseline": {"auc": 0.64}}
+    gate = {  # as phoenix.training.gate writes it
+        "passed": False,
+        "metric": "ndcg@20",
+        "rule": "ndcg@20 of the new version >= the old one's - 0.01",
+        "candidate": {"ndcg@20": 0.21},
+        "baseline": {"ndcg@20": 0.257},
+    }
     (tmp_path / "gate.json").write_text(json.dumps(gate))
-    with pytest.raises(rollout.GateRefused, match=r"failed its offline gate.*auc.*--force"):
+    refusal = r"failed its offline gate.*baseline.*0\.257.*candidate.*0\.21.*--force"
+    with pytest.raises(rollout.GateRefused, match=refusal):
         rollout.check_gate(tmp_path, force=False, say=print)
     said = []
     assert rollout.check_gate(tmp_path, force=True, say=said.append) == gate
