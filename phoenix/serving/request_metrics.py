@@ -14,15 +14,22 @@ and what each served model and artifact version answered (``ServedMetrics``):
     phoenix_requests_served_total{model, version}    answered with outputs
     phoenix_candidates_served_total{model, version}  posts returned (models that return posts)
 
-Each model instance (one stub process) creates its families once, at ``initialize``; Triton
-shares a series between the instances of a model, so they add up. Every series exists from
-the start, at 0, so that a rate sees the first refusal. Without MetricFamily support (another
-Triton, metrics off, tests) the counters do nothing.
+Each model instance (one stub process) creates its families once, at the end of
+``initialize``, and its own series: every series also carries ``stub`` (the stub's process
+id), so queries sum over it (``sum by (model, ...)``). Why not one series shared by the
+instances of a model: Triton 2.51 hands instances that ask for the same labels the same
+series, and frees it when the first of them unloads, while the others still count into it. A
+reload under traffic (new instances beside the old, then the old unloaded) then corrupted the
+server's heap ("corrupted double-linked list", signal 6; tests/integration/test_faults.py's
+corpus swap under load). Every series exists from the start, at 0, so that a rate sees the
+first refusal. Without MetricFamily support (another Triton, metrics off, tests) the counters
+do nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -33,6 +40,12 @@ FAILED = "phoenix_requests_failed_total"
 # The `input` label of a refusal that no single input is to blame for (rows that disagree,
 # too many rows, unknown inputs).
 WHOLE_REQUEST = "(request)"
+STUB = "stub"  # the label of the stub process counting a series (see above)
+
+
+def own_series(labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` plus this stub process's own label, so no other instance shares the series."""
+    return {**labels, STUB: str(os.getpid())}
 
 
 class RequestMetrics:
@@ -59,10 +72,10 @@ class RequestMetrics:
             )
             self._families = [refused, failed]  # Triton: a family must outlive its metrics
             self._refused = {
-                name: refused.Metric(labels={"model": model, "input": name})
+                name: refused.Metric(labels=own_series({"model": model, "input": name}))
                 for name in (*inputs, WHOLE_REQUEST)
             }
-            self._failed = failed.Metric(labels={"model": model})
+            self._failed = failed.Metric(labels=own_series({"model": model}))
         except Exception as error:  # metrics off (--allow-metrics=false): serve without them
             logger.warning("%s: no custom metrics (%s); refusals go uncounted", model, error)
             self.close()
@@ -121,7 +134,7 @@ class ServedMetrics:
         family_type = getattr(pb, "MetricFamily", None)
         if family_type is None:
             return
-        labels = {"model": model, "version": version}
+        labels = own_series({"model": model, "version": version})
         try:
             served = family_type(
                 name=SERVED,

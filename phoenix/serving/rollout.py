@@ -333,8 +333,8 @@ class Server:
         return name
 
     def unload_beside(self, name: str) -> None:
-        """Unload a model ``load_beside`` loaded; once Triton has finished, remove its folder
-        (RolloutError when it has not after DRAIN_TIMEOUT_S)."""
+        """Unload a model ``load_beside`` loaded and wait until Triton has finished
+        (RolloutError when it has not after DRAIN_TIMEOUT_S); ``remove_folders`` then."""
         self.unload(name)
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while (state := model_state(self.client, self.protocol, name)) != "UNAVAILABLE":
@@ -343,7 +343,13 @@ class Server:
                     f"{name} is still {state} {DRAIN_TIMEOUT_S:g} s after its unload"
                 )
             time.sleep(0.1)
-        shutil.rmtree(self.repository / name, ignore_errors=True)
+
+    def remove_folders(self, names: Sequence[str]) -> None:
+        """The folders of unloaded ``__next`` models. Only once every unload has finished: a
+        folder removed while another thread reads the repository index fails that read
+        (Triton: "failed to stat file", seen with the unloads in parallel)."""
+        for name in names:
+            shutil.rmtree(self.repository / name, ignore_errors=True)
 
     def infer(self, model: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return infer(self.client, self.protocol, model, arrays)
@@ -541,6 +547,7 @@ def roll(
             shadowed = shadow(server, plan, shadow_requests, shadow_seconds, log)
     except BaseException:
         server.each(server.unload_beside, list(loaded))
+        server.remove_folders(list(loaded))
         raise
     try:
         switch(server, plan, log)
@@ -557,6 +564,7 @@ def roll(
         log("unloaded", model=name, drained_s=round(waited, 2))
 
     server.each(retire, list(loaded))
+    server.remove_folders(list(loaded))
     log("done")
     return {
         **plan_summary(plan),

@@ -88,7 +88,6 @@ class ServiceModel:
         self.pb = pb_utils
         contract = contracts.contract(self.service_name)
         self.output_dtypes = {s.name: s.dtype for s in contract.outputs}
-        self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
         started = time.perf_counter()
         config = json.loads(args["model_config"])
         settings = services.ServiceSettings.from_model_config(
@@ -98,9 +97,12 @@ class ServiceModel:
         check_loaded(settings.parameters, settings.artifact_dir)
         served_as = args.get("model_name", self.service_name)  # ranker__next in a rollout
         version = artifact_version(settings.artifact_dir)
-        self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
         self.service = services.build_service(settings)
         self.service.warm_up()
+        # Metrics only once the instance will serve: an instance that fails to initialize
+        # (a refused reload) leaves no series behind (request_metrics: why series are per stub)
+        self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
+        self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)
         logger.warning(
             "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",
@@ -141,5 +143,6 @@ class ServiceModel:
 
     def finalize(self) -> None:
         self.service = None
-        self.metrics.close()
-        self.served.close()
+        for counters in (getattr(self, "metrics", None), getattr(self, "served", None)):
+            if counters is not None:  # None: initialize failed before it made them
+                counters.close()

@@ -778,11 +778,25 @@ def strict_json(value: Any) -> Any:
     return value
 
 
+def in_repository_terms(value: Any) -> Any:
+    """``value`` with this checkout's absolute path left out of its strings (the rollout's
+    timeline names artifact directories): results read the same in every checkout."""
+    root = f"{Path(__file__).resolve().parents[2]}/"
+    if isinstance(value, str):
+        return value.replace(root, "")
+    if isinstance(value, Mapping):
+        return {k: in_repository_terms(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [in_repository_terms(v) for v in value]
+    return value
+
+
 def write_outputs(report: Mapping, metrics: Mapping, out: Path, log: Progress) -> None:
     """loop.json, loop.png, loop.md and the online metrics over time (JSON and PNG) in out."""
     from phoenix.training.online_metrics import plot
 
     out.mkdir(parents=True, exist_ok=True)
+    report = in_repository_terms(report)
     (out / "loop.json").write_text(json.dumps(strict_json(report), indent=1) + "\n")
     (out / "online-metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
     plot(metrics, out / "online-metrics.png")

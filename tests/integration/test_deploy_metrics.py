@@ -15,7 +15,14 @@ from tritonclient.utils import InferenceServerException
 from phoenix.checkpoint import load_config
 from phoenix.serving.client import connect, infer, model_inputs
 from phoenix.serving.contracts import CONTRACTS
-from phoenix.serving.request_metrics import CANDIDATES, FAILED, REFUSED, SERVED, candidate_output
+from phoenix.serving.request_metrics import (
+    CANDIDATES,
+    FAILED,
+    REFUSED,
+    SERVED,
+    STUB,
+    candidate_output,
+)
 from tests.deploy_checks import K8S_DIR, render, triton_metrics_used
 
 PYTHON_MODELS = {name for name, contract in CONTRACTS.items() if not contract.is_ensemble}
@@ -53,15 +60,17 @@ def test_the_metrics_of_the_hpa_rule_and_the_dashboard_exist_on_a_real_server(tr
 
 
 def sample(url: str, metric: str, **labels: str) -> float:
-    """The value of the one series of ``metric`` with exactly ``labels`` on a Prometheus page."""
+    """The sum of ``metric``'s series with exactly ``labels`` besides their ``stub`` (one
+    series per stub process: request_metrics) on a Prometheus page."""
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     found = []
     for line in text.splitlines():
         if match := re.match(rf"{metric}\{{([^}}]*)\}} (\S+)$", line):
-            if dict(re.findall(r'(\w+)="([^"]*)"', match.group(1))) == labels:
+            named = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+            if named.pop(STUB, None) is not None and named == labels:
                 found.append(float(match.group(2)))
-    assert len(found) == 1, f"{metric}{labels}: {len(found)} series on {url}"
-    return found[0]
+    assert found, f"{metric}{labels}: no series on {url}"
+    return sum(found)
 
 
 def test_a_refused_request_moves_the_refused_counter_of_its_model_and_input(triton, tiny_artifacts):

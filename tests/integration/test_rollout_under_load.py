@@ -94,8 +94,14 @@ def answers(client, requests) -> list[dict]:
 def served_counters(metrics_url: str) -> dict[tuple[str, str], float]:
     """{(model, version): requests} of phoenix_requests_served_total."""
     text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    pattern = r'phoenix_requests_served_total\{model="([^"]+)",version="([^"]+)"\} (\S+)'
-    return {(m, v): float(n) for m, v, n in re.findall(pattern, text)}
+    counters: dict[tuple[str, str], float] = {}
+    for labels, value in re.findall(
+        r"^phoenix_requests_served_total\{([^}]*)\} (\S+)$", text, re.M
+    ):
+        named = dict(re.findall(r'(\w+)="([^"]*)"', labels))  # one series per stub: summed
+        key = (named["model"], named["version"])
+        counters[key] = counters.get(key, 0.0) + float(value)
+    return counters
 
 
 def test_a_rollout_under_load_fails_no_request_and_a_rollback_restores_n(tiny_artifacts, tmp_path):

@@ -20,6 +20,7 @@ from phoenix.training.loop import (
     Progress,
     assemble_report,
     compare_versions,
+    in_repository_terms,
     interval_verdict,
     locust_counts,
     markdown_report,
@@ -244,3 +245,12 @@ def test_each_half_of_the_phases_is_compared_on_its_own():
     favorite = next(r for r in halves["second"]["rows"] if r["metric"] == "engagements.favorite")
     assert favorite["v1"]["rate"] == favorite["v2"]["rate"] == 0.1
     assert favorite["verdict"] == "overlap" and halves["second"]["beats"] is False
+
+
+def test_results_name_paths_inside_the_checkout_relative_to_it():
+    root = Path(__file__).resolve().parents[2]  # the checkout
+    report = {"timeline": [f"start artifact_dir={root}/build/loop/v1", 3], "out": (f"{root}/x",)}
+    assert in_repository_terms(report) == {
+        "timeline": ["start artifact_dir=build/loop/v1", 3],
+        "out": ["x"],
+    }

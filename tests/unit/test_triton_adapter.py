@@ -18,7 +18,7 @@ from phoenix.serving.client import model_inputs
 from phoenix.serving.configs import model_config
 from phoenix.serving.contracts import FEED_POLICY
 from phoenix.serving.profiles import profile
-from phoenix.serving.request_metrics import FAILED, REFUSED, WHOLE_REQUEST
+from phoenix.serving.request_metrics import FAILED, REFUSED, STUB, WHOLE_REQUEST
 from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest
 from phoenix.serving.triton_adapter import ServiceModel
 
@@ -39,12 +39,20 @@ class FakeMetrics:
         self.descriptions: dict[str, str] = {}
 
     def value(self, family: str, **labels: str) -> float:
-        key = (family, tuple(sorted(labels.items())))
-        assert key in self.values, f"no series {key}; have {sorted(self.values)}"
-        return self.values[key]
+        """The sum over the stubs' series of ``labels`` (Prometheus' ``sum by``)."""
+        key = tuple(sorted(labels.items()))
+        series = self.series(family)
+        assert key in series, f"no series {family}{key}; have {sorted(series)}"
+        return series[key]
 
     def series(self, family: str) -> dict[tuple, float]:
-        return {labels: v for (name, labels), v in self.values.items() if name == family}
+        """{labels but the stub's: the sum of those series}; each series names its stub."""
+        summed: dict[tuple, float] = defaultdict(float)
+        for (name, labels), value in self.values.items():
+            if name == family:
+                assert STUB in dict(labels), f"{name}{labels} names no stub"
+                summed[tuple((k, v) for k, v in labels if k != STUB)] += value
+        return dict(summed)
 
 
 def fake_backend_utils(metrics: FakeMetrics, with_metrics: bool = True) -> types.ModuleType:
