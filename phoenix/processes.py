@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 LOOPBACK = "127.0.0.1"
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -42,6 +45,18 @@ def die_with_parent(signum: int, parent_pid: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), signum)
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float) -> Optional[int]:
+    """SIGTERM, then SIGKILL after ``timeout_s``; the exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -18,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from phoenix.processes import stop_process
 from phoenix.testing import REPO_ROOT
 from phoenix.testing.loadgen import error_kind
 
@@ -58,13 +58,7 @@ def start_locust(
 
 def finish_locust(process: subprocess.Popen, timeout_s: float = FINISH_TIMEOUT_S) -> None:
     """SIGTERM (Locust writes its CSV files on the way out), then kill after ``timeout_s``."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process, timeout_s)
 
 
 def read_totals(path: Path) -> Optional[Totals]:

@@ -32,7 +32,6 @@ import dataclasses
 import inspect
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -44,7 +43,13 @@ from typing import Any, Optional
 import numpy as np
 
 from phoenix.config import ACTION_NAMES, NEGATIVE_ACTIONS
-from phoenix.processes import dying_with_us, http_get_status, pick_free_ports, read_log_tail
+from phoenix.processes import (
+    dying_with_us,
+    http_get_status,
+    pick_free_ports,
+    read_log_tail,
+    stop_process,
+)
 
 DEFAULT_OUT = Path("bench/results/loop")
 DEFAULT_WORK = Path("build/loop")
@@ -476,18 +481,6 @@ def start_serving(artifacts: Path, redis_url: str, build_dir: Path, timeout_s: f
         time.sleep(1.0)
     log(f"serving {artifacts} (HTTP {serving.http_url}, gRPC {serving.grpc_url}; log {log_path})")
     return serving
-
-
-def stop_process(process: subprocess.Popen, timeout_s: float) -> Optional[int]:
-    """SIGTERM, then SIGKILL after ``timeout_s``; the exit code."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    return process.returncode
 
 
 @dataclass

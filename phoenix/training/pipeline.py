@@ -169,6 +169,20 @@ def user_truth(world, user_index: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------
 
 
+def run_summary(impressions, corpus, eval_set, world, row: int, curves) -> dict[str, Any]:
+    """The part of training.json every training run writes, first or warm-started: what it
+    trained on, the example user (row ``row`` of the evaluation set), the curves."""
+    return {
+        "num_impressions": len(impressions),
+        "corpus_size": len(corpus),
+        "eval_users": len(eval_set),
+        "example_user": {"user_id": int(world.user_ids[eval_set.users[row]])}
+        | user_truth(world, int(eval_set.users[row])),
+        "score_weights": served_score_weights(),
+        "curves": curves,
+    }
+
+
 def run_pipeline(
     preset_name: str,
     out_dir: Path,
@@ -220,13 +234,7 @@ def run_pipeline(
         "description": preset.description,
         "world": dataclasses.asdict(preset.world),
         "phases": [dataclasses.asdict(s) for s in preset.phases(seed)],
-        "num_impressions": len(impressions),
-        "corpus_size": len(corpus),
-        "eval_users": len(eval_set),
-        "example_user": {"user_id": int(world.user_ids[eval_set.users[row]])}
-        | user_truth(world, int(eval_set.users[row])),
-        "score_weights": served_score_weights(),
-        "curves": curves,
+        **run_summary(impressions, corpus, eval_set, world, row, curves),
     }
     if evaluate:
         t0 = time.perf_counter()

@@ -36,9 +36,9 @@ from phoenix.training.logs import LogError, load_logs
 from phoenix.training.pipeline import (
     TRAINING_FILE,
     finish_artifact_dir,
+    run_summary,
     served_score_weights,
     train_phases,
-    user_truth,
     write_artifact_files,
 )
 from phoenix.training.presets import PRESETS, TrainPreset
@@ -257,13 +257,7 @@ def retrain(
         },
         "logs": {"path": str(logs_dir), "split_ts": index.split_ts} | info.get("served", {}),
         "phases": [dataclasses.asdict(p) for p in phases],
-        "num_impressions": len(impressions),
-        "corpus_size": len(corpus),
-        "eval_users": len(eval_set),
-        "example_user": {"user_id": int(world.user_ids[eval_set.users[row]])}
-        | user_truth(world, int(eval_set.users[row])),
-        "score_weights": served_score_weights(),
-        "curves": curves,
+        **run_summary(impressions, corpus, eval_set, world, row, curves),
         "evaluation": {"trained": candidate, "served_version": baseline},
         "gate": {k: gate[k] for k in ("passed", "metric", "tolerance", "rule")},
         "timings": timings,
