@@ -27,6 +27,7 @@ from phoenix.corpus_store.manifest import (
     SegmentEntry,
     StoreError,
 )
+from phoenix.corpus_store.npy import load_npy
 
 SEGMENTS_DIR = "segments"
 COLUMNS = ("post_ids", "author_ids", "created_at", "embeddings", "sorted_ids", "id_order")
@@ -141,7 +142,7 @@ class Segment:
     def _column(self, column: str) -> np.ndarray:
         path = self.path / f"{column}.npy"
         try:
-            return np.load(path, mmap_mode="r")
+            return load_npy(path, mmap_mode="r")
         except FileNotFoundError:
             raise StoreError(f"{path}: not found (segment {self.entry.name!r})") from None
         except (OSError, ValueError) as error:

@@ -20,6 +20,7 @@ import numpy as np
 
 from phoenix.corpus_store.ann import search_index
 from phoenix.corpus_store.manifest import Manifest, StoreError
+from phoenix.corpus_store.npy import load_npy
 from phoenix.corpus_store.segment import Segment, find_ids
 
 TOMBSTONES_DIR = "tombstones"
@@ -42,7 +43,7 @@ def read_tombstones(root: Path, name: Optional[str]) -> np.ndarray:
         return np.zeros(0, np.int64)
     path = Path(root) / TOMBSTONES_DIR / name
     try:
-        ids = np.load(path)
+        ids = load_npy(path)
     except FileNotFoundError:
         raise StoreError(f"{path}: not found (the manifest names it as the tombstones)") from None
     except (OSError, ValueError) as error:

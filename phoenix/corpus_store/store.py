@@ -35,6 +35,7 @@ from phoenix.corpus_store.manifest import (
     read_manifest,
     write_manifest,
 )
+from phoenix.corpus_store.npy import load_npy
 from phoenix.corpus_store.segment import (
     SEGMENTS_DIR,
     Posts,
@@ -253,7 +254,7 @@ class CorpusStore:
             return manifest.tombstones, None
         held = np.zeros(len(old), bool)
         for entry in segments:  # the sorted ids alone: no index is loaded under the lock
-            ids = np.load(self.root / SEGMENTS_DIR / entry.name / "sorted_ids.npy", mmap_mode="r")
+            ids = load_npy(self.root / SEGMENTS_DIR / entry.name / "sorted_ids.npy", mmap_mode="r")
             held |= find_ids(ids, old)[1]
         if held.all():
             return manifest.tombstones, None
