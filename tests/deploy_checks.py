@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import yaml
 from phoenix.serving import serve
 from phoenix.serving.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
 from phoenix.serving.profiles import profile
-from phoenix.serving.request_metrics import CANDIDATES, FAILED, REFUSED, SERVED
+from phoenix.serving.request_metrics import OWN_METRICS, STUB
 from phoenix.serving.serve import EXIT_TIMEOUT_S
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 
@@ -280,7 +281,25 @@ def triton_metrics_used(objects: list[dict]) -> set[str]:
         for rule in group["rules"]
     ]
     text = "\n".join(texts)
-    ours = {
-        name for name in (REFUSED, FAILED, SERVED, CANDIDATES) if re.search(rf"\b{name}\b", text)
-    }
+    ours = {name for name in OWN_METRICS if re.search(rf"\b{name}\b", text)}
     return set(re.findall(r"\bnv_[a-z0-9_]+", text)) | ours
+
+
+def series_values(url: str, metric: str, **labels: str) -> list[float]:
+    """The values of ``metric``'s series with exactly ``labels`` besides their ``stub`` (one
+    series per stub process: request_metrics) on the Prometheus page at ``url``."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    found = []
+    for line in text.splitlines():
+        if match := re.match(rf"{metric}\{{([^}}]*)\}} (\S+)$", line):
+            named = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+            if named.pop(STUB, None) is not None and named == labels:
+                found.append(float(match.group(2)))
+    return found
+
+
+def sample(url: str, metric: str, **labels: str) -> float:
+    """The sum over the stubs of ``metric``'s series with ``labels`` (a counter's total)."""
+    found = series_values(url, metric, **labels)
+    assert found, f"{metric}{labels}: no series on {url}"
+    return sum(found)

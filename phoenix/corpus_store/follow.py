@@ -53,6 +53,7 @@ class StoreFollower:
         self._snapshot = self._opened()
         self._stamp = self._manifest_stamp()
         self._failed_stamp = None
+        self._behind_since: Optional[float] = None  # when a generation not served was written
         self._checked = time.monotonic()
         self._refreshing = threading.Lock()
         self._stop = threading.Event()
@@ -116,6 +117,8 @@ class StoreFollower:
         except (StoreError, OSError) as error:
             self._failed_stamp = stamp
             self.skipped += 1
+            if self._behind_since is None:  # the manifest's write time, in epoch seconds
+                self._behind_since = stamp[0] / 1e9
             self.on_error(
                 f"corpus store generation not loaded, still serving the previous: {error}"
             )
@@ -123,7 +126,15 @@ class StoreFollower:
         if snapshot.generation < self._snapshot.generation:
             return False
         self._snapshot, self._stamp = snapshot, stamp
+        self._behind_since = None
         return True
+
+    def lag_seconds(self, now: Optional[float] = None) -> float:
+        """How long the newest generation seen has waited while an older one serves (one that
+        failed to open); 0 when the newest seen is served."""
+        if self._behind_since is None:
+            return 0.0
+        return max(0.0, (time.time() if now is None else now) - self._behind_since)
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_seconds):

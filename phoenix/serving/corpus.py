@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
@@ -122,6 +123,15 @@ class CorpusFile:
         return hits
 
 
+@dataclass(frozen=True)
+class CorpusState:
+    """Where a followed store stands (request_metrics' corpus gauges)."""
+
+    generation: int  # the generation served
+    lag_seconds: float  # how long a newer generation has waited (0: none has)
+    skipped: int  # generations refused since the follower started
+
+
 class FollowedStore:
     """A corpus store, followed while serving: each call reads its newest generation."""
 
@@ -142,6 +152,10 @@ class FollowedStore:
         """The ``k`` best live posts for each user [B, D], minus ``excluded[b]``."""
         hits = self.follower.current().search(users, k, excluded, now=self.clock())
         return [RowHits(*row) for row in zip(hits.post_ids, hits.author_ids, hits.scores)]
+
+    def state(self) -> CorpusState:
+        follower = self.follower
+        return CorpusState(follower.current().generation, follower.lag_seconds(), follower.skipped)
 
     def close(self) -> None:
         self.follower.stop()

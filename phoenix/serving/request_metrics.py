@@ -9,10 +9,24 @@ tell them apart:
                                                    ("(request)": no single input is)
     phoenix_requests_failed_total{model}           answered INTERNAL (a batch that failed)
 
-and what each served model and artifact version answered (``ServedMetrics``):
+what each served model and artifact version answered (``ServedMetrics``, each family for the
+models whose contract has the output it counts):
 
-    phoenix_requests_served_total{model, version}    answered with outputs
-    phoenix_candidates_served_total{model, version}  posts returned (models that return posts)
+    phoenix_requests_served_total{model, version}     answered with outputs
+    phoenix_candidates_served_total{model, version}   posts returned (ranked_post_ids, post_ids)
+    phoenix_in_network_served_total{model, version}   of those, posts from the in-network source
+                                                      (in_network; share = this / candidates)
+    phoenix_policy_dropped_total{model, version, filter}
+                                                      candidates each feed filter dropped
+                                                      (filtered_counts)
+
+and, for a model following a corpus store (``CorpusMetrics``; a corpus file has none):
+
+    phoenix_corpus_generation{model}                  the store generation it serves
+    phoenix_corpus_lag_seconds{model}                 how long a newer generation has waited
+                                                      (0: it serves the newest it has seen)
+    phoenix_corpus_skipped_generations{model}         generations it refused to load (a torn
+                                                      copy, another tower's vectors)
 
 Each model instance (one stub process) creates its families once, at the end of
 ``initialize``, and its own series: every series also carries ``stub`` (the stub's process
@@ -22,7 +36,7 @@ series, and frees it when the first of them unloads, while the others still coun
 reload under traffic (new instances beside the old, then the old unloaded) then corrupted the
 server's heap ("corrupted double-linked list", signal 6; tests/integration/test_faults.py's
 corpus swap under load). Every series exists from the start, at 0, so that a rate sees the
-first refusal. Without MetricFamily support (another Triton, metrics off, tests) the counters
+first refusal. Without MetricFamily support (another Triton, metrics off, tests) the metrics
 do nothing.
 """
 
@@ -31,7 +45,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from phoenix.feed_policy import FILTERS
 
 logger = logging.getLogger("phoenix.serving")
 
@@ -48,6 +66,19 @@ def own_series(labels: dict[str, str]) -> dict[str, str]:
     return {**labels, STUB: str(os.getpid())}
 
 
+def family_maker(pb: Any) -> Optional[Callable[[str, str, str], Any]]:
+    """``make(name, description, kind)`` of this Triton's metric families (kind: "COUNTER" or
+    "GAUGE"); None when it has no custom metrics."""
+    family_type = getattr(pb, "MetricFamily", None)
+    if family_type is None:
+        return None
+
+    def make(name: str, description: str, kind: str) -> Any:
+        return family_type(name=name, description=description, kind=getattr(family_type, kind))
+
+    return make
+
+
 class RequestMetrics:
     """The refused and failed counters of one model instance."""
 
@@ -55,20 +86,16 @@ class RequestMetrics:
         self._families: list[Any] = []
         self._refused: dict[str, Any] = {}
         self._failed: Optional[Any] = None
-        family_type = getattr(pb, "MetricFamily", None)
-        if family_type is None:
+        make = family_maker(pb)
+        if make is None:
             logger.warning("%s: this Triton has no custom metrics; refusals go uncounted", model)
             return
         try:
-            refused = family_type(
-                name=REFUSED,
-                description="Requests answered INVALID_ARG, by model and the input at fault",
-                kind=family_type.COUNTER,
+            refused = make(
+                REFUSED, "Requests answered INVALID_ARG, by model and the input at fault", "COUNTER"
             )
-            failed = family_type(
-                name=FAILED,
-                description="Requests answered INTERNAL (their batch failed), by model",
-                kind=family_type.COUNTER,
+            failed = make(
+                FAILED, "Requests answered INTERNAL (their batch failed), by model", "COUNTER"
             )
             self._families = [refused, failed]  # Triton: a family must outlive its metrics
             self._refused = {
@@ -105,8 +132,12 @@ class RequestMetrics:
 
 SERVED = "phoenix_requests_served_total"
 CANDIDATES = "phoenix_candidates_served_total"
+IN_NETWORK = "phoenix_in_network_served_total"
+DROPPED = "phoenix_policy_dropped_total"
 # The outputs holding a model's posts, first found wins; id 0 is padding (served_log's rows).
 CANDIDATE_OUTPUTS = ("ranked_post_ids", "post_ids")
+IN_NETWORK_OUTPUT = "in_network"  # per returned post: 1 from the in-network source (0: padding)
+DROPPED_OUTPUT = "filtered_counts"  # [rows, filters] in phoenix.feed_policy.FILTERS order
 
 
 def candidate_output(outputs: Sequence[str]) -> Optional[str]:
@@ -114,54 +145,117 @@ def candidate_output(outputs: Sequence[str]) -> Optional[str]:
     return next((name for name in CANDIDATE_OUTPUTS if name in outputs), None)
 
 
-def candidate_count(result: dict) -> int:
-    """Posts (non-zero ids) in one answer of a model with a candidate output."""
-    import numpy as np
-
-    name = candidate_output(list(result))
-    return int(np.count_nonzero(result[name])) if name is not None else 0
-
-
 class ServedMetrics:
-    """Requests answered and candidates returned by one model instance, labelled with the
-    model's served name (a rollout's ``ranker__next`` has its own series) and the version of
-    the artifacts it serves."""
+    """Requests answered, candidates returned, how many of those were in-network and what the
+    feed filters dropped, by one model instance; labelled with the model's served name (a
+    rollout's ``ranker__next`` has its own series) and the version of its artifacts."""
 
     def __init__(self, pb: Any, model: str, version: str, outputs: Sequence[str]):
         self._families: list[Any] = []
         self._served: Optional[Any] = None
         self._candidates: Optional[Any] = None
-        family_type = getattr(pb, "MetricFamily", None)
-        if family_type is None:
+        self._in_network: Optional[Any] = None
+        self._dropped: list[Any] = []  # one per filter, in FILTERS order
+        self._candidate_output = candidate_output(outputs)
+        make = family_maker(pb)
+        if make is None:
             return
         labels = own_series({"model": model, "version": version})
         try:
-            served = family_type(
-                name=SERVED,
-                description="Requests answered with outputs, by model and artifact version",
-                kind=family_type.COUNTER,
-            )
-            self._families = [served]
-            self._served = served.Metric(labels=labels)
-            if candidate_output(outputs) is not None:
-                candidates = family_type(
-                    name=CANDIDATES,
-                    description="Posts returned in answers, by model and artifact version",
-                    kind=family_type.COUNTER,
+            self._served = self._counter(make, SERVED, "Requests answered with outputs", labels)
+            if self._candidate_output is not None:
+                self._candidates = self._counter(
+                    make, CANDIDATES, "Posts returned in answers", labels
                 )
-                self._families.append(candidates)
-                self._candidates = candidates.Metric(labels=labels)
+            if IN_NETWORK_OUTPUT in outputs:
+                self._in_network = self._counter(
+                    make, IN_NETWORK, "Posts returned from the in-network source", labels
+                )
+            if DROPPED_OUTPUT in outputs:
+                family = make(
+                    DROPPED,
+                    "Candidates dropped by each feed filter, by model and artifact version",
+                    "COUNTER",
+                )
+                self._families.append(family)
+                self._dropped = [family.Metric(labels={**labels, "filter": f}) for f in FILTERS]
         except Exception as error:  # metrics off: serve without them
             logger.warning("%s: no served-request metrics (%s)", model, error)
             self.close()
+
+    def _counter(self, make, name: str, what: str, labels: dict[str, str]) -> Any:
+        family = make(name, f"{what}, by model and artifact version", "COUNTER")
+        self._families.append(family)  # Triton: a family must outlive its metrics
+        return family.Metric(labels=labels)
 
     def count(self, result: dict) -> None:
         """One request answered with ``result`` ({output: array})."""
         if self._served is not None:
             self._served.increment(1)
         if self._candidates is not None:
-            self._candidates.increment(candidate_count(result))
+            self._candidates.increment(int(np.count_nonzero(result[self._candidate_output])))
+        if self._in_network is not None:
+            self._in_network.increment(int(np.count_nonzero(result[IN_NETWORK_OUTPUT])))
+        if self._dropped:
+            per_filter = np.asarray(result[DROPPED_OUTPUT]).reshape(-1, len(FILTERS)).sum(0)
+            for metric, dropped in zip(self._dropped, per_filter):
+                if dropped:
+                    metric.increment(int(dropped))
 
     def close(self) -> None:
-        self._served = self._candidates = None
+        self._served = self._candidates = self._in_network = None
+        self._dropped = []
+        self._families = []
+
+
+# ----------------------------------------------------------------------------------------
+# The corpus store a model follows (phoenix.corpus_store.follow)
+# ----------------------------------------------------------------------------------------
+
+GENERATION = "phoenix_corpus_generation"
+LAG = "phoenix_corpus_lag_seconds"
+SKIPPED = "phoenix_corpus_skipped_generations"
+CORPUS_GAUGES = (
+    (GENERATION, "The corpus store generation the model serves", "generation"),
+    (LAG, "Seconds a newer store generation has waited to be served (0: none)", "lag_seconds"),
+    (SKIPPED, "Store generations the model refused to load, since it started", "skipped"),
+)
+
+
+# Every family of ours, and those only a server following a corpus store exports.
+STORE_METRICS = (GENERATION, LAG, SKIPPED)
+OWN_METRICS = (REFUSED, FAILED, SERVED, CANDIDATES, IN_NETWORK, DROPPED, *STORE_METRICS)
+
+
+class CorpusMetrics:
+    """Gauges of the corpus store one model instance follows, set after each batch from
+    ``corpus.state()`` (``phoenix.serving.corpus.CorpusState``); nothing for a corpus without
+    a ``state`` (a corpus file: it never changes while served)."""
+
+    def __init__(self, pb: Any, model: str, corpus: Any):
+        self._families: list[Any] = []
+        self._gauges: list[tuple[Any, str]] = []  # (gauge, the CorpusState field it shows)
+        self._state = getattr(corpus, "state", None)
+        make = family_maker(pb)
+        if make is None or self._state is None:
+            return
+        try:
+            for name, description, field in CORPUS_GAUGES:
+                family = make(name, f"{description}, by model", "GAUGE")
+                self._families.append(family)
+                self._gauges.append((family.Metric(labels=own_series({"model": model})), field))
+        except Exception as error:  # metrics off: serve without them
+            logger.warning("%s: no corpus metrics (%s)", model, error)
+            self.close()
+        self.update()
+
+    def update(self) -> None:
+        if not self._gauges:
+            return
+        state = self._state()
+        for gauge, field in self._gauges:
+            gauge.set(float(getattr(state, field)))
+
+    def close(self) -> None:
+        self._gauges = []
         self._families = []

@@ -5,7 +5,8 @@ the service comes from the registry in ``services``. Per ``execute`` the adapter
 request's tensors (DLPack), hands them to the service, and turns each result into a response:
 outputs, INVALID_ARG for a request the service refused, INTERNAL for every request of a batch
 that failed, each refusal and failure counted on Triton's ``/metrics`` (``request_metrics``),
-and each answer counted per model and artifact version.
+each answer counted per model and artifact version, and the followed corpus store's
+generation shown after each batch.
 This module imports neither JAX nor Triton at import time: the device settings must be in the
 environment before JAX loads, and tests import it without a server.
 """
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from phoenix.serving.input_error import InputError
-from phoenix.serving.request_metrics import RequestMetrics, ServedMetrics
+from phoenix.serving.request_metrics import CorpusMetrics, RequestMetrics, ServedMetrics
 from phoenix.serving.served_artifacts import artifact_version, check_loaded
 
 logger = logging.getLogger("phoenix.serving")
@@ -103,6 +104,8 @@ class ServiceModel:
         # (a refused reload) leaves no series behind (request_metrics: why series are per stub)
         self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
         self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
+        corpus = getattr(self.service, "corpus", None)  # the retriever's and the policy's
+        self.corpus_metrics = CorpusMetrics(pb_utils, served_as, corpus)
         stores = ProgramStore.opened()  # the service's (none for the host-only policy)
         logger.warning(
             "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",
@@ -121,7 +124,9 @@ class ServiceModel:
         except Exception as error:  # never crash the stub: report the batch as failed
             logger.exception("%s: batch failed", self.service_name)
             results = [RuntimeError(f"{type(error).__name__}: {error}")] * len(requests)
-        return [self._response(result) for result in results]
+        responses = [self._response(result) for result in results]
+        self.corpus_metrics.update()  # the generation this batch was answered from
+        return responses
 
     def _response(self, result):
         pb = self.pb
@@ -143,6 +148,7 @@ class ServiceModel:
 
     def finalize(self) -> None:
         self.service = None
-        for counters in (getattr(self, "metrics", None), getattr(self, "served", None)):
+        for name in ("metrics", "served", "corpus_metrics"):
+            counters = getattr(self, name, None)
             if counters is not None:  # None: initialize failed before it made them
                 counters.close()

@@ -22,6 +22,8 @@ from phoenix.serving.contracts import CORPUS_READERS, POLICY_FILTERS
 from phoenix.serving.inprocess import server_parameters
 from phoenix.serving.profiles import profile
 from phoenix.serving.reload import switch_corpus
+from phoenix.serving.request_metrics import GENERATION, LAG, SKIPPED
+from tests.deploy_checks import series_values
 
 pytestmark = pytest.mark.integration
 FOLLOW_DEADLINE_S = 10.0  # the issue's bound: a change is served within 10 s
@@ -100,6 +102,28 @@ def test_an_added_post_is_recommended_and_a_deleted_one_disappears(store_server)
     for _ in range(10):  # the compacted generation serves the same, without the post
         assert new_id not in retrieved(server, encoded, 20)
         assert new_id not in recommended(server, user)
+
+
+def test_metrics_show_the_generation_each_corpus_reader_serves(store_server):
+    """phoenix_corpus_* gauges (request_metrics): an instance sets them after each batch, so
+    after requests the newest of a model's instances shows the store's generation."""
+    server, artifacts, store = store_server
+    user = load_example_sequence(artifacts).to_dict()
+    store.add(Posts(np.array([10**9]), np.array([3]), np.array([int(time.time())]), np.eye(
+        store.manifest().emb_size, dtype=np.float32)[:1]))  # fmt: skip
+    generation = store.manifest().generation
+    url = server.metrics_url
+
+    def newest(metric: str, model: str) -> float:
+        return max(series_values(url, metric, model=model), default=-1.0)
+
+    def all_serve_it() -> bool:
+        recommended(server, user)  # a batch through the retriever and the policy
+        return all(newest(GENERATION, model) == generation for model in CORPUS_READERS)
+
+    wait_for(all_serve_it, FOLLOW_DEADLINE_S)
+    for model in CORPUS_READERS:
+        assert newest(LAG, model) == 0 and newest(SKIPPED, model) == 0, model
 
 
 # -- a corpus switch on a running server (issue 30, point 2) --------------------------------

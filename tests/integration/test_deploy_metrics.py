@@ -17,23 +17,36 @@ from phoenix.serving.client import connect, infer, model_inputs
 from phoenix.serving.contracts import CONTRACTS
 from phoenix.serving.request_metrics import (
     CANDIDATES,
+    DROPPED,
+    DROPPED_OUTPUT,
     FAILED,
+    IN_NETWORK,
+    IN_NETWORK_OUTPUT,
     REFUSED,
     SERVED,
-    STUB,
+    STORE_METRICS,
     candidate_output,
 )
-from tests.deploy_checks import K8S_DIR, render, triton_metrics_used
+from tests.deploy_checks import K8S_DIR, render, sample, triton_metrics_used
 
 PYTHON_MODELS = {name for name, contract in CONTRACTS.items() if not contract.is_ensemble}
 # the models returning posts (candidate_output): they count candidates too
 WITH_CANDIDATES = {name for name in PYTHON_MODELS if candidate_output(CONTRACTS[name].output_names)}
-# our own counters' models; Triton's (nv_...) have a series for every model
+
+
+def with_output(name: str) -> set[str]:
+    return {model for model in PYTHON_MODELS if name in CONTRACTS[model].output_names}
+
+
+# our own metrics' models; Triton's (nv_...) have a series for every model. The corpus store's
+# gauges (STORE_METRICS) need a server following a store: test_corpus_store_serving has one.
 OWN_SERIES = {
     REFUSED: PYTHON_MODELS,
     FAILED: PYTHON_MODELS,
     SERVED: PYTHON_MODELS,
     CANDIDATES: WITH_CANDIDATES,
+    IN_NETWORK: with_output(IN_NETWORK_OUTPUT),
+    DROPPED: with_output(DROPPED_OUTPUT),
 }
 
 
@@ -52,25 +65,12 @@ def test_the_metrics_of_the_hpa_rule_and_the_dashboard_exist_on_a_real_server(tr
     used = triton_metrics_used(render(K8S_DIR / "monitoring"))
     assert {"nv_inference_queue_duration_us", "nv_inference_request_success"} <= used
     exported = scrape(triton.metrics_url)
-    assert sorted(used - set(exported)) == [], f"queried but not exported: {exported.keys()}"
-    assert set(OWN_SERIES) <= used
-    for metric in used:
+    served_here = used - set(STORE_METRICS)  # this server's corpus is a file
+    assert sorted(served_here - set(exported)) == [], f"queried but not exported: {exported.keys()}"
+    assert set(OWN_SERIES) | set(STORE_METRICS) <= used
+    for metric in served_here:
         models = OWN_SERIES.get(metric, set(CONTRACTS))
         assert exported[metric] >= models, (metric, sorted(exported[metric]))
-
-
-def sample(url: str, metric: str, **labels: str) -> float:
-    """The sum of ``metric``'s series with exactly ``labels`` besides their ``stub`` (one
-    series per stub process: request_metrics) on a Prometheus page."""
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    found = []
-    for line in text.splitlines():
-        if match := re.match(rf"{metric}\{{([^}}]*)\}} (\S+)$", line):
-            named = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-            if named.pop(STUB, None) is not None and named == labels:
-                found.append(float(match.group(2)))
-    assert found, f"{metric}{labels}: no series on {url}"
-    return sum(found)
 
 
 def test_a_refused_request_moves_the_refused_counter_of_its_model_and_input(triton, tiny_artifacts):

@@ -245,11 +245,21 @@ def test_the_follower_keeps_serving_when_a_generation_is_broken(tmp_path, rng):
     store.add(make_posts(rng, 20, 1, 0))
     messages = []
     follower = StoreFollower(tmp_path / "s", D, on_error=messages.append)
+    assert follower.lag_seconds() == 0.0
     entry = store.add(make_posts(rng, 20, 101, 0))
-    (tmp_path / "s" / "segments" / entry.name / "embeddings.npy").unlink()
+    written = (tmp_path / "s" / "manifest.json").stat().st_mtime
+    embeddings = tmp_path / "s" / "segments" / entry.name / "embeddings.npy"
+    saved = embeddings.read_bytes()
+    embeddings.unlink()
     assert not follower.refresh()
     assert len(follower.current()) == 20
     assert "embeddings.npy: not found" in messages[0]
+    # the broken generation waits from when its manifest was written
+    assert (follower.skipped, follower.lag_seconds(now=written + 30)) == (1, pytest.approx(30))
+    embeddings.write_bytes(saved)  # repaired, then a generation after it: served, no lag
+    store.add(make_posts(rng, 20, 201, 0))
+    assert follower.refresh() and len(follower.current()) == 60
+    assert (follower.skipped, follower.lag_seconds()) == (1, 0.0)
 
 
 def manifest_of(root):

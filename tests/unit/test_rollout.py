@@ -13,7 +13,6 @@ from scipy import stats
 from phoenix.serving import rollout
 from phoenix.serving.configs import read_config
 from phoenix.serving.rank_agreement import compare_rankings, kendall_tau, spearman_rho, summarize
-from phoenix.serving.request_metrics import candidate_count
 from tests.integration.conftest import MODEL_REPOSITORY
 
 
@@ -161,11 +160,6 @@ def test_the_shadow_metrics_are_prometheus_gauges():
     labels = 'compared="recommend",from_version="1",to_version="2"'
     line = f"phoenix_rollout_shadow_kendall_tau{{{labels}}} 0.5"
     assert line in text.splitlines()
-
-
-def test_candidates_are_the_non_padding_post_ids():
-    assert candidate_count({"ranked_post_ids": np.array([[4, 5, 0]]), "scores": None}) == 2
-    assert candidate_count({"user_embedding": np.zeros((1, 4))}) == 0
 
 
 def test_the_command_refuses_a_failed_gate_before_it_touches_the_server(tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import types
 from collections import defaultdict
 
@@ -14,11 +15,27 @@ import numpy as np
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from phoenix.corpus_store import CorpusStore, Posts, StoreFollower
+from phoenix.feed_policy import FILTERS
 from phoenix.serving.client import model_inputs
 from phoenix.serving.configs import model_config
 from phoenix.serving.contracts import FEED_POLICY
+from phoenix.serving.corpus import FollowedStore
 from phoenix.serving.profiles import profile
-from phoenix.serving.request_metrics import FAILED, REFUSED, STUB, WHOLE_REQUEST
+from phoenix.serving.request_metrics import (
+    CANDIDATES,
+    DROPPED,
+    FAILED,
+    GENERATION,
+    IN_NETWORK,
+    LAG,
+    REFUSED,
+    SERVED,
+    SKIPPED,
+    STUB,
+    WHOLE_REQUEST,
+    CorpusMetrics,
+)
 from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest
 from phoenix.serving.triton_adapter import ServiceModel
 
@@ -59,24 +76,30 @@ def fake_backend_utils(metrics: FakeMetrics, with_metrics: bool = True) -> types
     module = types.ModuleType("triton_python_backend_utils")
 
     class Metric:
-        def __init__(self, key):
-            self.key = key
+        def __init__(self, key, kind: str):
+            self.key, self.kind = key, kind
             metrics.values[key] += 0.0  # the series exists from its creation
 
         def increment(self, value: float) -> None:
+            assert self.kind == MetricFamily.COUNTER and value >= 0, (self.key, value)
             metrics.values[self.key] += value
+
+        def set(self, value: float) -> None:
+            assert self.kind == MetricFamily.GAUGE, self.key
+            metrics.values[self.key] = value
 
     class MetricFamily:
         COUNTER, GAUGE = "counter", "gauge"
 
         def __init__(self, name: str, description: str, kind: str):
-            assert kind == MetricFamily.COUNTER
+            assert kind in (MetricFamily.COUNTER, MetricFamily.GAUGE)
+            assert (name.endswith("_total")) == (kind == MetricFamily.COUNTER), name
             assert metrics.descriptions.setdefault(name, description) == description
-            self.name = name
+            self.name, self.kind = name, kind
 
         def Metric(self, labels: dict[str, str]):  # noqa: N802 - the stub's name
             assert all(isinstance(v, str) for v in labels.values()), labels
-            return Metric((self.name, tuple(sorted(labels.items()))))
+            return Metric((self.name, tuple(sorted(labels.items()))), self.kind)
 
     class TritonError:
         INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
@@ -242,6 +265,70 @@ def test_a_failing_batch_answers_internal_for_each_of_its_requests_and_counts_th
     assert all(r.outputs == {} for r in responses)
     assert metrics.value(FAILED, model=MODEL) == 3
     assert sum(metrics.series(REFUSED).values()) == 0
+
+
+def test_answers_count_their_posts_the_in_network_ones_and_each_filters_drops(model, metrics):
+    rng = np.random.default_rng(4)
+    actions = model.service.config.num_actions
+    posts = [11, 12, 13, 13, 14, 15, 16, 17]  # 13 twice: one duplicate dropped
+    first = policy_request(
+        rng,
+        actions,
+        candidates=8,
+        candidate_post_ids=posts,
+        candidate_author_ids=[1, 2, 3, 3, 4, 5, 6, 8],  # the user (7) wrote none
+        seen_post_ids=[15, 16],  # two seen
+        excluded_author_ids=[8],  # one excluded
+        in_network_post_ids=[11, 14, 99],  # two of the candidates in-network
+    )
+    second = policy_request(rng, actions, candidates=5)  # nothing dropped, nothing in-network
+    responses = model.execute([Request(first), Request(second)])
+
+    (version,) = {dict(labels)["version"] for labels in metrics.series(SERVED)}
+    labels = dict(model=MODEL, version=version)
+    assert metrics.value(SERVED, **labels) == 2
+    assert metrics.value(CANDIDATES, **labels) == (8 - 4) + 5
+    assert metrics.value(IN_NETWORK, **labels) == 2
+    dropped = {f: metrics.value(DROPPED, **labels, filter=f) for f in FILTERS}
+    assert dropped == {"duplicate": 1, "own_post": 0, "excluded_author": 1, "seen": 2, "too_old": 0}
+    # the counters agree with what the answers say
+    ranked = [r.outputs["ranked_post_ids"] for r in responses]
+    assert metrics.value(CANDIDATES, **labels) == sum(np.count_nonzero(r) for r in ranked)
+    counts = sum(r.outputs["filtered_counts"].sum(0) for r in responses)
+    assert [dropped[f] for f in FILTERS] == counts.tolist()
+
+
+def store_posts(first_id: int, n: int = 10, emb_size: int = 4) -> Posts:
+    vectors = np.eye(emb_size, dtype=np.float32)[np.arange(n) % emb_size]  # unit rows
+    ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    return Posts(ids, ids % 7 + 1, np.zeros(n, np.int64), vectors)
+
+
+def test_a_followed_store_shows_its_generation_lag_and_skipped_generations(metrics, tmp_path):
+    store = CorpusStore.create(tmp_path / "store", 4)
+    store.add(store_posts(1))
+    corpus = FollowedStore(StoreFollower(tmp_path / "store", 4, on_error=lambda message: None))
+    gauges = CorpusMetrics(sys.modules["triton_python_backend_utils"], "retriever", corpus)
+    generation = corpus.follower.current().generation
+    assert metrics.value(GENERATION, model="retriever") == generation
+    assert metrics.value(LAG, model="retriever") == 0
+    assert metrics.value(SKIPPED, model="retriever") == 0
+    entry = store.add(store_posts(101))
+    (tmp_path / "store" / "segments" / entry.name / "post_ids.npy").unlink()  # a torn copy
+    corpus.follower.refresh()
+    gauges.update()
+    assert metrics.value(GENERATION, model="retriever") == generation  # still the good one
+    assert metrics.value(SKIPPED, model="retriever") == 1
+    waited = metrics.value(LAG, model="retriever")  # since the torn generation was written
+    assert 0 <= waited < 60 and corpus.follower.lag_seconds(now=time.time() + 60) >= 60
+    gauges.close()
+
+
+def test_a_corpus_file_shows_no_store_gauges(model, metrics):
+    actions = model.service.config.num_actions
+    (answer,) = model.execute([Request(policy_request(np.random.default_rng(5), actions))])
+    assert answer.error is None
+    assert GENERATION not in {name for name, _ in metrics.values}  # the policy's corpus file
 
 
 def test_instances_of_a_model_add_to_the_same_series(metrics, tiny_artifacts):
