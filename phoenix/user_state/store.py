@@ -304,10 +304,15 @@ class UserStateStore:
         oldest = newest - self.limits.author_posts_retention_s
         pipe = self._pipeline()
         for author in author_ids:
-            key = keys.author_posts_key(author)
-            self._newest(pipe, key, newest, oldest, per_author_cap, withscores=True)
+            # A raw command: redis-py's own zrange(withscores=True) reformats every score
+            # through its legacy callback, a fifth of a batch's read time with 200 follows
+            # each (one command per followed author). The reply: [[member, score], ...].
+            pipe.execute_command(
+                "ZRANGE", keys.author_posts_key(author), newest, oldest,
+                "BYSCORE", "REV", "LIMIT", 0, per_author_cap, "WITHSCORES",
+            )  # fmt: skip
         replies = self._execute(pipe, f"reading the posts of {len(author_ids)} authors")
-        return [[(int(m), score) for m, score in reply] for reply in replies]
+        return [[(int(m), float(s)) for m, s in reply] for reply in replies]
 
     def in_network(
         self, user_ids: Sequence[int], per_author_cap: int, total_cap: int, now: float
