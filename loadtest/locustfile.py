@@ -626,12 +626,12 @@ def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "  python loadtest/locustfile.py --host 127.0.0.1 --http-port 8000 --grpc-port 8001\n"
         "  python loadtest/locustfile.py --http-port 8000 --redis-url redis://127.0.0.1:6379/0\n",
     )
-    parser.add_argument(
-        "--artifacts",
-        type=Path,
-        default=Path(DEFAULT_ARTIFACTS),
-        help="artifact directory (default: %(default)s)",
-    )
+
+    def add_defaulted(flag: str, text: str, **kwargs) -> None:
+        """An option whose help ends with its default."""
+        parser.add_argument(flag, help=f"{text} (default: %(default)s)", **kwargs)
+
+    add_defaulted("--artifacts", "artifact directory", type=Path, default=Path(DEFAULT_ARTIFACTS))
     parser.add_argument(
         "--model-repository",
         type=Path,
@@ -658,41 +658,23 @@ def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="the running server's user-state store (with --http-port): by-id users are loaded "
         "into it and by-id traffic is sent; without it, none is sent",
     )
-    parser.add_argument(
+    add_defaulted(
         "--by-id-world",
+        "trained artifacts whose world's users are the by-id users",
         type=Path,
         default=Path(DEFAULT_WORLD),
-        help="trained artifacts whose world's users are the by-id users (default: %(default)s)",
     )
-    parser.add_argument(
+    add_defaulted(
         "--by-id-users",
+        "how many of the world's users by-id requests draw from, by Zipf's law",
         type=int,
         default=DEFAULT_BY_ID_USERS,
-        help="how many of the world's users by-id requests draw from, by Zipf's law "
-        "(default: %(default)s)",
     )
-    parser.add_argument(
-        "--users",
-        type=int,
-        default=8,
-        help="simulated users, half HTTP, half gRPC (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--spawn-rate",
-        type=float,
-        default=4.0,
-        help="users started per second (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--run-time",
-        default="30s",
-        help="how long the load runs, Locust syntax (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-requests",
-        type=int,
-        default=20000,
-        help="stop earlier after this many requests (default: %(default)s)",
+    add_defaulted("--users", "simulated users, half HTTP, half gRPC", type=int, default=8)
+    add_defaulted("--spawn-rate", "users started per second", type=float, default=4.0)
+    add_defaulted("--run-time", "how long the load runs, Locust syntax", default="30s")
+    add_defaulted(
+        "--max-requests", "stop earlier after this many requests", type=int, default=20000
     )
     parser.add_argument(
         "--results",

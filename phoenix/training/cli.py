@@ -211,6 +211,16 @@ def _print_report(summary: dict) -> None:
         print(f"  [{'ok' if holds else 'MISSED'}] {text}")
 
 
+# Options a library function takes as keywords of the same name.
+_EXPORT_OPTIONS = ("window_s", "since", "until", "held_out_fraction", "top_n")
+_RETRAIN_OPTIONS = ("seed", "retrieval_steps", "ranker_steps", "learning_rate", "version")
+
+
+def _same_named(args: argparse.Namespace, names: Sequence[str]) -> dict:
+    """``{name: args.<name>}`` for each of ``names``."""
+    return {name: getattr(args, name) for name in names}
+
+
 def _served_logs(args) -> int:
     from phoenix.checkpoint import ArtifactError
     from phoenix.training.served_export import ExportError, export_served_logs
@@ -221,11 +231,7 @@ def _served_logs(args) -> int:
             args.redis,
             args.artifacts,
             args.out,
-            window_s=args.window_s,
-            since=args.since,
-            until=args.until,
-            held_out_fraction=args.held_out_fraction,
-            top_n=args.top_n,
+            **_same_named(args, _EXPORT_OPTIONS),
         )
     except (ExportError, ArtifactError, UserStateError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -254,13 +260,9 @@ def _next_version(args) -> int:
             args.init,
             args.out,
             preset_name=args.preset,
-            seed=args.seed,
-            retrieval_steps=args.retrieval_steps,
-            ranker_steps=args.ranker_steps,
-            learning_rate=args.learning_rate,
-            version=args.version,
             rule=rule,
             make_progress=None if args.quiet else TqdmProgress,
+            **_same_named(args, _RETRAIN_OPTIONS),
         )
     except (RetrainError, LogError, ArtifactError, KeyError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

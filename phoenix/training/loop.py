@@ -51,10 +51,7 @@ from phoenix.processes import (
     stop_process,
 )
 
-DEFAULT_OUT = Path("bench/results/loop")
-DEFAULT_WORK = Path("build/loop")
 REACTING_LOCUSTFILE = Path("loadtest/reacting.py")
-MODEL_REPOSITORY = Path("model_repository")
 LABELS = ("v1", "rollout", "v2")
 SCHEMA = 1
 
@@ -67,8 +64,8 @@ class LoopError(RuntimeError):
 class LoopOptions:
     """What one run of the loop does; the defaults are ``make loop``'s."""
 
-    out: Path = DEFAULT_OUT
-    work: Path = DEFAULT_WORK
+    out: Path = Path("bench/results/loop")
+    work: Path = Path("build/loop")
     preset: str = "demo"
     seed: int = 0
     v1_retrieval_steps: int = 100
@@ -454,10 +451,12 @@ def start_serving(artifacts: Path, redis_url: str, build_dir: Path, timeout_s: f
                   log: Progress) -> Serving:  # fmt: skip
     """``python -m phoenix.serving.serve`` over ``artifacts`` reading the store at
     ``redis_url``, on free loopback ports; returns once its /ready says 200."""
+    from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY
+
     http, grpc, metrics, supervisor = pick_free_ports(4)
     build_dir.mkdir(parents=True, exist_ok=True)
     log_path = build_dir / "serve.log"
-    repository = MODEL_REPOSITORY.resolve()
+    repository = DEFAULT_MODEL_REPOSITORY.resolve()
     command = [
         sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
         "--redis", redis_url, "--http-port", str(http), "--grpc-port", str(grpc),
@@ -809,33 +808,27 @@ def add_arguments(parser) -> None:
     """The loop's options on ``parser`` (defaults from LoopOptions)."""
     d = LoopOptions()
     add = parser.add_argument
-    add("--minutes", type=float, default=d.minutes, help="reacting users on v1, then on v2 "
-        "(default: %(default)s)")  # fmt: skip
-    add("--users", type=int, default=d.users, help="reacting Locust users, each a world user "
-        "(default: %(default)s)")  # fmt: skip
-    add("--out", type=Path, default=d.out, help="report folder: loop.json, loop.png, loop.md, "
-        "online-metrics.* (default: %(default)s)")  # fmt: skip
-    add("--work", type=Path, default=d.work, help="artifacts v1 and v2, logs, server and Locust "
-        "logs (default: %(default)s)")  # fmt: skip
+
+    def add_defaulted(flag: str, kind: type, text: str) -> None:
+        """``flag`` defaulting to LoopOptions' field of the same name, which its help shows."""
+        default = getattr(d, flag.removeprefix("--").replace("-", "_"))
+        add(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
+
+    add_defaulted("--minutes", float, "reacting users on v1, then on v2")
+    add_defaulted("--users", int, "reacting Locust users, each a world user")
+    add_defaulted("--out", Path, "report folder: loop.json, loop.png, loop.md, online-metrics.*")
+    add_defaulted("--work", Path, "artifacts v1 and v2, logs, server and Locust logs")
     add(
         "--preset",
         choices=("tiny", "demo"),
         default=d.preset,
         help="training preset of v1 (default: %(default)s)",
     )
-    add("--seed", type=int, default=d.seed, help="training seed (default: %(default)s)")
-    add(
-        "--v1-retrieval-steps",
-        type=int,
-        default=d.v1_retrieval_steps,
-        help="v1's retrieval steps: few, so v1 has room to improve (default: %(default)s)",
+    add_defaulted("--seed", int, "training seed")
+    add_defaulted(
+        "--v1-retrieval-steps", int, "v1's retrieval steps: few, so v1 has room to improve"
     )
-    add(
-        "--v1-ranker-steps",
-        type=int,
-        default=d.v1_ranker_steps,
-        help="v1's ranker steps (default: %(default)s)",
-    )
+    add_defaulted("--v1-ranker-steps", int, "v1's ranker steps")
     add(
         "--v2-retrieval-steps",
         type=int,
@@ -848,28 +841,14 @@ def add_arguments(parser) -> None:
         default=None,
         help="v2's ranker steps (default: a quarter of the preset's)",
     )
-    add(
-        "--world-seed",
-        type=int,
-        default=d.world_seed,
-        help="seed of the simulated users and their reactions (default: %(default)s)",
+    add_defaulted("--world-seed", int, "seed of the simulated users and their reactions")
+    add_defaulted("--history-keep", int, "engagements per simulated user loaded into the store")
+    add_defaulted("--top-n", int, "posts a user views")
+    add_defaulted("--top-k", int, "posts a feed asks for")
+    add_defaulted(
+        "--shadow-seconds", float, "v2 shadow-scores the users' requests this long; 0: no shadow"
     )
-    add("--history-keep", type=int, default=d.history_keep, help="engagements per simulated "
-        "user loaded into the store (default: %(default)s)")  # fmt: skip
-    add("--top-n", type=int, default=d.top_n, help="posts a user views (default: %(default)s)")
-    add("--top-k", type=int, default=d.top_k, help="posts a feed asks for (default: %(default)s)")
-    add(
-        "--shadow-seconds",
-        type=float,
-        default=d.shadow_seconds,
-        help="v2 shadow-scores the users' requests this long; 0: no shadow (default: %(default)s)",
-    )
-    add(
-        "--settle-seconds",
-        type=float,
-        default=d.settle_seconds,
-        help="reacting users before and after the rollout (default: %(default)s)",
-    )
+    add_defaulted("--settle-seconds", float, "reacting users before and after the rollout")
     add("--force", action="store_true", help="roll v2 out even when its offline gate failed")
 
 

@@ -144,12 +144,35 @@ class Impressions:
 
 def make_world(spec: WorldSpec, seed: int) -> World:
     """Users, authors and posts of ``spec`` drawn from ``seed``."""
-    T = spec.num_topics
-    rng = stream(seed, "authors")
-    author_ids = unique_positive_ids(rng, spec.num_authors)
-    author_topic = rng.integers(0, T, spec.num_authors).astype(np.int32)
-    author_quality = rng.normal(0.0, AUTHOR_QUALITY_STD, spec.num_authors).astype(np.float32)
+    authors = _draw_authors(spec, seed)
+    users = _draw_users(spec, seed)
+    return World(
+        spec=spec,
+        follows=_draw_follows(spec, seed, authors["author_topic"], users["interest"]),
+        topic_names=TOPIC_NAMES[: spec.num_topics],
+        **authors,
+        **_draw_posts(spec, seed, authors["author_topic"], authors["author_quality"]),
+        **users,
+    )
 
+
+# Each part of the world comes from a stream of its own (``stream(seed, part)``), so the
+# parts are independent of the order they are drawn in; each returns World's fields.
+
+
+def _draw_authors(spec: WorldSpec, seed: int) -> dict[str, np.ndarray]:
+    rng = stream(seed, "authors")
+    return dict(
+        author_ids=unique_positive_ids(rng, spec.num_authors),
+        author_topic=rng.integers(0, spec.num_topics, spec.num_authors).astype(np.int32),
+        author_quality=rng.normal(0.0, AUTHOR_QUALITY_STD, spec.num_authors).astype(np.float32),
+    )
+
+
+def _draw_posts(
+    spec: WorldSpec, seed: int, author_topic: np.ndarray, author_quality: np.ndarray
+) -> dict[str, np.ndarray]:
+    T = spec.num_topics
     rng = stream(seed, "posts")
     post_ids = unique_positive_ids(rng, spec.num_posts)
     prolific = np.exp(author_quality.astype(np.float64))
@@ -162,8 +185,18 @@ def make_world(spec: WorldSpec, seed: int) -> World:
     post_media = rng.choice(3, spec.num_posts, p=[0.5, 0.3, 0.2]).astype(np.int8)
     first = START_TS - int(spec.pre_days * DAY)
     post_created_ts = np.sort(rng.integers(first, spec.end_ts, spec.num_posts)).astype(np.int64)
-    post_quality = rng.normal(0.0, POST_QUALITY_STD, spec.num_posts).astype(np.float32)
+    return dict(
+        post_ids=post_ids,
+        post_author=post_author.astype(np.int32),
+        post_topic=post_topic,
+        post_media=post_media,
+        post_created_ts=post_created_ts,
+        post_quality=rng.normal(0.0, POST_QUALITY_STD, spec.num_posts).astype(np.float32),
+    )
 
+
+def _draw_users(spec: WorldSpec, seed: int) -> dict[str, np.ndarray]:
+    T = spec.num_topics
     rng = stream(seed, "users")
     U = spec.num_users
     user_ids = unique_positive_ids(rng, U)
@@ -178,33 +211,21 @@ def make_world(spec: WorldSpec, seed: int) -> World:
     dislike = np.zeros((U, T), np.float32)
     dislike[np.arange(U)[has_dislike], disliked[has_dislike]] = 1.0
     activity = (spec.sessions_per_day * rng.lognormal(-0.32, 0.8, U)).astype(np.float32)
+    return dict(user_ids=user_ids, interest=interest, dislike=dislike, activity=activity)
 
-    # follows: authors of a liked topic (sampled by topic weight), 10% of any topic
+
+def _draw_follows(
+    spec: WorldSpec, seed: int, author_topic: np.ndarray, interest: np.ndarray
+) -> np.ndarray:
+    """Authors of a liked topic (sampled by topic weight), 10% of any topic: int32 [U, F]."""
     rng = stream(seed, "follows")
-    by_topic = _group_members(author_topic, T)
+    by_topic = _group_members(author_topic, spec.num_topics)
     F = spec.follows_per_user
     liked_topic = _sample_rows(rng, interest, F)  # [U, F]
     follows = _pick_members(rng, by_topic, liked_topic)
-    anyone = rng.random((U, F)) < 0.1
+    anyone = rng.random((spec.num_users, F)) < 0.1
     follows[anyone] = rng.integers(0, spec.num_authors, int(anyone.sum()))
-    return World(
-        spec=spec,
-        user_ids=user_ids,
-        interest=interest,
-        dislike=dislike,
-        follows=follows.astype(np.int32),
-        activity=activity,
-        author_ids=author_ids,
-        author_topic=author_topic,
-        author_quality=author_quality,
-        post_ids=post_ids,
-        post_author=post_author.astype(np.int32),
-        post_topic=post_topic,
-        post_media=post_media,
-        post_created_ts=post_created_ts,
-        post_quality=post_quality,
-        topic_names=TOPIC_NAMES[:T],
-    )
+    return follows.astype(np.int32)
 
 
 def _group_members(groups: np.ndarray, num_groups: int) -> list[np.ndarray]:

@@ -32,10 +32,10 @@ from phoenix.serving.supervisor.stubs import (
     register_stub,
 )
 from phoenix.serving.triton_server import redact_secrets
+from phoenix.testing import REPO_ROOT
 from phoenix.testing.memory import rss_bytes
 from phoenix.testing.processes import is_alive
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_PID = 100
 
 
