@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     embeddings, users, exact = cached_inputs(args.work, args.posts, args.queries)
-    spec = ann.choose_index(args.posts)
+    spec = ann.choose_index(args.posts, embeddings.shape[1])
     coarse = build("sq8", embeddings, faiss.IndexFlatIP(embeddings.shape[1]), spec.nlist)
     centroids = ann.centroids_of(coarse)
     indexes, built_s = {"sq8": coarse}, {}
