@@ -35,8 +35,12 @@ MOST_PROBED_SHARE = 4  # at most a quarter of the lists
 MOST_PROBED = 1024
 # The index is asked for 10x the rows wanted, re-scored exactly: 4-bit codes order the flat
 # top of a user's scores loosely (8x lost 0.01 of new users' worst decile at 1 M; IVF-SQ8
-# needed 2x).
+# needed 2x). The more rows a list holds, the more near-ties the codes blur: at 10 M (8,192
+# lists) 10x left new users' worst decile at 0.85 and one-topic users' at 0.89, 20x kept every
+# kind's above 0.9 (bench/results/compare_ann_10m.json). Segments above RERANK_ROWS get 20x.
 RERANK = 10
+RERANK_LARGE = 20
+RERANK_ROWS = 1_000_000  # the largest segment 10x was measured to keep recall at
 
 
 def choose_index(rows: int, emb_size: int) -> IndexSpec:
@@ -46,19 +50,19 @@ def choose_index(rows: int, emb_size: int) -> IndexSpec:
     Measured through ``Snapshot.search`` on trained-tower users of five kinds (make
     bench-retrieval; docs/retrieval.md, "Users of every kind"): recall@100 mean >= 0.97 and
     worst decile >= 0.91 for every kind at 1 M rows (4,096 lists; IVF-SQ8 also at 10 M,
-    8,192 lists)."""
+    8,192 lists; at 10 M the fast-scan index needs 20x re-scored, RERANK_LARGE)."""
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))
-    return ivf_spec(nlist, emb_size)
+    return ivf_spec(nlist, emb_size, RERANK if rows <= RERANK_ROWS else RERANK_LARGE)
 
 
-def ivf_spec(nlist: int, emb_size: int) -> IndexSpec:
+def ivf_spec(nlist: int, emb_size: int, rerank: int = RERANK) -> IndexSpec:
     """IVF with 4-bit fast-scan PQ codes (one per dimension of ``emb_size``) over ``nlist``
-    lists, with this module's probing and re-ranking."""
+    lists, with this module's probing, ``rerank`` times the rows wanted re-scored."""
     nprobe = min(PROBED_LISTS, max(1, nlist // 8))
     most = max(nprobe, min(MOST_PROBED, nlist // MOST_PROBED_SHARE))
-    return IndexSpec(IVF_PQ4FS, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, RERANK, emb_size)
+    return IndexSpec(IVF_PQ4FS, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, rerank, emb_size)
 
 
 def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:

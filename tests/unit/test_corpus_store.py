@@ -307,8 +307,10 @@ def test_bad_posts_are_refused_before_anything_is_written(tmp_path, rng):
 def test_index_choice_by_segment_size():
     assert choose_index(10_000, D).kind == "exact"
     big = choose_index(1_000_000, D)
-    assert (big.kind, big.nlist, big.nprobe, big.pq_m) == (IVF_PQ4FS, 4096, 128, D)
-    assert choose_index(10_000_000, D).nlist == 8192
+    assert (big.kind, big.nlist, big.nprobe, big.pq_m, big.rerank) == (IVF_PQ4FS, 4096, 128, D, 10)
+    huge = choose_index(10_000_000, D)
+    assert (huge.nlist, huge.rerank) == (8192, 20)  # 10x lost recall at 10 M; 20x kept it
+    assert choose_index(1_000_001, D).rerank == 20
     assert FRESH != SEALED
 
 
