@@ -172,21 +172,19 @@ class ServedMetrics:
                     make, IN_NETWORK, "Posts returned from the in-network source", labels
                 )
             if DROPPED_OUTPUT in outputs:
-                family = make(
-                    DROPPED,
-                    "Candidates dropped by each feed filter, by model and artifact version",
-                    "COUNTER",
-                )
-                self._families.append(family)
+                family = self._family(make, DROPPED, "Candidates dropped by each feed filter")
                 self._dropped = [family.Metric(labels={**labels, "filter": f}) for f in FILTERS]
         except Exception as error:  # metrics off: serve without them
             logger.warning("%s: no served-request metrics (%s)", model, error)
             self.close()
 
-    def _counter(self, make, name: str, what: str, labels: dict[str, str]) -> Any:
+    def _family(self, make, name: str, what: str) -> Any:
         family = make(name, f"{what}, by model and artifact version", "COUNTER")
         self._families.append(family)  # Triton: a family must outlive its metrics
-        return family.Metric(labels=labels)
+        return family
+
+    def _counter(self, make, name: str, what: str, labels: dict[str, str]) -> Any:
+        return self._family(make, name, what).Metric(labels=labels)
 
     def count(self, result: dict) -> None:
         """One request answered with ``result`` ({output: array})."""
@@ -197,7 +195,7 @@ class ServedMetrics:
         if self._in_network is not None:
             self._in_network.increment(int(np.count_nonzero(result[IN_NETWORK_OUTPUT])))
         if self._dropped:
-            per_filter = np.asarray(result[DROPPED_OUTPUT]).reshape(-1, len(FILTERS)).sum(0)
+            per_filter = result[DROPPED_OUTPUT].reshape(-1, len(FILTERS)).sum(0)
             for metric, dropped in zip(self._dropped, per_filter):
                 if dropped:
                     metric.increment(int(dropped))
@@ -223,7 +221,7 @@ CORPUS_GAUGES = (
 
 
 # Every family of ours, and those only a server following a corpus store exports.
-STORE_METRICS = (GENERATION, LAG, SKIPPED)
+STORE_METRICS = tuple(name for name, _, _ in CORPUS_GAUGES)
 OWN_METRICS = (REFUSED, FAILED, SERVED, CANDIDATES, IN_NETWORK, DROPPED, *STORE_METRICS)
 
 

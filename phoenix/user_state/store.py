@@ -211,10 +211,9 @@ class UserStateStore:
     # -- reads ---------------------------------------------------------------------------
 
     @staticmethod
-    def _newest(pipe, key: str, newest: float, oldest: float, count: int, withscores=False):
+    def _newest(pipe, key: str, newest: float, oldest: float, count: int):
         """Queue: up to ``count`` members scored in [oldest, newest], newest first."""
-        pipe.zrange(key, newest, oldest, desc=True, byscore=True, offset=0, num=count,
-                    withscores=withscores)  # fmt: skip
+        pipe.zrange(key, newest, oldest, desc=True, byscore=True, offset=0, num=count)
 
     def _queue_histories(self, pipe, user_ids, now: float, seq_len: int) -> None:
         self.limits.check_seq_len(seq_len)
