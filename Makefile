@@ -20,6 +20,10 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 SUPERVISOR_PORT ?= 8003
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` and `make test-unit` (0: one process, as before). The
+# suite leaves a third of 2 cores idle in one process (servers starting, waits, one-thread
+# Python); two workers use them. Tests marked `serial` (time bounds) then run alone.
+TEST_WORKERS ?= 2
 # e.g. DEMO_ARGS=--no-policy: the ranker's own ranking beside the feed
 DEMO_ARGS ?=
 
@@ -46,7 +50,7 @@ help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
 	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)" \
-		"SUPERVISOR_PORT=$(SUPERVISOR_PORT) PYTEST_ARGS=..."
+		"SUPERVISOR_PORT=$(SUPERVISOR_PORT) TEST_WORKERS=$(TEST_WORKERS) PYTEST_ARGS=..."
 
 setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
 
@@ -118,13 +122,16 @@ configs: setup  ## write every model_repository config, and docs/deploy.md's stu
 	$(PY) -m phoenix.serving.configs
 	$(PY) -m phoenix.serving.profile_docs
 
+# Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
+# (module fixtures start once), then the `serial` ones alone (exit 5: PYTEST_ARGS chose none).
 test: setup  ## ruff check + the whole pytest suite (tests/unit, then tests/slow, then tests/integration)
 	$(RUFF) check .
-	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The quick tier while editing (under 2 min on 2 cores); `make test` runs it too, first.
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
-	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: setup  ## ruff check and ruff format --check
 	$(RUFF) check .

@@ -44,13 +44,19 @@ def tier_rank(item) -> int:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark tests/slow and tests/integration by folder, and run the tiers in order (stable)."""
+    """Mark tests/slow and tests/integration by folder, and run the tiers in order (stable).
+
+    On pytest-xdist workers (``make test``) the order is reversed: workers take test files in
+    this order, so the long integration files start first and the many short unit files fill
+    the gaps at the end, where one worker would otherwise wait for the other's last server.
+    """
     for item in items:
         if is_under(item, SLOW_DIR):
             item.add_marker(pytest.mark.slow)
         if is_under(item, INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
-    items.sort(key=tier_rank)
+    on_a_worker = hasattr(config, "workerinput")
+    items.sort(key=lambda item: -tier_rank(item) if on_a_worker else tier_rank(item))
 
 
 @pytest.fixture(scope="session")

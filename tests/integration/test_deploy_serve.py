@@ -24,7 +24,7 @@ from phoenix.testing.polling import wait_until
 from phoenix.testing.processes import LoggedProcess
 from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))  # as test_faults
 
 

@@ -57,7 +57,7 @@ from phoenix.testing.polling import wait_until
 from phoenix.testing.processes import is_alive
 from phoenix.testing.serve_process import ServePorts, ServeProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 
 LONG = os.environ.get("PHOENIX_LONG_TESTS") == "1"
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))

@@ -15,12 +15,18 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN = REPO_ROOT / "bench" / "gpu" / "run.sh"
 CPU_POINTS = {("mini", 1, 64), ("small-gqa", 2, 64)}
-# The servers of the other integration tests fill it with the same tiny models' programs.
-SHARED_CACHE = REPO_ROOT / "build" / "programs-gpu-bench"
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory):
+def shared_cache(tiny_artifacts) -> Path:
+    """The session's tiny artifacts' program store: the CPU profile serves the same preset, so
+    the serving step loads the programs the other servers' tests compiled instead of compiling
+    them again (half a minute of 2 cores)."""
+    return tiny_artifacts / "compiled"
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, tiny_artifacts, shared_cache):
     """One CPU-mode run into a temporary folder: (exit code, results folder, docs copy, log)."""
     tmp = tmp_path_factory.mktemp("gpu-bench-cpu")
     docs = tmp / "performance.md"
@@ -28,7 +34,8 @@ def cpu_run(tmp_path_factory):
     results = tmp / "results"
     done = subprocess.run(
         ["bash", str(RUN), "--cpu", "--results", str(results), "--docs", str(docs),
-         "--build-dir", str(tmp / "build"), "--cache", str(SHARED_CACHE)],
+         "--build-dir", str(tmp / "build"), "--artifacts", str(tiny_artifacts),
+         "--cache", str(shared_cache)],
         capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
     )  # fmt: skip
     return done.returncode, results, docs, done.stdout + done.stderr
@@ -66,11 +73,11 @@ def test_retrieval_reports_queries_per_second_for_each_corpus(cpu_run):
         assert r["top_k_queries_per_s"] > 0 and r["end_to_end_queries_per_s"] > 0
 
 
-def test_startup_times_both_starts(cpu_run):
+def test_startup_times_both_starts(cpu_run, shared_cache):
     startup = read(cpu_run[1], "startup")["startup"]
     assert startup["empty_cache_s"] > 0 and startup["filled_cache_s"] > 0
     assert startup["models"] == ["candidate_tower"]
-    assert Path(startup["cache"]) != SHARED_CACHE  # emptied: never the shared cache
+    assert Path(startup["cache"]) != shared_cache  # emptied: never the shared cache
 
 
 def test_serving_measured_batching_on_and_off_without_failures(cpu_run):

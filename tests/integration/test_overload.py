@@ -33,7 +33,7 @@ from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
 from phoenix.testing.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
 from phoenix.testing.triton import triton_server
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"

@@ -26,6 +26,8 @@ from phoenix.user_state.request_log import read_request_log
 from tests.integration.conftest import launch_with_store
 from tests.rankings import assert_same_feed
 
+# serial: the down-store test times how fast a request fails (FAIL_FAST_S)
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 USER = 7
 TOP_K = 32
 FAIL_FAST_S = 5.0  # the store client's bounded timeouts (about 2 s) plus the ensemble's hops

@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 
 from phoenix.serving.triton_server import TritonServer, TritonServerError
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
 
 ADD_ONE_CONFIG = """\
 name: "add_one"

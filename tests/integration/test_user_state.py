@@ -23,7 +23,7 @@ from phoenix.user_state.server import RedisClusterNodes, RedisServer
 from phoenix.user_state.store import UserStateStore
 from phoenix.user_state.stream import STREAM, StreamConsumer, StreamConsumerError, publish
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(120)]
 
 NOW = 1_700_000_000.0
 SEQ_LEN = 16

@@ -5,6 +5,7 @@ refused one their outputs; the refusals and failures are counted on the adapter'
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -186,6 +187,13 @@ def metrics(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # initialize sets it; restored after the test
     monkeypatch.delenv("PHOENIX_STUB_DIR", raising=False)
     return metrics
+
+
+@pytest.fixture(autouse=True)
+def unfrozen_heap():
+    """finalize() freezes the heap (the stub process exits next); this process goes on."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture
@@ -381,3 +389,15 @@ def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, tiny_a
     TritonPythonModel().initialize(triton_args(tiny_artifacts, artifact_digest(tiny_artifacts)))
     with pytest.raises(ArtifactMismatch, match=str(tiny_artifacts)):
         TritonPythonModel().initialize(triton_args(tiny_artifacts, "0" * 64))
+
+
+def test_finalize_freezes_the_heap_so_the_stub_exits_without_walking_it(metrics, tiny_artifacts):
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    instance = TritonPythonModel()
+    instance.initialize(triton_args(tiny_artifacts))
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    instance.finalize()
+    assert gc.get_freeze_count() > 0  # objects an exiting interpreter's collections skip
