@@ -20,6 +20,7 @@ from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
 from phoenix.testing.triton import start_triton
 from phoenix.user_state.server import RedisServer
+from tests.built_once import built_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
@@ -60,15 +61,19 @@ def start_server(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def tiny_artifacts(tmp_path_factory) -> Path:
-    """Tiny ranker/retriever artifacts (500-item corpus), generated once per session."""
-    from phoenix.artifacts import generate  # lazy: only integration tests need it
-    from phoenix.serving.compile import ensure_programs
+def tiny_artifacts() -> Path:
+    """Tiny ranker/retriever artifacts (500-item corpus) and their CPU programs, built once for
+    all the test processes of this code (tests/built_once.py): the suite's servers only load.
+    Read-only: a test that changes artifacts changes a copy."""
 
-    out_dir = tmp_path_factory.mktemp("tiny-artifacts")
-    generate("tiny", out_dir, seed=0, corpus_size=500)
-    ensure_programs(out_dir, "cpu")  # as serve does: the servers' instances only load
-    return out_dir
+    def build(out_dir: Path) -> None:
+        from phoenix.artifacts import generate  # lazy: only integration tests need it
+        from phoenix.serving.compile import ensure_programs
+
+        generate("tiny", out_dir, seed=0, corpus_size=500)
+        ensure_programs(out_dir, "cpu")  # as serve does
+
+    return built_once("tiny-artifacts", build)
 
 
 @pytest.fixture(scope="session")
