@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -59,13 +60,34 @@ def stop_process(process: subprocess.Popen, timeout_s: float) -> Optional[int]:
     return process.returncode
 
 
+# "low-high": pick_free_ports draws from this range instead of the kernel's ephemeral ports.
+# Processes given disjoint ranges (the test workers of `make test`) never pick a port the
+# other has picked but not yet bound (a server binds seconds after its ports are chosen).
+PORT_RANGE_ENV = "PHOENIX_PORT_RANGE"
+
+
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports free on `host` right now (held together so they differ)."""
+    """`count` distinct ports free on `host` right now (held together so they differ), from
+    $PHOENIX_PORT_RANGE when it is set."""
+    span = os.environ.get(PORT_RANGE_ENV)
     with contextlib.ExitStack() as held:
-        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
+        if not span:
+            sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+            for sock in sockets:
+                sock.bind((host, 0))
+            return [sock.getsockname()[1] for sock in sockets]
+        low, high = (int(end) for end in span.split("-"))
+        ports: list[int] = []
+        for port in random.sample(range(low, high + 1), high + 1 - low):
+            sock = held.enter_context(socket.socket())
+            try:
+                sock.bind((host, port))
+            except OSError:  # in use
+                continue
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+        raise OSError(f"fewer than {count} free ports in ${PORT_RANGE_ENV}={span}")
 
 
 def client_host(bind_host: str) -> str:

@@ -1,10 +1,14 @@
-"""Shared test setup: repo root on sys.path, reference data, markers, and the tiers' order.
+"""Shared test setup: repo root on sys.path, reference data, markers, the tiers' order and the
+test workers' ports.
 
-Tiers, in the order `make test` runs them: tests/unit (fast, in process; `make test-unit`),
-tests/slow (in process, but whole runs: training, the GPU payload build, the engine against
-the plain model), tests/integration (real tritonservers).
+Tiers, in the order one pytest process runs them: tests/unit (fast, in process;
+`make test-unit`), tests/slow (in process, but whole runs: training, the GPU payload build, the
+engine against the plain model), tests/integration (real tritonservers). `make test` runs
+them on pytest-xdist workers in the reverse order (see pytest_collection_modifyitems), then
+the tests marked `serial` alone.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -43,12 +47,33 @@ def tier_rank(item) -> int:
     return 1 if item.get_closest_marker("slow") is not None else 0
 
 
+# Each xdist worker picks server ports from its own range (below the kernel's ephemeral ports,
+# 32768 up, and with room for Redis cluster bus ports at +10000): two workers never pick a
+# port the other picked but has not bound yet. Workers past the fourth use the kernel's.
+WORKER_PORTS = 2500
+FIRST_WORKER_PORT = 20_000
+RANGED_WORKERS = 4
+
+
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", {}).get("workerid", "")  # "gw0" on xdist workers
+    index = int(worker[2:]) if worker.startswith("gw") else -1
+    if 0 <= index < RANGED_WORKERS:
+        from phoenix.processes import PORT_RANGE_ENV
+
+        low = FIRST_WORKER_PORT + index * WORKER_PORTS
+        os.environ[PORT_RANGE_ENV] = f"{low}-{low + WORKER_PORTS - 1}"
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark tests/slow and tests/integration by folder, and run the tiers in order (stable).
 
-    On pytest-xdist workers (``make test``) the order is reversed: workers take test files in
-    this order, so the long integration files start first and the many short unit files fill
-    the gaps at the end, where one worker would otherwise wait for the other's last server.
+    On pytest-xdist workers (``make test``) the order is reversed: with
+    ``--no-loadscope-reorder`` workers take test files in this order, so the integration files
+    (few tests, long servers) start first and the many short unit files fill the end, where
+    one worker would otherwise wait for the other's last server. (xdist's own reordering puts
+    the files with the most tests first: the one-test rollout and reacting-users files came
+    last.)
     """
     for item in items:
         if is_under(item, SLOW_DIR):

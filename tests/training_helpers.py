@@ -22,7 +22,7 @@ def trained_tiny() -> tuple[Path, Path, dict]:
         run_pipeline("tiny", root / "artifacts", seed=SEED, logs_dir=root / "logs",
                      log=lambda *_: None)  # fmt: skip
 
-    root = built_once("trained-tiny", train)
+    root = built_once("trained-tiny", train, parameters=f"tiny seed={SEED}")
     artifacts = root / "artifacts"
     # run_pipeline's summary as it wrote it (what the tests read is plain JSON)
     summary = json.loads((artifacts / TRAINING_FILE).read_text())

@@ -1,6 +1,7 @@
 """Fixtures that run a real tritonserver (from the nvidia-pytriton wheel) on free loopback ports.
 
-- `tiny_artifacts`: tiny model artifacts, generated once per session.
+- `tiny_artifacts`: tiny model artifacts and their CPU programs, built once for every test
+  process of this code (tests/built_once.py); read-only.
 - `triton`: one server over the project's model_repository/ with those artifacts (session).
 - `redis_server`: an empty redis-server for a test module (the user-state store).
 - `launch_with_store(artifacts, store_url, log_dir)`: a ready server reading that user-state store.
@@ -73,7 +74,7 @@ def tiny_artifacts() -> Path:
         generate("tiny", out_dir, seed=0, corpus_size=500)
         ensure_programs(out_dir, "cpu")  # as serve does
 
-    return built_once("tiny-artifacts", build)
+    return built_once("tiny-artifacts", build, parameters="tiny seed=0 corpus_size=500 cpu")
 
 
 @pytest.fixture(scope="session")

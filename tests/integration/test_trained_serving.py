@@ -4,6 +4,7 @@ the feed policy after the ranker (diversity, negative actions, filters, a reload
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections import Counter
 
@@ -52,7 +53,10 @@ def date_the_corpus(artifacts) -> np.ndarray:
 def trained_server(tmp_path_factory):
     from tests.integration.conftest import launch_server
 
-    artifacts, _, _ = trained_tiny()
+    shared, _, _ = trained_tiny()
+    # a copy (its compiled programs included): the shared artifacts are read-only
+    artifacts = tmp_path_factory.mktemp("trained") / "artifacts"
+    shutil.copytree(shared, artifacts)
     old_posts = date_the_corpus(artifacts)
     log_path = tmp_path_factory.mktemp("trained-triton") / "tritonserver.log"
     # explicit model control: the policy's parameters are reloaded by test_policy_reload

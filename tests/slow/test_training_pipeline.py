@@ -2,8 +2,9 @@
 
 In the slow tier because the tiny preset trains for real (about 40 s on a busy 2-core CPU);
 the pipeline's parts (logs, metrics, optimizer phases, CLI) are unit-tested in
-tests/unit/test_training.py. The trained artifacts are cached per process, so the
-integration tests that serve them reuse this run.
+tests/unit/test_training.py. The trained artifacts are built once for every test process
+of this code (tests/training_helpers.py), so the integration tests that serve them reuse this
+run.
 """
 
 from __future__ import annotations
