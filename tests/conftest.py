@@ -4,8 +4,7 @@ test workers' ports.
 Tiers, in the order one pytest process runs them: tests/unit (fast, in process;
 `make test-unit`), tests/slow (in process, but whole runs: training, the GPU payload build, the
 engine against the plain model), tests/integration (real tritonservers). `make test` runs
-them on pytest-xdist workers in the reverse order (see pytest_collection_modifyitems), then
-the tests marked `serial` alone.
+them on pytest-xdist workers (in xdist's order), then the tests marked `serial` alone.
 """
 
 import os
@@ -68,20 +67,15 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Mark tests/slow and tests/integration by folder, and run the tiers in order (stable).
 
-    On pytest-xdist workers (``make test``) the order is reversed: with
-    ``--no-loadscope-reorder`` workers take test files in this order, so the integration files
-    (few tests, long servers) start first and the many short unit files fill the end, where
-    one worker would otherwise wait for the other's last server. (xdist's own reordering puts
-    the files with the most tests first: the one-test rollout and reacting-users files came
-    last.)
+    On pytest-xdist workers (``make test``) xdist schedules whole files, the files with the
+    most tests first, whatever this order is.
     """
     for item in items:
         if is_under(item, SLOW_DIR):
             item.add_marker(pytest.mark.slow)
         if is_under(item, INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
-    on_a_worker = hasattr(config, "workerinput")
-    items.sort(key=lambda item: -tier_rank(item) if on_a_worker else tier_rank(item))
+    items.sort(key=tier_rank)
 
 
 @pytest.fixture(scope="session")
