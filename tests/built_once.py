@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE = REPO_ROOT / "build" / "test-cache"
@@ -26,9 +28,9 @@ LIBRARIES = ("jax", "jaxlib", "numpy", "dm-haiku")
 STALE_AFTER_S = 6 * 3600  # far longer than a whole `make test`
 
 
-def build_digest(name: str, parameters: str) -> str:
+def build_digest(name: str, parameters: Mapping[str, Any]) -> str:
     """What a build depends on: its name and parameters, phoenix/**/*.py, library versions."""
-    digest = hashlib.sha256(f"{name} {parameters}".encode())
+    digest = hashlib.sha256(f"{name} {json.dumps(parameters, sort_keys=True)}".encode())
     for library in LIBRARIES:
         digest.update(f"{library}=={version(library)}".encode())
     for path in sorted((REPO_ROOT / "phoenix").rglob("*.py")):
@@ -44,9 +46,10 @@ def remove_stale(name: str, keep: Path) -> None:
             shutil.rmtree(other, ignore_errors=True)
 
 
-def built_once(name: str, build: Callable[[Path], None], parameters: str = "") -> Path:
+def built_once(name: str, build: Callable[[Path], None], parameters: Mapping[str, Any]) -> Path:
     """``build(directory)`` unless a complete build of this version is there; the directory.
-    ``parameters`` names whatever else the build depends on (preset, seed, sizes)."""
+    ``parameters`` are what else the build depends on (preset, seed, sizes): the build reads
+    them from the same mapping, so the key cannot drift from what is built."""
     CACHE.mkdir(parents=True, exist_ok=True)
     target = CACHE / f"{name}-{build_digest(name, parameters)}"
     with (CACHE / f"{name}.lock").open("w") as lock:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.built_once import built_once
 
-SEED = 0
+PRESET, SEED = "tiny", 0
 
 
 @functools.cache
@@ -19,10 +19,10 @@ def trained_tiny() -> tuple[Path, Path, dict]:
     from phoenix.training.pipeline import TRAINING_FILE, run_pipeline
 
     def train(root: Path) -> None:
-        run_pipeline("tiny", root / "artifacts", seed=SEED, logs_dir=root / "logs",
+        run_pipeline(PRESET, root / "artifacts", seed=SEED, logs_dir=root / "logs",
                      log=lambda *_: None)  # fmt: skip
 
-    root = built_once("trained-tiny", train, parameters=f"tiny seed={SEED}")
+    root = built_once("trained-tiny", train, {"preset": PRESET, "seed": SEED})
     artifacts = root / "artifacts"
     # run_pipeline's summary as it wrote it (what the tests read is plain JSON)
     summary = json.loads((artifacts / TRAINING_FILE).read_text())

@@ -67,14 +67,17 @@ def tiny_artifacts() -> Path:
     all the test processes of this code (tests/built_once.py): the suite's servers only load.
     Read-only: a test that changes artifacts changes a copy."""
 
+    made = {"preset": "tiny", "seed": 0, "corpus_size": 500}
+    device = "cpu"
+
     def build(out_dir: Path) -> None:
         from phoenix.artifacts import generate  # lazy: only integration tests need it
         from phoenix.serving.compile import ensure_programs
 
-        generate("tiny", out_dir, seed=0, corpus_size=500)
-        ensure_programs(out_dir, "cpu")  # as serve does
+        generate(out_dir=out_dir, **made)
+        ensure_programs(out_dir, device)  # as serve does
 
-    return built_once("tiny-artifacts", build, parameters="tiny seed=0 corpus_size=500 cpu")
+    return built_once("tiny-artifacts", build, {**made, "device": device})
 
 
 @pytest.fixture(scope="session")

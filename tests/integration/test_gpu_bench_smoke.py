@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from phoenix.engine.programs import STORE_DIR
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN = REPO_ROOT / "bench" / "gpu" / "run.sh"
 CPU_POINTS = {("mini", 1, 64), ("small-gqa", 2, 64)}
@@ -19,10 +21,10 @@ CPU_POINTS = {("mini", 1, 64), ("small-gqa", 2, 64)}
 
 @pytest.fixture(scope="module")
 def shared_cache(tiny_artifacts) -> Path:
-    """The session's tiny artifacts' program store: the CPU profile serves the same preset, so
-    the serving step loads the programs the other servers' tests compiled instead of compiling
-    them again (half a minute of 2 cores)."""
-    return tiny_artifacts / "compiled"
+    """The tiny artifacts' program store, which their fixture filled: the CPU profile serves
+    the same preset, so the serving step loads those programs instead of compiling them again
+    (half a minute of 2 cores)."""
+    return tiny_artifacts / STORE_DIR
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from phoenix.training import logs as log_files
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator
 from phoenix.training.presets import PRESETS
-from tests.training_helpers import SEED, trained_tiny
+from tests.training_helpers import PRESET, SEED, trained_tiny
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_trained_checkpoint_round_trips_through_the_published_layout(trained):
     # the loaded weights reproduce the evaluation of the trained ones
     world, imp, _ = log_files.load_logs(logs)
     index = LogIndex(world, imp, config)
-    preset = PRESETS["tiny"]
+    preset = PRESETS[PRESET]
     eval_set = index.eval_set(preset.eval_users, preset.eval_candidates, SEED)
     params = {
         "ranker": loaded.ranker_params,
