@@ -1,6 +1,6 @@
 """Tiny trained artifacts shared by the slow and integration tests: trained once for all the
-test processes of this code (tests/built_once.py), the programs their servers compile
-included. Read-only: a test that changes them changes a copy."""
+test processes of this code (tests/built_once.py), with the CPU programs their servers load.
+Read-only: a test that changes them changes a copy."""
 
 from __future__ import annotations
 
@@ -16,13 +16,19 @@ PRESET, SEED = "tiny", 0
 @functools.cache
 def trained_tiny() -> tuple[Path, Path, dict]:
     """(artifact dir, log dir, training summary) of the tiny preset, seed 0, evaluated."""
+    from phoenix.serving.compile import ensure_programs
     from phoenix.training.pipeline import TRAINING_FILE, run_pipeline
+
+    device = "cpu"
 
     def train(root: Path) -> None:
         run_pipeline(PRESET, root / "artifacts", seed=SEED, logs_dir=root / "logs",
                      log=lambda *_: None)  # fmt: skip
+        # Once, here, as serve does: otherwise both instances of every model of the first
+        # server over them compile every program at once, and a test serving a copy again.
+        ensure_programs(root / "artifacts", device)
 
-    root = built_once("trained-tiny", train, {"preset": PRESET, "seed": SEED})
+    root = built_once("trained-tiny", train, {"preset": PRESET, "seed": SEED, "device": device})
     artifacts = root / "artifacts"
     # run_pipeline's summary as it wrote it (what the tests read is plain JSON)
     summary = json.loads((artifacts / TRAINING_FILE).read_text())
