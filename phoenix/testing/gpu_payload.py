@@ -43,6 +43,9 @@ from phoenix.testing.gpu_machine import (
 )
 
 LIMIT_MIB = 60
+# The server's 105 MiB of files (measured, one core): preset 6 makes 25.7 MiB in 43.5 s,
+# preset 3 28.3 MiB in 20.2 s. Half the time for a tenth more of a payload far under its limit.
+XZ_PRESET = 3
 TARGET_PYTHON = "3.12"
 MANIFEST = "manifest.json"
 PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
@@ -109,7 +112,7 @@ def is_excluded(path: Path) -> bool:
 def write_server_archive(files: Iterable[Path], site: Path, dest: Path) -> Path:
     """tar.xz of ``files`` named relative to ``site`` (so it unpacks into a site-packages)."""
     partial = dest.with_name(dest.name + ".partial")
-    with tarfile.open(partial, "w:xz", preset=6) as archive:
+    with tarfile.open(partial, "w:xz", preset=XZ_PRESET) as archive:
         for path in files:
             archive.add(path, arcname=str(path.relative_to(site)), recursive=False)
     partial.replace(dest)
@@ -195,7 +198,7 @@ def build(out: Path, python_version: str, wheel_cache: Path) -> int:
     out.mkdir(parents=True)
     site = site_packages()
     files = server_files(site, python_version)
-    print(f"packing {len(files)} server files from {site} (xz, about a minute)", flush=True)
+    print(f"packing {len(files)} server files from {site} (xz, about 20 s)", flush=True)
     write_server_archive(files, site, out / SERVER_ARCHIVE)
     pins = wheel_pins()
     print(f"downloading wheels for Python {python_version}: {' '.join(pins)}", flush=True)

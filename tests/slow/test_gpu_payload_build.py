@@ -1,7 +1,7 @@
 """`make gpu-payload` end to end (phoenix/testing/gpu_payload.py): the whole payload built
 and measured.
 
-In the slow tier because it xz-compresses the server (over 100 MiB, about a minute) and
+In the slow tier because it xz-compresses the server (over 100 MiB, about 20 s) and
 downloads wheels with pip; the builder's parts are unit-tested in tests/unit/test_gpu_payload.py.
 """
 
@@ -14,7 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_built_payload_is_under_the_limit_with_every_member(tmp_path):
-    """`make gpu-payload` end to end (about a minute: the server archive is xz-compressed)."""
+    """`make gpu-payload` end to end (the server archive is xz-compressed)."""
     built = tmp_path / "gpu"
     payload.build(built, payload.TARGET_PYTHON, REPO_ROOT / "build" / "wheels")
     members = json.loads((built / payload.MANIFEST).read_text())["members"]
