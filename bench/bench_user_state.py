@@ -4,7 +4,7 @@
 1. throughput: perf_analyzer sends `recommend` by `user_id` and then `recommend` carrying the
    same users' histories (read from the store), back to back, twice, on the same server; the
    per-model compute time of each run from Triton's statistics (the user_state step's is the
-   Redis read);
+   Redis read), and the CPU each step's stubs and redis-server spent per request;
 2. freshness under Locust's by-id traffic: a user's engagement, written through the event path
    (`UserStateStore.apply`), until a feed's logged history holds it; a followed author's new
    post until it is in the follower's feed;
@@ -36,6 +36,7 @@ from phoenix.serving.client import connect, infer
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.testing.loadgen import LoadRun, alternating_callers, percentiles_ms
 from phoenix.testing.locust_runs import finish_locust, locust_totals, start_locust
+from phoenix.testing.process_cpu import cpu_ms_per_request, served_cpu_seconds
 from phoenix.testing.processes import REPO_ROOT
 from phoenix.testing.results import shown_path, write_results
 from phoenix.testing.triton import start_triton
@@ -134,7 +135,20 @@ def stats_between(before: dict, after: dict) -> dict[str, dict]:
     return out
 
 
-def throughput(args, server, store, world, artifacts: Path, work: Path) -> dict:
+def runs_by_kind(runs: list[dict]) -> dict[str, list[dict]]:
+    return {kind: [r for r in runs if r["kind"] == kind] for kind in ("by_id", "with_history")}
+
+
+def mean_in_network(store: UserStateStore, users: list[int], seq_len: int) -> float:
+    """In-network posts not yet served to the user, per request of ``users`` now (the mean
+    over the list): the candidates a by-id request adds before ranking."""
+    states = store.state(users, time.time(), seq_len)
+    return float(
+        np.mean([np.isin(s.in_network.post_ids, s.served, invert=True).sum() for s in states])
+    )
+
+
+def throughput(args, server, redis_pid: int, store, world, artifacts: Path, work: Path) -> dict:
     seq_len = load_config(artifacts).history_seq_len
     users = drawn_users(store, world, args.population, args.requests, seq_len, args.seed)
     data = {
@@ -147,9 +161,14 @@ def throughput(args, server, store, world, artifacts: Path, work: Path) -> dict:
     for round_number in range(args.rounds):
         for kind in ("by_id", "with_history"):
             m = Measurement(kind, "recommend", "grpc", "dynamic", args.concurrency)
+            # the ranker's extra candidates in the by-id requests of this run
+            in_network = mean_in_network(store, users, seq_len) if kind == "by_id" else 0.0
             before = model_stats(server.http_url)
+            cpu_before = served_cpu_seconds(server.process.pid, redis=redis_pid)
             measure_served(m, server.grpc_url, data[kind], args.window, quick=True)
+            cpu_after = served_cpu_seconds(server.process.pid, redis=redis_pid)
             steps = stats_between(before, model_stats(server.http_url))
+            served = steps.get("recommend", {}).get("requests", 0)
             runs.append(
                 {
                     "round": round_number + 1,
@@ -160,16 +179,21 @@ def throughput(args, server, store, world, artifacts: Path, work: Path) -> dict:
                     "unstable": m.unstable,
                     "error": m.error,
                     "steps": steps,
+                    "cpu_ms_per_request": cpu_ms_per_request(cpu_before, cpu_after, served),
+                    "in_network_candidates_mean": round(in_network, 1),
                 }
             )
+            cpu = runs[-1]["cpu_ms_per_request"]
             print(
-                f"  {kind}: {m.throughput:.1f} req/s, p50 {m.p50_ms:.0f} ms"
+                f"  {kind}: {m.throughput:.1f} req/s, p50 {m.p50_ms:.0f} ms, "
+                f"{cpu['total']:.1f} CPU-ms per request (ranker {cpu.get('ranker', 0):.1f}), "
+                f"in-network {in_network:.1f}"
                 f"{' (unstable)' if m.unstable else ''}{' ' + m.error if m.error else ''}",
                 flush=True,
             )
     mean = {
-        kind: float(np.mean([r["throughput"] for r in runs if r["kind"] == kind]))
-        for kind in ("by_id", "with_history")
+        kind: float(np.mean([r["throughput"] for r in of_kind]))
+        for kind, of_kind in runs_by_kind(runs).items()
     }
     return {
         "users": len(users),
@@ -178,6 +202,10 @@ def throughput(args, server, store, world, artifacts: Path, work: Path) -> dict:
         "runs": runs,
         "mean_req_per_s": {k: round(v, 2) for k, v in mean.items()},
         "by_id_over_with_history": round(mean["by_id"] / max(mean["with_history"], 1e-9), 3),
+        "cpu_ms_per_request_mean": {
+            kind: round(float(np.mean([r["cpu_ms_per_request"]["total"] for r in of_kind])), 2)
+            for kind, of_kind in runs_by_kind(runs).items()
+        },
     }
 
 
@@ -421,7 +449,9 @@ def measure_artifacts(args, artifacts: Path, full: bool) -> dict:
         try:
             row = {"artifacts": shown_path(artifacts), "loaded": loaded}
             print(f"{shown_path(artifacts)}: throughput by id vs with history", flush=True)
-            row["throughput"] = throughput(args, server, store, world, artifacts, work)
+            row["throughput"] = throughput(
+                args, server, redis.process.pid, store, world, artifacts, work
+            )
             if full:
                 print("freshness under Locust", flush=True)
                 row["freshness"] = freshness(args, server, store, redis.url, artifacts, work)

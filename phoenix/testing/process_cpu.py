@@ -1,0 +1,46 @@
+"""CPU time of a served stack's processes: tritonserver, each model's stubs, a helper such as
+redis-server. A load run's CPU per request and per step is the difference of two readings
+divided by the requests, a measure that other work on the machine does not inflate (unlike
+Triton's compute times, which count the waits for a core)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import psutil
+
+from phoenix.testing.memory import GONE
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except GONE:
+        return 0.0
+    return times.user + times.system
+
+
+def model_of(instance: str) -> str:
+    """The model of a Triton instance name ('user_state_0_1' -> 'user_state')."""
+    return instance.rsplit("_", 2)[0]
+
+
+def served_cpu_seconds(server_pid: int, **helpers: int) -> Counter:
+    """CPU seconds so far of tritonserver, of each model's stubs together and of each
+    ``helpers`` process (name=pid)."""
+    from phoenix.serving.supervisor.stubs import list_stubs
+
+    seconds = Counter({"tritonserver": cpu_seconds(server_pid)})
+    for stub in list_stubs(server_pid):
+        seconds[model_of(stub.instance)] += cpu_seconds(stub.pid)
+    for name, pid in helpers.items():
+        seconds[name] = cpu_seconds(pid)
+    return seconds
+
+
+def cpu_ms_per_request(before: Counter, after: Counter, requests: int) -> dict[str, float]:
+    """{process: CPU milliseconds per request} between two readings, and their ``total``."""
+    spent = {name: (after[name] - before[name]) * 1000 / max(requests, 1) for name in after}
+    spent["total"] = sum(spent.values())
+    return {name: round(ms, 2) for name, ms in spent.items()}
