@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warn_if_no_gpu_jax(args.device)
         ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
-        with local_store_unless(args.redis, announce_local_store) as url:
+        with local_store_unless(args.redis, announce_local_store, args.build_dir) as url:
             server = make_server(
                 args, artifacts, repository, admin_key, not args.no_supervisor, user_state_url=url
             )

@@ -77,8 +77,10 @@ class RedisServer:
         cluster_node: bool = False,
         extra_args: tuple[str, ...] = (),
         port: int | None = None,  # None: a free one; a port: e.g. to restart a stopped server
+        work_dir: Path | None = None,  # where its folder is made (None: the system's temp)
     ):
         self.cluster_node = cluster_node
+        self.work_dir = work_dir
         self.extra_args = tuple(extra_args)
         self.requested_port = port
         self.port: int | None = None
@@ -113,7 +115,9 @@ class RedisServer:
             self.port = self.requested_port
         else:
             self.port = _free_cluster_port() if self.cluster_node else pick_free_ports(1)[0]
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-"))
+        # Removed by stop(); a parent SIGKILLed cannot remove it, so serve puts it in its build
+        # folder, beside the tritonserver's repository copy, rather than in the system's temp.
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=self.work_dir))
         self.process = subprocess.Popen(
             dying_with_us(self.command()),  # redis-server dies with us, as tritonserver does
             stdin=subprocess.DEVNULL,
@@ -175,13 +179,15 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def local_store_unless(url: str | None, announce: Callable[[str], None]) -> Iterator[str]:
+def local_store_unless(
+    url: str | None, announce: Callable[[str], None], work_dir: Path | None = None
+) -> Iterator[str]:
     """``url``, or the URL of a local redis-server started for the block (``announce``d; empty,
-    stopped after it, SIGKILLed if we die)."""
+    stopped after it, SIGKILLed if we die; its folder made in ``work_dir``)."""
     if url:
         yield url
         return
-    with RedisServer() as server:
+    with RedisServer(work_dir=work_dir) as server:
         announce(server.url)
         yield server.url
 

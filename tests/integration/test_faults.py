@@ -488,6 +488,7 @@ def test_sigterm_under_load_drains_and_exits_0(fresh_served):
     said = fresh_served.serve.log.read_text()
     assert figures["exit_code"] == 0, said[-2000:]
     assert "stopped cleanly" in said
+    assert not local_store_folders(fresh_served)  # the local redis-server's, removed at exit
 
 
 def test_sigterm_after_a_heal_exits_non_zero_and_says_why(served):
@@ -517,6 +518,11 @@ def port_is_free(port: int) -> bool:
             return False
 
 
+def local_store_folders(served: Served) -> list[Path]:
+    """The folders of the local redis-servers serve started in its build folder."""
+    return [p for p in served.serve.build_dir.glob("redis-*") if (p / "redis.log").is_file()]
+
+
 def serve_processes(served: Served) -> list[int]:
     """The serve command (under make, or itself), tritonserver and every stub."""
     launchers = [served.serve.process.pid]
@@ -543,6 +549,8 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
         gone = wait_until(lambda: not left_behind(pids, served.serve.ports), ORPHAN_LIMIT_S)
         report("sigkill", processes=len(pids), gone_after_s=gone and round(gone - killed, 2))
         assert gone is not None, left_behind(pids, served.serve.ports)
+        # what a SIGKILL cannot clean stays in serve's build folder, not in the system's temp
+        assert len(local_store_folders(served)) == 1
 
 
 def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory):

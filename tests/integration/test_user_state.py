@@ -431,6 +431,15 @@ def test_a_redis_that_stops_answering_raises_within_the_socket_timeouts():
         assert_fails_fast(store.ping, url, within_s=4)
 
 
+def test_a_server_keeps_its_folder_in_the_work_dir_given_and_removes_it_when_stopped(tmp_path):
+    server = RedisServer(work_dir=tmp_path).start()
+    try:
+        assert server.dir.parent == tmp_path and server.log_path.is_file()
+    finally:
+        server.stop()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_redis_stopped_under_a_store_fails_its_next_call():
     server = RedisServer().start()
     store = UserStateStore(connect(server.url))
