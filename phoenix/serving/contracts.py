@@ -571,6 +571,10 @@ RANKER = ModelContract(
         # Candidate counts compiled for; the largest must be LIMITS.max_candidates.
         Parameter("candidate_buckets", "ints", RANKER_CANDIDATE_BUCKETS),
         Parameter("score_weights", "weights", RANKER_SCORE_WEIGHTS),
+        # Rank the requests of a batch padded to different candidate buckets in one call per
+        # bucket, not all padded to the widest: on a CPU the cost follows the padded shape
+        # (docs/user-state.md, "Where the CPU goes"). Off in the GPU profile (not measured there).
+        Parameter("split_widths", "flag", True),
     ),
 )
 

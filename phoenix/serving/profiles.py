@@ -140,7 +140,10 @@ GPU = Profile(
         "candidate_tower": Deployment(1, Queue(500, 64), parameters={"rows_per_call": 4096}),
         "retriever": Deployment(1, Queue(500, 1024), **_GPU_BATCHES),
         "ranker": Deployment(
-            2, Queue(1000, 1024), **_GPU_BATCHES, parameters={"candidate_buckets": (64, 256, 1024)}
+            2,
+            Queue(1000, 1024),
+            **_GPU_BATCHES,
+            parameters={"candidate_buckets": (64, 256, 1024), "split_widths": False},
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
         "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),

@@ -274,3 +274,35 @@ def test_big_corpus_files_are_scored_as_int8_and_reranked_on_cpus_only(monkeypat
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
     assert corpus_encoding(INT8_MIN_ROWS - 1) == "float"
     assert corpus_encoding(INT8_MIN_ROWS) == big
+
+
+def record_calls(service) -> list[tuple[int, int]]:
+    """The (rows, candidates) shape of each call the service's DeviceRanker ranks, from now."""
+    shapes, rank = [], service.ranker.rank
+
+    def recorded(batch):
+        shapes.append(batch.candidate_post_ids.shape)
+        return rank(batch)
+
+    service.ranker.rank = recorded
+    return shapes
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_batch_of_mixed_widths_is_ranked_in_one_call_per_candidate_bucket(resources, split):
+    """Candidate buckets (8, 32): requests of 3 and 5 candidates share an 8-wide call, the one of
+    20 has its own 32-wide one; without split_widths the batch is one call padded to 32. Each
+    answer equals the request ranked alone."""
+    rng = np.random.default_rng(7)
+    mixed = [request(resources.config, rng, candidates=n) for n in (3, 20, 5)]
+    ranker = services.RankerService(
+        resources, {"favorite": 1.0, "reply": 2.0}, candidate_buckets=(8, 32),
+        batch_buckets=(1, 4), split_widths=split,
+    )  # fmt: skip
+    calls = record_calls(ranker)
+    together = ranker.handle(mixed)
+    assert calls == ([(4, 8), (1, 32)] if split else [(4, 32)])  # rows padded to bucket 4
+    for arrays, out in zip(mixed, together):
+        (alone,) = ranker.handle([arrays])
+        np.testing.assert_array_equal(alone["ranked_post_ids"], out["ranked_post_ids"])
+        np.testing.assert_allclose(alone["scores"], out["scores"], rtol=1e-6, atol=1e-6)

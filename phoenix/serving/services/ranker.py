@@ -87,9 +87,11 @@ class RankerService(Service):
         *,
         candidate_buckets: Sequence[int],
         batch_buckets: Sequence[int],
+        split_widths: bool = True,
         compute_dtype=None,
     ):
         self.config = resources.config
+        self.split_widths = split_widths
         self.weights = score_weight_vector(score_weights, self.config.action_names)
         self.ranker = DeviceRanker(
             self.config.ranker_config(),
@@ -112,6 +114,7 @@ class RankerService(Service):
             settings.parameters["score_weights"],
             candidate_buckets=settings.parameters["candidate_buckets"],
             batch_buckets=settings.batch_buckets,
+            split_widths=settings.parameters["split_widths"],
         )
 
     def warm_up(self) -> int:
@@ -120,6 +123,26 @@ class RankerService(Service):
         )
 
     def run(self, requests: Sequence[RankRequest]) -> list[Outputs]:
+        outputs: list = [None] * len(requests)
+        for group in self.ranked_together(requests):
+            ranked = self.rank_in_one_call([requests[i] for i in group])
+            for index, output in zip(group, ranked):
+                outputs[index] = output
+        return outputs
+
+    def ranked_together(self, requests: Sequence[RankRequest]) -> list[list[int]]:
+        """Indices of the requests ranked in one call, in their order: all of them, or with
+        ``split_widths`` those padded to the same candidate bucket (one request of 65
+        candidates would otherwise pad every request of its batch to 256)."""
+        if not self.split_widths:
+            return [list(range(len(requests)))]
+        by_width: dict[int, list[int]] = {}
+        for index, request in enumerate(requests):
+            _, width = self.ranker.padded_shape(request.rows, request.candidates)
+            by_width.setdefault(width, []).append(index)
+        return list(by_width.values())
+
+    def rank_in_one_call(self, requests: Sequence[RankRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
         users, width = self.ranker.padded_shape(rows, max(r.candidates for r in requests))
         batch = request_batch(requests, self.config, users, width)
