@@ -141,7 +141,8 @@ def runs_by_kind(runs: list[dict]) -> dict[str, list[dict]]:
 
 def mean_in_network(store: UserStateStore, users: list[int], seq_len: int) -> float:
     """In-network posts not yet served to the user, per request of ``users`` now (the mean
-    over the list): the candidates a by-id request adds before ranking."""
+    over the list): the candidates a by-id request adds before ranking, at a run's start
+    (they fall as the run serves them)."""
     states = store.state(users, time.time(), seq_len)
     return float(
         np.mean([np.isin(s.in_network.post_ids, s.served, invert=True).sum() for s in states])

@@ -21,19 +21,14 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
-def model_of(instance: str) -> str:
-    """The model of a Triton instance name ('user_state_0_1' -> 'user_state')."""
-    return instance.rsplit("_", 2)[0]
-
-
 def served_cpu_seconds(server_pid: int, **helpers: int) -> Counter:
-    """CPU seconds so far of tritonserver, of each model's stubs together and of each
-    ``helpers`` process (name=pid)."""
+    """CPU seconds so far of tritonserver, of each model's stubs together (by the name each
+    stub registered) and of each ``helpers`` process (name=pid)."""
     from phoenix.serving.supervisor.stubs import list_stubs
 
     seconds = Counter({"tritonserver": cpu_seconds(server_pid)})
     for stub in list_stubs(server_pid):
-        seconds[model_of(stub.instance)] += cpu_seconds(stub.pid)
+        seconds[stub.model or stub.instance] += cpu_seconds(stub.pid)
     for name, pid in helpers.items():
         seconds[name] = cpu_seconds(pid)
     return seconds

@@ -5,13 +5,7 @@ import sys
 import time
 from collections import Counter
 
-from phoenix.testing.process_cpu import cpu_ms_per_request, cpu_seconds, model_of
-
-
-def test_model_of_strips_the_group_and_instance_numbers():
-    assert model_of("ranker_0_1") == "ranker"
-    assert model_of("user_state_0_0") == "user_state"
-    assert model_of("served_log_1_12") == "served_log"
+from phoenix.testing.process_cpu import cpu_ms_per_request, cpu_seconds
 
 
 def test_a_busy_process_has_spent_cpu_and_a_gone_one_reads_zero():

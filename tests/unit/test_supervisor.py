@@ -153,7 +153,7 @@ time.sleep(60)
 FAKE_STUB = """
 import time
 from phoenix.serving.supervisor.stubs import register_stub
-register_stub({"model_instance_name": "retriever_0_1"})
+register_stub({"model_instance_name": "retriever_0_1", "model_name": "retriever"})
 time.sleep(60)
 """
 
@@ -181,7 +181,7 @@ def test_list_stubs_finds_a_registered_stub_of_the_server_and_drops_it_once_kill
     try:
         stub_pid = int(server.stdout.readline())
         wait_until(lambda: list_stubs(server.pid))
-        assert list_stubs(server.pid) == [StubProcess(stub_pid, "retriever_0_1")]
+        assert list_stubs(server.pid) == [StubProcess(stub_pid, "retriever_0_1", "retriever")]
         record = json.loads((tmp_path / f"retriever_0_1.{stub_pid}.json").read_text())
         # Records that match no live child of the server are no stubs: a reused pid (another
         # start time), a live process of another parent (this one, registered as a stub).
@@ -189,7 +189,7 @@ def test_list_stubs_finds_a_registered_stub_of_the_server_and_drops_it_once_kill
         monkeypatch.setenv(STUB_DIR_ENV, str(tmp_path))
         register_stub({"model_instance_name": "ranker_0_1"})
         assert len(list(tmp_path.glob("*.json"))) == 3
-        assert list_stubs(server.pid) == [StubProcess(stub_pid, "retriever_0_1")]
+        assert list_stubs(server.pid) == [StubProcess(stub_pid, "retriever_0_1", "retriever")]
         assert list_stubs(os.getpid()) == []  # this process has no stub directory
         os.kill(stub_pid, signal.SIGKILL)
         wait_until(lambda: not is_alive(stub_pid))

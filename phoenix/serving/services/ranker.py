@@ -87,7 +87,7 @@ class RankerService(Service):
         *,
         candidate_buckets: Sequence[int],
         batch_buckets: Sequence[int],
-        split_widths: bool = True,
+        split_widths: bool = RANKER.parameter("split_widths").default,
         compute_dtype=None,
     ):
         self.config = resources.config

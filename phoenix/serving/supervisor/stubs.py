@@ -16,10 +16,12 @@ STUB_DIR_ENV = "PHOENIX_STUB_DIR"
 
 
 class StubProcess(NamedTuple):
-    """One live Python-backend stub: its pid and the model instance it serves."""
+    """One live Python-backend stub: its pid, the model instance it serves and that model's
+    name as served (e.g. ranker__next during a rollout; "" when its stub did not say)."""
 
     pid: int
     instance: str
+    model: str = ""
 
 
 def _proc_stat(pid: int) -> tuple[str, int, int] | None:
@@ -38,7 +40,8 @@ def register_stub(args: Mapping[str, str]) -> None:
     if not directory:
         return
     pid, instance = os.getpid(), args["model_instance_name"]
-    record = {"pid": pid, "instance": instance, "started": _proc_stat(pid)[2]}
+    record = {"pid": pid, "instance": instance, "model": args.get("model_name", ""),
+              "started": _proc_stat(pid)[2]}  # fmt: skip
     path = Path(directory) / f"{instance}.{pid}.json"
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record))
@@ -61,5 +64,5 @@ def list_stubs(server_pid: int) -> list[StubProcess]:
             continue
         stat = _proc_stat(record["pid"])
         if stat and stat[0] not in "ZX" and stat[1:] == (server_pid, record["started"]):
-            stubs.append(StubProcess(record["pid"], record["instance"]))
+            stubs.append(StubProcess(record["pid"], record["instance"], record.get("model", "")))
     return stubs
