@@ -208,7 +208,8 @@ def bench_matmul(min_seconds, n=2048):
     return 2 * n**3 / seconds / 1e9
 
 
-def bench_retrieval(sizes, min_seconds, batch=16):
+def random_retrieval_engine(**options) -> tuple[RetrievalEngine, PhoenixRetrievalModelConfig]:
+    """A RetrievalEngine of the mini config with random weights (``options`` to the engine)."""
     config = PhoenixRetrievalModelConfig(
         model=mini_transformer(),
         emb_size=128,
@@ -220,7 +221,11 @@ def bench_retrieval(sizes, min_seconds, batch=16):
     runner.initialize()
     b, e = example_inputs(config, 1, 1)
     params = random_params(runner.load_or_init(b, e, jnp.zeros((4, 128)), 2).params)
-    engine = RetrievalEngine(config, params)
+    return RetrievalEngine(config, params, **options), config
+
+
+def bench_retrieval(sizes, min_seconds, batch=16):
+    engine, config = random_retrieval_engine()
     rng = np.random.default_rng(1)
     users, _ = example_inputs(config, batch, 1, seed=2)
     rows = []

@@ -138,6 +138,9 @@ def measure_all(servers: dict[str, TritonServer], args, data: dict[str, Path], r
                     measure.measure_served(m, url, data[workload], args.window_requests, args.quick)
                     print_measurement(m)
                     results["served"].append(asdict(m))
+                    # A run cut short (a time-limited GPU lease) keeps what it measured.
+                    partial = args.build_dir / "served-so-far.json"
+                    partial.write_text(json.dumps(results, indent=2) + "\n")
     for batching, server in servers.items():
         after = measure.failure_counts(server.http_url)
         failed = {k: after[k] - before[batching].get(k, 0) for k in after}

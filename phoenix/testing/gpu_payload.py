@@ -52,10 +52,13 @@ PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
 # The stub links the machine's own libpython; pytriton's bundled one (3.13, 30 MiB) is dead weight.
 EXCLUDED_PREFIXES = ("libpython",)
 # Distributions such a machine lacks (it has Python 3.12, JAX with CUDA, numpy 2): Haiku and its
-# jmp for the models, tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
+# jmp for the models, redis for the user-state models' stubs (they import it at start-up, and a
+# model that fails to load stops the server), tritonclient's HTTP stack for bench_serving.py.
+# Versions are this venv's.
 MACHINE_LACKS = (
     "dm-haiku",
     "jmp",
+    "redis",
     "tritonclient",
     "python-rapidjson",
     "geventhttpclient",

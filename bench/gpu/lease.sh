@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# One device call of a time-limited GPU lease: bench/gpu/run.sh's steps, each under its own time
+# limit inside SECONDS, then the experiments; what they wrote is packed into $OUT/lease.tar.gz.
+usage() {
+  cat <<'TEXT'
+usage: bash bench/gpu/lease.sh SECONDS [STEP...]
+
+Runs, in order, the STEPs (default: all) that have not run yet on this machine, each limited to
+its own cap and to what is left of SECONDS; a step that would get under 30 s is skipped.
+Calling it again on the same warm machine goes on where the last call stopped.
+
+  setup      phoenix.testing.gpu_machine from the payload in .gpu (make gpu-payload)
+  engine retrieval startup serving
+             bench.gpu.measure --steps STEP, results in bench/results/gpu/first-run/
+  topk topk-raft
+             bench.gpu.topk_variants, without and with XLA's RAFT select_k,
+             results in bench/results/gpu/experiments/
+Logs and step status: build/gpu-bench/lease/. Everything is packed into $OUT/lease.tar.gz
+(or build/gpu-bench/lease.tar.gz where OUT is unset).
+TEXT
+}
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -ge 1 && "$1" =~ ^[0-9]+$ ]] || { usage; exit 2; }
+budget=$1
+shift
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(setup engine retrieval startup serving topk topk-raft)
+
+state=build/gpu-bench/lease
+results=bench/results/gpu/first-run
+experiments=bench/results/gpu/experiments
+mkdir -p "$state" "$results" "$experiments"
+export PYTHONUNBUFFERED=1
+python=${PYTHON:-python3}
+# Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
+declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
+  [topk]=120 [topk-raft]=90)
+measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
+declare -A command=(
+  [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
+  [engine]="${measure[*]} engine"
+  [retrieval]="${measure[*]} retrieval"
+  [startup]="${measure[*]} startup"
+  [serving]="${measure[*]} serving"
+  [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
+  [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
+)
+
+machine() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+    --format=csv,noheader 2>&1
+  echo "cores $(nproc); $("$python" -c 'import jax, numpy; print("jax", jax.__version__, jax.devices(), "numpy", numpy.__version__)' 2>&1 | tail -1)"
+}
+
+run_step() {
+  local name=$1 left limit started rc
+  if [[ -f $state/$name.status ]]; then
+    echo "== $name: ran before ($(cat "$state/$name.status"))"
+    return
+  fi
+  left=$((budget - SECONDS - 15))
+  limit=${cap[$name]}
+  ((left < limit)) && limit=$left
+  if ((limit < 30)); then
+    echo "== $name: skipped, ${left} s left"
+    return
+  fi
+  echo "== $name (limit ${limit} s): ${command[$name]}"
+  started=$SECONDS
+  # shellcheck disable=SC2086  (the command is a word list)
+  timeout -k 10 "$limit" ${command[$name]} >"$state/$name.log" 2>&1
+  rc=$?
+  echo "exit $rc after $((SECONDS - started)) s (limit $limit s)" >"$state/$name.status"
+  echo "   $(cat "$state/$name.status")"
+  grep -v '^\s*$' "$state/$name.log" | tail -n "${TAIL_LINES:-12}" | cut -c1-220
+}
+
+machine | tee "$state/machine.txt"
+for step in "${steps[@]}"; do
+  [[ -n ${cap[$step]:-} ]] || { echo "unknown step $step"; usage; exit 2; }
+  run_step "$step"
+done
+
+pack=${OUT:-build/gpu-bench}/lease.tar.gz
+find bench/results/gpu build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f \
+  \( -name '*.json' -o -name '*.png' -o -name '*.log' -o -name '*.txt' -o -name '*.status' \
+  -o -name '*.md' \) -size -8M 2>/dev/null | sort -u >"$state/packed.txt"
+tar czf "$pack" -T "$state/packed.txt" && echo "packed $(wc -l <"$state/packed.txt") files: $pack ($((SECONDS)) s)"

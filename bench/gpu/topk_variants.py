@@ -1,0 +1,135 @@
+"""Exact top 100 over a device-resident corpus, several ways, side by side (issue 25, retrieval).
+
+    python -m bench.gpu.topk_variants --profile gpu --out bench/results/gpu/topk.json
+    python -m bench.gpu.topk_variants --profile gpu --raft --out .../topk-raft.json
+
+Same users [B, D] and unit corpus [M, D] (random, drawn on the device) for every variant:
+  engine        RetrievalEngine.top_k as the retriever serves it (tiles of ONE_TILE_ROWS, binned
+                two-pass top-k, results to the host), no exclusions
+  engine-1tile  the same with the whole corpus as one tile (no scan over tiles)
+  plain         lax.top_k of the full [B, M] score matrix
+  approx        lax.approx_max_k of it (exact on GPUs, own kernel)
+  binned        the engine's two passes without tiles: max of each bin of 128, top-k bins,
+                top-k within them
+Each device variant is checked against `plain` (same k-th score); speeds are queries/s.
+--raft sets XLA's --xla_gpu_experimental_use_raft_select_k (k >= 8 to RAFT's select_k) for this
+process: run it as its own process (XLA reads its flags once).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from bench.gpu import profiles
+
+RAFT_FLAG = "--xla_gpu_experimental_use_raft_select_k=true"
+TOP_K = 100
+BIN = 128
+
+
+def device_variants(k: int):
+    import jax
+    import jax.numpy as jnp
+
+    def scores_of(users, corpus):
+        return jnp.dot(users, corpus.T, preferred_element_type=jnp.float32)  # [B, M]
+
+    def plain(users, corpus):
+        return jax.lax.top_k(scores_of(users, corpus), k)
+
+    def approx(users, corpus):
+        return jax.lax.approx_max_k(scores_of(users, corpus), k, recall_target=1.0)
+
+    def binned(users, corpus):
+        scores = scores_of(users, corpus)  # [B, M], M a multiple of BIN
+        batch, size = scores.shape
+        bins = scores.reshape(batch, size // BIN, BIN)  # [B, nb, BIN]
+        _, best_bins = jax.lax.top_k(jnp.max(bins, axis=-1), k)  # [B, k]
+        picked = jnp.take_along_axis(bins, best_bins[:, :, None], axis=1)  # [B, k, BIN]
+        top, position = jax.lax.top_k(picked.reshape(batch, k * BIN), k)  # [B, k]
+        index = jnp.take_along_axis(best_bins, position // BIN, axis=1) * BIN + position % BIN
+        return top, index
+
+    return {"plain": jax.jit(plain), "approx": jax.jit(approx), "binned": jax.jit(binned)}
+
+
+def median_seconds(fn, runs: int) -> float:
+    import time
+
+    import numpy as np
+
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def measure(sizes, batch: int, runs: int) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    bench_engine = profiles.import_bench_engine()
+    rows = []
+    for size in sizes:
+        size = -(-size // BIN) * BIN  # whole bins for `binned` (1 M -> 1,000,064 rows)
+        corpus = jax.random.normal(jax.random.PRNGKey(size), (size, 128), jnp.float32)  # [M, D]
+        corpus = corpus / jnp.linalg.norm(corpus, axis=1, keepdims=True)
+        users = jax.random.normal(jax.random.PRNGKey(1), (batch, 128), jnp.float32)  # [B, D]
+        users = users / jnp.linalg.norm(users, axis=1, keepdims=True)
+        low = corpus.astype(jnp.bfloat16)
+        low_users = users.astype(jnp.bfloat16)
+        variants = device_variants(TOP_K)
+        reference = np.asarray(variants["plain"](low_users, low)[0])[:, -1]  # k-th score [B]
+        row = {"corpus": size, "batch": batch, "top_k": TOP_K, "queries_per_s": {},
+               "kth_score_max_gap": {}}  # fmt: skip
+        for name, fn in variants.items():
+            try:
+                got = np.asarray(fn(low_users, low)[0])[:, -1]
+                row["kth_score_max_gap"][name] = float(np.max(np.abs(got - reference)))
+                seconds = median_seconds(
+                    lambda fn=fn: jax.block_until_ready(fn(low_users, low)), runs
+                )
+                row["queries_per_s"][name] = batch / seconds
+            except Exception as error:  # noqa: BLE001  one variant failing must not end the run
+                row["queries_per_s"][name] = None
+                row.setdefault("errors", {})[name] = repr(error)[:300]
+        host_corpus = np.asarray(corpus)
+        host_users = np.asarray(users)
+        del corpus, low
+        for name, tile in (("engine", None), ("engine-1tile", size)):
+            engine, _ = bench_engine.random_retrieval_engine(corpus_tile=tile)
+            engine.set_corpus(host_corpus)
+            found = engine.top_k(host_users, TOP_K)[1][:, -1]
+            row["kth_score_max_gap"][name] = float(np.max(np.abs(found - reference)))
+            seconds = median_seconds(lambda engine=engine: engine.top_k(host_users, TOP_K), runs)
+            row["queries_per_s"][name] = batch / seconds
+            engine.corpus = None
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = profiles.step_parser("bench.gpu.topk_variants", __doc__)
+    parser.add_argument("--raft", action="store_true", help=f"XLA_FLAGS += {RAFT_FLAG}")
+    parser.add_argument("--runs", type=int, default=30, help="timed calls per variant")
+    args = parser.parse_args(argv)
+    if args.raft:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {RAFT_FLAG}".strip()
+    profile = profiles.chosen_profile(args)
+    profiles.require_device(profile)
+    rows = measure(profile.retrieval_sizes, profile.retrieval_batch, args.runs)
+    profiles.write_result(
+        args.out,
+        {"profile": profile.name, "xla_flags": os.environ.get("XLA_FLAGS", ""), "topk": rows},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
