@@ -92,7 +92,7 @@ def measure(sizes, batch: int, runs: int) -> list[dict]:
                 got = np.asarray(fn(low_users, low)[0])[:, -1]
                 row["kth_score_max_gap"][name] = float(np.max(np.abs(got - reference)))
                 seconds = median_seconds(
-                    lambda fn=fn: jax.block_until_ready(fn(low_users, low)), runs
+                    lambda fn=fn, u=low_users, c=low: jax.block_until_ready(fn(u, c)), runs
                 )
                 row["queries_per_s"][name] = batch / seconds
             except Exception as error:  # noqa: BLE001  one variant failing must not end the run
@@ -106,7 +106,8 @@ def measure(sizes, batch: int, runs: int) -> list[dict]:
             engine.set_corpus(host_corpus)
             found = engine.top_k(host_users, TOP_K)[1][:, -1]
             row["kth_score_max_gap"][name] = float(np.max(np.abs(found - reference)))
-            seconds = median_seconds(lambda engine=engine: engine.top_k(host_users, TOP_K), runs)
+            timed = lambda engine=engine, u=host_users: engine.top_k(u, TOP_K)  # noqa: E731
+            seconds = median_seconds(timed, runs)
             row["queries_per_s"][name] = batch / seconds
             engine.corpus = None
         print(row, flush=True)
