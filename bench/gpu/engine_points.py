@@ -102,13 +102,14 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     return row
 
 
-def measure(profile: profiles.Profile) -> list[dict]:
+def measure(profile: profiles.Profile, configs: list[str]) -> list[dict]:
     import jax.numpy as jnp
 
     bench_engine = profiles.import_bench_engine()
     dtype = jnp.float32 if profile.device == "cpu" else jnp.bfloat16
     rows = []
-    for name, points in profile.ranking_points.items():
+    for name in configs:
+        points = profile.ranking_points[name]
         kwargs = profile.configs[name]
         params = bench_engine.random_params(original_runner(model_config(kwargs, 64, dtype)).params)
         for users, candidates in points:
@@ -126,11 +127,17 @@ def measure(profile: profiles.Profile) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    args = profiles.step_parser("bench.gpu.engine_points", __doc__).parse_args(argv)
+    parser = profiles.step_parser("bench.gpu.engine_points", __doc__)
+    parser.add_argument("--configs", help="comma-separated configs of the profile (default: all)")
+    args = parser.parse_args(argv)
     profile = profiles.chosen_profile(args)
+    chosen = args.configs.split(",") if args.configs else list(profile.ranking_points)
+    unknown = sorted(set(chosen) - set(profile.ranking_points))
+    if unknown:
+        parser.error(f"unknown configs {unknown}; the profile has {list(profile.ranking_points)}")
     profiles.require_device(profile)
-    ranking = measure(profile)
-    configs = {name: profile.configs[name] for name in profile.ranking_points}
+    ranking = measure(profile, chosen)
+    configs = {name: profile.configs[name] for name in chosen}
     profiles.write_result(
         args.out, {"profile": profile.name, "configs": configs, "ranking": ranking}
     )

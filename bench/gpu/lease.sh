@@ -12,9 +12,13 @@ Calling it again on the same warm machine goes on where the last call stopped.
   setup      phoenix.testing.gpu_machine from the payload in .gpu (make gpu-payload)
   engine retrieval startup serving
              bench.gpu.measure --steps STEP, results in bench/results/gpu/first-run/
-  topk topk-raft
-             bench.gpu.topk_variants, without and with XLA's RAFT select_k,
+  engine-large
+             bench.gpu.engine_points --configs large (the engine step's second half)
+  topk topk-raft topk-diag
+             bench.gpu.topk_variants: every variant, without and with XLA's RAFT select_k;
+             the engine's variants alone, with their device programs timed apart;
              results in bench/results/gpu/experiments/
+Environment: RESULTS (default bench/results/gpu/first-run), PYTHON, GPU_PAYLOAD.
 Logs and step status: build/gpu-bench/lease/. Everything is packed into $OUT/lease.tar.gz
 (or build/gpu-bench/lease.tar.gz where OUT is unset).
 TEXT
@@ -28,14 +32,14 @@ steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(setup engine retrieval startup serving topk topk-raft)
 
 state=build/gpu-bench/lease
-results=bench/results/gpu/first-run
+results=${RESULTS:-bench/results/gpu/first-run}
 experiments=bench/results/gpu/experiments
 mkdir -p "$state" "$results" "$experiments"
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
 declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
-  [topk]=120 [topk-raft]=90)
+  [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 declare -A command=(
   [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
@@ -45,6 +49,8 @@ declare -A command=(
   [serving]="${measure[*]} serving"
   [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
   [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
+  [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"
+  [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
 )
 
 machine() {

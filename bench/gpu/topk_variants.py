@@ -54,6 +54,29 @@ def device_variants(k: int):
     return {"plain": jax.jit(plain), "approx": jax.jit(approx), "binned": jax.jit(binned)}
 
 
+# RetrievalEngine options of the engine variants ("whole": the corpus size).
+ENGINE_VARIANTS = {
+    "engine": {},
+    "engine-1tile": {"corpus_tile": "whole"},
+    "engine-1tile-noexcl": {"corpus_tile": "whole", "max_excluded": 1},
+}
+VARIANTS = ("plain", "approx", "binned", *ENGINE_VARIANTS)
+
+
+def device_program_alone(engine, users, k: int):
+    """A call of the engine's top-k program on device-resident inputs, waited for."""
+    import jax
+    import numpy as np
+
+    from phoenix.engine.retrieval import padded_index_lists
+
+    program, arrays = engine._top_k_program()
+    on_device = jax.device_put(np.asarray(users, np.float32))
+    excluded = jax.device_put(padded_index_lists(None, users.shape[0], engine.max_excluded))
+    size = np.int32(engine.corpus.size)
+    return lambda: jax.block_until_ready(program(on_device, *arrays, size, excluded, k=k))
+
+
 def median_seconds(fn, runs: int) -> float:
     import time
 
@@ -68,7 +91,7 @@ def median_seconds(fn, runs: int) -> float:
     return float(np.median(times))
 
 
-def measure(sizes, batch: int, runs: int) -> list[dict]:
+def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -88,6 +111,8 @@ def measure(sizes, batch: int, runs: int) -> list[dict]:
         row = {"corpus": size, "batch": batch, "top_k": TOP_K, "queries_per_s": {},
                "kth_score_max_gap": {}}  # fmt: skip
         for name, fn in variants.items():
+            if name not in only:
+                continue
             try:
                 got = np.asarray(fn(low_users, low)[0])[:, -1]
                 row["kth_score_max_gap"][name] = float(np.max(np.abs(got - reference)))
@@ -101,14 +126,21 @@ def measure(sizes, batch: int, runs: int) -> list[dict]:
         host_corpus = np.asarray(corpus)
         host_users = np.asarray(users)
         del corpus, low
-        for name, tile in (("engine", None), ("engine-1tile", size)):
-            engine, _ = bench_engine.random_retrieval_engine(corpus_tile=tile)
+        for name, options in ENGINE_VARIANTS.items():
+            if name not in only:
+                continue
+            options = {k: size if v == "whole" else v for k, v in options.items()}
+            engine, _ = bench_engine.random_retrieval_engine(**options)
             engine.set_corpus(host_corpus)
             found = engine.top_k(host_users, TOP_K)[1][:, -1]
             row["kth_score_max_gap"][name] = float(np.max(np.abs(found - reference)))
             timed = lambda engine=engine, u=host_users: engine.top_k(u, TOP_K)  # noqa: E731
             seconds = median_seconds(timed, runs)
             row["queries_per_s"][name] = batch / seconds
+            # The device program alone, its inputs already on the device: the rest of
+            # engine.top_k's time is the host's (padding, exclusion lists, transfers).
+            program = device_program_alone(engine, host_users, TOP_K)
+            row["queries_per_s"][f"{name}/program"] = batch / median_seconds(program, runs)
             engine.corpus = None
         print(row, flush=True)
         rows.append(row)
@@ -119,12 +151,14 @@ def main(argv=None) -> int:
     parser = profiles.step_parser("bench.gpu.topk_variants", __doc__)
     parser.add_argument("--raft", action="store_true", help=f"XLA_FLAGS += {RAFT_FLAG}")
     parser.add_argument("--runs", type=int, default=30, help="timed calls per variant")
+    parser.add_argument("--only", help=f"comma-separated, from {','.join(VARIANTS)} (default: all)")
     args = parser.parse_args(argv)
+    only = args.only.split(",") if args.only else VARIANTS
     if args.raft:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {RAFT_FLAG}".strip()
     profile = profiles.chosen_profile(args)
     profiles.require_device(profile)
-    rows = measure(profile.retrieval_sizes, profile.retrieval_batch, args.runs)
+    rows = measure(profile.retrieval_sizes, profile.retrieval_batch, args.runs, only)
     profiles.write_result(
         args.out,
         {"profile": profile.name, "xla_flags": os.environ.get("XLA_FLAGS", ""), "topk": rows},

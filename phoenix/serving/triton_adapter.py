@@ -30,12 +30,23 @@ from phoenix.serving.served_artifacts import artifact_version, check_loaded
 logger = logging.getLogger("phoenix.serving")
 
 
+def with_host_platform(platforms: str) -> str:
+    """JAX_PLATFORMS with "cpu" added: outputs leave the stub as host buffers (host_tensor),
+    so a GPU instance started under JAX_PLATFORMS=cuda failed every request without it (seen
+    on an H200, 2026-11-26: "Unknown backend cpu")."""
+    names = [p.strip() for p in platforms.split(",") if p.strip()]
+    return ",".join(names if "cpu" in names else [*names, "cpu"])
+
+
 def configure_jax_environment(instance_kind: str, device_id: str) -> None:
     """Device and memory settings; must run before JAX is first imported in the stub."""
     if instance_kind.upper() == "GPU":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(device_id))
         # Without this the first instance takes 75% of the GPU and the others fail.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        if platforms:  # unset: JAX brings up every platform it has, the host's among them
+            os.environ["JAX_PLATFORMS"] = with_host_platform(platforms)
     else:
         os.environ["JAX_PLATFORMS"] = "cpu"
 

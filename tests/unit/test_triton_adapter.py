@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import time
 import types
@@ -401,3 +402,31 @@ def test_finalize_freezes_the_heap_so_the_stub_exits_without_walking_it(metrics,
     assert gc.get_freeze_count() == 0
     instance.finalize()
     assert gc.get_freeze_count() > 0  # objects an exiting interpreter's collections skip
+
+
+# ---- JAX's platforms in a GPU instance's stub ----
+
+
+@pytest.mark.parametrize(
+    ("platforms", "expected"),
+    [("cuda", "cuda,cpu"), ("cuda,cpu", "cuda,cpu"), ("cpu", "cpu"), (" cuda , ", "cuda,cpu")],
+)
+def test_a_gpu_stub_keeps_the_host_platform_its_outputs_need(platforms, expected):
+    from phoenix.serving.triton_adapter import with_host_platform
+
+    assert with_host_platform(platforms) == expected
+
+
+def test_configure_adds_the_host_platform_for_gpu_instances_only(monkeypatch):
+    from phoenix.serving.triton_adapter import configure_jax_environment
+
+    for name in ("CUDA_VISIBLE_DEVICES", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    configure_jax_environment("GPU", "1")
+    assert (os.environ["JAX_PLATFORMS"], os.environ["CUDA_VISIBLE_DEVICES"]) == ("cuda,cpu", "1")
+    monkeypatch.delenv("JAX_PLATFORMS")
+    configure_jax_environment("GPU", "0")
+    assert "JAX_PLATFORMS" not in os.environ  # unset: JAX starts every platform it has
+    configure_jax_environment("CPU", "0")
+    assert os.environ["JAX_PLATFORMS"] == "cpu"
