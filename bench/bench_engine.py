@@ -224,8 +224,8 @@ def random_retrieval_engine(**options) -> tuple[RetrievalEngine, PhoenixRetrieva
     return RetrievalEngine(config, params, **options), config
 
 
-def bench_retrieval(sizes, min_seconds, batch=16):
-    engine, config = random_retrieval_engine()
+def bench_retrieval(sizes, min_seconds, batch=16, **engine_options):
+    engine, config = random_retrieval_engine(**engine_options)
     rng = np.random.default_rng(1)
     users, _ = example_inputs(config, batch, 1, seed=2)
     rows = []

@@ -159,6 +159,20 @@ def run_step(step: str, args, env: dict) -> dict:
     return {"exit_code": done.returncode, "seconds": round(seconds, 1)}
 
 
+def stamp_serving(path: Path) -> None:
+    """bench_serving.py's JSON names no GPU, driver or JAX: add them (the report shows them)."""
+    if not path.is_file():
+        return
+    import jax
+    import numpy as np
+
+    result = json.loads(path.read_text())
+    result.setdefault("machine", {}).update(
+        profiles.gpu_identity(), jax=jax.__version__, numpy=np.__version__
+    )
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def copy_results(results: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for path in sorted(results.glob("*.json")) + sorted(results.glob("*.png")):
@@ -176,6 +190,8 @@ def main(argv=None) -> int:
         ensure_artifacts(args.profile, args.artifacts, env)
     for step in args.steps:
         run["steps"][step] = run_step(step, args, env)
+    if "serving" in args.steps:
+        stamp_serving(args.results / "serving.json")
     run["seconds"] = round(time.monotonic() - started, 1)
     (args.results / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     if args.docs:

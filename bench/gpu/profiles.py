@@ -109,12 +109,26 @@ def import_bench_engine():
     return importlib.import_module("bench.bench_engine")
 
 
+def gpu_identity() -> dict:
+    """The GPU's name and driver from nvidia-smi ({} where there is none)."""
+    import subprocess
+
+    query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+    try:
+        line = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    fields = [f.strip() for f in line.splitlines()[0].split(",")] if line.strip() else []
+    return dict(zip(("gpu", "driver"), fields)) if len(fields) == 2 else {}
+
+
 def machine_info() -> dict:
-    """Where a result was measured: JAX's devices and versions, host and date."""
+    """Where a result was measured: JAX's devices and versions, GPU and driver, host, date."""
     import jax
     import numpy as np
 
     return {
+        **gpu_identity(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],

@@ -26,12 +26,16 @@ STEPS = ("engine", "retrieval", "startup", "serving")
 
 
 def load_results(folder: Path) -> dict[str, dict]:
-    """Each step's JSON in ``folder`` (missing steps left out)."""
+    """Each step's JSON in ``folder`` (missing steps left out), and the top-k experiments of
+    experiments/topk*.json as "topk" (a list, by file name)."""
     found = {}
     for step in STEPS:
         path = folder / f"{step}.json"
         if path.is_file():
             found[step] = json.loads(path.read_text())
+    experiments = sorted((folder / "experiments").glob("topk*.json"))
+    if experiments:
+        found["topk"] = [json.loads(path.read_text()) for path in experiments]
     return found
 
 
@@ -45,8 +49,10 @@ def stamp(result: Optional[dict]) -> str:
         return f"*{NOT_MEASURED}*"
     m, settings = result.get("machine", {}), result.get("settings", {})
     date = m.get("date") or result.get("date", "?")
-    where = m.get("device_kind") or settings.get("device") or m.get("backend", "?")
-    versions = f" (jax {m['jax']}, numpy {m['numpy']})" if "jax" in m else ""
+    where = m.get("gpu") or m.get("device_kind") or settings.get("device") or m.get("backend", "?")
+    versions = [f"driver {m['driver']}"] if m.get("driver") else []
+    versions += [f"jax {m['jax']}", f"numpy {m['numpy']}"] if "jax" in m else []
+    versions = f" ({', '.join(versions)})" if versions else ""
     profile = result.get("profile") or ("cpu" if settings.get("device") == "cpu" else "gpu")
     return f"measured {date} on {where}{versions}, profile `{profile}`"
 
@@ -183,14 +189,37 @@ def serving_table(result: Optional[dict]) -> list[str]:
     return lines
 
 
+def topk_table(result: Optional[dict]) -> list[str]:
+    """Top 100 computed several ways (bench/gpu/topk_variants.py): what to choose from."""
+    if not result:
+        return []
+    names = list(dict.fromkeys(n for r in result["topk"] for n in r["queries_per_s"]))
+    lines = [
+        f"**Top 100 over a device-resident corpus, several ways**, queries/s "
+        f"(`bench/gpu/topk_variants.py`, whose docstring says what each variant is; the engine "
+        f"variants split the users into device calls of at most 16, `/program` is the engine's "
+        f"device program alone, one call of all the users, inputs already on the device; "
+        f"XLA flags: {result.get('xla_flags') or 'none'}): {stamp(result)}.",
+        "",
+        "| corpus | users per call | " + " | ".join(names) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in names) + " |",
+    ]
+    for r in result["topk"]:
+        values = [fmt(r["queries_per_s"].get(n), ",.0f", missing="-") for n in names]
+        lines.append(f"| {r['corpus']:,} | {r['batch']} | " + " | ".join(values) + " |")
+    return lines
+
+
 def render(results: dict[str, dict]) -> str:
     """The whole section body between the markers."""
     parts = [
         engine_table(results.get("engine")),
         retrieval_table(results.get("retrieval")),
+        *(topk_table(result) for result in results.get("topk", [])),
         startup_table(results.get("startup")),
         serving_table(results.get("serving")),
     ]
+    parts = [lines for lines in parts if lines]
     return "\n\n".join("\n".join(lines) for lines in parts)
 
 

@@ -68,12 +68,23 @@ INT8_BIN = 16
 CORPUS_ENCODINGS = ("float", "int8")  # RetrievalEngine(corpus_encoding=...)
 
 
-def default_corpus_tile(size: int) -> int:
+# On a GPU, the scores of one tile for the largest batch may take this much device memory.
+DEVICE_SCORE_BYTES = 4 << 30
+
+
+def default_corpus_tile(size: int, max_batch: int = 16, backend: Optional[str] = None) -> int:
     """Rows per tile: the whole corpus up to ONE_TILE_ROWS; beyond, 16 k rows on CPUs, where
-    a [users, tile] block of scores stays in the caches."""
+    a [users, tile] block of scores stays in the caches. On a GPU, the whole corpus as long as
+    ``max_batch`` users' float32 scores of it fit DEVICE_SCORE_BYTES: on an H200 (2026-11-26,
+    64 users, bench/results/gpu/experiments/topk-diag.json) the device program ran 1.5x as
+    fast over 1 M posts as one tile than as tiles of ONE_TILE_ROWS, 2.3x over 10 M."""
+    whole = max(128, -(-size // 128) * 128)
     if size <= ONE_TILE_ROWS:
-        return max(128, -(-size // 128) * 128)
-    return 16_384 if jax.default_backend() == "cpu" else ONE_TILE_ROWS
+        return whole
+    if (backend or jax.default_backend()) == "cpu":
+        return 16_384
+    fits = DEVICE_SCORE_BYTES // (4 * max_batch) // 128 * 128  # [max_batch, tile] float32
+    return min(whole, max(ONE_TILE_ROWS, fits))
 
 
 def corpus_tiles(embeddings: np.ndarray, tile: int, dtype) -> CorpusTiles:
@@ -356,7 +367,8 @@ class RetrievalEngine:
         """Place the corpus [M, D] on the device in tiles: in the compute dtype, or as int8
         codes with ``embeddings`` kept (not copied, so left unchanged) to re-rank."""
         embeddings = np.asarray(embeddings)
-        tile = self.corpus_tile or default_corpus_tile(embeddings.shape[0])
+        size, largest = embeddings.shape[0], self.batch_buckets[-1]
+        tile = self.corpus_tile or default_corpus_tile(size, largest)
         if self.corpus_encoding == "int8":
             self.corpus = int8_corpus_tiles(embeddings, tile)
         else:

@@ -69,3 +69,29 @@ def test_ties_keep_the_lower_index_whatever_else_their_bins_hold(encoding):
     idx, scores = engine.top_k(np.eye(1, D, dtype=np.float32), 3)
     assert idx.tolist() == [[700, 10, 701]]
     assert scores.tolist() == [[2.0, 1.0, 1.0]]
+
+
+# ---- default tile sizes: whole corpora on a GPU while the scores fit ----
+
+
+def test_small_corpora_are_one_tile_on_every_backend():
+    from phoenix.engine.retrieval import default_corpus_tile
+
+    for backend in ("cpu", "gpu"):
+        assert default_corpus_tile(1000, 64, backend) == 1024  # whole bins of 128
+        assert default_corpus_tile(262_144, 64, backend) == 262_144
+
+
+def test_large_corpora_are_cache_sized_tiles_on_cpus():
+    from phoenix.engine.retrieval import default_corpus_tile
+
+    assert default_corpus_tile(10_000_000, 64, "cpu") == 16_384
+
+
+def test_a_gpu_scores_the_whole_corpus_at_once_while_the_largest_batch_fits():
+    from phoenix.engine.retrieval import DEVICE_SCORE_BYTES, ONE_TILE_ROWS, default_corpus_tile
+
+    assert default_corpus_tile(10_000_000, 64, "gpu") == 10_000_000  # 64 x 10 M x 4 B = 2.6 GB
+    tile = default_corpus_tile(100_000_000, 64, "gpu")
+    assert tile % 128 == 0 and 64 * tile * 4 <= DEVICE_SCORE_BYTES < 64 * (tile + 128) * 4
+    assert default_corpus_tile(100_000_000, 1 << 20, "gpu") == ONE_TILE_ROWS  # never below
