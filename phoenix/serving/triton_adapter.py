@@ -154,6 +154,7 @@ class ServiceModel:
         ]
         buffers = iter(host_tensors(outputs))  # the whole batch's outputs in one call
         responses = [self._response(result, buffers) for result in results]
+        self.served.count([r for r in results if not isinstance(r, Exception)])
         self.corpus_metrics.update()  # the generation this batch was answered from
         return responses
 
@@ -169,7 +170,6 @@ class ServiceModel:
                 code = pb.TritonError.INTERNAL
             error = pb.TritonError(str(result), code)
             return pb.InferenceResponse(output_tensors=[], error=error)
-        self.served.count(result)
         tensors = [pb.Tensor.from_dlpack(name, next(buffers)) for name in result]
         return pb.InferenceResponse(output_tensors=tensors)
 

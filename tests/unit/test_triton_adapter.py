@@ -55,6 +55,7 @@ class FakeMetrics:
 
     def __init__(self):
         self.values: dict[tuple, float] = defaultdict(float)
+        self.increments: dict[tuple, int] = defaultdict(int)  # calls: each a round trip
         self.descriptions: dict[str, str] = {}
 
     def value(self, family: str, **labels: str) -> float:
@@ -85,6 +86,7 @@ def fake_backend_utils(metrics: FakeMetrics, with_metrics: bool = True) -> types
         def increment(self, value: float) -> None:
             assert self.kind == MetricFamily.COUNTER and value >= 0, (self.key, value)
             metrics.values[self.key] += value
+            metrics.increments[self.key] += 1
 
         def set(self, value: float) -> None:
             assert self.kind == MetricFamily.GAUGE, self.key
@@ -305,6 +307,28 @@ def test_answers_count_their_posts_the_in_network_ones_and_each_filters_drops(mo
     assert metrics.value(CANDIDATES, **labels) == sum(np.count_nonzero(r) for r in ranked)
     counts = sum(r.outputs["filtered_counts"].sum(0) for r in responses)
     assert [dropped[f] for f in FILTERS] == counts.tolist()
+
+
+def test_a_batch_moves_each_served_counter_once_by_its_sum(model, metrics):
+    """An increment is a round trip to the server: once per batch, not once per request."""
+    rng = np.random.default_rng(5)
+    actions = model.service.config.num_actions
+    batch = [
+        policy_request(rng, actions, candidates=6, seen_post_ids=[1], in_network_post_ids=[2])
+        for _ in range(5)
+    ]
+    batch[0]["candidate_post_ids"][0, :2] = [1, 2]  # one seen, one in-network
+    batch[1]["candidate_post_ids"][0, :2] = [1, 2]
+    model.execute([Request(arrays) for arrays in batch])
+    for family in (SERVED, CANDIDATES, IN_NETWORK, DROPPED):
+        moved = {key: n for key, n in metrics.increments.items() if key[0] == family}
+        assert moved and max(moved.values()) == 1, (family, moved)
+    (version,) = {dict(labels)["version"] for labels in metrics.series(SERVED)}
+    labels = dict(model=MODEL, version=version)
+    assert metrics.value(SERVED, **labels) == 5
+    assert metrics.value(CANDIDATES, **labels) == 5 * 6 - 2  # the two seen dropped
+    assert metrics.value(IN_NETWORK, **labels) == 2
+    assert metrics.value(DROPPED, **labels, filter="seen") == 2
 
 
 def store_posts(first_id: int, n: int = 10, emb_size: int = 4) -> Posts:
