@@ -246,6 +246,7 @@ class CorpusMetrics:
     def __init__(self, pb: Any, model: str, corpus: Any):
         self._families: list[Any] = []
         self._gauges: list[tuple[Any, str]] = []  # (gauge, the CorpusState field it shows)
+        self._shown: dict[int, float] = {}  # gauge index -> the value last set
         self._state = getattr(corpus, "state", None)
         make = family_maker(pb)
         if make is None or self._state is None:
@@ -261,11 +262,16 @@ class CorpusMetrics:
         self.update()
 
     def update(self) -> None:
+        """Set each gauge whose value changed (a set is a round trip to the server, as an
+        increment is: ServedMetrics.count); the first update sets them all."""
         if not self._gauges:
             return
         state = self._state()
-        for gauge, field in self._gauges:
-            gauge.set(float(getattr(state, field)))
+        for index, (gauge, field) in enumerate(self._gauges):
+            value = float(getattr(state, field))
+            if self._shown.get(index) != value:
+                gauge.set(value)
+                self._shown[index] = value
 
     def close(self) -> None:
         self._gauges = []

@@ -55,7 +55,7 @@ class FakeMetrics:
 
     def __init__(self):
         self.values: dict[tuple, float] = defaultdict(float)
-        self.increments: dict[tuple, int] = defaultdict(int)  # calls: each a round trip
+        self.calls: dict[tuple, int] = defaultdict(int)  # increments and sets: round trips
         self.descriptions: dict[str, str] = {}
 
     def value(self, family: str, **labels: str) -> float:
@@ -86,11 +86,12 @@ def fake_backend_utils(metrics: FakeMetrics, with_metrics: bool = True) -> types
         def increment(self, value: float) -> None:
             assert self.kind == MetricFamily.COUNTER and value >= 0, (self.key, value)
             metrics.values[self.key] += value
-            metrics.increments[self.key] += 1
+            metrics.calls[self.key] += 1
 
         def set(self, value: float) -> None:
             assert self.kind == MetricFamily.GAUGE, self.key
             metrics.values[self.key] = value
+            metrics.calls[self.key] += 1
 
     class MetricFamily:
         COUNTER, GAUGE = "counter", "gauge"
@@ -321,7 +322,7 @@ def test_a_batch_moves_each_served_counter_once_by_its_sum(model, metrics):
     batch[1]["candidate_post_ids"][0, :2] = [1, 2]
     model.execute([Request(arrays) for arrays in batch])
     for family in (SERVED, CANDIDATES, IN_NETWORK, DROPPED):
-        moved = {key: n for key, n in metrics.increments.items() if key[0] == family}
+        moved = {key: n for key, n in metrics.calls.items() if key[0] == family}
         assert moved and max(moved.values()) == 1, (family, moved)
     (version,) = {dict(labels)["version"] for labels in metrics.series(SERVED)}
     labels = dict(model=MODEL, version=version)
@@ -354,6 +355,25 @@ def test_a_followed_store_shows_its_generation_lag_and_skipped_generations(metri
     assert metrics.value(SKIPPED, model="retriever") == 1
     waited = metrics.value(LAG, model="retriever")  # since the torn generation was written
     assert 0 <= waited < 60 and corpus.follower.lag_seconds(now=time.time() + 60) >= 60
+    gauges.close()
+
+
+def test_gauges_are_set_again_only_when_their_value_changes(metrics, tmp_path):
+    """A set is a round trip to the server: after each batch, only the gauges that moved."""
+    store = CorpusStore.create(tmp_path / "store", 4)
+    store.add(store_posts(1))
+    corpus = FollowedStore(StoreFollower(tmp_path / "store", 4, on_error=lambda message: None))
+    gauges = CorpusMetrics(sys.modules["triton_python_backend_utils"], "retriever", corpus)
+    sets = lambda name: sum(n for key, n in metrics.calls.items() if key[0] == name)  # noqa: E731
+    assert [sets(name) for name in (GENERATION, LAG, SKIPPED)] == [1, 1, 1]  # the first update
+    for _ in range(3):
+        gauges.update()  # nothing changed
+    assert [sets(name) for name in (GENERATION, LAG, SKIPPED)] == [1, 1, 1]
+    store.add(store_posts(101))
+    corpus.follower.refresh()
+    gauges.update()
+    assert metrics.value(GENERATION, model="retriever") == corpus.follower.current().generation
+    assert sets(GENERATION) == 2 and sets(SKIPPED) == 1
     gauges.close()
 
 
