@@ -36,6 +36,8 @@ results=${RESULTS:-bench/results/gpu/first-run}
 experiments=bench/results/gpu/experiments
 mkdir -p "$state" "$results" "$experiments"
 export PYTHONUNBUFFERED=1
+# Kept for packing: a step killed at its limit gets 10 s more (timeout -k), packing about 5.
+reserve=30
 python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
 declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
@@ -65,7 +67,7 @@ run_step() {
     echo "== $name: ran before ($(cat "$state/$name.status"))"
     return
   fi
-  left=$((budget - SECONDS - 15))
+  left=$((budget - SECONDS - reserve))
   limit=${cap[$name]}
   ((left < limit)) && limit=$left
   if ((limit < 30)); then
@@ -77,15 +79,27 @@ run_step() {
   # shellcheck disable=SC2086  (the command is a word list)
   timeout -k 10 "$limit" ${command[$name]} >"$state/$name.log" 2>&1
   rc=$?
+  if ((rc == 124 || rc == 137)); then
+    # The step's servers run in their own sessions and outlive it: stop them before the next
+    # step needs the GPU's memory and the ports (the machine runs nothing else of ours).
+    pkill -KILL -x tritonserver && echo "   stopped the tritonservers the step left"
+  fi
   echo "exit $rc after $((SECONDS - started)) s (limit $limit s)" >"$state/$name.status"
   echo "   $(cat "$state/$name.status")"
   grep -v '^\s*$' "$state/$name.log" | tail -n "${TAIL_LINES:-12}" | cut -c1-220
 }
 
+for step in "${steps[@]}"; do  # every name checked before any step runs
+  [[ -n ${cap[$step]:-} ]] || { echo "unknown step $step"; usage; exit 2; }
+done
 machine | tee "$state/machine.txt"
 for step in "${steps[@]}"; do
-  [[ -n ${cap[$step]:-} ]] || { echo "unknown step $step"; usage; exit 2; }
   run_step "$step"
+  if [[ $step == setup && $(cat "$state/setup.status" 2>/dev/null) != "exit 0 "* ]]; then
+    echo "== setup failed: no step runs without it"
+    rm -f "$state/setup.status"  # a later call tries again
+    break
+  fi
 done
 
 pack=${OUT:-build/gpu-bench}/lease.tar.gz
@@ -93,5 +107,5 @@ find bench/results/gpu build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f
   \( -name '*.json' -o -name '*.png' -o -name '*.log' -o -name '*.txt' -o -name '*.status' \
   -o -name '*.md' \) -size -8M 2>/dev/null | sort -u >"$state/packed.txt"
 # Paths relative to the checkout: the results are kept in the repository, not on that machine.
-xargs -a "$state/packed.txt" sed -i "s|$PWD/||g"
+grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' sed -i "s|${PWD//|/\\|}/||g"
 tar czf "$pack" -T "$state/packed.txt" && echo "packed $(wc -l <"$state/packed.txt") files: $pack ($((SECONDS)) s)"

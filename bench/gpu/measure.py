@@ -159,9 +159,10 @@ def run_step(step: str, args, env: dict) -> dict:
     return {"exit_code": done.returncode, "seconds": round(seconds, 1)}
 
 
-def stamp_serving(path: Path) -> None:
-    """bench_serving.py's JSON names no GPU, driver or JAX: add them (the report shows them)."""
-    if not path.is_file():
+def stamp_serving(path: Path, written_after: float) -> None:
+    """bench_serving.py's JSON names no GPU, driver or JAX: add them (the report shows them),
+    to a file this run wrote (never to an earlier run's, left by a step that failed early)."""
+    if not path.is_file() or path.stat().st_mtime < written_after:
         return
     import jax
     import numpy as np
@@ -189,9 +190,10 @@ def main(argv=None) -> int:
     if {"startup", "serving"} & set(args.steps):
         ensure_artifacts(args.profile, args.artifacts, env)
     for step in args.steps:
+        step_started = time.time()
         run["steps"][step] = run_step(step, args, env)
-    if "serving" in args.steps:
-        stamp_serving(args.results / "serving.json")
+        if step == "serving":
+            stamp_serving(args.results / "serving.json", written_after=step_started)
     run["seconds"] = round(time.monotonic() - started, 1)
     (args.results / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     if args.docs:

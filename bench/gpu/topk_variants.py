@@ -135,18 +135,21 @@ def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
             if name not in only:
                 continue
             options = {k: size if v == "whole" else v for k, v in options.items()}
-            engine, _ = bench_engine.random_retrieval_engine(**options)
-            engine.set_corpus(host_corpus)
-            found = engine.top_k(host_users, TOP_K)[1][:, -1]
-            row["kth_score_max_gap"][name] = float(np.max(np.abs(found - reference)))
-            timed = lambda engine=engine, u=host_users: engine.top_k(u, TOP_K)  # noqa: E731
-            seconds = median_seconds(timed, runs)
-            row["queries_per_s"][name] = batch / seconds
-            # The device program alone, its inputs already on the device: the rest of
-            # engine.top_k's time is the host's (padding, exclusion lists, transfers).
-            program = device_program_alone(engine, host_users, TOP_K)
-            row["queries_per_s"][f"{name}/program"] = batch / median_seconds(program, runs)
-            engine.corpus = None
+            try:
+                engine, _ = bench_engine.random_retrieval_engine(**options)
+                engine.set_corpus(host_corpus)
+                found = engine.top_k(host_users, TOP_K)[1][:, -1]
+                row["kth_score_max_gap"][name] = float(np.max(np.abs(found - reference)))
+                timed = lambda engine=engine, u=host_users: engine.top_k(u, TOP_K)  # noqa: E731
+                row["queries_per_s"][name] = batch / median_seconds(timed, runs)
+                # The device program alone, its inputs already on the device: the rest of
+                # engine.top_k's time is the host's (padding, exclusion lists, transfers).
+                program = device_program_alone(engine, host_users, TOP_K)
+                row["queries_per_s"][f"{name}/program"] = batch / median_seconds(program, runs)
+            except Exception as error:  # noqa: BLE001  e.g. out of memory: the others go on
+                row["queries_per_s"][name] = None
+                row.setdefault("errors", {})[name] = repr(error)[:300]
+            engine = None  # its corpus leaves the device before the next one arrives
         print(row, flush=True)
         rows.append(row)
     return rows
@@ -159,6 +162,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help=f"comma-separated, from {','.join(VARIANTS)} (default: all)")
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else VARIANTS
+    unknown = sorted(set(only) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     if args.raft:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {RAFT_FLAG}".strip()
     profile = profiles.chosen_profile(args)

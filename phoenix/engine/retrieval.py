@@ -72,25 +72,33 @@ CORPUS_ENCODINGS = ("float", "int8")  # RetrievalEngine(corpus_encoding=...)
 DEVICE_SCORE_BYTES = 4 << 30
 
 
-def default_corpus_tile(size: int, max_batch: int = 16, backend: Optional[str] = None) -> int:
+def whole_bins(rows: int) -> int:
+    """``rows`` rounded up to whole bins of SCORE_BIN (at least one)."""
+    return max(SCORE_BIN, -(-rows // SCORE_BIN) * SCORE_BIN)
+
+
+def default_corpus_tile(
+    size: int, max_batch: int = DEFAULT_BATCH_BUCKETS[-1], backend: Optional[str] = None
+) -> int:
     """Rows per tile: the whole corpus up to ONE_TILE_ROWS; beyond, 16 k rows on CPUs, where
-    a [users, tile] block of scores stays in the caches. On a GPU, the whole corpus as long as
-    ``max_batch`` users' float32 scores of it fit DEVICE_SCORE_BYTES: on an H200 (2026-11-26,
-    64 users, bench/results/gpu/experiments/topk-diag.json) the device program ran 1.5x as
-    fast over 1 M posts as one tile than as tiles of ONE_TILE_ROWS, 2.3x over 10 M."""
-    whole = max(128, -(-size // 128) * 128)
+    a [users, tile] block of scores stays in the caches. On other backends (GPUs), as few
+    tiles as keep ``max_batch`` users' float32 scores of one within DEVICE_SCORE_BYTES, of
+    even size (padding under a bin per tile): on an H200 (2026-11-26, 64 users,
+    bench/results/gpu/experiments/topk-diag.json) the device program ran 1.5x as fast over
+    1 M posts as one tile than as tiles of ONE_TILE_ROWS, 2.3x over 10 M."""
     if size <= ONE_TILE_ROWS:
-        return whole
+        return whole_bins(size)
     if (backend or jax.default_backend()) == "cpu":
         return 16_384
-    fits = DEVICE_SCORE_BYTES // (4 * max_batch) // 128 * 128  # [max_batch, tile] float32
-    return min(whole, max(ONE_TILE_ROWS, fits))
+    fits = max(ONE_TILE_ROWS, DEVICE_SCORE_BYTES // (4 * max_batch) // SCORE_BIN * SCORE_BIN)
+    tiles = -(-size // fits)
+    return whole_bins(-(-size // tiles))
 
 
 def corpus_tiles(embeddings: np.ndarray, tile: int, dtype) -> CorpusTiles:
     """``embeddings`` [M, D] as device tiles of ``tile`` rows, the last one zero-padded."""
     size = embeddings.shape[0]
-    tile = min(tile, max(128, -(-size // 128) * 128))
+    tile = min(tile, whole_bins(size))
     count = max(1, -(-size // tile))
     padded = pad_axis(embeddings, 0, count * tile).reshape(count, tile, -1)
     return CorpusTiles(jnp.asarray(padded, dtype), size)

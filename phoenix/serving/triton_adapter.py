@@ -146,15 +146,11 @@ class ServiceModel:
         except Exception as error:  # never crash the stub: report the batch as failed
             logger.exception("%s: batch failed", self.service_name)
             results = [RuntimeError(f"{type(error).__name__}: {error}")] * len(requests)
-        outputs = [
-            (array, self.output_dtypes[name])
-            for result in results
-            if not isinstance(result, Exception)
-            for name, array in result.items()
-        ]
+        answered = [result for result in results if not isinstance(result, Exception)]
+        outputs = [(a, self.output_dtypes[name]) for r in answered for name, a in r.items()]
         buffers = iter(host_tensors(outputs))  # the whole batch's outputs in one call
         responses = [self._response(result, buffers) for result in results]
-        self.served.count([r for r in results if not isinstance(r, Exception)])
+        self.served.count(answered)
         self.corpus_metrics.update()  # the generation this batch was answered from
         return responses
 

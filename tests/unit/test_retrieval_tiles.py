@@ -89,9 +89,41 @@ def test_large_corpora_are_cache_sized_tiles_on_cpus():
 
 
 def test_a_gpu_scores_the_whole_corpus_at_once_while_the_largest_batch_fits():
-    from phoenix.engine.retrieval import DEVICE_SCORE_BYTES, ONE_TILE_ROWS, default_corpus_tile
+    from phoenix.engine.retrieval import DEVICE_SCORE_BYTES, default_corpus_tile
 
     assert default_corpus_tile(10_000_000, 64, "gpu") == 10_000_000  # 64 x 10 M x 4 B = 2.6 GB
-    tile = default_corpus_tile(100_000_000, 64, "gpu")
-    assert tile % 128 == 0 and 64 * tile * 4 <= DEVICE_SCORE_BYTES < 64 * (tile + 128) * 4
-    assert default_corpus_tile(100_000_000, 1 << 20, "gpu") == ONE_TILE_ROWS  # never below
+    assert default_corpus_tile(10_000_001, 64, "gpu") == 10_000_128  # whole bins
+    fits = DEVICE_SCORE_BYTES // (4 * 64)
+    assert default_corpus_tile(fits, 64, "gpu") == fits  # exactly one tile's worth
+
+
+@pytest.mark.parametrize("size", [17_000_000, 33_554_433, 100_000_000, 123_456_789])
+@pytest.mark.parametrize("max_batch", [16, 64, 1 << 20])
+def test_gpu_tiles_are_as_few_as_fit_and_pad_less_than_a_bin_each(size, max_batch):
+    from phoenix.engine.retrieval import (
+        DEVICE_SCORE_BYTES,
+        ONE_TILE_ROWS,
+        SCORE_BIN,
+        default_corpus_tile,
+    )
+
+    tile = default_corpus_tile(size, max_batch, "gpu")
+    count = -(-size // tile)
+    fits = max(ONE_TILE_ROWS, DEVICE_SCORE_BYTES // (4 * max_batch))
+    assert tile % SCORE_BIN == 0 and tile <= fits  # the scores of a tile fit
+    assert count == -(-size // (fits // SCORE_BIN * SCORE_BIN))  # no more tiles than needed
+    assert count * tile - size < count * SCORE_BIN  # each tile pads under a bin
+
+
+def test_the_engine_sizes_tiles_for_its_largest_batch_bucket(monkeypatch):
+    from phoenix.engine import retrieval
+    from tests.small_models import small_retriever, small_transformer
+
+    seen = []
+    monkeypatch.setattr(
+        retrieval, "default_corpus_tile", lambda size, batch: seen.append(batch) or 128
+    )
+    config = small_retriever(small_transformer(4, 8, 2, 2, 1, 0.125), 4, 2)
+    engine = retrieval.RetrievalEngine(config, {}, batch_buckets=(8, 1, 64))
+    engine.set_corpus(np.ones((300, 4), np.float32))
+    assert seen == [64] and engine.corpus.tiles.shape[1] == 128

@@ -465,7 +465,8 @@ def test_configure_adds_the_host_platform_for_gpu_instances_only(monkeypatch):
     from phoenix.serving.triton_adapter import configure_jax_environment
 
     for name in ("CUDA_VISIBLE_DEVICES", "XLA_PYTHON_CLIENT_PREALLOCATE"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so the test's values are undone after it
+        monkeypatch.delenv(name)
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")
     configure_jax_environment("GPU", "1")
     assert (os.environ["JAX_PLATFORMS"], os.environ["CUDA_VISIBLE_DEVICES"]) == ("cuda,cpu", "1")
