@@ -14,6 +14,9 @@ Calling it again on the same warm machine goes on where the last call stopped.
              bench.gpu.measure --steps STEP, results in bench/results/gpu/first-run/
   engine-large
              bench.gpu.engine_points --configs large (the engine step's second half)
+  profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
+             its executions (PHOENIX_STUB_PROFILE, phoenix/serving/stub_profile.py): summaries
+             in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
   topk topk-raft topk-diag
              bench.gpu.topk_variants: every variant, without and with XLA's RAFT select_k;
              the engine's variants alone, with their device programs timed apart;
@@ -41,7 +44,7 @@ reserve=30
 python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
 declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
-  [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90)
+  [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 declare -A command=(
   [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
@@ -52,6 +55,10 @@ declare -A command=(
   [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
   [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"
+  [profile]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles PHOENIX_PROGRAM_STORE=$PWD/build/gpu-bench/programs-gpu
+    $python -m bench.bench_serving --device gpu --artifacts build/gpu-bench/artifacts-mini
+    --workloads ranker-64 --protocols http --concurrency 64 --batching on --window-requests 200
+    --out $experiments/profiled-serving.json --build-dir build/gpu-bench/profiled"
   [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
 )
 

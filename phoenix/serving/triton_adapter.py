@@ -26,6 +26,7 @@ import numpy as np
 from phoenix.serving.input_error import InputError
 from phoenix.serving.request_metrics import CorpusMetrics, RequestMetrics, ServedMetrics
 from phoenix.serving.served_artifacts import artifact_version, check_loaded
+from phoenix.serving.stub_profile import StubProfile
 
 logger = logging.getLogger("phoenix.serving")
 
@@ -139,8 +140,15 @@ class ServiceModel:
             ", ".join(str(s.directory) for s in stores) or "none",
         )
         register_stub(args)  # so the supervisor can tell this process from the others
+        self.profile = StubProfile.from_environment(
+            args.get("model_instance_name", self.service_name)
+        )
 
     def execute(self, requests):
+        with self.profile.execution(len(requests)):
+            return self._execute(requests)
+
+    def _execute(self, requests):
         try:
             results = self.service.handle([request_arrays(request) for request in requests])
         except Exception as error:  # never crash the stub: report the batch as failed
@@ -170,6 +178,11 @@ class ServiceModel:
         return pb.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
+        profile = getattr(self, "profile", None)  # None: initialize failed before it
+        if profile is not None:
+            saved = profile.save()
+            if saved is not None:
+                logger.warning("%s: profile of its executions in %s", profile.instance, saved)
         self.service = None
         for name in ("metrics", "served", "corpus_metrics"):
             counters = getattr(self, name, None)

@@ -51,16 +51,21 @@ def binary() -> Path:
 
 
 def environment() -> dict[str, str]:
-    """This process's environment plus the CUDA runtime library that perf_analyzer links."""
+    """This process's environment plus the CUDA runtime library that perf_analyzer links: the
+    links a GPU machine's set-up made (gpu_machine.PERF_ANALYZER_LIBS, on a CUDA 13 machine),
+    and this venv's nvidia-cuda-runtime wheel."""
+    from phoenix.testing.gpu_machine import PERF_ANALYZER_LIBS
+
+    folders = [str(PERF_ANALYZER_LIBS)] if PERF_ANALYZER_LIBS.is_dir() else []
     try:
         import nvidia.cuda_runtime
-    except ImportError:  # a CUDA 13 machine: LD_LIBRARY_PATH must already hold libcudart.so.12
-        return dict(os.environ)
 
-    lib = Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
+        folders.append(str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"))
+    except ImportError:
+        pass
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (str(lib), env.get("LD_LIBRARY_PATH", "")) if p
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*folders, env.get("LD_LIBRARY_PATH", "")]).strip(
+        os.pathsep
     )
     return env
 

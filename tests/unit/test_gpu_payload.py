@@ -102,3 +102,15 @@ def test_machine_reads_distribution_names_from_wheel_files():
     wheel = Path("zope_event-6.2-py3-none-any.whl")
     assert machine.distribution_of(wheel) == ("zope-event", "6.2")
     assert machine.installed_version("dm-haiku") == "0.0.17"
+
+
+def test_perf_analyzer_finds_the_libraries_a_gpu_machine_linked(tmp_path, monkeypatch):
+    """Any caller of perf_analyzer (bench_serving too, not only measure.py) gets the links."""
+    from phoenix.testing import perf_analyzer
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/already/there")
+    monkeypatch.setattr(machine, "PERF_ANALYZER_LIBS", tmp_path / "perf_analyzer-libs")
+    assert str(tmp_path) not in perf_analyzer.environment()["LD_LIBRARY_PATH"]  # none made
+    (tmp_path / "perf_analyzer-libs").mkdir()
+    folders = perf_analyzer.environment()["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert folders[0] == str(tmp_path / "perf_analyzer-libs") and folders[-1] == "/already/there"

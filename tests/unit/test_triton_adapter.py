@@ -475,3 +475,40 @@ def test_configure_adds_the_host_platform_for_gpu_instances_only(monkeypatch):
     assert "JAX_PLATFORMS" not in os.environ  # unset: JAX starts every platform it has
     configure_jax_environment("CPU", "0")
     assert os.environ["JAX_PLATFORMS"] == "cpu"
+
+
+# ---- profiling a stub's executions (PHOENIX_STUB_PROFILE) ----
+
+
+def test_a_stub_profiles_its_executions_when_asked_and_writes_them_at_the_end(
+    metrics, tiny_artifacts, tmp_path, monkeypatch
+):
+    from phoenix.serving.stub_profile import PROFILE_ENV
+
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "profiles"))
+
+    class TritonPythonModel(ServiceModel):
+        service_name = MODEL
+
+    instance = TritonPythonModel()
+    instance.initialize(triton_args(tiny_artifacts))
+    rng = np.random.default_rng(6)
+    actions = instance.service.config.num_actions
+    for batch in (3, 1):
+        instance.execute([Request(policy_request(rng, actions)) for _ in range(batch)])
+    instance.finalize()
+    (summary,) = (tmp_path / "profiles").glob("*.txt")
+    assert summary.name.startswith(f"{MODEL}_0-") and summary.with_suffix(".prof").is_file()
+    text = summary.read_text()
+    assert text.startswith(f"{MODEL}_0: 2 executions, 4 requests (2.0 per execution)")
+    assert "handle" in text and "host_tensors" in text  # the service and the adapter's work
+
+
+def test_a_stub_profiles_nothing_unless_asked(monkeypatch):
+    from phoenix.serving.stub_profile import PROFILE_ENV, StubProfile
+
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    profile = StubProfile.from_environment("ranker_0")
+    with profile.execution(4):
+        pass
+    assert (profile.folder, profile.executions, profile.save()) == (None, 0, None)
