@@ -512,3 +512,34 @@ def test_a_stub_profiles_nothing_unless_asked(monkeypatch):
     with profile.execution(4):
         pass
     assert (profile.folder, profile.executions, profile.save()) == (None, 0, None)
+
+
+def test_served_counts_are_sent_at_most_once_a_flush_interval_and_none_is_lost(metrics):
+    from phoenix.serving.request_metrics import FLUSH_INTERVAL_S, ServedMetrics
+
+    now = [100.0]
+    served = ServedMetrics(
+        sys.modules["triton_python_backend_utils"], "ranker", "1", ["ranked_post_ids"],
+        clock=lambda: now[0],
+    )  # fmt: skip
+    answer = {"ranked_post_ids": np.array([[5, 6, 0]])}  # two posts and padding
+
+    def shown():
+        return metrics.value(SERVED, model="ranker", version="1"), metrics.value(
+            CANDIDATES, model="ranker", version="1"
+        )
+
+    served.count([answer])
+    assert shown() == (1, 2)  # the first batch at once
+    served.count([answer, answer])
+    now[0] += FLUSH_INTERVAL_S / 2
+    served.count([answer])
+    assert shown() == (1, 2)  # held back: each send is a round trip
+    now[0] += FLUSH_INTERVAL_S / 2
+    served.count([answer])
+    assert shown() == (5, 10)  # the interval passed: everything counted so far
+    served.count([answer])
+    served.close()  # the instance ends
+    assert shown() == (6, 12)
+    calls = {key[0]: n for key, n in metrics.calls.items()}
+    assert calls == {SERVED: 3, CANDIDATES: 3}
