@@ -58,7 +58,8 @@ declare -A command=(
   [profile]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles PHOENIX_PROGRAM_STORE=$PWD/build/gpu-bench/programs-gpu
     $python -m bench.bench_serving --device gpu --artifacts build/gpu-bench/artifacts-mini
     --workloads ranker-64 --protocols http --concurrency 64 --batching on --window-requests 200
-    --out $experiments/profiled-serving.json --build-dir build/gpu-bench/profiled"
+    --out $experiments/profiled-serving.json --build-dir build/gpu-bench/profiled
+    --docs build/gpu-bench/profiled-table.md"
   [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
 )
 
