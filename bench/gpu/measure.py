@@ -113,10 +113,7 @@ def step_environment(profile: profiles.Profile, cache: Path) -> dict[str, str]:
     env[STORE_ENV] = str(cache)
     # bench_serving.py measures in-process beside two servers whose stubs also use the GPU.
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    if machine.PERF_ANALYZER_LIBS.is_dir():
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (str(machine.PERF_ANALYZER_LIBS), env.get("LD_LIBRARY_PATH")) if p
-        )
+    env["LD_LIBRARY_PATH"] = machine.library_path_with_links(env.get("LD_LIBRARY_PATH"))
     return env
 
 

@@ -30,12 +30,13 @@ from bench.gpu import profiles
 
 RAFT_FLAG = "--xla_gpu_experimental_use_raft_select_k=true"
 TOP_K = 100
-BIN = 128
 
 
 def device_variants(k: int):
     import jax
     import jax.numpy as jnp
+
+    from phoenix.engine.retrieval import SCORE_BIN as BIN  # the engine's bins
 
     def scores_of(users, corpus):
         return jnp.dot(users, corpus.T, preferred_element_type=jnp.float32)  # [B, M]
@@ -82,29 +83,21 @@ def device_program_alone(engine, users, k: int):
     return lambda: jax.block_until_ready(program(on_device, *arrays, size, excluded, k=k))
 
 
-def median_seconds(fn, runs: int) -> float:
-    import time
-
-    import numpy as np
-
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
 
+    from phoenix.engine.retrieval import whole_bins
+
     bench_engine = profiles.import_bench_engine()
+
+    def seconds_per_call(fn) -> float:  # median of ``runs`` calls after a warm one
+        return bench_engine.timed(fn, min_seconds=0.0, min_runs=runs)
+
     rows = []
     for size in sizes:
-        size = -(-size // BIN) * BIN  # whole bins for `binned` (1 M -> 1,000,064 rows)
+        size = whole_bins(size)  # for `binned` (1 M -> 1,000,064 rows)
         corpus = jax.random.normal(jax.random.PRNGKey(size), (size, 128), jnp.float32)  # [M, D]
         corpus = corpus / jnp.linalg.norm(corpus, axis=1, keepdims=True)
         users = jax.random.normal(jax.random.PRNGKey(1), (batch, 128), jnp.float32)  # [B, D]
@@ -121,10 +114,8 @@ def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
             try:
                 got = np.asarray(fn(low_users, low)[0])[:, -1]
                 row["kth_score_max_gap"][name] = float(np.max(np.abs(got - reference)))
-                seconds = median_seconds(
-                    lambda fn=fn, u=low_users, c=low: jax.block_until_ready(fn(u, c)), runs
-                )
-                row["queries_per_s"][name] = batch / seconds
+                waited = lambda fn=fn, u=low_users, c=low: jax.block_until_ready(fn(u, c))  # noqa: E731
+                row["queries_per_s"][name] = batch / seconds_per_call(waited)
             except Exception as error:  # noqa: BLE001  one variant failing must not end the run
                 row["queries_per_s"][name] = None
                 row.setdefault("errors", {})[name] = repr(error)[:300]
@@ -141,11 +132,11 @@ def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
                 found = engine.top_k(host_users, TOP_K)[1][:, -1]
                 row["kth_score_max_gap"][name] = float(np.max(np.abs(found - reference)))
                 timed = lambda engine=engine, u=host_users: engine.top_k(u, TOP_K)  # noqa: E731
-                row["queries_per_s"][name] = batch / median_seconds(timed, runs)
+                row["queries_per_s"][name] = batch / seconds_per_call(timed)
                 # The device program alone, its inputs already on the device: the rest of
                 # engine.top_k's time is the host's (padding, exclusion lists, transfers).
                 program = device_program_alone(engine, host_users, TOP_K)
-                row["queries_per_s"][f"{name}/program"] = batch / median_seconds(program, runs)
+                row["queries_per_s"][f"{name}/program"] = batch / seconds_per_call(program)
             except Exception as error:  # noqa: BLE001  e.g. out of memory: the others go on
                 row["queries_per_s"][name] = None
                 row.setdefault("errors", {})[name] = repr(error)[:300]

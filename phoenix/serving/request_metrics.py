@@ -173,8 +173,7 @@ class ServedMetrics:
     ):
         self._clock = clock
         self._flushed_at = -float("inf")  # the first batch is shown at once
-        self._pending: dict[int, int] = {}  # id(metric) -> count not yet sent
-        self._metrics: dict[int, Any] = {}
+        self._pending: dict[int, list] = {}  # id(metric) -> [metric, count not yet sent]
         self._families: list[Any] = []
         self._served: Optional[Any] = None
         self._candidates: Optional[Any] = None
@@ -234,14 +233,13 @@ class ServedMetrics:
             self.flush()
 
     def _add(self, metric: Any, count: int) -> None:
-        self._metrics[id(metric)] = metric
-        self._pending[id(metric)] = self._pending.get(id(metric), 0) + count
+        self._pending.setdefault(id(metric), [metric, 0])[1] += count
 
     def flush(self) -> None:
         """Send what was counted since the last flush."""
-        for key, count in self._pending.items():
+        for metric, count in self._pending.values():
             if count:
-                self._metrics[key].increment(count)
+                metric.increment(count)
         self._pending.clear()
         self._flushed_at = self._clock()
 
@@ -249,7 +247,6 @@ class ServedMetrics:
         self.flush()  # nothing counted is lost when the instance ends
         self._served = self._candidates = self._in_network = None
         self._dropped = []
-        self._metrics = {}
         self._families = []
 
 

@@ -28,26 +28,24 @@ TOP_FUNCTIONS = 40
 
 
 class StubProfile:
-    """One model instance's profile; ``folder`` None: profiles nothing."""
+    """One model instance's profile, written to ``folder``."""
 
-    def __init__(self, folder: Optional[Path], instance: str):
+    def __init__(self, folder: Path, instance: str):
         self.folder = folder
         self.instance = instance
         self.executions = 0
         self.requests = 0
-        self._profile = cProfile.Profile() if folder is not None else None
+        self._profile = cProfile.Profile()
 
     @classmethod
-    def from_environment(cls, instance: str) -> StubProfile:
+    def from_environment(cls, instance: str) -> Optional[StubProfile]:
+        """The instance's profile when PROFILE_ENV names a folder; None when it is unset."""
         folder = os.environ.get(PROFILE_ENV, "")
-        return cls(Path(folder) if folder else None, instance)
+        return cls(Path(folder), instance) if folder else None
 
     @contextmanager
     def execution(self, requests: int):
         """Profile what runs inside (one ``execute`` of ``requests`` requests)."""
-        if self._profile is None:
-            yield
-            return
         self.executions += 1
         self.requests += requests
         self._profile.enable()
@@ -57,9 +55,8 @@ class StubProfile:
             self._profile.disable()
 
     def save(self) -> Optional[Path]:
-        """Write the statistics and their summary; the summary's path (None: not profiling,
-        or nothing executed)."""
-        if self._profile is None or not self.executions:
+        """Write the statistics and their summary; the summary's path (None: nothing ran)."""
+        if not self.executions:
             return None
         self.folder.mkdir(parents=True, exist_ok=True)
         stem = self.folder / f"{self.instance}-{os.getpid()}"

@@ -145,6 +145,8 @@ class ServiceModel:
         )
 
     def execute(self, requests):
+        if self.profile is None:  # the usual case: nothing more on the request path
+            return self._execute(requests)
         with self.profile.execution(len(requests)):
             return self._execute(requests)
 

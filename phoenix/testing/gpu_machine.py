@@ -12,7 +12,8 @@ Into the Python environment that runs this script (the machine's venv, first on 
   that ignores PYTHONPATH, so this is how model.py finds `phoenix`;
 - perf_analyzer beside the Python (where bench_serving.py looks), and a folder with the two
   libraries it links (libcudart.so.12, libb64.so.0d), made of links to pytriton's bundled copies:
-  put PERF_ANALYZER_LIBS on LD_LIBRARY_PATH (measure.py does).
+  `library_path_with_links` puts them on a library path (perf_analyzer.environment and
+  bench/gpu/measure.py use it).
 
 Running it again on the same machine redoes only what is missing.
 """
@@ -20,6 +21,7 @@ Running it again on the same machine redoes only what is missing.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -121,6 +123,12 @@ def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[
         link.symlink_to(found[-1])
         links.append(link)
     return links
+
+
+def library_path_with_links(*paths: str | None) -> str:
+    """An LD_LIBRARY_PATH of PERF_ANALYZER_LIBS (where this set-up made it) and ``paths``."""
+    links = str(PERF_ANALYZER_LIBS) if PERF_ANALYZER_LIBS.is_dir() else None
+    return os.pathsep.join(p for p in (links, *paths) if p)
 
 
 def set_up(payload: Path) -> None:

@@ -52,21 +52,18 @@ def binary() -> Path:
 
 def environment() -> dict[str, str]:
     """This process's environment plus the CUDA runtime library that perf_analyzer links: the
-    links a GPU machine's set-up made (gpu_machine.PERF_ANALYZER_LIBS, on a CUDA 13 machine),
-    and this venv's nvidia-cuda-runtime wheel."""
-    from phoenix.testing.gpu_machine import PERF_ANALYZER_LIBS
+    links a GPU machine's set-up made (on a CUDA 13 machine), and this venv's
+    nvidia-cuda-runtime wheel."""
+    from phoenix.testing.gpu_machine import library_path_with_links
 
-    folders = [str(PERF_ANALYZER_LIBS)] if PERF_ANALYZER_LIBS.is_dir() else []
     try:
         import nvidia.cuda_runtime
 
-        folders.append(str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"))
+        wheel_lib = str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib")
     except ImportError:
-        pass
+        wheel_lib = None
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([*folders, env.get("LD_LIBRARY_PATH", "")]).strip(
-        os.pathsep
-    )
+    env["LD_LIBRARY_PATH"] = library_path_with_links(wheel_lib, env.get("LD_LIBRARY_PATH"))
     return env
 
 

@@ -200,13 +200,22 @@ def unfrozen_heap():
     gc.unfreeze()
 
 
+class PolicyModel(ServiceModel):
+    """model.py of MODEL: the adapter, nothing else."""
+
+    service_name = MODEL
+
+
+def started_model(tiny_artifacts, digest: str = "") -> PolicyModel:
+    """An instance of MODEL, initialized as Triton initializes it."""
+    instance = PolicyModel()
+    instance.initialize(triton_args(tiny_artifacts, digest))
+    return instance
+
+
 @pytest.fixture
 def model(metrics, tiny_artifacts):
-    class TritonPythonModel(ServiceModel):
-        service_name = MODEL
-
-    instance = TritonPythonModel()
-    instance.initialize(triton_args(tiny_artifacts))
+    instance = started_model(tiny_artifacts)
     yield instance
     instance.finalize()
 
@@ -387,12 +396,7 @@ def test_a_corpus_file_shows_no_store_gauges(model, metrics):
 def test_instances_of_a_model_add_to_the_same_series(metrics, tiny_artifacts):
     rng = np.random.default_rng(2)
 
-    class TritonPythonModel(ServiceModel):
-        service_name = MODEL
-
-    first, second = TritonPythonModel(), TritonPythonModel()
-    for instance in (first, second):
-        instance.initialize(triton_args(tiny_artifacts))
+    first, second = started_model(tiny_artifacts), started_model(tiny_artifacts)
     actions = first.service.config.num_actions
     refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)  # ids must be >= 0
     first.execute([Request(refused)])
@@ -409,12 +413,7 @@ def test_the_adapter_serves_without_custom_metrics(monkeypatch, tiny_artifacts):
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.delenv("PHOENIX_STUB_DIR", raising=False)
-
-    class TritonPythonModel(ServiceModel):
-        service_name = MODEL
-
-    instance = TritonPythonModel()
-    instance.initialize(triton_args(tiny_artifacts))
+    instance = started_model(tiny_artifacts)
     rng = np.random.default_rng(3)
     actions = instance.service.config.num_actions
     refused = policy_request(rng, actions, candidate_author_ids=[-1] * 6)
@@ -427,21 +426,13 @@ def test_the_adapter_serves_without_custom_metrics(monkeypatch, tiny_artifacts):
 
 def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, tiny_artifacts):
     """The served config's artifact_digest is what clients trust: it must be true."""
-
-    class TritonPythonModel(ServiceModel):
-        service_name = MODEL
-
-    TritonPythonModel().initialize(triton_args(tiny_artifacts, artifact_digest(tiny_artifacts)))
+    started_model(tiny_artifacts, artifact_digest(tiny_artifacts))
     with pytest.raises(ArtifactMismatch, match=str(tiny_artifacts)):
-        TritonPythonModel().initialize(triton_args(tiny_artifacts, "0" * 64))
+        started_model(tiny_artifacts, "0" * 64)
 
 
 def test_finalize_freezes_the_heap_so_the_stub_exits_without_walking_it(metrics, tiny_artifacts):
-    class TritonPythonModel(ServiceModel):
-        service_name = MODEL
-
-    instance = TritonPythonModel()
-    instance.initialize(triton_args(tiny_artifacts))
+    instance = started_model(tiny_artifacts)
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
     instance.finalize()
@@ -486,12 +477,7 @@ def test_a_stub_profiles_its_executions_when_asked_and_writes_them_at_the_end(
     from phoenix.serving.stub_profile import PROFILE_ENV
 
     monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "profiles"))
-
-    class TritonPythonModel(ServiceModel):
-        service_name = MODEL
-
-    instance = TritonPythonModel()
-    instance.initialize(triton_args(tiny_artifacts))
+    instance = started_model(tiny_artifacts)
     rng = np.random.default_rng(6)
     actions = instance.service.config.num_actions
     for batch in (3, 1):
@@ -504,14 +490,16 @@ def test_a_stub_profiles_its_executions_when_asked_and_writes_them_at_the_end(
     assert "handle" in text and "host_tensors" in text  # the service and the adapter's work
 
 
-def test_a_stub_profiles_nothing_unless_asked(monkeypatch):
-    from phoenix.serving.stub_profile import PROFILE_ENV, StubProfile
+def test_a_stub_profiles_nothing_unless_asked(metrics, tiny_artifacts, monkeypatch):
+    from phoenix.serving.stub_profile import PROFILE_ENV
 
     monkeypatch.delenv(PROFILE_ENV, raising=False)
-    profile = StubProfile.from_environment("ranker_0")
-    with profile.execution(4):
-        pass
-    assert (profile.folder, profile.executions, profile.save()) == (None, 0, None)
+    instance = started_model(tiny_artifacts)
+    assert instance.profile is None  # execute runs as it always did
+    actions = instance.service.config.num_actions
+    (answer,) = instance.execute([Request(policy_request(np.random.default_rng(7), actions))])
+    assert answer.error is None
+    instance.finalize()
 
 
 def test_served_counts_are_sent_at_most_once_a_flush_interval_and_none_is_lost(metrics):
