@@ -93,13 +93,8 @@ def search_index(index, spec: IndexSpec, users, want: int, selector=None, centro
     centroids = centroids_of(index) if centroids is None else centroids
     every = users @ centroids.T  # [B, nlist]
     probes = lists_to_probe(spec, every.max(axis=1))  # [B]
-    most = int(probes.max())
-    lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
-    order = np.argsort(-np.take_along_axis(every, lists, 1), axis=1)
-    lists = np.ascontiguousarray(np.take_along_axis(lists, order, 1), np.int64)  # best first
-    centroid_scores = np.ascontiguousarray(np.take_along_axis(every, lists, 1), np.float32)
-    lists[np.arange(most)[None, :] >= probes[:, None]] = -1
-    params = faiss.SearchParametersIVF(nprobe=most)  # the width of ``lists``
+    lists, centroid_scores = best_lists(every, probes)  # [B, most] each
+    params = faiss.SearchParametersIVF(nprobe=lists.shape[1])  # the width of ``lists``
     if selector is not None:
         params.sel = selector
     scores = np.empty((len(users), want), np.float32)
@@ -117,6 +112,25 @@ def search_index(index, spec: IndexSpec, users, want: int, selector=None, centro
         params,
     )
     return scores, rows
+
+
+def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lists [B, most] int64, their scores [B, most] float32) of each user's ``probes[b]``
+    best-scoring lists among the centroid scores ``every`` [B, nlist], in no order, -1 in place
+    of the lists beyond a user's count (Faiss skips those); most = the largest count.
+
+    No sort: one partition finds every user's cut score at its own count (a partition with
+    several kth keeps each of those positions exact in every row), and the lists scoring below
+    a user's cut are marked -1. Faiss scans a user's lists in any order to the same result, so
+    sorting each user's lists (as this did before) was work for nothing."""
+    most = int(probes.max())
+    lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
+    scores = np.take_along_axis(every, lists, 1)  # [B, most]
+    counts = np.unique(probes)  # [c], each a count some user has
+    ordered = -np.partition(-scores, counts - 1, axis=1)  # [B, most], exact at each count
+    cut = np.take_along_axis(ordered, probes[:, None] - 1, 1)  # [B, 1], a user's last list
+    lists = np.where(scores < cut, -1, lists).astype(np.int64)  # a tie at the cut adds a list
+    return np.ascontiguousarray(lists), np.ascontiguousarray(scores, np.float32)
 
 
 def build_index(

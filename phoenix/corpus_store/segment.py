@@ -142,7 +142,9 @@ class Segment:
     def _column(self, column: str) -> np.ndarray:
         path = self.path / f"{column}.npy"
         try:
-            return load_npy(path, mmap_mode="r")
+            # a plain array over the map: indexing a np.memmap goes through its Python
+            # __getitem__, 10 us a call, a tenth of a 16-user search's time at 1 M
+            return np.asarray(load_npy(path, mmap_mode="r"))
         except FileNotFoundError:
             raise StoreError(f"{path}: not found (segment {self.entry.name!r})") from None
         except (OSError, ValueError) as error:

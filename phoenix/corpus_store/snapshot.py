@@ -128,7 +128,7 @@ class Snapshot:
         batch = users.shape[0]
         excluded = [np.zeros(0, np.int64)] * batch if excluded is None else list(excluded)
         cutoff = self.cutoff(now)
-        found = [[] for _ in range(batch)]  # per user: (segment, rows, scores) parts
+        found = []  # per segment searched: (segment, rows [B, k'], scores [B, k'])
         for index, segment in enumerate(self.segments):
             if cutoff is not None and segment.entry.max_created_at < cutoff:
                 continue  # wholly expired: compaction drops it
@@ -140,40 +140,56 @@ class Snapshot:
                 scores, rows = exact_top_k(segment, users, k, first, deleted, user_rows)
             else:
                 scores, rows = ann_top_k(segment, users, k, first, deleted, user_rows)
-            for b in range(batch):
-                keep = scores[b] > NO_SCORE
-                found[b].append((index, rows[b][keep], scores[b][keep]))
-        return self._merge(found, k)
+            found.append((index, rows, scores))
+        return self._merge(found, batch, k)
 
-    def _merge(self, found: list[list], k: int) -> Hits:
-        out = Hits([], [], [], [])
-        for parts in found:
-            if not parts:
-                parts = [(0, np.zeros(0, np.int64), np.zeros(0, np.float32))]
-            segment_of = np.concatenate([np.full(len(r), i) for i, r, _ in parts])
-            rows = np.concatenate([r for _, r, _ in parts]).astype(np.int64)
-            scores = np.concatenate([s for _, _, s in parts]).astype(np.float32)
-            # best first; ties in segment then row order, as one scan of the corpus would
-            order = np.lexsort((rows, segment_of, -scores))
-            segment_of, rows, scores = segment_of[order], rows[order], scores[order]
-            post_ids = self._gather("post_ids", segment_of, rows)
-            # a post ingested again lives in two segments until compaction: keep its best
-            _, first = np.unique(post_ids, return_index=True)
-            keep = np.sort(first)[:k]
-            segment_of, rows = segment_of[keep], rows[keep]
-            out.post_ids.append(post_ids[keep])
-            out.author_ids.append(self._gather("author_ids", segment_of, rows))
-            out.created_at.append(self._gather("created_at", segment_of, rows))
-            out.scores.append(scores[keep])
-        return out
+    def _merge(self, found: list[tuple], batch: int, k: int) -> Hits:
+        """Every user's ``k`` best across the segments' parts, one array operation over the
+        whole batch (per user, the merge cost 0.1 ms: a sixth of a 16-user search at 1 M)."""
+        if not found:
+            empty = [np.zeros(0, np.int64)] * batch
+            return Hits(empty, empty, empty, [np.zeros(0, np.float32)] * batch)
+        segment_of = np.concatenate([np.full(r.shape, i) for i, r, _ in found], axis=1)  # [B, m]
+        rows = np.concatenate([r for _, r, _ in found], axis=1).astype(np.int64)  # [B, m]
+        scores = np.concatenate([s for _, _, s in found], axis=1).astype(np.float32)  # [B, m]
+        # best first; ties in segment then row order, as one scan of the corpus would
+        order = np.lexsort((rows, segment_of, -scores), axis=1)
+        segment_of, rows, scores = (
+            np.take_along_axis(column, order, 1) for column in (segment_of, rows, scores)
+        )
+        live = scores > NO_SCORE
+        post_ids = self._gather("post_ids", segment_of, rows)  # [B, m]
+        if len(found) > 1:  # a post ingested again lives in two segments until compaction
+            live &= first_of_each(np.where(live, post_ids, 0))
+        keep = live & (np.cumsum(live, axis=1) <= k)  # [B, m]
+        splits = np.cumsum(keep.sum(axis=1))[:-1]
+        segment_of, rows = segment_of[keep], rows[keep]  # flat, user after user
+        return Hits(
+            np.split(post_ids[keep], splits),
+            np.split(self._gather("author_ids", segment_of, rows), splits),
+            np.split(self._gather("created_at", segment_of, rows), splits),
+            np.split(scores[keep], splits),
+        )
 
     def _gather(self, column: str, segment_of: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``column`` (int64) of each (segment, row) pair."""
-        out = np.zeros(len(rows), np.int64)
+        """``column`` (int64) of each (segment, row) pair (arrays of any one shape)."""
+        out = np.zeros(rows.shape, np.int64)
         for index in np.unique(segment_of):
             here = segment_of == index
             out[here] = getattr(self.segments[index], column)[rows[here]]
         return out
+
+
+def first_of_each(post_ids: np.ndarray) -> np.ndarray:
+    """[B, m] bool: True at each row's first occurrence of every post id > 0 (the best, as the
+    row is sorted best first), False at later copies; ids <= 0 are left True."""
+    order = np.argsort(post_ids, axis=1, kind="stable")  # copies side by side, first one first
+    ids = np.take_along_axis(post_ids, order, 1)
+    copy = np.zeros(ids.shape, bool)
+    copy[:, 1:] = (ids[:, 1:] == ids[:, :-1]) & (ids[:, 1:] > 0)
+    first = np.ones(ids.shape, bool)
+    np.put_along_axis(first, order, ~copy, 1)
+    return first
 
 
 def exact_top_k(segment: Segment, users, k, first, deleted, user_rows):
@@ -238,11 +254,15 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
 
 
 def rescore_exactly(segment: Segment, users, rows, want: int):
-    """The ``want`` best of the index's candidate ``rows`` [B, c] (-1: none) by exact float32
-    score: the 8-bit codes order near-ties wrongly, the float vectors are at hand (mapped)."""
+    """The ``want`` best (in no order) of the index's candidate ``rows`` [B, c] (-1: none) by
+    exact float32 score: the codes order near-ties wrongly, the float vectors are at hand
+    (mapped)."""
     held = rows >= 0
-    vectors = segment.embeddings[np.where(held, rows, 0).ravel()].reshape(*rows.shape, -1)
+    # np.take: a third of the time of fancy indexing for these 16 x 1,000 rows
+    vectors = np.take(segment.embeddings, np.where(held, rows, 0), axis=0)  # [B, c, D]
     scores = np.einsum("bcd,bd->bc", vectors, users)  # [B, c]
     scores[~held] = NO_SCORE
-    best = np.argsort(-scores, axis=1, kind="stable")[:, :want]
+    if scores.shape[1] <= want:
+        return scores, rows
+    best = np.argpartition(-scores, want - 1, axis=1)[:, :want]  # unordered: the merge sorts
     return np.take_along_axis(scores, best, 1), np.take_along_axis(rows, best, 1)

@@ -20,6 +20,7 @@ from phoenix.corpus_store import (
     choose_index,
 )
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
+from phoenix.corpus_store.snapshot import first_of_each
 from phoenix.corpus_store.store import RETIRE_GRACE_S
 
 D = 16
@@ -202,6 +203,15 @@ def test_a_post_ingested_twice_is_returned_once(tmp_path, rng):
     store.add(posts.take(np.arange(10)))
     hits = store.open().search(unit(rng.normal(size=(1, D))), 50)
     assert len(hits.post_ids[0]) == 50 and len(np.unique(hits.post_ids[0])) == 50
+
+
+def test_first_of_each_keeps_the_best_copy_of_every_post():
+    post_ids = np.array([[7, 3, 7, 0, 3, 9, 0], [1, 2, 3, 4, 5, 6, 1]])  # rows sorted best first
+    first = first_of_each(post_ids)
+    assert first.tolist() == [
+        [True, True, False, True, False, True, True],  # 0: not a post, never a copy
+        [True, True, True, True, True, True, False],
+    ]
 
 
 def test_readers_see_whole_generations_while_a_writer_adds(tmp_path, rng):
