@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from phoenix.corpus_store.ann import search_index
+from phoenix.corpus_store.ann import scores_of_rows, search_index
 from phoenix.corpus_store.manifest import Manifest, StoreError
 from phoenix.corpus_store.npy import load_npy
 from phoenix.corpus_store.segment import Segment, find_ids
@@ -257,11 +257,7 @@ def rescore_exactly(segment: Segment, users, rows, want: int):
     """The ``want`` best (in no order) of the index's candidate ``rows`` [B, c] (-1: none) by
     exact float32 score: the codes order near-ties wrongly, the float vectors are at hand
     (mapped)."""
-    held = rows >= 0
-    # np.take: a third of the time of fancy indexing for these 16 x 1,000 rows
-    vectors = np.take(segment.embeddings, np.where(held, rows, 0), axis=0)  # [B, c, D]
-    scores = np.einsum("bcd,bd->bc", vectors, users)  # [B, c]
-    scores[~held] = NO_SCORE
+    scores = scores_of_rows(segment.embeddings, users, rows)  # [B, c]
     if scores.shape[1] <= want:
         return scores, rows
     best = np.argpartition(-scores, want - 1, axis=1)[:, :want]  # unordered: the merge sorts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phoenix.corpus_store.ann import best_lists, ivf_spec, lists_to_probe
+from phoenix.corpus_store.ann import ivf_spec, lists_to_probe
 from phoenix.corpus_store.manifest import IVF_SQ8, IndexSpec, StoreError, _index_spec
 
 
@@ -35,17 +35,3 @@ def test_a_cap_below_nprobe_is_refused_naming_the_file():
     entry = {"kind": IVF_SQ8, "nlist": 4096, "nprobe": 128, "max_nprobe": 64}
     with pytest.raises(StoreError, match="manifest.json: max_nprobe 64"):
         _index_spec(entry, "manifest.json")
-
-
-def test_each_user_keeps_exactly_its_count_of_best_lists():
-    rng = np.random.default_rng(3)
-    every = rng.normal(size=(6, 300)).astype(np.float32)  # centroid scores [B, nlist]
-    probes = np.array([5, 40, 5, 17, 1, 40])
-    lists, scores = best_lists(every, probes)
-    assert lists.shape == scores.shape == (6, 40) and lists.dtype == np.int64
-    for b, count in enumerate(probes):
-        kept = lists[b][lists[b] >= 0]
-        expected = np.argsort(-every[b])[:count]
-        assert sorted(kept) == sorted(expected)
-        held = lists[b] >= 0
-        assert np.array_equal(scores[b][held], every[b][lists[b][held]])
