@@ -162,19 +162,26 @@ class Snapshot:
         if len(found) > 1:  # a post ingested again lives in two segments until compaction
             live &= first_of_each(np.where(live, post_ids, 0))
         keep = live & (np.cumsum(live, axis=1) <= k)  # [B, m]
-        splits = np.cumsum(keep.sum(axis=1))[:-1]
+        ends = np.cumsum(keep.sum(axis=1)).tolist()  # [B], where each user's hits end
         segment_of, rows = segment_of[keep], rows[keep]  # flat, user after user
+
+        def per_user(flat: np.ndarray) -> list[np.ndarray]:
+            return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
+
         return Hits(
-            np.split(post_ids[keep], splits),
-            np.split(self._gather("author_ids", segment_of, rows), splits),
-            np.split(self._gather("created_at", segment_of, rows), splits),
-            np.split(scores[keep], splits),
+            per_user(post_ids[keep]),
+            per_user(self._gather("author_ids", segment_of, rows)),
+            per_user(self._gather("created_at", segment_of, rows)),
+            per_user(scores[keep]),
         )
 
     def _gather(self, column: str, segment_of: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``column`` (int64) of each (segment, row) pair (arrays of any one shape)."""
+        segments = np.unique(segment_of)
+        if len(segments) == 1:  # the usual case: one sealed segment holds every hit
+            return np.asarray(getattr(self.segments[segments[0]], column)[rows], np.int64)
         out = np.zeros(rows.shape, np.int64)
-        for index in np.unique(segment_of):
+        for index in segments:
             here = segment_of == index
             out[here] = getattr(self.segments[index], column)[rows[here]]
         return out
