@@ -117,7 +117,8 @@ class RedisServer:
             self.port = _free_cluster_port() if self.cluster_node else pick_free_ports(1)[0]
         # Removed by stop(); a parent SIGKILLed cannot remove it, so serve puts it in its build
         # folder, beside the tritonserver's repository copy, rather than in the system's temp.
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=self.work_dir))
+        # absolute: redis-server enters --dir before it opens --logfile
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=self.work_dir)).resolve()
         self.process = subprocess.Popen(
             dying_with_us(self.command()),  # redis-server dies with us, as tritonserver does
             stdin=subprocess.DEVNULL,
@@ -152,8 +153,9 @@ class RedisServer:
             else ""
         )
         log = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.is_file() else ""
+        command = " ".join(self.command())  # before stop(), which forgets the folder
         self.stop()
-        return RedisServerError(f"{reason}\ncommand: {' '.join(self.command())}\n{stderr}{log}")
+        return RedisServerError(f"{reason}\ncommand: {command}\n{stderr}{log}")
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM, SIGKILL after ``timeout_s``; removes its directory."""

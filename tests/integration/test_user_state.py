@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from phoenix.user_state import keys
 from phoenix.user_state.client import UserStateUnavailable, connect
 from phoenix.user_state.events import Engagement, Follow, Post, Unfollow
 from phoenix.user_state.limits import DAY_S, UserStateLimits
-from phoenix.user_state.server import RedisClusterNodes, RedisServer
+from phoenix.user_state.server import RedisClusterNodes, RedisServer, RedisServerError
 from phoenix.user_state.store import UserStateStore
 from phoenix.user_state.stream import STREAM, StreamConsumer, StreamConsumerError, publish
 
@@ -438,6 +439,26 @@ def test_a_server_keeps_its_folder_in_the_work_dir_given_and_removes_it_when_sto
     finally:
         server.stop()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_server_starts_in_a_relative_work_dir(tmp_path, monkeypatch):
+    # serve passes its --build-dir as given; redis-server enters --dir before it opens --logfile,
+    # so a relative folder once made it exit ("Can't open the log file")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").mkdir()
+    with RedisServer(work_dir=Path("build")) as server:
+        assert server.dir.is_absolute() and server.dir.parent == tmp_path / "build"
+        assert server.log_path.is_file()
+
+
+def test_a_server_that_cannot_start_says_why_with_its_command(tmp_path):
+    with pytest.raises(RedisServerError) as error:
+        RedisServer(work_dir=tmp_path, extra_args=("--no-such-option", "1")).start()
+    message = str(error.value)
+    assert "redis-server exited with code" in message
+    assert "--no-such-option" in message  # the command it ran
+    assert "no-such-option" in message.split("command:", 1)[1].split("\n", 1)[1]  # its output
+    assert list(tmp_path.iterdir()) == []  # its folder removed
 
 
 def test_a_redis_stopped_under_a_store_fails_its_next_call():
