@@ -4,8 +4,9 @@ the exact re-scoring of the index's candidates, against numpy."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from phoenix.corpus_store.ann import best_lists, scores_of_rows
+from phoenix.corpus_store.ann import PARALLEL_SCORES, best_lists, scores_of_rows
 
 
 def test_each_user_keeps_exactly_its_count_of_best_lists():
@@ -22,11 +23,12 @@ def test_each_user_keeps_exactly_its_count_of_best_lists():
         assert np.array_equal(scores[b][held], every[b][lists[b][held]])
 
 
-def test_scores_of_rows_are_the_exact_inner_products_and_minus_inf_for_no_row():
+@pytest.mark.parametrize("width", [40, PARALLEL_SCORES // 3 + 1])  # numpy, then Faiss' way
+def test_scores_of_rows_are_the_exact_inner_products_and_minus_inf_for_no_row(width):
     rng = np.random.default_rng(4)
     embeddings = rng.normal(size=(500, 16)).astype(np.float32)  # [n, D]
     users = rng.normal(size=(3, 16)).astype(np.float32)  # [B, D]
-    rows = rng.integers(0, 500, size=(3, 40))  # [B, c]
+    rows = rng.integers(0, 500, size=(3, width))  # [B, c]
     rows[1, 30:] = -1  # fewer candidates than asked
     scores = scores_of_rows(embeddings, users, rows)
     expected = np.einsum("bcd,bd->bc", embeddings[np.maximum(rows, 0)], users)
