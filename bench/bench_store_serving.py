@@ -2,7 +2,8 @@
 
 For each store, a real server (`phoenix-serve --corpus store-N`) over the trained demo towers
 takes `recommend` requests from Locust (`--tags recommend`) for --load-seconds; the req/s and the
-failures are Locust's. During the run over the largest store, while Locust keeps sending:
+failures are Locust's, with nothing else running. Over the largest store, a second Locust run
+follows, and while it keeps sending (its req/s and failures kept apart, as `during_probes`):
 
 1. freshness: a new post that suits a user is written to a running `phoenix-ingest --follow`;
    seconds until `recommend` returns it to that user;
@@ -160,31 +161,51 @@ def window_probe(args, probe: Probe, store: Path) -> dict:
     return {"window_s": window, "answers": answers, "posts_older_than_window": old}
 
 
+def locust_load(args, urls: dict, prefix: Path, during=None) -> tuple[dict, object]:
+    """Locust's `recommend` for --load-seconds (and until ``during()``, when given, returns):
+    ({requests, failures, requests_per_s}, what ``during`` returned)."""
+    run_time = f"{args.load_seconds:g}s"
+    extra = ["--stop-timeout", "10", "--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
+    locust = start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
+                          run_time=run_time, extra=extra)  # fmt: skip
+    started = time.monotonic()
+    found = None
+    try:
+        if during is not None:
+            found = during()
+        locust.wait(max(1.0, args.load_seconds + 60 - (time.monotonic() - started)))
+    finally:
+        finish_locust(locust)
+    requests, failures = locust_totals(prefix)
+    rate = round(requests / args.load_seconds, 1)
+    return {"requests": requests, "failures": failures, "requests_per_s": rate}, found
+
+
 def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
+    """Locust alone for --load-seconds (the req/s compared across sizes); over the largest
+    store, then a second run of Locust during which the probes work. The probes' own requests,
+    the ingest process and compaction compete with the load for the cores, so they are kept
+    out of the figure the sizes are compared by (until 2026-11-26 the largest store's figure
+    was taken while they ran, and only its)."""
     work = args.work / f"serve-{size}"
     serve = ServeProcess(artifacts, work, 0.0, ["--corpus", f"store-{size}"]).start()
     try:
         ready_s = serve.wait_ready(args.ready_timeout)
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
-        prefix = work / "locust"
-        run_time = f"{args.load_seconds:g}s"
-        extra = ["--stop-timeout", "10", "--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
-        locust = start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
-                              run_time=run_time, extra=extra)  # fmt: skip
-        started = time.monotonic()
         row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
-        try:
-            if probe_fresh:
-                probe = Probe(serve.http_url, artifacts)
-                row["fresh"] = fresh_posts_probe(
-                    args, probe, artifacts, artifacts / f"store-{size}", work
-                )
-            locust.wait(max(1.0, args.load_seconds + 60 - (time.monotonic() - started)))
-        finally:
-            finish_locust(locust)
-        requests, failures = locust_totals(prefix)
-        row.update(requests=requests, failures=failures)
-        row["requests_per_s"] = round(requests / args.load_seconds, 1)
+        load, _ = locust_load(args, urls, work / "locust")
+        row.update(load)
+        if probe_fresh:
+            probe = Probe(serve.http_url, artifacts)
+            store = artifacts / f"store-{size}"
+            during, fresh = locust_load(
+                args,
+                urls,
+                work / "locust-probes",
+                lambda: fresh_posts_probe(args, probe, artifacts, store, work),
+            )
+            row["fresh"] = fresh
+            row["during_probes"] = during
         return row
     finally:
         serve.stop()
