@@ -3,7 +3,8 @@
 For each store, a real server (`phoenix-serve --corpus store-N`) over the trained demo towers
 takes `recommend` requests from Locust (`--tags recommend`) for --load-seconds; the req/s and the
 failures are Locust's, with nothing else running. Over the largest store, a second Locust run
-follows, and while it keeps sending (its req/s and failures kept apart, as `during_probes`):
+follows (--probe-load-seconds, its req/s and failures kept apart, as `during_probes`), and
+while it sends:
 
 1. freshness: a new post that suits a user is written to a running `phoenix-ingest --follow`;
    seconds until `recommend` returns it to that user;
@@ -161,39 +162,41 @@ def window_probe(args, probe: Probe, store: Path) -> dict:
     return {"window_s": window, "answers": answers, "posts_older_than_window": old}
 
 
-def locust_load(args, urls: dict, prefix: Path, during=None) -> tuple[dict, object]:
-    """Locust's `recommend` for --load-seconds (and until ``during()``, when given, returns):
-    ({requests, failures, requests_per_s}, what ``during`` returned)."""
-    run_time = f"{args.load_seconds:g}s"
+def locust_load(args, urls: dict, prefix: Path, seconds: float, during=None) -> tuple[dict, object]:
+    """Locust's `recommend` for ``seconds``, while ``during()`` (when given) runs from the
+    start: ({requests, failures, requests_per_s}, what ``during`` returned). ``probes_s``
+    says how long ``during`` took; past ``seconds`` it ran without the load."""
     extra = ["--stop-timeout", "10", "--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
     locust = start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
-                          run_time=run_time, extra=extra)  # fmt: skip
+                          run_time=f"{seconds:g}s", extra=extra)  # fmt: skip
     started = time.monotonic()
-    found = None
+    found, out = None, {}
     try:
         if during is not None:
             found = during()
-        locust.wait(max(1.0, args.load_seconds + 60 - (time.monotonic() - started)))
+            out["probes_s"] = round(time.monotonic() - started, 1)
+            if out["probes_s"] > seconds:
+                took = out["probes_s"]
+                print(f"warning: the probes took {took} s, past the load's {seconds:g} s")
+        locust.wait(max(1.0, seconds + 60 - (time.monotonic() - started)))
     finally:
         finish_locust(locust)
     requests, failures = locust_totals(prefix)
-    rate = round(requests / args.load_seconds, 1)
-    return {"requests": requests, "failures": failures, "requests_per_s": rate}, found
+    out.update(requests=requests, failures=failures, requests_per_s=round(requests / seconds, 1))
+    return out, found
 
 
 def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
     """Locust alone for --load-seconds (the req/s compared across sizes); over the largest
-    store, then a second run of Locust during which the probes work. The probes' own requests,
-    the ingest process and compaction compete with the load for the cores, so they are kept
-    out of the figure the sizes are compared by (until 2026-11-26 the largest store's figure
-    was taken while they ran, and only its)."""
+    store, then a second run of Locust (--probe-load-seconds) during which the probes work,
+    reported apart: their own requests, the ingest process and compaction share the cores."""
     work = args.work / f"serve-{size}"
     serve = ServeProcess(artifacts, work, 0.0, ["--corpus", f"store-{size}"]).start()
     try:
         ready_s = serve.wait_ready(args.ready_timeout)
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
         row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
-        load, _ = locust_load(args, urls, work / "locust")
+        load, _ = locust_load(args, urls, work / "locust", args.load_seconds)
         row.update(load)
         if probe_fresh:
             probe = Probe(serve.http_url, artifacts)
@@ -202,6 +205,7 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
                 args,
                 urls,
                 work / "locust-probes",
+                args.probe_load_seconds,
                 lambda: fresh_posts_probe(args, probe, artifacts, store, work),
             )
             row["fresh"] = fresh
@@ -223,6 +227,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="100000,10000000", help="store sizes (posts)")
     parser.add_argument("--users", type=int, default=8, help="Locust users (%(default)s)")
     parser.add_argument("--load-seconds", type=float, default=90.0)
+    parser.add_argument(
+        "--probe-load-seconds",
+        type=float,
+        default=150.0,
+        help="the load while the probes run over the largest store (%(default)s)",
+    )
     parser.add_argument("--watch-seconds", type=float, default=10.0)
     parser.add_argument("--settle-seconds", type=float, default=2.0)
     parser.add_argument("--ingest-start-s", type=float, default=8.0)

@@ -42,7 +42,7 @@ RERANK = 10
 RERANK_LARGE = 20
 RERANK_ROWS = 1_000_000  # the largest segment 10x was measured to keep recall at
 # Candidates re-scored on Faiss' threads from this many (user, row) pairs, by numpy below
-# (``scores_of_rows``): 8 users x 1,000 candidates.
+# (``scores_of_rows``).
 PARALLEL_SCORES = 8_000
 
 
@@ -122,12 +122,9 @@ def scores_of_rows(embeddings: np.ndarray, users: np.ndarray, rows: np.ndarray) 
     ``embeddings`` [n, D] (C-ordered float32, mapped or not), -inf where a row is -1.
 
     A large batch: Faiss' indexed inner products, parallel on its threads, without the
-    [B, c, D] copy of the vectors (16 users x 2,000 rows of a 10 M-row map: 4.6 ms gathered by
-    numpy and multiplied, 1.9 ms this way on 2 cores). A small one (a served retriever's one
-    or two users): numpy on this thread, because a parallel region this short waits for its
-    other thread, and on a machine busy with the other models' instances that wait dominated
-    (10 M posts, one user per call beside two busy processes: 106-130 queries/s with Faiss,
-    193-233 with numpy; alone, the same)."""
+    [B, c, D] copy of the vectors. A small one (a served retriever's one or two users): numpy on
+    this thread, as so short a parallel region waits for its other thread, which the other
+    models' instances keep busy (measurements: docs/retrieval.md, "the work around Faiss")."""
     users = np.ascontiguousarray(users, np.float32)
     rows = np.ascontiguousarray(rows, np.int64)
     if rows.size < PARALLEL_SCORES:
@@ -162,7 +159,7 @@ def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.nd
     No sort: one partition finds every user's cut score at its own count (a partition with
     several kth keeps each of those positions exact in every row), and the lists scoring below
     a user's cut are marked -1. Faiss scans a user's lists in any order to the same result, so
-    sorting each user's lists (as this did before) was work for nothing."""
+    they are not sorted."""
     most = int(probes.max())
     lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
     scores = np.take_along_axis(every, lists, 1)  # [B, most]

@@ -154,11 +154,11 @@ class Segment:
         for column in COLUMNS:
             array = getattr(self, column)
             expected = (rows, emb_size) if column == "embeddings" else (rows,)
-            kind = np.floating if column == "embeddings" else np.integer
+            kind = np.float32 if column == "embeddings" else np.integer  # float32: Faiss reads it
             if array.shape != expected or not np.issubdtype(array.dtype, kind):
                 raise StoreError(
                     f"{self.path / column}.npy: {array.dtype} {array.shape}, expected "
-                    f"{'float32' if kind is np.floating else 'int64'} {expected} (the manifest "
+                    f"{'float32' if kind is np.float32 else 'int64'} {expected} (the manifest "
                     f"gives {rows} rows of emb_size {emb_size})"
                 )
 

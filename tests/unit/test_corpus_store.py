@@ -205,6 +205,48 @@ def test_a_post_ingested_twice_is_returned_once(tmp_path, rng):
     assert len(hits.post_ids[0]) == 50 and len(np.unique(hits.post_ids[0])) == 50
 
 
+def test_a_store_wholly_outside_its_window_answers_every_user_with_nothing(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D, window_seconds=100)
+    store.add(make_posts(rng, 50, 1, 0))
+    hits = store.open().search(unit(rng.normal(size=(3, D))), 10, now=10_000)
+    for column, dtype in zip(hits.__dataclass_fields__, (np.int64,) * 3 + (np.float32,)):
+        rows = getattr(hits, column)
+        assert len(rows) == 3 and all(r.shape == (0,) and r.dtype == dtype for r in rows)
+    assert rows[0] is not rows[1]  # one array per user
+
+
+def test_a_user_with_no_hits_beside_one_with_hits(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    posts = make_posts(rng, 30, 1, 0)
+    store.add(posts)
+    users = unit(rng.normal(size=(3, D)))
+    hits = store.open().search(users, 10, excluded=[posts.post_ids, [], posts.post_ids[:25]])
+    assert [len(ids) for ids in hits.post_ids] == [0, 10, 5]
+    assert [len(s) for s in hits.scores] == [0, 10, 5]
+    expected = reference_top_k(posts, users, 10, excluded=[posts.post_ids, [], posts.post_ids[:25]])
+    for b in range(3):
+        np.testing.assert_array_equal(hits.post_ids[b], expected[b])
+        np.testing.assert_array_equal(hits.author_ids[b], posts.author_ids[hits.post_ids[b] - 1])
+        np.testing.assert_array_equal(hits.created_at[b], posts.created_at[hits.post_ids[b] - 1])
+
+
+def test_an_indexed_segment_and_a_fresh_one_merge_in_score_order(tmp_path, rng):
+    centers = rng.normal(size=(16, D))
+    sealed, fresh = make_posts(rng, 5_000, 1, 0, centers), make_posts(rng, 300, 10_001, 9_000)
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(
+        sealed, state=SEALED, index=IndexSpec(IVF_PQ4FS, nlist=32, nprobe=32, rerank=10, pq_m=D)
+    )
+    store.add(fresh)
+    store.add(sealed.take(np.arange(40)))  # copies of 40 sealed posts in a third segment
+    users = unit(centers[:4] + 0.3 * rng.normal(size=(4, D)))
+    hits = store.open().search(users, 60)
+    expected = reference_top_k(Posts.concat([sealed, fresh]), users, 60)  # every list probed
+    for b in range(4):
+        np.testing.assert_array_equal(hits.post_ids[b], expected[b])
+        assert len(np.unique(hits.post_ids[b])) == 60 and np.all(np.diff(hits.scores[b]) <= 0)
+
+
 def test_first_of_each_keeps_the_best_copy_of_every_post():
     post_ids = np.array([[7, 3, 7, 0, 3, 9, 0], [1, 2, 3, 4, 5, 6, 1]])  # rows sorted best first
     first = first_of_each(post_ids)
