@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -123,6 +124,12 @@ def write_relabelled_corpus(artifacts: Path, filename: str) -> tuple[set[int], s
     return set(old.post_ids.tolist()), set(new_ids.tolist())
 
 
+EXEC_WITH_SIGHUP_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
 def serve_command_in_make(root: Path):
     """Turns the serve command line into a `make` run of a recipe holding it, as `make serve`
     runs serve."""
@@ -130,7 +137,10 @@ def serve_command_in_make(root: Path):
     def wrap(command: list[str]) -> list[str]:
         makefile = root / "serve.mk"
         makefile.write_text(f"SHELL := /bin/bash\nserve:\n\t{' '.join(command)}\n")
-        return ["make", "--no-print-directory", "-f", str(makefile), "serve"]
+        make = ["make", "--no-print-directory", "-f", str(makefile), "serve"]
+        # as from a terminal: a suite run under nohup passes SIGHUP ignored down to serve, which
+        # then takes itself for detached and, by design, outlives make (stop_with_parent)
+        return [sys.executable, "-c", EXEC_WITH_SIGHUP_DEFAULT, *make]
 
     return wrap
 
