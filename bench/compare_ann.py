@@ -76,10 +76,7 @@ def searcher(index, spec, centroids, embeddings, candidates: int):
 
     def search(users):
         _, rows = ann.search_index(index, spec, users, candidates, None, centroids)
-        held = rows >= 0
-        vectors = embeddings[np.where(held, rows, 0)]  # [B, c, D]
-        scores = np.einsum("bcd,bd->bc", vectors, users)
-        scores[~held] = -np.inf
+        scores = ann.scores_of_rows(embeddings, users, rows)  # [B, c], as the store re-scores
         best = np.argpartition(-scores, TOP_K - 1, axis=1)[:, :TOP_K]
         return np.take_along_axis(rows, best, 1)
 

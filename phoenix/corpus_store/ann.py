@@ -125,8 +125,6 @@ def scores_of_rows(embeddings: np.ndarray, users: np.ndarray, rows: np.ndarray) 
     [B, c, D] copy of the vectors. A small one (a served retriever's one or two users): numpy on
     this thread, as so short a parallel region waits for its other thread, which the other
     models' instances keep busy (measurements: docs/retrieval.md, "the work around Faiss")."""
-    users = np.ascontiguousarray(users, np.float32)
-    rows = np.ascontiguousarray(rows, np.int64)
     if rows.size < PARALLEL_SCORES:
         held = rows >= 0
         vectors = np.take(embeddings, np.where(held, rows, 0), axis=0)  # [B, c, D]
@@ -135,6 +133,8 @@ def scores_of_rows(embeddings: np.ndarray, users: np.ndarray, rows: np.ndarray) 
         return scores
     import faiss
 
+    users = np.ascontiguousarray(users, np.float32)  # what Faiss reads
+    rows = np.ascontiguousarray(rows, np.int64)
     batch, width = rows.shape
     user_of = np.repeat(np.arange(batch, dtype=np.int64), width)  # [B * c]
     scores = np.empty((batch, width), np.float32)
@@ -147,8 +147,7 @@ def scores_of_rows(embeddings: np.ndarray, users: np.ndarray, rows: np.ndarray) 
         faiss.swig_ptr(rows),
         faiss.swig_ptr(scores),
     )
-    scores[rows < 0] = -np.inf  # Faiss 1.15 writes it too; older versions left them unset
-    return scores
+    return scores  # Faiss writes -inf where a row is -1
 
 
 def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -166,8 +165,8 @@ def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.nd
     counts = np.unique(probes)  # [c], each a count some user has
     ordered = -np.partition(-scores, counts - 1, axis=1)  # [B, most], exact at each count
     cut = np.take_along_axis(ordered, probes[:, None] - 1, 1)  # [B, 1], a user's last list
-    lists = np.where(scores < cut, -1, lists).astype(np.int64)  # a tie at the cut adds a list
-    return np.ascontiguousarray(lists), np.ascontiguousarray(scores, np.float32)
+    lists = np.where(scores < cut, -1, lists)  # a tie at the cut adds a list
+    return lists.astype(np.int64, copy=False), scores.astype(np.float32, copy=False)
 
 
 def build_index(

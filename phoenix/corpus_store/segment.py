@@ -143,7 +143,7 @@ class Segment:
         path = self.path / f"{column}.npy"
         try:
             # a plain array over the map: indexing a np.memmap goes through its Python
-            # __getitem__, 10 us a call, a tenth of a 16-user search's time at 1 M
+            # __getitem__ (docs/retrieval.md, "the work around Faiss")
             return np.asarray(load_npy(path, mmap_mode="r"))
         except FileNotFoundError:
             raise StoreError(f"{path}: not found (segment {self.entry.name!r})") from None

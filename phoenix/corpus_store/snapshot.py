@@ -159,7 +159,8 @@ class Snapshot:
             np.take_along_axis(column, order, 1) for column in (segment_of, rows, scores)
         )
         live = scores > NO_SCORE
-        post_ids = self._gather("post_ids", segment_of, rows)  # [B, m]
+        searched = [index for index, _, _ in found]
+        post_ids = self._gather("post_ids", searched, segment_of, rows)  # [B, m]
         if len(found) > 1:  # a post ingested again lives in two segments until compaction
             live &= first_of_each(np.where(live, post_ids, 0))
         keep = live & (np.cumsum(live, axis=1) <= k)  # [B, m]
@@ -171,18 +172,20 @@ class Snapshot:
 
         return Hits(
             per_user(post_ids[keep]),
-            per_user(self._gather("author_ids", segment_of, rows)),
-            per_user(self._gather("created_at", segment_of, rows)),
+            per_user(self._gather("author_ids", searched, segment_of, rows)),
+            per_user(self._gather("created_at", searched, segment_of, rows)),
             per_user(scores[keep]),
         )
 
-    def _gather(self, column: str, segment_of: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``column`` (int64) of each (segment, row) pair (arrays of any one shape)."""
-        segments = np.unique(segment_of)
-        if len(segments) == 1:  # the usual case: one sealed segment holds every hit
-            return np.asarray(getattr(self.segments[segments[0]], column)[rows], np.int64)
+    def _gather(
+        self, column: str, searched: list[int], segment_of: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """``column`` (int64) of each (segment, row) pair (arrays of any one shape), the
+        segments among ``searched``."""
+        if len(searched) == 1:  # the usual case: one sealed segment holds every hit
+            return np.asarray(getattr(self.segments[searched[0]], column)[rows], np.int64)
         out = np.zeros(rows.shape, np.int64)
-        for index in segments:
+        for index in searched:
             here = segment_of == index
             out[here] = getattr(self.segments[index], column)[rows[here]]
         return out

@@ -3,6 +3,7 @@ tombstones, windows, compaction, the atomic manifest switch, and bad store conte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 
@@ -209,8 +210,8 @@ def test_a_store_wholly_outside_its_window_answers_every_user_with_nothing(tmp_p
     store = CorpusStore.create(tmp_path / "s", D, window_seconds=100)
     store.add(make_posts(rng, 50, 1, 0))
     hits = store.open().search(unit(rng.normal(size=(3, D))), 10, now=10_000)
-    for column, dtype in zip(hits.__dataclass_fields__, (np.int64,) * 3 + (np.float32,)):
-        rows = getattr(hits, column)
+    for field, dtype in zip(dataclasses.fields(hits), (np.int64,) * 3 + (np.float32,)):
+        rows = getattr(hits, field.name)
         assert len(rows) == 3 and all(r.shape == (0,) and r.dtype == dtype for r in rows)
     assert rows[0] is not rows[1]  # one array per user
 
