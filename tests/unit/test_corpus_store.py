@@ -386,3 +386,18 @@ def test_two_pass_top_k_finds_the_k_largest(n, rng):
     k = min(100, n)
     found = np.take_along_axis(scores, top_k_columns(scores, k), axis=1)
     np.testing.assert_array_equal(np.sort(found, axis=1), np.sort(scores, axis=1)[:, -k:])
+
+
+def test_unique_sorted_and_is_in_sorted_agree_with_numpy():
+    from phoenix.corpus_store.segment import is_in_sorted, unique_sorted
+
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 2, 4096):
+        values = rng.integers(-(2**62), 2**62, size) // 7 * 7  # repeats below
+        values = np.concatenate([values, values[: size // 3]])
+        np.testing.assert_array_equal(unique_sorted(values), np.unique(values))
+        others = rng.integers(-(2**62), 2**62, 100)
+        asked = np.concatenate([values[:50], others])[:100].reshape(4, -1)
+        held = is_in_sorted(unique_sorted(values), asked)
+        assert held.shape == asked.shape
+        np.testing.assert_array_equal(held, np.isin(asked, values))

@@ -38,3 +38,18 @@ def test_the_candidate_limit_cuts_the_retrieved_posts_first():
     assert row.post_ids.tolist() == [40, 41, 5]
     row = with_in_network(retrieved, (ids(40, 41), ids(4, 4)), excluded=ids(), limit=1)
     assert row.post_ids.tolist() == [40]
+
+
+def test_excluded_posts_in_any_order_with_repeats_are_left_out():
+    excluded = ids(99, 41, 7, 41, 3)  # history then served, unsorted, a post in both
+    row = with_in_network(hits([5], [0.9]), (ids(3, 40, 41), ids(4, 4, 4)), excluded=excluded)
+    assert row.post_ids.tolist() == [40, 5]
+
+
+def test_without_in_network_posts_the_retrieved_pass_as_they_are_within_the_limit():
+    retrieved = RowHits(ids(5, 6, 7), ids(1005, 1006, 1007), np.array([0.9, 0.8, 0.7]))
+    row = with_in_network(retrieved, (ids(), ids()), excluded=ids(6), limit=2)
+    assert row.post_ids.tolist() == [5, 6]  # the corpus search already left excluded out
+    assert row.author_ids.tolist() == [1005, 1006]
+    assert row.scores.dtype == np.float32
+    np.testing.assert_allclose(row.scores, [0.9, 0.8])

@@ -141,3 +141,15 @@ def test_a_missing_redis_server_says_to_run_make_setup(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RedisServerMissing, match="make setup"):
         redis_binary("redis-server")
+
+
+def test_id_members_parse_to_int64_in_order_and_refuse_what_is_not_an_id():
+    from phoenix.user_state.store import _ids
+
+    members = [b"9223372036854775807", b"1", b"42", b"123456789012345678"]
+    assert _ids(members).tolist() == [int(m) for m in members]
+    assert _ids(members).dtype == np.int64
+    assert _ids([]).shape == (0,)
+    for bad in ([b"1", b"x"], [b"1 2"], [b"1.5"]):
+        with pytest.raises(ValueError, match="not a decimal id"):
+            _ids(bad)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from phoenix.corpus_store.segment import is_in_sorted, unique_sorted
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.batches import pad_batch
@@ -181,10 +182,15 @@ def with_in_network(
     not ``excluded``, then the ``retrieved`` posts (best first) that are not in-network, each
     post once, at most ``limit`` (the ranker's candidate limit) with the retrieved cut first."""
     posts, authors = in_network
+    if len(posts) == 0:  # no follows, or a request that carried its history
+        return RowHits(
+            *(column[:limit] for column in retrieved[:2]),
+            retrieved.scores[:limit].astype(np.float32),
+        )
     _, first = np.unique(posts, return_index=True)
     keep = np.zeros(len(posts), bool)
     keep[first] = True
-    keep &= ~np.isin(posts, excluded)
+    keep &= ~is_in_sorted(unique_sorted(excluded), posts)  # excluded: up to max_filter_ids
     posts, authors = posts[keep][:limit], authors[keep][:limit]
     also = np.isin(retrieved.post_ids, posts)
     score_of = dict(zip(retrieved.post_ids[also].tolist(), retrieved.scores[also].tolist()))
