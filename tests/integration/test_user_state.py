@@ -201,6 +201,15 @@ def test_served_posts_expire_and_are_capped(client):
     assert 0 < client.ttl(keys.user_key(1, keys.SERVED)) <= 3600
 
 
+def test_one_write_of_more_members_than_one_zadd_takes_keeps_them_all(client):
+    # ADD_CAPPED adds 500 members per ZADD (Lua's unpack limit): 1,201 go in three
+    store = store_of(client, served_cap=2000)
+    store.mark_served(1, range(1, 1202), NOW)
+    assert sorted(store.served([1], NOW)[0].tolist()) == list(range(1, 1202))
+    store.mark_served(1, range(1, 1202), NOW - 10)  # older again: ZADD GT keeps each score
+    assert client.zscore(keys.user_key(1, keys.SERVED), "1201") == pytest.approx(NOW, abs=1e-3)
+
+
 def test_request_log_is_capped_and_expires(client):
     store = store_of(client, request_log_cap=3, request_log_ttl_s=600)
     for i in range(5):
