@@ -5,15 +5,17 @@ so all of them hash to one slot: one node answers every read of a user, and a pi
 user's commands goes to one node. An author's recent posts are keyed by the author id the
 same way. User and author ids are raw int64 ids, written in decimal.
 
-| key                     | type       | member                              | score             |
-| ----------------------- | ---------- | ----------------------------------- | ----------------- |
-| ``u:{<user>}:seq``      | sorted set | one packed engagement (history.py)  | event time (s)    |
-| ``u:{<user>}:pos``      | sorted set | the same, positive engagement only  | event time (s)    |
-| ``u:{<user>}:follows``  | sorted set | followed author id                  | follow time (s)   |
-| ``u:{<user>}:served``   | sorted set | served post id                      | served time (s)   |
-| ``u:{<user>}:requests`` | sorted set | request id                          | request time (s)  |
-| ``a:{<author>}:posts``  | sorted set | post id                             | creation time (s) |
-| ``requests:log``        | stream     | one served request (request_log.py) | entry id: time    |
+| key                         | type       | member / value                      | score          |
+| --------------------------- | ---------- | ----------------------------------- | -------------- |
+| ``u:{<user>}:seq``          | sorted set | one packed engagement (history.py)  | event time (s) |
+| ``u:{<user>}:pos``          | sorted set | the same, positive engagement only  | event time (s) |
+| ``u:{<user>}:follows``      | sorted set | followed author id                  | follow time    |
+| ``u:{<user>}:served_posts`` | string     | (served time ms, post id) records   |                |
+| ``u:{<user>}:requests``     | sorted set | request id                          | request time   |
+| ``a:{<author>}:posts``      | sorted set | post id                             | creation time  |
+| ``requests:log``            | stream     | one served request (request_log.py) | entry id: time |
+
+The served posts' records are described in served.py.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 SEQUENCE = "seq"  # every engagement: the ranking history
 POSITIVE = "pos"  # positive engagement only: the retrieval history
 FOLLOWS = "follows"
-SERVED = "served"
+# A string (served.py); until 2026-11-26 a sorted set under "served", which is no longer read
+# and expires by itself within served_ttl_s.
+SERVED = "served_posts"
 REQUESTS = "requests"
 USER_KEY_KINDS = (SEQUENCE, POSITIVE, FOLLOWS, SERVED, REQUESTS)
 AUTHOR_POSTS = "posts"

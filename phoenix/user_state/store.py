@@ -4,8 +4,9 @@ authors' recent posts, in Redis or Redis Cluster (key layout: ``phoenix.user_sta
 Writes (``apply``, ``mark_served``, ``log_request``, ``record_served``) send a whole batch in
 one pipeline: one atomic script call per key touched (``phoenix.user_state.capped``), which
 adds, trims to ``UserStateLimits`` and sets the key's TTL; every such write is idempotent (the
-same events again, in any order, leave the same state); the request log stream that
-``record_served`` appends to is not (an entry written twice is two entries). Reads take a batch
+same events again, in any order, leave the same state). Two appends are not (what is written
+twice is there twice): the served posts (``phoenix.user_state.served``, read as a set) and
+the request log stream that ``record_served`` appends to. Reads take a batch
 of users and cost one round trip per pipeline (``in_network`` two: follows, then posts;
 ``state``, everything a recommend by user id reads, two: histories, served posts and follows,
 then the followed authors' posts); a cluster client's pipeline sends each node its commands
@@ -36,6 +37,7 @@ from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.request_log import RequestRecord, queue_records
+from phoenix.user_state.served import pack, queue_append, served_since
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,6 @@ class UserStateStore:
             keys.SEQUENCE: history,
             keys.POSITIVE: history,
             keys.FOLLOWS: CappedSet(lim.follows_cap),
-            keys.SERVED: CappedSet(lim.served_cap, lim.served_ttl_s, lim.served_ttl_s),
             keys.REQUESTS: CappedSet(
                 lim.request_log_cap, lim.request_log_ttl_s, lim.request_log_ttl_s
             ),
@@ -188,12 +189,15 @@ class UserStateStore:
 
     def mark_served(self, user_id: int, post_ids: Iterable[int], now: float) -> None:
         """Record posts served to a user at ``now`` (kept served_ttl_s, newest served_cap)."""
-        batch = _WriteBatch(self.kept)
+        records = pack(post_ids, now)
+        if records:
+            pipe = self._pipeline()
+            self._queue_served_write(pipe, user_id, records)
+            self._execute(pipe, f"marking posts served to user {user_id}")
+
+    def _queue_served_write(self, pipe, user_id: int, records: bytes) -> None:
         key = keys.user_key(user_id, keys.SERVED)
-        for post in post_ids:
-            batch.add(key, keys.SERVED, _seconds(now), int(post))
-        if batch.ops:
-            self._execute(batch.queue(self._pipeline()), f"marking posts served to user {user_id}")
+        queue_append(pipe, key, records, self.limits.served_cap, self.limits.served_ttl_s)
 
     def log_request(self, user_id: int, request_id: str, now: float) -> None:
         """Record a request of a user (kept request_log_ttl_s, newest request_log_cap)."""
@@ -210,16 +214,16 @@ class UserStateStore:
         """In one pipeline: for each (user id, post ids, request id), the posts marked served
         and the request id logged for the user at ``now``, and the entries of ``log`` appended
         to the request log stream (``request_log``, trimmed in the same round trip)."""
-        batch = _WriteBatch(self.kept)
+        batch, pipe = _WriteBatch(self.kept), self._pipeline()
         for user_id, post_ids, request_id in served:
-            key = keys.user_key(user_id, keys.SERVED)
-            for post in post_ids:
-                batch.add(key, keys.SERVED, _seconds(now), int(post))
+            records = pack(post_ids, now)
+            if records:
+                self._queue_served_write(pipe, user_id, records)
             batch.add(keys.user_key(user_id, keys.REQUESTS), keys.REQUESTS, _seconds(now),
                       request_id)  # fmt: skip
-        pipe = batch.queue(self._pipeline())
+        batch.queue(pipe)
         queue_records(pipe, log, now, self.limits)
-        if batch.ops or log:
+        if served or log:
             self._execute(pipe, f"recording {len(served)} served requests")
 
     # -- reads ---------------------------------------------------------------------------
@@ -248,11 +252,13 @@ class UserStateStore:
             for i in range(0, len(replies), 2)
         ]
 
-    def _queue_served(self, pipe, user_ids, now: float) -> None:
-        newest, oldest = _seconds(now), _seconds(now) - self.limits.served_ttl_s
+    @staticmethod
+    def _queue_served(pipe, user_ids) -> None:
         for user in user_ids:
-            key = keys.user_key(user, keys.SERVED)
-            self._newest(pipe, key, newest, oldest, self.limits.served_cap)
+            pipe.get(keys.user_key(user, keys.SERVED))
+
+    def _served_of(self, replies: list, now: float) -> list[np.ndarray]:
+        return [served_since(reply, now, self.limits.served_ttl_s) for reply in replies]
 
     @staticmethod
     def _queue_follows(pipe, user_ids) -> None:
@@ -296,9 +302,9 @@ class UserStateStore:
     def served(self, user_ids: Sequence[int], now: float) -> list[np.ndarray]:
         """Each user's post ids [N] int64 served within served_ttl_s of ``now``, newest first."""
         pipe = self._pipeline()
-        self._queue_served(pipe, user_ids, now)
+        self._queue_served(pipe, user_ids)
         replies = self._execute(pipe, f"reading the served posts of {len(user_ids)} users")
-        return [_ids(reply) for reply in replies]
+        return self._served_of(replies, now)
 
     def recent_requests(self, user_ids: Sequence[int], now: float) -> list[list[str]]:
         """Each user's request ids within request_log_ttl_s of ``now``, newest first."""
@@ -351,12 +357,12 @@ class UserStateStore:
         lim = self.limits
         pipe = self._pipeline()
         self._queue_histories(pipe, user_ids, now, seq_len)
-        self._queue_served(pipe, user_ids, now)
+        self._queue_served(pipe, user_ids)
         self._queue_follows(pipe, user_ids)
         replies = self._execute(pipe, f"reading the state of {len(user_ids)} users")
         users = len(user_ids)
         histories = self._histories_of(replies[: 2 * users])
-        served = [_ids(reply) for reply in replies[2 * users : 3 * users]]
+        served = self._served_of(replies[2 * users : 3 * users], now)
         follows = [_ids(reply) for reply in replies[3 * users :]]
         in_network = self._posts_of_followed(
             follows, now, lim.in_network_per_author, lim.in_network_total

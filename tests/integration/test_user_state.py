@@ -20,6 +20,7 @@ from phoenix.user_state import keys
 from phoenix.user_state.client import UserStateUnavailable, connect
 from phoenix.user_state.events import Engagement, Follow, Post, Unfollow
 from phoenix.user_state.limits import DAY_S, UserStateLimits
+from phoenix.user_state.served import RECORD
 from phoenix.user_state.server import RedisClusterNodes, RedisServer, RedisServerError
 from phoenix.user_state.store import UserStateStore
 from phoenix.user_state.stream import STREAM, StreamConsumer, StreamConsumerError, publish
@@ -88,10 +89,11 @@ def world(seed: int = 0, users: int = 40, authors: int = 12, events: int = 600) 
 
 
 def state(client) -> dict:
-    """Every user-state key -> its members and scores (the stream and TTLs left out)."""
+    """Every user-state key -> its members and scores, or its value (the stream and TTLs left
+    out)."""
     found = {k.decode() for k in client.scan_iter(match="*")}
     return {
-        k: client.zrange(k, 0, -1, withscores=True)
+        k: client.get(k) if k.endswith(keys.SERVED) else client.zrange(k, 0, -1, withscores=True)
         for k in sorted(found)
         if k.startswith(("u:", "a:"))
     }
@@ -197,17 +199,27 @@ def test_served_posts_expire_and_are_capped(client):
     assert store.served([1], NOW)[0].tolist() == [5, 4]  # 1..3 are over an hour old
     store.mark_served(1, [6, 7, 8, 9], NOW)
     assert sorted(store.served([1], NOW)[0].tolist()) == [5, 6, 7, 8, 9]
-    assert client.zcard(keys.user_key(1, keys.SERVED)) == 5
+    assert client.strlen(keys.user_key(1, keys.SERVED)) == 5 * RECORD.itemsize
     assert 0 < client.ttl(keys.user_key(1, keys.SERVED)) <= 3600
 
 
 def test_one_write_of_more_members_than_one_zadd_takes_keeps_them_all(client):
-    # ADD_CAPPED adds 500 members per ZADD (Lua's unpack limit): 1,201 go in three
-    store = store_of(client, served_cap=2000)
-    store.mark_served(1, range(1, 1202), NOW)
-    assert sorted(store.served([1], NOW)[0].tolist()) == list(range(1, 1202))
-    store.mark_served(1, range(1, 1202), NOW - 10)  # older again: ZADD GT keeps each score
-    assert client.zscore(keys.user_key(1, keys.SERVED), "1201") == pytest.approx(NOW, abs=1e-3)
+    # ADD_CAPPED adds 500 members per ZADD (Lua's unpack limit): 1,201 follows go in three
+    store = store_of(client)
+    store.apply([Follow(1, author, NOW + author) for author in range(1, 1202)])
+    assert store.follows([1])[0].tolist() == list(range(1201, 0, -1))  # newest first
+    store.apply([Follow(1, author, NOW) for author in range(1, 1202)])  # older: ZADD GT
+    assert client.zscore(keys.user_key(1, keys.FOLLOWS), "1201") == pytest.approx(NOW + 1201)
+
+
+def test_served_posts_are_read_as_written_newest_first_and_a_repeated_write_adds_nothing(client):
+    store = store_of(client, served_cap=10_000)
+    store.mark_served(1, range(1, 4097), NOW - 60)
+    store.mark_served(1, [9, 8], NOW)
+    store.mark_served(1, [9, 8], NOW)  # a retried write
+    assert store.served([1], NOW)[0].tolist() == [8, 9, *range(4096, 0, -1)]  # last written first
+    assert client.strlen(keys.user_key(1, keys.SERVED)) == 4098 * RECORD.itemsize
+    assert store.served([1], NOW - 61)[0].tolist() == []  # none served after the time asked
 
 
 def test_request_log_is_capped_and_expires(client):
