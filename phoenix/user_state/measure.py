@@ -25,6 +25,7 @@ from phoenix.user_state import keys
 from phoenix.user_state.client import connect
 from phoenix.user_state.events import Engagement, Follow, Post
 from phoenix.user_state.limits import UserStateLimits
+from phoenix.user_state.served import RECORD
 from phoenix.user_state.server import RedisServer
 from phoenix.user_state.store import UserStateStore
 
@@ -56,9 +57,16 @@ def _fill(store: UserStateStore, users: int, rng: np.random.Generator) -> None:
             store.log_request(user, f"{user:x}-{r:04x}-{rng.integers(2**48):012x}", NOW - r)
 
 
+def _members(client, key: str) -> int:
+    """Members of a sorted set; records of the served posts' string."""
+    if key.endswith(keys.SERVED):
+        return client.strlen(key) // RECORD.itemsize
+    return client.zcard(key)
+
+
 def _usage(client, keys_: list[str]) -> dict:
     sizes = [client.memory_usage(k, samples=0) for k in keys_]
-    members = [client.zcard(k) for k in keys_]
+    members = [_members(client, k) for k in keys_]
     return {
         "keys": len(keys_),
         "members_per_key": float(np.mean(members)),
