@@ -21,7 +21,7 @@ import numpy as np
 from phoenix.corpus_store.ann import scores_of_rows, search_index
 from phoenix.corpus_store.manifest import Manifest, StoreError
 from phoenix.corpus_store.npy import load_npy
-from phoenix.corpus_store.segment import Segment, find_ids
+from phoenix.corpus_store.segment import Segment, find_ids, is_in_sorted, unique_sorted
 
 TOMBSTONES_DIR = "tombstones"
 NO_SCORE = -np.inf
@@ -260,7 +260,7 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
     scores = np.where(rows >= 0, scores, NO_SCORE)
     for b, excluded in enumerate(user_rows):
         if len(excluded):
-            scores[b, np.isin(rows[b], excluded)] = NO_SCORE
+            scores[b, is_in_sorted(unique_sorted(excluded), rows[b])] = NO_SCORE
     return scores, rows
 
 
