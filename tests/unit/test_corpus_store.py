@@ -20,6 +20,7 @@ from phoenix.corpus_store import (
     StoreFollower,
     choose_index,
 )
+from phoenix.corpus_store import snapshot as snapshot_module
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
 from phoenix.corpus_store.snapshot import first_of_each
 from phoenix.corpus_store.store import RETIRE_GRACE_S
@@ -401,3 +402,34 @@ def test_unique_sorted_and_is_in_sorted_agree_with_numpy():
         held = is_in_sorted(unique_sorted(values), asked)
         assert held.shape == asked.shape
         np.testing.assert_array_equal(held, np.isin(asked, values))
+
+
+def test_a_search_split_over_threads_equals_the_same_search_whole(tmp_path, rng, monkeypatch):
+    """40 users, each with its own exclusions, over an indexed, a fresh and a copied segment
+    with tombstones: split in parts on the search threads, the answer of the whole call."""
+    centers = rng.normal(size=(16, D))
+    sealed, fresh = make_posts(rng, 5_000, 1, 0, centers), make_posts(rng, 300, 10_001, 9_000)
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(
+        sealed, state=SEALED, index=IndexSpec(IVF_PQ4FS, nlist=32, nprobe=8, rerank=10, pq_m=D)
+    )
+    store.add(fresh)
+    store.add(sealed.take(np.arange(40)))
+    store.delete(sealed.post_ids[100:140])
+    users = unit(centers[rng.integers(0, 16, 40)] + 0.5 * rng.normal(size=(40, D)))
+    excluded = [sealed.post_ids[rng.integers(0, 5_000, int(n))] for n in rng.integers(0, 50, 40)]
+    snapshot = store.open()
+    monkeypatch.setattr(snapshot_module, "CORES", 3)  # parts of 8 or more: 3 parts here
+    parts = []
+    real_search = snapshot._search
+    monkeypatch.setattr(
+        snapshot, "_search", lambda u, *a: parts.append(len(u)) or real_search(u, *a)
+    )
+    split = snapshot.search(users, 30, excluded)
+    assert parts == [14, 13, 13]
+    monkeypatch.setattr(snapshot_module, "CORES", 1)
+    whole = snapshot.search(users, 30, excluded)
+    for field in dataclasses.fields(split):
+        for a, b in zip(getattr(split, field.name), getattr(whole, field.name), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert len(split.post_ids) == 40
