@@ -29,16 +29,36 @@ from phoenix.corpus_store.segment import Segment, find_ids, is_in_sorted, unique
 TOMBSTONES_DIR = "tombstones"
 NO_SCORE = -np.inf
 
-# A search of many users runs in parts, one per core, each on its own thread with Faiss on one
-# thread: Faiss' scan already ran on every core, but the work around it (choosing the lists,
-# re-scoring, merging: a third of the time) ran on the calling thread alone. 16 users a call,
-# 2 cores: 10 M posts 844-859 -> 1,014-1,048 queries/s (docs/retrieval.md). Served retrievers
-# (at most 8 users a batch, contracts.RETRIEVER) never split: on a machine whose cores the other
-# models keep busy there is no idle core to gain.
+# A search of many users runs in parts of at least USERS_PER_THREAD users, at most one per core,
+# each on its own thread with Faiss on one thread: Faiss' scan already ran on every core, but
+# the work around it (choosing the lists, re-scoring, merging: a third of the time) ran on the
+# calling thread alone. 16 users a call, 2 cores: 10 M posts 937-950 -> 1,074-1,083 queries/s
+# (docs/retrieval.md). Served retrievers (at most 8 users a batch, contracts.RETRIEVER) never
+# split: on a machine whose cores the other models keep busy there is no idle core to gain.
 USERS_PER_THREAD = 8
-CORES = len(os.sched_getaffinity(0))
+SEARCH_THREADS_ENV = "PHOENIX_SEARCH_THREADS"  # overrides the cores counted (e.g. a CPU quota)
+
+
+def _cores() -> int:
+    if os.environ.get(SEARCH_THREADS_ENV):
+        return max(1, int(os.environ[SEARCH_THREADS_ENV]))
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+CORES = _cores()
 _threads: Optional[ThreadPoolExecutor] = None
 _threads_lock = threading.Lock()
+
+
+def _forget_threads() -> None:
+    """In a forked child: the parent's threads do not exist there; make new ones on use."""
+    global _threads, _threads_lock
+    _threads, _threads_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
 
 
 def search_threads() -> ThreadPoolExecutor:
@@ -166,14 +186,31 @@ class Snapshot:
         parts = min(CORES, batch // USERS_PER_THREAD)
         if parts < 2:
             return self._search(users, k, excluded, now)
+        # An index is asked for k plus the most rows a user of the call excludes: the whole
+        # call's, in every part, so that the parts answer as the whole call would.
+        extras = self._extras(excluded)
         threads = search_threads()
         found = [
-            threads.submit(self._search, users[part], k, [excluded[b] for b in part], now)
+            threads.submit(self._search, users[part], k, [excluded[b] for b in part], now, extras)
             for part in np.array_split(np.arange(batch), parts)
         ]
         return joined([part.result() for part in found])
 
-    def _search(self, users: np.ndarray, k: int, excluded: list, now: float) -> Hits:
+    def _extras(self, excluded: list) -> list[int]:
+        """Per segment: the most of its rows any user excludes."""
+        return [
+            max((len(segment.rows_of(np.asarray(ids, np.int64))) for ids in excluded), default=0)
+            for segment in self.segments
+        ]
+
+    def _search(
+        self,
+        users: np.ndarray,
+        k: int,
+        excluded: list,
+        now: float,
+        extras: Optional[list[int]] = None,  # per segment, as _extras (None: these users')
+    ) -> Hits:
         batch = users.shape[0]
         cutoff = self.cutoff(now)
         found = []  # per segment searched: (segment, rows [B, k'], scores [B, k'])
@@ -187,7 +224,10 @@ class Snapshot:
             if segment.index is None:
                 scores, rows = exact_top_k(segment, users, k, first, deleted, user_rows)
             else:
-                scores, rows = ann_top_k(segment, users, k, first, deleted, user_rows)
+                extra = (
+                    max((len(r) for r in user_rows), default=0) if extras is None else extras[index]
+                )
+                scores, rows = ann_top_k(segment, users, k, first, deleted, user_rows, extra)
             found.append((index, rows, scores))
         return self._merge(found, batch, k)
 
@@ -283,14 +323,13 @@ def top_k_columns(scores: np.ndarray, k: int, bin_size: int = 128) -> np.ndarray
     return np.take_along_axis(columns, keep, axis=1)
 
 
-def ann_top_k(segment: Segment, users, k, first, deleted, user_rows):
-    """The segment's IVF index, asked for k plus the most rows any user excludes there (times
-    the spec's ``rerank``, those re-scored exactly in float32), with deleted and expired rows
-    filtered inside the scan (a Faiss ID selector)."""
+def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int):
+    """The segment's IVF index, asked for k plus ``extra`` (the most rows any user of the call
+    excludes there), times the spec's ``rerank``, those re-scored exactly in float32, with
+    deleted and expired rows filtered inside the scan (a Faiss ID selector)."""
     import faiss
 
     spec = segment.entry.index
-    extra = max((len(rows) for rows in user_rows), default=0)
     want = min(len(segment), k + extra)
     alive = []  # every selector stays referenced while Faiss reads it
     if first > 0:  # rows before ``first`` are older than the window

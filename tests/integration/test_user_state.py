@@ -199,8 +199,28 @@ def test_served_posts_expire_and_are_capped(client):
     assert store.served([1], NOW)[0].tolist() == [5, 4]  # 1..3 are over an hour old
     store.mark_served(1, [6, 7, 8, 9], NOW)
     assert sorted(store.served([1], NOW)[0].tolist()) == [5, 6, 7, 8, 9]
-    assert client.strlen(keys.user_key(1, keys.SERVED)) == 5 * RECORD.itemsize
+    assert client.strlen(keys.user_key(1, keys.SERVED)) == 9 * RECORD.itemsize  # < 2 x cap
     assert 0 < client.ttl(keys.user_key(1, keys.SERVED)) <= 3600
+    store.mark_served(1, [10, 11], NOW)  # 11 records: past twice the cap, cut to the newest 5
+    assert client.strlen(keys.user_key(1, keys.SERVED)) == 5 * RECORD.itemsize
+    assert store.served([1], NOW)[0].tolist() == [11, 10, 9, 8, 7]
+
+
+def test_served_sorted_sets_of_before_are_migrated_with_their_ttl(client):
+    from phoenix.user_state.served import migrate_sorted_sets
+
+    store = store_of(client)
+    old = "u:{1}:served"  # the sorted set of before 2026-11-26: decimal ids, seconds
+    client.zadd(old, {b"41": NOW - 100, b"42": NOW - 50})
+    client.expire(old, 3600)
+    client.zadd("u:{2}:served", {b"7": NOW - 10})
+    store.mark_served(2, [8], NOW)  # a user served since the upgrade keeps that too
+    assert migrate_sorted_sets(client, DAY_S) == 2
+    assert store.served([1, 2], NOW)[0].tolist() == [42, 41]
+    assert store.served([1, 2], NOW)[1].tolist() == [8, 7]
+    assert 3500 < client.ttl(keys.user_key(1, keys.SERVED)) <= 3600
+    assert not client.exists(old) and not client.exists("u:{2}:served")
+    assert migrate_sorted_sets(client, DAY_S) == 0  # again: nothing left to move
 
 
 def test_one_write_of_more_members_than_one_zadd_takes_keeps_them_all(client):
@@ -488,3 +508,14 @@ def test_a_redis_stopped_under_a_store_fails_its_next_call():
     store.apply([Follow(1, 2, NOW)])
     server.stop()
     assert_fails_fast(lambda: store.follows([1]), server.url if server.port else "", within_s=2)
+
+
+def test_the_migration_command_moves_the_old_served_posts(capsys):
+    from phoenix.user_state.served import main
+
+    with RedisServer().start() as server:
+        client = connect(server.url)
+        client.zadd("u:{5}:served", {b"77": NOW})
+        assert main(["migrate", server.url]) == 0
+        assert "of 1 users moved" in capsys.readouterr().out
+        assert UserStateStore(client).served([5], NOW)[0].tolist() == [77]

@@ -159,8 +159,9 @@ def test_served_records_read_back_newest_first_within_the_ttl_whatever_the_write
     from phoenix.user_state.served import RECORD, pack, served_since
 
     data = pack([1, 2], 1000.0) + pack([3], 900.0) + pack([4], 1100.0) + pack([5], 1300.0)
-    assert served_since(data, 1200.0, 350.0).tolist() == [4, 2, 1, 3]  # 5 is after 1200
-    assert served_since(data, 1200.0, 150.0).tolist() == [4]  # from 1050 on
-    assert served_since(None, 1200.0, 150.0).shape == (0,)
+    assert served_since(data, 1200.0, 350.0, 10).tolist() == [4, 2, 1, 3]  # 5 is after 1200
+    assert served_since(data, 1200.0, 150.0, 10).tolist() == [4]  # from 1050 on
+    assert served_since(data, 1200.0, 350.0, 2).tolist() == [4, 2]  # the newest cap
+    assert served_since(None, 1200.0, 150.0, 10).shape == (0,)
     with pytest.raises(ValueError, match=f"not {RECORD.itemsize}-byte records"):
-        served_since(data[:-1], 1200.0, 150.0)
+        served_since(data[:-1], 1200.0, 150.0, 10)

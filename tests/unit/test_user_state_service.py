@@ -65,7 +65,7 @@ def test_by_id_reads_both_histories_capped_newest_last_and_served(tiny_artifacts
     assert out["history_actions"].shape == (1, seq_len, svc.config.num_actions)
     positive = [e.post_id for i, e in enumerate(events) if i % 3 != 2][-seq_len:]
     assert out["retrieval_history_post_ids"].tolist() == [positive]
-    assert out["served_post_ids"].tolist() == [[9, 6, 5]]  # newest first (ties: larger id)
+    assert out["served_post_ids"].tolist() == [[9, 6, 5]]  # newest first (ties: written last)
 
 
 def test_a_hot_users_served_posts_and_history_fit_the_retrievers_exclusion_list(
