@@ -41,7 +41,10 @@ SEARCH_THREADS_ENV = "PHOENIX_SEARCH_THREADS"  # overrides the cores counted (e.
 
 def _cores() -> int:
     if os.environ.get(SEARCH_THREADS_ENV):
-        return max(1, int(os.environ[SEARCH_THREADS_ENV]))
+        value = os.environ[SEARCH_THREADS_ENV]
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"${SEARCH_THREADS_ENV} must be a whole number >= 1, got {value!r}")
+        return int(value)
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1

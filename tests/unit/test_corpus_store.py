@@ -433,3 +433,14 @@ def test_a_search_split_over_threads_equals_the_same_search_whole(tmp_path, rng,
         for a, b in zip(getattr(split, field.name), getattr(whole, field.name), strict=True):
             np.testing.assert_array_equal(a, b)
     assert len(split.post_ids) == 40
+
+
+def test_search_threads_follow_the_environment_and_refuse_nonsense(monkeypatch):
+    monkeypatch.setenv(snapshot_module.SEARCH_THREADS_ENV, "3")
+    assert snapshot_module._cores() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(snapshot_module.SEARCH_THREADS_ENV, bad)
+        with pytest.raises(ValueError, match="PHOENIX_SEARCH_THREADS must be a whole number"):
+            snapshot_module._cores()
+    monkeypatch.delenv(snapshot_module.SEARCH_THREADS_ENV)
+    assert snapshot_module._cores() >= 1
