@@ -19,6 +19,7 @@ from phoenix.serving import admin_key, serve
 from phoenix.serving.supervisor.admin import TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import (
+    READINESS_TRITON_TIMEOUT_S,
     RESTART_PARAMETER,
     Supervisor,
     composing_models,
@@ -87,11 +88,16 @@ class FakeAdmin:
         self.on_load = None
         self.processes = processes
         self.next_pid = 500
+        self.index_busy = False
+        self.index_timeouts: list[float | None] = []
 
     def is_ready(self) -> bool:
         return self.ready
 
-    def model_index(self) -> dict[str, tuple[str, str]]:
+    def model_index(self, timeout: float | None = None) -> dict[str, tuple[str, str]]:
+        self.index_timeouts.append(timeout)
+        if self.index_busy:  # as Triton's index while a model loads: no answer in time
+            raise TritonAPIError("/v2/repository/index: timed out")
         return dict(self.index)
 
     def model_config(self, model: str) -> dict:
@@ -299,6 +305,33 @@ def test_a_killed_stub_is_reloaded_with_its_current_config(admin, processes):
     assert [e["event"] for e in supervisor.events] == ["dead", "reloaded"]
     assert supervisor.models["retriever"].state == "healthy"
     assert 101 not in supervisor.known_pids  # the new stub is watched instead
+    assert supervisor.readiness() == (True, [])
+
+
+def test_ready_answers_in_bounded_time_while_triton_is_busy_loading_naming_the_model(
+    admin, processes
+):
+    """Found in CI: Triton answers its repository index only once a load ends, and a /ready
+    probe during a reload timed out in the client's 2 s. /ready asks with a short timeout and
+    then answers from the supervisor's own state."""
+    supervisor = make_supervisor(admin, processes)
+    seen_during_load = []
+
+    def busy_load(model):
+        admin.index_busy = True
+        seen_during_load.append(supervisor.readiness())
+        admin.index_busy = False
+
+    admin.on_load = busy_load
+    processes.kill(101)
+    supervisor.poll_once()
+    [(ready, reasons)] = seen_during_load
+    assert ready is False
+    assert reasons == [
+        "triton does not answer: /v2/repository/index: timed out",
+        "model retriever is reloading",
+    ]
+    assert READINESS_TRITON_TIMEOUT_S in admin.index_timeouts  # /ready asked with its bound
     assert supervisor.readiness() == (True, [])
 
 

@@ -49,9 +49,9 @@ class TritonAdmin:
     def is_ready(self) -> bool:
         return http_get_status(self.url + "/v2/health/ready") == 200
 
-    def model_index(self) -> dict[str, tuple[str, str]]:
+    def model_index(self, timeout: float | None = None) -> dict[str, tuple[str, str]]:
         """{model: (state, reason)} of the repository index; state 'READY' when serving."""
-        index = self._call("/v2/repository/index", {})
+        index = self._call("/v2/repository/index", {}, timeout)
         return {e["name"]: (e.get("state", ""), e.get("reason", "")) for e in index or []}
 
     def model_config(self, model: str) -> dict:

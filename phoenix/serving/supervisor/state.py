@@ -19,6 +19,10 @@ logger = logging.getLogger("phoenix.supervisor")
 
 POLL_S = 0.25
 LOAD_TIMEOUT_S = 600.0
+# /ready asks Triton's repository index, which answers only once a model being loaded is
+# loaded: a probe during a reload (seconds) timed out in a test client's 2 s. It waits at most
+# this long, then answers 503 with what the supervisor knows itself (the model it reloads).
+READINESS_TRITON_TIMEOUT_S = 1.0
 MAX_BACKOFF_S = 60.0
 DEFAULT_MAX_FAILED_RELOADS = 6  # 1 + 2 + 4 + 8 + 16 + 32 s of back-off, then give up
 HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
@@ -255,9 +259,15 @@ class Supervisor:
         if self._thread is not None and not self.is_running():
             reasons.append("supervisor loop stopped")
         try:
-            index = self.admin.model_index()
+            index = self.admin.model_index(READINESS_TRITON_TIMEOUT_S)
         except TritonAPIError as error:
-            return False, [*reasons, f"triton does not answer: {error}"]
+            with self._lock:  # what the supervisor knows itself (e.g. the model it reloads)
+                own = [
+                    f"model {m} {REASONS[e.state]}"
+                    for m, e in sorted(self.models.items())
+                    if e.state != HEALTHY
+                ]
+            return False, [*reasons, f"triton does not answer: {error}", *own]
         with self._lock:
             models = {m: (e.state, e.detail, e.composing) for m, e in sorted(self.models.items())}
             unwatched = {m for m, (state, _) in index.items() if state == "READY"} - self.watched
