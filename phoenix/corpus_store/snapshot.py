@@ -24,7 +24,7 @@ import numpy as np
 from phoenix.corpus_store.ann import scores_of_rows, search_index
 from phoenix.corpus_store.manifest import Manifest, StoreError
 from phoenix.corpus_store.npy import load_npy
-from phoenix.corpus_store.segment import Segment, find_ids, is_in_sorted, unique_sorted
+from phoenix.corpus_store.segment import Segment, find_ids, is_in_sorted
 
 TOMBSTONES_DIR = "tombstones"
 NO_SCORE = -np.inf
@@ -186,53 +186,51 @@ class Snapshot:
         users = np.ascontiguousarray(users, np.float32)
         batch = users.shape[0]
         excluded = [np.zeros(0, np.int64)] * batch if excluded is None else list(excluded)
+        live = self._live_segments(now)
+        # per live segment, per user: the rows excluded there
+        rows = [[self.segments[i].rows_of(np.asarray(ids, np.int64)) for ids in excluded]
+                for i, _, _ in live]  # fmt: skip
+        # An index is asked for k plus the most rows a user of the call excludes there: the
+        # whole call's in every part, so that the parts answer as the whole call would.
+        extras = [max((len(r) for r in per_user), default=0) for per_user in rows]
         parts = min(CORES, batch // USERS_PER_THREAD)
         if parts < 2:
-            return self._search(users, k, excluded, now)
-        # An index is asked for k plus the most rows a user of the call excludes: the whole
-        # call's, in every part, so that the parts answer as the whole call would.
-        extras = self._extras(excluded)
+            return self._search(users, k, live, rows, extras)
         threads = search_threads()
         found = [
-            threads.submit(self._search, users[part], k, [excluded[b] for b in part], now, extras)
+            threads.submit(
+                self._search, users[part], k, live, [[r[b] for b in part] for r in rows], extras
+            )
             for part in np.array_split(np.arange(batch), parts)
         ]
         return joined([part.result() for part in found])
 
-    def _extras(self, excluded: list) -> list[int]:
-        """Per segment: the most of its rows any user excludes."""
-        return [
-            max((len(segment.rows_of(np.asarray(ids, np.int64))) for ids in excluded), default=0)
-            for segment in self.segments
-        ]
-
-    def _search(
-        self,
-        users: np.ndarray,
-        k: int,
-        excluded: list,
-        now: float,
-        extras: Optional[list[int]] = None,  # per segment, as _extras (None: these users')
-    ) -> Hits:
-        batch = users.shape[0]
+    def _live_segments(self, now: float) -> list[tuple[int, int, np.ndarray]]:
+        """(index, first live row, deleted rows) of each segment holding a live row at
+        ``now``."""
         cutoff = self.cutoff(now)
-        found = []  # per segment searched: (segment, rows [B, k'], scores [B, k'])
+        live = []
         for index, segment in enumerate(self.segments):
             if cutoff is not None and segment.entry.max_created_at < cutoff:
                 continue  # wholly expired: compaction drops it
             first, deleted = self.live_rows(index, cutoff)
-            if first >= len(segment):
-                continue
-            user_rows = [segment.rows_of(np.asarray(ids, np.int64)) for ids in excluded]
+            if first < len(segment):
+                live.append((index, first, deleted))
+        return live
+
+    def _search(self, users: np.ndarray, k: int, live: list, excluded_rows: list, extras: list):
+        """The ``k`` best for ``users`` in the ``live`` segments (``_live_segments``), each
+        user's ``excluded_rows`` (per live segment, per user) left out, an index asked for k
+        plus that segment's ``extras``."""
+        found = []  # per segment searched: (segment, rows [B, k'], scores [B, k'])
+        for (index, first, deleted), user_rows, extra in zip(live, excluded_rows, extras):
+            segment = self.segments[index]
             if segment.index is None:
                 scores, rows = exact_top_k(segment, users, k, first, deleted, user_rows)
             else:
-                extra = (
-                    max((len(r) for r in user_rows), default=0) if extras is None else extras[index]
-                )
                 scores, rows = ann_top_k(segment, users, k, first, deleted, user_rows, extra)
             found.append((index, rows, scores))
-        return self._merge(found, batch, k)
+        return self._merge(found, users.shape[0], k)
 
     def _merge(self, found: list[tuple], batch: int, k: int) -> Hits:
         """Every user's ``k`` best across the segments' parts, as array operations over the
@@ -350,7 +348,7 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int)
     scores = np.where(rows >= 0, scores, NO_SCORE)
     for b, excluded in enumerate(user_rows):
         if len(excluded):
-            scores[b, is_in_sorted(unique_sorted(excluded), rows[b])] = NO_SCORE
+            scores[b, is_in_sorted(np.sort(excluded), rows[b])] = NO_SCORE
     return scores, rows
 
 

@@ -3,15 +3,16 @@
 Every recommend by user id reads the whole of it (the retriever excludes those posts), and a
 user of the Zipf-drawn load holds the full ``served_cap`` (4,096) within the TTL. Kept as a
 sorted set of decimal ids, that read returned 4,096 members for Redis to write, hiredis to
-turn into objects and numpy to parse: 0.36 ms per user of the user_state step's wall time,
-against about 0.05 ms for one string read into numpy (measured on this machine's 2 cores,
-docs/user-state.md). Nothing ever asks for part of it by score, which is what a sorted set
-would be for.
+turn into objects and us to parse: ``UserStateStore.state`` of 2 such users took 1.23 ms
+(with the ids parsed by numpy), against 0.47 ms as one string read into numpy (measured on
+this machine's 2 cores, docs/user-state.md). Nothing ever asks for part of it by score, which
+is what a sorted set would be for.
 
 Layout: records of ``RECORD`` (served time in ms, post id; little-endian int64 each), in the
-order written. A write appends one batch of records, keeps the newest ``cap`` records and
-renews the key's TTL, atomically (one script on the key's node: ``APPEND_CAPPED``); a read
-keeps the records served within the TTL, newest first. The TTL on read is exact per post;
+order written. A write appends one batch of records, cuts the value back to the newest ``cap``
+records once it holds more than twice that, and renews the key's TTL, atomically (one script
+on the key's node: ``APPEND_CAPPED``); a read keeps the newest ``cap`` records served within
+the TTL, newest first. The TTL on read is exact per post;
 the key's expiry only frees the memory of a user no longer served. A write that repeats the
 last one (a retried pipeline: the same posts at the same time) appends nothing, so writing
 twice changes nothing; a post served twice otherwise (two requests of one user at once) is two
@@ -22,9 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from phoenix.user_state import keys
 from phoenix.user_state.history import time_ms
 
 RECORD = np.dtype([("served_at_ms", "<i8"), ("post_id", "<i8")])
+OLD_SERVED = "served"  # the sorted sets' key kind until 2026-11-26 (migrate_sorted_sets)
 
 # KEYS[1]: the user's served key; ARGV: cap (records), ttl (s), the packed records to append.
 # Past twice the cap the value is cut back to the newest cap records: cutting at the cap itself
@@ -47,11 +50,12 @@ return size / 16
 """
 
 
-def pack(post_ids, now: float) -> bytes:
-    """Records of ``post_ids`` served at ``now`` (Unix seconds)."""
-    ids = np.asarray(list(post_ids) if not isinstance(post_ids, np.ndarray) else post_ids)
+def pack(post_ids, served_at) -> bytes:
+    """Records of ``post_ids`` (any iterable) served at ``served_at`` (Unix seconds: one time,
+    or one per post), in that order."""
+    ids = np.fromiter(post_ids, np.int64)
     records = np.empty(len(ids), RECORD)
-    records["served_at_ms"] = time_ms(now)
+    records["served_at_ms"] = np.round(np.asarray(served_at, np.float64) * 1000)  # as time_ms
     records["post_id"] = ids
     return records.tobytes()
 
@@ -90,19 +94,17 @@ def migrate_sorted_sets(client, ttl_s: float) -> int:
     """Rewrite every served-posts sorted set of before 2026-11-26 (``u:{<user>}:served``:
     decimal post ids scored by served time in seconds) as this module's string, keeping its
     remaining TTL, and delete it; returns the users migrated. Without it, the posts served
-    before an upgrade are not excluded for up to ``ttl_s`` after it. Safe to run again: a
-    user whose new key exists keeps it, and gets the old records appended only once."""
+    before an upgrade are not excluded for up to ``ttl_s`` after it. Safe to run again: a user
+    whose new key exists keeps its records, after the old ones, and the old key is gone."""
     moved = 0
-    for key in client.scan_iter(match="u:{*}:served", _type="zset"):
+    for key in client.scan_iter(match=f"u:{{*}}:{OLD_SERVED}", _type="zset"):
         pairs = client.zrange(key, 0, -1, withscores=True)  # oldest first
-        new_key = key.decode()[: -len("served")] + "served_posts"
+        new_key = key.decode()[: -len(OLD_SERVED)] + keys.SERVED
         if pairs:
-            records = np.empty(len(pairs), RECORD)
-            records["served_at_ms"] = [round(score * 1000) for _, score in pairs]
-            records["post_id"] = [int(member) for member, _ in pairs]
+            posts, times = zip(*pairs)
             left_ms = client.pttl(key)
             existing = client.get(new_key) or b""
-            client.set(new_key, records.tobytes() + existing)
+            client.set(new_key, pack(map(int, posts), times) + existing)
             client.pexpire(new_key, left_ms if left_ms > 0 else int(ttl_s * 1000))
         client.delete(key)
         moved += 1
@@ -120,8 +122,8 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m phoenix.user_state.served",
-        description="Move the served posts of the old sorted-set keys (u:{user}:served) into "
-        "the served_posts strings, keeping their TTLs.",
+        description=f"Move the served posts of the old sorted-set keys (u:{{user}}:{OLD_SERVED})"
+        f" into the {keys.SERVED} strings, keeping their TTLs.",
     )
     parser.add_argument("action", choices=["migrate"])
     parser.add_argument("url", help="the user-state store's URL, as phoenix-serve --redis takes")

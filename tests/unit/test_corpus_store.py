@@ -232,15 +232,22 @@ def test_a_user_with_no_hits_beside_one_with_hits(tmp_path, rng):
         np.testing.assert_array_equal(hits.created_at[b], posts.created_at[hits.post_ids[b] - 1])
 
 
-def test_an_indexed_segment_and_a_fresh_one_merge_in_score_order(tmp_path, rng):
+def three_segment_store(tmp_path, rng, nprobe: int):
+    """(store, its 16 topic centres, the sealed posts, the fresh posts): 5,000 posts in an
+    indexed segment (32 lists, ``nprobe`` probed), 300 in a fresh one, and copies of 40 sealed
+    posts in a third."""
     centers = rng.normal(size=(16, D))
     sealed, fresh = make_posts(rng, 5_000, 1, 0, centers), make_posts(rng, 300, 10_001, 9_000)
     store = CorpusStore.create(tmp_path / "s", D)
-    store.add(
-        sealed, state=SEALED, index=IndexSpec(IVF_PQ4FS, nlist=32, nprobe=32, rerank=10, pq_m=D)
-    )
+    spec = IndexSpec(IVF_PQ4FS, nlist=32, nprobe=nprobe, rerank=10, pq_m=D)
+    store.add(sealed, state=SEALED, index=spec)
     store.add(fresh)
-    store.add(sealed.take(np.arange(40)))  # copies of 40 sealed posts in a third segment
+    store.add(sealed.take(np.arange(40)))
+    return store, centers, sealed, fresh
+
+
+def test_an_indexed_segment_and_a_fresh_one_merge_in_score_order(tmp_path, rng):
+    store, centers, sealed, fresh = three_segment_store(tmp_path, rng, nprobe=32)
     users = unit(centers[:4] + 0.3 * rng.normal(size=(4, D)))
     hits = store.open().search(users, 60)
     expected = reference_top_k(Posts.concat([sealed, fresh]), users, 60)  # every list probed
@@ -407,14 +414,7 @@ def test_unique_sorted_and_is_in_sorted_agree_with_numpy():
 def test_a_search_split_over_threads_equals_the_same_search_whole(tmp_path, rng, monkeypatch):
     """40 users, each with its own exclusions, over an indexed, a fresh and a copied segment
     with tombstones: split in parts on the search threads, the answer of the whole call."""
-    centers = rng.normal(size=(16, D))
-    sealed, fresh = make_posts(rng, 5_000, 1, 0, centers), make_posts(rng, 300, 10_001, 9_000)
-    store = CorpusStore.create(tmp_path / "s", D)
-    store.add(
-        sealed, state=SEALED, index=IndexSpec(IVF_PQ4FS, nlist=32, nprobe=8, rerank=10, pq_m=D)
-    )
-    store.add(fresh)
-    store.add(sealed.take(np.arange(40)))
+    store, centers, sealed, _ = three_segment_store(tmp_path, rng, nprobe=8)
     store.delete(sealed.post_ids[100:140])
     users = unit(centers[rng.integers(0, 16, 40)] + 0.5 * rng.normal(size=(40, D)))
     excluded = [sealed.post_ids[rng.integers(0, 5_000, int(n))] for n in rng.integers(0, 50, 40)]

@@ -63,6 +63,12 @@ def composing_models(config: Mapping) -> set[str]:
     return {step["model_name"] for step in steps if step.get("model_name")}
 
 
+def unhealthy(model: str, state: str, detail: str) -> str:
+    """/ready's reason for a model the supervisor does not hold healthy."""
+    text = f"model {model} {REASONS[state]}"
+    return f"{text}: {detail}" if detail else text
+
+
 def with_restart_marker(config: Mapping, marker: str) -> dict:
     """A copy of `config` with the restart marker set to `marker`: only a changed config makes a
     load start a new copy of the model (and new stubs)."""
@@ -261,23 +267,24 @@ class Supervisor:
         try:
             index = self.admin.model_index(READINESS_TRITON_TIMEOUT_S)
         except TritonAPIError as error:
-            with self._lock:  # what the supervisor knows itself (e.g. the model it reloads)
-                own = [
-                    f"model {m} {REASONS[e.state]}"
-                    for m, e in sorted(self.models.items())
-                    if e.state != HEALTHY
-                ]
-            return False, [*reasons, f"triton does not answer: {error}", *own]
+            index = None
+            reasons.append(f"triton does not answer: {error}")
         with self._lock:
             models = {m: (e.state, e.detail, e.composing) for m, e in sorted(self.models.items())}
-            unwatched = {m for m, (state, _) in index.items() if state == "READY"} - self.watched
+            ready = {m for m, (state, _) in (index or {}).items() if state == "READY"}
+            unwatched = ready - self.watched
+        if index is None:  # what the supervisor knows itself (e.g. the model it reloads)
+            return False, reasons + [
+                unhealthy(model, state, detail)
+                for model, (state, detail, _) in models.items()
+                if state != HEALTHY
+            ]
         reasons += [f"model {m} is not watched by the supervisor yet" for m in sorted(unwatched)]
         down = set()
         for model, (state, detail, _) in models.items():
             triton_state, reason = index.get(model, ("", "missing from the repository index"))
             if state != HEALTHY:
-                text = f"model {model} {REASONS[state]}"
-                reasons.append(f"{text}: {detail}" if detail else text)
+                reasons.append(unhealthy(model, state, detail))
             elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
                 reasons.append(f"model {model} {REASONS[UNLOADED]}")
             elif triton_state != "READY":
