@@ -89,6 +89,19 @@ def unique_sorted(ids: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
+def distinct_positions(positions: np.ndarray, size: int) -> np.ndarray:
+    """The distinct values of ``positions`` [N] (each in [0, size)), ascending. Where the
+    range is small beside N (a hot user's 4,096 served posts in the trained demo's 4,733-post
+    corpus), by marking each position: 0.008 ms there, against 0.09 ms sorting (on this
+    machine); a mark costs a byte of the range, a sort ~20 ns an item, hence the bound."""
+    positions = np.asarray(positions).ravel()
+    if size > 16 * len(positions):
+        return unique_sorted(positions)
+    marked = np.zeros(size, bool)
+    marked[positions] = True
+    return np.flatnonzero(marked)
+
+
 def is_in_sorted(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """[...] bool: which of ``ids`` (any shape) ``sorted_ids`` (ascending, repeats allowed)
     holds, a binary search per id: 20 ids against 4,096 unsorted ones took 0.08 ms sorting

@@ -28,7 +28,7 @@ import numpy as np
 from phoenix.checkpoint import load_corpus, load_post_dates, resolve_inside
 from phoenix.config import ArtifactConfig
 from phoenix.corpus_store import StoreFollower, is_store
-from phoenix.corpus_store.segment import find_ids, unique_sorted
+from phoenix.corpus_store.segment import distinct_positions, find_ids
 from phoenix.corpus_store.towers import tower_of
 
 
@@ -114,7 +114,7 @@ class CorpusFile:
         seen = []  # per user: the corpus positions of the excluded posts it holds
         for ids in excluded:
             positions, found = self.index.find(ids)
-            seen.append(unique_sorted(positions[found]))
+            seen.append(distinct_positions(positions[found], len(self)))
         indices, scores = self.engine.top_k(users, k, exclude_indices=seen)  # [B, k]
         hits = []
         for row, positions in enumerate(seen):

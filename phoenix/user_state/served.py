@@ -11,8 +11,10 @@ is what a sorted set would be for.
 Layout: records of ``RECORD`` (served time in ms, post id; little-endian int64 each), in the
 order written. A write appends one batch of records, cuts the value back to the newest ``cap``
 records once it holds more than twice that, and renews the key's TTL, atomically (one script
-on the key's node: ``APPEND_CAPPED``); a read keeps the newest ``cap`` records served within
-the TTL, newest first. The TTL on read is exact per post;
+on the key's node: ``APPEND_CAPPED``); a read asks for the last ``cap`` records written only
+(GETRANGE: a hot user's value averages 1.5 caps, 96 KB, between cut-backs, and the cut-back
+keeps the last written too) and keeps those served within the TTL, newest first. The TTL on
+read is exact per post;
 the key's expiry only frees the memory of a user no longer served. A write that repeats the
 last one (a retried pipeline: the same posts at the same time) appends nothing, so writing
 twice changes nothing; a post served twice otherwise (two requests of one user at once) is two
@@ -66,6 +68,12 @@ def queue_append(pipe, key: str, records: bytes, cap: int, ttl_s: float) -> None
     pipe.execute_command("EVAL", APPEND_CAPPED, 1, key, int(cap), max(1, int(ttl_s)), records)
 
 
+def queue_read(pipe, key: str, cap: int) -> None:
+    """Queue on ``pipe`` the read of the last ``cap`` records written to ``key`` (all of them
+    when it holds fewer; b"" when there is no key)."""
+    pipe.getrange(key, -cap * RECORD.itemsize, -1)
+
+
 def served_since(data: bytes | None, now: float, ttl_s: float, cap: int) -> np.ndarray:
     """Post ids [N <= cap] int64 of the newest ``cap`` records in ``data`` served within
     ``ttl_s`` before ``now`` (none after it), newest first (equal times: the later written
@@ -77,13 +85,19 @@ def served_since(data: bytes | None, now: float, ttl_s: float, cap: int) -> np.n
             f"a served-posts value of {len(data)} bytes is not {RECORD.itemsize}-byte records: "
             "not written by this store"
         )
-    records = np.frombuffer(data, RECORD)[::-1]  # the later written first
+    records = np.frombuffer(data, RECORD)  # [N] in the order written
     newest, oldest = time_ms(now), time_ms(now - ttl_s)
     at = records["served_at_ms"]
-    records = records[(at >= oldest) & (at <= newest)]
-    at = records["served_at_ms"]
-    if len(at) > 1 and (at[1:] > at[:-1]).any():  # written out of time order (writers' clocks)
-        records = records[np.argsort(-at, kind="stable")]  # [N] newest first
+    if len(at) < 2 or (at[1:] >= at[:-1]).all():  # written in time order: the usual case
+        # Those within the TTL are one run, found by binary search: 0.01 ms for a hot user's
+        # 4,096 records, where masking every record took 0.045 ms (on this machine).
+        first, end = np.searchsorted(at, oldest, "left"), np.searchsorted(at, newest, "right")
+        records = records[first:end][::-1]  # [N] the later written first
+    else:  # written out of time order (writers' clocks)
+        records = records[::-1]
+        at = records["served_at_ms"]
+        records = records[(at >= oldest) & (at <= newest)]
+        records = records[np.argsort(-records["served_at_ms"], kind="stable")]  # newest first
     # The newest cap records, a post served twice being two of them: removing the repeats
     # (an argsort of up to twice the cap ids) cost a hot user 0.17 ms a read, and repeats come
     # only from two requests of one user served at once.

@@ -37,7 +37,7 @@ from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.request_log import RequestRecord, queue_records
-from phoenix.user_state.served import pack, queue_append, served_since
+from phoenix.user_state.served import pack, queue_append, queue_read, served_since
 
 
 @dataclass(frozen=True)
@@ -253,10 +253,9 @@ class UserStateStore:
             for i in range(0, len(replies), 2)
         ]
 
-    @staticmethod
-    def _queue_served(pipe, user_ids) -> None:
+    def _queue_served(self, pipe, user_ids) -> None:
         for user in user_ids:
-            pipe.get(keys.user_key(user, keys.SERVED))
+            queue_read(pipe, keys.user_key(user, keys.SERVED), self.limits.served_cap)
 
     def _served_of(self, replies: list, now: float) -> list[np.ndarray]:
         lim = self.limits

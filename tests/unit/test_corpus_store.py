@@ -411,6 +411,17 @@ def test_unique_sorted_and_is_in_sorted_agree_with_numpy():
         np.testing.assert_array_equal(held, np.isin(asked, values))
 
 
+def test_distinct_positions_agree_with_numpy_by_marks_and_by_sorting():
+    from phoenix.corpus_store.segment import distinct_positions
+
+    rng = np.random.default_rng(4)
+    for size, count in ((1, 0), (1, 3), (50, 4096), (4733, 4096), (10**6, 4096), (10**6, 10)):
+        positions = rng.integers(0, size, count)  # repeats: a post both engaged and served
+        np.testing.assert_array_equal(
+            distinct_positions(positions, size), np.unique(positions).astype(np.int64)
+        )
+
+
 def test_a_search_split_over_threads_equals_the_same_search_whole(tmp_path, rng, monkeypatch):
     """40 users, each with its own exclusions, over an indexed, a fresh and a copied segment
     with tombstones: split in parts on the search threads, the answer of the whole call."""

@@ -165,3 +165,28 @@ def test_served_records_read_back_newest_first_within_the_ttl_whatever_the_write
     assert served_since(None, 1200.0, 150.0, 10).shape == (0,)
     with pytest.raises(ValueError, match=f"not {RECORD.itemsize}-byte records"):
         served_since(data[:-1], 1200.0, 150.0, 10)
+
+
+def test_served_records_in_time_order_read_as_any_order_would():
+    # Records written in time order take a binary-search path; the oracle sorts every record.
+    from phoenix.user_state.served import pack, served_since
+
+    def oracle(times, posts, now, ttl, cap):
+        kept = [(t, i, p) for i, (t, p) in enumerate(zip(times, posts)) if now - ttl <= t <= now]
+        return [p for _, _, p in sorted(kept, reverse=True)][:cap]  # equal times: later first
+
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(0, 40))
+        times = np.sort(rng.integers(990, 1010, n)).astype(float)  # repeats: equal times
+        if trial % 2:
+            times = rng.permutation(times)  # the general path
+        posts = rng.integers(1, 10**12, n)
+        data = b"".join(pack([p], t) for p, t in zip(posts, times))
+        now, ttl, cap = (
+            float(rng.integers(995, 1012)),
+            float(rng.integers(0, 12)),
+            int(rng.integers(1, 45)),
+        )
+        expected = oracle(times.tolist(), posts.tolist(), now, ttl, cap)
+        assert served_since(data, now, ttl, cap).tolist() == expected, (trial, now, ttl, cap)
