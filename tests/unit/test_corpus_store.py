@@ -396,8 +396,8 @@ def test_two_pass_top_k_finds_the_k_largest(n, rng):
     np.testing.assert_array_equal(np.sort(found, axis=1), np.sort(scores, axis=1)[:, -k:])
 
 
-def test_unique_sorted_and_is_in_sorted_agree_with_numpy():
-    from phoenix.corpus_store.segment import is_in_sorted, unique_sorted
+def test_unique_sorted_and_the_is_in_searches_agree_with_numpy():
+    from phoenix.corpus_store.segment import is_in_sorted, is_in_unsorted, unique_sorted
 
     rng = np.random.default_rng(3)
     for size in (0, 1, 2, 4096):
@@ -409,6 +409,9 @@ def test_unique_sorted_and_is_in_sorted_agree_with_numpy():
         held = is_in_sorted(unique_sorted(values), asked)
         assert held.shape == asked.shape
         np.testing.assert_array_equal(held, np.isin(asked, values))
+        few = asked.ravel()[::3]  # the few against the many, in any order
+        np.testing.assert_array_equal(is_in_unsorted(few, values), np.isin(few, values))
+        np.testing.assert_array_equal(is_in_unsorted(values[:0], few), np.zeros(0, bool))
 
 
 def test_distinct_positions_agree_with_numpy_by_marks_and_by_sorting():

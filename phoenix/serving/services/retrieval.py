@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from phoenix.corpus_store.segment import is_in_sorted
+from phoenix.corpus_store.segment import is_in_unsorted
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.batches import pad_batch
@@ -190,7 +190,7 @@ def with_in_network(
     _, first = np.unique(posts, return_index=True)
     keep = np.zeros(len(posts), bool)
     keep[first] = True
-    keep &= ~is_in_sorted(np.sort(excluded), posts)  # excluded: up to max_filter_ids
+    keep &= ~is_in_unsorted(posts, excluded)  # posts: up to 64; excluded: up to 4,096
     posts, authors = posts[keep][:limit], authors[keep][:limit]
     also = np.isin(retrieved.post_ids, posts)
     score_of = dict(zip(retrieved.post_ids[also].tolist(), retrieved.scores[also].tolist()))
