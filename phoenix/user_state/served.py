@@ -1,12 +1,12 @@
 """The posts served to a user: one packed, append-only Redis string per user.
 
-Every recommend by user id reads the whole of it (the retriever excludes those posts), and a
-user of the Zipf-drawn load holds the full ``served_cap`` (4,096) within the TTL. Kept as a
-sorted set of decimal ids, that read returned 4,096 members for Redis to write, hiredis to
-turn into objects and us to parse: ``UserStateStore.state`` of 2 such users took 1.23 ms
-(with the ids parsed by numpy), against 0.47 ms as one string read into numpy (measured on
-this machine's 2 cores, docs/user-state.md). Nothing ever asks for part of it by score, which
-is what a sorted set would be for.
+Every recommend by user id reads its last ``served_cap`` records (the retriever excludes those
+posts), and a user of the Zipf-drawn load holds the full ``served_cap`` (4,096) within the TTL.
+Kept as a sorted set of decimal ids, that read returned 4,096 members for Redis to write,
+hiredis to turn into objects and us to parse: ``UserStateStore.state`` of 2 such users took
+1.23 ms (with the ids parsed by numpy), against 0.47 ms as one string read into numpy (measured
+on this machine's 2 cores, docs/user-state.md). Nothing ever asks for part of it by score,
+which is what a sorted set would be for.
 
 Layout: records of ``RECORD`` (served time in ms, post id; little-endian int64 each), in the
 order written. A write appends one batch of records, cuts the value back to the newest ``cap``
@@ -77,7 +77,10 @@ def queue_read(pipe, key: str, cap: int) -> None:
 def served_since(data: bytes | None, now: float, ttl_s: float, cap: int) -> np.ndarray:
     """Post ids [N <= cap] int64 of the newest ``cap`` records in ``data`` served within
     ``ttl_s`` before ``now`` (none after it), newest first (equal times: the later written
-    first); the value holds up to twice the cap records."""
+    first). The store passes the last ``cap`` records written (``queue_read``), the records the
+    cut-back keeps too: a record written after one timed later (writers' clocks apart) can
+    push an older-written one out of that read, and records timed after ``now`` (a reader's
+    clock behind a writer's) take places in it: both by milliseconds of skew."""
     if not data:
         return np.zeros(0, np.int64)
     if len(data) % RECORD.itemsize:

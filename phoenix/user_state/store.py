@@ -301,7 +301,8 @@ class UserStateStore:
         return [_ids(reply) for reply in replies]
 
     def served(self, user_ids: Sequence[int], now: float) -> list[np.ndarray]:
-        """Each user's post ids [N] int64 served within served_ttl_s of ``now``, newest first."""
+        """Each user's post ids [N] int64 served within served_ttl_s of ``now``, newest first:
+        of the last served_cap records written (``served.queue_read``)."""
         pipe = self._pipeline()
         self._queue_served(pipe, user_ids)
         replies = self._execute(pipe, f"reading the served posts of {len(user_ids)} users")

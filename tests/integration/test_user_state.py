@@ -206,6 +206,19 @@ def test_served_posts_expire_and_are_capped(client):
     assert store.served([1], NOW)[0].tolist() == [11, 10, 9, 8, 7]
 
 
+def test_served_posts_read_are_the_last_cap_records_written(client):
+    # A read asks for the last served_cap records written (GETRANGE), the ones a cut-back
+    # keeps: a post written before them is not read even when timed later (writers' clocks).
+    store = store_of(client, served_ttl_s=3600, served_cap=5)
+    store.mark_served(1, [20], NOW - 1)
+    store.mark_served(1, [1, 2, 3, 4, 5], NOW - 10)
+    assert client.strlen(keys.user_key(1, keys.SERVED)) == 6 * RECORD.itemsize  # all kept
+    assert store.served([1], NOW)[0].tolist() == [5, 4, 3, 2, 1]
+    store.mark_served(1, [6], NOW - 5)
+    assert store.served([1], NOW)[0].tolist() == [6, 5, 4, 3, 2]
+    assert store.served([2], NOW)[0].size == 0  # no key
+
+
 def test_served_sorted_sets_of_before_are_migrated_with_their_ttl(client):
     from phoenix.user_state.served import migrate_sorted_sets
 

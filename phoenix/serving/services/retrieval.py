@@ -190,7 +190,7 @@ def with_in_network(
     _, first = np.unique(posts, return_index=True)
     keep = np.zeros(len(posts), bool)
     keep[first] = True
-    keep &= ~is_in_unsorted(posts, excluded)  # posts: up to 64; excluded: up to 4,096
+    keep &= ~is_in_unsorted(posts, excluded)  # posts: up to 64; excluded: history + served
     posts, authors = posts[keep][:limit], authors[keep][:limit]
     also = np.isin(retrieved.post_ids, posts)
     score_of = dict(zip(retrieved.post_ids[also].tolist(), retrieved.scores[also].tolist()))
