@@ -4,8 +4,9 @@ turn, best of the passes) so that load from other work on the machine hits each 
 
 Every design probes the same lists per user (phoenix.corpus_store.ann's adaptive probing over
 one shared coarse quantizer) and re-scores its candidates exactly from the float vectors; they
-differ in how a list is scanned (8-bit codes, 4-bit fast-scan PQ) and in how many candidates
-are re-scored.
+differ in how a list is scanned (8-bit codes, 4-bit fast-scan PQ), in how many candidates
+are re-scored, and in how many lists hold a post (``+spill``: two, ``ann.spill_lists``; such a
+design may scale the lists probed, a third field: ``pq64x4fs+spill:1000:0.5`` probes half).
 
 Run: ``python -m bench.compare_ann --posts 1000000`` (the posts and users are cached under
 --work, keyed by the count). Writes a JSON of the table to --out.
@@ -13,6 +14,7 @@ Run: ``python -m bench.compare_ann --posts 1000000`` (the posts and users are ca
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -52,10 +54,14 @@ def cached_inputs(work: Path, posts: int, queries: int):
 
 
 def build(kind: str, embeddings: np.ndarray, quantizer, nlist: int):
-    """An IVF index of ``kind`` ("sq8" or "pqMx4fs") over the trained ``quantizer``'s lists."""
+    """An IVF index of ``kind`` ("sq8", "pqMx4fs" or "pqMx4fs+spill") over the trained
+    ``quantizer``'s lists."""
     import faiss
 
     dim = embeddings.shape[1]
+    if kind.endswith("+spill"):
+        centroids = quantizer.reconstruct_n(0, nlist)
+        return ann.build_spilled_index(embeddings, centroids, int(kind[2:].split("x")[0]))
     if kind == "sq8":
         index = faiss.IndexIVFScalarQuantizer(
             quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
@@ -77,10 +83,32 @@ def searcher(index, spec, centroids, embeddings, candidates: int):
     def search(users):
         _, rows = ann.search_index(index, spec, users, candidates, None, centroids)
         scores = ann.scores_of_rows(embeddings, users, rows)  # [B, c], as the store re-scores
+        scores[~ann.first_of_each_row(rows)] = -np.inf  # a spilled post found twice: once
         best = np.argpartition(-scores, TOP_K - 1, axis=1)[:, :TOP_K]
         return np.take_along_axis(rows, best, 1)
 
     return search
+
+
+def parse_design(text: str) -> tuple[str, int, float]:
+    """ "index:candidates[:probe scale]" -> (index, candidates, scale of the lists probed)."""
+    kind, candidates, *scale = text.split(":")
+    return kind, int(candidates), float(scale[0]) if scale else 1.0
+
+
+def design_name(kind: str, candidates: int, probes: float) -> str:
+    return f"{kind}:{candidates}" + ("" if probes == 1.0 else f":{probes:g}")
+
+
+def probed(spec, scale: float):
+    """``spec`` probing ``scale`` times the lists (its least and most counts)."""
+    if scale == 1.0:
+        return spec
+    return dataclasses.replace(
+        spec,
+        nprobe=max(1, round(spec.nprobe * scale)),
+        max_nprobe=max(1, round(spec.max_nprobe * scale)),
+    )
 
 
 def run_all(search, users: np.ndarray) -> list:
@@ -116,8 +144,8 @@ def main(argv=None) -> int:
     coarse = build("sq8", embeddings, faiss.IndexFlatIP(embeddings.shape[1]), spec.nlist)
     centroids = ann.centroids_of(coarse)
     indexes, built_s = {"sq8": coarse}, {}
-    designs = [(d.split(":")[0], int(d.split(":")[1])) for d in args.designs.split(",")]
-    for kind, _ in designs:
+    designs = [parse_design(d) for d in args.designs.split(",")]
+    for kind, _, _ in designs:
         if kind not in indexes:
             quantizer = faiss.IndexFlatIP(embeddings.shape[1])
             quantizer.add(centroids)
@@ -126,26 +154,29 @@ def main(argv=None) -> int:
             built_s[kind] = round(time.perf_counter() - started, 1)
     everyone = np.concatenate([users[k] for k in KINDS])
     table = {}
-    for kind, candidates in designs:
-        search = searcher(indexes[kind], spec, centroids, embeddings, candidates)
+    for kind, candidates, probes in designs:
+        search = searcher(indexes[kind], probed(spec, probes), centroids, embeddings, candidates)
         by_kind = {}
         for user_kind in KINDS:
             got = recall_summary(
                 recall_per_user(run_all(search, users[user_kind]), exact[user_kind])
             )
             by_kind[user_kind] = [round(got["mean"], 4), round(got["worst_decile"], 4)]
-        table[f"{kind}:{candidates}"] = {"recall": by_kind, "queries_per_s": {}}
-        print(f"{kind}:{candidates} recall (mean, worst decile) {by_kind}", flush=True)
+        table[design_name(kind, candidates, probes)] = {"recall": by_kind, "queries_per_s": {}}
+        name = design_name(kind, candidates, probes)
+        print(f"{name} recall (mean, worst decile) {by_kind}", flush=True)
     for threads in [int(t) for t in args.threads.split(",")]:
         faiss.omp_set_num_threads(threads)
         best = {name: np.inf for name in table}
         for _ in range(args.passes):
-            for kind, candidates in designs:
-                search = searcher(indexes[kind], spec, centroids, embeddings, candidates)
+            for kind, candidates, probes in designs:
+                search = searcher(
+                    indexes[kind], probed(spec, probes), centroids, embeddings, candidates
+                )
                 started = time.perf_counter()
                 run_all(search, everyone)
                 seconds = time.perf_counter() - started
-                name = f"{kind}:{candidates}"
+                name = design_name(kind, candidates, probes)
                 best[name] = min(best[name], seconds)
         for name in table:
             table[name]["queries_per_s"][threads] = round(len(everyone) / best[name], 1)

@@ -169,6 +169,87 @@ def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.nd
     return lists.astype(np.int64, copy=False), scores.astype(np.float32, copy=False)
 
 
+# Spilled assignment (ScaNN's SOAR): every post also goes to a second list, the one among its
+# SPILL_CANDIDATES nearest centroids whose residual is shortest once its part along the first
+# residual is counted SPILL_WEIGHT more. A user between clusters, whom the first residual points
+# away from, then still finds the post in the second list. Probed, not yet served: at the same
+# whole-corpus recall, 1.5-1.8x the queries/s of one list a post at 1 M and 10 M, for twice the
+# codes (docs/retrieval.md, "Each post in two lists"; `python -m bench.compare_ann`).
+SPILL_CANDIDATES = 16
+SPILL_WEIGHT = 1.0
+
+
+def spill_lists(
+    embeddings: np.ndarray,
+    centroids: np.ndarray,
+    candidates: int = SPILL_CANDIDATES,
+    weight: float = SPILL_WEIGHT,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(first [n], second [n]) list of each post of ``embeddings`` [n, D] over ``centroids``
+    [nlist >= 2, D]: its best-scoring centroid's, and the spilled one (above)."""
+    import faiss
+
+    nlist, dim = centroids.shape
+    if nlist < 2:
+        raise ValueError(f"a post can spill into a second list only with >= 2 lists, got {nlist}")
+    candidates = min(candidates, nlist)
+    quantizer = faiss.IndexFlatIP(dim)
+    quantizer.add(np.ascontiguousarray(centroids, np.float32))
+    first = np.empty(len(embeddings), np.int64)
+    second = np.empty(len(embeddings), np.int64)
+    for start in range(0, len(embeddings), 1 << 18):  # slices: [c, D] temporaries only
+        posts = np.ascontiguousarray(embeddings[start : start + (1 << 18)], np.float32)  # [c, D]
+        _, near = quantizer.search(posts, candidates)  # [c, J] best first
+        residual = posts - centroids[near[:, 0]]  # [c, D]
+        along = residual / np.maximum(np.linalg.norm(residual, axis=1, keepdims=True), 1e-12)
+        loss = np.empty((len(posts), candidates - 1), np.float32)  # [c, J - 1]
+        for j in range(1, candidates):
+            other = posts - centroids[near[:, j]]  # [c, D]
+            loss[:, j - 1] = (other * other).sum(1) + weight * ((other * along).sum(1)) ** 2
+        first[start : start + len(posts)] = near[:, 0]
+        picked = 1 + loss.argmin(axis=1)  # [c]
+        second[start : start + len(posts)] = near[np.arange(len(posts)), picked]
+    return first, second
+
+
+def build_spilled_index(embeddings: np.ndarray, centroids: np.ndarray, pq_m: int, seed: int = 0):
+    """A 4-bit fast-scan PQ IVF index over the lists of ``centroids`` [nlist, D] in which row i
+    of ``embeddings`` [n, D] is id i in its two ``spill_lists`` (ntotal 2n): built as a plain
+    IVF-PQ filled by preassigned adds, then converted (``add_core`` on a fast-scan index corrupts
+    memory in Faiss 1.15.1)."""
+    import faiss
+
+    rows, dim = embeddings.shape
+    quantizer = faiss.IndexFlatIP(dim)
+    quantizer.add(np.ascontiguousarray(centroids, np.float32))
+    plain = faiss.IndexIVFPQ(quantizer, dim, len(centroids), pq_m, 4, faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(seed)
+    sample = np.sort(rng.choice(rows, min(rows, len(centroids) * TRAIN_POINTS_PER_LIST), False))
+    plain.train(np.ascontiguousarray(embeddings[sample], np.float32))  # the codes; lists given
+    for lists in spill_lists(embeddings, centroids):
+        for start in range(0, rows, 1 << 20):
+            posts = np.ascontiguousarray(embeddings[start : start + (1 << 20)], np.float32)
+            ids = np.arange(start, start + len(posts), dtype=np.int64)
+            assigned = np.ascontiguousarray(lists[start : start + len(posts)])
+            plain.add_core(
+                len(posts), faiss.swig_ptr(posts), faiss.swig_ptr(ids), faiss.swig_ptr(assigned)
+            )
+    # a deep copy owns its quantizer: nothing refers to this function's objects after it
+    return faiss.clone_index(faiss.IndexIVFPQFastScan(plain))
+
+
+def first_of_each_row(rows: np.ndarray) -> np.ndarray:
+    """[B, c] bool: False at every later copy of a row in a user's candidates [B, c] (a spilled
+    index returns a post once per probed list holding it), True elsewhere and at -1."""
+    order = np.argsort(rows, axis=1, kind="stable")  # copies side by side, first one first
+    ordered = np.take_along_axis(rows, order, 1)
+    copy = np.zeros(rows.shape, bool)
+    copy[:, 1:] = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    first = np.ones(rows.shape, bool)
+    np.put_along_axis(first, order, ~copy, 1)
+    return first
+
+
 def build_index(
     embeddings: np.ndarray,
     spec: IndexSpec,
