@@ -26,6 +26,7 @@ from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import ann
 from phoenix.corpus_store.recall import exact_top_k, recall_per_user, recall_summary
+from phoenix.corpus_store.snapshot import first_of_each
 from phoenix.training.user_kinds import KINDS, users_of_kinds
 
 USERS_PER_CALL = 16
@@ -83,7 +84,7 @@ def searcher(index, spec, centroids, embeddings, candidates: int):
     def search(users):
         _, rows = ann.search_index(index, spec, users, candidates, None, centroids)
         scores = ann.scores_of_rows(embeddings, users, rows)  # [B, c], as the store re-scores
-        scores[~ann.first_of_each_row(rows)] = -np.inf  # a spilled post found twice: once
+        scores[~first_of_each(rows + 1)] = -np.inf  # a spilled post found twice: once (-1: 0)
         best = np.argpartition(-scores, TOP_K - 1, axis=1)[:, :TOP_K]
         return np.take_along_axis(rows, best, 1)
 

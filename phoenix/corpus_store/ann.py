@@ -238,18 +238,6 @@ def build_spilled_index(embeddings: np.ndarray, centroids: np.ndarray, pq_m: int
     return faiss.clone_index(faiss.IndexIVFPQFastScan(plain))
 
 
-def first_of_each_row(rows: np.ndarray) -> np.ndarray:
-    """[B, c] bool: False at every later copy of a row in a user's candidates [B, c] (a spilled
-    index returns a post once per probed list holding it), True elsewhere and at -1."""
-    order = np.argsort(rows, axis=1, kind="stable")  # copies side by side, first one first
-    ordered = np.take_along_axis(rows, order, 1)
-    copy = np.zeros(rows.shape, bool)
-    copy[:, 1:] = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
-    first = np.ones(rows.shape, bool)
-    np.put_along_axis(first, order, ~copy, 1)
-    return first
-
-
 def build_index(
     embeddings: np.ndarray,
     spec: IndexSpec,

@@ -69,7 +69,8 @@ def test_spill_lists_pick_the_best_centroid_then_the_least_loss_among_the_neares
 def test_a_spilled_index_holds_each_post_in_two_lists_and_finds_more_at_the_same_probes():
     import faiss
 
-    from phoenix.corpus_store.ann import build_spilled_index, first_of_each_row, spill_lists
+    from phoenix.corpus_store.ann import build_spilled_index, spill_lists
+    from phoenix.corpus_store.snapshot import first_of_each
 
     rng = np.random.default_rng(6)
     posts, users = clustered(rng, 20_000, 24), clustered(rng, 64, 24)
@@ -100,18 +101,8 @@ def test_a_spilled_index_holds_each_post_in_two_lists_and_finds_more_at_the_same
         index.nprobe = 4
         _, rows = index.search(users, 500)
         scores = scores_of_rows(posts, users, rows)  # [B, 500], -inf at -1
-        scores[~first_of_each_row(rows)] = -np.inf  # a post found in both its lists: once
+        scores[~first_of_each(rows + 1)] = -np.inf  # a post found in both its lists: once
         best = np.take_along_axis(rows, np.argsort(-scores, axis=1)[:, :50], 1)
         return np.mean([len(np.intersect1d(b, e)) / 50 for b, e in zip(best, exact)])
 
     assert recall(spilled) > recall(single) + 0.05  # measured 0.856 against 0.780
-
-
-def test_first_of_each_row_marks_only_later_copies():
-    from phoenix.corpus_store.ann import first_of_each_row
-
-    rows = np.array([[5, 0, 5, -1, 0, 7, -1], [1, 2, 3, 3, 3, 2, 9]])
-    assert first_of_each_row(rows).tolist() == [
-        [True, True, False, True, False, True, True],
-        [True, True, True, False, False, False, True],
-    ]
