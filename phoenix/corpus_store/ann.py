@@ -12,6 +12,7 @@ IVF-SQ8 segments written before still load and are searched as their entries say
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Callable, Optional
@@ -45,6 +46,18 @@ RERANK_ROWS = 1_000_000  # the largest segment 10x was measured to keep recall a
 # (``scores_of_rows``).
 PARALLEL_SCORES = 8_000
 
+# Spilled assignment (ScaNN's SOAR): every post also goes to a second list, the one among its
+# SPILL_CANDIDATES nearest centroids whose residual is shortest once its part along the first
+# residual is counted SPILL_WEIGHT more. A user between clusters, whom the first residual points
+# away from, then still finds the post in the second list. Opt-in (``spilled_spec``): at the same
+# whole-corpus recall, 1.5-1.8x the queries/s of one list a post at 1 M and 10 M, for twice the
+# codes (docs/retrieval.md, "Each post in two lists"; `python -m bench.compare_ann`).
+SPILL_CANDIDATES = 16
+SPILL_WEIGHT = 1.0
+# Measured with compare_ann (docs/retrieval.md): 0.35 of the lists and 6x re-scored at 1 M
+# (12x at 10 M) kept every kind at today's recall or within 0.003 of it, at 1.5x the rate.
+SPILL_PROBE_SHARE = 0.35
+
 
 def choose_index(rows: int, emb_size: int) -> IndexSpec:
     """The index of a sealed segment of ``rows`` posts: exact below ANN_MIN_ROWS, else IVF with
@@ -66,6 +79,18 @@ def ivf_spec(nlist: int, emb_size: int, rerank: int = RERANK) -> IndexSpec:
     nprobe = min(PROBED_LISTS, max(1, nlist // 8))
     most = max(nprobe, min(MOST_PROBED, nlist // MOST_PROBED_SHARE))
     return IndexSpec(IVF_PQ4FS, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, rerank, emb_size)
+
+
+def spilled_spec(spec: IndexSpec, probe_share: float = SPILL_PROBE_SHARE, rerank: int = 0):
+    """``spec`` with every post in two lists, probing ``probe_share`` of its lists (its least
+    and most counts) and re-scoring ``rerank`` times the rows wanted (0: ``spec``'s)."""
+    return dataclasses.replace(
+        spec,
+        nprobe=max(1, round(spec.nprobe * probe_share)),
+        max_nprobe=max(1, round(spec.most_probed * probe_share)),
+        rerank=rerank or spec.rerank,
+        lists_per_post=2,
+    )
 
 
 def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:
@@ -169,16 +194,6 @@ def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.nd
     return lists.astype(np.int64, copy=False), scores.astype(np.float32, copy=False)
 
 
-# Spilled assignment (ScaNN's SOAR): every post also goes to a second list, the one among its
-# SPILL_CANDIDATES nearest centroids whose residual is shortest once its part along the first
-# residual is counted SPILL_WEIGHT more. A user between clusters, whom the first residual points
-# away from, then still finds the post in the second list. Probed, not yet served: at the same
-# whole-corpus recall, 1.5-1.8x the queries/s of one list a post at 1 M and 10 M, for twice the
-# codes (docs/retrieval.md, "Each post in two lists"; `python -m bench.compare_ann`).
-SPILL_CANDIDATES = 16
-SPILL_WEIGHT = 1.0
-
-
 def spill_lists(
     embeddings: np.ndarray,
     centroids: np.ndarray,
@@ -251,6 +266,16 @@ def build_index(
     rows, dim = embeddings.shape
     index = empty_index(spec, dim)
     sample = min(rows, spec.nlist * TRAIN_POINTS_PER_LIST)
+    if spec.spilled:  # the lists trained as for one list a post, then filled twice
+        rng = np.random.default_rng(seed)
+        picks = np.sort(rng.choice(rows, sample, replace=False))
+        index.cp.seed = seed
+        index.cp.min_points_per_centroid = 1
+        index.train(np.ascontiguousarray(embeddings[picks], np.float32))
+        spilled = build_spilled_index(embeddings, centroids_of(index), spec.pq_m, seed)
+        if progress is not None:
+            progress(rows)
+        return spilled
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(rows, sample, replace=False))
     index.cp.seed = seed
@@ -308,9 +333,10 @@ def read_index(path: Path, spec: IndexSpec, rows: int, emb_size: int):
             f"{path}: a {type(index).__name__}, expected a {expected.__name__} (the manifest "
             f"gives this segment index kind {spec.kind!r})"
         )
-    if index.ntotal != rows or index.d != emb_size:
+    entries = rows * max(1, spec.lists_per_post)  # a spilled post is in two lists
+    if index.ntotal != entries or index.d != emb_size:
         raise StoreError(
-            f"{path}: holds {index.ntotal} vectors of width {index.d}, expected {rows} of "
+            f"{path}: holds {index.ntotal} vectors of width {index.d}, expected {entries} of "
             f"width {emb_size}"
         )
     return index

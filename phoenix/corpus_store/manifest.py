@@ -59,6 +59,13 @@ class IndexSpec:
     probe_slope: float = 0.0
     rerank: int = 0
     pq_m: int = 0  # ivf_pq4fs only: 4-bit codes per vector
+    # ivf_pq4fs only: 2 when every post is in two lists (``ann.spill_lists``); 0: one, as
+    # every store written before 2026-11-26's spilled assignment
+    lists_per_post: int = 0
+
+    @property
+    def spilled(self) -> bool:
+        return self.lists_per_post == 2
 
     @property
     def most_probed(self) -> int:
@@ -178,6 +185,12 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
     pq_m = _field(data, "pq_m", int, where) if kind == IVF_PQ4FS else 0
     if kind == IVF_PQ4FS and pq_m < 1:
         raise StoreError(f"{where}: pq_m {pq_m}, expected >= 1 (4-bit codes per vector)")
+    lists_per_post = optional("lists_per_post", int)
+    if lists_per_post not in (0, 1, 2) or lists_per_post == 2 and (kind != IVF_PQ4FS or not rerank):
+        raise StoreError(
+            f"{where}: lists_per_post {lists_per_post}, expected 1, or 2 for an {IVF_PQ4FS!r} "
+            "index with a re-rank (repeats of a post are dropped after re-scoring)"
+        )
     return IndexSpec(
         kind,
         nlist,
@@ -187,6 +200,7 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
         float(optional("probe_slope", (int, float))),
         rerank,
         pq_m,
+        lists_per_post if lists_per_post == 2 else 0,
     )
 
 

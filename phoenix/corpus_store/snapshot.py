@@ -344,7 +344,7 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int)
     selector = alive[-1] if alive else None
     scores, rows = search_index(segment.index, spec, users, asked, selector, segment.centroids)
     if spec.rerank:
-        scores, rows = rescore_exactly(segment, users, rows, want)
+        scores, rows = rescore_exactly(segment, users, rows, want, spec.spilled)
     scores = np.where(rows >= 0, scores, NO_SCORE)
     for b, excluded in enumerate(user_rows):
         if len(excluded):
@@ -352,11 +352,14 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int)
     return scores, rows
 
 
-def rescore_exactly(segment: Segment, users, rows, want: int):
+def rescore_exactly(segment: Segment, users, rows, want: int, repeats: bool = False):
     """The ``want`` best (in no order) of the index's candidate ``rows`` [B, c] (-1: none) by
     exact float32 score: the codes order near-ties wrongly, the float vectors are at hand
-    (mapped)."""
+    (mapped). ``repeats``: a row may come twice (a spilled index), kept once."""
     scores = scores_of_rows(segment.embeddings, users, rows)  # [B, c]
+    if repeats:
+        copy = ~first_of_each(rows + 1)  # -1 -> 0, left alone
+        scores[copy], rows = NO_SCORE, np.where(copy, -1, rows)
     if scores.shape[1] <= want:
         return scores, rows
     best = np.argpartition(-scores, want - 1, axis=1)[:, :want]  # unordered: the merge sorts

@@ -21,6 +21,7 @@ from phoenix.corpus_store import (
     choose_index,
 )
 from phoenix.corpus_store import snapshot as snapshot_module
+from phoenix.corpus_store.ann import spilled_spec
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
 from phoenix.corpus_store.snapshot import first_of_each
 from phoenix.corpus_store.store import RETIRE_GRACE_S
@@ -119,14 +120,18 @@ def test_sealed_ivf_segment_recall_against_exact(tmp_path, rng):
         assert np.all(np.diff(hits.scores[b]) <= 0)
 
 
-def test_pq4fs_segment_returns_exact_scores_and_keeps_recall(tmp_path, rng):
+@pytest.mark.parametrize("lists_per_post", [1, 2], ids=["one_list", "spilled"])
+def test_pq4fs_segment_returns_exact_scores_and_keeps_recall(tmp_path, rng, lists_per_post):
     centers = rng.normal(size=(32, D))
     posts = make_posts(rng, 20_000, 1, 0, centers)
     store = CorpusStore.create(tmp_path / "s", D)
     spec = IndexSpec(IVF_PQ4FS, nlist=64, nprobe=16, rerank=10, pq_m=D)
+    if lists_per_post == 2:
+        spec = spilled_spec(spec)
     store.add(posts, state=SEALED, index=spec)
     snapshot = store.open()
     assert type(snapshot.segments[0].index).__name__ == "IndexIVFPQFastScan"
+    assert snapshot.segments[0].index.ntotal == lists_per_post * len(posts)
     users = unit(centers[:8] + 0.3 * rng.normal(size=(8, D)))
     hits = snapshot.search(users, 100)
     expected = reference_top_k(posts, users, 100)
@@ -135,6 +140,7 @@ def test_pq4fs_segment_returns_exact_scores_and_keeps_recall(tmp_path, rng):
     for b in range(8):  # the 4-bit estimates re-scored from the float vectors: exact
         exact = posts.embeddings[hits.post_ids[b] - 1] @ users[b]
         np.testing.assert_allclose(hits.scores[b], exact, rtol=1e-5, atol=1e-6)
+        assert len(np.unique(hits.post_ids[b])) == 100  # a spilled post found twice: once
 
 
 def test_an_index_file_of_another_kind_is_refused_naming_it(tmp_path, rng):
@@ -153,8 +159,9 @@ def test_an_index_file_of_another_kind_is_refused_naming_it(tmp_path, rng):
     [
         IndexSpec(IVF_SQ8, nlist=16, nprobe=16),
         IndexSpec(IVF_PQ4FS, nlist=16, nprobe=16, rerank=10, pq_m=D),
+        spilled_spec(IndexSpec(IVF_PQ4FS, nlist=16, nprobe=16, rerank=10, pq_m=D), 1.0),
     ],
-    ids=["ivf_sq8", "ivf_pq4fs"],
+    ids=["ivf_sq8", "ivf_pq4fs", "ivf_pq4fs_spilled"],
 )
 def test_ivf_segment_honours_tombstones_window_and_exclusions(tmp_path, rng, spec):
     centers = rng.normal(size=(8, D))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phoenix.corpus_store.ann import ivf_spec, lists_to_probe
+from phoenix.corpus_store.ann import ivf_spec, lists_to_probe, spilled_spec
 from phoenix.corpus_store.manifest import IVF_SQ8, IndexSpec, StoreError, _index_spec
 
 
@@ -14,6 +14,17 @@ def test_probing_fields_round_trip_through_the_manifest():
     spec = ivf_spec(4096, 64)
     assert spec.max_nprobe > spec.nprobe and spec.rerank > 0
     assert _index_spec(spec.to_dict(), "manifest.json") == spec
+
+
+def test_a_spilled_spec_round_trips_and_is_refused_without_a_rerank():
+    spec = spilled_spec(ivf_spec(4096, 64))
+    assert spec.spilled and spec.nprobe < ivf_spec(4096, 64).nprobe
+    assert _index_spec(spec.to_dict(), "manifest.json") == spec
+    entry = {**spec.to_dict(), "rerank": 0}
+    with pytest.raises(StoreError, match="manifest.json: lists_per_post 2"):
+        _index_spec(entry, "manifest.json")
+    with pytest.raises(StoreError, match="lists_per_post 3"):
+        _index_spec({**spec.to_dict(), "lists_per_post": 3}, "manifest.json")
 
 
 def test_an_entry_without_probing_fields_loads_as_before():
