@@ -14,7 +14,6 @@ Run: ``python -m bench.compare_ann --posts 1000000`` (the posts and users are ca
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -60,19 +59,20 @@ def build(kind: str, embeddings: np.ndarray, quantizer, nlist: int):
     import faiss
 
     dim = embeddings.shape[1]
-    if kind.endswith("+spill"):
-        centroids = quantizer.reconstruct_n(0, nlist)
-        return ann.build_spilled_index(embeddings, centroids, int(kind[2:].split("x")[0]))
+    spilled = kind.endswith("+spill")
     if kind == "sq8":
         index = faiss.IndexIVFScalarQuantizer(
             quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
         )
     else:
         m = int(kind[2:].split("x")[0])
-        index = faiss.IndexIVFPQFastScan(quantizer, dim, nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+        plain_or_fast = faiss.IndexIVFPQ if spilled else faiss.IndexIVFPQFastScan
+        index = plain_or_fast(quantizer, dim, nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(0)
     sample = rng.choice(len(embeddings), min(len(embeddings), nlist * 32), replace=False)
     index.train(np.ascontiguousarray(embeddings[np.sort(sample)]))
+    if spilled:
+        return ann.fill_spilled(index, embeddings)
     for start in range(0, len(embeddings), 1 << 20):
         index.add(np.ascontiguousarray(embeddings[start : start + (1 << 20)]))
     return index
@@ -99,17 +99,6 @@ def parse_design(text: str) -> tuple[str, int, float]:
 
 def design_name(kind: str, candidates: int, probes: float) -> str:
     return f"{kind}:{candidates}" + ("" if probes == 1.0 else f":{probes:g}")
-
-
-def probed(spec, scale: float):
-    """``spec`` probing ``scale`` times the lists (its least and most counts)."""
-    if scale == 1.0:
-        return spec
-    return dataclasses.replace(
-        spec,
-        nprobe=max(1, round(spec.nprobe * scale)),
-        max_nprobe=max(1, round(spec.max_nprobe * scale)),
-    )
 
 
 def run_all(search, users: np.ndarray) -> list:
@@ -156,24 +145,24 @@ def main(argv=None) -> int:
     everyone = np.concatenate([users[k] for k in KINDS])
     table = {}
     for kind, candidates, probes in designs:
-        search = searcher(indexes[kind], probed(spec, probes), centroids, embeddings, candidates)
+        probing = ann.scaled_probing(spec, probes)
+        search = searcher(indexes[kind], probing, centroids, embeddings, candidates)
         by_kind = {}
         for user_kind in KINDS:
             got = recall_summary(
                 recall_per_user(run_all(search, users[user_kind]), exact[user_kind])
             )
             by_kind[user_kind] = [round(got["mean"], 4), round(got["worst_decile"], 4)]
-        table[design_name(kind, candidates, probes)] = {"recall": by_kind, "queries_per_s": {}}
         name = design_name(kind, candidates, probes)
+        table[name] = {"recall": by_kind, "queries_per_s": {}}
         print(f"{name} recall (mean, worst decile) {by_kind}", flush=True)
     for threads in [int(t) for t in args.threads.split(",")]:
         faiss.omp_set_num_threads(threads)
         best = {name: np.inf for name in table}
         for _ in range(args.passes):
             for kind, candidates, probes in designs:
-                search = searcher(
-                    indexes[kind], probed(spec, probes), centroids, embeddings, candidates
-                )
+                probing = ann.scaled_probing(spec, probes)
+                search = searcher(indexes[kind], probing, centroids, embeddings, candidates)
                 started = time.perf_counter()
                 run_all(search, everyone)
                 seconds = time.perf_counter() - started

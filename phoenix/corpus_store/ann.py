@@ -50,12 +50,15 @@ PARALLEL_SCORES = 8_000
 # SPILL_CANDIDATES nearest centroids whose residual is shortest once its part along the first
 # residual is counted SPILL_WEIGHT more. A user between clusters, whom the first residual points
 # away from, then still finds the post in the second list. Opt-in (``spilled_spec``): at the same
-# whole-corpus recall, 1.5-1.8x the queries/s of one list a post at 1 M and 10 M, for twice the
-# codes (docs/retrieval.md, "Each post in two lists"; `python -m bench.compare_ann`).
+# whole-corpus recall, Faiss and the re-rank alone ran 1.5-1.8x the queries/s of one list a post
+# at 1 M and 10 M, for twice the codes; the whole Snapshot.search at 1 M 1.1-1.3x
+# (docs/retrieval.md, "Each post in two lists"; `python -m bench.compare_ann`).
 SPILL_CANDIDATES = 16
 SPILL_WEIGHT = 1.0
-# Measured with compare_ann (docs/retrieval.md): 0.35 of the lists and 6x re-scored at 1 M
-# (12x at 10 M) kept every kind at today's recall or within 0.003 of it, at 1.5x the rate.
+# Measured with compare_ann (Faiss and the re-rank; docs/retrieval.md): 0.35 of the lists and
+# 6x re-scored at 1 M (12x at 10 M) kept every kind at today's recall or within 0.003 of it, at
+# 1.5x the rate. Through Snapshot.search at 1 M 0.35 and 6x left whole-corpus users at 0.966 /
+# 0.919 against 0.977 / 0.935; 0.5 and 6x kept every kind at or above today's.
 SPILL_PROBE_SHARE = 0.35
 
 
@@ -81,16 +84,20 @@ def ivf_spec(nlist: int, emb_size: int, rerank: int = RERANK) -> IndexSpec:
     return IndexSpec(IVF_PQ4FS, nlist, nprobe, most, PROBE_SCORE, PROBE_SLOPE, rerank, emb_size)
 
 
-def spilled_spec(spec: IndexSpec, probe_share: float = SPILL_PROBE_SHARE, rerank: int = 0):
-    """``spec`` with every post in two lists, probing ``probe_share`` of its lists (its least
-    and most counts) and re-scoring ``rerank`` times the rows wanted (0: ``spec``'s)."""
+def scaled_probing(spec: IndexSpec, share: float) -> IndexSpec:
+    """``spec`` probing ``share`` times its lists (its least and most counts)."""
     return dataclasses.replace(
         spec,
-        nprobe=max(1, round(spec.nprobe * probe_share)),
-        max_nprobe=max(1, round(spec.most_probed * probe_share)),
-        rerank=rerank or spec.rerank,
-        lists_per_post=2,
+        nprobe=max(1, round(spec.nprobe * share)),
+        max_nprobe=max(1, round(spec.most_probed * share)),
     )
+
+
+def spilled_spec(spec: IndexSpec, probe_share: float = SPILL_PROBE_SHARE, rerank: int = 0):
+    """``spec`` with every post in two lists, probing ``probe_share`` of its lists
+    (``scaled_probing``) and re-scoring ``rerank`` times the rows wanted (0: ``spec``'s)."""
+    scaled = scaled_probing(spec, probe_share)
+    return dataclasses.replace(scaled, rerank=rerank or spec.rerank, lists_per_post=2)
 
 
 def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:
@@ -227,29 +234,26 @@ def spill_lists(
     return first, second
 
 
-def build_spilled_index(embeddings: np.ndarray, centroids: np.ndarray, pq_m: int, seed: int = 0):
-    """A 4-bit fast-scan PQ IVF index over the lists of ``centroids`` [nlist, D] in which row i
-    of ``embeddings`` [n, D] is id i in its two ``spill_lists`` (ntotal 2n): built as a plain
-    IVF-PQ filled by preassigned adds, then converted (``add_core`` on a fast-scan index corrupts
-    memory in Faiss 1.15.1)."""
+def fill_spilled(plain, embeddings: np.ndarray, progress=None):
+    """The trained, empty IVF-PQ ``plain`` (4-bit codes) filled with row i of ``embeddings``
+    [n, D] as id i in each of its two ``spill_lists`` (ntotal 2n), as a fast-scan index: built
+    by preassigned adds to the plain index, then converted (``add_core`` on a fast-scan index
+    corrupts memory in Faiss 1.15.1). ``progress``: as ``build_index``'s."""
     import faiss
 
-    rows, dim = embeddings.shape
-    quantizer = faiss.IndexFlatIP(dim)
-    quantizer.add(np.ascontiguousarray(centroids, np.float32))
-    plain = faiss.IndexIVFPQ(quantizer, dim, len(centroids), pq_m, 4, faiss.METRIC_INNER_PRODUCT)
-    rng = np.random.default_rng(seed)
-    sample = np.sort(rng.choice(rows, min(rows, len(centroids) * TRAIN_POINTS_PER_LIST), False))
-    plain.train(np.ascontiguousarray(embeddings[sample], np.float32))  # the codes; lists given
-    for lists in spill_lists(embeddings, centroids):
-        for start in range(0, rows, 1 << 20):
-            posts = np.ascontiguousarray(embeddings[start : start + (1 << 20)], np.float32)
-            ids = np.arange(start, start + len(posts), dtype=np.int64)
+    rows = len(embeddings)
+    first, second = spill_lists(embeddings, centroids_of(plain))
+    for start in range(0, rows, 1 << 20):  # in slices: no second full copy in memory
+        posts = np.ascontiguousarray(embeddings[start : start + (1 << 20)], np.float32)
+        ids = np.arange(start, start + len(posts), dtype=np.int64)
+        for lists in (first, second):
             assigned = np.ascontiguousarray(lists[start : start + len(posts)])
             plain.add_core(
                 len(posts), faiss.swig_ptr(posts), faiss.swig_ptr(ids), faiss.swig_ptr(assigned)
             )
-    # a deep copy owns its quantizer: nothing refers to this function's objects after it
+        if progress is not None:
+            progress(len(posts))
+    # a deep copy owns its quantizer: nothing refers to the plain index's objects after it
     return faiss.clone_index(faiss.IndexIVFPQFastScan(plain))
 
 
@@ -266,21 +270,13 @@ def build_index(
     rows, dim = embeddings.shape
     index = empty_index(spec, dim)
     sample = min(rows, spec.nlist * TRAIN_POINTS_PER_LIST)
-    if spec.spilled:  # the lists trained as for one list a post, then filled twice
-        rng = np.random.default_rng(seed)
-        picks = np.sort(rng.choice(rows, sample, replace=False))
-        index.cp.seed = seed
-        index.cp.min_points_per_centroid = 1
-        index.train(np.ascontiguousarray(embeddings[picks], np.float32))
-        spilled = build_spilled_index(embeddings, centroids_of(index), spec.pq_m, seed)
-        if progress is not None:
-            progress(rows)
-        return spilled
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(rows, sample, replace=False))
     index.cp.seed = seed
     index.cp.min_points_per_centroid = 1  # a small sample is fine; do not warn about it
     index.train(np.ascontiguousarray(embeddings[picks], np.float32))
+    if spec.spilled:
+        return fill_spilled(index, embeddings, progress)
     for start in range(0, rows, 1 << 20):  # in slices: no second full copy in memory
         chunk = np.ascontiguousarray(embeddings[start : start + (1 << 20)], np.float32)
         index.add(chunk)
@@ -290,16 +286,16 @@ def build_index(
 
 
 def empty_index(spec: IndexSpec, dim: int):
-    """An untrained Faiss IVF index of ``spec``'s kind (inner product) over ``dim``-d vectors."""
+    """An untrained Faiss IVF index of ``spec``'s kind (inner product) over ``dim``-d vectors;
+    a spilled one's is a plain IVF-PQ of the same codes, which ``fill_spilled`` converts."""
     import faiss
 
     quantizer = faiss.IndexFlatIP(dim)
     if spec.kind == IVF_PQ4FS:
         if dim % spec.pq_m:
             raise StoreError(f"pq_m {spec.pq_m} does not divide emb_size {dim}")
-        return faiss.IndexIVFPQFastScan(
-            quantizer, dim, spec.nlist, spec.pq_m, 4, faiss.METRIC_INNER_PRODUCT
-        )
+        kind = faiss.IndexIVFPQ if spec.spilled else faiss.IndexIVFPQFastScan
+        return kind(quantizer, dim, spec.nlist, spec.pq_m, 4, faiss.METRIC_INNER_PRODUCT)
     return faiss.IndexIVFScalarQuantizer(
         quantizer, dim, spec.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
     )

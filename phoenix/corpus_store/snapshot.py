@@ -188,7 +188,7 @@ class Snapshot:
         excluded = [np.zeros(0, np.int64)] * batch if excluded is None else list(excluded)
         live = self._live_segments(now)
         # per live segment, per user: the rows excluded there
-        rows = [[self.segments[i].rows_of(np.asarray(ids, np.int64)) for ids in excluded]
+        rows = [[self.segments[i].rows_of(ids) for ids in excluded]
                 for i, _, _ in live]  # fmt: skip
         # An index is asked for k plus the most rows a user of the call excludes there: the
         # whole call's in every part, so that the parts answer as the whole call would.

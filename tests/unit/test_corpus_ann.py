@@ -69,7 +69,7 @@ def test_spill_lists_pick_the_best_centroid_then_the_least_loss_among_the_neares
 def test_a_spilled_index_holds_each_post_in_two_lists_and_finds_more_at_the_same_probes():
     import faiss
 
-    from phoenix.corpus_store.ann import build_spilled_index, spill_lists
+    from phoenix.corpus_store.ann import fill_spilled, spill_lists
     from phoenix.corpus_store.snapshot import first_of_each
 
     rng = np.random.default_rng(6)
@@ -77,7 +77,11 @@ def test_a_spilled_index_holds_each_post_in_two_lists_and_finds_more_at_the_same
     kmeans = faiss.Kmeans(16, 64, niter=10, seed=1, spherical=True)
     kmeans.train(posts)
     centroids = kmeans.centroids
-    spilled = build_spilled_index(posts, centroids, pq_m=16)
+    quantizer = faiss.IndexFlatIP(16)
+    quantizer.add(centroids)
+    plain = faiss.IndexIVFPQ(quantizer, 16, 64, 16, 4, faiss.METRIC_INNER_PRODUCT)
+    plain.train(posts)  # the codes; the lists are given
+    spilled = fill_spilled(plain, posts)
     assert spilled.ntotal == 2 * len(posts) and isinstance(spilled, faiss.IndexIVFPQFastScan)
     held = {}
     for lst in range(spilled.nlist):
