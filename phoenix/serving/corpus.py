@@ -28,8 +28,9 @@ import numpy as np
 from phoenix.checkpoint import load_corpus, load_post_dates, resolve_inside
 from phoenix.config import ArtifactConfig
 from phoenix.corpus_store import StoreFollower, is_store
-from phoenix.corpus_store.segment import distinct_positions, find_ids
+from phoenix.corpus_store.segment import distinct_positions
 from phoenix.corpus_store.towers import tower_of
+from phoenix.serving.id_table import IdTable
 
 
 class RowHits(NamedTuple):
@@ -41,20 +42,16 @@ class RowHits(NamedTuple):
 
 
 class PostIndex:
-    """Positions of post ids in a corpus file's columns (binary search over the sorted ids)."""
+    """Positions of post ids in a corpus file's columns (``IdTable``: hashed, then binary
+    search where two ids share a slot)."""
 
     def __init__(self, post_ids: np.ndarray):
-        self._order = np.argsort(post_ids)
-        self._sorted = post_ids[self._order]
+        self._table = IdTable(post_ids)
 
     def find(self, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(column positions, found) of ``post_ids`` (any shape); positions are meaningless
         where not found."""
-        post_ids = np.asarray(post_ids, np.int64)
-        if len(self._sorted) == 0:
-            return np.zeros(post_ids.shape, np.int64), np.zeros(post_ids.shape, bool)
-        pos, found = find_ids(self._sorted, post_ids)
-        return self._order[pos], found
+        return self._table.find(post_ids)
 
 
 class CorpusFile:
