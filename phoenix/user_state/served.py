@@ -68,16 +68,16 @@ def queue_append(pipe, key: str, records: bytes, cap: int, ttl_s: float) -> None
     pipe.execute_command("EVAL", APPEND_CAPPED, 1, key, int(cap), max(1, int(ttl_s)), records)
 
 
-def queue_read(pipe, key: str, cap: int) -> None:
-    """Queue on ``pipe`` the read of the last ``cap`` records written to ``key`` (all of them
-    when it holds fewer; b"" when there is no key)."""
-    pipe.getrange(key, -cap * RECORD.itemsize, -1)
+def read_command(key: str, cap: int) -> tuple:
+    """The read of the last ``cap`` records written to ``key`` (all of them when it holds
+    fewer; b"" when there is no key)."""
+    return ("GETRANGE", key, -cap * RECORD.itemsize, -1)
 
 
 def served_since(data: bytes | None, now: float, ttl_s: float, cap: int) -> np.ndarray:
     """Post ids [N <= cap] int64 of the newest ``cap`` records in ``data`` served within
     ``ttl_s`` before ``now`` (none after it), newest first (equal times: the later written
-    first). The store passes the last ``cap`` records written (``queue_read``), the records the
+    first). The store passes the last ``cap`` records written (``read_command``), the records the
     cut-back keeps too: a record written after one timed later (writers' clocks apart) can
     push an older-written one out of that read, and records timed after ``now`` (a reader's
     clock behind a writer's) take places in it: both by milliseconds of skew."""

@@ -28,16 +28,18 @@ from phoenix.user_state.actions import is_positive
 from phoenix.user_state.capped import CappedSet, queue_add
 from phoenix.user_state.client import (
     Client,
+    Command,
     UserStateError,
     connect,
     describe,
+    read_pipelined,
     unavailable_or_failed,
 )
 from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.request_log import RequestRecord, queue_records
-from phoenix.user_state.served import pack, queue_append, queue_read, served_since
+from phoenix.user_state.served import pack, queue_append, read_command, served_since
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,13 @@ class UserStateStore:
     def _execute(self, pipe, what: str) -> list:
         try:
             return pipe.execute()
+        except (redis.RedisError, RedisClusterException) as error:
+            raise unavailable_or_failed(self.name, what, error) from error
+
+    def _read(self, commands: list[Command], what: str) -> list:
+        """The replies of read-only ``commands``, in one round trip (``read_pipelined``)."""
+        try:
+            return read_pipelined(self.client, commands)
         except (redis.RedisError, RedisClusterException) as error:
             raise unavailable_or_failed(self.name, what, error) from error
 
@@ -230,20 +239,22 @@ class UserStateStore:
     # -- reads ---------------------------------------------------------------------------
 
     @staticmethod
-    def _newest(pipe, key: str, newest: float, oldest: float, count: int):
-        """Queue: up to ``count`` members scored in [oldest, newest], newest first."""
-        pipe.zrange(key, newest, oldest, desc=True, byscore=True, offset=0, num=count)
+    def _newest(key: str, newest: float, oldest: float, count: int) -> Command:
+        """Up to ``count`` members scored in [oldest, newest], newest first."""
+        return ("ZRANGE", key, newest, oldest, "BYSCORE", "REV", "LIMIT", 0, count)
 
-    def _queue_histories(self, pipe, user_ids, now: float, seq_len: int) -> None:
+    def _histories_read(self, user_ids, now: float, seq_len: int) -> list[Command]:
         self.limits.check_seq_len(seq_len)
         newest, oldest = _seconds(now), _seconds(now) - self.limits.history_window_s
-        for user in user_ids:
-            for kind in (keys.SEQUENCE, keys.POSITIVE):
-                self._newest(pipe, keys.user_key(user, kind), newest, oldest, seq_len)
+        return [
+            self._newest(keys.user_key(user, kind), newest, oldest, seq_len)
+            for user in user_ids
+            for kind in (keys.SEQUENCE, keys.POSITIVE)
+        ]
 
     @staticmethod
     def _histories_of(replies: list) -> list[UserHistories]:
-        """The histories of the replies ``_queue_histories`` queued (two per user)."""
+        """The histories of the replies to ``_histories_read`` (two per user)."""
 
         def history(members: list[bytes]) -> History:
             return History.from_records(decode(members[::-1]))  # newest first -> oldest first
@@ -253,25 +264,23 @@ class UserStateStore:
             for i in range(0, len(replies), 2)
         ]
 
-    def _queue_served(self, pipe, user_ids) -> None:
-        for user in user_ids:
-            queue_read(pipe, keys.user_key(user, keys.SERVED), self.limits.served_cap)
+    def _served_read(self, user_ids) -> list[Command]:
+        cap = self.limits.served_cap
+        return [read_command(keys.user_key(user, keys.SERVED), cap) for user in user_ids]
 
     def _served_of(self, replies: list, now: float) -> list[np.ndarray]:
         lim = self.limits
         return [served_since(reply, now, lim.served_ttl_s, lim.served_cap) for reply in replies]
 
     @staticmethod
-    def _queue_follows(pipe, user_ids) -> None:
-        for user in user_ids:
-            pipe.zrange(keys.user_key(user, keys.FOLLOWS), 0, -1, desc=True)
+    def _follows_read(user_ids) -> list[Command]:
+        return [("ZRANGE", keys.user_key(user, keys.FOLLOWS), 0, -1, "REV") for user in user_ids]
 
     def histories(self, user_ids: Sequence[int], now: float, seq_len: int) -> list[UserHistories]:
         """Each user's ranking and retrieval histories at ``now``: the newest ``seq_len``
         engagements of the last history_window_s, oldest first (one round trip)."""
-        pipe = self._pipeline()
-        self._queue_histories(pipe, user_ids, now, seq_len)
-        replies = self._execute(pipe, f"reading the histories of {len(user_ids)} users")
+        commands = self._histories_read(user_ids, now, seq_len)
+        replies = self._read(commands, f"reading the histories of {len(user_ids)} users")
         return self._histories_of(replies)
 
     def engagement_log(
@@ -295,27 +304,26 @@ class UserStateStore:
 
     def follows(self, user_ids: Sequence[int]) -> list[np.ndarray]:
         """Each user's followed author ids [F] int64, most recently followed first."""
-        pipe = self._pipeline()
-        self._queue_follows(pipe, user_ids)
-        replies = self._execute(pipe, f"reading the follows of {len(user_ids)} users")
+        commands = self._follows_read(user_ids)
+        replies = self._read(commands, f"reading the follows of {len(user_ids)} users")
         return [_ids(reply) for reply in replies]
 
     def served(self, user_ids: Sequence[int], now: float) -> list[np.ndarray]:
         """Each user's post ids [N] int64 served within served_ttl_s of ``now``, newest first:
-        of the last served_cap records written (``served.queue_read``)."""
-        pipe = self._pipeline()
-        self._queue_served(pipe, user_ids)
-        replies = self._execute(pipe, f"reading the served posts of {len(user_ids)} users")
+        of the last served_cap records written (``served.read_command``)."""
+        commands = self._served_read(user_ids)
+        replies = self._read(commands, f"reading the served posts of {len(user_ids)} users")
         return self._served_of(replies, now)
 
     def recent_requests(self, user_ids: Sequence[int], now: float) -> list[list[str]]:
         """Each user's request ids within request_log_ttl_s of ``now``, newest first."""
         newest, oldest = _seconds(now), _seconds(now) - self.limits.request_log_ttl_s
-        pipe = self._pipeline()
-        for user in user_ids:
-            key = keys.user_key(user, keys.REQUESTS)
-            self._newest(pipe, key, newest, oldest, self.limits.request_log_cap)
-        replies = self._execute(pipe, f"reading the requests of {len(user_ids)} users")
+        cap = self.limits.request_log_cap
+        commands = [
+            self._newest(keys.user_key(user, keys.REQUESTS), newest, oldest, cap)
+            for user in user_ids
+        ]
+        replies = self._read(commands, f"reading the requests of {len(user_ids)} users")
         return [[m.decode() for m in reply] for reply in replies]
 
     def author_posts(self, author_ids: Sequence[int], now: float, per_author_cap: int):
@@ -323,16 +331,15 @@ class UserStateStore:
         before ``now``: a list of [(post_id, created_at)], newest first (one round trip)."""
         newest = _seconds(now)
         oldest = newest - self.limits.author_posts_retention_s
-        pipe = self._pipeline()
-        for author in author_ids:
-            # A raw command: redis-py's own zrange(withscores=True) reformats every score
-            # through its legacy callback, a fifth of a batch's read time with 200 follows
-            # each (one command per followed author). The reply: [[member, score], ...].
-            pipe.execute_command(
-                "ZRANGE", keys.author_posts_key(author), newest, oldest,
-                "BYSCORE", "REV", "LIMIT", 0, per_author_cap, "WITHSCORES",
-            )  # fmt: skip
-        replies = self._execute(pipe, f"reading the posts of {len(author_ids)} authors")
+        # The reply as Redis sends it (RESP3): [[member, score], ...]; redis-py's own
+        # zrange(withscores=True) reformatted every score through a callback, a fifth of a
+        # batch's read time with 200 follows each (one command per followed author).
+        commands = [
+            self._newest(keys.author_posts_key(author), newest, oldest, per_author_cap)
+            + ("WITHSCORES",)
+            for author in author_ids
+        ]
+        replies = self._read(commands, f"reading the posts of {len(author_ids)} authors")
         return [[(int(m), float(s)) for m, s in reply] for reply in replies]
 
     def in_network(
@@ -357,11 +364,12 @@ class UserStateStore:
         cluster serves from another node than the user's, so no one server-side script can
         read both."""
         lim = self.limits
-        pipe = self._pipeline()
-        self._queue_histories(pipe, user_ids, now, seq_len)
-        self._queue_served(pipe, user_ids)
-        self._queue_follows(pipe, user_ids)
-        replies = self._execute(pipe, f"reading the state of {len(user_ids)} users")
+        commands = [
+            *self._histories_read(user_ids, now, seq_len),
+            *self._served_read(user_ids),
+            *self._follows_read(user_ids),
+        ]
+        replies = self._read(commands, f"reading the state of {len(user_ids)} users")
         users = len(user_ids)
         histories = self._histories_of(replies[: 2 * users])
         served = self._served_of(replies[2 * users : 3 * users], now)
