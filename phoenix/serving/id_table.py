@@ -5,9 +5,10 @@ A binary search (``np.searchsorted``) of a hot user's 4,096 served posts in the 
 4,733 costs about twelve unpredictable branches an id (0.08-0.25 ms a user on this machine).
 Here an id costs a multiply and two gathers, vectorised over all ids at once: each slot of a
 table at most a quarter full holds the first id that hashed to it; an id whose slot holds
-another (about one in eight) is found by the binary search, as are the ids of a small lookup. Open addressing was tried and
-lost: linear probing's clusters took eight vectorised rounds to settle, each costing more than
-the binary search of the few ids still probing.
+another (about one in eight), and every id of a lookup of fewer than 64, is found by the
+binary search. Open addressing was tried and lost: linear probing's clusters took eight
+vectorised rounds to settle, each costing more than the binary search of the few ids still
+probing (docs/user-state.md, "A hot user's served posts in the retriever").
 
 Shape glossary: N ids held, C slots (a power of two, >= 4N), Q ids looked up.
 """

@@ -15,7 +15,6 @@ instead of hanging a request.
 from __future__ import annotations
 
 import argparse
-import socket
 from collections.abc import Sequence
 from typing import NamedTuple, Union
 from urllib.parse import urlsplit
@@ -202,7 +201,7 @@ def _received(connection) -> bytes:
     where = f"{connection.host}:{connection.port}" if hasattr(connection, "port") else "socket"
     try:
         data = connection._sock.recv(RECV_BYTES)  # redis==8.1.0's connected socket
-    except socket.timeout as error:
+    except TimeoutError as error:  # socket.timeout
         raise redis.TimeoutError(f"Timeout reading from {where}") from error
     except OSError as error:
         raise redis.ConnectionError(f"Error reading from {where}: {error}") from error
