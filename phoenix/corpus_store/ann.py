@@ -49,9 +49,10 @@ PARALLEL_SCORES = 8_000
 # Spilled assignment (ScaNN's SOAR): every post also goes to a second list, the one among its
 # SPILL_CANDIDATES nearest centroids whose residual is shortest once its part along the first
 # residual is counted SPILL_WEIGHT more. A user between clusters, whom the first residual points
-# away from, then still finds the post in the second list. Opt-in (``spilled_spec``): at the same
-# whole-corpus recall, Faiss and the re-rank alone ran 1.5-1.8x the queries/s of one list a post
-# at 1 M and 10 M, for twice the codes; the whole Snapshot.search at 1 M 1.1-1.3x
+# away from, then still finds the post in the second list (``spilled_spec``; choose_index's from
+# SPILL_MIN_ROWS on). At the same whole-corpus recall, Faiss and the re-rank alone ran 1.5-1.8x
+# the queries/s of one list a post at 1 M and 10 M, for twice the codes; the whole
+# Snapshot.search at 1 M 1.1-1.3x
 # (docs/retrieval.md, "Each post in two lists"; `python -m bench.compare_ann`).
 SPILL_CANDIDATES = 16
 SPILL_WEIGHT = 1.0
@@ -60,20 +61,26 @@ SPILL_WEIGHT = 1.0
 # 1.5x the rate. Through Snapshot.search at 1 M 0.35 and 6x left whole-corpus users at 0.966 /
 # 0.919 against 0.977 / 0.935; 0.5 and 6x kept every kind at or above today's.
 SPILL_PROBE_SHARE = 0.35
+# Segments spilled by choose_index: the sizes it was measured at (1 M and 10 M); smaller ones
+# keep one list a post, as measured before (a store's fresh and compacted small segments).
+SPILL_MIN_ROWS = 1_000_000
 
 
 def choose_index(rows: int, emb_size: int) -> IndexSpec:
     """The index of a sealed segment of ``rows`` posts: exact below ANN_MIN_ROWS, else IVF with
-    about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), probed adaptively (``ivf_spec``).
+    about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), probed adaptively (``ivf_spec``);
+    from SPILL_MIN_ROWS on, every post in two lists and SPILL_PROBE_SHARE of the lists probed
+    (``spilled_spec``).
 
     Measured through ``Snapshot.search`` on trained-tower users of five kinds (make
-    bench-retrieval; docs/retrieval.md, "Users of every kind"): recall@100 mean >= 0.97 and
-    worst decile >= 0.91 for every kind at 1 M rows (4,096 lists; IVF-SQ8 also at 10 M,
-    8,192 lists; at 10 M the fast-scan index needs 20x re-scored, RERANK_LARGE)."""
+    bench-retrieval; docs/retrieval.md, "Users of every kind" and "Spilled by default"):
+    recall@100 mean >= 0.95 and worst decile >= 0.9 for every kind at 1 M and 10 M rows (4,096
+    and 8,192 lists; at 10 M the fast-scan index needs 20x re-scored, RERANK_LARGE)."""
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))
-    return ivf_spec(nlist, emb_size, RERANK if rows <= RERANK_ROWS else RERANK_LARGE)
+    spec = ivf_spec(nlist, emb_size, RERANK if rows <= RERANK_ROWS else RERANK_LARGE)
+    return spilled_spec(spec) if rows >= SPILL_MIN_ROWS else spec
 
 
 def ivf_spec(nlist: int, emb_size: int, rerank: int = RERANK) -> IndexSpec:

@@ -374,10 +374,17 @@ def test_bad_posts_are_refused_before_anything_is_written(tmp_path, rng):
 
 def test_index_choice_by_segment_size():
     assert choose_index(10_000, D).kind == "exact"
-    big = choose_index(1_000_000, D)
-    assert (big.kind, big.nlist, big.nprobe, big.pq_m, big.rerank) == (IVF_PQ4FS, 4096, 128, D, 10)
+    one_list = choose_index(999_999, D)
+    assert (one_list.kind, one_list.nlist, one_list.nprobe, one_list.pq_m, one_list.rerank) == (
+        IVF_PQ4FS, 4096, 128, D, 10,
+    )  # fmt: skip
+    assert not one_list.spilled
+    big = choose_index(1_000_000, D)  # spilled: 0.35 of the lists probed
+    assert (big.nlist, big.nprobe, big.max_nprobe, big.rerank, big.spilled) == (
+        4096, 45, 358, 10, True,
+    )  # fmt: skip
     huge = choose_index(10_000_000, D)
-    assert (huge.nlist, huge.rerank) == (8192, 20)  # 10x lost recall at 10 M; 20x kept it
+    assert (huge.nlist, huge.rerank, huge.spilled) == (8192, 20, True)  # 10x lost recall at 10 M
     assert choose_index(1_000_001, D).rerank == 20
     assert FRESH != SEALED
 
