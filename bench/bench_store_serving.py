@@ -35,7 +35,7 @@ import numpy as np
 from bench.retrieval_data import TRAINED, generator_posts
 from phoenix.checkpoint import load_example_sequence
 from phoenix.command_line import command_parser
-from phoenix.corpus_store import SEALED, CorpusStore
+from phoenix.corpus_store import SEALED, CorpusStore, choose_index
 from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
 from phoenix.testing.locust_runs import finish_locust, locust_totals, start_locust
 from phoenix.testing.processes import REPO_ROOT
@@ -55,13 +55,24 @@ def prepare_artifacts(work: Path, sizes: list[int]) -> Path:
         shutil.copytree(TRAINED, artifacts, dirs_exist_ok=True)  # bench_retrieval --keep)
     for size in sizes:
         root = artifacts / f"store-{size}"
-        if (root / "manifest.json").exists():
+        if (root / "manifest.json").exists() and indexed_as_chosen_now(root):
             continue
         shutil.rmtree(root, ignore_errors=True)
         _, posts = generator_posts(TRAINED, size)
         print(f"building store-{size} (sealed, indexed)", flush=True)
         CorpusStore.create(root, posts.embeddings.shape[1]).add(posts, SEALED)
     return artifacts
+
+
+def indexed_as_chosen_now(root: Path) -> bool:
+    """Whether every sealed segment of the kept store at ``root`` has the index choose_index
+    gives it today: a store kept from a run before the choice changed is built again."""
+    manifest = CorpusStore(root).manifest()
+    return all(
+        segment.index == choose_index(segment.rows, manifest.emb_size)
+        for segment in manifest.segments
+        if segment.state == SEALED
+    )
 
 
 class Probe:
