@@ -5,7 +5,14 @@ Two paths notice a new generation: a background thread, and the request path its
 checks the manifest (one stat) when the last check is older than the poll interval. The
 second is needed in Triton's Python-backend stubs: an instance that gets no request may not
 run its other threads at all, and its first request must not be answered from an old
-generation (seen here: a deleted post came back from the idle instance of two)."""
+generation (seen here: a deleted post came back from the idle instance of two). For the same
+reason the request path waits, up to REQUEST_WAIT_S, for a refresh the background thread has
+begun: a stub that went idle mid-refresh leaves that thread holding the refresh lock, and
+without the wait the next requests would be answered from the generation before (a suspect,
+not shown, for a deleted post that came back in 7 of 66 answers under load: docs/retrieval.md,
+"Fifth session: the 10 M store spilled"). A refresh that takes longer (a compacted segment's
+index being read) costs one request that wait; the requests after it are answered from the
+old generation, whole, until the new one is in."""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from phoenix.corpus_store.store import CorpusStore
 from phoenix.corpus_store.towers import check_tower
 
 POLL_SECONDS = 0.5
+REQUEST_WAIT_S = 0.25  # a request's wait for a refresh under way (a new small segment: ms)
 log = logging.getLogger(__name__)
 
 
@@ -56,6 +64,8 @@ class StoreFollower:
         self._behind_since: Optional[float] = None  # when a generation not served was written
         self._checked = time.monotonic()
         self._refreshing = threading.Lock()
+        self._refresh_count = 0  # refreshes begun: names the one under way
+        self._given_up = -1  # the refresh under way a request stopped waiting for
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -75,10 +85,24 @@ class StoreFollower:
         return Snapshot(self.store.root, manifest, previous, self.searchable)
 
     def current(self) -> Snapshot:
-        """The newest good generation, checked for a newer one at most once per poll."""
-        if time.monotonic() - self._checked >= self.poll_seconds:
+        """The newest good generation, checked for a newer one at most once per poll; a
+        refresh under way elsewhere is waited for up to REQUEST_WAIT_S, once: the requests
+        after one that gave up on it do not wait for it again."""
+        refreshing = self._refresh_count  # the refresh under way, if the lock is held
+        if self._refreshing.locked():
+            if refreshing != self._given_up and not self._waited_for_refresh():
+                self._given_up = refreshing
+        elif time.monotonic() - self._checked >= self.poll_seconds:
             self.refresh()
         return self._snapshot  # one reference read: a whole generation
+
+    def _waited_for_refresh(self) -> bool:
+        """Whether the refresh under way ended within REQUEST_WAIT_S (waiting releases the
+        GIL, so a background thread held mid-refresh finishes meanwhile)."""
+        if not self._refreshing.acquire(timeout=REQUEST_WAIT_S):
+            return False
+        self._refreshing.release()
+        return True
 
     def start(self) -> StoreFollower:
         self._thread = threading.Thread(target=self._run, name="store-follower", daemon=True)
@@ -99,9 +123,10 @@ class StoreFollower:
 
     def refresh(self) -> bool:
         """Open the newest generation if the manifest changed; True when one was swapped in.
-        A refresh already under way elsewhere is not waited for."""
+        A refresh already under way elsewhere is not waited for (``current`` may wait)."""
         if not self._refreshing.acquire(blocking=False):
             return False
+        self._refresh_count += 1
         try:
             self._checked = time.monotonic()
             return self._refresh()

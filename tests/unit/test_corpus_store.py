@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from phoenix.corpus_store import (
 )
 from phoenix.corpus_store import snapshot as snapshot_module
 from phoenix.corpus_store.ann import spilled_spec
+from phoenix.corpus_store.follow import REQUEST_WAIT_S
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
 from phoenix.corpus_store.snapshot import first_of_each
 from phoenix.corpus_store.store import RETIRE_GRACE_S
@@ -306,6 +308,51 @@ def test_readers_see_whole_generations_while_a_writer_adds(tmp_path, rng):
     assert not errors, errors[:3]
     assert len(follower.current()) == 1000
     assert all(seen == sorted(seen) for seen in sizes.values())  # generations only advance
+
+
+def slowed_refresh(follower: StoreFollower, seconds: float) -> threading.Thread:
+    """A refresh begun on another thread (as the follower's own) that takes ``seconds`` to
+    open the new generation; returned once it holds the refresh lock."""
+    opening, opened = threading.Event(), follower._opened
+
+    def slow_open(previous=None):
+        opening.set()
+        time.sleep(seconds)
+        return opened(previous)
+
+    follower._opened = slow_open
+    thread = threading.Thread(target=follower.refresh)
+    thread.start()
+    opening.wait(5)
+    return thread
+
+
+def test_a_request_waits_for_a_refresh_under_way(tmp_path, rng):
+    """A stub gone idle mid-refresh holds its follower thread, lock and all: the next request
+    must get the new generation, not the one before, once the refresh can finish."""
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(make_posts(rng, 20, 1, 0))
+    follower = StoreFollower(tmp_path / "s", D)
+    store.add(make_posts(rng, 20, 101, 0))
+    thread = slowed_refresh(follower, 0.05)
+    assert len(follower.current()) == 40
+    thread.join()
+
+
+def test_a_long_refresh_is_waited_for_by_one_request_only(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(make_posts(rng, 20, 1, 0))
+    follower = StoreFollower(tmp_path / "s", D)
+    store.add(make_posts(rng, 20, 101, 0))
+    thread = slowed_refresh(follower, 1.5)
+    waits = []
+    for _ in range(3):
+        started = time.monotonic()
+        assert len(follower.current()) == 20  # the old generation, whole, meanwhile
+        waits.append(time.monotonic() - started)
+    assert waits[0] >= REQUEST_WAIT_S * 0.9 and max(waits[1:]) < REQUEST_WAIT_S / 2, waits
+    thread.join()
+    assert len(follower.current()) == 40
 
 
 def test_the_follower_keeps_serving_when_a_generation_is_broken(tmp_path, rng):
