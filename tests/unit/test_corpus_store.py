@@ -339,6 +339,20 @@ def test_a_request_waits_for_a_refresh_under_way(tmp_path, rng):
     thread.join()
 
 
+def test_a_request_sees_a_generation_written_before_it(tmp_path, rng):
+    """Not a poll later: two instances answering one user in turn must agree on what was
+    deleted once either has shown it."""
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(make_posts(rng, 20, 1, 0))
+    follower = StoreFollower(tmp_path / "s", D, poll_seconds=60)
+    assert len(follower.current()) == 20
+    store.add(make_posts(rng, 20, 101, 0))
+    assert len(follower.current()) == 40
+    assert follower.current().lookup(np.array([101]))[2].all()
+    store.delete([101])
+    assert not follower.current().lookup(np.array([101]))[2].any()
+
+
 def test_a_long_refresh_is_waited_for_by_one_request_only(tmp_path, rng):
     store = CorpusStore.create(tmp_path / "s", D)
     store.add(make_posts(rng, 20, 1, 0))
