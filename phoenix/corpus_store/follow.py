@@ -65,7 +65,6 @@ class StoreFollower:
         self._stamp = self._manifest_stamp()
         self._failed_stamp = None
         self._behind_since: Optional[float] = None  # when a generation not served was written
-        self._checked = time.monotonic()
         self._refreshing = threading.Lock()
         self._refresh_count = 0  # refreshes begun: names the one under way
         self._given_up = -1  # the refresh under way a request stopped waiting for
@@ -131,7 +130,6 @@ class StoreFollower:
             return False
         self._refresh_count += 1
         try:
-            self._checked = time.monotonic()
             return self._refresh()
         finally:
             self._refreshing.release()

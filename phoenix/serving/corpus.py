@@ -41,19 +41,6 @@ class RowHits(NamedTuple):
     scores: np.ndarray  # float32 [K']
 
 
-class PostIndex:
-    """Positions of post ids in a corpus file's columns (``IdTable``: hashed, then binary
-    search where two ids share a slot)."""
-
-    def __init__(self, post_ids: np.ndarray):
-        self._table = IdTable(post_ids)
-
-    def find(self, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(column positions, found) of ``post_ids`` (any shape); positions are meaningless
-        where not found."""
-        return self._table.find(post_ids)
-
-
 class CorpusFile:
     """A corpus file's columns. ``engine`` (a ``RetrievalEngine`` holding the file's vectors)
     is set only where the file is searched; the feed policy opens it without one."""
@@ -70,7 +57,7 @@ class CorpusFile:
         self.created_at = created_at  # int64 [N] unix seconds, or None: the file dates nothing
         self.author_ids = author_ids  # int64 [N], with the engine
         self.engine = engine
-        self.index = PostIndex(post_ids)
+        self.index = IdTable(post_ids)  # column positions by post id
 
     @classmethod
     def open(cls, path: Path, config: ArtifactConfig, engine_for=None) -> CorpusFile:

@@ -1,5 +1,5 @@
 """Positions of int64 ids, found by hashing, numpy only: where a corpus file finds the posts a
-user must not get (``corpus.PostIndex``).
+user must not get (``corpus.CorpusFile``'s ``index``).
 
 A binary search (``np.searchsorted``) of a hot user's 4,096 served posts in the trained demo's
 4,733 costs about twelve unpredictable branches an id (0.08-0.25 ms a user on this machine).
@@ -16,6 +16,8 @@ Shape glossary: N ids held, C slots (a power of two, >= 4N), Q ids looked up.
 from __future__ import annotations
 
 import numpy as np
+
+from phoenix.corpus_store.segment import find_ids
 
 # Fibonacci hashing: the product's top bits spread ids of any pattern over the slots.
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -71,6 +73,5 @@ class IdTable:
         """(positions, found) of ``ids`` [Q] by binary search of the sorted ids."""
         if len(self._sorted) == 0:
             return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
-        at = np.searchsorted(self._sorted, ids).clip(0, len(self._sorted) - 1)
-        found = self._sorted[at] == ids
+        at, found = find_ids(self._sorted, ids)
         return np.where(found, self._order[at], 0), found

@@ -150,9 +150,10 @@ def read_pipelined(client: Client, commands: Sequence[Command]) -> list:
     """The replies of read-only ``commands``, sent in one round trip; redis-py's errors.
 
     A server's are written and read on a connection of its client's pool, the replies parsed
-    by hiredis as they arrive: redis-py's pipeline spent 110-140 us of CPU on a round trip of
-    four reads that this does in about 50 (on this machine; docs/user-state.md, "A by-id
-    request's CPU"). A reply is taken as it comes (no redis-py callback): a sorted set's
+    by hiredis as they arrive: a round trip of four reads (two histories, 64 KB of served
+    posts, follows) took 70-78 us of client CPU against redis-py's pipeline's 107-133 (4
+    alternating passes of 3,000 on this machine; docs/user-state.md, "A by-id request's
+    CPU"). A reply is taken as it comes (no redis-py callback): a sorted set's
     members as a list of bytes, a string as bytes. The commands must not answer a RESP3
     boolean, which hiredis's "no reply yet" (False) would hide. The pool re-opens a connection
     the server dropped while idle as it lends it (redis-py checks it for unread data). A
@@ -198,16 +199,20 @@ def _replies(connection, count: int) -> list:
 
 def _received(connection) -> bytes:
     """The next bytes from ``connection``'s socket (bounded by its socket timeout)."""
-    where = f"{connection.host}:{connection.port}" if hasattr(connection, "port") else "socket"
     try:
         data = connection._sock.recv(RECV_BYTES)  # redis==8.1.0's connected socket
     except TimeoutError as error:  # socket.timeout
-        raise redis.TimeoutError(f"Timeout reading from {where}") from error
+        raise redis.TimeoutError(f"Timeout reading from {_where(connection)}") from error
     except OSError as error:
-        raise redis.ConnectionError(f"Error reading from {where}: {error}") from error
+        raise redis.ConnectionError(f"Error reading from {_where(connection)}: {error}") from error
     if not data:
-        raise redis.ConnectionError(f"Connection closed by server ({where})")
+        raise redis.ConnectionError(f"Connection closed by server ({_where(connection)})")
     return data
+
+
+def _where(connection) -> str:
+    """host:port of a TCP connection, else "socket" (a Unix socket's)."""
+    return f"{connection.host}:{connection.port}" if hasattr(connection, "port") else "socket"
 
 
 def describe(client: Client) -> str:

@@ -132,15 +132,16 @@ class UserStateStore:
         return self.client.pipeline(transaction=False)
 
     def _execute(self, pipe, what: str) -> list:
-        try:
-            return pipe.execute()
-        except (redis.RedisError, RedisClusterException) as error:
-            raise unavailable_or_failed(self.name, what, error) from error
+        return self._answered(pipe.execute, what)
 
     def _read(self, commands: list[Command], what: str) -> list:
         """The replies of read-only ``commands``, in one round trip (``read_pipelined``)."""
+        return self._answered(lambda: read_pipelined(self.client, commands), what)
+
+    def _answered(self, round_trip: Callable[[], list], what: str) -> list:
+        """``round_trip()``'s replies; Redis' errors as the store's, naming it and ``what``."""
         try:
-            return read_pipelined(self.client, commands)
+            return round_trip()
         except (redis.RedisError, RedisClusterException) as error:
             raise unavailable_or_failed(self.name, what, error) from error
 
