@@ -33,6 +33,7 @@ from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
 from phoenix.corpus_store.recall import recall_per_user, recall_summary
+from phoenix.testing.machine import machine
 from phoenix.testing.memory import memory_bytes
 from phoenix.testing.results import write_results
 from phoenix.training.user_kinds import KINDS, users_of_kinds
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
         for row in rows:
             shutil.rmtree(args.work / f"store-{row['posts']}", ignore_errors=True)
     result = {
-        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "machine": {"node": platform.node(), **machine()},
         "users_per_call": USERS_PER_CALL,
         "top_k": TOP_K,
         "queries_per_kind": args.queries,

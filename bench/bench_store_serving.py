@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from bench.retrieval_data import TRAINED, generator_posts
 from phoenix.checkpoint import load_example_sequence
@@ -38,6 +39,8 @@ from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, choose_index
 from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
 from phoenix.testing.locust_runs import finish_locust, locust_totals, start_locust
+from phoenix.testing.machine import machine
+from phoenix.testing.process_cpu import cpu_ms_per_request, served_cpu_seconds
 from phoenix.testing.processes import REPO_ROOT
 from phoenix.testing.results import write_results
 from phoenix.testing.serve_process import ServeProcess
@@ -173,10 +176,34 @@ def window_probe(args, probe: Probe, store: Path) -> dict:
     return {"window_s": window, "answers": answers, "posts_older_than_window": old}
 
 
-def locust_load(args, urls: dict, prefix: Path, seconds: float, during=None) -> tuple[dict, object]:
+def served_stack(serve_pid: int) -> dict[str, int]:
+    """{"server": tritonserver's pid, "redis": redis-server's} among `phoenix-serve`'s
+    children (the user-state Redis it started; absent when it was given a URL)."""
+    pids = {}
+    for child in psutil.Process(serve_pid).children(recursive=True):
+        name = child.name()
+        if name.startswith("tritonserver"):
+            pids["server"] = child.pid
+        elif name.startswith("redis-server"):
+            pids["redis"] = child.pid
+    return pids
+
+
+def stack_cpu(stack: dict[str, int]):
+    """CPU seconds so far of tritonserver, each model's stubs and redis-server."""
+    helpers = {"redis": stack["redis"]} if "redis" in stack else {}
+    return served_cpu_seconds(stack["server"], **helpers)
+
+
+def locust_load(
+    args, urls: dict, prefix: Path, seconds: float, during=None, stack=None
+) -> tuple[dict, object]:
     """Locust's `recommend` for ``seconds``, while ``during()`` (when given) runs from the
     start: ({requests, failures, requests_per_s}, what ``during`` returned). ``probes_s``
-    says how long ``during`` took; past ``seconds`` it ran without the load."""
+    says how long ``during`` took; past ``seconds`` it ran without the load. With ``stack``
+    (``served_stack``), also the CPU-ms each process spent per request
+    (``cpu_ms_per_request``: by model, tritonserver and redis; Locust's own excluded)."""
+    cpu_before = stack_cpu(stack) if stack else None
     extra = ["--stop-timeout", "10", "--tags", "recommend", "TritonHttpUser", "TritonGrpcUser"]
     locust = start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
                           run_time=f"{seconds:g}s", extra=extra)  # fmt: skip
@@ -194,6 +221,8 @@ def locust_load(args, urls: dict, prefix: Path, seconds: float, during=None) -> 
         finish_locust(locust)
     requests, failures = locust_totals(prefix)
     out.update(requests=requests, failures=failures, requests_per_s=round(requests / seconds, 1))
+    if stack:
+        out["cpu_ms_per_request"] = cpu_ms_per_request(cpu_before, stack_cpu(stack), requests)
     return out, found
 
 
@@ -207,7 +236,8 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
         ready_s = serve.wait_ready(args.ready_timeout)
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
         row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
-        load, _ = locust_load(args, urls, work / "locust", args.load_seconds)
+        stack = served_stack(serve.process.pid)
+        load, _ = locust_load(args, urls, work / "locust", args.load_seconds, stack=stack)
         row.update(load)
         if probe_fresh:
             probe = Probe(serve.http_url, artifacts)
@@ -261,6 +291,7 @@ def main(argv=None) -> int:
     rows = [run_size(args, artifacts, size, size == max(sizes)) for size in sizes]
     smallest, largest = rows[0], rows[-1]
     result = {
+        "machine": machine(),
         "users": args.users,
         "load_seconds": args.load_seconds,
         "sizes": rows,

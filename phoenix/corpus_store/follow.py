@@ -42,6 +42,10 @@ class StoreFollower:
     width, vectors of another candidate tower than ``tower``) is reported through
     ``on_error``, counted in ``skipped`` and skipped: the previous one keeps serving.
     ``tower`` None: the vectors are not compared with any user's (look-ups only).
+
+    Every segment it opens is warmed before it serves (``Segment.warm``: its columns' pages
+    in this process): the first generation in the constructor, so a server is ready only once
+    its store is warm; a later one (a compacted segment) before it is swapped in.
     """
 
     def __init__(
@@ -84,7 +88,7 @@ class StoreFollower:
         if unchecked and not self._warned_unrecorded:
             self._warned_unrecorded = True  # once: the next generations say the same
             log.warning(unchecked)
-        return Snapshot(self.store.root, manifest, previous, self.searchable)
+        return Snapshot(self.store.root, manifest, previous, self.searchable, warm=True)
 
     def current(self) -> Snapshot:
         """The newest good generation, the manifest checked for a newer one on every call; a

@@ -7,6 +7,7 @@ Shape glossary
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import uuid
@@ -31,6 +32,8 @@ from phoenix.corpus_store.npy import load_npy
 
 SEGMENTS_DIR = "segments"
 COLUMNS = ("post_ids", "author_ids", "created_at", "embeddings", "sorted_ids", "id_order")
+# What a reader that only looks posts up (``Snapshot.lookup``, the tombstones' rows) reads
+LOOKUP_COLUMNS = ("author_ids", "created_at", "sorted_ids", "id_order")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,18 @@ def check_posts(posts: Posts, emb_size: int, where: str) -> Posts:
         raise StoreError(str(error)) from None
     embeddings = np.ascontiguousarray(corpus.embeddings, np.float32)
     return Posts(corpus.post_ids, corpus.author_ids, corpus.created_at, embeddings)
+
+
+def touch_pages(array: np.ndarray) -> int:
+    """Read one byte of every page of ``array`` (a memory map), so that every page is in this
+    process's page tables, read from disk first where the page cache no longer held it; the
+    bytes of ``array``. A search gathers rows from all over a large segment: untouched, each
+    of its pages costs a fault the first time (a disk read if dropped), and a server's first
+    minute over a 10 M store was spent so (docs/retrieval.md, "Warm before ready")."""
+    data = np.asarray(array).reshape(-1).view(np.uint8)
+    if data.size:
+        data[:: mmap.PAGESIZE].max()
+    return int(data.nbytes)
 
 
 def find_ids(sorted_ids: np.ndarray, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -177,6 +192,7 @@ class Segment:
         self.sorted_ids: np.ndarray = columns["sorted_ids"]  # int64 [n], ascending
         self.id_order: np.ndarray = columns["id_order"]  # int64 [n], row of each sorted id
         self._check_shapes(entry.rows, emb_size)
+        self.searchable = searchable
         self.index = None
         self.centroids = None  # float32 [nlist, D] of the index, when it has one
         if searchable and entry.index.kind != EXACT:
@@ -208,6 +224,12 @@ class Segment:
 
     def __len__(self) -> int:
         return self.entry.rows
+
+    def warm(self) -> int:
+        """Every page of the columns this reader reads in this process's page tables
+        (``touch_pages``): all of them when searchable, else the look-up ones; bytes touched."""
+        columns = COLUMNS if self.searchable else LOOKUP_COLUMNS
+        return sum(touch_pages(getattr(self, column)) for column in columns)
 
     def find(self, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found [...] bool, rows of the found ids) of ``post_ids`` (any shape)."""

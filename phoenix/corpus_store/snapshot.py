@@ -112,7 +112,7 @@ def read_tombstones(root: Path, name: Optional[str]) -> np.ndarray:
 class Snapshot:
     """One generation of a store, its segments open (reused from ``previous`` when unchanged,
     so following a store reopens only new segments). Not ``searchable``: for look-ups only,
-    no ANN index is loaded."""
+    no ANN index is loaded. ``warm``: the segments it opens are warmed (``Segment.warm``)."""
 
     def __init__(
         self,
@@ -120,15 +120,19 @@ class Snapshot:
         manifest: Manifest,
         previous: Optional[Snapshot] = None,
         searchable: bool = True,
+        warm: bool = False,
     ):
         self.root = Path(root)
         self.manifest = manifest
         self.searchable = searchable
         reuse = {} if previous is None else {s.entry: s for s in previous.segments}
-        self.segments = [
-            reuse.get(entry) or Segment(self.root, entry, manifest.emb_size, searchable)
-            for entry in manifest.segments
-        ]
+        self.segments = [reuse.get(entry) for entry in manifest.segments]
+        for position, entry in enumerate(manifest.segments):
+            if self.segments[position] is None:
+                segment = Segment(self.root, entry, manifest.emb_size, searchable)
+                if warm:  # before any request sees it (``Segment.warm``)
+                    segment.warm()
+                self.segments[position] = segment
         self.tombstones = read_tombstones(self.root, manifest.tombstones)  # int64 [t]
         self._deleted_rows = [segment.rows_of(self.tombstones) for segment in self.segments]
 

@@ -1,0 +1,42 @@
+"""What a benchmark ran on: results from machines of one kind can differ 2-3x (a CPU with
+AVX-512 against one with AVX2 only, at another clock), so each result names its machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+CPUINFO = Path("/proc/cpuinfo")
+SIMD_FLAGS = ("avx512f", "avx2")  # the widest first: Faiss and numpy pick their kernels by them
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The first 'model name' of a /proc/cpuinfo text ('unknown' without one)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return "unknown"
+
+
+def widest_simd(cpuinfo: str) -> str:
+    """The widest of SIMD_FLAGS the CPU reports ('none' if neither)."""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            flags.update(value.split())
+    return next((flag for flag in SIMD_FLAGS if flag in flags), "none")
+
+
+def machine() -> dict:
+    """CPU model, widest SIMD, CPUs, platform and load average now."""
+    cpuinfo = CPUINFO.read_text() if CPUINFO.exists() else ""
+    return {
+        "cpu_model": cpu_model(cpuinfo),
+        "simd": widest_simd(cpuinfo),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_avg": [round(load, 2) for load in os.getloadavg()],
+    }

@@ -1,0 +1,35 @@
+"""The machine description benchmarks write beside their figures (phoenix.testing.machine)."""
+
+from phoenix.testing.machine import cpu_model, machine, widest_simd
+
+# Two processors' worth of a /proc/cpuinfo (trimmed): the fields read are the first
+# 'model name' and the 'flags' lines.
+AVX2_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+flags\t\t: fpu sse4_2 avx fma avx2 bmi2
+processor\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse4_2 avx fma avx2 bmi2
+"""
+AVX512_CPUINFO = "model name\t: Intel(R) Xeon(R) Platinum\nflags\t\t: avx avx2 avx512f avx512bw\n"
+
+
+def test_cpu_model_is_the_first_model_name():
+    assert cpu_model(AVX2_CPUINFO) == "AMD EPYC"
+    assert cpu_model(AVX512_CPUINFO) == "Intel(R) Xeon(R) Platinum"
+    assert cpu_model("processor\t: 0\n") == "unknown"
+
+
+def test_widest_simd_prefers_avx512_to_avx2():
+    assert widest_simd(AVX512_CPUINFO) == "avx512f"
+    assert widest_simd(AVX2_CPUINFO) == "avx2"
+    assert widest_simd("flags\t\t: fpu sse4_2\n") == "none"
+    assert widest_simd("") == "none"
+
+
+def test_machine_names_this_machine():
+    described = machine()
+    assert described["cpus"] >= 1
+    assert described["simd"] in ("avx512f", "avx2", "none")
+    assert len(described["load_avg"]) == 3 and all(load >= 0 for load in described["load_avg"])
