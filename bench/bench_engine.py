@@ -13,7 +13,6 @@ on the trained demo's towers (``artifacts/trained-demo``), and updates its part 
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
 from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
+from phoenix.testing.machine import machine as described
 from phoenix.testing.results import write_results
 
 RESULTS = Path(__file__).parent / "results"
@@ -374,12 +374,7 @@ def print_encodings(rows):
 
 
 def machine() -> dict:
-    return {
-        "backend": jax.default_backend(),
-        "devices": str(jax.devices()),
-        "cpu_count": __import__("os").cpu_count(),
-        "platform": platform.platform(),
-    }
+    return {"backend": jax.default_backend(), "devices": str(jax.devices()), **described()}
 
 
 def main():

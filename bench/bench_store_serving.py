@@ -176,15 +176,12 @@ def window_probe(args, probe: Probe, store: Path) -> dict:
     return {"window_s": window, "answers": answers, "posts_older_than_window": old}
 
 
-def served_stack(serve_pid: int) -> dict[str, int]:
-    """{"server": tritonserver's pid, "redis": redis-server's} among `phoenix-serve`'s
-    children (the user-state Redis it started; absent when it was given a URL)."""
-    pids = {}
-    for child in psutil.Process(serve_pid).children(recursive=True):
-        name = child.name()
-        if name.startswith("tritonserver"):
-            pids["server"] = child.pid
-        elif name.startswith("redis-server"):
+def served_stack(serve: ServeProcess) -> dict[str, int]:
+    """{"server": tritonserver's pid (the supervisor's /status), "redis": the user-state
+    redis-server `phoenix-serve` started (absent when it was given a URL)}."""
+    pids = {"server": serve.status()["server_pid"]}
+    for child in psutil.Process(serve.process.pid).children():
+        if child.name().startswith("redis-server"):
             pids["redis"] = child.pid
     return pids
 
@@ -236,7 +233,7 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
         ready_s = serve.wait_ready(args.ready_timeout)
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
         row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
-        stack = served_stack(serve.process.pid)
+        stack = served_stack(serve)
         load, _ = locust_load(args, urls, work / "locust", args.load_seconds, stack=stack)
         row.update(load)
         if probe_fresh:

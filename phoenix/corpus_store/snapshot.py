@@ -126,15 +126,19 @@ class Snapshot:
         self.manifest = manifest
         self.searchable = searchable
         reuse = {} if previous is None else {s.entry: s for s in previous.segments}
-        self.segments = [reuse.get(entry) for entry in manifest.segments]
-        for position, entry in enumerate(manifest.segments):
-            if self.segments[position] is None:
-                segment = Segment(self.root, entry, manifest.emb_size, searchable)
-                if warm:  # before any request sees it (``Segment.warm``)
-                    segment.warm()
-                self.segments[position] = segment
+        self.segments = [
+            reuse[entry] if entry in reuse else self._opened(entry, warm)
+            for entry in manifest.segments
+        ]
         self.tombstones = read_tombstones(self.root, manifest.tombstones)  # int64 [t]
         self._deleted_rows = [segment.rows_of(self.tombstones) for segment in self.segments]
+
+    def _opened(self, entry, warm: bool) -> Segment:
+        """The segment of ``entry`` opened, warmed first if asked (before any request sees it)."""
+        segment = Segment(self.root, entry, self.manifest.emb_size, self.searchable)
+        if warm:
+            segment.warm()
+        return segment
 
     @property
     def generation(self) -> int:

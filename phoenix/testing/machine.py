@@ -1,5 +1,6 @@
-"""What a benchmark ran on: results from machines of one kind can differ 2-3x (a CPU with
-AVX-512 against one with AVX2 only, at another clock), so each result names its machine."""
+"""What a benchmark ran on: this project's 2-core machines are not all alike (the sixth
+session's, an AVX2-only EPYC, served at about half the fifth session's rate, whose CPU was not
+recorded), so each result names its machine."""
 
 from __future__ import annotations
 
