@@ -180,10 +180,8 @@ bench-startup: setup artifacts  ## ranker buckets' start cost vs padding, serve 
 bench-serving: setup artifacts  ## served vs in-process throughput/latency (BENCH_ARGS=--quick)
 	$(PY) bench/bench_serving.py --artifacts $(ARTIFACTS) $(BENCH_ARGS)
 
-# One OpenBLAS thread, as the served instances run (phoenix/serving/triton_server.py): at two,
-# its spinning threads cost the small centroid product 10x on 2 cores (docs/retrieval.md).
 bench-retrieval: setup  ## corpus stores of 1 M and 10 M trained-tower posts: recall, q/s, build, memory -> bench/results/retrieval.*
-	OPENBLAS_NUM_THREADS=1 $(PY) -m bench.bench_retrieval $(BENCH_ARGS)
+	$(PY) -m bench.bench_retrieval $(BENCH_ARGS)
 
 bench-store-serving: setup  ## recommend over 100 k vs 10 M stores under Locust; freshness, deletion, window -> bench/results/
 	$(PY) -m bench.bench_store_serving $(BENCH_ARGS)

@@ -16,9 +16,16 @@ Run: ``make bench-retrieval`` (1 M and 10 M, about 10 minutes on 2 cores) or
 
 from __future__ import annotations
 
+import os
+
+# One OpenBLAS thread, as served instances run (phoenix/serving/triton_server.py), set before
+# numpy loads it: at its default of one per core its spinning threads cost the small centroid
+# product up to 10x on 2 cores (docs/retrieval.md), and a run started as ``python -m`` measured
+# them (2026-11-26: 1,717 q/s at 1 M).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 import json
-import os
 import platform
 import shutil
 import subprocess
