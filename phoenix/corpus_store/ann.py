@@ -38,9 +38,12 @@ MOST_PROBED = 1024
 # top of a user's scores loosely (8x lost 0.01 of new users' worst decile at 1 M; IVF-SQ8
 # needed 2x). The more rows a list holds, the more near-ties the codes blur: at 10 M (8,192
 # lists) 10x left new users' worst decile at 0.85 and one-topic users' at 0.89, 20x kept every
-# kind's above 0.9 (bench/results/compare_ann_10m.json). Segments above RERANK_ROWS get 20x.
+# kind's above 0.9 (bench/results/compare_ann_10m.json), one list a post. Spilled, and probed
+# by the mean score too, 12x kept every kind's mean >= 0.953 and worst decile >= 0.921 at 10 M
+# (two draws of 1,280 users; 20x: >= 0.956 / 0.933) at 1.13x the queries/s of 20x.
+# Segments above RERANK_ROWS get RERANK_LARGE.
 RERANK = 10
-RERANK_LARGE = 20
+RERANK_LARGE = 12
 RERANK_ROWS = 1_000_000  # the largest segment 10x was measured to keep recall at
 # Candidates re-scored on Faiss' threads from this many (user, row) pairs, by numpy below
 # (``scores_of_rows``).
@@ -61,6 +64,17 @@ SPILL_WEIGHT = 1.0
 # 1.5x the rate. Through Snapshot.search at 1 M 0.35 and 6x left whole-corpus users at 0.966 /
 # 0.919 against 0.977 / 0.935; 0.5 and 6x kept every kind at or above today's.
 SPILL_PROBE_SHARE = 0.35
+# A spilled segment's probing also weighs the user's mean score over every centroid
+# (``mean_score_probing``). Fitted 2026-11-27 on the lists each of 1,280 users of five kinds
+# needed for 95% of its exact top 100 (1 M and 10 M posts): the best centroid's score alone
+# explained half the spread of log(lists needed), with the mean score 0.68. Users facing the
+# corpus' dense middle (whole-corpus histories: mean score 0.055) needed 3x the lists of new
+# users with the same best score (0.022): the old curve gave both about 190, the one-topic users
+# 2.9x their 21. Through Snapshot.search at equal recall for the worst kind: 10% fewer lists.
+PROBE_MEAN_WEIGHT = 18.0
+MEAN_PROBE_SLOPE = 4.0
+MEAN_PROBE_SCORE = 0.83
+MEAN_PROBE_LEAST_SHARE = 0.5  # of the spilled nprobe: one-topic users needed 21 of their 45
 # Segments spilled by choose_index: the sizes it was measured at (1 M and 10 M); smaller ones
 # keep one list a post, as measured before (a store's fresh and compacted small segments).
 SPILL_MIN_ROWS = 1_000_000
@@ -70,17 +84,17 @@ def choose_index(rows: int, emb_size: int) -> IndexSpec:
     """The index of a sealed segment of ``rows`` posts: exact below ANN_MIN_ROWS, else IVF with
     about 4 sqrt(rows) lists (a power of two, at most MAX_LISTS), probed adaptively (``ivf_spec``);
     from SPILL_MIN_ROWS on, every post in two lists and SPILL_PROBE_SHARE of the lists probed
-    (``spilled_spec``).
+    (``spilled_spec``), by the best and the mean centroid score (``mean_score_probing``).
 
     Measured through ``Snapshot.search`` on trained-tower users of five kinds (make
-    bench-retrieval; docs/retrieval.md, "Users of every kind" and "Spilled by default"):
-    recall@100 mean >= 0.95 and worst decile >= 0.9 for every kind at 1 M and 10 M rows (4,096
-    and 8,192 lists; at 10 M the fast-scan index needs 20x re-scored, RERANK_LARGE)."""
+    bench-retrieval; docs/retrieval.md, "Users of every kind", "Spilled by default" and "Probed
+    by the mean score too"): recall@100 mean >= 0.95 and worst decile >= 0.9 for every kind at
+    1 M and 10 M rows (4,096 and 8,192 lists; above 1 M rows RERANK_LARGE re-scored)."""
     if rows < ANN_MIN_ROWS:
         return IndexSpec(EXACT)
     nlist = min(MAX_LISTS, 2 ** round(math.log2(4 * math.sqrt(rows))))
     spec = ivf_spec(nlist, emb_size, RERANK if rows <= RERANK_ROWS else RERANK_LARGE)
-    return spilled_spec(spec) if rows >= SPILL_MIN_ROWS else spec
+    return mean_score_probing(spilled_spec(spec)) if rows >= SPILL_MIN_ROWS else spec
 
 
 def ivf_spec(nlist: int, emb_size: int, rerank: int = RERANK) -> IndexSpec:
@@ -107,13 +121,29 @@ def spilled_spec(spec: IndexSpec, probe_share: float = SPILL_PROBE_SHARE, rerank
     return dataclasses.replace(scaled, rerank=rerank or spec.rerank, lists_per_post=2)
 
 
-def lists_to_probe(spec: IndexSpec, best_centroid_scores: np.ndarray) -> np.ndarray:
-    """Lists each user probes [B] from its best centroid's score [B]: ``nprobe`` for a user
-    close to a cluster, more for one between clusters (whose nearest posts spread over many
-    lists), at most ``spec.most_probed``."""
+def mean_score_probing(spec: IndexSpec) -> IndexSpec:
+    """``spec`` probing by the best and the mean centroid score (``PROBE_MEAN_WEIGHT``), from
+    ``MEAN_PROBE_LEAST_SHARE`` of its lists up to the same most."""
+    return dataclasses.replace(
+        spec,
+        nprobe=max(1, round(spec.nprobe * MEAN_PROBE_LEAST_SHARE)),
+        probe_score=MEAN_PROBE_SCORE,
+        probe_slope=MEAN_PROBE_SLOPE,
+        probe_mean_weight=PROBE_MEAN_WEIGHT,
+    )
+
+
+def lists_to_probe(spec: IndexSpec, centroid_scores: np.ndarray) -> np.ndarray:
+    """Lists each user probes [B] from its scores over every centroid [B, nlist]: ``nprobe``
+    for a user close to a cluster, more for one between clusters (whose nearest posts spread
+    over many lists) and, where the spec weighs it, for one facing the corpus' dense middle
+    (a high mean score), at most ``spec.most_probed``."""
     if spec.max_nprobe <= spec.nprobe:
-        return np.full(len(best_centroid_scores), spec.nprobe)
-    growth = np.exp(spec.probe_slope * (spec.probe_score - best_centroid_scores))
+        return np.full(len(centroid_scores), spec.nprobe)
+    exponent = spec.probe_slope * (spec.probe_score - centroid_scores.max(axis=1))  # [B]
+    if spec.probe_mean_weight:
+        exponent += spec.probe_mean_weight * centroid_scores.mean(axis=1)
+    growth = np.exp(exponent)
     return np.clip(np.ceil(spec.nprobe * growth), spec.nprobe, spec.max_nprobe).astype(int)
 
 
@@ -134,7 +164,7 @@ def search_index(index, spec: IndexSpec, users, want: int, selector=None, centro
     users = np.ascontiguousarray(users, np.float32)
     centroids = centroids_of(index) if centroids is None else centroids
     every = users @ centroids.T  # [B, nlist]
-    probes = lists_to_probe(spec, every.max(axis=1))  # [B]
+    probes = lists_to_probe(spec, every)  # [B]
     lists, centroid_scores = best_lists(every, probes)  # [B, most] each
     params = faiss.SearchParametersIVF(nprobe=lists.shape[1])  # the width of ``lists``
     if selector is not None:

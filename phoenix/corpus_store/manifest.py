@@ -46,10 +46,12 @@ class IndexSpec:
 
     Query-adaptive probing (``ann.lists_to_probe``): a user whose best list centroid scores
     ``s`` below ``probe_score`` sits between clusters, and probes ``nprobe * exp(probe_slope *
-    (probe_score - s))`` lists, at most ``max_nprobe``. ``rerank``: the index is asked for
+    (probe_score - s) + probe_mean_weight * m)`` lists, at most ``max_nprobe``, m its mean score
+    over all the centroids (a user facing the corpus' dense middle finds its best posts spread
+    over more lists). ``rerank``: the index is asked for
     ``rerank`` times the rows wanted, re-scored exactly in float32 (0: the index's quantized
     scores as they are). Stores written before these fields load with them absent: ``max_nprobe`` =
-    ``nprobe``, no re-rank, as they were searched then."""
+    ``nprobe``, no re-rank, no mean-score term, as they were searched then."""
 
     kind: str = EXACT
     nlist: int = 0
@@ -62,6 +64,7 @@ class IndexSpec:
     # ivf_pq4fs only: 2 when every post is in two lists (``ann.spill_lists``); 0: one, as
     # every store written before 2026-11-26's spilled assignment
     lists_per_post: int = 0
+    probe_mean_weight: float = 0.0  # 0: the best centroid's score alone, as before 2026-11-27
 
     @property
     def spilled(self) -> bool:
@@ -201,6 +204,7 @@ def _index_spec(data: Any, where: str) -> IndexSpec:
         rerank,
         pq_m,
         lists_per_post if lists_per_post == 2 else 0,
+        float(optional("probe_mean_weight", (int, float))),
     )
 
 

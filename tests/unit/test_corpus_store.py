@@ -26,7 +26,7 @@ from phoenix.corpus_store import (
     choose_index,
 )
 from phoenix.corpus_store import snapshot as snapshot_module
-from phoenix.corpus_store.ann import spilled_spec
+from phoenix.corpus_store.ann import PROBE_MEAN_WEIGHT, spilled_spec
 from phoenix.corpus_store.follow import REQUEST_WAIT_S
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
 from phoenix.corpus_store.snapshot import first_of_each
@@ -444,13 +444,17 @@ def test_index_choice_by_segment_size():
         IVF_PQ4FS, 4096, 128, D, 10,
     )  # fmt: skip
     assert not one_list.spilled
-    big = choose_index(1_000_000, D)  # spilled: 0.35 of the lists probed
+    assert one_list.probe_mean_weight == 0  # the best centroid's score alone
+    # spilled: 0.35 of the lists probed at most, from half that, by the best and mean scores
+    big = choose_index(1_000_000, D)
     assert (big.nlist, big.nprobe, big.max_nprobe, big.rerank, big.spilled) == (
-        4096, 45, 358, 10, True,
+        4096, 22, 358, 10, True,
     )  # fmt: skip
+    assert big.probe_mean_weight == PROBE_MEAN_WEIGHT
     huge = choose_index(10_000_000, D)
-    assert (huge.nlist, huge.rerank, huge.spilled) == (8192, 20, True)  # 10x lost recall at 10 M
-    assert choose_index(1_000_001, D).rerank == 20
+    assert (huge.nlist, huge.rerank, huge.spilled) == (8192, 12, True)  # 10x lost recall at 10 M
+    assert huge.probe_mean_weight == PROBE_MEAN_WEIGHT
+    assert choose_index(1_000_001, D).rerank == 12
     assert FRESH != SEALED
 
 
