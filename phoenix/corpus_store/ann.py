@@ -39,8 +39,8 @@ MOST_PROBED = 1024
 # needed 2x). The more rows a list holds, the more near-ties the codes blur: at 10 M (8,192
 # lists) 10x left new users' worst decile at 0.85 and one-topic users' at 0.89, 20x kept every
 # kind's above 0.9 (bench/results/compare_ann_10m.json), one list a post. Spilled, and probed
-# by the mean score too, 12x kept every kind's mean >= 0.953 and worst decile >= 0.921 at 10 M
-# (two draws of 1,280 users; 20x: >= 0.956 / 0.933) at 1.13x the queries/s of 20x.
+# by the mean score too, 12x kept every kind's mean >= 0.971 and worst decile >= 0.921 at 10 M
+# (two draws of 1,280 users; 20x: >= 0.977 / 0.933) at 1.13x the queries/s of 20x.
 # Segments above RERANK_ROWS get RERANK_LARGE.
 RERANK = 10
 RERANK_LARGE = 12
