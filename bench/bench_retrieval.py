@@ -20,8 +20,8 @@ import os
 
 # One OpenBLAS thread, as served instances run (phoenix/serving/triton_server.py), set before
 # numpy loads it: at its default of one per core its spinning threads cost the small centroid
-# product up to 10x on 2 cores (docs/retrieval.md), and a run started as ``python -m`` measured
-# them (2026-11-26: 1,717 q/s at 1 M).
+# product up to 10x on 2 cores (docs/retrieval.md). Without it, a process searching the 1 M
+# store 16 users a call ran 823-886 q/s against 1,376-1,630 (2026-11-27, docs/retrieval.md).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
