@@ -66,8 +66,9 @@ SPILL_WEIGHT = 1.0
 SPILL_PROBE_SHARE = 0.35
 # A spilled segment's probing also weighs the user's mean score over every centroid
 # (``mean_score_probing``). Fitted 2026-11-27 on the lists each of 1,280 users of five kinds
-# needed for 95% of its exact top 100 (1 M and 10 M posts): the best centroid's score alone
-# explained half the spread of log(lists needed), with the mean score 0.68. Users facing the
+# needed for 95% of its exact top 100 at 10 M posts (at 1 M the needs follow the same pattern;
+# not fitted there): the best centroid's score alone explained half the spread of log(lists
+# needed), with the mean score 0.68. Users facing the
 # corpus' dense middle (whole-corpus histories: mean score 0.055) needed 3x the lists of new
 # users with the same best score (0.022): the old curve gave both about 190, the one-topic users
 # 2.9x their 21. Through Snapshot.search at equal recall for the worst kind: 10% fewer lists.

@@ -66,14 +66,10 @@ def test_a_spec_without_a_mean_weight_ignores_the_mean_score():
 
 def test_a_user_facing_the_dense_middle_probes_more_lists_at_the_same_best_score():
     spec = mean_score_probing(spilled_spec(ivf_spec(4096, 64)))
-    best = [0.55, 0.55]
-    probes = (
-        lists_to_probe(spec, centroid_scores(best, 0.0)),
-        lists_to_probe(spec, centroid_scores(best, 0.05)),
-    )
-    ratio = probes[1][0] / probes[0][0]  # exp(weight x 0.05), to the rounding of a count
-    assert ratio == pytest.approx(np.exp(PROBE_MEAN_WEIGHT * 0.05), rel=0.02)
-    assert spec.nprobe < probes[0][0] < probes[1][0] <= spec.max_nprobe
+    (low,), (high,) = (lists_to_probe(spec, centroid_scores([0.55], m)) for m in (0.0, 0.05))
+    # exp(weight x 0.05), to the rounding of a count
+    assert high / low == pytest.approx(np.exp(PROBE_MEAN_WEIGHT * 0.05), rel=0.02)
+    assert spec.nprobe < low < high <= spec.max_nprobe
 
 
 def test_mean_score_probing_starts_lower_and_round_trips():
