@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ from phoenix.corpus_store import snapshot as snapshot_module
 from phoenix.corpus_store.ann import PROBE_MEAN_WEIGHT, spilled_spec
 from phoenix.corpus_store.follow import REQUEST_WAIT_S
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
-from phoenix.corpus_store.snapshot import first_of_each
+from phoenix.corpus_store.snapshot import first_of_each, rescore_exactly
 from phoenix.corpus_store.store import RETIRE_GRACE_S
 
 D = 16
@@ -276,6 +277,27 @@ def test_first_of_each_keeps_the_best_copy_of_every_post():
         [True, True, False, True, False, True, True],  # 0: not a post, never a copy
         [True, True, True, True, True, True, False],
     ]
+
+
+def test_rescoring_a_spilled_index_keeps_the_best_distinct_rows(rng):
+    """Every candidate twice (a post found in both its lists), the best ones included: the
+    re-score keeps each user's want best distinct rows, the exact scores, and -1 past them."""
+    embeddings = rng.normal(size=(400, D)).astype(np.float32)  # [n, D]
+    users = rng.normal(size=(3, D)).astype(np.float32)  # [B, D]
+    want = 20
+    found = [rng.choice(400, size, replace=False) for size in (60, 35, 12)]  # distinct rows
+    rows = np.full((3, 130), -1, np.int64)  # [B, c], -1 where the index found no more
+    for b, distinct in enumerate(found):
+        rows[b, : 2 * len(distinct)] = rng.permutation(np.repeat(distinct, 2))
+    segment = types.SimpleNamespace(embeddings=embeddings)
+    scores, kept = rescore_exactly(segment, users, rows, want, repeats=True)
+    for b, distinct in enumerate(found):
+        exact = embeddings[distinct] @ users[b]  # [r]
+        best = distinct[np.argsort(-exact)[:want]]
+        held = kept[b] >= 0
+        assert sorted(kept[b][held]) == sorted(best)
+        np.testing.assert_allclose(scores[b][held], embeddings[kept[b][held]] @ users[b], rtol=1e-5)
+        assert np.all(scores[b][~held] == -np.inf) and held.sum() == min(want, len(distinct))
 
 
 def test_readers_see_whole_generations_while_a_writer_adds(tmp_path, rng):
