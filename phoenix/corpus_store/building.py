@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
-from phoenix.corpus_store.ann import choose_index
+from phoenix.corpus_store.ann import choose_index, training_of
 from phoenix.corpus_store.embedding import EmbedPosts
 from phoenix.corpus_store.manifest import SEALED, EmbeddedBy, IndexSpec, StoreError
 from phoenix.corpus_store.segment import Posts as StorePosts
@@ -249,5 +249,10 @@ def add_sealed(store: CorpusStore, posts: StorePosts, label: str, report: Report
     if spec.kind == "exact":
         store.add(posts, state=SEALED, index=spec)
         return
+    sample, iterations = training_of(spec, len(posts))
+    report(
+        f"{label}: training {spec.nlist:,} lists on {sample:,} posts ({iterations} k-means "
+        "iterations) before the index bar moves: minutes for millions of posts"
+    )
     with posts_bar(len(posts), f"{label}: index") as bar:
         store.add(posts, state=SEALED, index=spec, progress=bar.update)
