@@ -82,9 +82,10 @@ SPILL_PROBE_SHARE = 0.35
 # corpus' dense middle (whole-corpus histories: mean score 0.055) needed 3x the lists of new
 # users with the same best score (0.022): the old curve gave both about 190, the one-topic users
 # 2.9x their 21. Through Snapshot.search at equal recall for the worst kind: 10% fewer lists.
-# The score was 0.83 until the lists were trained longer (SPILLED_KMEANS_ITERATIONS): 0.78 gives
-# 18% fewer lists at 10 M and 15% at 1 M, every kind's worst decile >= 0.922 at 10 M and >= 0.937
-# at 1 M (two draws of 1,280 users); 0.75 left 10 M's whole-corpus users at 0.911.
+# The score was 0.83 until the lists were trained longer (SPILLED_KMEANS_ITERATIONS): over the
+# same lists 0.78 probes 18% fewer than 0.83 at 1 M and 10 M, every kind's worst decile >= 0.922
+# at 10 M and >= 0.937 at 1 M (two draws of 1,280 users); 0.75 left 10 M's whole-corpus users at
+# 0.911.
 PROBE_MEAN_WEIGHT = 18.0
 MEAN_PROBE_SLOPE = 4.0
 MEAN_PROBE_SCORE = 0.78
