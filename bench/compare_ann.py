@@ -53,23 +53,23 @@ def cached_inputs(work: Path, posts: int, queries: int):
     return data["embeddings"], users, exact
 
 
-def build(kind: str, embeddings: np.ndarray, quantizer, nlist: int):
+def build(kind: str, embeddings: np.ndarray, quantizer, spec):
     """An IVF index of ``kind`` ("sq8", "pqMx4fs" or "pqMx4fs+spill") over the trained
-    ``quantizer``'s lists."""
+    ``quantizer``'s lists (an empty one: trained here as the store trains ``spec``'s)."""
     import faiss
 
     dim = embeddings.shape[1]
     spilled = kind.endswith("+spill")
     if kind == "sq8":
         index = faiss.IndexIVFScalarQuantizer(
-            quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+            quantizer, dim, spec.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
         )
     else:
         m = int(kind[2:].split("x")[0])
         plain_or_fast = faiss.IndexIVFPQ if spilled else faiss.IndexIVFPQFastScan
-        index = plain_or_fast(quantizer, dim, nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
-    rng = np.random.default_rng(0)
-    sample = rng.choice(len(embeddings), min(len(embeddings), nlist * 32), replace=False)
+        index = plain_or_fast(quantizer, dim, spec.nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+    size, index.cp.niter = ann.training_of(spec, len(embeddings))
+    sample = np.random.default_rng(0).choice(len(embeddings), size, replace=False)
     index.train(np.ascontiguousarray(embeddings[np.sort(sample)]))
     if spilled:
         return ann.fill_spilled(index, embeddings)
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
 
     embeddings, users, exact = cached_inputs(args.work, args.posts, args.queries)
     spec = ann.choose_index(args.posts, embeddings.shape[1])
-    coarse = build("sq8", embeddings, faiss.IndexFlatIP(embeddings.shape[1]), spec.nlist)
+    coarse = build("sq8", embeddings, faiss.IndexFlatIP(embeddings.shape[1]), spec)
     centroids = ann.centroids_of(coarse)
     indexes, built_s = {"sq8": coarse}, {}
     designs = [parse_design(d) for d in args.designs.split(",")]
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
             quantizer = faiss.IndexFlatIP(embeddings.shape[1])
             quantizer.add(centroids)
             started = time.perf_counter()
-            indexes[kind] = build(kind, embeddings, quantizer, spec.nlist)
+            indexes[kind] = build(kind, embeddings, quantizer, spec)
             built_s[kind] = round(time.perf_counter() - started, 1)
     everyone = np.concatenate([users[k] for k in KINDS])
     table = {}
