@@ -68,9 +68,7 @@ def build(kind: str, embeddings: np.ndarray, quantizer, spec):
         m = int(kind[2:].split("x")[0])
         plain_or_fast = faiss.IndexIVFPQ if spilled else faiss.IndexIVFPQFastScan
         index = plain_or_fast(quantizer, dim, spec.nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
-    size, index.cp.niter = ann.training_of(spec, len(embeddings))
-    sample = np.random.default_rng(0).choice(len(embeddings), size, replace=False)
-    index.train(np.ascontiguousarray(embeddings[np.sort(sample)]))
+    ann.train_index(index, embeddings, spec)
     if spilled:
         return ann.fill_spilled(index, embeddings)
     for start in range(0, len(embeddings), 1 << 20):

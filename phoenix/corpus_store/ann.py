@@ -321,13 +321,7 @@ def build_index(
 
     rows, dim = embeddings.shape
     index = empty_index(spec, dim)
-    sample, iterations = training_of(spec, rows)
-    rng = np.random.default_rng(seed)
-    picks = np.sort(rng.choice(rows, sample, replace=False))
-    index.cp.seed = seed
-    index.cp.niter = iterations
-    index.cp.min_points_per_centroid = 1  # a small sample is fine; do not warn about it
-    index.train(np.ascontiguousarray(embeddings[picks], np.float32))
+    train_index(index, embeddings, spec, seed)
     if spec.spilled:
         return fill_spilled(index, embeddings, progress)
     for start in range(0, rows, 1 << 20):  # in slices: no second full copy in memory
@@ -336,6 +330,17 @@ def build_index(
         if progress is not None:
             progress(len(chunk))
     return index
+
+
+def train_index(index, embeddings: np.ndarray, spec: IndexSpec, seed: int = 0) -> None:
+    """Train the empty Faiss IVF ``index`` (its lists, unless its quantizer is trained already,
+    and its codes) on a sample of ``embeddings`` [n, D], as ``training_of`` says for ``spec``."""
+    sample, iterations = training_of(spec, len(embeddings))
+    picks = np.sort(np.random.default_rng(seed).choice(len(embeddings), sample, replace=False))
+    index.cp.seed = seed
+    index.cp.niter = iterations
+    index.cp.min_points_per_centroid = 1  # a small sample is fine; do not warn about it
+    index.train(np.ascontiguousarray(embeddings[picks], np.float32))
 
 
 def training_of(spec: IndexSpec, rows: int) -> tuple[int, int]:

@@ -379,5 +379,5 @@ def best_columns(scores: np.ndarray, rows: np.ndarray, want: int) -> tuple:
     them where a user has no more."""
     if scores.shape[1] <= want:
         return scores, rows
-    best = np.argpartition(-scores, want - 1, axis=1)[:, :want]  # unordered: the merge sorts
+    best = top_k_columns(scores, want)  # [B, want], unordered: the merge sorts
     return np.take_along_axis(scores, best, 1), np.take_along_axis(rows, best, 1)
