@@ -76,11 +76,11 @@ def build(kind: str, embeddings: np.ndarray, quantizer, spec):
     return index
 
 
-def searcher(index, spec, centroids, embeddings, candidates: int):
+def searcher(index, spec, columns, embeddings, candidates: int):
     """search(users [B, D]) -> rows [B, TOP_K]: the index's ``candidates`` best re-scored."""
 
     def search(users):
-        _, rows = ann.search_index(index, spec, users, candidates, None, centroids)
+        _, rows = ann.search_index(index, spec, users, candidates, None, columns)
         scores = ann.scores_of_rows(embeddings, users, rows)  # [B, c], as the store re-scores
         scores[~first_of_each(rows + 1)] = -np.inf  # a spilled post found twice: once (-1: 0)
         best = np.argpartition(-scores, TOP_K - 1, axis=1)[:, :TOP_K]
@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     spec = ann.choose_index(args.posts, embeddings.shape[1])
     coarse = build("sq8", embeddings, faiss.IndexFlatIP(embeddings.shape[1]), spec)
     centroids = ann.centroids_of(coarse)
+    columns = ann.centroid_columns(coarse)  # [D, nlist], as the store scores them
     indexes, built_s = {"sq8": coarse}, {}
     designs = [parse_design(d) for d in args.designs.split(",")]
     for kind, _, _ in designs:
@@ -144,7 +145,7 @@ def main(argv=None) -> int:
     table = {}
     for kind, candidates, probes in designs:
         probing = ann.scaled_probing(spec, probes)
-        search = searcher(indexes[kind], probing, centroids, embeddings, candidates)
+        search = searcher(indexes[kind], probing, columns, embeddings, candidates)
         by_kind = {}
         for user_kind in KINDS:
             got = recall_summary(
@@ -160,7 +161,7 @@ def main(argv=None) -> int:
         for _ in range(args.passes):
             for kind, candidates, probes in designs:
                 probing = ann.scaled_probing(spec, probes)
-                search = searcher(indexes[kind], probing, centroids, embeddings, candidates)
+                search = searcher(indexes[kind], probing, columns, embeddings, candidates)
                 started = time.perf_counter()
                 run_all(search, everyone)
                 seconds = time.perf_counter() - started

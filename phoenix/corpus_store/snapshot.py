@@ -10,6 +10,7 @@ Shape glossary
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -76,6 +77,20 @@ def search_threads() -> ThreadPoolExecutor:
                 CORES, "store-search", initializer=lambda: faiss.omp_set_num_threads(1)
             )
         return _threads
+
+
+@contextlib.contextmanager
+def faiss_on_one_thread():
+    """Faiss on one thread in the calling thread (an OpenMP setting of each thread) while the
+    block runs, as on the search threads; its own setting after."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def joined(parts: Sequence[Hits]) -> Hits:
@@ -186,8 +201,8 @@ class Snapshot:
         user), merged across segments and sorted by score; the window ends at ``now`` (unix
         seconds, default: the clock).
 
-        A call of at least 2 x ``USERS_PER_THREAD`` users is split over the machine's cores,
-        each part searched on its own thread (``search_threads``)."""
+        A call of at least 2 x ``USERS_PER_THREAD`` users is split over the machine's cores:
+        the calling thread searches the first part, ``search_threads`` the others."""
         if not self.searchable:
             raise StoreError(f"{self.root}: opened for look-ups only (searchable=False)")
         now = time.time() if now is None else now
@@ -204,14 +219,15 @@ class Snapshot:
         parts = min(CORES, batch // USERS_PER_THREAD)
         if parts < 2:
             return self._search(users, k, live, rows, extras)
-        threads = search_threads()
-        found = [
-            threads.submit(
-                self._search, users[part], k, live, [[r[b] for b in part] for r in rows], extras
-            )
-            for part in np.array_split(np.arange(batch), parts)
-        ]
-        return joined([part.result() for part in found])
+        first, *others = np.array_split(np.arange(batch), parts)
+
+        def search_part(part: np.ndarray) -> Hits:
+            return self._search(users[part], k, live, [[r[b] for b in part] for r in rows], extras)
+
+        found = [search_threads().submit(search_part, part) for part in others]
+        with faiss_on_one_thread():  # the calling thread searches a part too, not only waits
+            hits = search_part(first)
+        return joined([hits, *(part.result() for part in found)])
 
     def _live_segments(self, now: float) -> list[tuple[int, int, np.ndarray]]:
         """(index, first live row, deleted rows) of each segment holding a live row at
@@ -350,7 +366,8 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int)
         alive.append(faiss.IDSelectorAnd(alive[0], alive[-1]))
     asked = min(len(segment), want * max(1, spec.rerank))
     selector = alive[-1] if alive else None
-    scores, rows = search_index(segment.index, spec, users, asked, selector, segment.centroids)
+    columns = segment.centroid_columns
+    scores, rows = search_index(segment.index, spec, users, asked, selector, columns)
     if spec.rerank:
         scores, rows = rescore_exactly(segment, users, rows, want, spec.spilled)
     scores = np.where(rows >= 0, scores, NO_SCORE)

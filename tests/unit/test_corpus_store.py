@@ -13,6 +13,7 @@ import threading
 import time
 import types
 
+import faiss
 import numpy as np
 import pytest
 
@@ -541,11 +542,23 @@ def test_a_search_split_over_threads_equals_the_same_search_whole(tmp_path, rng,
     monkeypatch.setattr(snapshot_module, "CORES", 3)  # parts of 8 or more: 3 parts here
     parts = []
     real_search = snapshot._search
-    monkeypatch.setattr(
-        snapshot, "_search", lambda u, *a: parts.append(len(u)) or real_search(u, *a)
-    )
-    split = snapshot.search(users, 30, excluded)
-    assert parts == [14, 13, 13]
+    caller = threading.current_thread()
+
+    def search_part(u, *a):
+        parts.append((len(u), threading.current_thread() is caller))
+        return real_search(u, *a)
+
+    monkeypatch.setattr(snapshot, "_search", search_part)
+    own_threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(3)  # not the one Faiss thread a part runs with
+    try:
+        split = snapshot.search(users, 30, excluded)
+        threads_after = faiss.omp_get_max_threads()
+    finally:
+        faiss.omp_set_num_threads(own_threads)
+    # the first part on the calling thread, the others on the search threads (in any order)
+    assert sorted(parts) == [(13, False), (13, False), (14, True)]
+    assert threads_after == 3  # the caller's Faiss setting as it was
     monkeypatch.setattr(snapshot_module, "CORES", 1)
     whole = snapshot.search(users, 30, excluded)
     for field in ("post_ids", "author_ids", "created_at"):  # the same posts, in the same order
