@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phoenix.corpus_store.ann import PARALLEL_SCORES, best_lists, scores_of_rows
+from phoenix.corpus_store.ann import (
+    PARALLEL_SCORES,
+    best_lists,
+    centroid_columns,
+    centroids_of,
+    scores_of_rows,
+)
 
 
 def test_each_user_keeps_exactly_its_count_of_best_lists():
@@ -21,6 +27,19 @@ def test_each_user_keeps_exactly_its_count_of_best_lists():
         assert sorted(kept) == sorted(expected)
         held = lists[b] >= 0
         assert np.array_equal(scores[b][held], every[b][lists[b][held]])
+
+
+def test_centroid_columns_score_users_as_the_centroids_do():
+    import faiss
+
+    rng = np.random.default_rng(5)
+    posts = rng.normal(size=(2_000, 16)).astype(np.float32)
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(16), 16, 32, faiss.METRIC_INNER_PRODUCT)
+    index.train(posts)
+    columns = centroid_columns(index)  # [D, nlist]
+    assert columns.shape == (16, 32) and columns.flags.c_contiguous
+    users = rng.normal(size=(5, 16)).astype(np.float32)
+    np.testing.assert_allclose(users @ columns, users @ centroids_of(index).T, rtol=1e-6)
 
 
 @pytest.mark.parametrize("width", [40, PARALLEL_SCORES // 3 + 1])  # numpy, then Faiss' way
