@@ -31,7 +31,8 @@ TOMBSTONES_DIR = "tombstones"
 NO_SCORE = -np.inf
 
 # A search of many users runs in parts of at least USERS_PER_THREAD users, at most one per core,
-# each on its own thread with Faiss on one thread: Faiss' scan already ran on every core, but
+# each on its own thread with Faiss on one thread (the first on the calling thread, the others
+# on CORES - 1 search threads): Faiss' scan already ran on every core, but
 # the work around it (choosing the lists, re-scoring, merging: a third of the time) ran on the
 # calling thread alone. 16 users a call, 2 cores: 10 M posts 937-950 -> 1,074-1,083 queries/s
 # (docs/retrieval.md). Served retrievers (at most 8 users a batch, contracts.RETRIEVER) never
@@ -66,15 +67,16 @@ os.register_at_fork(after_in_child=_forget_threads)
 
 
 def search_threads() -> ThreadPoolExecutor:
-    """The process' search threads (made on first use), CORES of them, Faiss on one thread in
-    each (an OpenMP setting of the thread that makes it)."""
+    """The process' search threads (made on first use), one fewer than CORES (a split call's
+    first part runs on the calling thread), Faiss on one thread in each (an OpenMP setting of
+    the thread that makes it)."""
     global _threads
     with _threads_lock:
         if _threads is None:
             import faiss
 
             _threads = ThreadPoolExecutor(
-                CORES, "store-search", initializer=lambda: faiss.omp_set_num_threads(1)
+                max(1, CORES - 1), "store-search", initializer=lambda: faiss.omp_set_num_threads(1)
             )
         return _threads
 
