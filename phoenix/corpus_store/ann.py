@@ -242,21 +242,31 @@ def scores_of_rows(embeddings: np.ndarray, users: np.ndarray, rows: np.ndarray) 
 
 
 def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lists [B, most] int64, their scores [B, most] float32) of each user's ``probes[b]``
-    best-scoring lists among the centroid scores ``every`` [B, nlist], in no order, -1 in place
-    of the lists beyond a user's count (Faiss skips those); most = the largest count.
+    """(lists [B, w] int64, their scores [B, w] float32) of each user's ``probes[b]``
+    best-scoring lists among the centroid scores ``every`` [B, nlist], in list order, -1 (with
+    the user's cut as score) in place of the lists beyond a user's count (Faiss skips those);
+    w = the largest count, ties at a user's cut included.
 
-    Each user's cut is its ``probes[b]``-th best score among the ``most`` best (one sort of
-    those, cheaper than a partition at each user's count), and the lists scoring below a user's
-    cut are marked -1. Faiss scans a user's lists in any order to the same result, so they are
-    not sorted."""
+    A user's cut is its ``probes[b]``-th best score: one partition of the scores at the
+    largest count (numpy partitions float32 with a SIMD kernel, and has none for
+    argpartition), that count sorted. Faiss scans a user's lists in any order to the same
+    result."""
+    batch, nlist = every.shape
     most = int(probes.max())
-    lists = np.argpartition(-every, most - 1, axis=1)[:, :most]  # [B, most], unordered
-    scores = np.take_along_axis(every, lists, 1)  # [B, most]
-    ascending = np.sort(scores, axis=1)  # [B, most]
-    cut = ascending[np.arange(len(scores)), most - probes][:, None]  # [B, 1], a user's last list
-    lists = np.where(scores < cut, -1, lists)  # a tie at the cut adds a list
-    return lists.astype(np.int64, copy=False), scores.astype(np.float32, copy=False)
+    top = np.sort(np.partition(every, nlist - most, axis=1)[:, nlist - most :], axis=1)
+    cut = top[np.arange(batch), most - probes]  # [B], a user's last list's score
+    # user after user (a 1-d nonzero: 5x faster than a 2-d one here); a tie adds a list
+    chosen = np.flatnonzero(every >= cut[:, None])
+    user, column = chosen // nlist, chosen % nlist
+    counts = np.bincount(user, minlength=batch)  # [B]
+    slot = np.arange(len(user)) - np.repeat(np.cumsum(counts) - counts, counts)
+    lists = np.full((batch, int(counts.max())), -1, np.int64)  # [B, w]
+    # Faiss quantizes a user's list scores over the range of all w: its cut there, not a
+    # wider range, keeps their steps as fine as its own lists allow
+    scores = np.repeat(cut[:, None], lists.shape[1], axis=1)  # [B, w]
+    lists[user, slot] = column
+    scores[user, slot] = every[user, column]
+    return lists, scores
 
 
 def spill_lists(

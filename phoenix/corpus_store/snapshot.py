@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from phoenix.corpus_store import score_keys
 from phoenix.corpus_store.ann import scores_of_rows, search_index
 from phoenix.corpus_store.manifest import Manifest, StoreError
 from phoenix.corpus_store.npy import load_npy
@@ -382,21 +383,12 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int)
 def rescore_exactly(segment: Segment, users, rows, want: int, repeats: bool = False):
     """The ``want`` best (in no order) of the index's candidate ``rows`` [B, c] (-1: none) by
     exact float32 score: the codes order near-ties wrongly, the float vectors are at hand
-    (mapped). ``repeats``: a row may come twice (a spilled index, two lists a post), kept once."""
+    (mapped). ``repeats``: a row may come twice (a spilled index, two lists a post), kept once.
+
+    Chosen as packed (score, row) keys (``score_keys``): 8 users' 1,000 candidates a call,
+    the choice took 13 µs a user against 51 by index partitions and a de-duplicating sort."""
     scores = scores_of_rows(segment.embeddings, users, rows)  # [B, c]
-    if repeats:
-        # Both copies of a row score alike, so the best 2 x want candidates hold the best want
-        # distinct rows: only those are de-duplicated (sorting all c cost a third of the re-score).
-        scores, rows = best_columns(scores, rows, 2 * want)  # [B, 2 want]
-        copy = ~first_of_each(rows + 1)  # -1 -> 0, left alone
-        scores[copy], rows = NO_SCORE, np.where(copy, -1, rows)
-    return best_columns(scores, rows, want)
-
-
-def best_columns(scores: np.ndarray, rows: np.ndarray, want: int) -> tuple:
-    """(scores, rows) [B, want] of the ``want`` best scores of each user (in no order); all of
-    them where a user has no more."""
-    if scores.shape[1] <= want:
-        return scores, rows
-    best = top_k_columns(scores, want)  # [B, want], unordered: the merge sorts
-    return np.take_along_axis(scores, best, 1), np.take_along_axis(rows, best, 1)
+    keys = score_keys.pack(scores, rows)  # [B, c]
+    if repeats:  # both copies of a row score alike: equal keys
+        return score_keys.unpack(score_keys.best_distinct_keys(keys, want))
+    return score_keys.unpack(score_keys.best_keys(keys, want))

@@ -29,6 +29,16 @@ def test_each_user_keeps_exactly_its_count_of_best_lists():
         assert np.array_equal(scores[b][held], every[b][lists[b][held]])
 
 
+def test_a_tie_at_a_users_cut_adds_a_list_and_the_rest_are_marked_minus_one():
+    every = np.array([[0.9, 0.5, 0.7, 0.7, 0.1], [0.2, 0.3, 0.4, 0.5, 0.6]], np.float32)
+    lists, scores = best_lists(every, np.array([2, 1]))  # user 0: 0.9, then 0.7 twice
+    assert sorted(lists[0][lists[0] >= 0]) == [0, 2, 3]
+    assert list(lists[1][lists[1] >= 0]) == [4] and np.sum(lists[1] < 0) == lists.shape[1] - 1
+    np.testing.assert_array_equal(
+        scores[0][lists[0] >= 0], every[0][np.sort(lists[0][lists[0] >= 0])]
+    )
+
+
 def test_centroid_columns_score_users_as_the_centroids_do():
     import faiss
 
