@@ -265,25 +265,20 @@ class Snapshot:
         if not found:
             none = lambda dtype: [np.zeros(0, dtype) for _ in range(batch)]  # noqa: E731
             return Hits(none(np.int64), none(np.int64), none(np.int64), none(np.float32))
-        segment_of = np.concatenate([np.full(r.shape, i) for i, r, _ in found], axis=1)  # [B, m]
-        rows = np.concatenate([r for _, r, _ in found], axis=1).astype(np.int64)  # [B, m]
-        scores = np.concatenate([s for _, _, s in found], axis=1).astype(np.float32)  # [B, m]
-        # best first; ties in segment then row order (among the rows each segment kept: at its
-        # own cut, which of equal scores it keeps is the partition's choice)
-        order = np.lexsort((rows, segment_of, -scores), axis=1)
-        segment_of, rows, scores = (
-            np.take_along_axis(column, order, 1) for column in (segment_of, rows, scores)
-        )
+        segment_of, rows, scores = best_first(found)  # [B, m] each
         live = scores > NO_SCORE
         searched = [index for index, _, _ in found]
         post_ids = self._gather("post_ids", searched, segment_of, rows)  # [B, m]
         if len(found) > 1:  # a post ingested again lives in two segments until compaction
             live &= first_of_each(np.where(live, post_ids, 0))
         keep = live & (np.cumsum(live, axis=1) <= k)  # [B, m]
-        ends = np.cumsum(keep.sum(axis=1)).tolist()  # [B], where each user's hits end
+        counts = keep.sum(axis=1)  # [B]
+        ends = np.cumsum(counts).tolist()  # [B], where each user's hits end
         segment_of, rows = segment_of[keep], rows[keep]  # flat, user after user
 
         def per_user(flat: np.ndarray) -> list[np.ndarray]:
+            if (counts == counts[0]).all():  # the usual case: k hits for every user
+                return list(flat.reshape(batch, -1))
             return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
         return Hits(
@@ -305,6 +300,23 @@ class Snapshot:
             here = segment_of == index
             out[here] = getattr(self.segments[index], column)[rows[here]]
         return out
+
+
+def best_first(found: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(segment_of, rows, scores) [B, m] of the segments' parts ``found`` ((segment, rows
+    [B, m'], scores [B, m']) each), every user's best first, ties in segment then row order
+    (among the rows each segment kept: at its own cut, which of equal scores it keeps is the
+    partition's choice); the parts' dead rows (score -inf) last, in no promised order."""
+    if len(found) == 1:  # the usual case, one sealed segment: one sort of packed keys
+        index, rows, scores = found[0]
+        keys = score_keys.pack(-np.asarray(scores, np.float32), rows)  # ascending: best first
+        negated, rows = score_keys.unpack(np.sort(keys, axis=1))
+        return np.full(rows.shape, index), rows, -negated
+    segment_of = np.concatenate([np.full(r.shape, i) for i, r, _ in found], axis=1)  # [B, m]
+    rows = np.concatenate([r for _, r, _ in found], axis=1).astype(np.int64)  # [B, m]
+    scores = np.concatenate([s for _, _, s in found], axis=1).astype(np.float32)  # [B, m]
+    order = np.lexsort((rows, segment_of, -scores), axis=1)
+    return tuple(np.take_along_axis(column, order, 1) for column in (segment_of, rows, scores))
 
 
 def first_of_each(post_ids: np.ndarray) -> np.ndarray:

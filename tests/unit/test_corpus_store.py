@@ -31,7 +31,7 @@ from phoenix.corpus_store import snapshot as snapshot_module
 from phoenix.corpus_store.ann import PROBE_MEAN_WEIGHT, spilled_spec
 from phoenix.corpus_store.follow import REQUEST_WAIT_S
 from phoenix.corpus_store.manifest import IVF_PQ4FS, IVF_SQ8
-from phoenix.corpus_store.snapshot import first_of_each, rescore_exactly
+from phoenix.corpus_store.snapshot import best_first, first_of_each, rescore_exactly
 from phoenix.corpus_store.store import RETIRE_GRACE_S
 
 D = 16
@@ -269,6 +269,23 @@ def test_an_indexed_segment_and_a_fresh_one_merge_in_score_order(tmp_path, rng):
     for b in range(4):
         np.testing.assert_array_equal(hits.post_ids[b], expected[b])
         assert len(np.unique(hits.post_ids[b])) == 60 and np.all(np.diff(hits.scores[b]) <= 0)
+
+
+@pytest.mark.parametrize("parts", [1, 2])  # one segment: packed keys; several: lexsort
+def test_best_first_orders_by_score_then_segment_then_row(rng, parts):
+    rows = rng.permutation(60)[: 12 * parts].reshape(parts, 2, 6)  # [parts, B, m']
+    scores = rng.choice(np.array([-np.inf, 0.5, 0.25, 0.75], np.float32), size=rows.shape)
+    rows[:, 1, :2] = -1  # a user with fewer candidates
+    scores[:, 1, :2] = -np.inf
+    found = [(3 + p, rows[p], scores[p]) for p in range(parts)]
+    segment_of, got_rows, got_scores = best_first(found)
+    assert got_rows.shape == got_scores.shape == segment_of.shape == (2, 6 * parts)
+    for b in range(2):
+        live = [(-scores[p, b, j], 3 + p, rows[p, b, j]) for p in range(parts) for j in range(6)]
+        expected = sorted(t for t in live if t[0] < np.inf)  # best first, then segment, row
+        got = list(zip(-got_scores[b], segment_of[b], got_rows[b]))
+        assert got[: len(expected)] == expected
+        assert np.all(got_scores[b][len(expected) :] == -np.inf)  # the dead ones last
 
 
 def test_first_of_each_keeps_the_best_copy_of_every_post():
