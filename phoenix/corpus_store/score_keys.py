@@ -59,13 +59,25 @@ def best_keys(keys: np.ndarray, want: int) -> np.ndarray:
 
 
 def best_distinct_keys(keys: np.ndarray, want: int) -> np.ndarray:
-    """The ``want`` largest keys [B, <= w] of each row of ``keys`` [B, c], each distinct key
-    once, in no order; FILL_KEY (no candidate) where a row has fewer. A row found twice (a
-    post in two lists) scores alike both times, so its two keys are equal.
+    """The ``want`` largest keys [B, <= w] of each row of ``keys`` [B, c], each candidate row
+    once (its best key), in no order; FILL_KEY (no candidate) where a row has fewer. A row may
+    come twice (a post in two lists).
 
-    The 2 x ``want`` largest hold ``want`` distinct ones (a key comes at most twice); those
-    are sorted, each copy after the first becomes FILL_KEY (its neighbour is its twin), and
-    the ``want`` largest are kept."""
+    Both copies of a row are scored by the same arithmetic, so their keys are equal, and
+    dropping equal neighbours of the sorted keys drops them (``equal_keys_once``). Should a
+    copy score a bit apart (a summation order that depends on where a row lies in memory), a
+    row would remain twice: then the choice is made by row (``rows_once``)."""
+    kept = equal_keys_once(keys, want)
+    rows = np.sort(kept & ROW_MASK, axis=1)  # [B, w]
+    if np.any((rows[:, 1:] == rows[:, :-1]) & (rows[:, 1:] != NO_ROW)):
+        return rows_once(keys, want)
+    return kept
+
+
+def equal_keys_once(keys: np.ndarray, want: int) -> np.ndarray:
+    """``best_distinct_keys`` where a row's copies have equal keys: the 2 x ``want`` largest
+    hold the ``want`` best distinct rows (a row comes at most twice); sorted, each copy after
+    the first becomes FILL_KEY, and the ``want`` largest are kept."""
     top = np.sort(best_keys(keys, 2 * want), axis=1)  # [B, <= 2 w], ascending
     copy = np.zeros(top.shape, bool)
     copy[:, 1:] = top[:, 1:] == top[:, :-1]
@@ -73,5 +85,31 @@ def best_distinct_keys(keys: np.ndarray, want: int) -> np.ndarray:
     return best_keys(top, want)
 
 
+def rows_once(keys: np.ndarray, want: int) -> np.ndarray:
+    """``best_distinct_keys`` whatever the copies' keys: re-packed row first (``by_row``), one
+    sort puts a row's copies side by side, its lower copy first; that one becomes FILL_KEY."""
+    top = np.sort(by_row(best_keys(keys, 2 * want)), axis=1)  # [B, <= 2 w] uint64, by row
+    rows = top >> np.uint64(ROW_BITS)
+    copy = np.zeros(top.shape, bool)
+    copy[:, :-1] = (rows[:, :-1] == rows[:, 1:]) & (rows[:, :-1] != NO_ROW)
+    kept = by_score(top)
+    kept[copy] = FILL_KEY
+    return best_keys(kept, want)
+
+
+def by_row(keys: np.ndarray) -> np.ndarray:
+    """uint64 [...] of score ``keys`` with their halves swapped: the row high, the score's
+    order low (its sign bit flipped, so that it orders as an unsigned number)."""
+    unsigned = keys.view(np.uint64)
+    return (unsigned << np.uint64(ROW_BITS)) | ((unsigned >> np.uint64(ROW_BITS)) ^ SIGN_BIT)
+
+
+def by_score(swapped: np.ndarray) -> np.ndarray:
+    """The score keys (int64) of ``by_row`` keys."""
+    low, high = swapped & np.uint64(ROW_MASK), swapped >> np.uint64(ROW_BITS)
+    return (((low ^ SIGN_BIT) << np.uint64(ROW_BITS)) | high).view(np.int64)
+
+
+SIGN_BIT = np.uint64(1 << 31)
 # The key of no candidate: score -inf, row -1
 FILL_KEY = int(pack(np.full((1, 1), -np.inf, np.float32), np.full((1, 1), -1))[0, 0])

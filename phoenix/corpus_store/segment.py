@@ -29,6 +29,7 @@ from phoenix.corpus_store.manifest import (
     StoreError,
 )
 from phoenix.corpus_store.npy import load_npy
+from phoenix.corpus_store.score_keys import MAX_ROWS
 
 SEGMENTS_DIR = "segments"
 COLUMNS = ("post_ids", "author_ids", "created_at", "embeddings", "sorted_ids", "id_order")
@@ -212,6 +213,8 @@ class Segment:
             raise StoreError(f"{path}: not a readable .npy file ({error})") from None
 
     def _check_shapes(self, rows: int, emb_size: int) -> None:
+        if rows >= MAX_ROWS:  # a search packs each row into 32 bits of a key
+            raise StoreError(f"{self.path}: {rows} rows, at most {MAX_ROWS - 1} a segment")
         for column in COLUMNS:
             array = getattr(self, column)
             expected = (rows, emb_size) if column == "embeddings" else (rows,)

@@ -73,3 +73,27 @@ def test_best_distinct_keys_keep_each_row_once_and_fill_where_too_few():
             kept_scores[b][held], np.sin(kept_rows[b][held]).astype(np.float32)
         )
     assert unpack(np.array([[FILL_KEY]]))[1][0, 0] == -1
+
+
+def test_a_rows_copies_scored_apart_still_come_once_with_the_better_score():
+    scores = np.array(
+        [[0.5, 0.9, np.nextafter(np.float32(0.9), np.float32(0)), 0.1, 0.5]], np.float32
+    )
+    rows = np.array([[4, 7, 7, 2, 4]])  # row 7's copies one bit apart, row 4's alike
+    kept_scores, kept_rows = unpack(best_distinct_keys(pack(scores, rows), 2))
+    assert sorted(kept_rows[0]) == [4, 7]
+    assert kept_scores[0][list(kept_rows[0]).index(7)] == np.float32(0.9)
+
+
+def test_keys_swapped_to_row_first_and_back_are_unchanged():
+    from phoenix.corpus_store.score_keys import by_row, by_score
+
+    rng = np.random.default_rng(3)
+    scores = rng.choice(np.array(AWKWARD, np.float32), size=(3, 50))
+    rows = rng.integers(-1, 2**32 - 1, size=(3, 50))
+    keys = pack(scores, rows)
+    swapped = by_row(keys)
+    assert np.array_equal(by_score(swapped), keys)
+    order = np.argsort(swapped[0], kind="stable")  # row first, then score
+    by = np.where(rows[0] < 0, MAX_ROWS, rows[0])
+    assert np.all(np.diff(by[order]) >= 0)
