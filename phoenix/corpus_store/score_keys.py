@@ -23,7 +23,8 @@ MAX_ROWS = NO_ROW  # rows must be below this to pack
 def score_order(scores: np.ndarray) -> np.ndarray:
     """int32 [...] ordered as the float32 ``scores`` are (-inf lowest): a float's bits as a
     signed integer order the non-negative floats; below zero the magnitude bits are flipped,
-    so that a larger magnitude orders lower. Its own inverse (``order_scores``)."""
+    so that a larger magnitude orders lower. Its own inverse (``order_scores``). -0.0 orders
+    just below +0.0 (a float comparison calls them equal; exact zeros need zero vectors)."""
     bits = np.ascontiguousarray(scores, np.float32).view(np.int32)
     return bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))
 

@@ -277,7 +277,7 @@ class Snapshot:
         segment_of, rows = segment_of[keep], rows[keep]  # flat, user after user
 
         def per_user(flat: np.ndarray) -> list[np.ndarray]:
-            if (counts == counts[0]).all():  # the usual case: k hits for every user
+            if batch and (counts == counts[0]).all():  # usually: k hits for every user
                 return list(flat.reshape(batch, -1))
             return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 

@@ -30,12 +30,33 @@ def test_each_user_keeps_exactly_its_count_of_best_lists():
 
 
 def test_a_tie_at_a_users_cut_adds_a_list_and_the_rest_are_marked_minus_one():
-    every = np.array([[0.9, 0.5, 0.7, 0.7, 0.1], [0.2, 0.3, 0.4, 0.5, 0.6]], np.float32)
-    lists, scores = best_lists(every, np.array([2, 1]))  # user 0: 0.9, then 0.7 twice
+    every = np.array(
+        [[0.9, 0.5, 0.7, 0.7, 0.1], [0.2, 0.3, 0.4, 0.5, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5]],
+        np.float32,
+    )
+    lists, scores = best_lists(every, np.array([2, 1, 3]))  # user 0: 0.9, then 0.7 twice
+    assert lists.shape == (3, 3)
     assert sorted(lists[0][lists[0] >= 0]) == [0, 2, 3]
+    assert sorted(lists[2][lists[2] >= 0]) == [2, 3, 4]
     assert list(lists[1][lists[1] >= 0]) == [4] and np.sum(lists[1] < 0) == lists.shape[1] - 1
     np.testing.assert_array_equal(
         scores[0][lists[0] >= 0], every[0][np.sort(lists[0][lists[0] >= 0])]
+    )
+    # Faiss quantizes a user's list scores over all its slots: the unused ones carry its cut
+    assert np.all(scores[1][lists[1] < 0] == np.float32(0.6))
+
+
+def test_a_constant_user_probes_no_more_than_the_largest_count():
+    every = np.zeros((3, 64), np.float32)  # a zero user vector: every centroid ties
+    every[1] = np.linspace(0, 1, 64, dtype=np.float32)
+    every[2, :40] = 0.5  # ties past the largest count, at the cut
+    lists, scores = best_lists(every, np.array([3, 5, 2]))
+    assert lists.shape[1] == 5  # the largest count: no user took every tied list
+    assert np.sum(lists[0] >= 0) == 5 and np.sum(lists[2] >= 0) == 5  # ties: up to 5
+    assert sorted(lists[1][lists[1] >= 0]) == [59, 60, 61, 62, 63]
+    held = lists >= 0
+    np.testing.assert_array_equal(
+        scores[held], np.take_along_axis(every, np.maximum(lists, 0), 1)[held]
     )
 
 

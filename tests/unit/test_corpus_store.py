@@ -288,6 +288,13 @@ def test_best_first_orders_by_score_then_segment_then_row(rng, parts):
         assert np.all(got_scores[b][len(expected) :] == -np.inf)  # the dead ones last
 
 
+def test_a_search_of_no_users_answers_nothing(tmp_path, rng):
+    store = CorpusStore.create(tmp_path / "s", D)
+    store.add(make_posts(rng, 50, 1, 0))  # one exact segment
+    hits = store.open().search(np.zeros((0, D), np.float32), 5)
+    assert hits.post_ids == [] and hits.scores == []
+
+
 def test_first_of_each_keeps_the_best_copy_of_every_post():
     post_ids = np.array([[7, 3, 7, 0, 3, 9, 0], [1, 2, 3, 4, 5, 6, 1]])  # rows sorted best first
     first = first_of_each(post_ids)
