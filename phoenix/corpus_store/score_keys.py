@@ -64,31 +64,11 @@ def best_distinct_keys(keys: np.ndarray, want: int) -> np.ndarray:
     once (its best key), in no order; FILL_KEY (no candidate) where a row has fewer. A row may
     come twice (a post in two lists).
 
-    Both copies of a row are scored by the same arithmetic, so their keys are equal, and
-    dropping equal neighbours of the sorted keys drops them (``equal_keys_once``). Should a
-    copy score a bit apart (a summation order that depends on where a row lies in memory), a
-    row would remain twice: then the choice is made by row (``rows_once``)."""
-    kept = equal_keys_once(keys, want)
-    rows = np.sort(kept & ROW_MASK, axis=1)  # [B, w]
-    if np.any((rows[:, 1:] == rows[:, :-1]) & (rows[:, 1:] != NO_ROW)):
-        return rows_once(keys, want)
-    return kept
-
-
-def equal_keys_once(keys: np.ndarray, want: int) -> np.ndarray:
-    """``best_distinct_keys`` where a row's copies have equal keys: the 2 x ``want`` largest
-    hold the ``want`` best distinct rows (a row comes at most twice); sorted, each copy after
-    the first becomes FILL_KEY, and the ``want`` largest are kept."""
-    top = np.sort(best_keys(keys, 2 * want), axis=1)  # [B, <= 2 w], ascending
-    copy = np.zeros(top.shape, bool)
-    copy[:, 1:] = top[:, 1:] == top[:, :-1]
-    top[copy] = FILL_KEY
-    return best_keys(top, want)
-
-
-def rows_once(keys: np.ndarray, want: int) -> np.ndarray:
-    """``best_distinct_keys`` whatever the copies' keys: re-packed row first (``by_row``), one
-    sort puts a row's copies side by side, its lower copy first; that one becomes FILL_KEY."""
+    The 2 x ``want`` largest hold the ``want`` best distinct rows (a row comes at most twice).
+    Re-packed row first (``by_row``), one sort puts a row's copies side by side, its lower copy
+    first; that one becomes FILL_KEY, and the ``want`` largest are kept. By row, not by equal
+    keys: a copy scored a bit apart (a summation order that depends on where a row lies in
+    memory) still goes."""
     top = np.sort(by_row(best_keys(keys, 2 * want)), axis=1)  # [B, <= 2 w] uint64, by row
     rows = top >> np.uint64(ROW_BITS)
     copy = np.zeros(top.shape, bool)
