@@ -68,6 +68,18 @@ def name_list(choices: Sequence[str]):
     return parse
 
 
+def instance_counts(text: str) -> dict[str, int]:
+    """``ranker=8,retriever=2`` as {"ranker": 8, "retriever": 2} (checked against the profile
+    when the repository is written)."""
+    counts = {}
+    for item in filter(None, (v.strip() for v in text.split(","))):
+        name, _, count = item.partition("=")
+        if not count.strip().isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=N with N >= 1")
+        counts[name.strip()] = int(count)
+    return counts
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = command_parser("python bench/bench_serving.py", __doc__)
     add = parser.add_argument
@@ -90,6 +102,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     workloads = f"comma-separated, from {','.join(measure.WORKLOADS)} (default: all)"
     names = list(measure.WORKLOADS)
     add("--workloads", type=name_list(tuple(names)), default=names, help=workloads)
+    instances = "instances per model instead of the profile's, as MODEL=N,... (e.g. ranker=8)"
+    add("--instances", type=instance_counts, default={}, help=instances)
     window = "requests per perf_analyzer measurement window, at least twice the concurrency "
     window += "(default: 60; quick: 20)"
     add("--window-requests", type=int, help=window)
@@ -213,6 +227,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "artifacts": shown_path(args.artifacts),
             "model_repository": shown_path(args.model_repository),
             "device": args.device,
+            "instances": args.instances or "the profile's",
             "concurrency": args.concurrency,
             "window_requests": args.window_requests,
             "users": args.users,

@@ -11,12 +11,18 @@ from phoenix.testing.triton import start_triton
 
 
 def repository_for(batching: str, args) -> Path:
-    if batching == "on" and args.device == "cpu":
+    instances = getattr(args, "instances", None) or {}
+    if batching == "on" and args.device == "cpu" and not instances:
         return args.model_repository.resolve()
     device = "" if args.device == "cpu" else f"-{args.device}"
-    dest = args.build_dir / f"model_repository{device}{'-nobatch' if batching == 'off' else ''}"
+    counts = "".join(f"-{name}{count}" for name, count in sorted(instances.items()))
+    suffix = f"{device}{counts}{'-nobatch' if batching == 'off' else ''}"
+    deployment = profile(args.device).with_instances(instances)
     return write_repository(
-        dest, profile(args.device), dynamic_batching=batching == "on", source=args.model_repository
+        args.build_dir / f"model_repository{suffix}",
+        deployment,
+        dynamic_batching=batching == "on",
+        source=args.model_repository,
     )
 
 

@@ -14,6 +14,11 @@ Calling it again on the same warm machine goes on where the last call stopped.
              bench.gpu.measure --steps STEP, results in bench/results/gpu/first-run/
   engine-large
              bench.gpu.engine_points --configs large (the engine step's second half)
+  serving-instances
+             ranker-64 and ranker-512 served with 8 ranker instances (the profile has 2) at
+             concurrency 16, 64, 256, batching on and off: does host work per request bound
+             the served rate? Results in RESULTS/serving-ranker8.json; needs the serving
+             step's artifacts
   profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
              its executions (PHOENIX_STUB_PROFILE, phoenix/serving/stub_profile.py): summaries
              in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
@@ -44,8 +49,14 @@ reserve=30
 python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
 declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
-  [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120)
+  [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
+  [serving-instances]=200)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
+# bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the
+# in-process timing shares the GPU with the stubs), the GPU platform, the shared program store.
+served=(env XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cuda
+  "PHOENIX_PROGRAM_STORE=$PWD/build/gpu-bench/programs-gpu" "$python" -m bench.bench_serving
+  --device gpu --artifacts build/gpu-bench/artifacts-mini --protocols http)
 declare -A command=(
   [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
   [engine]="${measure[*]} engine"
@@ -55,11 +66,13 @@ declare -A command=(
   [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
   [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"
-  [profile]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles PHOENIX_PROGRAM_STORE=$PWD/build/gpu-bench/programs-gpu
-    $python -m bench.bench_serving --device gpu --artifacts build/gpu-bench/artifacts-mini
-    --workloads ranker-64 --protocols http --concurrency 64 --batching on --window-requests 200
+  [profile]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles ${served[*]}
+    --workloads ranker-64 --concurrency 64 --batching on --window-requests 200
     --out $experiments/profiled-serving.json --build-dir build/gpu-bench/profiled
     --docs build/gpu-bench/profiled-table.md"
+  [serving-instances]="${served[*]} --instances ranker=8 --workloads ranker-64,ranker-512
+    --concurrency 16,64,256 --window-requests 100 --out $results/serving-ranker8.json
+    --build-dir build/gpu-bench/ranker8 --docs build/gpu-bench/ranker8-table.md"
   [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
 )
 

@@ -96,6 +96,20 @@ class Profile:
         }
         return replace(self, models=models)
 
+    def with_instances(self, counts: Mapping[str, int]) -> Profile:
+        """The same profile with ``counts[model]`` instances of each model named there."""
+        unknown = sorted(set(counts) - set(self.models))
+        if unknown:
+            raise ValueError(f"no served model {unknown}; choose from {sorted(self.models)}")
+        for name, count in counts.items():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name}: instances must be a whole number >= 1, got {count!r}")
+        models = {
+            name: replace(d, instances=counts.get(name, d.instances))
+            for name, d in self.models.items()
+        }
+        return replace(self, models=models)
+
     def with_queue_delay(self, max_delay_us: int) -> Profile:
         """The same profile with every model's batcher waiting ``max_delay_us``."""
         if max_delay_us < 0:

@@ -117,6 +117,20 @@ def test_a_variant_repository_is_generated_not_edited(tmp_path):
         configs.write_repository(configs.REPOSITORY / "x", CPU)
 
 
+def test_a_profile_with_more_instances_changes_only_those_models(tmp_path):
+    eight = GPU.with_instances({"ranker": 8})
+    dest = configs.write_repository(tmp_path / "ranker8", eight)
+    assert instances(read_config(dest / "ranker" / "config.pbtxt")) == [("KIND_GPU", 8)]
+    for name in ("retriever", "feed_policy"):
+        assert eight.models[name] == GPU.models[name]
+    assert eight.models["ranker"].queue == GPU.models["ranker"].queue
+    with pytest.raises(ValueError, match="no served model"):
+        GPU.with_instances({"rankr": 2})
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="whole number >= 1"):
+            GPU.with_instances({"ranker": bad})
+
+
 def test_check_reports_a_stale_config_and_make_configs_mends_it(tmp_path, capsys):
     repository = tmp_path / "repo"
     shutil.copytree(configs.REPOSITORY, repository)
