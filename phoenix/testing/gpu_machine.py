@@ -131,6 +131,28 @@ def library_path_with_links(*paths: str | None) -> str:
     return os.pathsep.join(p for p in (links, *paths) if p)
 
 
+# What every model stub imports at start-up (the services import their models' code); faiss is
+# imported only when a corpus store is served, and the machine has no wheel of it.
+STUB_IMPORTS = ("phoenix.serving.triton_adapter", "phoenix.serving.services")
+
+
+def check_stub_imports(python: str = sys.executable) -> None:
+    """Import what the stubs import, in a fresh interpreter: a package the payload lacks fails
+    the set-up here, named, rather than every served model at the server's start."""
+    code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
+    done = subprocess.run(
+        [python, "-c", code, *STUB_IMPORTS],
+        capture_output=True, text=True, cwd=REPO_ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},  # imports only: keep off the GPU
+    )  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SetupError(
+            f"the model stubs cannot import their code: {last} (add the distribution to "
+            f"MACHINE_LACKS in phoenix/testing/gpu_payload.py and rebuild the payload)"
+        )
+
+
 def set_up(payload: Path) -> None:
     site = site_packages()
     for part in (SERVER_ARCHIVE, WHEELS_DIR, PERF_ANALYZER_DIR):
@@ -148,6 +170,8 @@ def set_up(payload: Path) -> None:
     )
     links = link_bundled_libraries(site)
     print(f"  {binary}; its libraries in {links[0].parent}")
+    check_stub_imports()
+    print(f"  the stubs' imports load: {', '.join(STUB_IMPORTS)}")
 
 
 def main(argv=None) -> int:

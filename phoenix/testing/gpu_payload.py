@@ -54,13 +54,15 @@ PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
 # The stub links the machine's own libpython; pytriton's bundled one (3.13, 30 MiB) is dead weight.
 EXCLUDED_PREFIXES = ("libpython",)
 # Distributions such a machine lacks (it has Python 3.12, JAX with CUDA, numpy 2): Haiku and its
-# jmp for the models, redis for the user-state models' stubs (they import it at start-up, and a
-# model that fails to load stops the server), tritonclient's HTTP stack for bench_serving.py.
-# Versions are this venv's.
+# jmp for the models, redis and hiredis for the user-state models' stubs (they import them at
+# start-up, and a model that fails to load stops the server: the H200 call of 2026-11-27 lost its
+# serving steps to a missing hiredis; gpu_machine now checks the stubs' imports at set-up),
+# tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
 MACHINE_LACKS = (
     "dm-haiku",
     "jmp",
     "redis",
+    "hiredis",
     "tritonclient",
     "python-rapidjson",
     "geventhttpclient",
@@ -69,6 +71,38 @@ MACHINE_LACKS = (
     "zope.event",
     "zope.interface",
     "brotli",
+)
+# What the lent GPU machines' image holds (the device tool's package list, read on such a
+# machine on 2026-11-17), for the test that every distribution the stubs import is there or
+# in MACHINE_LACKS. Names as pip lists them; nvidia-* libraries come with JAX's CUDA plugin.
+MACHINE_HAS = tuple(
+    """
+    absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs
+    botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy
+    coverage cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython
+    diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools formulaic
+    frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub
+    humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-
+    cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-
+    utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
+    matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-
+    extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro nvidia-cublas
+    nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft
+    nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
+    nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx
+    onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx
+    optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy
+    portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo
+    pygments pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov
+    pytest-mock pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex
+    requests rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy
+    seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six
+    sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server
+    tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio
+    torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton
+    typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt
+    xarray xxhash yarl zipp
+    """.split()
 )
 # pip matches manylinux_2_N tags one N at a time; these cover the wheels above.
 PLATFORMS = (

@@ -5,7 +5,10 @@ Building the whole payload takes minutes (xz over 100 MiB, pip downloads), so th
 its parts on this venv's real files; the whole build is tests/slow/test_gpu_payload_build.py.
 """
 
+import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -114,3 +117,46 @@ def test_perf_analyzer_finds_the_libraries_a_gpu_machine_linked(tmp_path, monkey
     (tmp_path / "perf_analyzer-libs").mkdir()
     folders = perf_analyzer.environment()["LD_LIBRARY_PATH"].split(os.pathsep)
     assert folders[0] == str(tmp_path / "perf_analyzer-libs") and folders[-1] == "/already/there"
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+STUB_DISTRIBUTIONS = """
+import importlib, importlib.metadata, json, sys
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+tops = {n.split(".")[0] for n in sys.modules} - set(sys.stdlib_module_names)
+owners = importlib.metadata.packages_distributions()
+print(json.dumps(sorted({d for t in tops for d in owners.get(t, [])})))
+"""
+
+
+def test_every_distribution_the_stubs_import_is_on_the_machine_or_in_the_payload():
+    # The H200 call of 2026-11-27 lost its serving steps to hiredis, imported by the
+    # user-state stubs and in neither list: every served model failed to load.
+    done = subprocess.run(
+        [sys.executable, "-c", STUB_DISTRIBUTIONS, *machine.STUB_IMPORTS],
+        capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    imported = {normalized(d) for d in json.loads(done.stdout)}
+    # phoenix-serve is the checkout (linked by the set-up); setuptools' import hook is this
+    # venv's; CUDA's libraries come with the machine's JAX under other (cu13) names
+    imported = {
+        d
+        for d in imported
+        if d not in ("phoenix-serve", "setuptools") and not d.startswith("nvidia-")
+    }
+    assert imported, "the stubs import no third-party distribution: the probe is broken"
+    available = {normalized(d) for d in payload.MACHINE_HAS + payload.MACHINE_LACKS}
+    assert sorted(imported - available) == []
+    assert {"hiredis", "redis", "dm-haiku", "jax", "numpy"} <= imported
+
+
+def test_set_up_names_a_module_the_stubs_cannot_import(monkeypatch):
+    monkeypatch.setattr(machine, "STUB_IMPORTS", ("phoenix.serving.services", "no_such_pkg_x"))
+    with pytest.raises(machine.SetupError, match="No module named 'no_such_pkg_x'.*MACHINE_LACKS"):
+        machine.check_stub_imports()
+    monkeypatch.undo()
+    machine.check_stub_imports()  # this venv has everything
