@@ -10,8 +10,8 @@ its own cap and to what is left of SECONDS; a step that would get under 30 s is 
 Calling it again on the same warm machine goes on where the last call stopped.
 
   setup      phoenix.testing.gpu_machine from the payload in .gpu (make gpu-payload)
-  engine retrieval startup serving
-             bench.gpu.measure --steps STEP, results in bench/results/gpu/first-run/
+  engine retrieval startup serving recommend
+             bench.gpu.measure --steps STEP, results in RESULTS
   engine-large
              bench.gpu.engine_points --configs large (the engine step's second half)
   serving-instances
@@ -50,7 +50,7 @@ python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
 declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
-  [serving-instances]=200)
+  [serving-instances]=200 [recommend]=200)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 # bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the
 # in-process timing shares the GPU with the stubs), the GPU platform, the shared program store.
@@ -63,6 +63,7 @@ declare -A command=(
   [retrieval]="${measure[*]} retrieval"
   [startup]="${measure[*]} startup"
   [serving]="${measure[*]} serving"
+  [recommend]="${measure[*]} recommend"
   [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
   [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"

@@ -12,6 +12,8 @@ Steps (sizes in bench/gpu/profiles.py):
   startup    Triton ready with an empty, then a filled program store (startup.py)
                                                                        -> startup.json
   serving    bench/bench_serving.py --device gpu, batching on and off  -> serving.json/png
+  recommend  the ensemble end to end (top 100) over artifacts with a 1 M-post corpus file
+             (bench_serving.py --workloads recommend)                 -> recommend.json/png
 
 Results go to bench/results/gpu/ (with --cpu: build/gpu-bench/cpu-results/), a summary of the
 run to run.json beside them, and the GPU section of docs/performance.md is rewritten from
@@ -34,13 +36,14 @@ from phoenix.command_line import command_parser
 from phoenix.testing import gpu_machine as machine
 
 HERE = Path(__file__).resolve().parent
-STEPS = report.STEPS  # engine, retrieval, startup, serving: one JSON each
+STEPS = (*report.STEPS, "recommend")  # one JSON each
 # Each step runs as `python -m <module>` from the checkout's root (no install needed there).
 STEP_MODULES = {
     "engine": "bench.gpu.engine_points",
     "retrieval": "bench.gpu.retrieval",
     "startup": "bench.gpu.startup",
     "serving": "bench.bench_serving",
+    "recommend": "bench.bench_serving",
 }
 
 
@@ -117,14 +120,17 @@ def step_environment(profile: profiles.Profile, cache: Path) -> dict[str, str]:
     return env
 
 
-def ensure_artifacts(profile: profiles.Profile, folder: Path, env: dict) -> None:
-    """Seeded demo artifacts of the profile's preset, generated once."""
+def ensure_artifacts(
+    profile: profiles.Profile, folder: Path, env: dict, corpus_size: int | None = None
+) -> None:
+    """Seeded demo artifacts of the profile's preset (and corpus size), generated once."""
     if (folder / "config.json").is_file():
         return
     command = [sys.executable, "-m", "phoenix.artifacts", "--preset", profile.artifacts_preset,
                "--out", str(folder), "--force"]  # fmt: skip
-    if profile.corpus_size:
-        command += ["--corpus-size", str(profile.corpus_size)]
+    corpus_size = corpus_size or profile.corpus_size
+    if corpus_size:
+        command += ["--corpus-size", str(corpus_size)]
     print(f"== artifacts: {' '.join(command[1:])}", flush=True)
     subprocess.run(command, env=env, cwd=profiles.REPO_ROOT, check=True)
 
@@ -140,11 +146,20 @@ def step_command(step: str, args) -> list[str]:
                           "--cache", str(args.startup_cache), "--build-dir", str(args.build_dir),
                           "--out", str(out)]  # fmt: skip
     # bench_serving's own table belongs to the CPU section: keep it out of the docs.
+    artifacts, extra = args.artifacts, profile.serving_args
+    if step == "recommend":
+        artifacts, extra = recommend_artifacts(args), profile.recommend_args
     return command + [
-        "--device", profile.device, "--artifacts", str(args.artifacts), "--out", str(out),
-        "--plot", str(out.with_suffix(".png")), "--build-dir", str(args.build_dir / "serving"),
-        "--docs", str(args.build_dir / "serving-table.md"), *profile.serving_args,
+        "--device", profile.device, "--artifacts", str(artifacts), "--out", str(out),
+        "--plot", str(out.with_suffix(".png")), "--build-dir", str(args.build_dir / step),
+        "--docs", str(args.build_dir / f"{step}-table.md"), *extra,
     ]  # fmt: skip
+
+
+def recommend_artifacts(args) -> Path:
+    """The recommend step's artifacts: the profile's preset with its larger corpus."""
+    corpus = args.profile.recommend_corpus_size
+    return args.build_dir / f"artifacts-{args.profile.artifacts_preset}-corpus{corpus}"
 
 
 def run_step(step: str, args, env: dict) -> dict:
@@ -186,11 +201,14 @@ def main(argv=None) -> int:
     started = time.monotonic()
     if {"startup", "serving"} & set(args.steps):
         ensure_artifacts(args.profile, args.artifacts, env)
+    if "recommend" in args.steps:
+        corpus = args.profile.recommend_corpus_size
+        ensure_artifacts(args.profile, recommend_artifacts(args), env, corpus_size=corpus)
     for step in args.steps:
         step_started = time.time()
         run["steps"][step] = run_step(step, args, env)
-        if step == "serving":
-            stamp_serving(args.results / "serving.json", written_after=step_started)
+        if step in ("serving", "recommend"):
+            stamp_serving(args.results / f"{step}.json", written_after=step_started)
     run["seconds"] = round(time.monotonic() - started, 1)
     (args.results / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     if args.docs:

@@ -42,6 +42,9 @@ class Profile:
     serving_args: list[str] = field(default_factory=list)
     # Models the start-up step loads; empty: the whole repository.
     startup_models: tuple[str, ...] = ()
+    # The recommend step: the ensemble served end to end over artifacts with this corpus.
+    recommend_corpus_size: int = 0
+    recommend_args: list[str] = field(default_factory=list)
 
 
 GPU = Profile(
@@ -59,6 +62,11 @@ GPU = Profile(
     corpus_size=None,
     serving_args=(
         "--workloads ranker-64,ranker-512 --protocols http --concurrency 1,16,64,256 "
+        "--window-requests 100"
+    ).split(),
+    recommend_corpus_size=1_000_000,
+    recommend_args=(
+        "--workloads recommend --protocols http --batching on --concurrency 16,64,256 "
         "--window-requests 100"
     ).split(),
 )
@@ -80,6 +88,11 @@ CPU = Profile(
     # One small model: a cold start of the whole repository compiles every bucket of every
     # model, minutes of a shared 2-core CPU, which the serving step pays once anyway.
     startup_models=("candidate_tower",),
+    recommend_corpus_size=2_000,
+    recommend_args=(
+        "--quick --workloads recommend --protocols http --batching on --concurrency 1 "
+        "--window-requests 4 --users 2"
+    ).split(),
 )
 
 PROFILES = {p.name: p for p in (GPU, CPU)}

@@ -52,7 +52,7 @@ def test_every_step_succeeds(cpu_run):
     assert code == 0, log[-4000:]
     run = read(results, "run")
     assert run["profile"] == "cpu"
-    assert list(run["steps"]) == ["engine", "retrieval", "startup", "serving"]
+    assert list(run["steps"]) == ["engine", "retrieval", "startup", "serving", "recommend"]
     assert all(step["exit_code"] == 0 for step in run["steps"].values()), run
 
 
@@ -92,6 +92,17 @@ def test_serving_measured_batching_on_and_off_without_failures(cpu_run):
     assert all(v == 0 for counts in serving["failed_requests"].values() for v in counts.values())
     assert serving["in_process"]["ranker-64"]["batch_1"]["throughput"] > 0
     assert (results / "serving.png").stat().st_size > 0
+
+
+def test_recommend_is_served_end_to_end_over_its_larger_corpus(cpu_run):
+    results = cpu_run[1]
+    recommend = read(results, "recommend")
+    assert recommend["settings"]["artifacts"].endswith("artifacts-tiny-corpus2000")
+    served = recommend["served"]
+    assert {(r["workload"], r["batching"]) for r in served} == {("recommend", "on")}
+    assert all(r["error"] is None and r["throughput"] > 0 for r in served), served
+    assert all(v == 0 for counts in recommend["failed_requests"].values() for v in counts.values())
+    assert recommend["in_process"]["recommend"]["batch_1"]["throughput"] > 0
 
 
 def test_docs_gpu_section_is_rewritten_from_the_results(cpu_run):
