@@ -23,16 +23,29 @@ TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 NOT_MEASURED = "not yet measured"
 NOT_IN_RUN = "not in this run"  # the step ran, but not at this point (e.g. the CPU profile)
 STEPS = ("engine", "retrieval", "startup", "serving")
+# Read when present: the recommend step's JSON, and the lease step serving-instances' (the
+# ranker served with more instances than the profile's).
+OPTIONAL = {"recommend": "recommend.json", "serving_instances": "serving-ranker8.json"}
+FIRST_RUN = "first-run"  # the run before any change, for the before/after table
+AFTER_FIX = "after-fix"  # served again after the first fix (2026-11-26), a column of that table
 
 
 def load_results(folder: Path) -> dict[str, dict]:
-    """Each step's JSON in ``folder`` (missing steps left out), and the top-k experiments of
-    experiments/topk*.json as "topk" (a list, by file name)."""
+    """Each step's JSON in ``folder`` (missing steps left out), the OPTIONAL files, the top-k
+    experiments of experiments/topk*.json as "topk" (a list, by file name), and the first run's
+    steps (folder/first-run) as "first_run"."""
     found = {}
     for step in STEPS:
         path = folder / f"{step}.json"
         if path.is_file():
             found[step] = json.loads(path.read_text())
+    for key, name in OPTIONAL.items():
+        if (folder / name).is_file():
+            found[key] = json.loads((folder / name).read_text())
+    for key, name in (("first_run", FIRST_RUN), ("after_fix", AFTER_FIX)):
+        earlier = folder / name
+        if earlier.is_dir() and earlier.resolve() != folder.resolve():
+            found[key] = load_results(earlier)
     experiments = sorted((folder / "experiments").glob("topk*.json"))
     if experiments:
         found["topk"] = [json.loads(path.read_text()) for path in experiments]
@@ -176,9 +189,14 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def serving_table(result: Optional[dict]) -> list[str]:
+def serving_table(result: Optional[dict], title: str = "**Served**") -> list[str]:
+    instances = (result or {}).get("settings", {}).get("instances")
+    counts = (
+        ", ".join(f"{k} {v}" for k, v in instances.items()) if isinstance(instances, dict) else ""
+    )
     lines = [
-        f"**Served** (perf_analyzer over HTTP, batching on and off): {stamp(result)}.",
+        f"{title} (perf_analyzer over HTTP, batching on and off; instances: "
+        f"{counts or 'the profile' + chr(39) + 's'}): {stamp(result)}.",
         "",
         "| figure | measured | target |",
         "| --- | --- | --- |",
@@ -186,6 +204,107 @@ def serving_table(result: Optional[dict]) -> list[str]:
     lines += [
         f"| {figure} | {value} | {target} |" for figure, value, target in serving_rows(result)
     ]
+    return lines
+
+
+def recommend_rows(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, target) for the ensemble served end to end."""
+    top = best(served_rows(result, workload="recommend", batching="on"))
+    corpus = result.get("settings", {}).get("artifacts", "?")
+    failed = result.get("failed_requests") or {}
+    failures = sum(sum(v.values()) for v in failed.values()) if failed else None
+    in_process = result.get("in_process", {}).get("recommend", {})
+    return [
+        (
+            "recommend requests/s at its best concurrency (top 100)",
+            fmt(top and top["throughput"], ",.0f", missing=NOT_IN_RUN)
+            + (f" (c={top['concurrency']}, artifacts `{Path(corpus).name}`)" if top else ""),
+            ">= 1,000",
+        ),
+        (
+            "p99 at that concurrency",
+            fmt(top and top["p99_ms"], ".1f", " ms", missing=NOT_IN_RUN),
+            "<= 50 ms",
+        ),
+        (
+            "in process, 1 / 8 users per call",
+            " / ".join(
+                fmt(in_process.get(k, {}).get("throughput"), ",.0f", missing="-")
+                for k in ("batch_1", "batch_8")
+            ),  # fmt: skip
+            "-",
+        ),
+        ("failed requests (server statistics)", fmt(failures, "d", missing=NOT_IN_RUN), "0"),
+    ]
+
+
+def recommend_table(result: Optional[dict]) -> list[str]:
+    if result is None:
+        return [f"**recommend end to end**: *{NOT_MEASURED}*."]
+    lines = [
+        f"**recommend end to end** (the ensemble: user tower, exact top 100 over the corpus "
+        f"file, ranker, feed policy; perf_analyzer over HTTP): {stamp(result)}.",
+        "",
+        "| figure | measured | target |",
+        "| --- | --- | --- |",
+    ]
+    return lines + [f"| {f} | {v} | {t} |" for f, v, t in recommend_rows(result)]
+
+
+def before_after_table(first: dict, latest: dict, after_fix: Optional[dict] = None) -> list[str]:
+    """The issue's figures in the first run (the code before any change) and now."""
+
+    def served(result, label):
+        return {f: v for f, v, _ in serving_rows(result)}.get(label, NOT_MEASURED)
+
+    def retrieval(result, corpus):
+        rows = [r for r in (result or {}).get("retrieval", []) if r["corpus"] == corpus]
+        return fmt(rows[0]["top_k_queries_per_s"] if rows else None, ",.0f")
+
+    def engine(result, users, candidates):
+        rows = [
+            r for r in (result or {}).get("ranking", [])
+            if (r["config"], r["users"], r["candidates"]) == ("mini", users, candidates)
+        ]  # fmt: skip
+        return fmt(rows[0].get("device_ranker_vs_original") if rows else None, ".2f", "x")
+
+    def served_or_failed(result, label):
+        failed = (result or {}).get("failed_requests") or {}
+        if result and not served_rows(result) and failed and "failed" not in label:
+            return "every request failed"
+        return served(result, label)
+
+    lines = [
+        "**Before and after**: the first run (`bench/results/gpu/first-run`, the code as it "
+        f"stood), serving after its first fix (`{AFTER_FIX}`), and the latest files here.",
+        "",
+        "| figure | first run | served after the first fix | latest |",
+        "| --- | --- | --- | --- |",
+    ]
+    labels = [label for label, _, _ in serving_rows(None)]
+    fixed = (after_fix or {}).get("serving")
+    for label in labels:
+        lines.append(
+            f"| {label} | {served_or_failed(first.get('serving'), label)} "
+            f"| {served(fixed, label) if fixed else '-'} | {served(latest.get('serving'), label)} |"
+        )
+    more = latest.get("serving_instances")
+    counts = (more or {}).get("settings", {}).get("instances") or {}
+    counts = ", ".join(f"{n} {k} instances" for k, n in counts.items())
+    for label in labels[:2] if more else []:
+        lines.append(f"| {label}, {counts} | - | - | {served(more, label)} |")
+    for corpus in (1_000_000, 10_000_000):
+        lines.append(
+            f"| retrieval top-k queries/s, {corpus:,} posts | "
+            f"{retrieval(first.get('retrieval'), corpus)} | - | "
+            f"{retrieval(latest.get('retrieval'), corpus)} |"
+        )
+    for users, candidates in profiles.GPU.ranking_points["mini"]:
+        lines.append(
+            f"| device ranker / original, mini {users} x {candidates} | "
+            f"{engine(first.get('engine'), users, candidates)} | - | "
+            f"{engine(latest.get('engine'), users, candidates)} |"
+        )
     return lines
 
 
@@ -219,6 +338,11 @@ def render(results: dict[str, dict]) -> str:
         startup_table(results.get("startup")),
         serving_table(results.get("serving")),
     ]
+    if "serving_instances" in results:
+        parts.append(serving_table(results["serving_instances"], "**Served, more instances**"))
+    parts.append(recommend_table(results.get("recommend")))
+    if "first_run" in results:
+        parts.append(before_after_table(results["first_run"], results, results.get("after_fix")))
     parts = [lines for lines in parts if lines]
     return "\n\n".join("\n".join(lines) for lines in parts)
 
