@@ -38,6 +38,7 @@ from bench.serving_servers import start_servers, stop_servers
 from clients.workload import random_users
 from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
+from phoenix.serving import profiles
 from phoenix.serving.client import connect
 from phoenix.serving.inprocess import InProcessModels
 from phoenix.serving.triton_server import TritonServer
@@ -69,15 +70,10 @@ def name_list(choices: Sequence[str]):
 
 
 def instance_counts(text: str) -> dict[str, int]:
-    """``ranker=8,retriever=2`` as {"ranker": 8, "retriever": 2} (checked against the profile
-    when the repository is written)."""
-    counts = {}
-    for item in filter(None, (v.strip() for v in text.split(","))):
-        name, _, count = item.partition("=")
-        if not count.strip().isdigit() or int(count) < 1:
-            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=N with N >= 1")
-        counts[name.strip()] = int(count)
-    return counts
+    try:
+        return profiles.instance_counts(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -209,18 +209,25 @@ def variant_repository(
     *,
     queue_delay_us: int | None = None,
     corpus: str | None = None,
+    instances: Mapping[str, int] | None = None,
 ) -> Path:
     """``source`` itself, or a copy under ``build_dir`` generated for ``device`` without dynamic
-    batching, with another queue delay or reading another corpus (serve's benchmark options)."""
+    batching, with another queue delay, reading another corpus or with other instance counts
+    (serve's options)."""
     if not source.is_dir():
         raise ConfigError(f"model repository {source} does not exist.")
-    if dynamic_batching and queue_delay_us is None and corpus is None:
+    if dynamic_batching and queue_delay_us is None and corpus is None and not instances:
         return source.resolve()
     deployment = profile_for(device)
     if queue_delay_us is not None:
         deployment = deployment.with_queue_delay(queue_delay_us)
     if corpus is not None:
         deployment = deployment.with_corpus(corpus)
+    if instances:
+        try:
+            deployment = deployment.with_instances(instances)
+        except ValueError as error:
+            raise ConfigError(f"--instances: {error}") from None
     dest = build_dir / f"model_repository-{device}{'' if dynamic_batching else '-nobatch'}"
     return write_repository(dest, deployment, dynamic_batching=dynamic_batching, source=source)
 

@@ -171,6 +171,18 @@ GPU = Profile(
 PROFILES: dict[str, Profile] = {p.name: p for p in (CPU, GPU)}
 
 
+def instance_counts(text: str) -> dict[str, int]:
+    """``"ranker=8,retriever=2"`` as {"ranker": 8, "retriever": 2}: the command-line form of
+    ``Profile.with_instances`` (which checks the names)."""
+    counts = {}
+    for item in filter(None, (v.strip() for v in text.split(","))):
+        name, _, count = item.partition("=")
+        if not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(f"{item!r}: expected MODEL=N with N >= 1 (e.g. ranker=8)")
+        counts[name.strip()] = int(count)
+    return counts
+
+
 def profile(name: str) -> Profile:
     """The deployment profile by name ("cpu" or "gpu")."""
     try:

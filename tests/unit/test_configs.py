@@ -6,7 +6,7 @@ import shutil
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from phoenix.serving import configs
+from phoenix.serving import configs, serve
 from phoenix.serving.configs import ConfigError, model_config, read_config
 from phoenix.serving.contracts import (
     CONTRACTS,
@@ -16,7 +16,7 @@ from phoenix.serving.contracts import (
     RANKER_SCORE_WEIGHTS,
     RECOMMEND,
 )
-from phoenix.serving.profiles import CPU, GPU, PROFILES
+from phoenix.serving.profiles import CPU, GPU, PROFILES, instance_counts
 
 CPU_KIND = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_CPU")
 
@@ -129,6 +129,25 @@ def test_a_profile_with_more_instances_changes_only_those_models(tmp_path):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="whole number >= 1"):
             GPU.with_instances({"ranker": bad})
+
+
+def test_instance_counts_parse_the_command_line_form():
+    assert instance_counts("ranker=8, retriever=2") == {"ranker": 8, "retriever": 2}
+    assert instance_counts("") == {}
+    for bad in ("ranker", "ranker=0", "ranker=x", "ranker=-1"):
+        with pytest.raises(ValueError, match="expected MODEL=N with N >= 1"):
+            instance_counts(bad)
+
+
+def test_serve_instances_writes_a_copy_with_those_counts(tmp_path):
+    dest = configs.variant_repository(configs.REPOSITORY, tmp_path, "gpu", instances={"ranker": 8})
+    assert dest != configs.REPOSITORY.resolve()
+    assert instances(read_config(dest / "ranker" / "config.pbtxt")) == [("KIND_GPU", 8)]
+    assert instances(read_config(dest / "retriever" / "config.pbtxt")) == [("KIND_GPU", 1)]
+    with pytest.raises(ConfigError, match="--instances: no served model \\['rankr'\\]"):
+        configs.variant_repository(configs.REPOSITORY, tmp_path, "cpu", instances={"rankr": 2})
+    args = serve.build_parser().parse_args(["--instances", "ranker=4"])
+    assert args.instances == {"ranker": 4}
 
 
 def test_check_reports_a_stale_config_and_make_configs_mends_it(tmp_path, capsys):
