@@ -18,11 +18,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
+from phoenix.serving.host_dlpack import host_buffers
 from phoenix.serving.input_error import InputError
 from phoenix.serving.request_metrics import CorpusMetrics, RequestMetrics, ServedMetrics
 from phoenix.serving.served_artifacts import artifact_version, check_loaded
@@ -32,9 +32,9 @@ logger = logging.getLogger("phoenix.serving")
 
 
 def with_host_platform(platforms: str) -> str:
-    """JAX_PLATFORMS with "cpu" added: outputs leave the stub as host buffers (host_tensor),
-    so a GPU instance started under JAX_PLATFORMS=cuda failed every request without it (seen
-    on an H200, 2026-11-26: "Unknown backend cpu")."""
+    """JAX_PLATFORMS with "cpu" added: a GPU instance started under JAX_PLATFORMS=cuda failed
+    every request without it while outputs left as host JAX buffers (seen on an H200,
+    2026-11-26: "Unknown backend cpu"); kept so that host-side JAX work stays possible."""
     names = [p.strip() for p in platforms.split(",") if p.strip()]
     return ",".join(names if "cpu" in names else [*names, "cpu"])
 
@@ -54,7 +54,8 @@ def configure_jax_environment(instance_kind: str, device_id: str) -> None:
 
 # Tensors cross the Triton boundary through DLPack only. The 2.51 stub's pybind11 numpy layer
 # reads numpy 2 dtypes wrongly: the as_numpy method repeats element 0 and `Tensor(name, ndarray)`
-# sends empty tensors (docs/serving.md, "numpy 2 and DLPack").
+# sends empty tensors (docs/serving.md, "numpy 2 and DLPack"). Outputs leave as host_dlpack's
+# capsules over numpy's memory.
 
 
 def input_array(tensor) -> np.ndarray:
@@ -69,29 +70,6 @@ def input_array(tensor) -> np.ndarray:
 def request_arrays(request) -> dict[str, np.ndarray]:
     """{input name: array} of one request."""
     return {tensor.name(): input_array(tensor) for tensor in request.inputs()}
-
-
-def host_tensor(array: np.ndarray, dtype) -> Any:
-    """``array`` as ``dtype`` in a host-resident JAX buffer, ready for ``Tensor.from_dlpack``.
-
-    A numpy array's own DLPack capsule is not safe here: the backend renames the consumed
-    capsule, numpy's destructor then fails on the name, and a stub died of it once. JAX's
-    buffers are. ``enable_x64`` keeps int64 ids int64 (JAX would narrow them to int32).
-    """
-    return host_tensors([(array, dtype)])[0]
-
-
-def host_tensors(arrays: Sequence[tuple[np.ndarray, Any]]) -> list:
-    """``host_tensor`` of many (array, dtype) pairs in one batched ``device_put``: about half
-    the time of one call each. The ranker's 5 outputs per request, batches of 8-16 requests,
-    2 CPU cores: 93-119 against 165-273 us per request (one call per output)."""
-    import jax
-
-    if not arrays:
-        return []
-    typed = [np.asarray(array, dtype=dtype) for array, dtype in arrays]
-    with jax.enable_x64(True):
-        return jax.device_put(typed, jax.devices("cpu")[0])
 
 
 class ServiceModel:
@@ -158,7 +136,7 @@ class ServiceModel:
             results = [RuntimeError(f"{type(error).__name__}: {error}")] * len(requests)
         answered = [result for result in results if not isinstance(result, Exception)]
         outputs = [(a, self.output_dtypes[name]) for r in answered for name, a in r.items()]
-        buffers = iter(host_tensors(outputs))  # the whole batch's outputs in one call
+        buffers = iter(host_buffers(outputs))
         responses = [self._response(result, buffers) for result in results]
         self.served.count(answered)
         self.corpus_metrics.update()  # the generation this batch was answered from

@@ -33,7 +33,8 @@ ADD_ONE_MODEL = """\
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from phoenix.serving.triton_adapter import host_tensor, input_array
+from phoenix.serving.host_dlpack import HostBuffer
+from phoenix.serving.triton_adapter import input_array
 
 
 class TritonPythonModel:
@@ -48,7 +49,7 @@ class TritonPythonModel:
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
-                    pb_utils.Tensor.from_dlpack("OUTPUT0", host_tensor(part, np.float32))
+                    pb_utils.Tensor.from_dlpack("OUTPUT0", HostBuffer(part.astype(np.float32)))
                 ]
             )
             for part in np.split(outputs, splits)

@@ -492,7 +492,7 @@ def test_a_stub_profiles_its_executions_when_asked_and_writes_them_at_the_end(
     # the service's and the adapter's work were profiled (the raw statistics: which of them
     # make the summary's top functions depends on the machine's speed)
     profiled = {name for _, _, name in pstats.Stats(str(summary.with_suffix(".prof"))).stats}
-    assert {"handle", "host_tensors"} <= profiled
+    assert {"handle", "host_buffers"} <= profiled
 
 
 def test_a_stub_profiles_nothing_unless_asked(metrics, tiny_artifacts, monkeypatch):
