@@ -222,7 +222,7 @@ GPU_BENCH_ARGS ?=
 
 .PHONY: gpu-payload gpu-bench-cpu
 
-gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; <= 60 MiB
+gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; with the tracked files <= 64 MiB
 	$(PY) -m phoenix.testing.gpu_payload --out $(GPU_PAYLOAD)
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)

@@ -69,13 +69,6 @@ def name_list(choices: Sequence[str]):
     return parse
 
 
-def instance_counts(text: str) -> dict[str, int]:
-    try:
-        return profiles.instance_counts(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = command_parser("python bench/bench_serving.py", __doc__)
     add = parser.add_argument
@@ -99,7 +92,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     names = list(measure.WORKLOADS)
     add("--workloads", type=name_list(tuple(names)), default=names, help=workloads)
     instances = "instances per model instead of the profile's, as MODEL=N,... (e.g. ranker=8)"
-    add("--instances", type=instance_counts, default={}, help=instances)
+    add("--instances", type=profiles.instance_counts_arg, default={}, help=instances)
     window = "requests per perf_analyzer measurement window, at least twice the concurrency "
     window += "(default: 60; quick: 20)"
     add("--window-requests", type=int, help=window)

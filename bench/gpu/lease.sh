@@ -26,7 +26,8 @@ Calling it again on the same warm machine goes on where the last call stopped.
              bench.gpu.topk_variants: every variant, without and with XLA's RAFT select_k;
              the engine's variants alone, with their device programs timed apart;
              results in bench/results/gpu/experiments/
-Environment: RESULTS (default bench/results/gpu/first-run), PYTHON, GPU_PAYLOAD.
+Environment: RESULTS (default bench/results/gpu/<today's date>; never first-run or after-fix,
+the before/after table's baselines), PYTHON, GPU_PAYLOAD.
 Logs and step status: build/gpu-bench/lease/. Everything is packed into $OUT/lease.tar.gz
 (or build/gpu-bench/lease.tar.gz where OUT is unset).
 TEXT
@@ -40,7 +41,11 @@ steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(setup engine retrieval startup serving topk topk-raft)
 
 state=build/gpu-bench/lease
-results=${RESULTS:-bench/results/gpu/first-run}
+results=${RESULTS:-bench/results/gpu/$(date +%F)}
+case "$results" in  # the before/after table's baselines are kept as they were measured
+  */first-run|*/first-run/|*/after-fix|*/after-fix/)
+    echo "RESULTS=$results would overwrite a kept baseline: name another folder"; exit 2 ;;
+esac
 experiments=bench/results/gpu/experiments
 mkdir -p "$state" "$results" "$experiments"
 export PYTHONUNBUFFERED=1

@@ -5,28 +5,39 @@ Why not numpy's or JAX's capsules (docs/serving.md, "numpy 2 and DLPack"):
   the DLPack protocol names, so numpy's capsule destructor takes it for unconsumed, fails to
   read it and the stub dies (seen once);
 - JAX's host buffers are safe but dear: one batched ``device_put`` of a batch's outputs, then
-  JAX's own ``__dlpack__``, cost 75-78 us an output on 2 cores here and 93 us of a ranker
-  stub's profiled time an output on an H200 machine (a third of its time a request), against
-  16 us for the capsule made here (``python -m phoenix.serving.host_dlpack`` prints both).
+  JAX's own ``__dlpack__``, cost 75-78 us an output on 2 cores here (93 us of ``device_put``
+  alone an output in a ranker stub profiled under cProfile on an H200 machine), against 16 us
+  for the capsule made here (``python -m bench.bench_host_dlpack`` times both).
 
 A ``HostBuffer`` keeps its C-ordered array alive until the consumer calls the capsule's
 deleter (the stub does when its tensor goes), or, for a capsule nobody consumed, until the
 capsule itself goes. Its destructor tells the two apart by the capsule's name: still
-"dltensor" means unconsumed. The two C callbacks are made once and never freed (a callback
-freed at interpreter shutdown while a consumer still holds a tensor would crash the process).
+"dltensor" means unconsumed. (A capsule dropped while a Python error is pending, as by a
+consumer that refuses it with a Python exception, stays in ``_alive``: the destructor's calls
+fail then. The Triton stub refuses with C++ errors, before it renames.) The two C callbacks
+and the name are made once and never freed (a callback freed at interpreter shutdown while a
+consumer still holds a tensor would crash the process).
 """
 
 from __future__ import annotations
 
 import ctypes
-import time
 
 import numpy as np
 
-CAPSULE_NAME = b"dltensor"
+# Every capsule keeps a pointer to this name: a buffer never freed, not even at shutdown.
+_NAME_BUFFER = ctypes.create_string_buffer(b"dltensor")
+_NAME_ADDRESS = ctypes.addressof(_NAME_BUFFER)
+CAPSULE_NAME = _NAME_BUFFER.value
 CPU_DEVICE = 1  # kDLCPU
-# DLPack type codes by numpy kind (kDLInt, kDLUInt, kDLFloat); bool is served as int8 here
-TYPE_CODES = {"i": 0, "u": 1, "f": 2}
+# DLPack (type code, bits) of the dtypes made into capsules (kDLInt 0, kDLUInt 1, kDLFloat 2),
+# in native byte order; others (bool, float128, complex, strings) are refused.
+TYPE_CODES = {
+    np.dtype(name): (code, np.dtype(name).itemsize * 8)
+    for code, names in ((0, "int8 int16 int32 int64"), (1, "uint8 uint16 uint32 uint64"),
+                        (2, "float16 float32 float64"))
+    for name in names.split()
+}  # fmt: skip
 
 
 class DLDevice(ctypes.Structure):
@@ -87,7 +98,7 @@ _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 _capsule_new = _python.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -97,8 +108,8 @@ def _capsule_destructor(capsule):
 
 
 _DESTRUCTOR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
-for _callback in (_deleter, _capsule_destructor):  # never freed, not even at shutdown
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_callback))
+for _kept in (_deleter, _capsule_destructor, _NAME_BUFFER):  # never freed, not even at shutdown
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_kept))
 
 
 class HostBuffer:
@@ -107,28 +118,32 @@ class HostBuffer:
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray):
-        array = np.require(array, requirements="C")  # ascontiguousarray makes 0-d 1-d
-        if array.dtype.kind not in TYPE_CODES:
+        array = np.asarray(array)
+        native = array.dtype.newbyteorder("=")
+        if native not in TYPE_CODES:
             raise TypeError(f"HostBuffer: no DLPack type for {array.dtype}")
-        self.array = array
+        # C order and native bytes (ascontiguousarray would make a 0-d array 1-d)
+        self.array = np.require(array, native, requirements="C")
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (CPU_DEVICE, 0)
 
-    def __dlpack__(self, stream=None, **_):
-        array = self.array
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is not None and tuple(dl_device) != (CPU_DEVICE, 0):
+            raise BufferError(f"HostBuffer: host memory only, not device {tuple(dl_device)}")
+        array = self.array.copy() if copy else self.array
         managed = DLManagedTensor()
         shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
         tensor = managed.dl_tensor
         tensor.data = array.ctypes.data
         tensor.device = DLDevice(CPU_DEVICE, 0)
         tensor.ndim = array.ndim
-        tensor.dtype = DLDataType(TYPE_CODES[array.dtype.kind], array.dtype.itemsize * 8, 1)
+        tensor.dtype = DLDataType(*TYPE_CODES[array.dtype], 1)
         tensor.shape = shape
         managed.deleter = _deleter
         address = ctypes.addressof(managed)
         _alive[address] = (managed, shape, array)
-        return _capsule_new(address, CAPSULE_NAME, _DESTRUCTOR)
+        return _capsule_new(address, _NAME_ADDRESS, _DESTRUCTOR)
 
 
 def host_buffers(arrays) -> list[HostBuffer]:
@@ -139,49 +154,3 @@ def host_buffers(arrays) -> list[HostBuffer]:
 def live_count() -> int:
     """Managed tensors made here and not yet released (for tests)."""
     return len(_alive)
-
-
-def jax_host_buffers(arrays) -> list:
-    """The way outputs left the stubs before (for the comparison): each (array, dtype) as a
-    host JAX buffer, the whole list in one batched ``device_put`` (``enable_x64`` keeps int64
-    ids int64)."""
-    import jax
-
-    typed = [np.asarray(array, dtype=dtype) for array, dtype in arrays]
-    with jax.enable_x64(True):
-        return jax.device_put(typed, jax.devices("cpu")[0])
-
-
-def compare_with_jax(rounds: int = 200) -> dict[str, float]:
-    """Microseconds an output for a ranker-like batch (16 requests x 5 outputs) made into
-    capsules here and through JAX's host buffers, timed in turns."""
-
-    rng = np.random.default_rng(0)
-    outputs = []
-    for _ in range(16):
-        outputs += [
-            (rng.integers(0, 64, (1, 64)), np.int32),
-            (rng.random((1, 64)), np.float32),
-            (rng.random((1, 64, 19)), np.float32),
-            (rng.integers(0, 2**62, (1, 64)), np.int64),
-            (rng.integers(0, 2**62, (1, 64)), np.int64),
-        ]
-    ways = {
-        "host_dlpack": lambda: [b.__dlpack__() for b in host_buffers(outputs)],
-        "jax": lambda: [b.__dlpack__() for b in jax_host_buffers(outputs)],
-    }
-    best = {}
-    for _ in range(3):
-        for name, way in ways.items():
-            way()
-            started = time.perf_counter()
-            for _ in range(rounds):
-                way()
-            each = (time.perf_counter() - started) / rounds / len(outputs) * 1e6
-            best[name] = min(best.get(name, each), each)
-    return best
-
-
-if __name__ == "__main__":
-    for name, us in compare_with_jax().items():
-        print(f"{name:<12} {us:6.1f} us an output (best of 3 passes)")

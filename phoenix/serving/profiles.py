@@ -179,7 +179,25 @@ def instance_counts(text: str) -> dict[str, int]:
         name, _, count = item.partition("=")
         if not count.strip().isdigit() or int(count) < 1:
             raise ValueError(f"{item!r}: expected MODEL=N with N >= 1 (e.g. ranker=8)")
+        if name.strip() in counts:
+            raise ValueError(f"{name.strip()!r} is given twice")
         counts[name.strip()] = int(count)
+    return counts
+
+
+def instance_counts_arg(text: str) -> dict[str, int]:
+    """``instance_counts`` for argparse (``type=``), names checked against the profiles."""
+    import argparse
+
+    try:
+        counts = instance_counts(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    unknown = sorted(set(counts) - set(GPU.models) - set(CPU.models))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"no served model {unknown}; choose from {sorted(GPU.models)}"
+        )
     return counts
 
 

@@ -23,7 +23,7 @@ from phoenix.processes import LOOPBACK, client_host, die_with_parent, echo_log
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
 from phoenix.serving.compile import ensure_programs, warn_if_no_gpu_jax
 from phoenix.serving.configs import ConfigError, variant_repository
-from phoenix.serving.profiles import instance_counts, profile
+from phoenix.serving.profiles import instance_counts_arg, profile
 from phoenix.serving.served_artifacts import servable_artifact_dir
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
@@ -334,13 +334,6 @@ def serve_foreground(
         stop_echo.set()
         if echo.is_alive():
             echo.join(timeout=2)
-
-
-def instance_counts_arg(text: str) -> dict[str, int]:
-    try:
-        return instance_counts(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -137,6 +137,10 @@ def test_instance_counts_parse_the_command_line_form():
     for bad in ("ranker", "ranker=0", "ranker=x", "ranker=-1"):
         with pytest.raises(ValueError, match="expected MODEL=N with N >= 1"):
             instance_counts(bad)
+    with pytest.raises(ValueError, match="'ranker' is given twice"):
+        instance_counts("ranker=8,ranker=2")
+    with pytest.raises(SystemExit):  # argparse names the unknown model at once
+        serve.build_parser().parse_args(["--instances", "rankr=2"])
 
 
 def test_serve_instances_writes_a_copy_with_those_counts(tmp_path):

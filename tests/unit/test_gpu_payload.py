@@ -90,6 +90,25 @@ def test_size_check_fails_loudly_over_the_limit(tmp_path):
         payload.check_size(tmp_path, limit_mib=1)
 
 
+def test_the_payload_limit_leaves_room_for_the_tracked_files(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "tracked.bin").write_bytes(b"\1" * 3 * 2**20)
+    (tmp_path / "untracked.bin").write_bytes(b"\1" * 2**20)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.bin"], check=True)
+    assert payload.tracked_bytes(tmp_path) == 3 * 2**20
+    assert payload.payload_limit_mib(tmp_path) == 64 - 3 - payload.MARGIN_MIB
+    assert 0 < payload.payload_limit_mib() < 64 - payload.MARGIN_MIB  # this checkout's
+
+
+def test_machine_has_names_are_whole_distribution_names():
+    # a wrapped line once split jax-cuda13-plugin into "jax-" and "cuda13-plugin"
+    bad = [n for n in payload.MACHINE_HAS if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*[a-z0-9]", n)]
+    assert bad == []
+    assert {"jax-cuda13-plugin", "lightning-utilities", "mypy-extensions"} <= set(
+        payload.MACHINE_HAS
+    )
+
+
 def test_perf_analyzer_wheel_is_taken_from_the_setup_cache(tmp_path):
     with pytest.raises(payload.PayloadError, match="make setup"):
         payload.copy_perf_analyzer_wheel(tmp_path, tmp_path / "out")

@@ -39,9 +39,26 @@ def test_host_buffers_cast_to_the_dtypes_given():
 
 
 def test_dtypes_without_a_dlpack_code_are_refused():
-    for bad in (np.array([True]), np.array(["x"]), np.array([1 + 2j])):
+    bad = (np.array([True]), np.array(["x"]), np.array([1 + 2j]), np.zeros(2, np.longdouble))
+    for array in bad:
         with pytest.raises(TypeError, match="no DLPack type"):
-            HostBuffer(bad)
+            HostBuffer(array)
+
+
+def test_other_byte_orders_are_made_native():
+    big_endian = np.array([1, 2, 3], ">i4")
+    got = np.from_dlpack(HostBuffer(big_endian))
+    assert got.dtype == np.dtype("=i4")
+    np.testing.assert_array_equal(got, [1, 2, 3])
+
+
+def test_a_consumer_asking_for_a_copy_gets_one_and_another_device_is_refused():
+    array = np.arange(4, dtype=np.int32)
+    copied = np.from_dlpack(HostBuffer(array), copy=True)
+    shared = np.from_dlpack(HostBuffer(array))
+    assert not np.shares_memory(copied, array) and np.shares_memory(shared, array)
+    with pytest.raises(BufferError, match="host memory only"):
+        HostBuffer(array).__dlpack__(dl_device=(2, 0))
 
 
 def test_memory_lives_until_the_consumer_or_the_unconsumed_capsule_goes():
@@ -58,9 +75,10 @@ def test_memory_lives_until_the_consumer_or_the_unconsumed_capsule_goes():
     assert live_count() == before
 
 
-_set_name = ctypes.pythonapi.PyCapsule_SetName
+_python = ctypes.PyDLL(None)  # own prototypes: ctypes.pythonapi's are shared with others
+_set_name = _python.PyCapsule_SetName
 _set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_pointer = _python.PyCapsule_GetPointer
 _pointer.restype = ctypes.c_void_p
 _pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
