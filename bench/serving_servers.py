@@ -11,7 +11,7 @@ from phoenix.testing.triton import start_triton
 
 
 def repository_for(batching: str, args) -> Path:
-    instances = getattr(args, "instances", None) or {}
+    instances = args.instances
     if batching == "on" and args.device == "cpu" and not instances:
         return args.model_repository.resolve()
     device = "" if args.device == "cpu" else f"-{args.device}"

@@ -141,6 +141,12 @@ def first_value(rows: list[dict], pick: Callable[[dict], float]) -> Optional[flo
     return pick(rows[0]) if rows else None
 
 
+def failed_requests(result: dict) -> Optional[int]:
+    """The server statistics' failed requests of a bench_serving run (None: not counted)."""
+    failed = result.get("failed_requests")
+    return sum(sum(v.values()) for v in failed.values()) if failed else None
+
+
 def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
     """(figure, measured, target) for the issue's served targets."""
     missing = NOT_MEASURED if result is None else NOT_IN_RUN
@@ -183,8 +189,7 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
                           lambda r: r["throughput"])  # fmt: skip
         figure = f"{workload} batching on / off at concurrency 64"
         rows.append((figure, fmt(ratio(on, off), ".2f", "x", missing=missing), ">= 4x"))
-    failed = result.get("failed_requests")
-    failures = sum(sum(v.values()) for v in failed.values()) if failed else None
+    failures = failed_requests(result)
     rows.append(("failed requests (server statistics)", fmt(failures, "d", missing=missing), "0"))
     return rows
 
@@ -211,8 +216,7 @@ def recommend_rows(result: dict) -> list[tuple[str, str, str]]:
     """(figure, measured, target) for the ensemble served end to end."""
     top = best(served_rows(result, workload="recommend", batching="on"))
     corpus = result.get("settings", {}).get("artifacts", "?")
-    failed = result.get("failed_requests") or {}
-    failures = sum(sum(v.values()) for v in failed.values()) if failed else None
+    failures = failed_requests(result)
     in_process = result.get("in_process", {}).get("recommend", {})
     return [
         (
@@ -269,8 +273,7 @@ def before_after_table(first: dict, latest: dict, after_fix: Optional[dict] = No
         return fmt(rows[0].get("device_ranker_vs_original") if rows else None, ".2f", "x")
 
     def served_or_failed(result, label):
-        failed = (result or {}).get("failed_requests") or {}
-        if result and not served_rows(result) and failed and "failed" not in label:
+        if result and not served_rows(result) and failed_requests(result) and "failed" not in label:
             return "every request failed"
         return served(result, label)
 

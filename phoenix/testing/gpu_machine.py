@@ -55,10 +55,15 @@ def site_packages() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
+def normalized_name(name: str) -> str:
+    """A distribution's name as pip compares them (PEP 503): lower case, runs of -_. as -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def distribution_of(wheel: Path) -> tuple[str, str]:
     """(normalised name, version) from a wheel's file name."""
     name, version = wheel.name.split("-")[:2]
-    return re.sub(r"[-_.]+", "-", name).lower(), version
+    return normalized_name(name), version
 
 
 def installed_version(name: str) -> str | None:

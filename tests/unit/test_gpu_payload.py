@@ -138,10 +138,6 @@ def test_perf_analyzer_finds_the_libraries_a_gpu_machine_linked(tmp_path, monkey
     assert folders[0] == str(tmp_path / "perf_analyzer-libs") and folders[-1] == "/already/there"
 
 
-def normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 STUB_DISTRIBUTIONS = """
 import importlib, importlib.metadata, json, sys
 for module in sys.argv[1:]:
@@ -159,7 +155,7 @@ def test_every_distribution_the_stubs_import_is_on_the_machine_or_in_the_payload
         [sys.executable, "-c", STUB_DISTRIBUTIONS, *machine.STUB_IMPORTS],
         capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )  # fmt: skip
-    imported = {normalized(d) for d in json.loads(done.stdout)}
+    imported = {machine.normalized_name(d) for d in json.loads(done.stdout)}
     # phoenix-serve is the checkout (linked by the set-up); setuptools' import hook is this
     # venv's; CUDA's libraries come with the machine's JAX under other (cu13) names
     imported = {
@@ -168,7 +164,7 @@ def test_every_distribution_the_stubs_import_is_on_the_machine_or_in_the_payload
         if d not in ("phoenix-serve", "setuptools") and not d.startswith("nvidia-")
     }
     assert imported, "the stubs import no third-party distribution: the probe is broken"
-    available = {normalized(d) for d in payload.MACHINE_HAS + payload.MACHINE_LACKS}
+    available = {machine.normalized_name(d) for d in payload.MACHINE_HAS + payload.MACHINE_LACKS}
     assert sorted(imported - available) == []
     assert {"hiredis", "redis", "dm-haiku", "jax", "numpy"} <= imported
 
