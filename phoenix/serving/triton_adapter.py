@@ -17,6 +17,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 
@@ -72,6 +73,13 @@ def request_arrays(request) -> dict[str, np.ndarray]:
     return {tensor.name(): input_array(tensor) for tensor in request.inputs()}
 
 
+def opened_program_stores() -> list:
+    """The program stores this process opened; none, and JAX never imported, in a stub of a
+    host-only model (services: why those never load it)."""
+    programs = sys.modules.get("phoenix.engine.programs")
+    return programs.ProgramStore.opened() if programs else []
+
+
 class ServiceModel:
     """Triton Python-backend model delegating to the service of ``service_name``."""
 
@@ -83,7 +91,6 @@ class ServiceModel:
         )
         import triton_python_backend_utils as pb_utils
 
-        from phoenix.engine.programs import ProgramStore
         from phoenix.serving import contracts, services
         from phoenix.serving.supervisor.stubs import register_stub
 
@@ -107,7 +114,7 @@ class ServiceModel:
         self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
         corpus = getattr(self.service, "corpus", None)  # the retriever's and the policy's
         self.corpus_metrics = CorpusMetrics(pb_utils, served_as, corpus)
-        stores = ProgramStore.opened()  # the service's (none for the host-only policy)
+        stores = opened_program_stores()  # the service's (none for a host-only model)
         logger.warning(
             "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",
             args.get("model_instance_name", self.service_name),

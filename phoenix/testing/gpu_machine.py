@@ -139,14 +139,23 @@ def library_path_with_links(*paths: str | None) -> str:
 # What every model stub imports at start-up (the services import their models' code); faiss is
 # imported only when a corpus store is served, and the machine has no wheel of it.
 STUB_IMPORTS = ("phoenix.serving.triton_adapter", "phoenix.serving.services")
+# What the stubs import between them, in a fresh interpreter: the registry imports a service's
+# module only when that service is looked up, so every one is looked up.
+STUB_IMPORT_CODE = """
+import importlib, sys
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+from phoenix.serving.services import SERVICES
+for model in SERVICES:
+    SERVICES[model]
+"""
 
 
 def check_stub_imports(python: str = sys.executable) -> None:
     """Import what the stubs import, in a fresh interpreter: a package the payload lacks fails
     the set-up here, named, rather than every served model at the server's start."""
-    code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
     done = subprocess.run(
-        [python, "-c", code, *STUB_IMPORTS],
+        [python, "-c", STUB_IMPORT_CODE, *STUB_IMPORTS],
         capture_output=True, text=True, cwd=REPO_ROOT,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},  # imports only: keep off the GPU
     )  # fmt: skip

@@ -70,7 +70,7 @@ def encode_histories(artifacts: Path, world, user_ids: np.ndarray, posts: np.nda
     (post rows of ``world``, NO_POST padded), every history post favorited."""
     from phoenix.serving.batches import batch_type
     from phoenix.serving.contracts import USER_ENCODER
-    from phoenix.serving.services.common import PhoenixResources
+    from phoenix.serving.services.resources import PhoenixResources
     from phoenix.serving.services.retrieval import retrieval_engine, user_tower_inputs
 
     resources = PhoenixResources(artifacts, ("retrieval", "tables"))

@@ -1,5 +1,8 @@
 """Serving logic without Triton: validation, padding, blending, per-request isolation."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -306,3 +309,45 @@ def test_a_batch_of_mixed_widths_is_ranked_in_one_call_per_candidate_bucket(reso
         (alone,) = ranker.handle([arrays])
         np.testing.assert_array_equal(alone["ranked_post_ids"], out["ranked_post_ids"])
         np.testing.assert_allclose(alone["scores"], out["scores"], rtol=1e-6, atol=1e-6)
+
+
+# -- the registry: a host-only model's stub never imports JAX ---------------------------------
+
+
+def test_the_registry_names_each_service_by_its_contract():
+    assert list(services.SERVICES) == list(services.SERVICE_CLASSES)
+    for model in services.SERVICES:
+        assert services.SERVICES[model].model() == model
+    with pytest.raises(ValueError, match="no service for model 'nothing'"):
+        build_service(ServiceSettings("nothing", None, 1, {}))
+
+
+HOST_ONLY = ("user_state", "feed_policy", "served_log")
+
+
+def test_host_only_services_start_and_answer_without_importing_jax(tiny_artifacts):
+    """What a stub of each host-only model runs (the adapter, the service built and warmed up)
+    in a fresh interpreter: JAX stays out of it (1.2 s of CPU a stub at every start). The
+    resources of a device service are the control: the check can fail."""
+    script = f"""
+import sys
+from phoenix.serving import contracts, services, triton_adapter
+from phoenix.serving.services import ServiceSettings, build_service
+
+def texts(model):
+    declared = contracts.contract(model).parameters
+    return {{p.name: p.text(p.default) for p in declared if p.default is not None}}
+
+for model in {HOST_ONLY!r}:
+    settings = ServiceSettings.parsed(model, {str(tiny_artifacts)!r}, 8, texts(model))
+    build_service(settings).warm_up()
+    print(model, "jax" in sys.modules, len(triton_adapter.opened_program_stores()))
+services.PhoenixResources({str(tiny_artifacts)!r}, ("ranker",))  # what a device service loads
+print("resources", "jax" in sys.modules, len(triton_adapter.opened_program_stores()))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split("\n")
+    assert lines[:4] == [f"{m} False 0" for m in HOST_ONLY] + ["resources True 1"], done.stdout

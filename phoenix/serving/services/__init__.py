@@ -15,40 +15,69 @@ good ones into one padded batch, makes one engine call and splits the results pe
 - ``served_log``: ``ServedLogService`` (the last step: the feed marked served, the request
   logged, a request id answered; a side effect that never fails the feed).
 
-``SERVICES`` is the registry the Triton adapter and the in-process models build from.
+- ``resources``: ``PhoenixResources``, the artifacts and programs of the device services.
+
+``SERVICES`` is the registry the Triton adapter and the in-process models build from. It
+imports a service's module when the service is first asked for, so a stub of a host-only
+model (user state, feed policy, served log) never imports JAX: 1.2 s of CPU less for each of
+those six stubs at every start (docs/serving.md, "Start-up"). The names below are re-exported
+the same way.
 """
 
-from phoenix.serving.services.common import (
-    Outputs,
-    PhoenixResources,
-    Result,
-    Service,
-    ServiceSettings,
-    action_weight_vector,
-)
-from phoenix.serving.services.feed_policy import FeedPolicyService
-from phoenix.serving.services.ranker import RankerService, score_weight_vector
-from phoenix.serving.services.retrieval import (
-    CandidateTowerService,
-    RetrieverService,
-    UserEncoderService,
-    user_tower_inputs,
-)
-from phoenix.serving.services.served_log import ServedLogService
-from phoenix.serving.services.user_state import UserStateService
+from __future__ import annotations
 
-SERVICES: dict[str, type[Service]] = {
-    service.model(): service
-    for service in (
-        UserStateService,
-        UserEncoderService,
-        CandidateTowerService,
-        RetrieverService,
-        RankerService,
-        FeedPolicyService,
-        ServedLogService,
-    )
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from phoenix.serving import contracts
+
+if TYPE_CHECKING:
+    from phoenix.serving.services.common import Service, ServiceSettings
+
+# {model: (module under phoenix.serving.services, service class)}, in the ensemble's order.
+SERVICE_CLASSES = {
+    contracts.USER_STATE.name: ("user_state", "UserStateService"),
+    contracts.USER_ENCODER.name: ("retrieval", "UserEncoderService"),
+    contracts.CANDIDATE_TOWER.name: ("retrieval", "CandidateTowerService"),
+    contracts.RETRIEVER.name: ("retrieval", "RetrieverService"),
+    contracts.RANKER.name: ("ranker", "RankerService"),
+    contracts.FEED_POLICY.name: ("feed_policy", "FeedPolicyService"),
+    contracts.SERVED_LOG.name: ("served_log", "ServedLogService"),
 }
+
+# Re-exported names: {name: module that defines it}.
+EXPORTS = {
+    "Outputs": "common",
+    "Result": "common",
+    "Service": "common",
+    "ServiceSettings": "common",
+    "action_weight_vector": "common",
+    "PhoenixResources": "resources",
+    "score_weight_vector": "ranker",
+    "user_tower_inputs": "retrieval",
+    **{name: module for module, name in SERVICE_CLASSES.values()},
+}
+
+
+def _imported(module: str, name: str):
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+class ServiceRegistry(Mapping):
+    """{model: service class}; a class's module is imported when it is looked up."""
+
+    def __getitem__(self, model: str) -> type[Service]:
+        return _imported(*SERVICE_CLASSES[model])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SERVICE_CLASSES)
+
+    def __len__(self) -> int:
+        return len(SERVICE_CLASSES)
+
+
+SERVICES = ServiceRegistry()
 
 
 def build_service(settings: ServiceSettings) -> Service:
@@ -61,22 +90,15 @@ def build_service(settings: ServiceSettings) -> Service:
     return service.from_settings(settings)
 
 
-__all__ = [
-    "SERVICES",
-    "CandidateTowerService",
-    "FeedPolicyService",
-    "Outputs",
-    "PhoenixResources",
-    "RankerService",
-    "Result",
-    "RetrieverService",
-    "ServedLogService",
-    "Service",
-    "ServiceSettings",
-    "UserEncoderService",
-    "UserStateService",
-    "build_service",
-    "action_weight_vector",
-    "score_weight_vector",
-    "user_tower_inputs",
-]
+MODULES = ("common", "resources", *{module for module, _ in SERVICE_CLASSES.values()})
+
+
+def __getattr__(name: str):
+    if name in EXPORTS:
+        return _imported(EXPORTS[name], name)
+    if name in MODULES:  # ``services.retrieval.X`` as when every module was imported up front
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["SERVICES", "build_service", *EXPORTS]

@@ -22,11 +22,11 @@ from phoenix.serving.contracts import RANKER
 from phoenix.serving.requests import RankRequest
 from phoenix.serving.services.common import (
     Outputs,
-    PhoenixResources,
     Service,
     ServiceSettings,
     action_weight_vector,
 )
+from phoenix.serving.services.resources import PhoenixResources
 
 
 def score_weight_vector(weights: Mapping[str, float], action_names: Sequence[str]) -> np.ndarray:

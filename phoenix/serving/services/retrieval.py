@@ -21,11 +21,11 @@ from phoenix.serving.corpus import RowHits, open_corpus
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
     Outputs,
-    PhoenixResources,
     Service,
     ServiceSettings,
     split_rows,
 )
+from phoenix.serving.services.resources import PhoenixResources
 
 
 def user_tower_inputs(resources: PhoenixResources, users):
