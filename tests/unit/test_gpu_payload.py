@@ -138,12 +138,15 @@ def test_perf_analyzer_finds_the_libraries_a_gpu_machine_linked(tmp_path, monkey
     assert folders[0] == str(tmp_path / "perf_analyzer-libs") and folders[-1] == "/already/there"
 
 
-STUB_DISTRIBUTIONS = machine.STUB_IMPORT_CODE + """
+STUB_DISTRIBUTIONS = (
+    machine.STUB_IMPORT_CODE
+    + """
 import importlib.metadata, json
 tops = {n.split(".")[0] for n in sys.modules} - set(sys.stdlib_module_names)
 owners = importlib.metadata.packages_distributions()
 print(json.dumps(sorted({d for t in tops for d in owners.get(t, [])})))
 """
+)
 
 
 def test_every_distribution_the_stubs_import_is_on_the_machine_or_in_the_payload():
