@@ -72,17 +72,11 @@ def is_scalar(spec: TensorSpec) -> bool:
     return spec.axes == (1,)
 
 
-def stand_in(spec: TensorSpec, request, widths: Mapping[str, int]) -> np.ndarray:
-    """Zeros in place of an optional input a request left out, shaped as it would be sent."""
-    shape = [request.rows]
-    for axis in spec.axes:
-        if isinstance(axis, int):
-            shape.append(axis)
-        elif axis == spec.length:
-            shape.append(carried_length(request, axis))
-        else:
-            shape.append(widths[axis])
-    return np.zeros(shape, spec.dtype)
+def absent_shape(spec: TensorSpec, widths: Mapping[str, int]) -> tuple[int, ...]:
+    """The axes after the batch and length axes of an input no request of a batch carried:
+    fixed sizes, and the artifact widths from ``widths``."""
+    axes = spec.axes[1:] if spec.length is not None else spec.axes
+    return tuple(axis if isinstance(axis, int) else widths[axis] for axis in axes)
 
 
 def carried_length(request, symbol: str) -> int:
@@ -93,36 +87,68 @@ def carried_length(request, symbol: str) -> int:
         return 0
 
 
+def row_spans(requests: Sequence) -> list[tuple[int, int]]:
+    """(first, past the last) batch row of each request."""
+    spans, start = [], 0
+    for request in requests:
+        spans.append((start, start + request.rows))
+        start += request.rows
+    return spans
+
+
 def pad_batch(requests: Sequence, rows: int, widths: Mapping[str, int]):
     """The rows of ``requests`` (checked typed requests of one model) in one batch of ``rows``.
 
     ``widths`` gives the padded width of length symbols ("L": history_seq_len, "C": the
-    candidate bucket) and the artifact widths ("A", "D") stand-ins need; a length symbol it
-    leaves out is padded to the longest request.
+    candidate bucket) and the artifact widths ("A", "D") an input no request carried needs; a
+    length symbol it leaves out is padded to the longest request. An optional input a request
+    left out stays zeros in its rows (nothing is made in its place).
     """
     contract = requests[0].contract
+    spans = row_spans(requests)
     fields, sent = {}, {}
     for spec in contract.inputs:
         carried = [getattr(r, spec.name) for r in requests]
         if spec.optional:
-            sent[spec.name] = stack_rows(
-                [np.full(r.rows, array is not None) for r, array in zip(requests, carried)], rows
-            )
-        parts = [
-            stand_in(spec, r, widths) if array is None else array
-            for r, array in zip(requests, carried)
-        ]
-        fields[spec.name] = stack_input(spec, parts, rows, widths)
+            flags = np.zeros(rows, bool)
+            for (start, stop), array in zip(spans, carried):
+                flags[start:stop] = array is not None
+            sent[spec.name] = flags
+        fields[spec.name] = stack_input(spec, requests, carried, spans, rows, widths)
     return batch_type(contract)(**fields, sent=sent)
 
 
-def stack_input(spec: TensorSpec, parts: Sequence[np.ndarray], rows: int, widths) -> np.ndarray:
+def stack_input(spec: TensorSpec, requests, carried, spans, rows: int, widths) -> np.ndarray:
+    """One input of every request in ``[B]`` (one value a row), ``[B, W, ...]`` (a length
+    axis, cut from the front past W) or ``[B, ...]``; zeros where a request carried none."""
+    present = next((array for array in carried if array is not None), None)
+    dtype = spec.dtype if present is None else present.dtype
     if is_scalar(spec):
-        return stack_rows(parts, rows)[:, 0]  # [B]
-    if spec.length is not None:
-        width = widths.get(spec.length, max(part.shape[1] for part in parts))
-        return stack_padded(parts, width, rows)  # [B, W, ...]
-    return stack_rows(parts, rows)  # [B, ...]
+        out = np.zeros(rows, dtype)  # [B]
+        for (start, stop), array in zip(spans, carried):
+            if array is not None:
+                out[start:stop] = array[:, 0]
+        return out
+    if spec.length is None:
+        rest = absent_shape(spec, widths) if present is None else present.shape[1:]
+        out = np.zeros((rows, *rest), dtype)  # [B, ...]
+        for (start, stop), array in zip(spans, carried):
+            if array is not None:
+                out[start:stop] = array
+        return out
+    width = widths.get(spec.length)
+    if width is None:
+        width = max(
+            carried_length(r, spec.length) if array is None else array.shape[1]
+            for r, array in zip(requests, carried)
+        )
+    rest = absent_shape(spec, widths) if present is None else present.shape[2:]
+    out = np.zeros((rows, width, *rest), dtype)  # [B, W, ...]
+    for (start, stop), array in zip(spans, carried):
+        if array is not None:
+            kept = array[:, max(0, array.shape[1] - width) :]  # the newest items
+            out[start:stop, : kept.shape[1]] = kept
+    return out
 
 
 def empty_batch(contract: ModelContract, rows: int, widths: Mapping[str, int]):

@@ -65,9 +65,9 @@ class TypedRequest:
     def length(self, symbol: str) -> int:
         """How many items of a length symbol ("L", "C", ...) each row carries (checked equal
         across the inputs that share it)."""
-        for spec in self.contract.inputs:
-            array = getattr(self, spec.name)
-            if spec.length == symbol and array is not None:
+        for name in self.checks.by_length.get(symbol, ()):
+            array = getattr(self, name)
+            if array is not None:
                 return array.shape[1]
         raise KeyError(f"{self.contract.name} request carries no input of length {symbol}")
 
@@ -115,6 +115,7 @@ class ContractChecks:
     names: frozenset[str]
     input_names: tuple[str, ...]
     required: tuple[str, ...]
+    by_length: dict[str, tuple[str, ...]]  # {length symbol: names of its inputs, in order}
 
     @classmethod
     def of(cls, contract: ModelContract) -> ContractChecks:
@@ -124,6 +125,10 @@ class ContractChecks:
             names=frozenset(contract.input_names),
             input_names=contract.input_names,
             required=contract.required_inputs,
+            by_length={
+                symbol: tuple(s.name for s in contract.inputs if s.length == symbol)
+                for symbol in dict.fromkeys(s.length for s in contract.inputs if s.length)
+            },
         )
 
 

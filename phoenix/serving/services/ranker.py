@@ -10,7 +10,6 @@ Shape glossary (R rows of one request, B rows of the padded batch)
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -49,26 +48,37 @@ def empty_request_batch(config, users: int, width: int):
     return empty_batch(RANKER, users, batch_widths(config, width))
 
 
-def ranked_input(batch, rows: slice, order: np.ndarray, name: str) -> np.ndarray:
-    """[R, C] of a batch input for the request's ``rows``, in ranked ``order`` [R, C]."""
-    return np.take_along_axis(getattr(batch, name)[rows, : order.shape[1]], order, axis=1)
+RANKED_INPUTS = {  # output: the batch input it is, in ranked order
+    "ranked_post_ids": "candidate_post_ids",
+    "ranked_author_ids": "candidate_author_ids",
+    "ranked_retrieval_scores": "candidate_retrieval_scores",  # zeros where none were sent
+}
+
+
+def ranked_columns(batch, order: np.ndarray) -> dict[str, np.ndarray]:
+    """{output: [B, W] of its batch input (RANKED_INPUTS) in ranked ``order`` [B, W]}, the
+    whole batch at once (per request it was three numpy calls a request)."""
+    width = order.shape[1]
+    return {
+        output: np.take_along_axis(getattr(batch, name)[:, :width], order, axis=1)
+        for output, name in RANKED_INPUTS.items()
+    }
 
 
 def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) -> list[Outputs]:
-    """Each request's rows of the ranked batch, its own C candidates only, best first."""
+    """Each request's rows of the ranked batch, its own C candidates only, best first
+    (padding sorts last, so a row's first C ranked positions are its own candidates)."""
+    columns = ranked_columns(batch, ranked.order)
     outputs, start = [], 0
     for request in requests:
         rows, count = slice(start, start + request.rows), request.candidates
-        order = ranked.order[rows, :count]  # [R, C]: padding sorts last, so these are its own
-        ranked_column = functools.partial(ranked_input, batch, rows, order)
         outputs.append(
             {
-                "ranked_post_ids": ranked_column("candidate_post_ids"),
-                "ranked_author_ids": ranked_column("candidate_author_ids"),
+                "ranked_post_ids": columns["ranked_post_ids"][rows, :count],  # [R, C]
+                "ranked_author_ids": columns["ranked_author_ids"][rows, :count],
                 "scores": ranked.scores[rows, :count],  # [R, C]
                 "action_probs": ranked.action_probs[rows, :count],  # [R, C, A]
-                # zeros where the request sent none (the batch's stand-in)
-                "ranked_retrieval_scores": ranked_column("candidate_retrieval_scores"),
+                "ranked_retrieval_scores": columns["ranked_retrieval_scores"][rows, :count],
             }
         )
         start = rows.stop
