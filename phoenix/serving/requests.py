@@ -21,8 +21,8 @@ Shape glossary (R rows of one request: users or posts)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import ClassVar, Optional, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, Optional, TypeVar, Union
 
 import numpy as np
 
@@ -201,14 +201,47 @@ def parse(request_type: type[Request], arrays: Mapping[str, np.ndarray], config)
     return request
 
 
+def parse_all(
+    request_type: type[Request], batch: Sequence[Mapping[str, np.ndarray]], config
+) -> list[Union[Request, InputError]]:
+    """``parse`` of each request of ``batch``: its typed request, or the InputError ``parse``
+    raises for it, the same one. The shapes are checked request by request; the values of the
+    requests whose shapes hold are checked together, an input's values of every request at
+    once (ten reductions a batch instead of fifteen a request), and one by one only when an
+    input's values fail together, so a bad request is refused alone with its own message."""
+    results: list[Union[Request, InputError]] = []
+    for arrays in batch:
+        try:
+            request = from_arrays(request_type, arrays)
+            check(request, config, values=False)
+        except InputError as error:
+            results.append(error)
+        else:
+            results.append(request)
+    shaped = [r for r in results if not isinstance(r, InputError)]
+    if shaped and not values_hold_together(shaped, config):
+        results = [r if isinstance(r, InputError) else checked(r, config) for r in results]
+    return results
+
+
+def checked(request: Request, config) -> Union[Request, InputError]:
+    """``request`` if every check passes, else the InputError ``check`` raises."""
+    try:
+        check(request, config)
+    except InputError as error:
+        return error
+    return request
+
+
 # ----------------------------------------------------------------------------------------
 # Checks, driven by the specs
 # ----------------------------------------------------------------------------------------
 
 
-def check(request: TypedRequest, config) -> None:
+def check(request: TypedRequest, config, values: bool = True) -> None:
     """Every carried input against its spec, the limits and the artifact ``config`` (actions,
-    surfaces, embedding width); raises InputError naming the input."""
+    surfaces, embedding width); raises InputError naming the input. ``values=False``: shapes
+    only (``parse_all`` checks the values of a batch together)."""
     carried = [(c, getattr(request, c.name)) for c in request.checks.inputs]
     carried = [(c, array) for c, array in carried if array is not None]
     for c, array in carried:
@@ -218,7 +251,23 @@ def check(request: TypedRequest, config) -> None:
         check_length(symbol, group)
     for c, array in carried:
         check_widths(c, array, config)
-        check_values(c.name, array, c.spec.values, config, c.is_float)
+        if values:
+            check_values(c.name, array, c.spec.values, config, c.is_float)
+
+
+def values_hold_together(requests: Sequence[TypedRequest], config) -> bool:
+    """Whether every value check passes for all of ``requests`` (one model's, shapes checked),
+    each input's values of every request checked as one array."""
+    for c in requests[0].checks.inputs:
+        arrays = [a for a in (getattr(r, c.name) for r in requests) if a is not None and a.size]
+        if not arrays:
+            continue
+        values = arrays[0] if len(arrays) == 1 else np.concatenate([a.ravel() for a in arrays])
+        try:
+            check_values(c.name, values, c.spec.values, config, c.is_float)
+        except InputError:
+            return False
+    return True
 
 
 def length_groups(carried) -> dict[str, dict[str, np.ndarray]]:

@@ -8,9 +8,10 @@ import pytest
 
 from phoenix.engine import device_ranking
 from phoenix.serving import contracts
+from phoenix.serving import requests as requests_module
 from phoenix.serving.batches import batch_type, empty_batch, pad_batch
 from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS
-from phoenix.serving.requests import REQUEST_TYPES, InputError, RankRequest, parse
+from phoenix.serving.requests import REQUEST_TYPES, InputError, RankRequest, parse, parse_all
 
 CONFIG = SimpleNamespace(num_actions=4, emb_size=8, product_surface_vocab_size=5)
 SERVED = [c for c in contracts.CONTRACTS.values() if not c.is_ensemble]
@@ -156,3 +157,67 @@ def test_pad_batch_stacks_rows_in_request_order():
         batch.candidate_post_ids, [[1, 2, 3, 0], [4, 5, 6, 0], [7, 8, 0, 0], [0, 0, 0, 0]]
     )
     assert batch.history_post_ids.shape == (4, 5)
+
+
+def bad_variants(contract) -> list[dict[str, np.ndarray]]:
+    """One request per way an input can be refused (a value under or over its bounds, NaN, a
+    wrong width or rank), and one with two faults at once (a value and a width)."""
+    variants = []
+    for spec in contract.inputs:
+
+        def changed(array, name=spec.name):
+            arrays = good_arrays(contract)
+            arrays[name] = array
+            variants.append(arrays)
+
+        if spec.values.low is not None:
+            changed(np.full(shape_of(spec), spec.values.low - 1, spec.dtype))
+        if isinstance(spec.values.high, int | float):
+            changed(np.full(shape_of(spec), spec.values.high + 1, spec.dtype))
+        if np.issubdtype(spec.dtype, np.floating):
+            changed(np.full(shape_of(spec), np.nan, spec.dtype))
+        changed(np.full(shape_of(spec)[:1], fill(spec), spec.dtype))  # rank 1
+    two_faults = good_arrays(contract)
+    first, last = contract.inputs[0], contract.inputs[-1]
+    two_faults[first.name] = np.full(shape_of(first), -1, first.dtype)
+    two_faults[last.name] = np.full(shape_of(last)[:1], fill(last), last.dtype)
+    variants.append(two_faults)
+    return variants
+
+
+def outcome(item) -> tuple:
+    if isinstance(item, InputError):
+        return ("refused", str(item), item.input)
+    return ("accepted", {name: array.tolist() for name, array in item.arrays().items()})
+
+
+@pytest.mark.parametrize("model", sorted(REQUEST_TYPES))
+def test_parse_all_answers_each_request_as_parse_does(model):
+    """Values checked together, then one by one where they fail: every request of a batch
+    mixing good and bad ones gets what parse alone gives it, the same message."""
+    contract = contracts.contract(model)
+    bad = bad_variants(contract)
+    batch = [good_arrays(contract)] + [x for arrays in bad for x in (arrays, good_arrays(contract))]
+    alone = []
+    for arrays in batch:
+        try:
+            alone.append(outcome(check(model, arrays)))
+        except InputError as error:
+            alone.append(outcome(error))
+    together = [outcome(item) for item in parse_all(REQUEST_TYPES[model], batch, CONFIG)]
+    assert together == alone
+    refused = sum(1 for item in together if item[0] == "refused")
+    assert refused == len(bad), f"{refused} refused of {len(bad)} bad requests"
+
+
+def test_parse_all_of_good_requests_checks_their_values_together(monkeypatch):
+    """The common case: a batch of good requests costs one value check an input."""
+    seen = []
+    real = requests_module.check_values
+    monkeypatch.setattr(
+        requests_module, "check_values", lambda name, *a: seen.append(name) or real(name, *a)
+    )
+    batch = [good_arrays(contracts.RANKER) for _ in range(16)]
+    parsed = parse_all(RankRequest, batch, CONFIG)
+    assert all(isinstance(p, RankRequest) for p in parsed)
+    assert sorted(seen) == sorted(s.name for s in contracts.RANKER.inputs)

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 
 from phoenix.serving.contracts import contract
-from phoenix.serving.requests import InputError, parse
+from phoenix.serving.requests import InputError, parse, parse_all
 
 Arrays = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -170,7 +170,11 @@ class Service:
 
     def parse(self, arrays: Arrays):
         """The checked typed request of one request's arrays; raises InputError."""
-        request = parse(self.request_type, arrays, self.config)
+        return self.admit(parse(self.request_type, arrays, self.config))
+
+    def admit(self, request):
+        """What a checked request must also be to run here; raises InputError. Subclasses add
+        their own rules."""
         largest = self.max_rows
         if request.rows > largest:  # Triton's max_batch_size, for in-process callers
             raise InputError(f"{self.model()}: a request of {request.rows} rows, at most {largest}")
@@ -179,17 +183,23 @@ class Service:
     def handle(self, batch: Sequence[Arrays]) -> list[Result]:
         """Results of a batch of requests, in order: Outputs, or the request's InputError.
 
-        Good requests run together in groups of at most the largest batch bucket: from Triton,
-        whose batches never exceed max_batch_size, that is one group.
+        Each request is checked as ``parse`` checks it, the batch's values together
+        (``requests.parse_all``). Good requests run together in groups of at most the largest
+        batch bucket: from Triton, whose batches never exceed max_batch_size, that is one group.
         """
         results: list[Optional[Result]] = []
         good = []
-        for arrays in batch:
-            try:
-                good.append((len(results), self.parse(arrays)))
+        for parsed in parse_all(self.request_type, batch, self.config):
+            if not isinstance(parsed, InputError):
+                try:
+                    parsed = self.admit(parsed)
+                except InputError as error:
+                    parsed = error
+            if isinstance(parsed, InputError):
+                results.append(parsed)
+            else:
+                good.append((len(results), parsed))
                 results.append(None)
-            except InputError as error:
-                results.append(error)
         for group in self._groups(good):
             for (slot, _), outputs in zip(group, self.run([r for _, r in group])):
                 results[slot] = outputs

@@ -34,7 +34,7 @@ from phoenix.serving.batches import stack_padded
 from phoenix.serving.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
 from phoenix.serving.ensemble import passed_on_history
 from phoenix.serving.requests import REQUEST_TYPES, InputError
-from phoenix.serving.services.common import Arrays, Result, Service, ServiceSettings
+from phoenix.serving.services.common import Result, Service, ServiceSettings
 from phoenix.user_state import (
     History,
     UserState,
@@ -108,9 +108,9 @@ class UserStateService(StoreBackedService):
         self.seq_len = config.history_seq_len
         store.limits.check_seq_len(self.seq_len)  # at start-up, not in every request
 
-    def parse(self, arrays: Arrays):
+    def admit(self, request):
         """A history is all of its required inputs or none of them."""
-        request = super().parse(arrays)
+        request = super().admit(request)
         carried = [name for name in REQUIRED_WITH_HISTORY if getattr(request, name) is not None]
         if carried and len(carried) != len(REQUIRED_WITH_HISTORY):
             missing = sorted(set(REQUIRED_WITH_HISTORY) - set(carried))
