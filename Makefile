@@ -165,7 +165,7 @@ LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command lin
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
 .PHONY: loadtest bench-serving bench-engine bench-startup bench-retrieval bench-store-serving \
-	bench-user-state
+	bench-user-state bench-service-host
 
 bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
@@ -188,6 +188,9 @@ bench-store-serving: setup  ## recommend over 100 k vs 10 M stores under Locust;
 
 bench-user-state: setup artifacts  ## recommend by id vs with history, freshness under Locust, Redis killed -> bench/results/user_state_load.json
 	$(PY) -m bench.bench_user_state $(BENCH_ARGS)
+
+bench-service-host: setup  ## host work a served ranker request (checks, batch, split), 1/8/64 a batch -> bench/results/service-host.json
+	$(PY) -m bench.bench_service_host --out bench/results/service-host.json $(BENCH_ARGS)
 
 # ---- reliability: faults, overload, fuzz and soak (docs/reliability.md) --------------------
 RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \
