@@ -75,7 +75,7 @@ def search_all(snapshot, users: np.ndarray) -> list:
 
 def exact_engine_rate(embeddings: np.ndarray, users: np.ndarray) -> dict:
     """The exact engine (the reference retriever over a corpus file) on the same corpus."""
-    from phoenix.serving.services.common import PhoenixResources
+    from phoenix.serving.services.resources import PhoenixResources
     from phoenix.serving.services.retrieval import retrieval_engine
 
     resources = PhoenixResources(TRAINED, ("retrieval",))

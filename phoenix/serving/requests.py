@@ -207,15 +207,22 @@ def parse_all(
     """``parse`` of each request of ``batch``: its typed request, or the InputError ``parse``
     raises for it, the same one. The shapes are checked request by request; the values of the
     requests whose shapes hold are checked together, an input's values of every request at
-    once (ten reductions a batch instead of fifteen a request), and one by one only when an
-    input's values fail together, so a bad request is refused alone with its own message."""
+    once (each reduction runs once a batch instead of once a request), and one by one only
+    when an input's values fail together, so a bad request is refused alone with its own
+    message."""
     results: list[Union[Request, InputError]] = []
     for arrays in batch:
         try:
             request = from_arrays(request_type, arrays)
-            check(request, config, values=False)
         except InputError as error:
             results.append(error)
+            continue
+        try:
+            check(request, config, values=False)
+        except InputError:
+            # parse checks each input's widths and values in turn: a bad value before a bad
+            # width is the error it names, so a refused request is checked again in full
+            results.append(checked(request, config))
         else:
             results.append(request)
     shaped = [r for r in results if not isinstance(r, InputError)]

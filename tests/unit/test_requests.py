@@ -161,7 +161,8 @@ def test_pad_batch_stacks_rows_in_request_order():
 
 def bad_variants(contract) -> list[dict[str, np.ndarray]]:
     """One request per way an input can be refused (a value under or over its bounds, NaN, a
-    wrong width or rank), and one with two faults at once (a value and a width)."""
+    wrong rank), and two with two faults at once: a value and a rank, and, where the contract
+    has them, a value in one input and an artifact width in a later one."""
     variants = []
     for spec in contract.inputs:
 
@@ -182,6 +183,20 @@ def bad_variants(contract) -> list[dict[str, np.ndarray]]:
     two_faults[first.name] = np.full(shape_of(first), -1, first.dtype)
     two_faults[last.name] = np.full(shape_of(last)[:1], fill(last), last.dtype)
     variants.append(two_faults)
+    # a bad value before a bad artifact width: parse names the value (inputs in turn)
+    valued = [i for i, s in enumerate(contract.inputs) if s.values.low is not None]
+    widths = [i for i, s in enumerate(contract.inputs) if set(s.axes) & set(ARTIFACT_WIDTHS)]
+    later = [(v, w) for v in valued for w in widths if w > v]
+    if later:
+        value_spec, width_spec = (contract.inputs[i] for i in later[0])
+        value_then_width = good_arrays(contract)
+        value_then_width[value_spec.name] = np.full(
+            shape_of(value_spec), value_spec.values.low - 1, value_spec.dtype
+        )
+        wide = list(shape_of(width_spec))
+        wide[-1] += 1
+        value_then_width[width_spec.name] = np.full(wide, fill(width_spec), width_spec.dtype)
+        variants.append(value_then_width)
     return variants
 
 

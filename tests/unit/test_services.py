@@ -6,12 +6,15 @@ import sys
 import numpy as np
 import pytest
 
+from phoenix.engine.device_ranking import RankedBatch
 from phoenix.serving import services
 from phoenix.serving.batches import pad_batch
 from phoenix.serving.client import ranker_inputs
 from phoenix.serving.contracts import RANKER, Parameter, contract, powers_of_two_up_to
 from phoenix.serving.requests import InputError, RankRequest, UserRequest, parse
 from phoenix.serving.services import ServiceSettings, build_service
+from phoenix.serving.services.ranker import request_batch as ranker_batch
+from phoenix.serving.services.ranker import split_ranked
 
 
 @pytest.fixture(scope="module")
@@ -351,3 +354,21 @@ print("resources", "jax" in sys.modules, len(triton_adapter.opened_program_store
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.split("\n")
     assert lines[:4] == [f"{m} False 0" for m in HOST_ONLY] + ["resources True 1"], done.stdout
+
+
+def test_a_padding_candidate_ranked_among_a_requests_own_fails_the_batch(resources):
+    """Padding sorts last unless a score is not finite: the split must not hand out padding
+    (post id 0) as a ranked post."""
+    config = resources.config
+    rng = np.random.default_rng(3)
+    parsed = [parse(RankRequest, request(config, rng, candidates=n), config) for n in (3, 2)]
+    batch = ranker_batch(parsed, config, users=2, width=4)
+    scores = np.zeros((2, 4), np.float32)
+    probs = np.zeros((2, 4, config.num_actions), np.float32)
+    good = np.array([[2, 0, 1, 3], [1, 0, 2, 3]], np.int32)
+    outputs = split_ranked(parsed, batch, RankedBatch(good, scores, probs))
+    assert outputs[1]["ranked_post_ids"].shape == (1, 2)
+    # the second user sent 2 candidates: its candidate 3 is padding, ranked first here
+    padding_first = np.array([[2, 0, 1, 3], [3, 0, 1, 2]], np.int32)
+    with pytest.raises(RuntimeError, match="padding candidate ranked among"):
+        split_ranked(parsed, batch, RankedBatch(padding_first, scores, probs))

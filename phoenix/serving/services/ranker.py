@@ -65,10 +65,21 @@ def ranked_columns(batch, order: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
+def check_own_candidates_first(requests: Sequence[RankRequest], ranked_ids: np.ndarray) -> None:
+    """Every request's C first ranked positions hold its own candidates (post id 0 is never a
+    candidate: it is padding). Padding sorts last unless a score is not finite; the split
+    would then hand out padding as posts, so the batch fails instead (INTERNAL)."""
+    counts = np.repeat([r.candidates for r in requests], [r.rows for r in requests])  # [R total]
+    own = np.arange(ranked_ids.shape[1]) < counts[:, None]  # [R total, W]
+    if (ranked_ids[: len(counts)][own] == 0).any():
+        raise RuntimeError("ranker: a padding candidate ranked among a request's own candidates")
+
+
 def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) -> list[Outputs]:
     """Each request's rows of the ranked batch, its own C candidates only, best first
     (padding sorts last, so a row's first C ranked positions are its own candidates)."""
     columns = ranked_columns(batch, ranked.order)
+    check_own_candidates_first(requests, columns["ranked_post_ids"])
     outputs, start = [], 0
     for request in requests:
         rows, count = slice(start, start + request.rows), request.candidates
