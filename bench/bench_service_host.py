@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from phoenix.serving.client import ranker_inputs
-from phoenix.serving.contracts import contract
+from phoenix.serving.contracts import RANKER
 from phoenix.serving.services import ServiceSettings, build_service
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +31,9 @@ HISTORY = 32
 
 
 def ranker_service(artifacts: Path):
-    declared = contract("ranker").parameters
-    texts = {p.name: p.text(p.default) for p in declared if p.default is not None}
-    texts["batch_buckets"] = ",".join(str(b) for b in BATCHES)
-    return build_service(ServiceSettings.parsed("ranker", artifacts, max(BATCHES), texts))
+    """The ranker's service with its contract's defaults, compiled for BATCHES."""
+    texts = RANKER.parameter_texts({"batch_buckets": BATCHES})
+    return build_service(ServiceSettings.parsed(RANKER.name, artifacts, max(BATCHES), texts))
 
 
 def with_cached_device_answers(service) -> None:

@@ -48,22 +48,37 @@ def stack_padded(parts: Sequence[np.ndarray], width: int, rows: int) -> np.ndarr
     """
     first = parts[0]
     out = np.zeros((rows, width) + first.shape[2:], first.dtype)
-    start = 0
-    for part in parts:
-        kept = part[:, max(0, part.shape[1] - width) :]
-        out[start : start + part.shape[0], : kept.shape[1]] = kept
-        start += part.shape[0]
-    return out
+    return place(out, row_spans([part.shape[0] for part in parts]), parts, padded=True)
 
 
 def stack_rows(parts: Sequence[np.ndarray], rows: int) -> np.ndarray:
     """Every request's rows ``[R_i, ...]`` in one array ``[rows, ...]``, zero rows after."""
     first = parts[0]
     out = np.zeros((rows,) + first.shape[1:], first.dtype)
-    start = 0
-    for part in parts:
-        out[start : start + part.shape[0]] = part
-        start += part.shape[0]
+    return place(out, row_spans([part.shape[0] for part in parts]), parts)
+
+
+def row_spans(counts: Sequence[int]) -> list[tuple[int, int]]:
+    """(first, past the last) batch row of each part of ``counts`` rows, stacked in order."""
+    spans, start = [], 0
+    for count in counts:
+        spans.append((start, start + count))
+        start += count
+    return spans
+
+
+def place(out: np.ndarray, spans, parts, padded: bool = False) -> np.ndarray:
+    """Each part in its rows of ``out`` (a None part leaves its rows zero); ``padded``: axis 1
+    is a length axis, items beyond ``out``'s width cut from the front (the newest kept)."""
+    width = out.shape[1] if padded else None
+    for (start, stop), part in zip(spans, parts):
+        if part is None:
+            continue
+        if padded:
+            part = part[:, max(0, part.shape[1] - width) :]
+            out[start:stop, : part.shape[1]] = part
+        else:
+            out[start:stop] = part
     return out
 
 
@@ -87,15 +102,6 @@ def carried_length(request, symbol: str) -> int:
         return 0
 
 
-def row_spans(requests: Sequence) -> list[tuple[int, int]]:
-    """(first, past the last) batch row of each request."""
-    spans, start = [], 0
-    for request in requests:
-        spans.append((start, start + request.rows))
-        start += request.rows
-    return spans
-
-
 def pad_batch(requests: Sequence, rows: int, widths: Mapping[str, int]):
     """The rows of ``requests`` (checked typed requests of one model) in one batch of ``rows``.
 
@@ -105,15 +111,13 @@ def pad_batch(requests: Sequence, rows: int, widths: Mapping[str, int]):
     left out stays zeros in its rows (nothing is made in its place).
     """
     contract = requests[0].contract
-    spans = row_spans(requests)
+    spans = row_spans([r.rows for r in requests])
     fields, sent = {}, {}
     for spec in contract.inputs:
         carried = [getattr(r, spec.name) for r in requests]
         if spec.optional:
-            flags = np.zeros(rows, bool)
-            for (start, stop), array in zip(spans, carried):
-                flags[start:stop] = array is not None
-            sent[spec.name] = flags
+            sent_rows = [None if array is None else True for array in carried]
+            sent[spec.name] = place(np.zeros(rows, bool), spans, sent_rows)
         fields[spec.name] = stack_input(spec, requests, carried, spans, rows, widths)
     return batch_type(contract)(**fields, sent=sent)
 
@@ -124,18 +128,11 @@ def stack_input(spec: TensorSpec, requests, carried, spans, rows: int, widths) -
     present = next((array for array in carried if array is not None), None)
     dtype = spec.dtype if present is None else present.dtype
     if is_scalar(spec):
-        out = np.zeros(rows, dtype)  # [B]
-        for (start, stop), array in zip(spans, carried):
-            if array is not None:
-                out[start:stop] = array[:, 0]
-        return out
+        values = [None if array is None else array[:, 0] for array in carried]
+        return place(np.zeros(rows, dtype), spans, values)  # [B]
     if spec.length is None:
         rest = absent_shape(spec, widths) if present is None else present.shape[1:]
-        out = np.zeros((rows, *rest), dtype)  # [B, ...]
-        for (start, stop), array in zip(spans, carried):
-            if array is not None:
-                out[start:stop] = array
-        return out
+        return place(np.zeros((rows, *rest), dtype), spans, carried)  # [B, ...]
     width = widths.get(spec.length)
     if width is None:
         width = max(
@@ -144,11 +141,7 @@ def stack_input(spec: TensorSpec, requests, carried, spans, rows: int, widths) -
         )
     rest = absent_shape(spec, widths) if present is None else present.shape[2:]
     out = np.zeros((rows, width, *rest), dtype)  # [B, W, ...]
-    for (start, stop), array in zip(spans, carried):
-        if array is not None:
-            kept = array[:, max(0, array.shape[1] - width) :]  # the newest items
-            out[start:stop, : kept.shape[1]] = kept
-    return out
+    return place(out, spans, carried, padded=True)
 
 
 def empty_batch(contract: ModelContract, rows: int, widths: Mapping[str, int]):

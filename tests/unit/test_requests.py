@@ -230,7 +230,7 @@ def test_parse_all_of_good_requests_checks_their_values_together(monkeypatch):
     seen = []
     real = requests_module.check_values
     monkeypatch.setattr(
-        requests_module, "check_values", lambda name, *a: seen.append(name) or real(name, *a)
+        requests_module, "check_values", lambda c, *a: seen.append(c.name) or real(c, *a)
     )
     batch = [good_arrays(contracts.RANKER) for _ in range(16)]
     parsed = parse_all(RankRequest, batch, CONFIG)
