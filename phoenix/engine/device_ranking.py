@@ -275,27 +275,53 @@ class DeviceRanker:
         self, weights, cache, context_mask, candidates: kernels.CandidateInputs, model_padding
     ):
         """(logits, continuous), candidates in chunks and users in groups of at most
-        ``users_per_pass``."""
+        ``users_per_pass``.
+
+        The whole groups run as one loop on the device (``lax.map``: one compiled body), a
+        smaller last group after it: unrolled, each group was another copy of every layer in
+        the program, and a CPU program's compile grew with its batch bucket (8 x 1024
+        candidates, four groups of two users: docs/performance.md, "Start-up")."""
         users, count = candidates.valid.shape
-        chunk = min(count, self.chunk)
         limit = self.users_per_pass(count)
         group = users if limit is None else min(users, limit)
-        rows_out = []
-        for u in range(0, users, group):
-            take = lambda x, u=u: x[u : u + group]  # noqa: E731
-            group_cache = [(take(k), take(v)) for k, v in cache]
-            chunks = []
-            for start in range(0, count, chunk):
-                part = kernels.CandidateInputs(
-                    *(x[u : u + group, start : start + chunk] for x in candidates)
-                )
-                chunks.append(
-                    self._score_chunk(
-                        weights, group_cache, take(context_mask), part, start, model_padding
-                    )
-                )
-            rows_out.append([jnp.concatenate(outputs, axis=1) for outputs in zip(*chunks)])
-        return tuple(jnp.concatenate(outputs, axis=0) for outputs in zip(*rows_out))
+        whole = users - users % group  # users in whole groups
+
+        def score(group_cache, group_mask, group_candidates):
+            return self._score_chunks(
+                weights, group_cache, group_mask, group_candidates, model_padding
+            )
+
+        inputs = (cache, context_mask, candidates)
+        if whole == group:
+            outputs = [score(*jax.tree.map(lambda x: x[:group], inputs))]
+        else:
+            grouped = jax.tree.map(  # [groups, group, ...] each
+                lambda x: x[:whole].reshape(whole // group, group, *x.shape[1:]), inputs
+            )
+            looped = jax.lax.map(lambda xs: score(*xs), grouped)  # [groups, group, c, ...]
+            outputs = [jax.tree.map(lambda y: y.reshape(whole, *y.shape[2:]), looped)]
+        if whole < users:
+            outputs.append(score(*jax.tree.map(lambda x: x[whole:], inputs)))
+        if len(outputs) == 1:
+            return tuple(outputs[0])
+        return tuple(jnp.concatenate(parts, axis=0) for parts in zip(*outputs))
+
+    def _score_chunks(
+        self, weights, cache, context_mask, candidates: kernels.CandidateInputs, model_padding
+    ):
+        """(logits, continuous) of one group of users, their candidates in chunks of at most
+        ``chunk`` (several only on the ``score`` path: requests fit the largest bucket)."""
+        count = candidates.valid.shape[1]
+        chunk = min(count, self.chunk)
+        chunks = []
+        for start in range(0, count, chunk):
+            part = kernels.CandidateInputs(*(x[:, start : start + chunk] for x in candidates))
+            chunks.append(
+                self._score_chunk(weights, cache, context_mask, part, start, model_padding)
+            )
+        if len(chunks) == 1:
+            return tuple(chunks[0])
+        return tuple(jnp.concatenate(outputs, axis=1) for outputs in zip(*chunks))
 
     def _score_chunk(
         self, weights, cache, context_mask, part: kernels.CandidateInputs, start, model_padding

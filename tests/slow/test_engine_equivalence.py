@@ -140,3 +140,17 @@ def test_row_limit_groups_users_inside_the_call_with_the_same_scores():
     assert narrow.users_per_pass(32) == 1  # 23 candidates -> width 32: one user per pass
     assert narrow.users_per_pass(8) == 4  # width 8: 4 x 8 rows fit
     np.testing.assert_allclose(narrow.score(b, e).logits, wide.score(b, e).logits, atol=1e-5)
+    # groups that do not divide the batch, every user real (b's users repeated): one group
+    # of 3 and the fourth user after it; two groups of 2 in the device loop and the fifth after
+    for users, rows, group in ((4, 96, 3), (5, 64, 2)):
+        more_b, more_e = (
+            jax.tree_util.tree_map(lambda x: np.concatenate([x, x])[:users], t) for t in (b, e)
+        )
+        uneven = DeviceRanker(
+            config, params, max_rows_per_call=rows, batch_buckets=(users,),
+            candidate_buckets=(8, 32),
+        )  # fmt: skip
+        assert uneven.users_per_pass(32) == group
+        got = uneven.score(more_b, more_e).logits
+        assert got.shape[0] == users
+        np.testing.assert_allclose(got, wide.score(more_b, more_e).logits, atol=1e-5)
