@@ -144,7 +144,7 @@ def test_row_limit_groups_users_inside_the_call_with_the_same_scores():
     # of 3 and the fourth user after it; two groups of 2 in the device loop and the fifth after
     for users, rows, group in ((4, 96, 3), (5, 64, 2)):
         more_b, more_e = (
-            jax.tree_util.tree_map(lambda x: np.concatenate([x, x])[:users], t) for t in (b, e)
+            jax.tree_util.tree_map(lambda x, n=users: np.concatenate([x, x])[:n], t) for t in (b, e)
         )
         uneven = DeviceRanker(
             config, params, max_rows_per_call=rows, batch_buckets=(users,),
