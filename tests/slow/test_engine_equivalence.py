@@ -141,16 +141,23 @@ def test_row_limit_groups_users_inside_the_call_with_the_same_scores():
     assert narrow.users_per_pass(8) == 4  # width 8: 4 x 8 rows fit
     np.testing.assert_allclose(narrow.score(b, e).logits, wide.score(b, e).logits, atol=1e-5)
     # groups that do not divide the batch, every user real (b's users repeated): one group
-    # of 3 and the fourth user after it; two groups of 2 in the device loop and the fifth after
-    for users, rows, group in ((4, 96, 3), (5, 64, 2)):
+    # of 3 and the fourth user after it; three groups of 2 in the device loop and the seventh
+    # after them; two loop groups of 2 and a fifth user, 23 candidates in 3 chunks of 8 each
+    cases = ((4, 96, (8, 32), 32, 3), (7, 64, (8, 32), 32, 2), (5, 16, (8,), 24, 2))
+    for users, rows, candidate_buckets, width, group in cases:
         more_b, more_e = (
-            jax.tree_util.tree_map(lambda x, n=users: np.concatenate([x, x])[:n], t) for t in (b, e)
+            jax.tree_util.tree_map(lambda x, n=users: np.concatenate([x, x, x])[:n], t)
+            for t in (b, e)
         )
         uneven = DeviceRanker(
             config, params, max_rows_per_call=rows, batch_buckets=(users,),
-            candidate_buckets=(8, 32),
+            candidate_buckets=candidate_buckets,
         )  # fmt: skip
-        assert uneven.users_per_pass(32) == group
-        got = uneven.score(more_b, more_e).logits
-        assert got.shape[0] == users
-        np.testing.assert_allclose(got, wide.score(more_b, more_e).logits, atol=1e-5)
+        assert uneven.padded_shape(users, 23) == (users, width)
+        assert uneven.users_per_pass(width) == group
+        got, want = uneven.score(more_b, more_e), wide.score(more_b, more_e)
+        assert got.logits.shape[0] == users
+        np.testing.assert_allclose(got.logits[:, :23], want.logits[:, :23], atol=1e-5)
+        np.testing.assert_allclose(
+            got.continuous_preds[:, :23], want.continuous_preds[:, :23], atol=1e-5
+        )
