@@ -302,8 +302,6 @@ class DeviceRanker:
             outputs = [jax.tree.map(lambda y: y.reshape(whole, *y.shape[2:]), looped)]
         if whole < users:
             outputs.append(score(*jax.tree.map(lambda x: x[whole:], inputs)))
-        if len(outputs) == 1:
-            return tuple(outputs[0])
         return tuple(jnp.concatenate(parts, axis=0) for parts in zip(*outputs))
 
     def _score_chunks(
@@ -319,8 +317,6 @@ class DeviceRanker:
             chunks.append(
                 self._score_chunk(weights, cache, context_mask, part, start, model_padding)
             )
-        if len(chunks) == 1:
-            return tuple(chunks[0])
         return tuple(jnp.concatenate(outputs, axis=1) for outputs in zip(*chunks))
 
     def _score_chunk(

@@ -16,7 +16,7 @@ import numpy as np
 
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.hashing import entity_hashes
-from phoenix.serving.batches import artifact_widths, empty_batch, pad_batch
+from phoenix.serving.batches import artifact_widths, empty_batch, pad_batch, row_spans
 from phoenix.serving.contracts import RANKER
 from phoenix.serving.requests import RankRequest
 from phoenix.serving.services.common import (
@@ -80,9 +80,9 @@ def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) ->
     (padding sorts last, so a row's first C ranked positions are its own candidates)."""
     columns = ranked_columns(batch, ranked.order)
     check_own_candidates_first(requests, columns["ranked_post_ids"])
-    outputs, start = [], 0
-    for request in requests:
-        rows, count = slice(start, start + request.rows), request.candidates
+    outputs = []
+    for request, (start, stop) in zip(requests, row_spans([r.rows for r in requests])):
+        rows, count = slice(start, stop), request.candidates
         outputs.append(
             {
                 "ranked_post_ids": columns["ranked_post_ids"][rows, :count],  # [R, C]
@@ -92,7 +92,6 @@ def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) ->
                 "ranked_retrieval_scores": columns["ranked_retrieval_scores"][rows, :count],
             }
         )
-        start = rows.stop
     return outputs
 
 
