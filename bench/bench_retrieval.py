@@ -50,6 +50,7 @@ WORK = Path("build/bench-retrieval")
 USERS_PER_CALL = 16
 TOP_K = 100
 EXACT_MAX_ROWS = 1_000_000  # the exact engine beyond this takes minutes per size
+TARGET_QUERIES_PER_S = {1_000_000: 2_500, 10_000_000: 1_000}  # issue 29, 16 users per call
 
 
 def per_second(run, queries: int, repeats: int = 3) -> float:
@@ -175,7 +176,7 @@ def measure_size(size: int, queries: int, work: Path) -> dict:
     return row
 
 
-def plot(rows: list, path: Path) -> None:
+def plot(rows: list, path: Path, machine_info: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -200,7 +201,12 @@ def plot(rows: list, path: Path) -> None:
             fontsize=8,
             rotation=90,
         )
-    rate.axhline(1000, color="grey", linestyle="--", linewidth=1)
+        target = TARGET_QUERIES_PER_S.get(r["posts"])
+        if target:
+            rate.hlines(target, i - 0.4, i + 0.4, color="grey", linestyle="--", linewidth=1)
+            rate.annotate(
+                f"target {target:,}", (i + 0.4, target), ha="right", va="bottom", fontsize=8
+            )
     rate.set(xticks=x, xticklabels=labels, ylabel="queries/s (16 users per call, top 100)")
     rate.legend()
     width = 0.8 / len(KINDS)
@@ -221,7 +227,10 @@ def plot(rows: list, path: Path) -> None:
     memory.bar(x, [r["two_instances"]["pss_gib"] for r in rows])
     memory.axhline(8, color="grey", linestyle="--", linewidth=1)
     memory.set(xticks=x, xticklabels=labels, ylabel="GiB, two instances together (PSS)")
-    fig.suptitle(f"Retrieval over a corpus store, {platform.node()}")
+    cpu = ", ".join(
+        str(machine_info[key]) for key in ("cpu_model", "simd") if machine_info.get(key)
+    )
+    fig.suptitle(f"Retrieval over a corpus store: {cpu}, {machine_info.get('cpus', '?')} cores")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -266,7 +275,7 @@ def main(argv=None) -> int:
         "sizes": rows,
     }
     write_results(args.out, result)
-    plot(rows, args.out.with_suffix(".png"))
+    plot(rows, args.out.with_suffix(".png"), result["machine"])
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
 
