@@ -39,6 +39,7 @@ from bench.retrieval_data import TRAINED, exact_top_k, generator_posts
 from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
+from phoenix.corpus_store.ann import faiss_build
 from phoenix.corpus_store.recall import recall_per_user, recall_summary
 from phoenix.testing.machine import machine
 from phoenix.testing.memory import memory_bytes
@@ -267,7 +268,7 @@ def main(argv=None) -> int:
         for row in rows:
             shutil.rmtree(args.work / f"store-{row['posts']}", ignore_errors=True)
     result = {
-        "machine": {"node": platform.node(), **machine()},
+        "machine": {"node": platform.node(), **machine(), "faiss": faiss_build()},
         "users_per_call": USERS_PER_CALL,
         "top_k": TOP_K,
         "queries_per_kind": args.queries,
