@@ -400,7 +400,7 @@ def empty_index(spec: IndexSpec, dim: int):
 
 def faiss_build() -> dict:
     """Faiss' version and the SIMD level its kernels run at on this CPU. Benchmarks record it:
-    the same store searched 5-12% faster at AVX-512 than at AVX2 on one CPU (docs/retrieval.md,
+    the same store searched 4-13% faster at AVX-512 than at AVX2 on one CPU (docs/retrieval.md,
     "Another machine")."""
     import faiss
 
