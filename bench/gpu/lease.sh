@@ -22,6 +22,10 @@ Calling it again on the same warm machine goes on where the last call stopped.
   profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
              its executions (PHOENIX_STUB_PROFILE, phoenix/serving/stub_profile.py): summaries
              in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
+  profile-recommend
+             the same for `recommend` at concurrency 64: every model of the ensemble's
+             executions, requests per execution and profiled time, in
+             build/gpu-bench/stub-profiles-recommend/ (which stage bounds the ensemble's rate)
   topk topk-raft topk-diag
              bench.gpu.topk_variants: every variant, without and with XLA's RAFT select_k;
              the engine's variants alone, with their device programs timed apart;
@@ -55,7 +59,7 @@ python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
 declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
-  [serving-instances]=200 [recommend]=200)
+  [profile-recommend]=150 [serving-instances]=200 [recommend]=200)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 # bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the
 # in-process timing shares the GPU with the stubs), the GPU platform, the shared program store.
@@ -76,6 +80,10 @@ declare -A command=(
     --workloads ranker-64 --concurrency 64 --batching on --window-requests 200
     --out $experiments/profiled-serving.json --build-dir build/gpu-bench/profiled
     --docs build/gpu-bench/profiled-table.md"
+  [profile-recommend]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles-recommend
+    ${served[*]} --workloads recommend --concurrency 64 --batching on --window-requests 200
+    --out $experiments/profiled-recommend.json --build-dir build/gpu-bench/profiled-recommend
+    --docs build/gpu-bench/profiled-recommend-table.md"
   [serving-instances]="${served[*]} --instances ranker=8 --workloads ranker-64,ranker-512
     --concurrency 16,64,256 --window-requests 100 --out $results/serving-ranker8.json
     --build-dir build/gpu-bench/ranker8 --docs build/gpu-bench/ranker8-table.md"
