@@ -39,9 +39,8 @@ from bench.retrieval_data import TRAINED, exact_top_k, generator_posts
 from phoenix.checkpoint import load_config
 from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
-from phoenix.corpus_store.ann import faiss_build
 from phoenix.corpus_store.recall import recall_per_user, recall_summary
-from phoenix.testing.machine import machine
+from phoenix.testing.machine import faiss_build, machine
 from phoenix.testing.memory import memory_bytes
 from phoenix.testing.results import write_results
 from phoenix.training.user_kinds import KINDS, users_of_kinds
@@ -228,10 +227,10 @@ def plot(rows: list, path: Path, machine_info: dict) -> None:
     memory.bar(x, [r["two_instances"]["pss_gib"] for r in rows])
     memory.axhline(8, color="grey", linestyle="--", linewidth=1)
     memory.set(xticks=x, xticklabels=labels, ylabel="GiB, two instances together (PSS)")
-    cpu = ", ".join(
-        str(machine_info[key]) for key in ("cpu_model", "simd") if machine_info.get(key)
+    fig.suptitle(
+        "Retrieval over a corpus store: "
+        f"{machine_info['cpu_model']}, {machine_info['simd']}, {machine_info['cpus']} cores"
     )
-    fig.suptitle(f"Retrieval over a corpus store: {cpu}, {machine_info.get('cpus', '?')} cores")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -66,6 +66,14 @@ measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 served=(env XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cuda
   "PHOENIX_PROGRAM_STORE=$PWD/build/gpu-bench/programs-gpu" "$python" -m bench.bench_serving
   --device gpu --artifacts build/gpu-bench/artifacts-mini --protocols http)
+# WORKLOAD served at concurrency 64 with every stub profiling its executions into
+# build/gpu-bench/stub-profiles<SUFFIX>; bench_serving's figures in experiments/OUT.json.
+profiled() {  # WORKLOAD SUFFIX OUT
+  echo "env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles$2 ${served[*]}
+    --workloads $1 --concurrency 64 --batching on --window-requests 200
+    --out $experiments/$3.json --build-dir build/gpu-bench/profiled$2
+    --docs build/gpu-bench/profiled$2-table.md"
+}
 declare -A command=(
   [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
   [engine]="${measure[*]} engine"
@@ -76,14 +84,8 @@ declare -A command=(
   [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
   [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"
-  [profile]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles ${served[*]}
-    --workloads ranker-64 --concurrency 64 --batching on --window-requests 200
-    --out $experiments/profiled-serving.json --build-dir build/gpu-bench/profiled
-    --docs build/gpu-bench/profiled-table.md"
-  [profile-recommend]="env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles-recommend
-    ${served[*]} --workloads recommend --concurrency 64 --batching on --window-requests 200
-    --out $experiments/profiled-recommend.json --build-dir build/gpu-bench/profiled-recommend
-    --docs build/gpu-bench/profiled-recommend-table.md"
+  [profile]="$(profiled ranker-64 "" profiled-serving)"
+  [profile-recommend]="$(profiled recommend -recommend profiled-recommend)"
   [serving-instances]="${served[*]} --instances ranker=8 --workloads ranker-64,ranker-512
     --concurrency 16,64,256 --window-requests 100 --out $results/serving-ranker8.json
     --build-dir build/gpu-bench/ranker8 --docs build/gpu-bench/ranker8-table.md"

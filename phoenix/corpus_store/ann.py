@@ -398,15 +398,6 @@ def empty_index(spec: IndexSpec, dim: int):
     )
 
 
-def faiss_build() -> dict:
-    """Faiss' version and the SIMD level its kernels run at on this CPU. Benchmarks record it:
-    the same store searched 4-13% faster at AVX-512 than at AVX2 on one CPU (docs/retrieval.md,
-    "Another machine")."""
-    import faiss
-
-    return {"version": faiss.__version__, "simd_level": faiss.SIMDConfig.get_level_name()}
-
-
 def write_index(index, path: Path) -> None:
     import faiss
 

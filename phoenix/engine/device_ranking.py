@@ -292,7 +292,7 @@ class DeviceRanker:
             )
 
         inputs = (cache, context_mask, candidates)
-        if whole == group:
+        if whole == group:  # one whole group (always on a GPU: no row limit): no loop at all
             outputs = [score(*jax.tree.map(lambda x: x[:group], inputs))]
         else:
             grouped = jax.tree.map(  # [groups, group, ...] each

@@ -1,6 +1,8 @@
 """The machine description benchmarks write beside their figures (phoenix.testing.machine)."""
 
-from phoenix.testing.machine import cpu_model, machine, widest_simd
+import pytest
+
+from phoenix.testing.machine import cpu_model, faiss_build, machine, widest_simd
 
 # Two processors' worth of a /proc/cpuinfo (trimmed): the fields read are the first
 # 'model name' and the 'flags' lines.
@@ -33,3 +35,11 @@ def test_machine_names_this_machine():
     assert described["cpus"] >= 1
     assert described["simd"] in ("avx512f", "avx2", "none")
     assert len(described["load_avg"]) == 3 and all(load >= 0 for load in described["load_avg"])
+
+
+def test_faiss_build_names_the_version_and_a_simd_level_faiss_knows():
+    faiss = pytest.importorskip("faiss")
+    build = faiss_build()
+    assert build["version"] == faiss.__version__
+    levels = {name[len("SIMDLevel_") :] for name in dir(faiss) if name.startswith("SIMDLevel_")}
+    assert build["simd_level"] in levels - {"COUNT"}, build
