@@ -27,7 +27,7 @@ from phoenix.command_line import command_parser
 from phoenix.processes import http_get_status
 from phoenix.testing.locust_runs import failure_kinds, finish_locust, start_locust
 from phoenix.testing.polling import wait_until
-from phoenix.testing.results import write_results
+from phoenix.testing.results import shown_path, write_results
 from phoenix.testing.serve_process import ServeError, ServeProcess
 
 DRAIN_S = 1.0
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         row = one_run(args, index)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"artifacts": str(args.artifacts), "users": args.users,
+    result = {"artifacts": shown_path(args.artifacts), "users": args.users,
               "load_seconds": args.load_seconds, "drain_seconds": DRAIN_S,
               "summary": summary(rows), "runs": rows}  # fmt: skip
     write_results(args.out, result)

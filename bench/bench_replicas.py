@@ -41,7 +41,7 @@ from pathlib import Path
 from phoenix.command_line import command_parser
 from phoenix.testing.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
 from phoenix.testing.proxy import Proxy, nginx_binary
-from phoenix.testing.results import write_results
+from phoenix.testing.results import shown_path, write_results
 from phoenix.testing.serve_process import ServeProcess
 
 HTTP_USER, GRPC_USER = "TritonHttpUser", "TritonGrpcUser"
@@ -190,8 +190,9 @@ def main(argv=None) -> int:
     work.mkdir(parents=True)
     replicas = [Replica("a", args, work), Replica("b", args, work)]
     proxy = Proxy(work, replicas)
-    result: dict = {"artifacts": str(args.artifacts), "users": args.users,
-                    "load_seconds": args.load_seconds, "proxy": nginx_binary()}  # fmt: skip
+    result: dict = {"artifacts": shown_path(args.artifacts), "users": args.users,
+                    "load_seconds": args.load_seconds,
+                    "proxy": shown_path(nginx_binary())}  # fmt: skip
     try:
         for replica in replicas:
             replica.start()

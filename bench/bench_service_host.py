@@ -61,6 +61,14 @@ def host_us_per_request(service, requests, rounds: int, min_seconds: float = 0.3
     return best / len(requests) * 1e6
 
 
+def shown_artifacts(path: Path) -> str:
+    """The artifacts as the result names them: relative to the folder it ran in, or their
+    folder's name (this module imports nothing newer than older checkouts have)."""
+    resolved = path.resolve()
+    cwd = Path.cwd().resolve()
+    return str(resolved.relative_to(cwd)) if resolved.is_relative_to(cwd) else resolved.name
+
+
 def main(argv=None) -> int:
     from clients.workload import random_users
 
@@ -83,7 +91,7 @@ def main(argv=None) -> int:
         print(f"  {batch:>3} requests a batch: {rows[str(batch)]:8.1f}", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        result = {"artifacts": str(args.artifacts), "us_per_request_by_batch": rows}
+        result = {"artifacts": shown_artifacts(args.artifacts), "us_per_request_by_batch": rows}
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 

@@ -143,6 +143,6 @@ pack=${OUT:-build/gpu-bench}/lease.tar.gz
 find bench/results/gpu build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f \
   \( -name '*.json' -o -name '*.png' -o -name '*.log' -o -name '*.txt' -o -name '*.status' \
   -o -name '*.md' \) -size -8M 2>/dev/null | sort -u >"$state/packed.txt"
-# Paths relative to the checkout: the results are kept in the repository, not on that machine.
-grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' sed -i "s|${PWD//|/\\|}/||g; s|${PWD//|/\\|}|.|g"
+# No path of that machine (phoenix/machine_paths.py): the results are kept in the repository.
+grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' "$python" -m phoenix.machine_paths
 tar czf "$pack" -T "$state/packed.txt" && echo "packed $(wc -l <"$state/packed.txt") files: $pack ($((SECONDS)) s)"

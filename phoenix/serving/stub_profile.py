@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
+from phoenix.machine_paths import portable_text
+
 PROFILE_ENV = "PHOENIX_STUB_PROFILE"
 TOP_FUNCTIONS = 40
 
@@ -73,4 +75,4 @@ class StubProfile:
         )
         stats = pstats.Stats(self._profile, stream=out)
         stats.sort_stats("tottime").print_stats(TOP_FUNCTIONS)
-        return out.getvalue()
+        return portable_text(out.getvalue())  # frames name no folder of this machine

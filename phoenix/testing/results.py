@@ -1,18 +1,24 @@
-"""A benchmark's figures written as the committed result files are: JSON, one space indent."""
+"""A benchmark's figures written as the committed result files are: JSON, one space indent, and
+no path of the machine that measured them (``phoenix.machine_paths``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from phoenix.machine_paths import portable_text
 from phoenix.testing import REPO_ROOT
 
 
-def shown_path(path: Path) -> str:
-    """A path as results record it: relative to the checkout when inside it, so a result file
-    names no folder of the machine it was measured on."""
+def shown_path(path: Path | str) -> str:
+    """A path as results record it: relative to the checkout when inside it, as
+    ``portable_text`` writes it when in a Python's or the temporary folder, else its name
+    alone (a program found on the PATH, a folder of the measuring machine)."""
     resolved = Path(path).resolve()
-    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
+    if resolved.is_relative_to(REPO_ROOT):
+        return str(resolved.relative_to(REPO_ROOT))
+    shown = portable_text(str(resolved), REPO_ROOT)
+    return shown if shown != str(resolved) else resolved.name
 
 
 def write_results(path: Path, results: dict) -> Path:
