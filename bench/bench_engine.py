@@ -103,7 +103,9 @@ def split_candidates(batch, emb, start, stop):
     return b, e
 
 
-def random_device_ranker(config, params, candidate_buckets, batch_buckets=(1,), vocab=1000):
+def random_device_ranker(
+    config, params, candidate_buckets, batch_buckets=(1,), vocab=1000, joint_rows=None
+):
     """A DeviceRanker over ``params`` with random hash functions and a random stacked table."""
     from phoenix.hashing import NUM_RESERVED_ROWS, EntityHash
 
@@ -121,7 +123,7 @@ def random_device_ranker(config, params, candidate_buckets, batch_buckets=(1,), 
     weights[:4] = 1.0
     return DeviceRanker(
         config, params, table, entities, weights, compute_dtype=config.fprop_dtype,
-        batch_buckets=batch_buckets, candidate_buckets=candidate_buckets,
+        batch_buckets=batch_buckets, candidate_buckets=candidate_buckets, joint_rows=joint_rows,
     )  # fmt: skip
 
 

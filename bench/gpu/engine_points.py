@@ -21,6 +21,10 @@ import sys
 
 from bench.gpu import profiles
 
+# The engine's two ways through the transformer: the cached-context passes (context once,
+# then candidates against its cache) and the joint pass (one sequence; fewer launches).
+JOINT_MODES = {"cached": 0, "joint": 10**9}
+
 
 def model_config(kwargs: dict, candidates: int, dtype):
     from phoenix.grok import TransformerConfig
@@ -54,51 +58,115 @@ def max_probability_gap(engine_logits, original_scores) -> float:
     return float(np.max(np.abs(got - np.asarray(original_scores, np.float32))))
 
 
+def device_inputs(tree):
+    """``tree``'s arrays placed on the device once: a call then times the device work and the
+    dispatch alone, with no copy of the inputs."""
+    import jax
+
+    return jax.tree.map(lambda x: None if x is None else jax.device_put(x), tree)
+
+
+def launches(compiled) -> int:
+    """Instructions of an optimized program's entry that run as device work (fusions, matrix
+    products, custom calls, copies): on a small batch each is a launch, and launches, not
+    arithmetic, take the time."""
+    text = compiled.as_text()
+    entry = text[text.index("ENTRY") :]
+    body = entry[: entry.index("\n}")]
+    free = ("parameter(", "constant(", "get-tuple-element(", "tuple(", "bitcast(")
+    return sum(
+        1 for line in body.splitlines()[1:] if "=" in line and not any(f in line for f in free)
+    )
+
+
+def rank_launches(ranker, requests) -> int:
+    """Launches of both programs a ``DeviceRanker.rank`` runs (hash, then rank)."""
+    from phoenix.engine.device_ranking import feature_inputs, id_inputs
+    from phoenix.engine.programs import input_key
+
+    ids = id_inputs(requests)
+    hashed = ranker._hash.output_shapes(*ids)
+    total = 0
+    for program, args in (
+        (ranker._hash, ids),
+        (ranker._rank, (ranker.weights, hashed, feature_inputs(requests))),
+    ):
+        program.prepare(*args)
+        total += launches(program._executables[input_key(args, {})])
+    return total
+
+
 def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, bench_engine):
+    """One (users, candidates) point: the original, the engine's score and rank paths with the
+    cached-context passes and with the joint pass, timed side by side; device-resident inputs
+    and launch counts say where a small batch's time goes."""
     import jax
 
     from bench.flops import flops_per_candidate, flops_per_context
     from phoenix.engine import DeviceRanker, example_inputs
+    from phoenix.engine.programs import input_key
     from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
 
     config = model_config(kwargs, candidates, dtype)
     runner = original_runner(config)
     jitted = jax.jit(runner.rank_candidates)
-    engine = DeviceRanker(
-        config,
-        params,
-        compute_dtype=dtype,
-        batch_buckets=(users,),
-        candidate_buckets=RANKER_CANDIDATE_BUCKETS,
-    )
     batch, emb = example_inputs(config, users, candidates, seed=users * 7 + candidates)
-    # What the ranker serves: raw ids in, ranked order out (hashing, lookups, blend and sort
-    # included, which the original's scores leave out).
-    device = bench_engine.random_device_ranker(config, params, (candidates,), (users,))
+    on_device = device_inputs((batch, emb))
     requests = bench_engine.random_request_batch(config, users, candidates, seed=users)
+    engines, rankers = {}, {}
+    for mode, joint_rows in JOINT_MODES.items():
+        engines[mode] = DeviceRanker(
+            config, params, compute_dtype=dtype, batch_buckets=(users,),
+            candidate_buckets=RANKER_CANDIDATE_BUCKETS, joint_rows=joint_rows,
+        )  # fmt: skip
+        # What the ranker serves: raw ids in, ranked order out (hashing, lookups, blend and
+        # sort included, which the original's scores leave out).
+        rankers[mode] = bench_engine.random_device_ranker(
+            config, params, (candidates,), (users,), joint_rows=joint_rows
+        )
 
     def original():
         return jax.block_until_ready(jitted(params, batch, emb).scores)
 
+    def original_on_device():
+        return jax.block_until_ready(jitted(params, *on_device).scores)
+
     row = {"config": name, "users": users, "candidates": candidates}
-    row["max_abs_prob_diff"] = max_probability_gap(engine.score(batch, emb).logits, original())
-    seconds = bench_engine.timed_side_by_side(
-        {
-            "original_jit_s": original,
-            "engine_s": lambda: engine.score(batch, emb),
-            "device_ranker_s": lambda: device.rank(requests),
-        },
-        2 * min_seconds,
-    )
+    reference = original()
+    fns = {"original_jit_s": original, "original_device_inputs_s": original_on_device}
+    for mode in JOINT_MODES:
+        engine, ranker = engines[mode], rankers[mode]
+        row[f"max_abs_prob_diff_{mode}"] = max_probability_gap(
+            engine.score(batch, emb).logits, reference
+        )
+        fns[f"engine_{mode}_s"] = lambda engine=engine: engine.score(batch, emb)
+        fns[f"device_ranker_{mode}_s"] = lambda ranker=ranker: ranker.rank(requests)
+    seconds = bench_engine.timed_side_by_side(fns, 2 * min_seconds)
     row.update(seconds)
+    row["launches"] = {
+        "original": launches(jitted.lower(params, batch, emb).compile()),
+        **{f"rank_{mode}": rank_launches(rankers[mode], requests) for mode in JOINT_MODES},
+    }
+    for mode in JOINT_MODES:
+        engine = engines[mode]
+        args = (engine.weights, *engine._score_inputs(batch, emb, users))
+        row["launches"][f"score_{mode}"] = launches(engine._score._executables[input_key(args, {})])
     work = users * candidates
     row["original_jit_cands_per_s"] = work / seconds["original_jit_s"]
-    row["engine_cands_per_s"] = work / seconds["engine_s"]
-    row["engine_vs_original"] = seconds["original_jit_s"] / seconds["engine_s"]
-    row["device_ranker_cands_per_s"] = work / seconds["device_ranker_s"]
-    row["device_ranker_vs_original"] = seconds["original_jit_s"] / seconds["device_ranker_s"]
+    # The engine's figures are its faster mode's at this point (what a default picks).
+    best = min(JOINT_MODES, key=lambda mode: seconds[f"engine_{mode}_s"])
+    best_rank = min(JOINT_MODES, key=lambda mode: seconds[f"device_ranker_{mode}_s"])
+    row["engine_mode"], row["device_ranker_mode"] = best, best_rank
+    row["max_abs_prob_diff"] = row[f"max_abs_prob_diff_{best}"]
+    row["engine_s"] = seconds[f"engine_{best}_s"]
+    row["device_ranker_s"] = seconds[f"device_ranker_{best_rank}_s"]
+    row["engine_cands_per_s"] = work / row["engine_s"]
+    row["engine_vs_original"] = seconds["original_jit_s"] / row["engine_s"]
+    row["device_ranker_cands_per_s"] = work / row["device_ranker_s"]
+    row["device_ranker_vs_original"] = seconds["original_jit_s"] / row["device_ranker_s"]
     flops = users * (flops_per_context(config) + candidates * flops_per_candidate(config))
-    row["engine_tflops"] = flops / seconds["engine_s"] / 1e12
+    row["engine_tflops"] = flops / row["engine_s"] / 1e12
+    row["device_ranker_tflops"] = flops / row["device_ranker_s"] / 1e12
     return row
 
 

@@ -19,6 +19,11 @@ Calling it again on the same warm machine goes on where the last call stopped.
              concurrency 16, 64, 256, batching on and off: does host work per request bound
              the served rate? Results in RESULTS/serving-ranker8.json; needs the serving
              step's artifacts
+  serving-instances-4
+             the same with 4 ranker instances, in RESULTS/serving-ranker4.json
+  service-host
+             bench.bench_service_host: host work a ranker request at 1, 8 and 64 a batch
+             (the device call's answer cached), in RESULTS/service-host.json
   profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
              its executions (PHOENIX_STUB_PROFILE, phoenix/serving/stub_profile.py): summaries
              in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
@@ -57,9 +62,10 @@ export PYTHONUNBUFFERED=1
 reserve=30
 python=${PYTHON:-python3}
 # Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
-declare -A cap=([setup]=120 [engine]=170 [retrieval]=90 [startup]=280 [serving]=300
+declare -A cap=([setup]=120 [engine]=220 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
-  [profile-recommend]=150 [serving-instances]=200 [recommend]=200)
+  [profile-recommend]=150 [serving-instances]=200 [serving-instances-4]=200 [recommend]=200
+  [service-host]=90)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 # bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the
 # in-process timing shares the GPU with the stubs), the GPU platform, the shared program store.
@@ -74,6 +80,12 @@ profiled() {  # WORKLOAD SUFFIX OUT
     --out $experiments/$3.json --build-dir build/gpu-bench/profiled$2
     --docs build/gpu-bench/profiled$2-table.md"
 }
+# ranker-64 and ranker-512 served with N ranker instances, batching on and off.
+instances() {  # N
+  echo "${served[*]} --instances ranker=$1 --workloads ranker-64,ranker-512
+    --concurrency 16,64,256 --window-requests 100 --out $results/serving-ranker$1.json
+    --build-dir build/gpu-bench/ranker$1 --docs build/gpu-bench/ranker$1-table.md"
+}
 declare -A command=(
   [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
   [engine]="${measure[*]} engine"
@@ -86,9 +98,9 @@ declare -A command=(
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"
   [profile]="$(profiled ranker-64 "" profiled-serving)"
   [profile-recommend]="$(profiled recommend -recommend profiled-recommend)"
-  [serving-instances]="${served[*]} --instances ranker=8 --workloads ranker-64,ranker-512
-    --concurrency 16,64,256 --window-requests 100 --out $results/serving-ranker8.json
-    --build-dir build/gpu-bench/ranker8 --docs build/gpu-bench/ranker8-table.md"
+  [serving-instances]="$(instances 8)"
+  [serving-instances-4]="$(instances 4)"
+  [service-host]="env JAX_PLATFORMS=cuda $python -m bench.bench_service_host --out $results/service-host.json"
   [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
 )
 

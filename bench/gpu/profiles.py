@@ -55,7 +55,7 @@ GPU = Profile(
         "mini": [(1, 64), (1, 1024), (16, 512), (64, 512), (256, 1024)],
         "large": [(1, 1024), (16, 512), (64, 1024)],
     },
-    min_seconds=1.0,
+    min_seconds=0.5,
     retrieval_sizes=[1_000_000, 10_000_000],
     retrieval_batch=64,
     artifacts_preset="mini",

@@ -31,6 +31,12 @@ def default_max_rows_per_call() -> Optional[int]:
     return 2048 if jax.default_backend() == "cpu" else None
 
 
+def default_joint_rows() -> int:
+    """Users x candidates at or under which the ranker runs context and candidates as one pass
+    (``DeviceRanker``'s joint pass); 0: never. Not yet chosen by a measurement: off."""
+    return 0
+
+
 def default_compute_dtype() -> Any:
     """bfloat16 on accelerators (the original forward dtype), float32 on CPUs."""
     return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16

@@ -49,6 +49,7 @@ from phoenix.engine.batching import (
     batch_slices,
     bucket_for,
     default_compute_dtype,
+    default_joint_rows,
     default_max_rows_per_call,
     example_inputs,
     pad_axis,
@@ -146,6 +147,7 @@ class DeviceRanker:
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
         candidate_buckets: Sequence[int],
         max_rows_per_call: Optional[int] = None,
+        joint_rows: Optional[int] = None,
         store: Optional[ProgramStore] = None,
     ):
         """``table`` (the stacked embedding table [rows, D]), ``entities`` (the id hashes by
@@ -164,6 +166,9 @@ class DeviceRanker:
         self.chunk = self.candidate_buckets[-1]
         # Users per candidate pass: on CPUs big [users, heads, rows, T] arrays spill the caches.
         self.max_rows = max_rows_per_call or default_max_rows_per_call()
+        # Batches of at most this many users x candidates run context and candidates as one
+        # pass (``kernels.joint_layers``): fewer, larger kernels where launches bound the time.
+        self.joint_rows = default_joint_rows() if joint_rows is None else joint_rows
         self.entities = entities
         self.shape = kernels.AttentionShape.of(config)
         self.weights = {
@@ -180,6 +185,7 @@ class DeviceRanker:
             "dtype": jnp.dtype(self.dtype).name,
             "chunk": self.chunk,
             "max_rows": self.max_rows,
+            "joint_rows": self.joint_rows,
         }
         self._rank = Program("ranker", self._rank_fn, store, settings=settings)
         self._score = Program("ranker_scores", self._score_fn, store, settings=settings)
@@ -268,8 +274,45 @@ class DeviceRanker:
         rotation = kernels.rope_rotation(
             kernels.context_positions(mask, self.config), self.shape.key_size
         )
+        if self.runs_joint(*candidates.valid.shape):
+            return self._joint_pass(weights, tokens, mask, rotation, candidates, model_padding)
         cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
         return self._score_candidates(weights, cache, mask, candidates, model_padding)
+
+    def runs_joint(self, users: int, width: int) -> bool:
+        """Whether a program of ``users`` x ``width`` candidates runs the joint pass."""
+        return width <= self.chunk and users * width <= self.joint_rows
+
+    def _joint_pass(
+        self, weights, tokens, context_mask, context_rotation, candidates, model_padding
+    ):
+        """(logits, continuous) from context and candidates as one sequence: what the cached
+        passes compute, in one pass of every layer instead of two."""
+        users, width = candidates.valid.shape
+        seq = tokens.shape[1]
+        rotation = self._candidate_rotation(width, 0)
+        if model_padding and self.config.right_anchored_rope:
+            rotation = padding_at_position_zero(rotation, candidates.valid)
+        both = [
+            jnp.concatenate(
+                [jnp.broadcast_to(x, (users, *x.shape[1:])) for x in (ctx, cand)], axis=1
+            )  # [B, T + C, 1, d]
+            for ctx, cand in zip(context_rotation, rotation)
+        ]
+        granularity = self.config.post_age_granularity_mins
+        candidate_tokens = kernels.candidate_tokens(candidates, weights["candidates"], granularity)
+        joint = jnp.concatenate([tokens, candidate_tokens.astype(self.dtype)], axis=1)
+        allowed = kernels.isolation_mask(context_mask, candidates.valid)  # [B, T+C, T+C]
+        h = kernels.joint_layers(
+            joint, allowed, kernels.Rotation(*both), weights["layers"], self.shape
+        )  # [B, T + C, D]
+        return self._outputs(weights, h[:, seq:])
+
+    def _outputs(self, weights, h):
+        """Logits [B, c, A] and continuous predictions [B, c, N] of final hidden states."""
+        h = rms_normalize(h, weights["final_norm"]).astype(jnp.float32)  # [B, c, D]
+        logits = jnp.dot(h, weights["unembed"])  # [B, c, A]
+        return logits, jax.nn.sigmoid(jnp.dot(h, weights["continuous"]))  # [B, c, N]
 
     def _score_candidates(
         self, weights, cache, context_mask, candidates: kernels.CandidateInputs, model_padding
@@ -332,9 +375,7 @@ class DeviceRanker:
         h = kernels.candidate_layers(
             tokens, part.valid, rotation, context_mask, cache, weights["layers"], self.shape
         )
-        h = rms_normalize(h, weights["final_norm"]).astype(jnp.float32)  # [B, c, D]
-        logits = jnp.dot(h, weights["unembed"])  # [B, c, A]
-        return logits, jax.nn.sigmoid(jnp.dot(h, weights["continuous"]))  # [B, c, N]
+        return self._outputs(weights, h)
 
     def _candidate_rotation(self, width: int, start: int) -> kernels.Rotation:
         """cos/sin of candidate positions as constants of the program.

@@ -209,6 +209,23 @@ def _finish_layer(h, attn, w: LayerWeights):
     return h + rms_normalize(dense, w.norm_ffn_out)
 
 
+def _attention_over(h, allowed, rotation: Rotation, w: LayerWeights, shape: AttentionShape):
+    """One layer's self-attention of tokens h [B, n, D] among themselves, keys as ``allowed``
+    [B, 1, n(query), 1, n(key)] says; returns (attention output [B, n, H*d], keys, values)."""
+    b, n, _ = h.shape
+    K, G, d = shape.num_kv_heads, shape.groups, shape.key_size
+    q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, rotation)
+    # Plain batched matmuls over (user, kv head): [n*G, d] x [d, n] and [n*G, n] x [n, d].
+    q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, n * G, d)  # [B, K, n*G, d]
+    logits = jnp.matmul(q_rows, k.transpose(0, 2, 3, 1)).astype(jnp.float32)
+    logits = soft_cap_logits(logits.reshape(b, K, n, G, n), shape.attn_output_multiplier)
+    logits = jnp.where(allowed, logits, MASKED_LOGIT)  # [B, K, n, G, n]
+    probs = jax.nn.softmax(logits).astype(h.dtype).reshape(b, K, n * G, n)
+    attn = jnp.matmul(probs, v.transpose(0, 2, 1, 3))  # [B, K, n*G, d]
+    attn = attn.reshape(b, K, n, G, d).transpose(0, 2, 1, 3, 4).reshape(b, n, -1)
+    return attn, k, v
+
+
 def context_layers(tokens, mask, rotation: Rotation, layers, shape: AttentionShape):
     """Causal pass over the context; returns the per-layer (keys, values) cache.
 
@@ -217,23 +234,40 @@ def context_layers(tokens, mask, rotation: Rotation, layers, shape: AttentionSha
     """
     seq = tokens.shape[1]
     causal = jnp.tril(jnp.ones((seq, seq), bool))  # [T, T]
-    allowed = causal[None] & mask[:, None, :]  # [B, T(query), T(key)]
+    allowed = (causal[None] & mask[:, None, :])[:, None, :, None, :]  # [B, 1, T, 1, T]
     h, cache = tokens, []
-    b, K, G, d = tokens.shape[0], shape.num_kv_heads, shape.groups, shape.key_size
-    allowed = allowed[:, None, :, None, :]  # [B, 1, T(query), 1, T(key)]
     for w in layers:
-        q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, rotation)
+        attn, k, v = _attention_over(h, allowed, rotation, w, shape)
         cache.append((k, v))
-        # Plain batched matmuls over (user, kv head): [T*G, d] x [d, T] and [T*G, T] x [T, d].
-        q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, seq * G, d)  # [B, K, T*G, d]
-        logits = jnp.matmul(q_rows, k.transpose(0, 2, 3, 1)).astype(jnp.float32)
-        logits = soft_cap_logits(logits.reshape(b, K, seq, G, seq), shape.attn_output_multiplier)
-        logits = jnp.where(allowed, logits, MASKED_LOGIT)  # [B, K, T, G, T]
-        probs = jax.nn.softmax(logits).astype(h.dtype).reshape(b, K, seq * G, seq)
-        attn = jnp.matmul(probs, v.transpose(0, 2, 1, 3))  # [B, K, T*G, d]
-        attn = attn.reshape(b, K, seq, G, d).transpose(0, 2, 1, 3, 4).reshape(b, seq, -1)
         h = _finish_layer(h, attn, w)
     return cache
+
+
+def isolation_mask(context_mask, candidate_mask):
+    """Who attends to whom when context and candidates run as one sequence [B, T + C]: the
+    context causally among its valid tokens, each candidate to the valid context and itself
+    (valid only). Returns [B, T + C (query), T + C (key)] bool."""
+    b, seq = context_mask.shape
+    c = candidate_mask.shape[1]
+    causal = jnp.tril(jnp.ones((seq, seq), bool))[None] & context_mask[:, None, :]  # [B,T,T]
+    context_rows = jnp.concatenate([causal, jnp.zeros((b, seq, c), bool)], axis=2)  # [B,T,T+C]
+    to_context = jnp.broadcast_to(context_mask[:, None, :], (b, c, seq))  # [B, C, T]
+    to_self = jnp.eye(c, dtype=bool)[None] & candidate_mask[:, None, :]  # [B, C, C]
+    candidate_rows = jnp.concatenate([to_context, to_self], axis=2)  # [B, C, T+C]
+    return jnp.concatenate([context_rows, candidate_rows], axis=1)  # [B, T+C, T+C]
+
+
+def joint_layers(tokens, allowed, rotation: Rotation, layers, shape: AttentionShape):
+    """Context and candidates as one sequence through every layer (``isolation_mask``):
+    half the kernels of the cached-context passes, for batches so small that kernel launches,
+    not arithmetic, take the time. tokens [B, n, D], allowed [B, n, n], rotation [B|1, n, 1, d]
+    -> final hidden states [B, n, D]."""
+    allowed = allowed[:, None, :, None, :]  # [B, 1, n, 1, n]
+    h = tokens
+    for w in layers:
+        attn, _, _ = _attention_over(h, allowed, rotation, w, shape)
+        h = _finish_layer(h, attn, w)
+    return h
 
 
 def candidate_layers(tokens, mask, rotation: Rotation, context_mask, cache, layers, shape):

@@ -57,10 +57,15 @@ def build(case, candidates=23, layers=3):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("buckets", [(4, 8), (64,)])
-def test_engine_equals_plain_model(case, buckets):
+@pytest.mark.parametrize("joint_rows", [0, 10**6], ids=["cached", "joint"])
+def test_engine_equals_plain_model(case, buckets, joint_rows):
     config, f, params, b, e = build(case)
     ref = f.apply(params, b, e)
-    engine = DeviceRanker(config, params, batch_buckets=(1, 2), candidate_buckets=buckets)
+    engine = DeviceRanker(
+        config, params, batch_buckets=(1, 2), candidate_buckets=buckets, joint_rows=joint_rows
+    )
+    # the joint pass runs whole widths only: several chunks (buckets 4, 8) stay cached
+    assert engine.runs_joint(2, 64) == (joint_rows > 0 and buckets == (64,))
     out = engine.score(b, e)
     valid = np.asarray(b.candidate_post_hashes)[:, :, 0] != 0
     np.testing.assert_allclose(out.logits[valid], np.asarray(ref.logits)[valid], atol=1e-4)

@@ -12,7 +12,7 @@ from phoenix.engine import DeviceRanker
 from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
 from phoenix.serving import services
-from phoenix.serving.services.ranker import empty_request_batch
+from phoenix.serving.services.ranker import empty_request_batch, request_batch
 from tests.plain_models import ranker_features
 
 WEIGHTS = {"favorite": 1.0, "reply": 13.5, "repost": 1.0}
@@ -143,3 +143,34 @@ def test_an_engine_built_without_table_scores_but_refuses_to_rank(resources):
         engine.rank(empty_request_batch(resources.config, 1, 8))
     with pytest.raises(ValueError, match="go together"):
         DeviceRanker(config, params, resources.embedder.table, candidate_buckets=(8,))
+
+
+def test_the_joint_pass_ranks_as_the_cached_passes(resources, ranker):
+    """Context and candidates as one sequence (small batches on a GPU) rank every request as
+    the cached-context passes do, with the same scores."""
+    joint = DeviceRanker(
+        resources.config.ranker_config(),
+        resources.artifacts.ranker_params,
+        resources.embedder.table,
+        entity_hashes(resources.config),
+        ranker.weights,
+        compute_dtype=jnp.float32,
+        batch_buckets=(1, 2, 4),
+        candidate_buckets=(8, 32),
+        joint_rows=4 * 32,
+    )
+    assert joint.runs_joint(4, 32) and not ranker.ranker.runs_joint(4, 32)
+    rng = np.random.default_rng(2)
+    sizes = [(5, 20), (0, 3), (resources.config.history_seq_len + 9, 32)]
+    requests = [
+        ranker.parse(request(resources.config, rng, h, c, with_age=i != 1))
+        for i, (h, c) in enumerate(sizes)
+    ]
+    batch = request_batch(requests, resources.config, 4, 32)  # 3 users padded to 4
+    cached, together = ranker.ranker.rank(batch), joint.rank(batch)
+    real = slice(0, len(requests))  # the padding user's probabilities are of no one
+    np.testing.assert_array_equal(together.order[real], cached.order[real])
+    np.testing.assert_allclose(together.scores, cached.scores, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(
+        together.action_probs[real], cached.action_probs[real], rtol=TOL, atol=TOL
+    )

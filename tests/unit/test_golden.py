@@ -96,12 +96,16 @@ def test_ranker_model_and_engine_reproduce_logits(golden):
     batch, emb = inputs(golden)
     out = f.apply(p, batch, emb)
     np.testing.assert_allclose(np.asarray(out.logits), golden["expected/ranker_logits"], atol=TOL)
-    engine = DeviceRanker(ranker, p, batch_buckets=(4,), candidate_buckets=(2, 4))
-    scores = engine.score(batch, emb)
-    np.testing.assert_allclose(scores.logits, golden["expected/ranker_logits"], atol=TOL)
-    np.testing.assert_allclose(
-        scores.continuous_preds, golden["expected/ranker_continuous_preds"], atol=TOL
-    )
+    for joint_rows in (0, 10**6):  # the cached-context passes, then context + candidates as one
+        engine = DeviceRanker(
+            ranker, p, batch_buckets=(4,), candidate_buckets=(2, 4), joint_rows=joint_rows
+        )
+        assert engine.runs_joint(4, 4) == bool(joint_rows)
+        scores = engine.score(batch, emb)
+        np.testing.assert_allclose(scores.logits, golden["expected/ranker_logits"], atol=TOL)
+        np.testing.assert_allclose(
+            scores.continuous_preds, golden["expected/ranker_continuous_preds"], atol=TOL
+        )
 
 
 def test_retrieval_runner_reproduces_users_candidates_and_top_k(golden):
