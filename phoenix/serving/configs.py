@@ -83,7 +83,7 @@ def _add_deployment(config: ModelConfig, contract: ModelContract, profile: Profi
         ),
         count=deployment.instances,
     )
-    parameters = contract.parameter_texts(deployment.parameter_values(contract.name))
+    parameters = contract.parameter_texts(profile.parameter_values(contract.name))
     for key in sorted(parameters):
         config.parameters[key].string_value = parameters[key]
 

@@ -32,6 +32,7 @@ all read it cheaply.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -236,6 +237,9 @@ class ModelContract:
     backend: Optional[str] = "python"
     platform: Optional[str] = None  # "ensemble" for ensembles (then no backend)
     steps: tuple[EnsembleStep, ...] = ()  # ensembles only, in order
+    # A chain model's stages: served models whose services it runs in its own process, in
+    # order, wired as the steps of an ensemble would be (``RECOMMEND_CHAIN``).
+    stages: tuple[EnsembleStep, ...] = ()
     # Config parameters the model reads at start-up (defaults here, the rest from profiles).
     parameters: tuple[Parameter, ...] = ()
 
@@ -305,7 +309,7 @@ class ModelContract:
         return self.platform == "ensemble"
 
     def step(self, model: str) -> EnsembleStep:
-        for step in self.steps:
+        for step in self.steps or self.stages:
             if step.model == model:
                 return step
         raise KeyError(f"{self.name} has no step running {model!r}")
@@ -414,6 +418,9 @@ BATCH_BUCKETS = Parameter("batch_buckets", "ints")
 # The retriever's corpus, which also holds the posts' creation times the age filter reads: a
 # file or store inside the artifact directory; a load request with another value swaps it.
 CORPUS_FILE = Parameter("corpus_file", "text", "corpus.npz")
+# The user-state store's URL (redis://host:port/db); "" reads $PHOENIX_USER_STATE_URL, which
+# serve sets. Without either, only requests carrying their own history are served.
+USER_STATE_URL = Parameter("user_state_url", "text", "")
 
 POLICY_PARAMETERS = (
     Parameter("action_weights", "weights", POLICY_ACTION_WEIGHTS),
@@ -468,6 +475,10 @@ IN_NETWORK_INPUTS = tuple(
 IN_NETWORK_FLAGS = _spec("in_network", np.int8, ["C'"])
 
 TOP_K = _spec("top_k", np.int32, [1], values=Values(1, LIMITS.max_top_k, "top_k"))
+# A post's age in seconds when it is served. UNKNOWN_AGE (any negative age) marks a post whose
+# creation time is unknown: the ranker gives it the model's "unknown age" bucket, what training
+# used for candidates without timestamps, and the policy's age filter never drops it.
+UNKNOWN_AGE = -1.0
 RANKED_OUTPUTS = (
     _spec("ranked_post_ids", np.int64, ["C"]),
     _spec("scores", np.float32, ["C"]),
@@ -530,10 +541,12 @@ RETRIEVER = ModelContract(
     ),
     # In-network posts first (newest first), then the top_k retrieved (best first), each post
     # once; rows of a request cut to its shortest row (docs/user-state.md, In-network source).
+    # Ages are the corpus's creation times at answer time (UNKNOWN_AGE where it has none).
     outputs=(
         _spec("post_ids", np.int64, ["K"]),
         _spec("author_ids", np.int64, ["K"]),
         _spec("retrieval_scores", np.float32, ["K"]),
+        _spec("post_age_seconds", np.float32, ["K"]),
     ),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS, CORPUS_FILE),
@@ -555,6 +568,7 @@ RANKER = ModelContract(
             ragged=True,
             values=SURFACES,
         ),  # fmt: skip
+        # seconds since each post was created; UNKNOWN_AGE (negative): not known
         _spec("candidate_post_age_seconds", np.float32, ["C"], optional=True, ragged=True),
         # passed through to the outputs, in ranked order
         _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
@@ -563,6 +577,8 @@ RANKER = ModelContract(
         *RANKED_OUTPUTS,
         RANKED_AUTHOR_IDS,
         _spec("ranked_retrieval_scores", np.float32, ["C"]),
+        # the candidates' ages, in ranked order (UNKNOWN_AGE where the request sent none)
+        _spec("ranked_post_age_seconds", np.float32, ["C"]),
     ),
     max_batch_size=8,
     parameters=(
@@ -589,6 +605,9 @@ FEED_POLICY = ModelContract(
         _spec("candidate_author_ids", np.int64, ["C"], ragged=True, values=IDS),
         _spec("candidate_action_probs", np.float32, ["C", "A"], ragged=True, values=PROBABILITIES),
         _spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
+        # the ages max_age_seconds reads (UNKNOWN_AGE: never dropped for its age); absent: the
+        # policy looks them up in its corpus
+        _spec("candidate_post_age_seconds", np.float32, ["C"], optional=True, ragged=True),
         *FEED_FILTERS,
         # a candidate among them is in-network (out_of_network_factor spares it); absent: none
         IN_NETWORK_INPUTS[0],
@@ -631,28 +650,18 @@ USER_STATE = ModelContract(
         *IN_NETWORK_POSTS,
     ),
     max_batch_size=8,
-    parameters=(
-        *ARTIFACT_PARAMETERS,
-        # The store's URL (redis://host:port/db); "" reads $PHOENIX_USER_STATE_URL, which
-        # serve sets. Without either, only requests carrying their own history are served.
-        Parameter("user_state_url", "text", ""),
-    ),
+    parameters=(*ARTIFACT_PARAMETERS, USER_STATE_URL),
 )
 
 
-# The last step of recommend, a side effect of serving (docs/user-state.md): the feed's posts
-# marked served to the user (the next by-id request's user_state step reads them and the
+# The last stage of recommend's chain, a side effect of serving (docs/user-state.md): the feed's
+# posts marked served to the user (the next by-id request's user_state stage reads them and the
 # retriever excludes them), and one request log entry per user row with what the models used
 # and what was returned. It answers a new request id per user row (int64, the training logs'
 # request_id). Its inputs are the ranking history, the retriever's candidates and the feed;
 # sent_history_post_ids is the request's own history when it carried one (only its presence
 # is read: such requests are logged but mark nothing served, as they read nothing). A store
 # that is down or unset loses the write (logged and counted), never the feed.
-# It also answers the feed itself, passed through unchanged (FEED_OUTPUTS): Triton 2.51 answers
-# an ensemble request when its last step updates an output the client asked for, and refuses
-# it ("unexpected deadlock, at least one output is not set") when that step updated none. As
-# the last step, served_log must therefore hand back every output a client may ask for; it
-# also makes the write happen for every answered feed, whatever the outputs asked.
 REQUEST_ID = _spec("request_id", np.int64, [1])  # a new one per user row, never 0
 FEED_OUTPUTS = (
     *RANKED_OUTPUTS,
@@ -680,9 +689,9 @@ SERVED_LOG = ModelContract(
         _spec("in_network", np.int8, ["C'"], ragged=True, values=Values(0, 1, "flags")),
         FILTERED_COUNTS,
     ),
-    outputs=(REQUEST_ID, *FEED_OUTPUTS),
+    outputs=(REQUEST_ID,),
     max_batch_size=8,
-    parameters=(*ARTIFACT_PARAMETERS, USER_STATE.parameter("user_state_url")),
+    parameters=(*ARTIFACT_PARAMETERS, USER_STATE_URL),
 )
 
 
@@ -692,127 +701,175 @@ def _same_names(names) -> dict[str, str]:
 
 _TOWER_HISTORY_NAMES = tuple(spec.name for spec in history_inputs(ragged=False))  # no dwell
 
-# Read the user's state (or take the request's history), encode the user by the retrieval
-# history, retrieve top_k posts neither in the history nor served before and add the
-# in-network posts, rank them by the ranking history, apply the feed policy (which favours the
-# in-network posts by out_of_network_factor and flags them), then record what was served
-# (served_log: the posts marked served, the request log, the request id returned). Tensors
-# starting with "_" live only inside the ensemble. The optional inputs (the history, the feed
-# filters) reach their step only when the request carries them (Triton 2.51 passes an absent
-# optional input on as absent).
+# The recommend request: a user by id (the history read from the user state) or with the
+# history, how many posts to retrieve, and the feed filters.
+RECOMMEND_INPUTS = (
+    USER_ID,
+    *(_optional(s) for s in history_inputs(ragged=False)),
+    history_dwell(optional=True, ragged=False),
+    TOP_K,
+    *FEED_FILTERS,
+)
+RECOMMEND_OUTPUTS = (
+    *FEED_OUTPUTS,
+    REQUEST_ID,  # what engagements with this feed refer to
+)
+
+# The stages of recommend: read the user's state (or take the request's history), encode the
+# user by the retrieval history, retrieve top_k posts neither in the history nor served before
+# and add the in-network posts (each dated by the corpus), rank them by the ranking history and
+# their ages, apply the feed policy (which favours the in-network posts by
+# out_of_network_factor, flags them and reads the same ages for max_age_seconds), then record
+# what was served (served_log: the posts marked served, the request log, the request id
+# returned). Tensors starting with "_" live only inside the chain. The optional inputs (the
+# history, the feed filters) reach their stage only when the request carries them.
+RECOMMEND_STAGES = (
+    EnsembleStep(
+        "user_state",
+        input_map=_same_names(("user_id", *USER_HISTORY_NAMES)),
+        output_map={
+            **{name: "_" + name for name in USER_HISTORY_NAMES},
+            # the user tower reads no dwell
+            **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
+            "served_post_ids": "_served_post_ids",
+            **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
+        },
+    ),
+    EnsembleStep(
+        "user_encoder",
+        input_map={
+            "user_id": "user_id",
+            **{n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
+        },
+        output_map={"user_embedding": "_user_embedding"},
+    ),
+    EnsembleStep(
+        "retriever",
+        input_map={
+            "user_embedding": "_user_embedding",
+            "top_k": "top_k",
+            "history_post_ids": "_history_post_ids",
+            "excluded_post_ids": "_served_post_ids",
+            **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
+        },
+        output_map={
+            "post_ids": "_candidate_post_ids",
+            "author_ids": "_candidate_author_ids",
+            "retrieval_scores": "_candidate_retrieval_scores",
+            "post_age_seconds": "_candidate_post_age_seconds",
+        },
+    ),
+    EnsembleStep(
+        "ranker",
+        input_map={
+            "user_id": "user_id",
+            **{name: "_" + name for name in USER_HISTORY_NAMES},
+            "candidate_post_ids": "_candidate_post_ids",
+            "candidate_author_ids": "_candidate_author_ids",
+            "candidate_retrieval_scores": "_candidate_retrieval_scores",
+            "candidate_post_age_seconds": "_candidate_post_age_seconds",
+        },
+        output_map={
+            "ranked_post_ids": "_ranked_post_ids",
+            "ranked_author_ids": "_ranked_author_ids",
+            "action_probs": "_ranked_action_probs",
+            "ranked_retrieval_scores": "_ranked_retrieval_scores",
+            "ranked_post_age_seconds": "_ranked_post_age_seconds",
+        },
+    ),
+    EnsembleStep(
+        "feed_policy",
+        input_map={
+            "user_id": "user_id",
+            "candidate_post_ids": "_ranked_post_ids",
+            "candidate_author_ids": "_ranked_author_ids",
+            "candidate_action_probs": "_ranked_action_probs",
+            "candidate_retrieval_scores": "_ranked_retrieval_scores",
+            "candidate_post_age_seconds": "_ranked_post_age_seconds",
+            **_same_names(spec.name for spec in FEED_FILTERS),
+            "in_network_post_ids": "_in_network_post_ids",
+        },
+        # the feed, under the names recommend answers it
+        output_map={
+            **_same_names(s.name for s in FEED_OUTPUTS if s.name != "retrieval_scores"),
+            "ranked_retrieval_scores": "retrieval_scores",
+        },
+    ),
+    EnsembleStep(
+        "served_log",
+        input_map={
+            "user_id": "user_id",
+            **{name: "_" + name for name in USER_HISTORY_NAMES},
+            "sent_history_post_ids": "history_post_ids",
+            "candidate_post_ids": "_candidate_post_ids",
+            "candidate_author_ids": "_candidate_author_ids",
+            "candidate_retrieval_scores": "_candidate_retrieval_scores",
+            **_same_names(s.name for s in FEED_OUTPUTS),
+        },
+        output_map={REQUEST_ID.name: REQUEST_ID.name},
+        side_effect=True,
+    ),
+)
+
+# Parameters a chain's stages share, under their own names in the chain's config (one
+# artifact directory, corpus and store for every stage); a stage's other parameters are named
+# "<stage model>.<parameter>" there (``stage_parameter``).
+SHARED_STAGE_PARAMETERS = (*ARTIFACT_PARAMETERS, CORPUS_FILE, USER_STATE_URL)
+_SHARED_NAMES = frozenset(p.name for p in SHARED_STAGE_PARAMETERS)
+
+
+def stage_parameter(model: str, name: str) -> str:
+    """The chain config's name of parameter ``name`` of stage ``model``."""
+    return name if name in _SHARED_NAMES else f"{model}.{name}"
+
+
+def chain_parameters(stages: tuple[EnsembleStep, ...]) -> tuple[Parameter, ...]:
+    """Every parameter of every stage, once: the shared ones, then each stage's own."""
+    shared = {p.name for stage in stages for p in CONTRACTS[stage.model].parameters}
+    declared = [p for p in SHARED_STAGE_PARAMETERS if p.name in shared]
+    for stage in stages:
+        for p in CONTRACTS[stage.model].parameters:
+            if p.name not in _SHARED_NAMES:
+                declared.append(dataclasses.replace(p, name=stage_parameter(stage.model, p.name)))
+    return tuple(declared)
+
+
+# The record flag of a chain request: 0 answers the feed without its side effects (no post
+# marked served, no request log; request_id 0), as a rollout's shadow comparison asks.
+RECORD = _spec("record", np.int8, [1], optional=True, values=Values(0, 1, "flags"))
+_MODELS = (USER_STATE, USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, SERVED_LOG)
+CONTRACTS: dict[str, ModelContract] = {c.name: c for c in _MODELS}
+
+# recommend's chain: every stage's service in one Python model, one batch at a time, each
+# stage's outputs handed to the next in process (docs/architecture.md, "The recommend chain").
+# It takes recommend's inputs and the record flag, and answers recommend's outputs.
+RECOMMEND_CHAIN = ModelContract(
+    name="recommend_chain",
+    inputs=(*RECOMMEND_INPUTS, RECORD),
+    outputs=RECOMMEND_OUTPUTS,
+    max_batch_size=8,
+    stages=RECOMMEND_STAGES,
+    parameters=chain_parameters(RECOMMEND_STAGES),
+)
+
+# What clients call: an ensemble of the chain, so that a rollout switches recommend from one
+# version's chain to the next's in one ensemble load (phoenix.serving.rollout).
 RECOMMEND = ModelContract(
     name="recommend",
-    inputs=(
-        USER_ID,
-        *(_optional(s) for s in history_inputs(ragged=False)),
-        history_dwell(optional=True, ragged=False),
-        TOP_K,
-        *FEED_FILTERS,
-    ),
-    outputs=(
-        *FEED_OUTPUTS,  # from served_log, which passes the policy's feed through
-        REQUEST_ID,  # what engagements with this feed refer to
-    ),
+    inputs=RECOMMEND_INPUTS,
+    outputs=RECOMMEND_OUTPUTS,
     max_batch_size=8,
     backend=None,
     platform="ensemble",
     steps=(
         EnsembleStep(
-            "user_state",
-            input_map=_same_names(("user_id", *USER_HISTORY_NAMES)),
-            output_map={
-                **{name: "_" + name for name in USER_HISTORY_NAMES},
-                # the user tower reads no dwell: Triton refuses an ensemble tensor nobody reads
-                **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
-                "served_post_ids": "_served_post_ids",
-                **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
-            },
-        ),
-        EnsembleStep(
-            "user_encoder",
-            input_map={
-                "user_id": "user_id",
-                **{n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
-            },
-            output_map={"user_embedding": "_user_embedding"},
-        ),
-        EnsembleStep(
-            "retriever",
-            input_map={
-                "user_embedding": "_user_embedding",
-                "top_k": "top_k",
-                "history_post_ids": "_history_post_ids",
-                "excluded_post_ids": "_served_post_ids",
-                **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
-            },
-            output_map={
-                "post_ids": "_candidate_post_ids",
-                "author_ids": "_candidate_author_ids",
-                "retrieval_scores": "_candidate_retrieval_scores",
-            },
-        ),
-        EnsembleStep(
-            "ranker",
-            input_map={
-                "user_id": "user_id",
-                **{name: "_" + name for name in USER_HISTORY_NAMES},
-                "candidate_post_ids": "_candidate_post_ids",
-                "candidate_author_ids": "_candidate_author_ids",
-                "candidate_retrieval_scores": "_candidate_retrieval_scores",
-            },
-            output_map={
-                "ranked_post_ids": "_ranked_post_ids",
-                "ranked_author_ids": "_ranked_author_ids",
-                "action_probs": "_ranked_action_probs",
-                "ranked_retrieval_scores": "_ranked_retrieval_scores",
-            },
-        ),
-        EnsembleStep(
-            "feed_policy",
-            input_map={
-                "user_id": "user_id",
-                "candidate_post_ids": "_ranked_post_ids",
-                "candidate_author_ids": "_ranked_author_ids",
-                "candidate_action_probs": "_ranked_action_probs",
-                "candidate_retrieval_scores": "_ranked_retrieval_scores",
-                **_same_names(spec.name for spec in FEED_FILTERS),
-                "in_network_post_ids": "_in_network_post_ids",
-            },
-            output_map={
-                **{s.name: "_feed_" + s.name for s in FEED_OUTPUTS if s.name != "retrieval_scores"},
-                "ranked_retrieval_scores": "_feed_retrieval_scores",
-            },
-        ),
-        EnsembleStep(
-            "served_log",
-            input_map={
-                "user_id": "user_id",
-                **{name: "_" + name for name in USER_HISTORY_NAMES},
-                "sent_history_post_ids": "history_post_ids",
-                "candidate_post_ids": "_candidate_post_ids",
-                "candidate_author_ids": "_candidate_author_ids",
-                "candidate_retrieval_scores": "_candidate_retrieval_scores",
-                **{s.name: "_feed_" + s.name for s in FEED_OUTPUTS},
-            },
-            output_map=_same_names(s.name for s in SERVED_LOG.outputs),
-            side_effect=True,
+            RECOMMEND_CHAIN.name,
+            input_map=_same_names(s.name for s in RECOMMEND_INPUTS),
+            output_map=_same_names(s.name for s in RECOMMEND_OUTPUTS),
         ),
     ),
 )
-
-CONTRACTS: dict[str, ModelContract] = {
-    c.name: c
-    for c in (
-        USER_STATE,
-        USER_ENCODER,
-        CANDIDATE_TOWER,
-        RETRIEVER,
-        RANKER,
-        FEED_POLICY,
-        SERVED_LOG,
-        RECOMMEND,
-    )
-}
+CONTRACTS.update({c.name: c for c in (RECOMMEND_CHAIN, RECOMMEND)})
 
 # The models that read the corpus (they declare corpus_file): a corpus switch moves them all.
 CORPUS_READERS = tuple(n for n, c in CONTRACTS.items() if CORPUS_FILE.name in c.parameter_names)

@@ -1,9 +1,11 @@
-"""The recommend chain (encode the user, retrieve, rank), run step by step as Triton runs it.
+"""Steps wired by their input and output maps: an ensemble's, or the stages of recommend's
+chain (read the user's state, encode the user, retrieve, rank, apply the policy, log).
 
-Triton runs the ``recommend`` ensemble on the server. The in-process references of the
-clients, the serving benchmark and the load test need the same chain outside Triton; they all
-run it from the ensemble's contract (``phoenix.serving.contracts.RECOMMEND``), whose steps the
-config.pbtxt must repeat, so the chain is wired in one place.
+The wiring is written once, in the contracts (``RECOMMEND.steps``, ``RECOMMEND_CHAIN.stages``):
+``recommend_chain``'s service runs its stages with ``step_inputs`` and ``store_outputs``; the
+clients, the load test and the benchmarks run the stages one served model at a time
+(``run_until``, ``next_step_inputs``) to show or time what one stage answers, and the
+in-process references run an ensemble's steps (``run_ensemble``) as Triton runs them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from phoenix.serving.contracts import (
     RECOMMEND,
+    RECOMMEND_CHAIN,
     RETRIEVAL_PREFIX,
     USER_STATE,
     EnsembleStep,
@@ -33,7 +36,8 @@ def step_inputs(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> Arrays
 def store_outputs(step: EnsembleStep, outputs: Mapping[str, np.ndarray], tensors: Arrays) -> None:
     """Put the step model's outputs into the ensemble's tensors under their mapped names."""
     for name, target in step.output_map.items():
-        tensors[target] = outputs[name]
+        if name in outputs:  # a reference's chain makes no request id
+            tensors[target] = outputs[name]
 
 
 def passed_on_history(request: Mapping[str, np.ndarray]) -> Arrays:
@@ -56,63 +60,43 @@ def run_ensemble(
     run_model: RunModel, requests: Sequence[Mapping[str, np.ndarray]], ensemble=RECOMMEND
 ) -> list[Arrays]:
     """Every step for all requests at once (one ``run_model`` call per step), like the
-    batcher would batch them; returns each request's ensemble outputs. Side-effect steps
-    (served_log) are not run, so a reference run writes nothing to the user state: what they
-    pass through (the feed) is passed on, what they make (the request id) is left out."""
+    batcher would batch them; returns each request's ensemble outputs (those its steps made)."""
     tensors = [dict(request) for request in requests]
     for step in ensemble.steps:
-        if step.side_effect:
-            for t in tensors:
-                t.update(passed_through(step, t))
-            continue
         results = run_model(step.model, [step_inputs(step, t) for t in tensors])
         for t, outputs in zip(tensors, results, strict=True):
             store_outputs(step, outputs, t)
     return [{name: t[name] for name in ensemble.output_names if name in t} for t in tensors]
 
 
-def passed_through(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> Arrays:
-    """The outputs a step answers unchanged from its same-named inputs, under their ensemble
-    names (served_log's feed)."""
-    return {
-        target: tensors[step.input_map[name]]
-        for name, target in step.output_map.items()
-        if step.input_map.get(name) in tensors
-    }
-
-
-def reference_steps(ensemble: ModelContract = RECOMMEND) -> tuple[EnsembleStep, ...]:
-    """The steps an in-process reference runs: all but the side effects."""
-    return tuple(step for step in ensemble.steps if not step.side_effect)
-
-
 def next_step_inputs(
     request: Mapping[str, np.ndarray],
     done: Mapping[str, Mapping[str, np.ndarray]],
     model: str,
-    ensemble: ModelContract = RECOMMEND,
+    chain: ModelContract = RECOMMEND_CHAIN,
 ) -> Arrays:
-    """The inputs of the step running ``model``, given the ensemble request and the outputs
-    of the steps already ``done`` ({model: outputs}), e.g. the retriever after user_encoder."""
+    """The inputs of the stage running ``model``, given the recommend request and the outputs
+    of the stages already ``done`` ({model: outputs}), e.g. the retriever after user_encoder."""
     tensors = dict(request)
-    for step in ensemble.steps:
-        if step.model in done:
-            store_outputs(step, done[step.model], tensors)
-    return step_inputs(ensemble.step(model), tensors)
+    for stage in chain.stages:
+        if stage.model in done:
+            store_outputs(stage, done[stage.model], tensors)
+    return step_inputs(chain.step(model), tensors)
 
 
 def run_until(
     run_model: RunModel,
     request: Mapping[str, np.ndarray],
     model: str,
-    ensemble: ModelContract = RECOMMEND,
+    chain: ModelContract = RECOMMEND_CHAIN,
 ) -> Arrays:
-    """The outputs of the step running ``model`` for one request, the steps before it run as
-    the ensemble wires them: e.g. the ranking before the feed policy (``model="ranker"``)."""
+    """The outputs of the stage running ``model`` for one request, the stages before it run as
+    the chain wires them, one ``run_model`` call each (e.g. the served models by name): the
+    ranking before the feed policy (``model="ranker"``)."""
     tensors = dict(request)
-    for step in ensemble.steps:
-        (outputs,) = run_model(step.model, [step_inputs(step, tensors)])
-        if step.model == model:
+    for stage in chain.stages:
+        (outputs,) = run_model(stage.model, [step_inputs(stage, tensors)])
+        if stage.model == model:
             return dict(outputs)
-        store_outputs(step, outputs, tensors)
-    raise KeyError(f"{ensemble.name} has no step running {model!r}")
+        store_outputs(stage, outputs, tensors)
+    raise KeyError(f"{chain.name} has no stage running {model!r}")

@@ -25,7 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from phoenix.serving.contracts import CONTRACTS, CORPUS_FILE, CORPUS_READERS, powers_of_two_up_to
+from phoenix.serving.contracts import (
+    CONTRACTS,
+    CORPUS_FILE,
+    CORPUS_READERS,
+    powers_of_two_up_to,
+    stage_parameter,
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,24 @@ class Profile:
         """Triton's instance_group kind of ``model``: its own (host-only models) or the
         profile's."""
         return self.models[model].instance_kind or self.instance_kind
+
+    def parameter_values(self, model: str) -> dict[str, Any]:
+        """The parameters ``model`` is deployed with; a chain's are its stages' as this profile
+        deploys them (one fact, one place), under the chain's names for them."""
+        stages = CONTRACTS[model].stages
+        if not stages:
+            return self.models[model].parameter_values(model)
+        values: dict[str, Any] = {}
+        for stage in stages:
+            for name, value in self.parameter_values(stage.model).items():
+                key = stage_parameter(stage.model, name)
+                if key in values and values[key] != value:
+                    raise ValueError(
+                        f"{model}: its stages disagree on the shared parameter {key!r} "
+                        f"({values[key]!r} against {value!r} of {stage.model})"
+                    )
+                values[key] = value
+        return values
 
     def config_path(self, model: str) -> str:
         """The config file of ``model`` under this profile, relative to the repository."""
@@ -140,6 +164,8 @@ CPU = Profile(
         "user_state": Deployment(2, Queue(max_delay_us=0, max_size=64)),
         # one Redis write per batch: no wait to fill a batch (as user_state)
         "served_log": Deployment(2, Queue(max_delay_us=0, max_size=64)),
+        # recommend: every stage in one process, a batch at a time
+        "recommend_chain": Deployment(2, _CPU_QUEUE),
     },
 )
 
@@ -165,6 +191,9 @@ GPU = Profile(
         "user_state": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
         # Redis writes on the host, whatever the device
         "served_log": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
+        # recommend's stages in one process: the towers and the ranker on the GPU, the host
+        # stages beside them
+        "recommend_chain": Deployment(2, Queue(1000, 1024), max_batch_size=64),
     },
 )
 

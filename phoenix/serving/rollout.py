@@ -10,10 +10,10 @@ through the model repository API (with the admin key when it is restricted):
    repository (config naming NEW_DIR, model.py and its bytecode) and never touched while loaded:
    an ensemble's steps must be in a repository, and Triton reloads a step whose folder changed
    since its load.
-3. **shadow** (optional): two ensembles without the served-log side effect,
-   ``recommend__base`` over N's steps and ``recommend__next`` over N+1's, answer the same
-   requests; rank agreement and score deltas are reported (``rank_agreement``). N serves the
-   users meanwhile.
+3. **shadow** (optional): N's chain and N+1's (``recommend_chain`` and
+   ``recommend_chain__next``) answer the same requests with their side effects off (the chain's
+   ``record`` 0: nothing marked served, nothing logged); rank agreement and score deltas are
+   reported (``rank_agreement``). N serves the users meanwhile.
 4. **switch**: ``recommend`` is loaded with its steps renamed to the ``__next`` models: one
    ensemble load, every step already loaded and warm.
 5. **by-name models**: each model users call by name (``ranker``, ``retriever``, ...) is loaded
@@ -33,7 +33,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +55,10 @@ from phoenix.serving.served_artifacts import (
 
 GATE_FILE = "gate.json"
 NEXT_SUFFIX = "__next"
-SHADOW_BASE = f"{RECOMMEND.name}__base"
-SHADOW_NEXT = f"{RECOMMEND.name}__next"
-# The ensemble steps that only write state (served_log): shadow ensembles leave them out, so a
-# shadow request logs nothing and marks nothing served.
-SIDE_EFFECT_MODELS = frozenset(step.model for step in RECOMMEND.steps if step.side_effect)
+# What a shadow request adds to recommend's: the chain's flag that turns its side effects off.
+QUIET = {"record": np.zeros((1, 1), np.int8)}
+# Shadowed besides the chain when it is rolled: the ranker alone, on the same candidates.
+SHADOW_RANKER = "ranker"
 # The model file of a model loaded under another name: the adapter of the same service.
 MODEL_FILE = '''"""Triton entry point of {name!r}, loaded by phoenix.serving.rollout."""
 
@@ -182,33 +181,6 @@ def with_step_models(
     return new
 
 
-def without_side_effects(
-    config: Mapping[str, Any], side_effects: Iterable[str] = SIDE_EFFECT_MODELS
-) -> dict[str, Any]:
-    """A copy of the ensemble ``config`` without its side-effect steps: the step before each
-    feeds the ensemble outputs that the side effect passed on, and an output only the side
-    effect made (``request_id``) is dropped."""
-    new = copy.deepcopy(dict(config))
-    steps = ensemble_steps(new)
-    side_effects = set(side_effects)
-    for dropped in [s for s in steps if s["model_name"] in side_effects]:
-        # the side effect's output X is the tensor it was handed as its input X
-        passed_on = {
-            tensor: dropped["input_map"][key]
-            for key, tensor in dropped["output_map"].items()
-            if key in dropped["input_map"]
-        }
-        steps.remove(dropped)
-        for step in steps:
-            for key, tensor in step["output_map"].items():
-                for output, internal in passed_on.items():
-                    if tensor == internal:
-                        step["output_map"][key] = output
-        made = {t for s in steps for t in s["output_map"].values()}
-        new["output"] = [o for o in new.get("output", []) if o["name"] in made]
-    return new
-
-
 # ----------------------------------------------------------------------------------------
 # The server
 # ----------------------------------------------------------------------------------------
@@ -231,11 +203,6 @@ def write_model_folder(repository: Path, service: str, config: Mapping[str, Any]
     (folder / "1" / "model.py").write_text(MODEL_FILE.format(name=name, service=service))
     precompile_model_files(folder)
     return folder
-
-
-def ensemble_files() -> dict[str, bytes]:
-    """An ensemble loaded by override needs only its version folder."""
-    return {"file:1/README": b"an ensemble loaded by phoenix.serving.rollout\n"}
 
 
 def model_states(client, protocol: str) -> dict[str, str]:
@@ -393,12 +360,19 @@ class Plan:
         """The rolled models that ``recommend`` calls."""
         return [m for m in step_models(self.previous[self.ensemble]) if m in self.target]
 
+    @property
+    def shadowed(self) -> list[str]:
+        """The models loaded beside for a shadow comparison: the steps, and the ranker alone
+        when it is rolled (its rankings compared on the same candidates)."""
+        extra = [SHADOW_RANKER] if SHADOW_RANKER in self.models else []
+        return list(dict.fromkeys(self.steps + extra))
+
 
 def served_configs(server: Server) -> dict[str, dict[str, Any]]:
     """The config of ``recommend`` and of every ready model reading artifacts (not the
     leftovers of an interrupted rollout)."""
     models = [m for m in ready_models(server.client, server.protocol) if NEXT_SUFFIX not in m]
-    configs = {m: server.config(m) for m in models if m != SHADOW_BASE}
+    configs = {m: server.config(m) for m in models}
     if RECOMMEND.name not in configs:
         raise RolloutError(f"the server has no {RECOMMEND.name!r} loaded")
     rolled = {m: c for m, c in configs.items() if reads_artifacts(c)}
@@ -448,32 +422,27 @@ def shadow(
     seconds: float,
     log: Timeline,
 ) -> dict[str, Any]:
-    """N and N+1 answer the same ``requests`` (cycled for ``seconds``, each at least once)
-    through side-effect-free ensembles; the rankings' agreement, per request and summed up.
-    With the ranker rolled, both rankers also rank N's feed (the same candidates)."""
-    base = without_side_effects(plan.previous[plan.ensemble])
-    nexts = {m: m + NEXT_SUFFIX for m in plan.steps}
-    server.load(SHADOW_BASE, renamed(base, SHADOW_BASE), ensemble_files())
-    server.load(SHADOW_NEXT, with_step_models(base, nexts, SHADOW_NEXT), ensemble_files())
-    log("shadow ensembles loaded", base=SHADOW_BASE, next=SHADOW_NEXT)
+    """N and N+1 answer the same ``requests`` (cycled for ``seconds``, each at least once):
+    each version's chain, called by name with its side effects off (``QUIET``); the rankings'
+    agreement, per request and summed up. With the ranker rolled, both rankers also rank N's
+    feed (the same candidates): rankings told apart from retrieval."""
+    (chain,) = plan.steps  # recommend calls one model: the chain
+    old_model, new_model = chain, chain + NEXT_SUFFIX
+    log("shadow", base=old_model, next=new_model)
     feeds, rankers = [], []
     deadline, sent = time.monotonic() + seconds, 0
-    try:
-        while sent < len(requests) or time.monotonic() < deadline:
-            request = requests[sent % len(requests)]
-            old, new = server.infer(SHADOW_BASE, request), server.infer(SHADOW_NEXT, request)
-            feeds.append(compare_feeds(old, new))
-            if "ranker" in nexts and "history_post_ids" in request:
-                arrays = ranker_request(request, old)
-                rankers.append(
-                    compare_feeds(
-                        server.infer("ranker", arrays), server.infer(nexts["ranker"], arrays)
-                    )
-                )
-            sent += 1
-    finally:
-        for name in (SHADOW_NEXT, SHADOW_BASE):
-            server.unload(name)
+    while sent < len(requests) or time.monotonic() < deadline:
+        request = requests[sent % len(requests)]
+        quiet = {**request, **QUIET}
+        old, new = server.infer(old_model, quiet), server.infer(new_model, quiet)
+        feeds.append(compare_feeds(old, new))
+        if SHADOW_RANKER in plan.shadowed and "history_post_ids" in request:
+            arrays = ranker_request(request, old)
+            old_ranks, new_ranks = (
+                server.infer(name, arrays) for name in (SHADOW_RANKER, SHADOW_RANKER + NEXT_SUFFIX)
+            )
+            rankers.append(compare_feeds(old_ranks, new_ranks))
+        sent += 1
     result = {"recommend": summarize(feeds), "ranker": summarize(rankers) if rankers else None}
     log("shadow done", requests=sent, **{
         f"recommend_{k}": round(v, 4) for k, v in result["recommend"].items() if k != "requests"
@@ -541,7 +510,7 @@ def roll(
             loaded.append(server.load_beside(model, plan.target[model]))
             log("loaded", model=loaded[-1])
 
-        server.each(load_beside, plan.steps)
+        server.each(load_beside, plan.shadowed if shadow_requests else plan.steps)
         shadowed = None
         if shadow_requests:
             shadowed = shadow(server, plan, shadow_requests, shadow_seconds, log)

@@ -24,10 +24,17 @@ from typing import Optional
 
 from phoenix.checkpoint import ArtifactError
 from phoenix.checkpoint.files import CONFIG_FILE, artifact_root, existing_file
-from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND
+from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND, RECOMMEND_CHAIN
 
-# The models a client asks for the served artifacts, in order (all read the same directory).
-ASKED_MODELS = tuple(step.model for step in RECOMMEND.steps) + ("candidate_tower",)
+# The models a client asks for the served artifacts, in order (all read the same directory):
+# recommend's chain, its stages' models, the candidate tower.
+ASKED_MODELS = tuple(
+    dict.fromkeys(
+        [step.model for step in RECOMMEND.steps]
+        + [stage.model for stage in RECOMMEND_CHAIN.stages]
+        + ["candidate_tower"]
+    )
+)
 SERVED_HEADER = (
     "# The config of {source}, served with the artifacts {artifacts}\n"
     "# (written by phoenix.serving.served_artifacts when the server started).\n"

@@ -15,6 +15,7 @@ from phoenix.serving.contracts import (
     RANKER,
     RANKER_SCORE_WEIGHTS,
     RECOMMEND,
+    RECOMMEND_CHAIN,
 )
 from phoenix.serving.profiles import CPU, GPU, PROFILES, instance_counts
 
@@ -88,6 +89,11 @@ def test_every_profile_compiles_what_it_may_be_sent(profile):
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         if "batch_buckets" in parameters:
             assert int(parameters["batch_buckets"].split(",")[-1]) == config.max_batch_size
+        elif contract.stages:  # every stage compiled for every batch the chain can take
+            stage_buckets = [v for k, v in parameters.items() if k.endswith(".batch_buckets")]
+            assert len(stage_buckets) == 3  # the user tower, the retriever, the ranker
+            for buckets in stage_buckets:
+                assert int(buckets.split(",")[-1]) >= config.max_batch_size
         elif contract.name in ("feed_policy", "user_state", "served_log"):
             assert "candidate_buckets" not in parameters  # numpy and Redis: nothing compiled
         else:
@@ -98,6 +104,9 @@ def test_every_profile_compiles_what_it_may_be_sent(profile):
     assert int(ranker["candidate_buckets"].split(",")[-1]) == LIMITS.max_candidates
     for step in RECOMMEND.steps:
         assert RECOMMEND.max_batch_size <= profile.models[step.model].batch_size(step.model)
+    chain = model_config(RECOMMEND_CHAIN, profile)
+    chained = {k: v.string_value for k, v in chain.parameters.items()}
+    assert chained["ranker.candidate_buckets"] == ranker["candidate_buckets"]  # one fact
 
 
 def test_a_variant_repository_is_generated_not_edited(tmp_path):

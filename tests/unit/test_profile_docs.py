@@ -36,9 +36,9 @@ def configured_instances(repository) -> int:
 
 
 def test_stubs_count_every_instance_and_the_gpu_only_its_own():
-    assert stubs(CPU) == configured_instances(REPOSITORY) == 14  # what Triton starts
-    assert stubs(GPU) == 11
-    assert device_stubs(GPU) == 5  # the feed policy's, user state's and served log's: host
+    assert stubs(CPU) == configured_instances(REPOSITORY) == 16  # what Triton starts
+    assert stubs(GPU) == 13
+    assert device_stubs(GPU) == 7  # the feed policy's, user state's and served log's: host
     assert device_stubs(CPU) == stubs(CPU)
 
 
@@ -48,13 +48,13 @@ def test_the_block_follows_a_profile_change():
     )
     block = profile_block(CPU, more_rankers, 0.1)
     assert "| ranker | 2 | 4 (GPU) |" in block
-    assert "| **per pod** | **14** | **13**, 7 of them on the GPU |" in block
-    assert "7 stubs x 0.1 = 70% of the GPU" in block and "0.9 / 7 = 0.13" in block
+    assert "| **per pod** | **16** | **15**, 9 of them on the GPU |" in block
+    assert "9 stubs x 0.1 = 90% of the GPU" in block and "0.9 / 9 = 0.1" in block
     assert "| per GPU stub | 1.6 GiB | 2.4 GiB |" in block
 
 
 def test_the_overlay_fraction_is_read_from_the_gpu_patch():
-    assert overlay_mem_fraction() == 0.15
+    assert overlay_mem_fraction() == 0.12
 
 
 def test_a_patch_without_the_fraction_is_named(tmp_path):
@@ -74,7 +74,7 @@ def test_check_fails_on_a_stale_block_and_the_writer_fixes_it(tmp_path, capsys):
     assert "out of date" in capsys.readouterr().err
     assert profile_docs.main(["--doc", str(doc)]) == 0
     text = doc.read_text()
-    assert "8 stubs" not in text and "| **per pod** | **14** |" in text
+    assert "8 stubs" not in text and "| **per pod** | **16** |" in text
     assert text.startswith("# Deploy\n\nintro\n\n<!-- profile-table:start -->\n")
     assert text.endswith("<!-- profile-table:end -->\n\nrest\n")
     assert profile_docs.main(["--doc", str(doc), "--check"]) == 0

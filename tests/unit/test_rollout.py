@@ -120,23 +120,19 @@ def test_a_renamed_config_leaves_triton_to_name_its_instances():
 
 def test_the_switch_renames_the_steps_it_is_given():
     recommend = served_json("recommend")
-    switched = rollout.with_step_models(recommend, {"ranker": "ranker__next"})
-    assert rollout.step_models(switched) == [
-        "user_state", "user_encoder", "retriever", "ranker__next", "feed_policy", "served_log"
-    ]  # fmt: skip
-    assert switched["name"] == "recommend" and rollout.step_models(recommend)[3] == "ranker"
+    switched = rollout.with_step_models(recommend, {"recommend_chain": "recommend_chain__next"})
+    assert rollout.step_models(switched) == ["recommend_chain__next"]
+    assert switched["name"] == "recommend" and rollout.step_models(recommend) == ["recommend_chain"]
 
 
-def test_the_shadow_ensemble_has_no_side_effect_and_answers_the_feed():
-    recommend = served_json("recommend")
-    shadow = rollout.without_side_effects(recommend)
-    assert "served_log" not in rollout.step_models(shadow)
-    outputs = {o["name"] for o in shadow["output"]}
-    assert outputs == {o["name"] for o in recommend["output"]} - {"request_id"}
-    made = {t for step in rollout.ensemble_steps(shadow) for t in step["output_map"].values()}
-    assert outputs <= made  # every output comes from a step
-    feed_policy = rollout.ensemble_steps(shadow)[-1]
-    assert feed_policy["output_map"]["ranked_post_ids"] == "ranked_post_ids"
+def test_a_shadow_loads_the_chain_and_the_rolled_ranker_beside_and_asks_for_no_record():
+    served = {m: served_json(m) for m in ("recommend", "recommend_chain", "ranker", "retriever")}
+    plan = rollout.Plan(served, {m: dict(c) for m, c in served.items()})
+    assert plan.steps == ["recommend_chain"]
+    assert plan.shadowed == ["recommend_chain", "ranker"]
+    without_ranker = {m: c for m, c in served.items() if m != "ranker"}
+    assert rollout.Plan(without_ranker, without_ranker).shadowed == ["recommend_chain"]
+    assert rollout.QUIET["record"].tolist() == [[0]]  # the chain's side effects off
 
 
 def test_a_model_folder_holds_its_config_model_file_and_bytecode(tmp_path):

@@ -44,6 +44,7 @@ SERVICE_CLASSES = {
     contracts.RANKER.name: ("ranker", "RankerService"),
     contracts.FEED_POLICY.name: ("feed_policy", "FeedPolicyService"),
     contracts.SERVED_LOG.name: ("served_log", "ServedLogService"),
+    contracts.RECOMMEND_CHAIN.name: ("recommend", "RecommendChainService"),
 }
 
 # Re-exported names: {name: module that defines it}.

@@ -4,8 +4,9 @@ diversified by author (the maths: ``phoenix.feed_policy``; the parameters: docs/
 Parameters come from the model config (``contracts.FEED_POLICY.parameters``, generated into
 ``feed_policy/config.pbtxt``); a bad one stops the start-up with a message naming it. The
 posts' creation times come from the corpus the retriever reads (``serving.corpus``: a file's
-optional ``created_at`` column, unix seconds, or a store's): a post the corpus does not date is
-never dropped for its age.
+optional ``created_at`` column, unix seconds, or a store's), unless the request sends the ages
+(``candidate_post_age_seconds``, as recommend's chain does with the retriever's): a post of
+unknown age is never dropped for its age.
 
 A candidate is in-network when the request's ``in_network_post_ids`` (the user state's
 followed authors' newest posts) hold it; without that input none is, and every score is
@@ -143,11 +144,20 @@ class FeedPolicyService(Service):
         now = self.clock()
         return [self.feed(request, now) for request in requests]
 
+    def ages(self, request: PolicyRequest, now: float) -> np.ndarray:
+        """Each candidate's age [R, C], NaN where unknown: the request's own (an ages input,
+        e.g. the retriever's, handed on by the ranker in recommend's chain), else the
+        corpus's."""
+        sent = request.candidate_post_age_seconds
+        if sent is None:
+            return self.corpus.ages(request.candidate_post_ids, now)
+        return np.where(sent < 0, np.nan, sent.astype(np.float64))  # UNKNOWN_AGE: unknown
+
     def feed(self, request: PolicyRequest, now: float) -> Outputs:
         """One request's feeds, rows padded to the longest."""
         ages = None
         if request.max_age_seconds is not None:
-            ages = self.corpus.ages(request.candidate_post_ids, now)
+            ages = self.ages(request, now)
         retrieval = request.candidate_retrieval_scores  # passed through; zeros if not sent
         if retrieval is None:
             retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)

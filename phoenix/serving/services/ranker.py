@@ -17,7 +17,7 @@ import numpy as np
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.hashing import entity_hashes
 from phoenix.serving.batches import artifact_widths, empty_batch, pad_batch, row_spans
-from phoenix.serving.contracts import RANKER
+from phoenix.serving.contracts import RANKER, UNKNOWN_AGE
 from phoenix.serving.requests import RankRequest
 from phoenix.serving.services.common import (
     Outputs,
@@ -25,7 +25,7 @@ from phoenix.serving.services.common import (
     ServiceSettings,
     action_weight_vector,
 )
-from phoenix.serving.services.resources import PhoenixResources
+from phoenix.serving.services.resources import PhoenixResources, resources_for
 
 
 def score_weight_vector(weights: Mapping[str, float], action_names: Sequence[str]) -> np.ndarray:
@@ -52,17 +52,22 @@ RANKED_INPUTS = {  # output: the batch input it is, in ranked order
     "ranked_post_ids": "candidate_post_ids",
     "ranked_author_ids": "candidate_author_ids",
     "ranked_retrieval_scores": "candidate_retrieval_scores",  # zeros where none were sent
+    "ranked_post_age_seconds": "candidate_post_age_seconds",  # UNKNOWN_AGE where none were
 }
+AGES = "candidate_post_age_seconds"
 
 
 def ranked_columns(batch, order: np.ndarray) -> dict[str, np.ndarray]:
     """{output: [B, W] of its batch input (RANKED_INPUTS) in ranked ``order`` [B, W]}, the
     whole batch at once (per request it was three numpy calls a request)."""
     width = order.shape[1]
-    return {
+    columns = {
         output: np.take_along_axis(getattr(batch, name)[:, :width], order, axis=1)
         for output, name in RANKED_INPUTS.items()
     }
+    ages = columns["ranked_post_age_seconds"]
+    ages[~batch.sent[AGES]] = UNKNOWN_AGE  # rows that sent no ages: every age unknown
+    return columns
 
 
 def check_own_candidates_first(requests: Sequence[RankRequest], ranked_ids: np.ndarray) -> None:
@@ -90,6 +95,7 @@ def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) ->
                 "scores": ranked.scores[rows, :count],  # [R, C]
                 "action_probs": ranked.action_probs[rows, :count],  # [R, C, A]
                 "ranked_retrieval_scores": columns["ranked_retrieval_scores"][rows, :count],
+                "ranked_post_age_seconds": columns["ranked_post_age_seconds"][rows, :count],
             }
         )
     return outputs
@@ -130,7 +136,7 @@ class RankerService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RankerService:
         return cls(
-            PhoenixResources(settings.artifact_dir, ("ranker", "tables")),
+            resources_for(settings.artifact_dir, ("ranker", "tables")),
             settings.parameters["score_weights"],
             candidate_buckets=settings.parameters["candidate_buckets"],
             batch_buckets=settings.batch_buckets,

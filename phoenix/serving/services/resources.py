@@ -28,6 +28,7 @@ class PhoenixResources:
         unknown = set(parts) - set(PARTS)
         if unknown:
             raise ValueError(f"unknown artifact parts {sorted(unknown)}; known: {PARTS}")
+        self.parts = tuple(parts)
         self.artifacts: Artifacts = load_artifacts(
             artifact_dir, **{part: part in parts for part in PARTS}
         )
@@ -73,3 +74,28 @@ class PhoenixResources:
             self.embedder.lookup(post_rows),
             self.embedder.lookup(author_rows),
         )
+
+
+# This process's resources by artifact directory: recommend's chain runs the user tower, the
+# retriever and the ranker in one process, over one copy of the weights and tables.
+_SHARED: dict[Path, PhoenixResources] = {}
+
+
+def load_shared(artifact_dir: Union[str, Path], parts: Sequence[str] = PARTS) -> PhoenixResources:
+    """Every part of ``artifact_dir`` loaded once for this process (``resources_for`` then
+    hands it to each service of the directory)."""
+    key = Path(artifact_dir).resolve()
+    loaded = _SHARED.get(key)
+    if loaded is None or not set(parts) <= set(loaded.parts):
+        _SHARED[key] = PhoenixResources(key, PARTS)
+    return _SHARED[key]
+
+
+def resources_for(artifact_dir: Union[str, Path], parts: Sequence[str]) -> PhoenixResources:
+    """The resources of ``artifact_dir`` holding at least ``parts``: this process's shared
+    copy when ``load_shared`` made one, else loaded for the caller alone (a model's stub loads
+    only what its service reads)."""
+    shared = _SHARED.get(Path(artifact_dir).resolve())
+    if shared is not None and set(parts) <= set(shared.parts):
+        return shared
+    return PhoenixResources(artifact_dir, parts)

@@ -7,7 +7,8 @@ Shape glossary (R rows of one request, B rows of a batch)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -16,7 +17,7 @@ from phoenix.corpus_store.segment import is_in_unsorted
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.serving.batches import pad_batch
-from phoenix.serving.contracts import LIMITS
+from phoenix.serving.contracts import LIMITS, UNKNOWN_AGE
 from phoenix.serving.corpus import RowHits, open_corpus
 from phoenix.serving.requests import CandidateRequest, RetrieveRequest, UserRequest
 from phoenix.serving.services.common import (
@@ -25,7 +26,7 @@ from phoenix.serving.services.common import (
     ServiceSettings,
     split_rows,
 )
-from phoenix.serving.services.resources import PhoenixResources
+from phoenix.serving.services.resources import PhoenixResources, resources_for
 
 
 def user_tower_inputs(resources: PhoenixResources, users):
@@ -76,7 +77,7 @@ class UserEncoderService(Service):
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> UserEncoderService:
-        resources = PhoenixResources(settings.artifact_dir, ("retrieval", "tables"))
+        resources = resources_for(settings.artifact_dir, ("retrieval", "tables"))
         return cls(resources, batch_buckets=settings.batch_buckets)
 
     def warm_up(self) -> int:
@@ -105,7 +106,7 @@ class CandidateTowerService(Service):
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
         rows_per_call = settings.parameters["rows_per_call"]
         return cls(
-            PhoenixResources(settings.artifact_dir, ("retrieval", "tables")),
+            resources_for(settings.artifact_dir, ("retrieval", "tables")),
             max_rows=settings.max_batch_size,
             rows_per_call=rows_per_call,
         )
@@ -222,8 +223,10 @@ class RetrieverService(Service):
         *,
         batch_buckets: Sequence[int],
         compute_dtype=None,
+        clock: Callable[[], float] = time.time,
     ):
         self.config = resources.config
+        self.clock = clock
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.max_rows = self.batch_buckets[-1]
         options = {"compute_dtype": compute_dtype, "batch_buckets": self.batch_buckets}
@@ -233,7 +236,7 @@ class RetrieverService(Service):
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
         return cls(
-            PhoenixResources(settings.artifact_dir, ("retrieval",)),  # no tables: it gets vectors
+            resources_for(settings.artifact_dir, ("retrieval",)),  # no tables: it gets vectors
             settings.parameters["corpus_file"],
             batch_buckets=settings.batch_buckets,
         )
@@ -242,6 +245,7 @@ class RetrieverService(Service):
         return self.corpus.warm_up()
 
     def run(self, requests: Sequence[RetrieveRequest]) -> list[Outputs]:
+        now = self.clock()
         users = np.concatenate([r.user_embedding for r in requests])  # [B, D]
         wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]
         excluded = [row for r in requests for row in excluded_rows(r)]
@@ -263,12 +267,23 @@ class RetrieverService(Service):
                 )
             ]
             keep = min(len(h.post_ids) for h in rows)
+            post_ids = np.stack([h.post_ids[:keep] for h in rows])  # [R, K]
             outputs.append(
                 {
-                    "post_ids": np.stack([h.post_ids[:keep] for h in rows]),  # [R, K]
+                    "post_ids": post_ids,
                     "author_ids": np.stack([h.author_ids[:keep] for h in rows]),
                     "retrieval_scores": np.stack([h.scores[:keep] for h in rows]),
+                    "post_age_seconds": self.ages(post_ids, now),
                 }
             )
             start += request.rows
         return outputs
+
+    def ages(self, post_ids: np.ndarray, now: float) -> np.ndarray:
+        """float32 seconds since each post was created, by the corpus; UNKNOWN_AGE where it
+        does not date the post (a corpus file without creation times, an in-network post it
+        does not hold yet)."""
+        ages = self.corpus.ages(post_ids, now)
+        if ages is None:
+            return np.full(post_ids.shape, UNKNOWN_AGE, np.float32)
+        return np.where(np.isnan(ages), UNKNOWN_AGE, np.maximum(ages, 0.0)).astype(np.float32)

@@ -1,13 +1,12 @@
-"""The served-log step, the last of ``recommend``: what was served, written back to the user
-state as a side effect of answering (``phoenix.user_state``, docs/user-state.md).
+"""The served-log stage, the last of ``recommend``'s chain: what was served, written back to the
+user state as a side effect of answering (``phoenix.user_state``, docs/user-state.md).
 
 Per batch, ONE pipelined write: for each user row, a new request id, the feed's posts marked
 served to the user (the next by-id request's ``user_state`` step reads them, and the retriever
 excludes them for ``served_ttl_s``), the id added to the user's recent requests, and one entry
 of the request log stream (``phoenix.user_state.request_log``: the ranking history, the
 candidates and the feed). The write completes before the answer, so a user's next request
-sees it. It answers the feed too, passed through unchanged: as the ensemble's last step it
-must update whichever outputs a client asks for (``contracts.SERVED_LOG``).
+sees it.
 
 A row whose request carried its own history is logged but marks nothing served: such a
 request reads nothing from the store (``user_state``), so it writes nothing a by-id request
@@ -28,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from phoenix.serving.contracts import FEED_OUTPUTS, SERVED_LOG
+from phoenix.serving.contracts import SERVED_LOG
 from phoenix.serving.requests import REQUEST_TYPES
 from phoenix.serving.services.common import Outputs
 from phoenix.serving.services.user_state import NoStore, StoreBackedService
@@ -85,7 +84,7 @@ def row_record(request, row: int, request_id: int, now: float) -> RequestRecord:
 
 
 class ServedLogService(StoreBackedService):
-    """Marks each row's feed served, logs the request, answers the feed and its request id."""
+    """Marks each row's feed served, logs the request, answers its request id."""
 
     request_type = ServedLogRequest
     absent_store = NoStoreToWrite
@@ -100,8 +99,7 @@ class ServedLogService(StoreBackedService):
         outputs, records = [], []
         for request in requests:
             ids = np.array([[self.request_ids()] for _ in range(request.rows)], np.int64)
-            feed = {spec.name: getattr(request, spec.name) for spec in FEED_OUTPUTS}
-            outputs.append({"request_id": ids, **feed})
+            outputs.append({"request_id": ids})
             records += [row_record(request, r, int(ids[r, 0]), now) for r in range(request.rows)]
         self.write(records, now)
         return outputs
