@@ -4,8 +4,9 @@ Without --set or --weight, prints the parameters the server's feed_policy model 
 them, checks the new values here first (the same check the model runs at start-up, against the
 artifacts' action names), then sends a model load request carrying the current config with
 those parameters changed: Triton starts the new feed_policy, keeps answering with the old one
-until it is ready, then switches; the recommend ensemble follows. A value the model refuses
-fails the load and the old parameters keep serving. The load API needs the admin key (see
+until it is ready, then switches; recommend's chain is loaded again the same way with the same
+change, so recommend follows. A value the model refuses fails the load and the old parameters
+keep serving. The load API needs the admin key (see
 SECURITY.md) and a server with explicit model control (`make serve`, not --no-supervisor).
 
 A change made this way lasts until the server restarts; to change a default for good, edit
@@ -29,7 +30,7 @@ from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
 from phoenix.serving.contracts import FEED_POLICY, POLICY_PARAMETERS
 from phoenix.serving.inprocess import server_parameters
-from phoenix.serving.reload import reload_model
+from phoenix.serving.reload import reload_with_chains
 from phoenix.serving.services.feed_policy import parse_settings
 
 MODEL = FEED_POLICY.name
@@ -126,10 +127,10 @@ def show_or_reload(args) -> int:
         return cli.fail(f"not reloaded: {error}")
     try:
         key = find_admin_key(args.admin_key_env, args.admin_key_file)
-        reload_model(client, args.protocol, MODEL, new, key)
+        reloaded = reload_with_chains(client, args.protocol, MODEL, new, key)
     except Exception as error:
-        return cli.fail(f"reloading {MODEL} failed, it serves what it served: {error}")
-    print(f"{MODEL} reloaded; parameters now:")
+        return cli.fail(f"reloading {MODEL} failed: {error}")
+    print(f"{' and '.join(reloaded)} reloaded; {MODEL} parameters now:")
     show(new)
     return cli.EXIT_OK
 

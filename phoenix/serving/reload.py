@@ -4,8 +4,10 @@ the load API is restricted).
 
 A corpus switch (``switch_corpus``) moves every model that reads the corpus
 (``contracts.CORPUS_READERS``: the retriever searches it, the feed policy dates posts from
-it), so the age filter dates the posts the retriever finds. The new value lasts as long as
-the server: a model loaded later from the repository reads its config's corpus again.
+it, recommend's chain does both), so the age filter dates the posts the retriever finds. A
+stage's parameters changed on its model by name (``reload_with_chains``: the feed policy's)
+are changed in every chain running that stage too, so that recommend follows. The new values
+last as long as the server: a model loaded later from the repository reads its config again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from phoenix.serving.admin_key import admin_headers
-from phoenix.serving.contracts import CORPUS_FILE, CORPUS_READERS
+from phoenix.serving.contracts import CONTRACTS, CORPUS_FILE, CORPUS_READERS, stage_parameter
 from phoenix.serving.inprocess import server_model_config, server_parameters
 
 
@@ -32,6 +34,38 @@ def reload_model(
     wrong = {name: served.get(name) for name, value in changes.items() if served.get(name) != value}
     if wrong or not client.is_model_ready(model):
         raise RuntimeError(f"after the load {model} serves {wrong or 'nothing'}, not {changes}")
+
+
+def chains_of(model: str) -> list[str]:
+    """The chain models that run ``model`` as a stage (recommend_chain runs the policy)."""
+    return [c.name for c in CONTRACTS.values() if any(s.model == model for s in c.stages)]
+
+
+def reload_with_chains(
+    client, protocol: str, model: str, changes: Mapping[str, str], admin_key: Optional[str]
+) -> list[str]:
+    """``reload_model`` of ``model``, then of every loaded chain running it as a stage, with
+    the parameters that changed under the chain's names for them; returns the models loaded
+    again. A chain that fails names the models already serving the change."""
+    served = server_parameters(client, protocol, model)
+    changed = {name: value for name, value in changes.items() if served.get(name) != value}
+    try:
+        reload_model(client, protocol, model, changes, admin_key)
+    except Exception as error:
+        raise RuntimeError(f"{error} (the server serves what it served)") from error
+    done = [model]
+    for chain in chains_of(model):
+        if not client.is_model_ready(chain):
+            continue
+        renamed = {stage_parameter(model, name): value for name, value in changed.items()}
+        try:
+            reload_model(client, protocol, chain, renamed, admin_key)
+        except Exception as error:
+            raise RuntimeError(
+                f"{', '.join(done)} now serve the change but reloading {chain} failed: {error}"
+            ) from error
+        done.append(chain)
+    return done
 
 
 def loaded_corpus_readers(client) -> list[str]:

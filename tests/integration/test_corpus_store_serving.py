@@ -12,13 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.checkpoint import load_config, load_corpus, load_example_sequence
 from phoenix.corpus_store import SEALED, CorpusStore, Posts
 from phoenix.corpus_store.follow import POLL_SECONDS
 from phoenix.corpus_store.towers import tower_of
-from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
+from phoenix.serving.client import connect, infer, recommend_inputs, served_models, user_inputs
 from phoenix.serving.configs import write_repository
 from phoenix.serving.contracts import CORPUS_READERS, POLICY_FILTERS
+from phoenix.serving.ensemble import next_step_inputs, run_until
 from phoenix.serving.inprocess import server_parameters
 from phoenix.serving.profiles import profile
 from phoenix.serving.reload import switch_corpus
@@ -30,16 +31,26 @@ FOLLOW_DEADLINE_S = 10.0  # the issue's bound: a change is served within 10 s
 SETTLE_S = 2 * POLL_SECONDS + 0.5  # every instance checks the manifest at least this often
 
 
+def spread_creation_times(count: int, now: int, granularity_mins: int) -> np.ndarray:
+    """Posts made over the last day and a half, each in the middle of one of the model's
+    post-age buckets (so a second more or less never moves a post to the next bucket)."""
+    bucket_s = 60 * granularity_mins
+    ages = (np.arange(count) % 36) * bucket_s + bucket_s // 2
+    return (now - ages).astype(np.int64)
+
+
 @pytest.fixture(scope="module")
 def store_server(tiny_artifacts, tmp_path_factory):
-    """A server whose retriever and feed policy read ``store/``: the tiny corpus, sealed."""
+    """A server whose retriever and feed policy read ``store/``: the tiny corpus, sealed, its
+    posts made over the last day and a half."""
     from tests.integration.conftest import launch_server
 
     root = tmp_path_factory.mktemp("store-serving")
     artifacts = root / "artifacts"
     shutil.copytree(tiny_artifacts, artifacts)
     corpus = load_corpus(artifacts / "corpus.npz")
-    created = np.full(len(corpus), int(time.time()) - 60, np.int64)
+    granularity = load_config(artifacts).post_age_granularity_mins
+    created = spread_creation_times(len(corpus), int(time.time()), granularity)
     width = corpus.embeddings.shape[1]  # the store records the tower that embedded the corpus
     store = CorpusStore.create(artifacts / "store", width, embedded_by=tower_of(artifacts))
     store.add(Posts(corpus.post_ids, corpus.author_ids, created, corpus.embeddings), SEALED)
@@ -117,13 +128,69 @@ def test_metrics_show_the_generation_each_corpus_reader_serves(store_server):
     def newest(metric: str, model: str) -> float:
         return max(series_values(url, metric, model=model), default=-1.0)
 
+    client = connect(server.http_url, "http")
+    models = served_models(client, "http")
+
     def all_serve_it() -> bool:
-        recommended(server, user)  # a batch through the retriever and the policy
+        recommended(server, user)  # a batch through recommend's chain
+        ranked = run_until(models, recommend_inputs(user, top_k=20), "ranker")  # the retriever
+        policy_inputs = {
+            "user_id": np.array([[user["user_id"]]], np.int64),
+            "candidate_post_ids": ranked["ranked_post_ids"],
+            "candidate_author_ids": ranked["ranked_author_ids"],
+            "candidate_action_probs": ranked["action_probs"],
+        }
+        infer(client, "http", "feed_policy", policy_inputs)  # and the policy by name
         return all(newest(GENERATION, model) == generation for model in CORPUS_READERS)
 
     wait_for(all_serve_it, FOLLOW_DEADLINE_S)
     for model in CORPUS_READERS:
         assert newest(LAG, model) == 0 and newest(SKIPPED, model) == 0, model
+
+
+# -- each post's age reaches the ranker and the policy -----------------------------------------
+
+
+def by_hand(client, request: dict, ages) -> tuple[dict, dict]:
+    """The stages up to the retriever through the served models, then the ranker and the
+    policy called by name, the candidates dated by ``ages(post_ids)`` (None: no ages sent)."""
+    models = served_models(client, "http")
+    done = {stage: run_until(models, request, stage) for stage in ("user_state", "retriever")}
+    ranker_inputs = next_step_inputs(request, done, "ranker")
+    del ranker_inputs["candidate_post_age_seconds"]  # the retriever's: sent here as given
+    if ages is not None:
+        ranker_inputs["candidate_post_age_seconds"] = ages(done["retriever"]["post_ids"])
+    done["ranker"] = infer(client, "http", "ranker", ranker_inputs)
+    policy_inputs = next_step_inputs(request, done, "feed_policy")
+    return done["retriever"], infer(client, "http", "feed_policy", policy_inputs)
+
+
+def test_recommend_ranks_each_post_by_its_true_age_in_the_store(store_server):
+    """recommend answers what the ranker and the policy answer when called by hand with each
+    candidate's age as the store dates it, and not what they answer without ages: the
+    retriever's dates reach the ranker inside recommend."""
+    server, artifacts, store = store_server
+    client = connect(server.http_url, "http")
+    request = recommend_inputs(load_example_sequence(artifacts).to_dict(), top_k=40)
+    served = infer(client, "http", "recommend", request)
+    snapshot = store.open(searchable=False)
+
+    def true_ages(post_ids: np.ndarray) -> np.ndarray:
+        _, created, found = snapshot.lookup(post_ids)
+        assert found.all()
+        return (time.time() - created).astype(np.float32)
+
+    retrieved, aged = by_hand(client, request, true_ages)
+    # the retriever dates each candidate as the store does (seconds apart at most), and the
+    # candidates are of many ages
+    ages = retrieved["post_age_seconds"]
+    np.testing.assert_allclose(ages, true_ages(retrieved["post_ids"]), atol=30)
+    assert len(np.unique(ages // 3600)) > 5
+    np.testing.assert_array_equal(served["ranked_post_ids"], aged["ranked_post_ids"])
+    np.testing.assert_allclose(served["scores"], aged["scores"], rtol=1e-5, atol=1e-5)
+
+    _, ageless = by_hand(client, request, None)
+    assert not np.allclose(ageless["scores"], aged["scores"], atol=1e-3)  # ages matter here
 
 
 # -- a corpus switch on a running server (issue 30, point 2) --------------------------------

@@ -6,9 +6,10 @@ do. Tests run in file order on it and the last one shuts it down:
 
 - the admin APIs need the key (HTTP 403, gRPC UNAVAILABLE); inference, health and metadata
   do not;
-- a retriever corpus swap through the model load API: zero failed requests, new answers after;
-  a corpus file outside the artifact directory is refused and the loaded corpus keeps serving;
-- an operator's unload (with the key) of `ranker`: /ready turns 503 naming `ranker` and
+- a corpus swap of recommend's chain through the model load API: zero failed requests, new
+  answers after; a corpus file outside the artifact directory is refused and the loaded corpus
+  keeps serving;
+- an operator's unload (with the key) of `recommend_chain`: /ready turns 503 naming it and
   `recommend`, the supervisor leaves it unloaded; loaded again, /ready is 200;
 - kill -9 of a model's stub: the supervisor notices, /ready turns 503, the model is reloaded,
   /ready turns 200; failures stay inside that window;
@@ -62,12 +63,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(9
 
 LONG = os.environ.get("PHOENIX_LONG_TESTS") == "1"
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))
+# recommend's one step first: the stub every recommend request crosses
 KILLED_MODELS = (
-    ["retriever", "user_encoder", "ranker", "candidate_tower", "feed_policy"]
+    ["recommend_chain", "retriever", "user_encoder", "ranker", "candidate_tower", "feed_policy"]
     if LONG
-    else ["retriever"]
+    else ["recommend_chain"]
 )
 WORKERS = 4  # even workers HTTP, odd ones gRPC
+CHAIN = "recommend_chain"  # the one model the recommend ensemble calls
 WARMUP_S = 1.5
 AFTER_S = 4.0 if LONG else 2.0
 DRAIN_S = 1.0
@@ -99,7 +102,7 @@ class Served:
     old_ids: set[int]
     new_ids: set[int]
     server_pid: int = 0
-    reference_load_s: float = 0.0  # an operator's load of the retriever, measured here
+    reference_load_s: float = 0.0  # an operator's load of recommend's chain, measured here
 
 
 def supervisor_status(served: Served) -> dict:
@@ -268,16 +271,18 @@ def test_the_generated_key_is_private_and_admin_apis_need_it(served):
 
 
 def test_corpus_swap_under_load_fails_nothing(served):
-    config = served.admin.model_config("retriever")
+    """recommend's chain loaded again on another corpus under recommend's load: every
+    request is answered, from the old corpus until the new one is ready, then from it."""
+    config = served.admin.model_config(CHAIN)
     config["parameters"]["corpus_file"] = {"string_value": "corpus-b.npz"}
     with pytest.raises(TritonAPIError) as refused:  # the load API needs the admin key
-        TritonAdmin(served.serve.http_url).load_model("retriever", config, timeout=30)
+        TritonAdmin(served.serve.http_url).load_model(CHAIN, config, timeout=30)
     assert refused.value.status == 403
 
     with recommend_load(served, duration_s=300) as run:
         time.sleep(WARMUP_S)
         load_started = time.monotonic()
-        served.admin.load_model("retriever", config, timeout=300)
+        served.admin.load_model(CHAIN, config, timeout=300)
         load_done = time.monotonic()
         time.sleep(AFTER_S)
     outcomes = run.snapshot()
@@ -306,12 +311,12 @@ def test_corpus_swap_under_load_fails_nothing(served):
 
 def test_a_corpus_outside_the_artifact_directory_is_refused_and_the_old_one_serves(served):
     shutil.copy(served.artifacts / "corpus.npz", served.artifacts.parent / "outside.npz")
-    config = served.admin.model_config("retriever")
+    config = served.admin.model_config(CHAIN)
     before = config["parameters"]["corpus_file"]
     config["parameters"]["corpus_file"] = {"string_value": "../outside.npz"}
     with pytest.raises(TritonAPIError, match="outside the artifact directory"):
-        served.admin.load_model("retriever", config, timeout=300)
-    after = served.admin.model_config("retriever")["parameters"]["corpus_file"]
+        served.admin.load_model(CHAIN, config, timeout=300)
+    after = served.admin.model_config(CHAIN)["parameters"]["corpus_file"]
     with recommend_load(served, duration_s=60) as run:
         time.sleep(WARMUP_S)
     summary = summarize(run.snapshot())
@@ -348,27 +353,27 @@ def test_readiness_probes_do_not_leak_open_files(served):
 def test_an_operator_unload_turns_ready_false_naming_the_model_and_its_ensemble(served):
     events_before = len(supervisor_status(served)["events"])
     unloaded = time.monotonic()
-    served.admin.unload_model("ranker")
+    served.admin.unload_model(CHAIN)
     unready = wait_for(lambda: ready_body(served)[0] == 503, DETECT_WAIT_S, 0.02)
     code, body = ready_body(served)
     # Unloading ends when its stubs have stopped; then several supervisor rounds pass, in
     # which it must not load the model back.
-    wait_for(lambda: served.admin.model_index()["ranker"][0] == "UNAVAILABLE", 120, 0.2)
+    wait_for(lambda: served.admin.model_index()[CHAIN][0] == "UNAVAILABLE", 120, 0.2)
     time.sleep(2.0)
     still = ready_body(served)
     states = served.admin.model_index()
     events = supervisor_status(served)["events"][events_before:]
     report("operator_unload", ready_false_after_s=round(unready - unloaded, 3), reasons=body)
     assert unready - unloaded <= UNLOAD_VISIBLE_S
-    assert code == 503 and any("ranker" in r for r in body["reasons"])
-    assert any("recommend" in r for r in body["reasons"]), body
-    assert states["ranker"][0] == "UNAVAILABLE"
+    assert code == 503 and any(CHAIN in r for r in body["reasons"])
+    assert any("model recommend " in r for r in body["reasons"]), body  # its ensemble
+    assert states[CHAIN][0] == "UNAVAILABLE"
     assert still[0] == 503
-    assert "model ranker was unloaded by an operator" in still[1]["reasons"], still
+    assert f"model {CHAIN} was unloaded by an operator" in still[1]["reasons"], still
     assert "reloaded" not in [e["event"] for e in events], events
 
     # The operator loads it back (and the ensemble, if Triton unloaded it with its step).
-    served.admin.load_model("ranker", None, timeout=300)
+    served.admin.load_model(CHAIN, None, timeout=300)
     if served.admin.model_index()["recommend"][0] != "READY":
         served.admin.load_model("recommend", None, timeout=300)
     wait_for(lambda: http_get_status(served.serve.ready_url) == 200, RECOVERY_WAIT_S, 0.1)

@@ -19,7 +19,7 @@ from phoenix.checkpoint import load_config, load_corpus
 from phoenix.feed_policy import in_network_share
 from phoenix.serving.client import connect, infer
 from phoenix.serving.contracts import FEED_POLICY
-from phoenix.serving.reload import reload_model
+from phoenix.serving.reload import reload_with_chains
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
@@ -147,7 +147,7 @@ def test_a_followed_authors_new_post_is_in_the_followers_feed(client, redis_serv
 
 
 def set_factor(client, value: str) -> None:
-    reload_model(client, "http", FEED_POLICY.name, {"out_of_network_factor": value}, None)
+    reload_with_chains(client, "http", FEED_POLICY.name, {"out_of_network_factor": value}, None)
 
 
 def test_the_out_of_network_factor_moves_the_in_network_share(client, redis_server):

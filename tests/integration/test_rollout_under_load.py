@@ -148,7 +148,8 @@ def test_a_rollout_under_load_fails_no_request_and_a_rollback_restores_n(tiny_ar
     assert all(count > 10 for count in per_model.values()), per_model
 
     events = [e["event"] for e in report["timeline"]]
-    assert events.count("switched") == 2 and events.count("unloaded") == len(plan.steps)
+    assert events.count("switched") == 2 and events.count("unloaded") == len(plan.shadowed)
+    assert report["shadow"]["ranker"]["requests"] > 0  # N+1's ranker beside N's, compared
     assert report["target"]["version"] == "2" and back["target"]["version"] == "none"
     shadow = report["shadow"]["recommend"]
     assert shadow["requests"] >= len(requests["recommend"]) and 0 < shadow["top_k_overlap"] <= 1

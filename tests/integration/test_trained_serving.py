@@ -74,12 +74,15 @@ def in_process_recommend(resources, seq, score_weights, top_k, policy):
     user = plain_user_embedding(resources, seq)
     top, _ = brute_force_top_k(corpus, user, top_k, seq["history_post_ids"])
     author_of = dict(zip(corpus.post_ids.tolist(), corpus.author_ids.tolist()))
-    # as the recommend ensemble sends it: the history with its dwell seconds, no surfaces or
-    # post ages for the candidates
+    created_at = dict(zip(corpus.post_ids.tolist(), corpus.created_at.tolist()))
+    # as recommend's chain sends it: the history with its dwell seconds, no surfaces, and each
+    # candidate's age as the corpus dates it (an hour or a month: the same buckets a second
+    # later, when the server dates them)
     candidates = {k: v for k, v in seq.items() if k.startswith("history") or k == "user_id"}
     candidates |= {
         "candidate_post_ids": top.tolist(),
         "candidate_author_ids": [author_of[p] for p in top.tolist()],
+        "candidate_post_age_seconds": [time.time() - created_at[p] for p in top.tolist()],
     }
     ids, _, probs = plain_ranking(resources, score_weights, candidates)
     # then the feed policy, as the recommend ensemble's last step

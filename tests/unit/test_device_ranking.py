@@ -174,3 +174,28 @@ def test_the_joint_pass_ranks_as_the_cached_passes(resources, ranker):
     np.testing.assert_allclose(
         together.action_probs[real], cached.action_probs[real], rtol=TOL, atol=TOL
     )
+
+
+def test_an_unknown_age_ranks_as_a_request_without_ages_and_ages_pass_through(resources, ranker):
+    """UNKNOWN_AGE (any negative age) is the model's unknown-age bucket, what training used for
+    candidates without timestamps: a row of unknown ages scores as a row that sent none. Known
+    ages change the scores; each row's ages come back in ranked order."""
+    from phoenix.serving.contracts import UNKNOWN_AGE
+
+    rng = np.random.default_rng(5)
+    sent = request(resources.config, rng, 6, 12, with_age=False)
+    candidates = sent["candidate_post_ids"].shape[1]
+    unknown = {
+        **sent,
+        "candidate_post_age_seconds": np.full((1, candidates), UNKNOWN_AGE, np.float32),
+    }
+    ages = np.linspace(0, 36 * 3600, candidates, dtype=np.float32)[None]
+    dated = {**sent, "candidate_post_age_seconds": ages}
+    without, with_unknown, with_ages = ranker.run([ranker.parse(r) for r in (sent, unknown, dated)])
+    np.testing.assert_array_equal(without["ranked_post_ids"], with_unknown["ranked_post_ids"])
+    np.testing.assert_allclose(without["scores"], with_unknown["scores"], rtol=TOL, atol=TOL)
+    assert not np.allclose(without["scores"], with_ages["scores"], atol=1e-4)
+    assert (without["ranked_post_age_seconds"] == UNKNOWN_AGE).all()
+    by_post = dict(zip(sent["candidate_post_ids"][0].tolist(), ages[0].tolist()))
+    expected = [by_post[p] for p in with_ages["ranked_post_ids"][0].tolist()]
+    np.testing.assert_array_equal(with_ages["ranked_post_age_seconds"][0], expected)

@@ -377,6 +377,21 @@ def test_the_service_applies_the_requests_filters(service):
     assert out["filtered_counts"].tolist() == [[0, 1, 1, 1, 1]]
 
 
+def test_ages_sent_with_the_candidates_are_read_instead_of_the_corpus(service):
+    """recommend's chain hands the policy the retriever's ages (negative: unknown): the age
+    filter reads those, not the corpus (which here dates 12 as 510 s old)."""
+    ages = np.array([[5.0, 50.0, -1.0, 500.0]], np.float32)  # 13: unknown
+    request = policy_request(
+        candidate_post_age_seconds=ages, max_age_seconds=np.array([[100.0]], np.float32)
+    )
+    (out,) = service.handle([request])
+    assert out["ranked_post_ids"].tolist() == [[11, 12]]  # 13 own, 14 too old by its age
+    assert out["filtered_counts"].tolist() == [[0, 1, 0, 0, 1]]
+    sent = np.array([[5.0, 50.0, -1.0, -1.0]], np.float32)  # 14's age unknown: it stays
+    (out,) = service.handle([{**request, "candidate_post_age_seconds": sent}])
+    assert out["ranked_post_ids"].tolist() == [[11, 12, 14]]
+
+
 def test_rows_of_one_request_are_padded_with_post_id_zero(service):
     two = {name: np.concatenate([array, array]) for name, array in policy_request().items()}
     two["seen_post_ids"] = np.array([[11, 12], [0, 0]])

@@ -10,7 +10,7 @@ import pytest
 
 from phoenix.serving.configs import REPOSITORY
 from phoenix.serving.contracts import CONTRACTS, CORPUS_READERS
-from phoenix.serving.reload import reload_model, switch_corpus
+from phoenix.serving.reload import reload_model, reload_with_chains, switch_corpus
 
 
 class FakeServer:
@@ -88,3 +88,27 @@ def test_a_load_the_server_does_not_report_is_an_error():
     server.load_model = lambda model, headers=None, config=None: None  # accepted, not applied
     with pytest.raises(RuntimeError, match="after the load feed_policy serves"):
         reload_model(server, "http", "feed_policy", {"corpus_file": "store"}, None)
+
+
+def test_a_policy_change_moves_recommends_chain_with_it():
+    """recommend runs its own policy stage: a change to feed_policy is made in the chain too,
+    under the chain's names, and only what changed is sent there."""
+    server = FakeServer(["feed_policy", "recommend_chain"])
+    server.configs["feed_policy"]["parameters"]["author_diversity_floor"] = {"string_value": "0.1"}
+    changes = {"author_diversity_floor": "0.5", "artifact_dir": "a"}  # artifact_dir as served
+    done = reload_with_chains(server, "http", "feed_policy", changes, "key")
+    assert done == ["feed_policy", "recommend_chain"]
+    chain = server.configs["recommend_chain"]["parameters"]
+    assert chain["feed_policy.author_diversity_floor"] == {"string_value": "0.5"}
+    assert chain["artifact_dir"] == {"string_value": "a"} and "author_diversity_floor" not in chain
+    alone = FakeServer(["feed_policy"])  # no chain loaded: the model alone
+    assert reload_with_chains(alone, "http", "feed_policy", changes, None) == ["feed_policy"]
+
+
+def test_a_chain_that_refuses_the_change_is_named():
+    server = FakeServer(["feed_policy", "recommend_chain"], refuse=["recommend_chain"])
+    with pytest.raises(RuntimeError, match="feed_policy now serve the change but reloading rec"):
+        reload_with_chains(server, "http", "feed_policy", {"negative_scores_offset": "0.2"}, None)
+    refused = FakeServer(["feed_policy", "recommend_chain"], refuse=["feed_policy"])
+    with pytest.raises(RuntimeError, match="serves what it served"):
+        reload_with_chains(refused, "http", "feed_policy", {"negative_scores_offset": "0.2"}, None)

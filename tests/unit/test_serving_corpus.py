@@ -79,8 +79,9 @@ def test_a_file_and_a_store_of_the_same_posts_answer_alike(artifacts, resources)
 
 
 def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
-    file = services.RetrieverService(resources, "corpus.npz", batch_buckets=(2,))
-    store = services.RetrieverService(resources, "store", batch_buckets=(2,))
+    clock = lambda: NOW + 5.0  # noqa: E731
+    file = services.RetrieverService(resources, "corpus.npz", batch_buckets=(2,), clock=clock)
+    store = services.RetrieverService(resources, "store", batch_buckets=(2,), clock=clock)
     corpus = load_corpus(artifacts / "corpus.npz")
     request = {
         "user_embedding": corpus.embeddings[[3, 40]],
@@ -96,6 +97,25 @@ def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
     np.testing.assert_array_equal(from_file["author_ids"], from_store["author_ids"])
     np.testing.assert_allclose(from_file["retrieval_scores"], from_store["retrieval_scores"], 1e-5)
     assert not np.isin(from_file["post_ids"], corpus.post_ids[[3, 8]]).any()
+    # each candidate dated by either corpus: post i was made 10 i seconds before NOW
+    position = {int(p): i for i, p in enumerate(corpus.post_ids)}
+    expected = [[5.0 + 10 * position[int(p)] for p in row] for row in from_file["post_ids"]]
+    np.testing.assert_allclose(from_file["post_age_seconds"], expected)
+    np.testing.assert_allclose(from_store["post_age_seconds"], expected)
+    assert from_file["post_age_seconds"].dtype == np.float32
+
+
+def test_the_retriever_marks_posts_its_corpus_does_not_date_unknown(artifacts):
+    from types import SimpleNamespace
+
+    from phoenix.serving.contracts import UNKNOWN_AGE
+
+    undated = SimpleNamespace(corpus=CorpusFile(np.array([4, 5])))  # no creation times
+    ages = services.RetrieverService.ages(undated, np.array([[4, 5]]), NOW)
+    assert ages.tolist() == [[UNKNOWN_AGE, UNKNOWN_AGE]] and ages.dtype == np.float32
+    dated = SimpleNamespace(corpus=CorpusFile(np.array([4, 5]), created_at=np.array([NOW, 9])))
+    ages = services.RetrieverService.ages(dated, np.array([[5, 7, 4]]), NOW + 1.0)
+    assert ages.tolist() == [[NOW + 1.0 - 9, UNKNOWN_AGE, 1.0]]  # 7: not in the corpus
 
 
 def test_the_feed_policy_dates_posts_from_the_store_it_is_given(artifacts, resources):

@@ -76,6 +76,11 @@ class RecommendChainService(Service):
         }
         return cls(services, max_batch_size=settings.max_batch_size)
 
+    @property
+    def corpus(self):
+        """The corpus the chain retrieves from (the adapter shows its generation)."""
+        return self.services["retriever"].corpus
+
     def warm_up(self) -> int:
         return sum(service.warm_up() for service in self.services.values())
 
