@@ -75,10 +75,12 @@ def requests_of(store, world: WorldUsers, args, seq_len: int) -> dict[str, list[
 
 def reference(client, artifacts: Path):
     """The recommend chain in this process, built from the server's config, recording."""
-    try:
-        return InProcessModels.like_server(client, "grpc", artifacts, batched=True, record=True)
-    except TypeError:  # an older checkout: its reference records nothing
-        return InProcessModels.like_server(client, "grpc", artifacts, batched=True)
+    import inspect
+
+    options = {"batched": True}
+    if "record" in inspect.signature(InProcessModels.like_server).parameters:
+        options["record"] = True  # (an older checkout's reference records nothing)
+    return InProcessModels.like_server(client, "http", artifacts, **options)
 
 
 def in_process(models, requests: list[dict], per_call: int, seconds: float, redis_pid: int):
@@ -125,7 +127,7 @@ def served(server, data: Path, concurrency: int, window: int, redis_pid: int) ->
 
 
 def measure(args, server, redis_pid: int, requests: dict[str, list[dict]]) -> list[dict]:
-    models = reference(connect(server.http_url), args.artifacts)
+    models = reference(connect(server.http_url, "http"), args.artifacts)
     rounds = []
     for round_number in range(1, args.rounds + 1):
         for kind in KINDS:
@@ -254,6 +256,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0, help="in process, per rate")
     parser.add_argument("--window", type=int, default=200, help="perf_analyzer's requests")
+    parser.add_argument(
+        "--instances",
+        help="instances of named models, e.g. recommend_chain=1 (default: the CPU profile's)",
+    )
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "build/bench-recommend-host")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench/results/recommend-host.json")
     parser.add_argument("--plot", type=Path, help="PNG (default: --out with .png)")
@@ -277,7 +283,7 @@ def main(argv=None) -> int:
         requests = requests_of(store, world, args, seq_len)
         os.environ[USER_STATE_URL_ENV] = redis.url  # the in-process chain reads it too
         server = start_triton(
-            measured_repository(),
+            measured_repository(args),
             args.artifacts,
             env={USER_STATE_URL_ENV: redis.url},
             log_path=args.work / "tritonserver.log",
@@ -296,6 +302,7 @@ def main(argv=None) -> int:
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
         "artifacts": args.artifacts.name,
+        "instances": args.instances or "the CPU profile's",
         "users": len(requests["by_id"]),
         "top_k": TOP_K,
         "rounds": rounds,
@@ -308,11 +315,19 @@ def main(argv=None) -> int:
     return 0
 
 
-def measured_repository() -> Path:
-    """The model repository of the checkout whose ``phoenix`` runs (an older one, by path)."""
+def measured_repository(args) -> Path:
+    """The model repository of the checkout whose ``phoenix`` runs (an older one, by path),
+    or a copy with other instance counts (``--instances``)."""
     import phoenix
 
-    return Path(phoenix.__file__).resolve().parents[1] / "model_repository"
+    repository = Path(phoenix.__file__).resolve().parents[1] / "model_repository"
+    if not args.instances:
+        return repository
+    from phoenix.serving.configs import variant_repository
+    from phoenix.serving.profiles import instance_counts
+
+    counts = instance_counts(args.instances)
+    return variant_repository(repository, args.work, "cpu", instances=counts)
 
 
 def machine() -> dict:

@@ -843,9 +843,18 @@ CONTRACTS: dict[str, ModelContract] = {c.name: c for c in _MODELS}
 # recommend's chain: every stage's service in one Python model, one batch at a time, each
 # stage's outputs handed to the next in process (docs/architecture.md, "The recommend chain").
 # It takes recommend's inputs and the record flag, and answers recommend's outputs.
+def _ragged(spec: TensorSpec) -> TensorSpec:
+    """``spec`` batched with requests of other lengths (it has a length axis)."""
+    ragged = spec.length is not None
+    return TensorSpec(spec.name, spec.dtype, spec.axes, spec.optional, ragged, spec.values)
+
+
 RECOMMEND_CHAIN = ModelContract(
     name="recommend_chain",
-    inputs=(*RECOMMEND_INPUTS, RECORD),
+    # ragged: requests with histories (or filters) of different lengths share a batch; the
+    # chain's stages pad them (Triton batches only equal shapes otherwise: 1.7 requests a
+    # batch were measured at c=16 with histories of several lengths)
+    inputs=(*(_ragged(spec) for spec in RECOMMEND_INPUTS), RECORD),
     outputs=RECOMMEND_OUTPUTS,
     max_batch_size=8,
     stages=RECOMMEND_STAGES,

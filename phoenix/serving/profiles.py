@@ -165,7 +165,7 @@ CPU = Profile(
         # one Redis write per batch: no wait to fill a batch (as user_state)
         "served_log": Deployment(2, Queue(max_delay_us=0, max_size=64)),
         # recommend: every stage in one process, a batch at a time
-        "recommend_chain": Deployment(2, _CPU_QUEUE),
+        "recommend_chain": Deployment(2, Queue(max_delay_us=0, max_size=64)),
     },
 )
 
