@@ -165,7 +165,7 @@ LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command lin
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
 .PHONY: loadtest bench-serving bench-engine bench-startup bench-retrieval bench-store-serving \
-	bench-user-state bench-service-host
+	bench-user-state bench-service-host bench-recommend-host
 
 bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
@@ -191,6 +191,9 @@ bench-user-state: setup artifacts  ## recommend by id vs with history, freshness
 
 bench-service-host: setup  ## host work a served ranker request (checks, batch, split), 1/8/64 a batch -> bench/results/service-host.json
 	$(PY) -m bench.bench_service_host --out bench/results/service-host.json $(BENCH_ARGS)
+
+bench-recommend-host: setup  ## served recommend vs the same chain in process, by id and with history over Redis, CPU of every process -> bench/results/recommend-host.*
+	$(PY) -m bench.bench_recommend_host $(BENCH_ARGS)
 
 # ---- reliability: faults, overload, fuzz and soak (docs/reliability.md) --------------------
 RELIABILITY_TESTS := tests/integration/test_faults.py tests/integration/test_overload.py \

@@ -102,21 +102,33 @@ def in_process(models, requests: list[dict], per_call: int, seconds: float, redi
     }
 
 
-def inferences(client) -> int:
-    stats = client.get_inference_statistics("recommend")
-    return sum(int(m.get("inference_count", 0)) for m in stats["model_stats"])
+def inferences(client, model: str = "recommend") -> tuple[int, int]:
+    """(requests answered, executions) of ``model`` so far."""
+    try:
+        stats = client.get_inference_statistics(model)
+    except Exception:  # an older checkout serves no such model
+        return 0, 0
+    return tuple(
+        sum(int(m.get(key, 0)) for m in stats["model_stats"])
+        for key in ("inference_count", "execution_count")
+    )
 
 
 def served(server, data: Path, concurrency: int, window: int, redis_pid: int) -> dict:
     """perf_analyzer over gRPC at ``concurrency``; CPU-ms a request of every process."""
     client = connect(server.http_url)
     m = Measurement("recommend", "recommend", "grpc", "dynamic", concurrency)
-    count_before = inferences(client)
+    count_before, _ = inferences(client)
+    chain_before = inferences(client, "recommend_chain")
     cpu_before = served_cpu_seconds(server.process.pid, redis=redis_pid)
     measure_served(m, server.grpc_url, data, window, quick=True)
     cpu_after = served_cpu_seconds(server.process.pid, redis=redis_pid)
-    answered = inferences(client) - count_before
+    answered = inferences(client)[0] - count_before
+    chain = [
+        after - before for after, before in zip(inferences(client, "recommend_chain"), chain_before)
+    ]
     return {
+        "chain_requests_per_batch": round(chain[0] / chain[1], 2) if chain[1] else None,
         "throughput": round(m.throughput, 1),
         "p50_ms": round(m.p50_ms, 2),
         "p99_ms": round(m.p99_ms, 2),
@@ -223,18 +235,18 @@ def plot(result: dict, path: Path) -> None:
     rates.set_title("recommend: served against the same chain in process")
     rates.legend(fontsize=8)
     last = {r["kind"]: r for r in result["rounds"]}
-    processes = sorted(
-        {p for r in last.values() for p in r["served"]["16"]["cpu_ms_per_request"]} - {"total"}
+    spent = {k: last[k]["served"]["16"]["cpu_ms_per_request"] for k in names}
+    processes = sorted(  # the processes that spent any CPU (idle models' stubs left out)
+        {p for row in spent.values() for p, ms in row.items() if ms >= 0.02} - {"total"}
     )
     bottom = np.zeros(len(names))
-    for process in processes:
-        values = np.array(
-            [last[k]["served"]["16"]["cpu_ms_per_request"].get(process, 0.0) for k in names]
-        )
-        cpu.bar(x + 0.2, values, 0.35, bottom=bottom, label=f"served: {process}")
+    colors = plt.get_cmap("tab10")
+    for i, process in enumerate(processes):
+        values = np.array([spent[k].get(process, 0.0) for k in names])
+        cpu.bar(x + 0.2, values, 0.35, bottom=bottom, color=colors(i), label=f"served: {process}")
         bottom += values
     inside = [last[k]["in_process"][str(BATCHED)]["cpu_ms_per_request"]["total"] for k in names]
-    cpu.bar(x - 0.2, inside, 0.35, color="grey", label="in process (+ redis-server)")
+    cpu.bar(x - 0.2, inside, 0.35, color="black", alpha=0.6, label="in process + redis-server")
     cpu.set_xticks(x, names)
     cpu.set_ylabel("CPU ms / request (c=16; in process 8 a call)")
     cpu.set_title("CPU a request, every process (last round)")
@@ -253,7 +265,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="trained artifacts whose world's users are loaded")  # fmt: skip
     parser.add_argument("--population", type=int, default=1000, help="world users loaded")
     parser.add_argument("--users", type=int, default=256, help="distinct users requested")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0, help="in process, per rate")
     parser.add_argument("--window", type=int, default=200, help="perf_analyzer's requests")
     parser.add_argument(
