@@ -24,6 +24,14 @@ Calling it again on the same warm machine goes on where the last call stopped.
   service-host
              bench.bench_service_host: host work a ranker request at 1, 8 and 64 a batch
              (the device call's answer cached), in RESULTS/service-host.json
+  recommend-chain4
+             recommend as the recommend step serves it, with 4 instances of recommend_chain
+             (the profile has 2), in RESULTS/recommend-chain4.json; needs the recommend
+             step's artifacts
+  engine-diag
+             bench.gpu.engine_diag: the engine's programs with inputs on the device against
+             the calls from host arrays, at 1 x 64 and 1 x 1024, in RESULTS/engine-diag.json,
+             and a JAX profiler trace (its perfetto file copied to $OUT)
   profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
              its executions (PHOENIX_STUB_PROFILE, phoenix/serving/stub_profile.py): summaries
              in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
@@ -65,7 +73,7 @@ python=${PYTHON:-python3}
 declare -A cap=([setup]=120 [engine]=220 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
   [profile-recommend]=150 [serving-instances]=200 [serving-instances-4]=200 [recommend]=200
-  [service-host]=90)
+  [service-host]=90 [recommend-chain4]=150 [engine-diag]=90)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 # bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the
 # in-process timing shares the GPU with the stubs), the GPU platform, the shared program store.
@@ -101,6 +109,12 @@ declare -A command=(
   [serving-instances]="$(instances 8)"
   [serving-instances-4]="$(instances 4)"
   [service-host]="env JAX_PLATFORMS=cuda $python -m bench.bench_service_host --out $results/service-host.json"
+  [recommend-chain4]="${served[*]/artifacts-mini/artifacts-mini-corpus1000000} --instances recommend_chain=4
+    --workloads recommend --batching on --concurrency 16,64,256 --window-requests 100
+    --out $results/recommend-chain4.json --build-dir build/gpu-bench/chain4
+    --docs build/gpu-bench/chain4-table.md"
+  [engine-diag]="$python -m bench.gpu.engine_diag --profile gpu --out $results/engine-diag.json
+    --trace build/gpu-bench/trace"
   [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
 )
 
@@ -157,4 +171,7 @@ find bench/results/gpu build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f
   -o -name '*.md' \) -size -8M 2>/dev/null | sort -u >"$state/packed.txt"
 # No path of that machine (phoenix/machine_paths.py): the results are kept in the repository.
 grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' "$python" -m phoenix.machine_paths
+# The engine trace beside the pack, where it fits a returned file (16 MiB)
+trace=$(find build/gpu-bench/trace -name 'perfetto_trace.json.gz' -size -15M 2>/dev/null | head -1)
+[[ -n $trace && -n ${OUT:-} ]] && cp "$trace" "$OUT/engine-trace.json.gz"
 tar czf "$pack" -T "$state/packed.txt" && echo "packed $(wc -l <"$state/packed.txt") files: $pack ($((SECONDS)) s)"
