@@ -840,6 +840,7 @@ RECORD = _spec("record", np.int8, [1], optional=True, values=Values(0, 1, "flags
 _MODELS = (USER_STATE, USER_ENCODER, CANDIDATE_TOWER, RETRIEVER, RANKER, FEED_POLICY, SERVED_LOG)
 CONTRACTS: dict[str, ModelContract] = {c.name: c for c in _MODELS}
 
+
 # recommend's chain: every stage's service in one Python model, one batch at a time, each
 # stage's outputs handed to the next in process (docs/architecture.md, "The recommend chain").
 # It takes recommend's inputs and the record flag, and answers recommend's outputs.
