@@ -29,6 +29,7 @@ import numpy as np
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
+from phoenix.command_line import id_number, id_numbers
 from phoenix.serving.client import feed_table, recommend_inputs, served_models, side_by_side
 from phoenix.serving.ensemble import run_until
 from phoenix.serving.inprocess import SERVICE_MODELS
@@ -43,12 +44,12 @@ def parse_args(argv: Optional[Sequence[str]]):
     add = parser.add_argument
     by_id = "ask by user id only: the server hydrates the history from its user-state store "
     by_id += "(not with --input, --generate or --check)"
-    add("--user-id", type=int, metavar="N", help=by_id)
+    add("--user-id", type=id_number, metavar="N", help=by_id)
     cli.add_top_k_and_rows(parser, "retrieve and rank")
     excluded = "comma-separated author ids the feed must leave out (blocked or muted)"
-    add("--exclude-authors", type=id_list, metavar="IDS", help=excluded)
+    add("--exclude-authors", type=id_numbers, metavar="IDS", help=excluded)
     seen = "comma-separated post ids already seen or served, left out of the feed"
-    add("--seen-posts", type=id_list, metavar="IDS", help=seen)
+    add("--seen-posts", type=id_numbers, metavar="IDS", help=seen)
     max_age = "leave out posts older than this (where the corpus has creation times)"
     add("--max-age", type=float, metavar="SECONDS", help=max_age)
     both = "also print the ranker's own ranking (before the feed policy) beside the feed"
@@ -59,10 +60,6 @@ def parse_args(argv: Optional[Sequence[str]]):
         parser.error("--user-id asks with the server's stored history: not with --input, "
                      "--generate or --check")  # fmt: skip
     return args
-
-
-def id_list(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
 
 
 def filter_inputs(args) -> dict[str, np.ndarray]:

@@ -33,3 +33,22 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0 = any free port)")
     return value
+
+
+INT64_MAX = 2**63 - 1  # the served models' ids are int64
+
+
+def id_number(text: str) -> int:
+    """An option's user, post or author id: an integer in [0, 2**63 - 1] (the models' int64)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer id") from None
+    if not 0 <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is not an id: ids lie in [0, 2**63 - 1]")
+    return value
+
+
+def id_numbers(text: str) -> list[int]:
+    """A comma-separated list of ids (``id_number`` each)."""
+    return [id_number(item) for item in text.split(",") if item.strip()]

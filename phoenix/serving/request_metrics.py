@@ -86,7 +86,7 @@ def family_maker(pb: Any) -> Optional[Callable[[str, str, str], Any]]:
 class RequestMetrics:
     """The refused and failed counters of one model instance."""
 
-    def __init__(self, pb: Any, model: str, inputs: Sequence[str]):
+    def __init__(self, pb: Any, model: str, version: str, inputs: Sequence[str]):
         self._families: list[Any] = []
         self._refused: dict[str, Any] = {}
         self._failed: Optional[Any] = None
@@ -102,11 +102,12 @@ class RequestMetrics:
                 FAILED, "Requests answered INTERNAL (their batch failed), by model", "COUNTER"
             )
             self._families = [refused, failed]  # Triton: a family must outlive its metrics
+            labels = {"model": model, "version": version}
             self._refused = {
-                name: refused.Metric(labels=own_series({"model": model, "input": name}))
+                name: refused.Metric(labels=own_series({**labels, "input": name}))
                 for name in (*inputs, WHOLE_REQUEST)
             }
-            self._failed = failed.Metric(labels=own_series({"model": model}))
+            self._failed = failed.Metric(labels=own_series(labels))
         except Exception as error:  # metrics off (--allow-metrics=false): serve without them
             logger.warning("%s: no custom metrics (%s); refusals go uncounted", model, error)
             self.close()
@@ -274,7 +275,7 @@ class CorpusMetrics:
     ``corpus.state()`` (``phoenix.serving.corpus.CorpusState``); nothing for a corpus without
     a ``state`` (a corpus file: it never changes while served)."""
 
-    def __init__(self, pb: Any, model: str, corpus: Any):
+    def __init__(self, pb: Any, model: str, version: str, corpus: Any):
         self._families: list[Any] = []
         self._gauges: list[tuple[Any, str]] = []  # (gauge, the CorpusState field it shows)
         self._shown: dict[int, float] = {}  # gauge index -> the value last set
@@ -286,7 +287,8 @@ class CorpusMetrics:
             for name, description, field in CORPUS_GAUGES:
                 family = make(name, f"{description}, by model", "GAUGE")
                 self._families.append(family)
-                self._gauges.append((family.Metric(labels=own_series({"model": model})), field))
+                labels = own_series({"model": model, "version": version})
+                self._gauges.append((family.Metric(labels=labels), field))
         except Exception as error:  # metrics off: serve without them
             logger.warning("%s: no corpus metrics (%s)", model, error)
             self.close()

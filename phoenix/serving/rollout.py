@@ -28,6 +28,7 @@ the same way, so version N answers exactly as before.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
@@ -43,7 +44,7 @@ import numpy as np
 
 from phoenix.serving.admin_key import admin_headers
 from phoenix.serving.client import infer
-from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND
+from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, CORPUS_FILE, RECOMMEND
 from phoenix.serving.inprocess import server_model_config
 from phoenix.serving.rank_agreement import compare_rankings, summarize
 from phoenix.serving.served_artifacts import (
@@ -52,9 +53,9 @@ from phoenix.serving.served_artifacts import (
     precompile_model_files,
     servable_artifact_dir,
 )
+from phoenix.serving.supervisor.state import NEXT_SUFFIX
 
 GATE_FILE = "gate.json"
-NEXT_SUFFIX = "__next"
 # What a shadow request adds to recommend's: the chain's flag that turns its side effects off.
 QUIET = {"record": np.zeros((1, 1), np.int8)}
 # Shadowed besides the chain when it is rolled: the ranker alone, on the same candidates.
@@ -68,6 +69,20 @@ from phoenix.serving.triton_adapter import ServiceModel
 class TritonPythonModel(ServiceModel):
     service_name = {service!r}
 '''
+# The stand-in that clears a failed load's mark on Triton's readiness (Server.clear_failed).
+STAND_IN_CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 0
+input {{ name: "unused" data_type: TYPE_INT8 dims: 1 }}
+output {{ name: "nothing" data_type: TYPE_INT8 dims: 1 }}
+"""
+STAND_IN_MODEL = '''"""A stand-in: phoenix.serving.rollout loads it to clear a failed load."""
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+'''
 # A drained model's inference count has not moved for this long.
 DRAIN_QUIET_S = 1.0
 DRAIN_TIMEOUT_S = 30.0
@@ -75,7 +90,13 @@ LOAD_TIMEOUT_S = 600.0
 
 
 class RolloutError(RuntimeError):
-    """A rollout that cannot go on (the message says what the server serves now)."""
+    """A rollout that cannot go on (the message says what the server serves now).
+    ``changed``: the server may serve a mix of versions (a switch stopped part way); else it
+    serves what it served before."""
+
+    def __init__(self, message: str, changed: bool = False):
+        super().__init__(message)
+        self.changed = changed
 
 
 class GateRefused(RolloutError):
@@ -205,20 +226,13 @@ def write_model_folder(repository: Path, service: str, config: Mapping[str, Any]
     return folder
 
 
-def model_states(client, protocol: str) -> dict[str, str]:
-    """{model: state} of the repository index (READY, UNLOADING, UNAVAILABLE, ...)."""
-    index = client.get_model_repository_index(**({"as_json": True} if protocol == "grpc" else {}))
+def model_states(client, protocol: str, headers=None) -> dict[str, str]:
+    """{model: state} of the repository index (READY, UNAVAILABLE, ...): a restricted API, so
+    ``headers`` carry the admin key when the server has one."""
+    kwargs = {"as_json": True} if protocol == "grpc" else {}
+    index = client.get_model_repository_index(headers=headers, **kwargs)
     entries = index.get("models", []) if isinstance(index, dict) else index
     return {e["name"]: e.get("state", "") for e in entries}
-
-
-def model_state(client, protocol: str, model: str) -> str:
-    return model_states(client, protocol).get(model, "UNAVAILABLE")
-
-
-def ready_models(client, protocol: str) -> list[str]:
-    """The models the server has loaded and ready."""
-    return sorted(m for m, state in model_states(client, protocol).items() if state == "READY")
 
 
 def inference_count(client, protocol: str, model: str) -> int:
@@ -264,6 +278,16 @@ class Server:
     def config(self, model: str) -> dict[str, Any]:
         return server_model_config(self.client, self.protocol, model)
 
+    def states(self) -> dict[str, str]:
+        """{model: state} of the server's repository index."""
+        return model_states(self.client, self.protocol, self.headers)
+
+    def state(self, model: str) -> str:
+        return self.states().get(model, "UNAVAILABLE")
+
+    def ready_models(self) -> list[str]:
+        return sorted(m for m, state in self.states().items() if state == "READY")
+
     def load(
         self, name: str, config: Optional[Mapping[str, Any]], files: Optional[dict] = None
     ) -> None:
@@ -292,19 +316,72 @@ class Server:
     def unload(self, name: str) -> None:
         self.client.unload_model(name, headers=self.headers)
 
-    def load_beside(self, model: str, config: Mapping[str, Any]) -> str:
-        """``config`` of ``model`` loaded as ``<model>__next`` from a folder of its own."""
+    def load_beside(self, model: str, config: Mapping[str, Any], loaded: list[str]) -> str:
+        """``config`` of ``model`` loaded as ``<model>__next`` from a folder of its own; its
+        name goes into ``loaded`` before the load, so that a load that fails is cleaned up
+        with the others (unloaded, its folder removed: a model left UNAVAILABLE in the index
+        keeps Triton's readiness false)."""
         name = model + NEXT_SUFFIX
+        loaded.append(name)
         write_model_folder(self.repository, model, renamed(config, name))
         self.load(name, None)
         return name
+
+    def discard(self, names: Sequence[str]) -> None:
+        """Unload ``names`` whatever state they are in and remove their folders, so none stays
+        in the repository index nor keeps Triton unready (a failed load: ``clear_failed``)."""
+        failed = [name for name in names if self.failed_load(name)]
+        for name in failed:
+            self.clear_failed(name)
+        for name in names:
+            with contextlib.suppress(Exception):  # never loaded, or gone already
+                self.unload_beside(name)
+        self.remove_folders(names)
+
+    def failed_load(self, name: str) -> bool:
+        """Whether ``name``'s last load failed (UNAVAILABLE for another reason than an unload)."""
+        kwargs = {"as_json": True} if self.protocol == "grpc" else {}
+        index = self.client.get_model_repository_index(headers=self.headers, **kwargs)
+        entries = index.get("models", []) if isinstance(index, dict) else index
+        for entry in entries:
+            if entry["name"] == name:
+                return entry.get("state") == "UNAVAILABLE" and entry.get("reason") != "unloaded"
+        return False
+
+    def clear_failed(self, name: str) -> None:
+        """Triton 2.51 keeps its server readiness false after a model's load failed, even once
+        the model is unloaded and its folder gone, until a load of that name succeeds: a
+        stand-in (a Python model that computes nothing) is loaded under the name, then
+        unloaded (docs/rollout.md, "A version that fails to load")."""
+        folder = self.repository / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        (folder / "1").mkdir(parents=True)
+        (folder / "config.pbtxt").write_text(STAND_IN_CONFIG.format(name=name))
+        (folder / "1" / "model.py").write_text(STAND_IN_MODEL)
+        self.load(name, None)
+
+    def leftovers(self, keep: Sequence[str]) -> list[str]:
+        """``__next`` models an interrupted rollout left (loaded or not), but ``keep``."""
+        return sorted(
+            m
+            for m in {*self.states(), *(p.name for p in self.repository.glob(f"*{NEXT_SUFFIX}"))}
+            if m.endswith(NEXT_SUFFIX) and m not in keep
+        )
+
+    def retire_leftovers(self, keep: Sequence[str], log: Callable[..., None]) -> None:
+        """Unload and remove the leftovers of an interrupted rollout (none that ``keep``
+        names: what recommend calls now)."""
+        for name in self.leftovers(keep):
+            self.discard([name])
+            log("removed leftover", model=name)
 
     def unload_beside(self, name: str) -> None:
         """Unload a model ``load_beside`` loaded and wait until Triton has finished
         (RolloutError when it has not after DRAIN_TIMEOUT_S); ``remove_folders`` then."""
         self.unload(name)
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while (state := model_state(self.client, self.protocol, name)) != "UNAVAILABLE":
+        while (state := self.state(name)) not in ("UNAVAILABLE", ""):
             if time.monotonic() > deadline:
                 raise RolloutError(
                     f"{name} is still {state} {DRAIN_TIMEOUT_S:g} s after its unload"
@@ -371,7 +448,7 @@ class Plan:
 def served_configs(server: Server) -> dict[str, dict[str, Any]]:
     """The config of ``recommend`` and of every ready model reading artifacts (not the
     leftovers of an interrupted rollout)."""
-    models = [m for m in ready_models(server.client, server.protocol) if NEXT_SUFFIX not in m]
+    models = [m for m in server.ready_models() if NEXT_SUFFIX not in m]
     configs = {m: server.config(m) for m in models}
     if RECOMMEND.name not in configs:
         raise RolloutError(f"the server has no {RECOMMEND.name!r} loaded")
@@ -380,14 +457,38 @@ def served_configs(server: Server) -> dict[str, dict[str, Any]]:
 
 
 def forward_plan(server: Server, new_dir: Path) -> Plan:
-    """N (what is served) to the artifacts ``new_dir``, every other parameter kept."""
+    """N (what is served) to the artifacts ``new_dir``, every other parameter kept; refused
+    before anything is loaded when ``new_dir`` lacks the corpus N serves."""
     new_dir = servable_artifact_dir(new_dir)
     digest = artifact_digest(new_dir)
     previous = served_configs(server)
+    check_corpus(previous, new_dir)
     target = {
         m: c if m == RECOMMEND.name else retargeted(c, new_dir, digest) for m, c in previous.items()
     }
     return Plan(previous, target)
+
+
+def check_corpus(configs: Mapping[str, Mapping[str, Any]], new_dir: Path) -> None:
+    """RolloutError unless every corpus the served models read (``corpus_file``, inside the
+    artifacts) is in ``new_dir`` too: a corpus is embedded by its version's candidate tower, so
+    N's store cannot serve N+1's user tower; N+1 needs its own, under the same name."""
+    missing = sorted(
+        {
+            name
+            for config in configs.values()
+            if (name := parameter(config, CORPUS_FILE.name))
+            and not (Path(new_dir) / name).exists()
+        }
+    )
+    if missing:
+        readers = sorted(m for m, c in configs.items() if parameter(c, CORPUS_FILE.name))
+        raise RolloutError(
+            f"the served corpus {', '.join(map(repr, missing))} (read by {', '.join(readers)}) "
+            f"is not in {new_dir}: a corpus is embedded by its version's candidate tower, so "
+            f"the new version needs its own under that name (phoenix-build-corpus --artifacts "
+            f"{new_dir} ...); nothing was loaded"
+        )
 
 
 def rollback_plan(server: Server, report: Mapping[str, Any]) -> Plan:
@@ -503,20 +604,20 @@ def roll(
     before the switch unloads what it loaded (the server serves N as before)."""
     log = Timeline(say)
     log("start", previous=describe(plan.previous), target=describe(plan.target))
+    # an interrupted rollout's __next models, but those recommend calls now (rolled back here)
+    server.retire_leftovers(step_models(server.config(plan.ensemble)), log)
     loaded: list[str] = []
     try:
 
         def load_beside(model: str) -> None:
-            loaded.append(server.load_beside(model, plan.target[model]))
-            log("loaded", model=loaded[-1])
+            log("loaded", model=server.load_beside(model, plan.target[model], loaded))
 
         server.each(load_beside, plan.shadowed if shadow_requests else plan.steps)
         shadowed = None
         if shadow_requests:
             shadowed = shadow(server, plan, shadow_requests, shadow_seconds, log)
     except BaseException:
-        server.each(server.unload_beside, list(loaded))
-        server.remove_folders(list(loaded))
+        server.discard(list(loaded))
         raise
     try:
         switch(server, plan, log)
@@ -524,7 +625,8 @@ def roll(
         done = "; ".join(f"{e['event']} {e.get('model', '')}" for e in log.events[-4:])
         raise RolloutError(
             f"{error}. The switch stopped part way (last: {done}): the server may serve both "
-            "versions; roll out again or roll back"
+            "versions; roll out again or roll back",
+            changed=True,
         ) from None
 
     def retire(name: str) -> None:
@@ -534,6 +636,8 @@ def roll(
 
     server.each(retire, list(loaded))
     server.remove_folders(list(loaded))
+    # what an interrupted rollout left that this one did not load (a rollback from its report)
+    server.retire_leftovers(step_models(server.config(plan.ensemble)), log)
     log("done")
     return {
         **plan_summary(plan),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phoenix.checkpoint import ArtifactError
+from phoenix.checkpoint.files import resolve_inside
 from phoenix.command_line import command_parser, port_number
 from phoenix.processes import LOOPBACK, client_host, die_with_parent, echo_log
 from phoenix.serving.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
@@ -26,6 +27,7 @@ from phoenix.serving.configs import ConfigError, variant_repository
 from phoenix.serving.profiles import instance_counts_arg, profile
 from phoenix.serving.served_artifacts import servable_artifact_dir
 from phoenix.serving.services.user_state import USER_STATE_URL_ENV
+from phoenix.serving.serving_state import remove_serving_state, write_serving_state
 from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.serving.supervisor.endpoints import ReadinessServer
 from phoenix.serving.supervisor.state import Supervisor
@@ -187,6 +189,29 @@ def describe(server: TritonServer, ready_url: str | None, key_file: Path | None)
     )
 
 
+def check_corpus(artifacts: Path, name: str) -> None:
+    """--corpus must name a corpus file or store inside the artifacts (ArtifactError if not)."""
+    path = resolve_inside(artifacts, name)
+    if not path.exists():
+        raise ArtifactError(
+            f"--corpus {name}: no corpus file or store {path} in the artifacts {artifacts} "
+            "(build one with phoenix-build-corpus)"
+        )
+
+
+def serving_state(server: TritonServer, ready_url: str | None, key_file: Path | None) -> dict:
+    """What an operator's tool needs to find this server (``serving_state``)."""
+    return {
+        "http": server.http_url,
+        "grpc": server.grpc_url,
+        "metrics": server.metrics_url,
+        "ready": ready_url,
+        "repository": str(server.served_repository or server.model_repository),
+        "artifacts": str(server.artifacts_dir),
+        "admin_key_file": str(Path(key_file).resolve()) if key_file else None,
+    }
+
+
 def wait_in_short_naps(wait: Callable[[float], int], nap_s: float = 0.1) -> int:
     """`wait(timeout)` until it returns, waking every `nap_s`: the kernel may hand SIGTERM to any
     thread, and in one long waitpid() the main thread would not run the drain handler."""
@@ -321,11 +346,14 @@ def serve_foreground(
         server.wait_ready()
         if supervisor is not None:
             supervisor.start()
+        state_file = write_serving_state(args.build_dir, serving_state(server, ready_url, key_file))
         print(describe(server, ready_url, key_file) + "\nCtrl-C stops the server.", flush=True)
+        print(f"  state    {state_file}  (read by phoenix-rollout)", flush=True)
         shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
         return shutdown.exit_code(wait_in_short_naps(server.process.wait))
     finally:
+        remove_serving_state(args.build_dir)
         if endpoint is not None:
             endpoint.stop()
         if supervisor is not None:
@@ -341,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop_with_parent()
     try:
         artifacts = servable_artifact_dir(args.artifacts)
+        if args.corpus is not None:
+            check_corpus(artifacts, args.corpus)  # before Triton's start-up, not after it
         repository = variant_repository(
             args.model_repository, args.build_dir, args.device, not args.no_dynamic_batching,
             queue_delay_us=args.max_queue_delay_us, corpus=args.corpus, instances=args.instances,

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Optional
 
 from phoenix.checkpoint import ArtifactError
-from phoenix.checkpoint.files import CONFIG_FILE, artifact_root, existing_file
+from phoenix.checkpoint.files import (
+    CONFIG_FILE,
+    RANKER_PARAMS_FILE,
+    RETRIEVAL_PARAMS_FILE,
+    TABLES_FILE,
+    artifact_root,
+    existing_file,
+)
 from phoenix.serving.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND, RECOMMEND_CHAIN
 
 # The models a client asks for the served artifacts, in order (all read the same directory):
@@ -61,12 +68,33 @@ def artifact_digest(artifact_dir: str | Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+# What a version's content is: its config and its trained weights and tables.
+CONTENT_FILES = (CONFIG_FILE, RANKER_PARAMS_FILE, RETRIEVAL_PARAMS_FILE, TABLES_FILE)
+
+
+def content_digest(artifact_dir: str | Path) -> str:
+    """sha256 (hex) over CONTENT_FILES of ``artifact_dir`` (those it has): two trainings of one
+    config differ here where their config.json does not."""
+    root = artifact_root(artifact_dir)
+    total = hashlib.sha256()
+    for name in CONTENT_FILES:
+        path = root / name
+        if path.is_file():
+            with path.open("rb") as file:
+                total.update(name.encode() + hashlib.file_digest(file, "sha256").digest())
+    return total.hexdigest()
+
+
 def artifact_version(artifact_dir: str | Path) -> str:
-    """The artifacts' version label (config.json's ``version``), "none" when they have none."""
+    """The artifacts' version label: config.json's ``version``, else one made of their content
+    (``sha256-`` and 12 hex digits of ``content_digest``), so that two unversioned versions
+    served side by side (a rollout) never share a label in the metrics."""
     from phoenix.checkpoint import load_config
 
     version = load_config(artifact_root(artifact_dir)).version
-    return "none" if version is None else str(version)
+    if version is not None:
+        return str(version)
+    return f"sha256-{content_digest(artifact_dir)[:12]}"
 
 
 def short(digest: str) -> str:

@@ -110,10 +110,11 @@ class ServiceModel:
         self.service.warm_up()
         # Metrics only once the instance will serve: an instance that fails to initialize
         # (a refused reload) leaves no series behind (request_metrics: why series are per stub)
-        self.metrics = RequestMetrics(pb_utils, self.service_name, contract.input_names)
+        # every series names the model as served (ranker__next in a rollout) and its version
+        self.metrics = RequestMetrics(pb_utils, served_as, version, contract.input_names)
         self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
-        corpus = getattr(self.service, "corpus", None)  # the retriever's and the policy's
-        self.corpus_metrics = CorpusMetrics(pb_utils, served_as, corpus)
+        corpus = getattr(self.service, "corpus", None)  # the retriever's, the policy's, chain's
+        self.corpus_metrics = CorpusMetrics(pb_utils, served_as, version, corpus)
         stores = opened_program_stores()  # the service's (none for a host-only model)
         logger.warning(
             "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import inspect
 import json
 import shutil
 import subprocess
@@ -574,29 +573,6 @@ def forget_served(redis_url: str, user_ids: Sequence[int]) -> int:
 # ----------------------------------------------------------------------------------------
 
 
-class WithHeaders:
-    """A tritonclient whose every call without ``headers`` sends ``headers``: the rollout
-    library reads the repository index, a restricted API, without the admin key as it stands."""
-
-    def __init__(self, client, headers: Optional[Mapping[str, str]]):
-        self.client, self.headers = client, dict(headers or {})
-
-    def __getattr__(self, name: str):
-        attribute = getattr(self.client, name)
-        if not callable(attribute):
-            return attribute
-
-        if "headers" not in inspect.signature(attribute).parameters:
-            return attribute
-
-        def call(*args, **kwargs):
-            if kwargs.get("headers") is None:
-                kwargs["headers"] = self.headers
-            return attribute(*args, **kwargs)
-
-        return call
-
-
 def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: LoopOptions,
              say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
     """Roll the server onto ``new_dir`` (gate checked, shadowed on the simulated users' feed
@@ -605,16 +581,13 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
     import tritonclient.http as httpclient
 
     from phoenix.serving import rollout
-    from phoenix.serving.admin_key import admin_headers
 
     key = serving.admin_key()
     timeouts = {
         "connection_timeout": rollout.LOAD_TIMEOUT_S,
         "network_timeout": rollout.LOAD_TIMEOUT_S,
     }
-    client = WithHeaders(
-        httpclient.InferenceServerClient(serving.http_url, **timeouts), admin_headers(key)
-    )
+    client = httpclient.InferenceServerClient(serving.http_url, **timeouts)
     try:
         server = rollout.Server(client, "http", key, serving.served_repository())
         gate = rollout.check_gate(new_dir, options.force, say)

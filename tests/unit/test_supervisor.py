@@ -578,3 +578,29 @@ def test_an_unusable_store_is_reported_degraded_and_keeps_readiness(admin, proce
     assert supervisor.degraded() == reason and supervisor.status()["degraded"] == reason
     reason[0] = None
     assert supervisor.readiness() == (True, []) and supervisor.degraded() == []
+
+
+def test_a_rollouts_next_model_is_watched_while_loaded_and_forgotten_when_unloaded(
+    admin, processes
+):
+    """A rollout loads ``ranker__next`` beside ``ranker`` and unloads it after the switch: a
+    planned unload, so /ready stays 200 and nothing reloads it, where an operator's unload of
+    a served model turns /ready 503."""
+    supervisor = make_supervisor(admin, processes)
+    admin.index["ranker__next"] = ("READY", "")
+    admin.configs["ranker__next"] = python_config("ranker__next")
+    processes.add(404, "ranker__next_0_0")
+    supervisor.poll_once()
+    assert supervisor.models["ranker__next"].state == "healthy"
+    assert supervisor.readiness() == (True, [])
+    admin.index["ranker__next"] = ("UNAVAILABLE", "unloaded")
+    processes.kill(404)
+    supervisor.poll_once()
+    supervisor.poll_once()
+    assert "ranker__next" not in supervisor.models and admin.loads == []
+    assert supervisor.readiness() == (True, [])
+    assert [e["event"] for e in supervisor.events][-1:] == ["forgotten"]
+    # its folder removed too: gone from the index, still nothing to heal
+    del admin.index["ranker__next"]
+    supervisor.poll_once()
+    assert supervisor.readiness() == (True, []) and admin.loads == []

@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import pstats
+import re
 import sys
 import time
 import types
@@ -39,7 +40,7 @@ from phoenix.serving.request_metrics import (
     WHOLE_REQUEST,
     CorpusMetrics,
 )
-from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest
+from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest, artifact_version
 from phoenix.serving.triton_adapter import ServiceModel
 
 MODEL = FEED_POLICY.name  # numpy only: the quickest service to start
@@ -48,6 +49,12 @@ MODEL = FEED_POLICY.name  # numpy only: the quickest service to start
 # ----------------------------------------------------------------------------------------
 # The fake stub module
 # ----------------------------------------------------------------------------------------
+
+
+def only_version(metrics, family: str) -> str:
+    """The one version label of ``family``'s series."""
+    (version,) = {dict(labels)["version"] for labels in metrics.series(family)}
+    return version
 
 
 class FakeMetrics:
@@ -217,6 +224,7 @@ def started_model(tiny_artifacts, digest: str = "") -> PolicyModel:
 @pytest.fixture
 def model(metrics, tiny_artifacts):
     instance = started_model(tiny_artifacts)
+    instance.service_artifacts = tiny_artifacts  # what its version label is made of
     yield instance
     instance.finalize()
 
@@ -261,13 +269,17 @@ def test_refused_requests_get_invalid_arg_alone_and_are_counted(model, metrics):
             assert response.outputs[spec.name].dtype == spec.dtype
             np.testing.assert_array_equal(response.outputs[spec.name], alone[spec.name])
 
-    assert metrics.value(REFUSED, model=MODEL, input="candidate_action_probs") == 1
-    assert metrics.value(REFUSED, model=MODEL, input=WHOLE_REQUEST) == 1
-    assert metrics.value(FAILED, model=MODEL) == 0
+    # every series names the model and its artifacts' version (none in config.json: content)
+    version = artifact_version(model.service_artifacts)
+    assert re.fullmatch(r"sha256-[0-9a-f]{12}", version)
+    assert metrics.value(REFUSED, model=MODEL, version=version, input="candidate_action_probs") == 1
+    assert metrics.value(REFUSED, model=MODEL, version=version, input=WHOLE_REQUEST) == 1
+    assert metrics.value(FAILED, model=MODEL, version=version) == 0
     # every input's series exists from the start, at 0 until a refusal names it
-    expected = {(("input", name), ("model", MODEL)) for name in FEED_POLICY.input_names}
-    assert set(metrics.series(REFUSED)) == expected | {(("input", WHOLE_REQUEST), ("model", MODEL))}
-    assert metrics.value(REFUSED, model=MODEL, input="user_id") == 0
+    inputs = (*FEED_POLICY.input_names, WHOLE_REQUEST)
+    expected = {(("input", name), ("model", MODEL), ("version", version)) for name in inputs}
+    assert set(metrics.series(REFUSED)) == expected
+    assert metrics.value(REFUSED, model=MODEL, version=version, input="user_id") == 0
 
 
 def test_a_failing_batch_answers_internal_for_each_of_its_requests_and_counts_them(
@@ -285,7 +297,7 @@ def test_a_failing_batch_answers_internal_for_each_of_its_requests_and_counts_th
     assert [r.error.code() for r in responses] == ["INTERNAL"] * 3
     assert all("RuntimeError: the engine broke" in r.error.message() for r in responses)
     assert all(r.outputs == {} for r in responses)
-    assert metrics.value(FAILED, model=MODEL) == 3
+    assert metrics.value(FAILED, model=MODEL, version=only_version(metrics, FAILED)) == 3
     assert sum(metrics.series(REFUSED).values()) == 0
 
 
@@ -352,18 +364,22 @@ def test_a_followed_store_shows_its_generation_lag_and_skipped_generations(metri
     store = CorpusStore.create(tmp_path / "store", 4)
     store.add(store_posts(1))
     corpus = FollowedStore(StoreFollower(tmp_path / "store", 4, on_error=lambda message: None))
-    gauges = CorpusMetrics(sys.modules["triton_python_backend_utils"], "retriever", corpus)
+    gauges = CorpusMetrics(sys.modules["triton_python_backend_utils"], "retriever", "3", corpus)
     generation = corpus.follower.current().generation
-    assert metrics.value(GENERATION, model="retriever") == generation
-    assert metrics.value(LAG, model="retriever") == 0
-    assert metrics.value(SKIPPED, model="retriever") == 0
+    assert metrics.value(GENERATION, model="retriever", version="3") == generation
+    assert metrics.value(LAG, model="retriever", version="3") == 0
+    assert metrics.value(SKIPPED, model="retriever", version="3") == 0
     entry = store.add(store_posts(101))
     (tmp_path / "store" / "segments" / entry.name / "post_ids.npy").unlink()  # a torn copy
     corpus.follower.refresh()
     gauges.update()
-    assert metrics.value(GENERATION, model="retriever") == generation  # still the good one
-    assert metrics.value(SKIPPED, model="retriever") == 1
-    waited = metrics.value(LAG, model="retriever")  # since the torn generation was written
+    assert (
+        metrics.value(GENERATION, model="retriever", version="3") == generation
+    )  # still the good one
+    assert metrics.value(SKIPPED, model="retriever", version="3") == 1
+    waited = metrics.value(
+        LAG, model="retriever", version="3"
+    )  # since the torn generation was written
     assert 0 <= waited < 60 and corpus.follower.lag_seconds(now=time.time() + 60) >= 60
     gauges.close()
 
@@ -373,7 +389,7 @@ def test_gauges_are_set_again_only_when_their_value_changes(metrics, tmp_path):
     store = CorpusStore.create(tmp_path / "store", 4)
     store.add(store_posts(1))
     corpus = FollowedStore(StoreFollower(tmp_path / "store", 4, on_error=lambda message: None))
-    gauges = CorpusMetrics(sys.modules["triton_python_backend_utils"], "retriever", corpus)
+    gauges = CorpusMetrics(sys.modules["triton_python_backend_utils"], "retriever", "3", corpus)
     sets = lambda name: sum(n for key, n in metrics.calls.items() if key[0] == name)  # noqa: E731
     assert [sets(name) for name in (GENERATION, LAG, SKIPPED)] == [1, 1, 1]  # the first update
     for _ in range(3):
@@ -382,7 +398,10 @@ def test_gauges_are_set_again_only_when_their_value_changes(metrics, tmp_path):
     store.add(store_posts(101))
     corpus.follower.refresh()
     gauges.update()
-    assert metrics.value(GENERATION, model="retriever") == corpus.follower.current().generation
+    assert (
+        metrics.value(GENERATION, model="retriever", version="3")
+        == corpus.follower.current().generation
+    )
     assert sets(GENERATION) == 2 and sets(SKIPPED) == 1
     gauges.close()
 
@@ -404,7 +423,8 @@ def test_instances_of_a_model_add_to_the_same_series(metrics, tiny_artifacts):
     second.execute([Request(refused), Request(refused)])
     for instance in (first, second):
         instance.finalize()
-    assert metrics.value(REFUSED, model=MODEL, input="candidate_author_ids") == 3
+    version = only_version(metrics, REFUSED)
+    assert metrics.value(REFUSED, model=MODEL, version=version, input="candidate_author_ids") == 3
 
 
 def test_the_adapter_serves_without_custom_metrics(monkeypatch, tiny_artifacts):

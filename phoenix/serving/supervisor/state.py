@@ -29,6 +29,9 @@ HEALTHY, DEAD, RELOADING, FAILED = "healthy", "dead", "reloading", "failed"
 GAVE_UP, UNLOADED = "gave_up", "unloaded"
 OPERATOR_UNLOAD_REASON = "unloaded"  # only a key holder can unload: an operator meant it
 RESTART_PARAMETER = "phoenix_supervisor_restart"
+# A model loaded beside its namesake for a while (phoenix.serving.rollout's N+1 copies): watched
+# and healed while loaded, forgotten once unloaded, since its unload is planned, not an outage.
+NEXT_SUFFIX = "__next"
 REASONS = {
     DEAD: "is dead (its stub died or its load failed); reloading",
     RELOADING: "is reloading",
@@ -41,6 +44,11 @@ REASONS = {
 def iso_time(epoch_s: float) -> str:
     """A wall-clock time as operators read it: ISO 8601, UTC, milliseconds."""
     return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def is_transient(model: str) -> bool:
+    """A rollout's copy loaded beside its namesake (``NEXT_SUFFIX``)."""
+    return model.endswith(NEXT_SUFFIX)
 
 
 def has_stubs(config: Mapping) -> bool:
@@ -187,10 +195,14 @@ class Supervisor:
         return dead
 
     def check_index(self) -> None:
-        """Served models no longer READY: an operator's unload is respected, other losses healed."""
+        """Served models no longer READY: an operator's unload is respected, other losses healed;
+        a rollout's ``__next`` model unloaded (or gone from the repository) is forgotten."""
         index = self.admin.model_index()
         for model, entry in list(self.models.items()):
             state, reason = index.get(model, ("", "missing from the repository index"))
+            if is_transient(model) and state in ("UNAVAILABLE", ""):
+                self.forget(model)
+                continue
             if state == "READY" or state in ("LOADING", "UNLOADING") or entry.state != HEALTHY:
                 continue
             if state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
@@ -204,6 +216,12 @@ class Supervisor:
             new = [m for m in ready if getattr(self.models.get(m), "state", UNLOADED) == UNLOADED]
         if new:
             self.learn_models(index)
+
+    def forget(self, model: str) -> None:
+        """Stop watching ``model`` (a planned unload): no /ready reason, no reload."""
+        with self._lock:
+            self.models.pop(model, None)
+        self._record("forgotten", model)
 
     def heal(self, model: str) -> None:
         """Reload `model` with its current config (an operator's overrides stay), for a stub model

@@ -1,0 +1,230 @@
+"""`phoenix-rollout` as an operator types it, against a real `phoenix-serve` under Locust load.
+
+One serve command (its supervisor, its admin key, its state file) serves the tiny artifacts
+(version N, no version label: named by content); Locust's HTTP and gRPC users call it
+throughout. The tests, in file order, end every way a rollout can end, each with the server
+READY on both probes (the supervisor's /ready and Triton's own) and serving exactly one
+version, no `__next` model left:
+
+- refused before loading anything: a failed gate, a corpus the new version lacks;
+- a new version that fails to load: cleaned up, N serves on;
+- success over HTTP with a shadow (two version labels on /metrics meanwhile), then
+  `--rollback` over gRPC; `phoenix-recommend --check` agrees with the version served after each;
+- the rollout SIGKILLed part way, then rolled back from its report.
+
+Locust counts 0 failed requests over all of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phoenix.checkpoint import RANKER_PARAMS_FILE, read_npz, write_npz
+from phoenix.processes import http_get_status
+from phoenix.serving.admin_key import find_admin_key
+from phoenix.serving.rollout import GATE_FILE
+from phoenix.serving.served_artifacts import artifact_version
+from phoenix.serving.supervisor.admin import TritonAdmin
+from phoenix.testing.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
+from phoenix.testing.polling import wait_until
+from phoenix.testing.processes import REPO_ROOT
+from phoenix.testing.serve_process import ServeProcess
+
+pytestmark = pytest.mark.integration
+READY_WITHIN_S = 10.0  # /ready and Triton's readiness agree within this after a rollout ends
+ROLLOUT_TIMEOUT_S = 600.0
+EXIT_REFUSED = 3
+
+
+def perturbed_copy(source: Path, target: Path) -> Path:
+    """``source`` with perturbed ranker weights (its compiled programs too: same shapes); no
+    version label, so its content names it."""
+    shutil.copytree(source, target)
+    params = read_npz(target / RANKER_PARAMS_FILE, RANKER_PARAMS_FILE)
+    rng = np.random.default_rng(1)
+    write_npz(
+        target / RANKER_PARAMS_FILE,
+        {
+            key: value + 0.05 * rng.standard_normal(value.shape).astype(value.dtype)
+            if value.dtype.kind == "f"
+            else value
+            for key, value in params.items()
+        },
+    )
+    return target
+
+
+class Operator:
+    """The server under test and the commands an operator runs against it."""
+
+    def __init__(self, serve: ServeProcess, work: Path):
+        self.serve, self.work = serve, work
+        self.report = work / "rollout.json"
+        key = find_admin_key(key_file=serve.build_dir / "admin-key")
+        self.admin = TritonAdmin(serve.http_url, key)
+
+    def command(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", module, *args]
+
+    def rollout_args(self, *args: str, protocol: str = "http") -> list[str]:
+        url = self.serve.http_url if protocol == "http" else self.serve.grpc_url
+        where = ["--url", url, "--protocol", protocol, "--serve-dir", str(self.serve.build_dir)]
+        return self.command("clients.rollout", *args, *where, "--report", str(self.report))
+
+    def run(self, command: list[str], timeout_s: float = ROLLOUT_TIMEOUT_S):
+        environment = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}
+        return subprocess.run(
+            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s,
+            env=environment,
+        )  # fmt: skip
+
+    def roll(self, *args: str, protocol: str = "http"):
+        return self.run(self.rollout_args(*args, protocol=protocol))
+
+    def check(self, artifacts: Path) -> subprocess.CompletedProcess:
+        """phoenix-recommend --check: the served feed equals ``artifacts``' in this process."""
+        args = ["--url", self.serve.http_url, "--artifacts", str(artifacts), "--check"]
+        return self.run(self.command("clients.recommend", *args), timeout_s=300)
+
+    def ready_on_both_probes(self) -> bool:
+        triton = f"http://{self.serve.http_url}/v2/health/ready"
+        return http_get_status(self.serve.ready_url) == 200 and http_get_status(triton) == 200
+
+    def served_dirs(self) -> set[str]:
+        """The artifact directories the loaded models read, and any rollout copy's name."""
+        served = set()
+        for model, (state, _) in self.admin.model_index().items():
+            if model.endswith("__next"):
+                served.add(f"{model} ({state})")
+            elif state == "READY":
+                parameters = self.admin.model_config(model).get("parameters", {})
+                if "artifact_dir" in parameters:
+                    served.add(parameters["artifact_dir"]["string_value"])
+        return served
+
+    def assert_serves_only(self, artifacts: Path) -> None:
+        ready = wait_until(self.ready_on_both_probes, READY_WITHIN_S, 0.2)
+        assert ready is not None, (self.serve.status()["reasons"], self.served_dirs())
+        assert self.served_dirs() == {str(artifacts)}
+
+
+@pytest.fixture(scope="module")
+def operated(tiny_artifacts, tmp_path_factory):
+    """The served tiny artifacts (N), N+1 and its broken variants beside them, Locust's users
+    on the server for the whole module (their failures checked at its end)."""
+    work = tmp_path_factory.mktemp("rollout-command")
+    versions = {"n": Path(shutil.copytree(tiny_artifacts, work / "n"))}
+    versions["next"] = perturbed_copy(tiny_artifacts, work / "next")
+    gated = versions["gated"] = Path(shutil.copytree(versions["next"], work / "gated"))
+    (gated / GATE_FILE).write_text('{"passed": false, "rule": "ndcg@20 of N+1 >= N"}\n')
+    no_corpus = versions["no_corpus"] = Path(shutil.copytree(versions["next"], work / "no-corpus"))
+    (no_corpus / "corpus.npz").unlink()
+    broken = versions["broken"] = Path(shutil.copytree(versions["next"], work / "broken"))
+    (broken / RANKER_PARAMS_FILE).write_bytes(b"not an npz file")  # fails every load
+    env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
+    serve = ServeProcess(versions["n"], work / "serve", 0.0, env=env, ready_timeout_s=300)
+    serve.start()
+    locust = None
+    try:
+        serve.wait_ready(interval_s=0.5)
+        prefix = work / "locust"
+        urls = {"http": serve.http_url, "grpc": serve.grpc_url}
+        locust = start_locust(urls, prefix, users=4, artifacts=versions["n"], run_time="30m",
+                              extra=["--exclude-tags", "recommend_by_id"])  # fmt: skip
+        operator = Operator(serve, work)
+        yield operator, versions
+        finish_locust(locust)
+        locust = None
+        totals = locust_totals(prefix)
+        kinds = failure_kinds(Path(f"{prefix}_failures.csv"))
+        print(f"ROLLOUT-COMMAND locust {totals} failures {dict(kinds)}")
+        assert totals.requests > 100 and totals.failures == 0, (totals, kinds)
+    finally:
+        if locust is not None:
+            finish_locust(locust)
+        serve.stop()
+
+
+def test_a_failed_gate_and_a_missing_corpus_are_refused_before_anything_loads(operated):
+    operator, versions = operated
+    gated = operator.roll(str(versions["gated"]))
+    assert gated.returncode == EXIT_REFUSED, gated.stderr
+    assert "failed its offline gate" in gated.stderr and "--force" in gated.stderr
+    no_corpus = operator.roll(str(versions["no_corpus"]))
+    assert no_corpus.returncode == EXIT_REFUSED, no_corpus.stderr
+    assert "'corpus.npz'" in no_corpus.stderr and "nothing was loaded" in no_corpus.stderr
+    operator.assert_serves_only(versions["n"])
+
+
+def test_a_version_that_fails_to_load_is_cleaned_up_and_n_serves_on(operated):
+    operator, versions = operated
+    broken = operator.roll(str(versions["broken"]))
+    assert broken.returncode == EXIT_REFUSED, broken.stderr
+    assert "loading recommend_chain__next failed" in broken.stderr
+    operator.assert_serves_only(versions["n"])
+
+
+def served_versions(metrics_url: str) -> set[tuple[str, str]]:
+    """(model, version) of every phoenix_requests_served_total series on /metrics now."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    found = set()
+    for labels in re.findall(r"^phoenix_requests_served_total\{([^}]*)\}", text, re.M):
+        named = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        found.add((named["model"], named["version"]))
+    return found
+
+
+def test_a_rollout_over_http_then_a_rollback_over_grpc(operated):
+    operator, versions = operated
+    rollout = subprocess.Popen(
+        operator.rollout_args(str(versions["next"]), "--shadow-seconds", "3"),
+        cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen: set[tuple[str, str]] = set()
+    while rollout.poll() is None:  # /metrics while both versions serve
+        seen |= served_versions(operator.serve.metrics_url)
+        time.sleep(0.3)
+    stderr = rollout.stderr.read()
+    assert rollout.returncode == 0, stderr
+    chain_versions = {version for model, version in seen if model.startswith("recommend_chain")}
+    assert {artifact_version(versions["n"]), artifact_version(versions["next"])} <= chain_versions
+    operator.assert_serves_only(versions["next"])
+    checked = operator.check(versions["next"])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    back = operator.roll("--rollback", protocol="grpc")
+    assert back.returncode == 0, back.stderr
+    operator.assert_serves_only(versions["n"])
+    checked = operator.check(versions["n"])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_rollout_killed_part_way_is_rolled_back_from_its_report(operated):
+    operator, versions = operated
+    rollout = subprocess.Popen(
+        operator.rollout_args(str(versions["next"]), "--shadow-seconds", "30"),
+        cwd=REPO_ROOT, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    shadowing = wait_until(
+        lambda: operator.admin.model_index().get("recommend_chain__next", ("",))[0] == "READY",
+        300,
+        0.2,
+    )
+    assert shadowing is not None and rollout.poll() is None
+    rollout.send_signal(signal.SIGKILL)
+    rollout.wait(30)
+    back = operator.roll("--rollback")
+    assert back.returncode == 0, back.stderr
+    assert "removed leftover" in back.stderr  # what the killed rollout had loaded
+    operator.assert_serves_only(versions["n"])
