@@ -27,11 +27,19 @@ A post event puts the post into its author's recent posts (the in-network source
 retrieval corpus is fed by `phoenix-ingest`, which reads posts in its own line form: a new
 post goes to both commands (docs/user-state.md, "Events and the stream").
 
-A bad line is skipped with a warning naming FILE:LINE, and counted; the summary at the end
-says how many.
+Only what serving takes is accepted. Each line is checked as the models check what it
+becomes: ids within [0, 2**63 - 1] (post and author ids from 1), action names of the 19
+columns, a surface among the product surfaces of --artifacts (the served artifacts), a finite
+dwell time >= 0, and a time in Unix seconds at most a day ahead of now (as phoenix-ingest
+bounds posts: a time in milliseconds or microseconds is refused, saying so). A time a few
+seconds ahead is accepted as it is and counts from then on (reads cover the window up to now).
+A line that fails is refused with a warning "FILE:LINE: why; line refused" on standard error,
+and the other lines are applied: the input, mended, can be sent again whole, since applying an
+event twice changes nothing. The summary says how many were refused, and the exit status is 1.
 
 Examples:
   python -m clients.events apply events.jsonl --redis redis://127.0.0.1:6379
+  python -m clients.events apply events.jsonl --artifacts artifacts/demo --redis redis://...
   tail -n0 -F events.jsonl | python -m clients.events publish - --redis redis://redis:6379
   python -m clients.events consume --redis redis://redis:6379 --consumer worker-1
   python -m clients.events apply events.jsonl --redis redis+cluster://redis-cluster:6379
@@ -50,18 +58,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 from tqdm import tqdm
 
 from clients import cli
+from phoenix.checkpoint import ArtifactError, load_config
+from phoenix.serving.contracts import RANKER
+from phoenix.serving.requests import value_bound
 from phoenix.user_state import UserStateError, UserStateStore, connect
 from phoenix.user_state.client import url_argument
+from phoenix.user_state.events import EventLimits
 from phoenix.user_state.lines import BATCH_SIZE, BatchError, apply_lines, publish_lines
 from phoenix.user_state.stream import StreamConsumer, StreamConsumerError
 
+# The artifacts `make demo` serves with a store, shipped in the repository: they exist in every
+# checkout, so the events' limits resolve without an option there; elsewhere --artifacts names
+# the served ones (and a missing default fails naming the option).
+DEFAULT_ARTIFACTS = Path("artifacts/trained-demo")
+EXIT_REFUSED = 1
 EXIT_CODES_HELP = (
-    "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "
+    "Exit status: 0 every line applied (published), 1 some lines refused (each named FILE:LINE "
+    "with the reason on standard error; every other line was applied: mend them and send the "
+    "whole input again, nothing is applied twice), 2 bad arguments, 3 input, artifacts, store "
     "or stream error (batches sent before it stay sent; sending the same input again changes "
-    "nothing twice)."
+    "nothing twice). consume exits 0 when stopped by SIGINT or SIGTERM; the entries it refused "
+    "are logged with their entry ids and counted in its summary."
+)
+ARTIFACTS_HELP = (
+    "the artifacts the server serves: an engagement's surface must be one of their product "
+    "surfaces (config.json), as the models check it (default: %(default)s)"
 )
 
 
@@ -70,7 +95,8 @@ def parse_args(argv: Optional[Sequence[str]]):
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=summary, description=summary)
+        sub = commands.add_parser(name, help=summary, description=summary,
+                                  epilog=EXIT_CODES_HELP)  # fmt: skip
         sub.add_argument("--redis", metavar="URL", required=True, type=url_argument,
                          help="the user-state store: redis://host:port[/db] (one server) or "
                          "redis+cluster://host:port (any node of a Redis Cluster); rediss:// "
@@ -80,23 +106,31 @@ def parse_args(argv: Optional[Sequence[str]]):
                          "redis+cluster:// does)")  # fmt: skip
         return sub
 
+    def checked_command(name: str, summary: str) -> argparse.ArgumentParser:
+        sub = command(name, summary)
+        sub.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, metavar="DIR",
+                         help=ARTIFACTS_HELP)  # fmt: skip
+        return sub
+
     for name, summary in (
         ("apply", "apply JSON-line events to the store"),
         ("publish", "append JSON-line events to the events stream"),
     ):
-        sub = command(name, summary)
+        sub = checked_command(name, summary)
         sub.add_argument("input", metavar="FILE", help="JSON lines file, or - for standard input")
         sub.add_argument("--batch-size", type=cli.positive_int, default=BATCH_SIZE, metavar="N",
                          help="events per pipeline (default: %(default)s)")  # fmt: skip
         follow = "at the end of FILE wait for more lines, as tail -f, until SIGINT or SIGTERM "
         follow += "(standard input is read until it ends either way)"
         sub.add_argument("--follow", action="store_true", help=follow)
-    sub = command("consume", "apply the events stream in its consumer group until interrupted")
+    sub = checked_command(
+        "consume", "apply the events stream in its consumer group until interrupted"
+    )
     sub.add_argument("--consumer", default=f"{socket.gethostname()}-{os.getpid()}",
                      help="this consumer's name in the group; a restart under the same name "
                      "re-reads its unacknowledged entries first (default: host-pid)")  # fmt: skip
     sub = command("load-world", "give every user of a trained world state in the store")
-    sub.add_argument("--artifacts", type=Path, default=Path("artifacts/trained-demo"),
+    sub.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS,
                      help="trained artifact directory whose training.json names the world "
                      "(default: %(default)s)")  # fmt: skip
     sub.add_argument("--users", type=cli.positive_int, metavar="N",
@@ -114,19 +148,39 @@ def open_store(args) -> UserStateStore:
     return store
 
 
+def served_limits(artifacts: Path) -> EventLimits:
+    """What the models serving ``artifacts`` take of an event: their largest product surface
+    (the contract's "surfaces" bound, resolved as serving resolves it) and the largest finite
+    dwell time of the dwell input's dtype (the contract's bound is infinity, and floats must be
+    finite). Unreadable artifacts exit 3 naming them."""
+    try:
+        config = load_config(artifacts)
+    except ArtifactError as error:
+        raise cli.Exit(cli.fail(f"{error}; --artifacts names the served artifacts")) from None
+    surface = RANKER.input("history_product_surface")
+    dwell = RANKER.input("history_dwell_seconds")
+    return EventLimits(
+        max_surface=int(value_bound(surface.values.high, config)),
+        max_dwell_seconds=min(float(dwell.values.high), float(np.finfo(dwell.dtype).max)),
+        served=str(artifacts),
+    )
+
+
 def send(args, stop: Optional[threading.Event] = None) -> int:
-    """apply / publish: the lines of FILE to the store or the stream."""
+    """apply / publish: the lines of FILE to the store or the stream; exit 1 when a line was
+    refused."""
     stream = cli.open_input(args.input)  # first: a mistyped name fails before connecting
     source = "<stdin>" if args.input == "-" else args.input
     stop = stop or threading.Event()
     try:
+        limits = served_limits(args.artifacts)
         store = open_store(args)
         where = f"the store {store.name}" if args.command == "apply" else "the events stream"
         with cli.stop_on_signals(stop), tqdm(unit=" lines", desc=args.command, disable=None) as bar:
             run = apply_lines if args.command == "apply" else publish_lines
             target = store if args.command == "apply" else store.client
             follow = args.follow and stream is not sys.stdin.buffer
-            counts = run(target, stream, source, follow=follow, stop=stop,
+            counts = run(target, stream, source, limits=limits, follow=follow, stop=stop,
                          batch_size=args.batch_size, on_line=bar.update)  # fmt: skip
     except BatchError as error:
         return cli.fail(str(error))
@@ -134,13 +188,14 @@ def send(args, stop: Optional[threading.Event] = None) -> int:
         if stream is not sys.stdin.buffer:
             stream.close()
     print(counts.summary(where))
-    return cli.EXIT_OK
+    return EXIT_REFUSED if counts.refused else cli.EXIT_OK
 
 
 def consume(args, stop: Optional[threading.Event] = None) -> int:
     """consume: the stream applied until interrupted; exit 3 naming a failed batch."""
+    limits = served_limits(args.artifacts)
     store = open_store(args)
-    consumer = StreamConsumer(store.client, store, consumer=args.consumer)
+    consumer = StreamConsumer(store.client, store, consumer=args.consumer, limits=limits)
     stop = stop or threading.Event()
     print(f"consuming {consumer.stream!r} as {args.consumer!r} in group {consumer.group!r} "
           f"into {store.name} (SIGINT or SIGTERM stops)", flush=True)  # fmt: skip
@@ -150,16 +205,15 @@ def consume(args, stop: Optional[threading.Event] = None) -> int:
     except StreamConsumerError as error:
         counts = consumer.counts
         print(f"{counts.applied} events applied in {counts.batches} batches before it, "
-              f"{counts.skipped} bad entries skipped", file=sys.stderr)  # fmt: skip
+              f"{counts.skipped} entries refused", file=sys.stderr)  # fmt: skip
         return cli.fail(str(error))
     print(f"{counts.applied} events applied in {counts.batches} batches, "
-          f"{counts.skipped} bad entries skipped")  # fmt: skip
+          f"{counts.skipped} entries refused")  # fmt: skip
     return cli.EXIT_OK
 
 
 def load_world(args) -> int:
     """load-world: every user of the trained world (or the N most active) into the store."""
-    from phoenix.checkpoint import ArtifactError
     from phoenix.user_state.world import WorldUsers, load_users
 
     store = open_store(args)

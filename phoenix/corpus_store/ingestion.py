@@ -38,9 +38,9 @@ from phoenix.corpus_store.manifest import EmbeddedBy, StoreError
 from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.store import CorpusStore
 from phoenix.corpus_store.towers import check_tower
+from phoenix.timestamps import FUTURE_SLACK_S  # a post dated further ahead: a unit mistake
 
 MAX_ID = 2**63 - 1
-FUTURE_SLACK_S = 86_400  # a post dated further ahead is a unit mistake (milliseconds?)
 POLL_S = 0.2  # longest wait for input before looking at the clock and the stop flag again
 FOLLOW_POLL_S = 0.1  # how often --follow looks for more of a file
 QUEUE_LINES = 10_000  # lines read ahead of the parser (bounds memory on a big file)

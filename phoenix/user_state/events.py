@@ -11,10 +11,22 @@ Four kinds, one JSON object a line (``type`` names the kind; times are Unix seco
 ``actions`` lists action names (``phoenix.config.ACTION_NAMES``) or gives all 19 flags (0/1) in
 column order; ``surface`` and ``dwell_seconds`` default to 0. An engagement needs at least one
 action (an impression without one is no engagement). Post and author ids are >= 1 (0 is the
-padding id of the model inputs); user ids are >= 0.
+padding id of the model inputs); user ids are >= 0; every id fits an int64.
 
-``parse_event`` raises ``EventError`` naming what is wrong; ``parse_lines`` skips bad lines with
-a warning naming the source and line number, and counts them.
+An event read from a line is accepted only if serving would take what it becomes: the
+``EventLimits`` of the served models bound the product surface and the dwell time (the
+contract's bounds, resolved by the caller: `phoenix-events` does it from the served artifacts),
+and a time may lie at most ``phoenix.timestamps.FUTURE_SLACK_S`` ahead of now (the bound
+`phoenix-ingest` puts on posts; a time in milliseconds or microseconds is far past it). A time
+slightly ahead is accepted as it is: reads cover [now - window, now], so such an event counts
+from its own time on (docs/user-state.md, "Events and the stream").
+
+``parse_event`` raises ``EventError`` naming what is wrong; ``parse_lines`` refuses bad lines
+with a warning naming the source and line number, and counts them.
+
+Imports: the standard library, ``phoenix.config``, ``phoenix.timestamps`` and
+``phoenix.user_state.actions``; nothing of ``phoenix.serving`` (the layer above), which hands
+its bounds down as ``EventLimits``.
 """
 
 from __future__ import annotations
@@ -22,11 +34,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 from phoenix.config import ACTION_NAMES, INT64_MAX
+from phoenix.timestamps import FUTURE_SLACK_S, too_far_ahead
 from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
 
 logger = logging.getLogger(__name__)
@@ -151,7 +165,46 @@ def _mask_of(actions: Any) -> int:
     return sum(1 << i for i, flag in enumerate(actions) if flag)
 
 
-def event_from_dict(obj: Any) -> Event:
+@dataclass(frozen=True)
+class EventLimits:
+    """What the served models take of an event beyond what it can hold, and from when on its
+    time is a mistake. The model bounds come from the contracts (``phoenix.serving.contracts``)
+    resolved against the served artifacts by the layer that knows them; this one only checks.
+    """
+
+    max_surface: int  # the largest product surface of the served artifacts
+    max_dwell_seconds: float  # the largest finite value of the dwell input's dtype
+    served: str = "the served artifacts"  # what the bounds are of, for messages
+    future_slack_s: float = FUTURE_SLACK_S
+
+    def check(self, event: Event, now: float) -> None:
+        """EventError unless serving would take ``event`` at ``now``."""
+        problem = too_far_ahead(event.ts, now, self.future_slack_s)
+        if problem:
+            raise EventError(f"ts is {event.ts!r}, {problem}")
+        if not isinstance(event, Engagement):
+            return
+        if event.surface > self.max_surface:
+            raise EventError(
+                f"surface must lie in [0, {self.max_surface}] (the product surfaces of "
+                f"{self.served}), got {event.surface}"
+            )
+        if event.dwell_seconds > self.max_dwell_seconds:
+            raise EventError(
+                f"dwell_seconds must be at most {self.max_dwell_seconds:g} (what the models' "
+                f"dwell input holds), got {event.dwell_seconds!r}"
+            )
+
+
+def event_from_dict(obj: Any, limits: EventLimits, now: Optional[float] = None) -> Event:
+    """The event a decoded JSON object describes, if serving would take it at ``now`` (default:
+    the clock's); EventError says what is wrong."""
+    event = _event_of(obj)
+    limits.check(event, time.time() if now is None else now)
+    return event
+
+
+def _event_of(obj: Any) -> Event:
     """The event a decoded JSON object describes; EventError says what is wrong."""
     if not isinstance(obj, dict):
         raise EventError(f"an event must be a JSON object, got {type(obj).__name__}")
@@ -172,14 +225,15 @@ def event_from_dict(obj: Any) -> Event:
     return {"follow": Follow, "unfollow": Unfollow, "post": Post}[kind](**args)
 
 
-def parse_event(line: str) -> Event:
-    """One JSON line -> its event; EventError says what is wrong."""
+def parse_event(line: str, limits: EventLimits, now: Optional[float] = None) -> Event:
+    """One JSON line -> its event, if serving would take it at ``now`` (default: the clock's);
+    EventError says what is wrong."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as error:
         raise EventError(f"not JSON: {error}") from None
     try:
-        return event_from_dict(obj)
+        return event_from_dict(obj, limits, now)
     except TypeError as error:  # a dataclass refusing an argument
         raise EventError(str(error)) from None
 
@@ -195,43 +249,47 @@ def to_json(event: Event) -> str:
 
 @dataclass
 class ParseCounts:
-    """Lines read, events parsed and lines skipped (each skipped line was logged)."""
+    """Lines read, events parsed and lines refused (``skipped``: each one was logged)."""
 
     lines: int = 0
     events: int = 0
     skipped: int = 0
 
 
-def parse_counted(line: str, source: str, number: int, counts: ParseCounts) -> Event | None:
-    """The event of one JSON line; None for a blank line or a bad one (logged as
-    ``source:N: why`` and counted as skipped)."""
+def parse_counted(
+    line: str, source: str, number: int, counts: ParseCounts, limits: EventLimits
+) -> Event | None:
+    """The event of one JSON line; None for a blank line or a refused one (logged as
+    ``source:N: why; line refused`` and counted as skipped)."""
     if not line.strip():
         return None
     counts.lines += 1
     try:
-        event = parse_event(line)
+        event = parse_event(line, limits)
     except EventError as error:
         counts.skipped += 1
-        logger.warning("%s:%d: %s; line skipped", source, number, error)
+        logger.warning("%s:%d: %s; line refused", source, number, error)
         return None
     counts.events += 1
     return event
 
 
 def parse_lines(
-    lines: Iterable[str], source: str, counts: ParseCounts | None = None
+    lines: Iterable[str], source: str, limits: EventLimits, counts: ParseCounts | None = None
 ) -> Iterator[Event]:
-    """The events of JSON ``lines``; a bad line is logged as ``source:N: why`` and skipped,
+    """The events of JSON ``lines``; a bad line is logged as ``source:N: why`` and refused,
     blank lines are ignored. ``counts`` (if given) is updated as lines are read."""
     counts = counts if counts is not None else ParseCounts()
     for number, line in enumerate(lines, start=1):
-        event = parse_counted(line, source, number, counts)
+        event = parse_counted(line, source, number, counts, limits)
         if event is not None:
             yield event
 
 
-def read_event_file(path: str | Path, counts: ParseCounts | None = None) -> list[Event]:
-    """Every good event of a JSON-lines file (bad lines skipped, logged and counted)."""
+def read_event_file(
+    path: str | Path, limits: EventLimits, counts: ParseCounts | None = None
+) -> list[Event]:
+    """Every good event of a JSON-lines file (bad lines refused, logged and counted)."""
     path = Path(path)
     with path.open(encoding="utf-8") as lines:
-        return list(parse_lines(lines, str(path), counts))
+        return list(parse_lines(lines, str(path), limits, counts))

@@ -5,10 +5,12 @@
 The lines are read by a thread of their own (``phoenix.corpus_store.ingestion.start_reader``,
 the reader `phoenix-ingest` uses), so that a batch is sent once ``batch_size`` events are held
 or as soon as the input is idle (a followed file, a pipe): an event written to a followed file
-reaches the store within ``IDLE_FLUSH_S``. A bad line is skipped with a warning naming
-``source:line`` (``events.parse_lines``) and counted. A batch the store or stream cannot take
-raises ``BatchError`` naming the batch's lines; what was sent before it stays sent, and since
-every write is idempotent the same input can simply be sent again.
+reaches the store within ``IDLE_FLUSH_S``. A line that is bad or that serving would not take
+(``events.EventLimits``) is refused with a warning naming ``source:line``
+(``events.parse_lines``) and counted; the other lines are sent, so the input, mended, can be
+sent again whole. A batch the store or stream cannot take raises ``BatchError`` naming the
+batch's lines; what was sent before it stays sent, and since every write is idempotent the
+same input can simply be sent again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import BinaryIO, Callable, Optional, Sequence
 from phoenix.corpus_store.ingestion import END, start_reader
 from phoenix.corpus_store.ingestion import read_lines as read_stream_lines
 from phoenix.user_state.client import Client, UserStateError
-from phoenix.user_state.events import Event, ParseCounts, parse_counted
+from phoenix.user_state.events import Event, EventLimits, ParseCounts, parse_counted
 from phoenix.user_state.store import AppliedCounts, UserStateStore
 from phoenix.user_state.stream import publish
 
@@ -35,7 +37,7 @@ class BatchError(RuntimeError):
 
 @dataclass
 class LineCounts:
-    """What a run read and sent: lines, events parsed, lines skipped, batches and events sent,
+    """What a run read and sent: lines, events parsed, lines refused, batches and events sent,
     and the applied events by kind (``apply_lines`` only)."""
 
     parsed: ParseCounts = field(default_factory=ParseCounts)
@@ -53,13 +55,20 @@ class LineCounts:
         )
         return (
             f"{p.lines} lines: {self.sent} events{kinds} in {self.batches} batches to {where}, "
-            f"{p.skipped} bad lines skipped"
+            f"{p.skipped} lines refused"
         )
 
+    @property
+    def refused(self) -> int:
+        """Lines refused (each one named on standard error as it was read)."""
+        return self.parsed.skipped
 
-def parse_line(raw: bytes, source: str, number: int, counts: ParseCounts) -> Event | None:
+
+def parse_line(
+    raw: bytes, source: str, number: int, counts: ParseCounts, limits: EventLimits
+) -> Event | None:
     """The event of one line as bytes (``events.parse_counted``)."""
-    return parse_counted(raw.decode("utf-8", errors="replace"), source, number, counts)
+    return parse_counted(raw.decode("utf-8", errors="replace"), source, number, counts, limits)
 
 
 @dataclass
@@ -76,6 +85,7 @@ def send_lines(
     source: str,
     send: Callable[[Sequence[Event]], AppliedCounts | None],
     *,
+    limits: EventLimits,
     follow: bool = False,
     stop: Optional[threading.Event] = None,
     batch_size: int = BATCH_SIZE,
@@ -83,7 +93,8 @@ def send_lines(
     on_line: Callable[[], None] | None = None,
 ) -> LineCounts:
     """Read ``stream`` (following it as `tail -f` with ``follow`` until ``stop``), parse its
-    lines and ``send`` the events in batches; BatchError names a batch that failed."""
+    lines, refuse those serving would not take (``limits``) and ``send`` the other events in
+    batches; BatchError names a batch that failed."""
     stop = stop or threading.Event()
     counts = counts if counts is not None else LineCounts()
     lines, reader = start_reader(read_stream_lines(stream, follow, stop), stop)
@@ -125,7 +136,7 @@ def send_lines(
             number, raw = item
             if on_line is not None:
                 on_line()
-            event = parse_line(raw, source, number, counts.parsed)
+            event = parse_line(raw, source, number, counts.parsed, limits)
             if event is not None:
                 if not held.events:
                     held.first_line = number

@@ -8,10 +8,11 @@ Producers ``publish`` events as stream entries (one field, ``event``: the JSON l
 than ``claim_idle_ms`` (XAUTOCLAIM): nothing is lost, and since applying an event twice changes
 nothing (the store's writes are idempotent), nothing is doubled.
 
-A bad entry (not JSON, a wrong field) is logged with its entry id, counted and acknowledged: it
-would fail again on every re-read. A batch the store cannot apply stops the consumer with
-``StreamConsumerError`` naming the stream, group and the batch's first and last entry ids; the
-batch stays pending and is re-read by the next start.
+A bad entry (not JSON, a wrong field, or an event serving would not take: ``EventLimits``) is
+logged with its entry id, counted and acknowledged: it would fail again on every re-read. A
+batch the store cannot apply stops the consumer with ``StreamConsumerError`` naming the stream,
+group and the batch's first and last entry ids; the batch stays pending and is re-read by the
+next start.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from phoenix.user_state.client import SOCKET_TIMEOUT_S, Client, unavailable_or_failed
-from phoenix.user_state.events import Event, EventError, parse_event, to_json
+from phoenix.user_state.events import Event, EventError, EventLimits, parse_event, to_json
 from phoenix.user_state.store import UserStateStore
 
 logger = logging.getLogger(__name__)
@@ -68,12 +69,13 @@ class StreamConsumer:
         store: UserStateStore,
         *,
         consumer: str,
+        limits: EventLimits,
         stream: str = STREAM,
         group: str = GROUP,
         batch_size: int = BATCH_SIZE,
         claim_idle_ms: int = CLAIM_IDLE_MS,
     ):
-        self.client, self.store = client, store
+        self.client, self.store, self.limits = client, store, limits
         self.stream, self.group, self.consumer = stream, group, consumer
         self.batch_size, self.claim_idle_ms = batch_size, claim_idle_ms
         self.counts = ConsumerCounts()
@@ -125,9 +127,10 @@ class StreamConsumer:
         try:
             if not fields or FIELD.encode() not in fields:
                 raise EventError(f"no {FIELD!r} field (deleted or foreign entry)")
-            return parse_event(fields[FIELD.encode()].decode("utf-8", errors="replace"))
+            line = fields[FIELD.encode()].decode("utf-8", errors="replace")
+            return parse_event(line, self.limits)
         except EventError as error:
-            logger.warning("%s: entry %s: %s; skipped", self._where(), entry_id, error)
+            logger.warning("%s: entry %s: %s; refused", self._where(), entry_id, error)
             self.counts.skipped += 1
             return None
 

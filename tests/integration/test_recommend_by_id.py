@@ -3,14 +3,19 @@ comes from the user-state store, served posts are not recommended again (those m
 store, and those the server itself served: 20 requests in a row over HTTP and gRPC never repeat
 a post, seen_post_ids still filtering beside it), every feed is in the request log under the
 request id it returned, an unknown user is served, a followed author's new post is in the
-follower's feed (flagged in-network, moved by the policy's out_of_network_factor), and a store
+follower's feed (flagged in-network, moved by the policy's out_of_network_factor), a store
 that is down fails by-id requests fast while requests carrying their own history are still
-served."""
+served, and a poison event given to `phoenix-events apply` as a user types it is refused by
+FILE:LINE, leaving the user's history as it was and their next feed answered."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +23,7 @@ import pytest
 from phoenix.checkpoint import load_config, load_corpus
 from phoenix.feed_policy import in_network_share
 from phoenix.serving.client import connect, infer
-from phoenix.serving.contracts import FEED_POLICY
+from phoenix.serving.contracts import FEED_POLICY, USER_STATE
 from phoenix.serving.reload import reload_with_chains
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
@@ -261,3 +266,73 @@ def test_phoenix_recommend_by_user_id_sends_only_the_id_and_says_the_history_rea
     # an unknown user: read from the store too, with nothing in it
     assert recommend_cli.main([*argv[:1], "123456", *argv[2:]]) == 0
     assert "by id (0 history items read by the server" in capsys.readouterr().out
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+POISONED = USER + 200  # the first of one user per bad kind: a case that fails spoils no other
+POISON_KINDS = ("surface out of range", "unknown action", "negative id", "overflowing id",
+                "ms timestamp", "us timestamp", "a day ahead", "NaN dwell",
+                "malformed line")  # fmt: skip
+
+
+def poison_line(kind: str, user: int, corpus, max_surface: int) -> tuple[str, str]:
+    """(the line of a bad ``kind``, what its refusal says). Each is an engagement of ``user``
+    with a corpus post, which would change their history were it applied."""
+    now = time.time()
+    good = {"type": "engagement", "user_id": user, "post_id": int(corpus.post_ids[200]),
+            "author_id": int(corpus.author_ids[200]), "ts": now - 1,
+            "actions": ["favorite"]}  # fmt: skip
+
+    def line(**fields) -> str:
+        return json.dumps(good | fields)
+
+    return {
+        "surface out of range": (
+            line(surface=99),
+            f"surface must lie in [0, {max_surface}] (the product surfaces of",
+        ),
+        "unknown action": (line(actions=["like"]), "unknown action 'like'"),
+        "negative id": (line(user_id=-user), "user_id must be an integer in [0, 2**63 - 1]"),
+        "overflowing id": (line(post_id=2**63), "post_id must be an integer in [1, 2**63 - 1]"),
+        "ms timestamp": (line(ts=int(now * 1000)), "it looks like milliseconds"),
+        "us timestamp": (line(ts=int(now * 1e6)), "it looks like microseconds"),
+        "a day ahead": (line(ts=now + 86_400 + 600), "more than a day ahead of now"),
+        "NaN dwell": (line(dwell_seconds=float("nan")), "dwell_seconds must be finite"),
+        "malformed line": (line()[:-9], "not JSON"),
+    }[kind]
+
+
+def hydrated(client, user: int) -> dict:
+    """The user's histories as the served user_state model reads them from the store."""
+    out = infer(client, "http", USER_STATE.name, {"user_id": np.array([[user]], np.int64)})
+    return {name: out[name].tolist() for name in USER_STATE.output_names if "history" in name}
+
+
+@pytest.mark.parametrize("kind", POISON_KINDS)
+def test_a_poison_event_is_refused_by_file_and_line_and_the_users_feed_still_answers(
+    kind, client, redis_server, corpus, tiny_artifacts, tmp_path
+):
+    """`python -m clients.events apply` (phoenix-events) run as a user types it, on a file
+    whose second line is the bad kind: exit 1, the refusal names FILE:2, the good first line
+    is applied, and the user's history and next feed are as if the bad line was never sent."""
+    user = POISONED + POISON_KINDS.index(kind)
+    load_user(redis_server.url, corpus, user)
+    before = hydrated(client, user)
+    assert len(before["history_post_ids"][0]) > 0
+    max_surface = load_config(tiny_artifacts).product_surface_vocab_size - 1
+    bad, refusal = poison_line(kind, user, corpus, max_surface)
+    follow = {"type": "follow", "user_id": user, "author_id": 3, "ts": time.time() - 60}
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(follow) + "\n" + bad + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "clients.events", "apply", str(path),
+         "--redis", redis_server.url, "--artifacts", str(tiny_artifacts)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    [refused] = [line for line in done.stderr.splitlines() if f"{path}:" in line]
+    assert f"{path}:2: " in refused and refusal in refused, refused
+    assert "2 lines: 1 events (0 engagements, 1 follows" in done.stdout
+    assert "1 lines refused" in done.stdout
+    assert hydrated(client, user) == before
+    assert recommend(client, by_id(user))["ranked_post_ids"].shape[1] > 0

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 from phoenix.processes import LOOPBACK, pick_free_ports
 from phoenix.user_state import keys
 from phoenix.user_state.client import UserStateUnavailable, connect
-from phoenix.user_state.events import Engagement, Follow, Post, Unfollow
+from phoenix.user_state.events import Engagement, EventLimits, Follow, Post, Unfollow
 from phoenix.user_state.limits import DAY_S, UserStateLimits
 from phoenix.user_state.served import RECORD
 from phoenix.user_state.server import RedisClusterNodes, RedisServer, RedisServerError
@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(1
 
 NOW = 1_700_000_000.0
 SEQ_LEN = 16
+SERVED = EventLimits(max_surface=15, max_dwell_seconds=float(np.finfo(np.float32).max))
 
 
 @pytest.fixture(scope="module")
@@ -410,10 +411,12 @@ def test_stream_consumer_applies_each_event_and_skips_bad_entries(client):
     publish(client, events[:100])
     client.xadd(STREAM, {"event": "{not json"})
     client.xadd(STREAM, {"other": "x"})
+    publish(client, [Engagement.of(1, 2, 3, NOW, ["click"], surface=16)])  # past the models'
     publish(client, events[100:])
-    consumer = StreamConsumer(client, store_of(client), consumer="c1", batch_size=64)
+    consumer = StreamConsumer(client, store_of(client), consumer="c1", limits=SERVED,
+                              batch_size=64)  # fmt: skip
     counts = consumer.drain()
-    assert (counts.applied, counts.skipped) == (len(events), 2)
+    assert (counts.applied, counts.skipped) == (len(events), 3)
     assert state(client) == want
     assert client.xpending(STREAM, consumer.group)["pending"] == 0
 
@@ -424,7 +427,7 @@ def test_stream_restart_after_a_crash_loses_and_doubles_nothing(client, restarte
     want = expected_state(client, events)
     ids = publish(client, events)
     crashing = StreamConsumer(
-        client, ApplyThenCrash(store_of(client)), consumer="c1", batch_size=25
+        client, ApplyThenCrash(store_of(client)), consumer="c1", limits=SERVED, batch_size=25
     )
     with pytest.raises(StreamConsumerError) as error:
         crashing.drain()
@@ -434,8 +437,8 @@ def test_stream_restart_after_a_crash_loses_and_doubles_nothing(client, restarte
     assert client.xpending(STREAM, crashing.group)["pending"] == 25
 
     # the same consumer re-reads its pending batch; another one takes it over once idle
-    restarted = StreamConsumer(client, store_of(client), consumer=restarted_as, batch_size=25,
-                               claim_idle_ms=0)  # fmt: skip
+    restarted = StreamConsumer(client, store_of(client), consumer=restarted_as, limits=SERVED,
+                               batch_size=25, claim_idle_ms=0)  # fmt: skip
     counts = restarted.drain()
     assert counts.applied == len(events)
     assert state(client) == want
@@ -443,7 +446,7 @@ def test_stream_restart_after_a_crash_loses_and_doubles_nothing(client, restarte
 
 
 def test_stream_consumer_run_stops_when_asked(client):
-    consumer = StreamConsumer(client, store_of(client), consumer="c1")
+    consumer = StreamConsumer(client, store_of(client), consumer="c1", limits=SERVED)
     stop = threading.Event()
     runner = threading.Thread(target=consumer.run, args=(stop, 50))
     runner.start()

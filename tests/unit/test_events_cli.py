@@ -1,5 +1,6 @@
 """`phoenix-events` (clients/events.py over phoenix/user_state/lines.py) against a real
-redis-server: apply, publish + consume, bad lines, --follow, a failed batch."""
+redis-server: apply, publish + consume, refused lines (exit 1, the rest applied), --follow, a
+failed batch, artifacts that cannot be read."""
 
 from __future__ import annotations
 
@@ -49,19 +50,43 @@ def assert_state(url: str) -> None:
     assert store.author_posts([3], NOW, 8) == [[(93, pytest.approx(NOW - 10, abs=1e-3))]]
 
 
-def test_apply_reports_bad_lines_by_file_and_line_and_applies_the_rest(
+def test_apply_refuses_bad_lines_by_file_and_line_exits_1_and_applies_the_rest(
     redis_server, tmp_path, capsys, caplog
 ):
     path = write_events(tmp_path / "events.jsonl", bad_after=2)
     status = events_cli.main(["apply", str(path), "--redis", redis_server.url, "--batch-size", "2"])
-    assert status == 0
+    assert status == events_cli.EXIT_REFUSED == 1
     assert_state(redis_server.url)
     out = capsys.readouterr().out
     assert "8 lines: 6 events (2 engagements, 2 follows, 1 unfollows, 1 posts) in 3 batches" in out
-    assert "2 bad lines skipped" in out
+    assert "2 lines refused" in out
     warnings = [r.getMessage() for r in caplog.records]
     assert any(m.startswith(f"{path}:3: not JSON") for m in warnings), warnings
     assert any(m.startswith(f"{path}:4: engagement event: missing") for m in warnings), warnings
+
+
+def test_apply_of_good_lines_only_exits_0(redis_server, tmp_path, capsys):
+    path = write_events(tmp_path / "events.jsonl")
+    assert events_cli.main(["apply", str(path), "--redis", redis_server.url]) == 0
+    assert "0 lines refused" in capsys.readouterr().out
+
+
+def test_a_surface_past_the_artifacts_is_refused_and_unreadable_artifacts_exit_3(
+    redis_server, tmp_path, capsys, caplog
+):
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(LINES[0] | {"user_id": 70, "surface": 16}) + "\n")
+    argv = ["apply", str(path), "--redis", redis_server.url]
+    assert events_cli.main(argv) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:1: surface must lie in [0, 15] (the product surfaces of "
+        "artifacts/trained-demo), got 16; line refused"
+    ]
+    store = UserStateStore(connect(redis_server.url))
+    assert len(store.histories([70], NOW, 16)[0].ranking) == 0
+    assert events_cli.main([*argv, "--artifacts", str(tmp_path / "none")]) == 3
+    err = capsys.readouterr().err
+    assert str(tmp_path / "none") in err and "--artifacts names the served artifacts" in err
 
 
 def test_publish_then_consume_applies_the_stream(redis_server, tmp_path, capsys):
@@ -73,6 +98,7 @@ def test_publish_then_consume_applies_the_stream(redis_server, tmp_path, capsys)
 
     stop = threading.Event()
     args = events_cli.parse_args(["consume", "--redis", redis_server.url, "--consumer", "t"])
+    client.xadd(STREAM, {"event": json.dumps(LINES[0] | {"ts": NOW * 1000})})  # refused
     result = {}
     thread = threading.Thread(target=lambda: result.update(status=events_cli.consume(args, stop)))
     thread.start()
@@ -84,7 +110,7 @@ def test_publish_then_consume_applies_the_stream(redis_server, tmp_path, capsys)
     assert result == {"status": 0}
     assert_state(redis_server.url)
     assert client.xpending(STREAM, "user-state")["pending"] == 0  # all acknowledged
-    assert f"{len(LINES)} events applied" in capsys.readouterr().out
+    assert f"{len(LINES)} events applied in 1 batches, 1 entries refused" in capsys.readouterr().out
 
 
 def test_follow_applies_lines_appended_later(redis_server, tmp_path):

@@ -13,6 +13,7 @@ from phoenix.user_state.actions import POSITIVE_ACTIONS, action_flags, action_ma
 from phoenix.user_state.events import (
     Engagement,
     EventError,
+    EventLimits,
     Follow,
     ParseCounts,
     Post,
@@ -27,6 +28,7 @@ from phoenix.user_state.server import RedisServerMissing, redis_binary
 
 ENGAGEMENT = Engagement.of(7, 91, 3, 1_700_000_000.5, ["favorite", "dwell"], surface=2,
                            dwell_seconds=12.5)  # fmt: skip
+SERVED = EventLimits(max_surface=15, max_dwell_seconds=float(np.finfo(np.float32).max))
 
 
 def test_every_action_is_either_positive_or_negative_and_negative_wins():
@@ -48,14 +50,14 @@ def test_action_flags_follow_the_column_order():
     "event", [ENGAGEMENT, Follow(7, 3, 5.0), Unfollow(7, 3, 6.0), Post(92, 3, 7.0)]
 )
 def test_json_lines_round_trip(event):
-    assert parse_event(to_json(event)) == event
+    assert parse_event(to_json(event), SERVED) == event
 
 
 def test_actions_may_be_the_19_flags():
     flags = [0] * len(ACTION_NAMES)
     flags[0] = flags[ACTION_NAMES.index("dwell")] = 1
     line = json.loads(to_json(ENGAGEMENT)) | {"actions": flags}
-    assert parse_event(json.dumps(line)) == ENGAGEMENT
+    assert parse_event(json.dumps(line), SERVED) == ENGAGEMENT
 
 
 def engagement_line(**fields) -> dict:
@@ -83,20 +85,21 @@ def engagement_line(**fields) -> dict:
 )
 def test_a_bad_event_says_what_is_wrong(obj, message):
     with pytest.raises(EventError) as error:
-        parse_event(json.dumps(obj))
+        parse_event(json.dumps(obj), SERVED)
     assert message in str(error.value)
 
 
-def test_bad_lines_are_skipped_with_a_warning_naming_the_line_and_counted(caplog):
+def test_bad_lines_are_refused_with_a_warning_naming_the_line_and_counted(caplog):
     lines = [to_json(ENGAGEMENT), "{not json", "", to_json(Post(92, 3, 7.0)), '{"type": "x"}']
     counts = ParseCounts()
     with caplog.at_level(logging.WARNING):
-        events = list(parse_lines(lines, "events.jsonl", counts))
+        events = list(parse_lines(lines, "events.jsonl", SERVED, counts))
     assert events == [ENGAGEMENT, Post(92, 3, 7.0)]
     assert (counts.lines, counts.events, counts.skipped) == (4, 2, 2)
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings[0].startswith("events.jsonl:2: not JSON")
     assert warnings[1].startswith("events.jsonl:5: type must be one of")
+    assert all(w.endswith("; line refused") for w in warnings), warnings
 
 
 def test_a_history_member_packs_the_whole_engagement_in_36_bytes():
