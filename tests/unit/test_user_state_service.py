@@ -317,3 +317,20 @@ def test_ready_stays_ready_and_names_the_store_while_it_is_down(redis_server):
         supervisor.stop()
         endpoint.stop()
         back.stop()
+
+
+def test_stored_items_the_model_would_refuse_are_left_out_the_others_kept(
+    tiny_artifacts, redis_server
+):
+    """An item stored before the event path checked it, or for artifacts of more product
+    surfaces, never reaches the model: recommend's chain checks what this stage hands on no
+    more. The user's other items stay."""
+    svc = service(tiny_artifacts, redis_server.url)
+    store = UserStateStore(connect(redis_server.url))
+    good = engagements(31, 4)
+    too_wide = svc.config.product_surface_vocab_size  # one past the largest surface
+    odd = Engagement.of(31, 2000, 9, NOW - 30, ["favorite"], surface=too_wide)
+    store.apply([*good, odd])
+    (out,) = svc.handle([by_id(31)])
+    assert out["history_post_ids"][0].tolist() == [e.post_id for e in good]
+    assert out["history_product_surface"].max() < too_wide

@@ -23,6 +23,8 @@ A actions.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +35,7 @@ from phoenix.checkpoint import load_config
 from phoenix.serving.batches import stack_padded
 from phoenix.serving.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
 from phoenix.serving.ensemble import passed_on_history
-from phoenix.serving.requests import REQUEST_TYPES, InputError
+from phoenix.serving.requests import REQUEST_TYPES, InputError, value_bound
 from phoenix.serving.services.common import Result, Service, ServiceSettings
 from phoenix.user_state import (
     History,
@@ -45,6 +47,7 @@ from phoenix.user_state import (
     connect,
 )
 
+logger = logging.getLogger("phoenix.serving")
 USER_STATE_URL_ENV = "PHOENIX_USER_STATE_URL"
 UserStateRequest = REQUEST_TYPES[USER_STATE.name]
 # A history the request carries: every one of these (dwell times are optional).
@@ -132,7 +135,7 @@ class UserStateService(StoreBackedService):
             elif isinstance(state, UserStateError):
                 results.append(state)
             else:
-                results.append(stored_state(state[row : row + request.rows]))
+                results.append(stored_state(state[row : row + request.rows], self.config))
                 row += request.rows
         return results
 
@@ -176,10 +179,42 @@ def excludable_served(user: UserState) -> np.ndarray:
     return user.served[: max(room, 0)]
 
 
-def stored_state(users: Sequence[UserState]) -> dict[str, np.ndarray]:
-    """One request's outputs from the store's rows."""
-    ranking = stacked_history([u.histories.ranking for u in users])
-    retrieval = stacked_history([u.histories.retrieval for u in users])
+def servable_items(history: History, config) -> np.ndarray:
+    """[L] bool: the history items whose every value the model's contract accepts (the
+    ranker's history specs, against these artifacts). The event path refuses the others, but
+    an item stored before a change of artifacts (fewer product surfaces) or written around it
+    must not reach the model, whose stages no longer check what this one hands on."""
+    keep = np.ones(len(history), bool)
+    for spec, array in zip(USER_HISTORY, history.inputs().values()):
+        values = array.reshape(len(history), -1).astype(np.float64)
+        low, high = (value_bound(b, config) for b in (spec.values.low, spec.values.high))
+        ok = np.isfinite(values)
+        if low is not None:
+            ok &= values >= low
+        if high is not None:
+            ok &= values <= high
+        keep &= ok.all(axis=1)
+    return keep
+
+
+def servable(history: History, config) -> History:
+    """``history`` without the items the model would refuse (``servable_items``), logged."""
+    keep = servable_items(history, config)
+    if keep.all():
+        return history
+    logger.warning(
+        "user_state: %d stored history items outside the served artifacts' limits left out",
+        int((~keep).sum()),
+    )
+    return dataclasses.replace(
+        history, **{f.name: getattr(history, f.name)[keep] for f in dataclasses.fields(history)}
+    )
+
+
+def stored_state(users: Sequence[UserState], config) -> dict[str, np.ndarray]:
+    """One request's outputs from the store's rows (items the model would refuse left out)."""
+    ranking = stacked_history([servable(u.histories.ranking, config) for u in users])
+    retrieval = stacked_history([servable(u.histories.retrieval, config) for u in users])
     return {
         **ranking,
         **{RETRIEVAL_PREFIX + name: array for name, array in retrieval.items()},
