@@ -95,7 +95,7 @@ PERF_ANALYZER_WHEEL := tritonclient==2.51.0
 $(PERF_ANALYZER): | $(REQUIREMENTS_STAMP)
 	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
 		-d build/wheels $(PERF_ANALYZER_WHEEL)
-	$(PY) -m phoenix.testing.perf_analyzer --extract build/wheels --to $@
+	$(PY) -m harness.perf_analyzer --extract build/wheels --to $@
 
 # The project itself, editable: `phoenix`, `clients` and `bench` import from this checkout
 # and the console scripts (phoenix-serve, ...) land in .venv/bin.
@@ -103,17 +103,17 @@ $(INSTALL_STAMP): pyproject.toml $(REQUIREMENTS_STAMP)
 	$(PY) -m pip install --no-deps -e .
 	@touch $@
 
-$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/serving/triton_install.py
-	$(PY) -m phoenix.serving.triton_install --build-backend-dir $(BACKEND_DIR)
+$(BACKEND_STAMP): $(REQUIREMENTS_STAMP) $(PERF_ANALYZER) phoenix/ops/triton_install.py
+	$(PY) -m phoenix.ops.triton_install --build-backend-dir $(BACKEND_DIR)
 	@touch $@
 
 # $(ARTIFACTS)/config.json: its rule is under "artifact directories" at the end
 artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACTS unless present, and their compiled programs
-	$(PY) -m phoenix.serving.compile --artifacts $(ARTIFACTS) --device $(DEVICE)
+	$(PY) -m phoenix.ops.compile --artifacts $(ARTIFACTS) --device $(DEVICE)
 
-# serve builds missing programs itself (phoenix.serving.compile), before Triton starts
+# serve builds missing programs itself (phoenix.ops.compile), before Triton starts
 serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
-	$(PY) -m phoenix.serving.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
+	$(PY) -m phoenix.ops.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
 
 # The demo picks free ports, so it also works beside a running `make serve`. It serves the
 # towers trained on synthetic logs that ship in artifacts/trained-demo (see "training" below).
@@ -121,8 +121,8 @@ demo: setup $(DEMO_ARTIFACTS)/config.json  ## serve the shipped trained demo tow
 	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
 
 configs: setup  ## write every model_repository config, and docs/deploy.md's stub table, from the contracts and profiles
-	$(PY) -m phoenix.serving.configs
-	$(PY) -m phoenix.serving.profile_docs
+	$(PY) -m phoenix.ops.configs
+	$(PY) -m phoenix.ops.profile_docs
 
 # Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
 # (module fixtures start once; xdist starts the files with the most tests first: measured
@@ -229,7 +229,7 @@ GPU_BENCH_ARGS ?=
 .PHONY: gpu-payload gpu-bench-cpu
 
 gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; with the tracked files <= 64 MiB
-	$(PY) -m phoenix.testing.gpu_payload --out $(GPU_PAYLOAD)
+	$(PY) -m harness.gpu_payload --out $(GPU_PAYLOAD)
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
 	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)

@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from phoenix.serving import contracts, services
+from phoenix.schema import contracts
+from phoenix.stub import services
 
 POINTS = [(1, 64), (8, 64), (1, 512), (8, 512), (1, 1024)]
 

@@ -21,16 +21,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.flops import flops_per_candidate, flops_per_context
+from harness.machine import machine as described
+from harness.results import write_results
 from phoenix.artifacts import PRESETS, preset_config
-from phoenix.command_line import command_parser
 from phoenix.engine import DeviceRanker, RetrievalEngine, example_inputs
 from phoenix.grok import TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
-from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
-from phoenix.testing.machine import machine as described
-from phoenix.testing.results import write_results
+from phoenix.schema.contracts import RANKER_CANDIDATE_BUCKETS
+from phoenix.util.command_line import command_parser
 
 RESULTS = Path(__file__).parent / "results"
 TRAINED_DEMO = Path(__file__).parents[1] / "artifacts" / "trained-demo"
@@ -129,7 +129,7 @@ def random_device_ranker(
 
 def random_request_batch(config, users: int, candidates: int, seed: int = 0):
     """Raw ids and features of ``users`` full histories and ``candidates`` each."""
-    from phoenix.serving.services.ranker import empty_request_batch
+    from phoenix.stub.services.ranker import empty_request_batch
 
     rng = np.random.default_rng(seed)
     ids = lambda *shape: rng.integers(1, 2**62, shape, dtype=np.int64)  # noqa: E731
@@ -279,7 +279,7 @@ def bench_corpus_encodings(posts, min_seconds, batch=16, users=512, k=100):
     """Exact top-k with a float32 corpus against int8 codes + exact re-ranking, side by side:
     queries per second, and the int8 results' recall@k against the float32 ones."""
     from bench.retrieval_data import recall_at_k
-    from phoenix.serving.services import PhoenixResources
+    from phoenix.stub.services import PhoenixResources
 
     start = time.perf_counter()
     corpus, user_vectors, history = trained_retrieval_inputs(posts, users)

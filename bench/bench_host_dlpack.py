@@ -3,7 +3,7 @@
     python -m bench.bench_host_dlpack
 
 Times, in turns, the two ways a stub's outputs became DLPack capsules: ``HostBuffer``
-(phoenix/serving/host_dlpack.py, the way now) and host JAX buffers made by one batched
+(phoenix/stub/host_dlpack.py, the way now) and host JAX buffers made by one batched
 ``device_put`` of the batch's outputs, then JAX's ``__dlpack__`` (the way before
 2026-11-27), for a ranker-like batch of 16 requests x 5 outputs. Prints microseconds an output.
 """
@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from phoenix.command_line import command_parser
-from phoenix.serving.host_dlpack import host_buffers
+from phoenix.stub.host_dlpack import host_buffers
+from phoenix.util.command_line import command_parser
 
 
 def jax_host_buffers(arrays) -> list:

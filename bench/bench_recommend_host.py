@@ -35,16 +35,16 @@ from pathlib import Path
 import numpy as np
 
 from bench.serving_measure import Measurement, measure_served, write_input_data
+from harness.process_cpu import cpu_ms_per_request, cpu_seconds, served_cpu_seconds
+from harness.triton import start_triton
 from phoenix.checkpoint import load_config
-from phoenix.serving.client import connect
-from phoenix.serving.inprocess import InProcessModels
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.testing.process_cpu import cpu_ms_per_request, cpu_seconds, served_cpu_seconds
-from phoenix.testing.triton import start_triton
+from phoenix.client.client import connect
+from phoenix.client.inprocess import InProcessModels
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.server import RedisServer
-from phoenix.user_state.world import WorldUsers, load_users
+from phoenix.world.users import WorldUsers, load_users
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOP_K = 100
@@ -335,8 +335,8 @@ def measured_repository(args) -> Path:
     repository = Path(phoenix.__file__).resolve().parents[1] / "model_repository"
     if not args.instances:
         return repository
-    from phoenix.serving.configs import variant_repository
-    from phoenix.serving.profiles import instance_counts
+    from phoenix.ops.configs import variant_repository
+    from phoenix.ops.profiles import instance_counts
 
     counts = instance_counts(args.instances)
     return variant_repository(repository, args.work, "cpu", instances=counts)
@@ -344,7 +344,7 @@ def measured_repository(args) -> Path:
 
 def machine() -> dict:
     try:
-        from phoenix.testing.machine import machine as described
+        from harness.machine import machine as described
 
         return described()
     except ImportError:  # an older checkout

@@ -2,7 +2,7 @@
 
     python -m bench.bench_reliability --runs 20 --artifacts artifacts/demo
 
-Each run starts the serve command (`python -m phoenix.serving.serve`, free loopback ports,
+Each run starts the serve command (`python -m phoenix.ops.serve`, free loopback ports,
 `--drain-seconds 1`), waits for /ready, puts it under load with the project's Locust traffic
 mix (loadtest/locustfile.py, HTTP and gRPC users), sends SIGTERM and measures: seconds until
 /ready answers 503, seconds until the serve command exits, its exit code, whether it said
@@ -23,12 +23,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from phoenix.command_line import command_parser
-from phoenix.processes import http_get_status
-from phoenix.testing.locust_runs import failure_kinds, finish_locust, start_locust
-from phoenix.testing.polling import wait_until
-from phoenix.testing.results import shown_path, write_results
-from phoenix.testing.serve_process import ServeError, ServeProcess
+from harness.locust_runs import failure_kinds, finish_locust, start_locust
+from harness.polling import wait_until
+from harness.results import shown_path, write_results
+from harness.serve_process import ServeError, ServeProcess
+from phoenix.util.command_line import command_parser
+from phoenix.util.processes import http_get_status
 
 DRAIN_S = 1.0
 LOCUST_FINISH_S = 60.0

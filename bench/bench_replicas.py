@@ -38,11 +38,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from phoenix.command_line import command_parser
-from phoenix.testing.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
-from phoenix.testing.proxy import Proxy, nginx_binary
-from phoenix.testing.results import shown_path, write_results
-from phoenix.testing.serve_process import ServeProcess
+from harness.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
+from harness.proxy import Proxy, nginx_binary
+from harness.results import shown_path, write_results
+from harness.serve_process import ServeProcess
+from phoenix.util.command_line import command_parser
 
 HTTP_USER, GRPC_USER = "TritonHttpUser", "TritonGrpcUser"
 POLL_S = 0.5

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-# One OpenBLAS thread, as served instances run (phoenix/serving/triton_server.py), set before
+# One OpenBLAS thread, as served instances run (phoenix/ops/triton_server.py), set before
 # numpy loads it: at its default of one per core its spinning threads cost the small centroid
 # product up to 10x on 2 cores (docs/retrieval.md). Without it, a process searching the 1 M
 # store 16 users a call ran 823-886 q/s against 1,376-1,630 (2026-11-27, docs/retrieval.md).
@@ -36,14 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.retrieval_data import TRAINED, exact_top_k, generator_posts
+from harness.machine import faiss_build, machine
+from harness.memory import memory_bytes
+from harness.recall import recall_per_user, recall_summary
+from harness.results import write_results
+from harness.user_kinds import KINDS, users_of_kinds
 from phoenix.checkpoint import load_config
-from phoenix.command_line import command_parser
 from phoenix.corpus_store import SEALED, CorpusStore, StoreFollower
-from phoenix.corpus_store.recall import recall_per_user, recall_summary
-from phoenix.testing.machine import faiss_build, machine
-from phoenix.testing.memory import memory_bytes
-from phoenix.testing.results import write_results
-from phoenix.training.user_kinds import KINDS, users_of_kinds
+from phoenix.util.command_line import command_parser
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("build/bench-retrieval")
@@ -76,8 +76,8 @@ def search_all(snapshot, users: np.ndarray) -> list:
 
 def exact_engine_rate(embeddings: np.ndarray, users: np.ndarray) -> dict:
     """The exact engine (the reference retriever over a corpus file) on the same corpus."""
-    from phoenix.serving.services.resources import PhoenixResources
-    from phoenix.serving.services.retrieval import retrieval_engine
+    from phoenix.stub.services.resources import PhoenixResources
+    from phoenix.stub.services.retrieval import retrieval_engine
 
     resources = PhoenixResources(TRAINED, ("retrieval",))
     engine = retrieval_engine(resources, batch_buckets=(USERS_PER_CALL,))

@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from phoenix.serving.client import ranker_inputs
-from phoenix.serving.contracts import RANKER
-from phoenix.serving.services import ServiceSettings, build_service
+from phoenix.client.client import ranker_inputs
+from phoenix.schema.contracts import RANKER
+from phoenix.stub.services import ServiceSettings, build_service
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BATCHES = (1, 8, 64)

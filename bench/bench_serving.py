@@ -36,13 +36,13 @@ from bench import serving_measure as measure
 from bench import serving_report as report
 from bench.serving_servers import start_servers, stop_servers
 from clients.workload import random_users
+from harness.results import shown_path
 from phoenix.checkpoint import load_config
-from phoenix.command_line import command_parser
-from phoenix.serving import profiles
-from phoenix.serving.client import connect
-from phoenix.serving.inprocess import InProcessModels
-from phoenix.serving.triton_server import TritonServer
-from phoenix.testing.results import shown_path
+from phoenix.client.client import connect
+from phoenix.client.inprocess import InProcessModels
+from phoenix.ops import profiles
+from phoenix.ops.triton_server import TritonServer
+from phoenix.util.command_line import command_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from phoenix.command_line import command_parser
-from phoenix.processes import http_get_status
-from phoenix.testing.loadgen import LoadRun, alternating_callers
-from phoenix.testing.polling import wait_until
-from phoenix.testing.results import write_results
-from phoenix.testing.serve_process import ServeProcess
+from harness.loadgen import LoadRun, alternating_callers
+from harness.polling import wait_until
+from harness.results import write_results
+from harness.serve_process import ServeProcess
+from phoenix.util.command_line import command_parser
+from phoenix.util.processes import http_get_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -74,8 +74,8 @@ def candidate_shares(buckets: tuple[int, ...]) -> dict[str, dict[int, float]]:
 def time_buckets(artifacts: Path) -> list[dict]:
     """Compile, load and call seconds of every ranker bucket of the CPU profile."""
     from phoenix.engine.programs import STORE_ENV, ProgramStore
-    from phoenix.serving.compile import service_settings
-    from phoenix.serving.services import build_service
+    from phoenix.ops.compile import service_settings
+    from phoenix.stub.services import build_service
 
     settings = service_settings("ranker", artifacts, "cpu")
     batch_buckets = settings.batch_buckets
@@ -99,7 +99,7 @@ def time_one_bucket(settings, users: int, width: int, build_service) -> dict:
     from dataclasses import replace
 
     from phoenix.engine.programs import ProgramStore
-    from phoenix.serving.services.ranker import empty_request_batch
+    from phoenix.stub.services.ranker import empty_request_batch
 
     one = replace(
         settings,
@@ -219,7 +219,7 @@ def time_serve_starts(artifacts: Path, work: Path, starts: int) -> list[float]:
 
 def recommend_load(serve: ServeProcess, artifacts: Path, duration_s: float) -> LoadRun:
     from phoenix.checkpoint import load_example_sequence
-    from phoenix.serving.client import recommend_inputs
+    from phoenix.client.client import recommend_inputs
 
     inputs = recommend_inputs(load_example_sequence(artifacts).to_dict(), top_k=TOP_K)
     make = alternating_callers(serve.http_url, serve.grpc_url, "recommend", inputs,
@@ -315,8 +315,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from phoenix.serving.compile import ensure_programs
-    from phoenix.serving.profiles import CPU
+    from phoenix.ops.compile import ensure_programs
+    from phoenix.ops.profiles import CPU
 
     results = json.loads(args.results.read_text()) if args.results.is_file() else {}
     results["machine"] = f"{os.cpu_count()} cores"

@@ -34,16 +34,16 @@ import numpy as np
 import psutil
 
 from bench.retrieval_data import TRAINED, generator_posts
+from harness.locust_runs import finish_locust, locust_totals, start_locust
+from harness.machine import machine
+from harness.process_cpu import cpu_ms_per_request, served_cpu_seconds
+from harness.processes import REPO_ROOT
+from harness.results import write_results
+from harness.serve_process import ServeProcess
 from phoenix.checkpoint import load_example_sequence
-from phoenix.command_line import command_parser
+from phoenix.client.client import connect, infer, recommend_inputs, user_inputs
 from phoenix.corpus_store import SEALED, CorpusStore, choose_index
-from phoenix.serving.client import connect, infer, recommend_inputs, user_inputs
-from phoenix.testing.locust_runs import finish_locust, locust_totals, start_locust
-from phoenix.testing.machine import machine
-from phoenix.testing.process_cpu import cpu_ms_per_request, served_cpu_seconds
-from phoenix.testing.processes import REPO_ROOT
-from phoenix.testing.results import write_results
-from phoenix.testing.serve_process import ServeProcess
+from phoenix.util.command_line import command_parser
 
 RESULTS = Path(__file__).parent / "results"
 WORK = Path("build/bench-store-serving")

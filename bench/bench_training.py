@@ -24,8 +24,8 @@ import numpy as np
 
 from phoenix.training.data import LogIndex
 from phoenix.training.presets import PRESETS
-from phoenix.training.synthetic import generate_logs
 from phoenix.training.train import init_params, make_optimizer, make_train_step
+from phoenix.world.synthetic import generate_logs
 
 RESULTS = Path(__file__).parent / "results" / "training.json"
 BENCH_USERS = 20_000

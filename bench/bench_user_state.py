@@ -30,22 +30,22 @@ from pathlib import Path
 import numpy as np
 
 from bench.serving_measure import Measurement, measure_served, write_input_data
+from harness.loadgen import LoadRun, alternating_callers, percentiles_ms
+from harness.locust_runs import finish_locust, locust_totals, start_locust
+from harness.process_cpu import cpu_ms_per_request, served_cpu_seconds
+from harness.processes import REPO_ROOT
+from harness.results import shown_path, write_results
+from harness.triton import start_triton
 from phoenix.checkpoint import load_config, load_corpus
-from phoenix.command_line import command_parser
-from phoenix.serving.client import connect, infer
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.testing.loadgen import LoadRun, alternating_callers, percentiles_ms
-from phoenix.testing.locust_runs import finish_locust, locust_totals, start_locust
-from phoenix.testing.process_cpu import cpu_ms_per_request, served_cpu_seconds
-from phoenix.testing.processes import REPO_ROOT
-from phoenix.testing.results import shown_path, write_results
-from phoenix.testing.triton import start_triton
+from phoenix.client.client import connect, infer
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
-from phoenix.user_state.popularity import ZipfUsers, user_stream
 from phoenix.user_state.request_log import read_request_log
 from phoenix.user_state.server import RedisServer
-from phoenix.user_state.world import WorldUsers, load_users
+from phoenix.util.command_line import command_parser
+from phoenix.world.popularity import ZipfUsers, user_stream
+from phoenix.world.users import WorldUsers, load_users
 
 RESULTS = REPO_ROOT / "bench" / "results"
 WORK = REPO_ROOT / "build" / "bench-user-state"

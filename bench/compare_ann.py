@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.retrieval_data import TRAINED, generator_posts
+from harness.recall import exact_top_k, recall_per_user, recall_summary
+from harness.user_kinds import KINDS, users_of_kinds
 from phoenix.checkpoint import load_config
-from phoenix.command_line import command_parser
 from phoenix.corpus_store import ann
-from phoenix.corpus_store.recall import exact_top_k, recall_per_user, recall_summary
 from phoenix.corpus_store.snapshot import first_of_each
-from phoenix.training.user_kinds import KINDS, users_of_kinds
+from phoenix.util.command_line import command_parser
 
 USERS_PER_CALL = 16
 TOP_K = 100

@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
+from harness.recall import exact_top_k, recall_per_user
 from phoenix.corpus_store import Posts
-from phoenix.corpus_store.recall import exact_top_k, recall_per_user
 
 TRAINED = Path("artifacts/trained-demo")
 EMBED_BATCH = 8192
@@ -56,11 +56,11 @@ def user_histories(world, count: int, history_len: int, seed: int = 1):
 
 
 def query_users(artifacts: Path, world, count: int, seed: int = 1):
-    """Users of one kind (phoenix.training.user_kinds has them all): (unit user vectors
+    """Users of one kind (harness.user_kinds has them all): (unit user vectors
     [Q, D] of the trained user tower, their histories as post rows of
     ``world`` [Q, S]) for ``count`` users of ``world`` who favorited posts of their topics."""
+    from harness.user_kinds import encode_histories
     from phoenix.checkpoint import load_config
-    from phoenix.training.user_kinds import encode_histories
 
     history_len = load_config(artifacts).history_seq_len
     users, posts = user_histories(world, count, history_len, seed)

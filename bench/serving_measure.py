@@ -18,10 +18,10 @@ from typing import Optional
 
 import numpy as np
 
-from phoenix.serving.client import connect, ranker_inputs, recommend_inputs
-from phoenix.serving.contracts import RANKER
-from phoenix.serving.inprocess import InProcessModels
-from phoenix.testing import perf_analyzer
+from harness import perf_analyzer
+from phoenix.client.client import connect, ranker_inputs, recommend_inputs
+from phoenix.client.inprocess import InProcessModels
+from phoenix.schema.contracts import RANKER
 
 WORKLOADS = {  # name: (model, candidates per user or None)
     "ranker-64": ("ranker", 64),

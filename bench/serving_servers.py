@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phoenix.serving.configs import write_repository
-from phoenix.serving.profiles import profile
-from phoenix.serving.triton_server import TritonServer
-from phoenix.testing.triton import start_triton
+from harness.triton import start_triton
+from phoenix.ops.configs import write_repository
+from phoenix.ops.profiles import profile
+from phoenix.ops.triton_server import TritonServer
 
 
 def repository_for(batching: str, args) -> Path:

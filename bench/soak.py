@@ -10,7 +10,7 @@ counted from when a request was due, so a stalled server cannot hide its backlog
 HTTP and half over gRPC, and samples the resident memory (RSS) of tritonserver and every stub.
 Writes JSON and PNG; exits 1 when a request failed or memory grew by more than --max-rss-growth.
 
-The load comes from `phoenix/testing/loadgen.py` (why not Locust or perf_analyzer: see its
+The load comes from `harness/loadgen.py` (why not Locust or perf_analyzer: see its
 docstring; in short, an open loop with every answer checked, reported in 10 s windows).
 Every run is bounded in time and in request count.
 """
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from phoenix.command_line import command_parser
-from phoenix.testing.loadgen import (
+from harness.loadgen import (
     LoadRun,
     Outcome,
     alternating_callers,
@@ -36,9 +35,10 @@ from phoenix.testing.loadgen import (
     percentiles_ms,
     summarize,
 )
-from phoenix.testing.memory import server_rss
-from phoenix.testing.results import write_results
-from phoenix.testing.triton import start_triton
+from harness.memory import server_rss
+from harness.results import write_results
+from harness.triton import start_triton
+from phoenix.util.command_line import command_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ def rss_growth_pct(start: Mapping[str, int], end: Mapping[str, int]) -> dict[str
 def recommend_caller_factory(http_url: str, grpc_url: str, artifacts: Path, top_k: int):
     """Callers of the end-to-end `recommend` ensemble, even workers HTTP, odd ones gRPC."""
     from phoenix.checkpoint import load_example_sequence
-    from phoenix.serving.client import recommend_inputs
+    from phoenix.client.client import recommend_inputs
 
     inputs = recommend_inputs(load_example_sequence(artifacts).to_dict(), top_k=top_k)
 
@@ -104,9 +104,9 @@ def sample_memory(server_pid: int, stop: threading.Event, every_s: float, out: l
 
 def start_own_server(artifacts: Path, log_dir: Path):
     """A server configured like `serve` (explicit control mode + supervisor) on free ports."""
-    from phoenix.serving.admin_key import server_admin_key
-    from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY, server_flags
-    from phoenix.serving.supervisor.state import Supervisor
+    from phoenix.ops.admin_key import server_admin_key
+    from phoenix.ops.serve import DEFAULT_MODEL_REPOSITORY, server_flags
+    from phoenix.ops.supervisor.state import Supervisor
 
     admin_key, _ = server_admin_key(log_dir)  # $PHOENIX_ADMIN_KEY, else log_dir/admin-key
     server = start_triton(

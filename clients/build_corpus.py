@@ -63,10 +63,10 @@ from phoenix.corpus_store.embedding import (
     candidate_tower,
     tower_identity,
 )
-from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
-from phoenix.serving.contracts import LIMITS
-from phoenix.serving.reload import switch_corpus
-from phoenix.serving.served_artifacts import ArtifactMismatch
+from phoenix.ops.admin_key import ADMIN_KEY_ENV, find_admin_key
+from phoenix.ops.reload import switch_corpus
+from phoenix.ops.served_artifacts import ArtifactMismatch
+from phoenix.schema.contracts import LIMITS
 
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
 REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call

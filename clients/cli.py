@@ -3,7 +3,7 @@
 Every client takes ``--url``/``--protocol``, reads one user in the ``example_sequence.json``
 format (``--input FILE``, default: the artifact directory's example) or generates one
 (``--generate --seed N``), and with ``--check`` compares the server's answer with the same
-service run in this process (``phoenix.serving.inprocess``; float32, ``TOLERANCE``; ids must
+service run in this process (``phoenix.client.inprocess``; float32, ``TOLERANCE``; ids must
 be equal).
 """
 
@@ -24,16 +24,16 @@ import numpy as np
 
 from clients.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.command_line import command_parser
+from phoenix.client.client import connect, feed_table, infer
+from phoenix.client.inprocess import InProcessModels
 from phoenix.config import ArtifactConfig
-from phoenix.serving.client import connect, feed_table, infer
-from phoenix.serving.inprocess import InProcessModels
-from phoenix.serving.served_artifacts import (
+from phoenix.ops.served_artifacts import (
     ArtifactMismatch,
     ServedArtifacts,
     choose_artifacts,
     served_artifacts,
 )
+from phoenix.util.command_line import command_parser
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}

@@ -1,6 +1,6 @@
 """Start Triton, recommend one user's feed end to end, stop: the `make demo` feed.
 
-Starts tritonserver over model_repository/ as `python -m phoenix.serving.serve` does (the
+Starts tritonserver over model_repository/ as `python -m phoenix.ops.serve` does (the
 device's configs, the admin key, no supervisor) on free ports, waits until every model is
 ready, asks the ``recommend`` ensemble for the artifacts' example user, prints the feed (after
 the feed policy: filters, every action's weight, author diversity) and how many of the top 10
@@ -16,7 +16,7 @@ the recommended posts' topics and authors, so the match can be seen.
 With trained artifacts the demo also recommends by user id: it starts a local redis-server
 for the user state (the server's --redis), loads the world's users into it (the example user
 and the first --world-users others: engagements before the held-out days and follows,
-phoenix.user_state.world), shows the example user's feed by id, then sends an engagement
+phoenix.world.users), shows the example user's feed by id, then sends an engagement
 event (the user favourites posts of a topic new to their history) and shows the feed again,
 then a new post of an author the user follows (a post event) and says whether it appears.
 
@@ -48,11 +48,7 @@ from phoenix.checkpoint import (
     read_npz,
     resolve_inside,
 )
-from phoenix.config import NEGATIVE_ACTIONS
-from phoenix.feed_policy import in_network_share
-from phoenix.processes import LOOPBACK
-from phoenix.serving.admin_key import AdminKeyError, server_admin_key
-from phoenix.serving.client import (
+from phoenix.client.client import (
     connect,
     feed_rows,
     feed_table,
@@ -63,22 +59,26 @@ from phoenix.serving.client import (
     served_models,
     side_by_side,
 )
-from phoenix.serving.compile import CompileError, ensure_programs, warn_if_no_gpu_jax
-from phoenix.serving.ensemble import run_until
-from phoenix.serving.serve import (
+from phoenix.config import NEGATIVE_ACTIONS
+from phoenix.feed_policy import in_network_share
+from phoenix.ops.admin_key import AdminKeyError, server_admin_key
+from phoenix.ops.compile import CompileError, ensure_programs, warn_if_no_gpu_jax
+from phoenix.ops.serve import (
     DEFAULT_BUILD_DIR,
     DEFAULT_MODEL_REPOSITORY,
     ServeError,
     make_server,
     stop_with_parent,
 )
-from phoenix.serving.serve import (
+from phoenix.ops.serve import (
     DEFAULT_READY_TIMEOUT_S as READY_TIMEOUT_S,
 )
-from phoenix.serving.served_artifacts import servable_artifact_dir
-from phoenix.serving.triton_server import TritonServerError
+from phoenix.ops.served_artifacts import servable_artifact_dir
+from phoenix.ops.triton_server import TritonServerError
+from phoenix.schema.wiring import run_until
 from phoenix.user_state import UserStateError
 from phoenix.user_state.server import RedisServer, RedisServerError, RedisServerMissing
+from phoenix.util.processes import LOOPBACK
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from phoenix.checkpoint import load_example_sequence
-from phoenix.serving.client import connect, infer, recommend_inputs
+from phoenix.client.client import connect, infer, recommend_inputs
 from phoenix.user_state import Engagement, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
-from phoenix.user_state.world import WorldUsers, load_users
+from phoenix.world.users import WorldUsers, load_users
 
 TOP_K = 50
 ROWS = 10

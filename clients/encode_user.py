@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.serving.client import user_inputs
+from phoenix.client.client import user_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):

@@ -63,8 +63,8 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.contracts import RANKER
-from phoenix.serving.requests import value_bound
+from phoenix.schema.contracts import RANKER
+from phoenix.schema.requests import value_bound
 from phoenix.user_state import UserStateError, UserStateStore, connect
 from phoenix.user_state.client import url_argument
 from phoenix.user_state.events import EventLimits
@@ -214,7 +214,7 @@ def consume(args, stop: Optional[threading.Event] = None) -> int:
 
 def load_world(args) -> int:
     """load-world: every user of the trained world (or the N most active) into the store."""
-    from phoenix.user_state.world import WorldUsers, load_users
+    from phoenix.world.users import WorldUsers, load_users
 
     store = open_store(args)
     try:

@@ -10,7 +10,7 @@ keep serving. The load API needs the admin key (see
 SECURITY.md) and a server with explicit model control (`make serve`, not --no-supervisor).
 
 A change made this way lasts until the server restarts; to change a default for good, edit
-POLICY_PARAMETERS in phoenix/serving/contracts.py and run `make configs` (docs/policy.md).
+POLICY_PARAMETERS in phoenix/schema/contracts.py and run `make configs` (docs/policy.md).
 
 Examples:
   python -m clients.feed_policy                                   # show the parameters
@@ -27,11 +27,11 @@ from typing import Optional
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.serving.admin_key import ADMIN_KEY_ENV, find_admin_key
-from phoenix.serving.contracts import FEED_POLICY, POLICY_PARAMETERS
-from phoenix.serving.inprocess import server_parameters
-from phoenix.serving.reload import reload_with_chains
-from phoenix.serving.services.feed_policy import parse_settings
+from phoenix.client.inprocess import server_parameters
+from phoenix.ops.admin_key import ADMIN_KEY_ENV, find_admin_key
+from phoenix.ops.reload import reload_with_chains
+from phoenix.schema.contracts import FEED_POLICY, POLICY_PARAMETERS
+from phoenix.stub.services.feed_policy import parse_settings
 
 MODEL = FEED_POLICY.name
 POLICY_PARAMETER_NAMES = sorted(p.name for p in POLICY_PARAMETERS)

@@ -58,7 +58,7 @@ from phoenix.corpus_store.ingestion import (
     summary,
     write_batch,
 )
-from phoenix.serving.served_artifacts import ArtifactMismatch
+from phoenix.ops.served_artifacts import ArtifactMismatch
 
 EXIT_CODES_HELP = (
     "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.serving.client import ranker_inputs
+from phoenix.client.client import ranker_inputs
 
 
 def parse_args(argv: Optional[Sequence[str]]):

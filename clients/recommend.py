@@ -29,10 +29,10 @@ import numpy as np
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.command_line import id_number, id_numbers
-from phoenix.serving.client import feed_table, recommend_inputs, served_models, side_by_side
-from phoenix.serving.ensemble import run_until
-from phoenix.serving.inprocess import SERVICE_MODELS
+from phoenix.client.client import feed_table, recommend_inputs, served_models, side_by_side
+from phoenix.client.inprocess import SERVICE_MODELS
+from phoenix.schema.wiring import run_until
+from phoenix.util.command_line import id_number, id_numbers
 
 RANKED_IDS = ("ranked_post_ids",)
 DEFAULT_TOP_K = 50  # --user-id without --top-k

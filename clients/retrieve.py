@@ -19,8 +19,8 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.serving.client import user_inputs
-from phoenix.serving.ensemble import next_step_inputs, passed_on_history
+from phoenix.client.client import user_inputs
+from phoenix.schema.wiring import next_step_inputs, passed_on_history
 
 RETRIEVED_IDS = ("post_ids", "author_ids")
 

@@ -31,10 +31,10 @@ from tritonclient.utils import InferenceServerException
 from clients import cli
 from clients.workload import random_users
 from phoenix.checkpoint import ArtifactError
-from phoenix.serving import rollout
-from phoenix.serving.admin_key import ADMIN_KEY_ENV, AdminKeyError, find_admin_key
-from phoenix.serving.client import recommend_inputs
-from phoenix.serving.serving_state import (
+from phoenix.client.client import recommend_inputs
+from phoenix.ops import rollout
+from phoenix.ops.admin_key import ADMIN_KEY_ENV, AdminKeyError, find_admin_key
+from phoenix.ops.serving_state import (
     DEFAULT_SERVE_DIR,
     ServingStateError,
     read_serving_state,

@@ -2,7 +2,7 @@
 
 The command-line clients, the load test, the serving benchmark and the tests draw their
 requests from here. A user is a dict in the ``example_sequence.json`` format (plain lists of
-numbers), which ``phoenix.serving.client`` turns into request tensors.
+numbers), which ``phoenix.client.client`` turns into request tensors.
 
 A tool beside the library, not part of it: nothing under ``phoenix/`` sends users, so it lives
 with its first users, the clients (the others import it as ``clients.workload``).

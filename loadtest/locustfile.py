@@ -41,22 +41,22 @@ from locust import FastHttpUser, User, between, events, tag, task
 from locust.util.timespan import parse_timespan
 
 from clients.workload import CorpusIds, random_sequence, with_action_width
-from phoenix.checkpoint import load_config
-from phoenix.command_line import command_parser
-from phoenix.serving.client import infer_inputs, recommend_inputs, result_arrays
-from phoenix.serving.contracts import contract
-from phoenix.serving.ensemble import next_step_inputs, passed_on_history
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.testing.locust_runs import (
+from harness.locust_runs import (
     DEFAULT_GRPC_URL,
     TOTALS_SUFFIX,
     Totals,
     add_server_options,
     read_totals,
 )
+from phoenix.checkpoint import load_config
+from phoenix.client.client import infer_inputs, recommend_inputs, result_arrays
+from phoenix.schema.contracts import contract
+from phoenix.schema.wiring import next_step_inputs, passed_on_history
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import UserStateLimits, UserStateStore
 from phoenix.user_state import connect as connect_store
-from phoenix.user_state.popularity import DEFAULT_ZIPF_S, ZipfUsers, user_stream
+from phoenix.util.command_line import command_parser
+from phoenix.world.popularity import DEFAULT_ZIPF_S, ZipfUsers, user_stream
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -343,7 +343,7 @@ def by_id_population(world_dir: Path, count: int, s: float, store_url: str) -> Z
     """The first ``count`` users of the trained world of ``world_dir``, loaded into the store at
     ``store_url`` when one is given (their engagements, follows and the authors' posts)."""
     from phoenix.checkpoint import ArtifactError
-    from phoenix.user_state.world import WorldUsers, load_users
+    from phoenix.world.users import WorldUsers, load_users
 
     try:
         world = WorldUsers.from_artifacts(world_dir)
@@ -747,7 +747,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.redis_url:
             print(f"no --redis-url: the {BY_ID_TAG} traffic is left out", flush=True)
         return run_locust(args, f"{args.host}:{args.http_port}", f"{args.host}:{args.grpc_port}")
-    from phoenix.testing.triton import triton_server
+    from harness.triton import triton_server
     from phoenix.user_state.server import RedisServer
 
     log = args.results / "tritonserver.log"

@@ -2,10 +2,10 @@
 trained on, requesting its feed by id and engaging with it by the world's own model.
 
 Each Locust user is a world user drawn reproducibly for ``--world-seed`` (weighted by the
-world's activity; ``phoenix.training.simulate``). It asks ``recommend`` for its feed by user id
+world's activity; ``phoenix.world.simulate``). It asks ``recommend`` for its feed by user id
 over gRPC (``user_id`` and ``top_k`` only: the server reads the history from its user-state
 store), views the top ``--top-n`` posts, draws its actions and dwell with the function the log
-generator drew the training logs with (``phoenix.training.reactions``), and sends the
+generator drew the training logs with (``phoenix.world.reactions``), and sends the
 engagements back through the event path (``UserStateStore.apply`` on ``--redis-url``), so the
 user's state fills as it would in production. The feed request and the event write are Locust
 requests ("grpc recommend", "redis engagements"): their failures count.
@@ -34,15 +34,15 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from locust import User, between, events, task
 
-from phoenix.serving.client import infer_inputs, result_arrays
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.testing.locust_runs import add_server_options
-from phoenix.testing.results import REPO_ROOT, shown_path
+from harness.locust_runs import add_server_options
+from harness.results import REPO_ROOT, shown_path
+from phoenix.client.client import infer_inputs, result_arrays
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.training.online_metrics import OnlineMetrics, plot
 from phoenix.training.pipeline import trained_world
-from phoenix.training.simulate import SimulatedUser, WorldClock, draw_user_ids
 from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
+from phoenix.world.simulate import SimulatedUser, WorldClock, draw_user_ids
 
 DEFAULT_ARTIFACTS = "artifacts/trained-demo"
 DEFAULT_METRICS = "bench/results/online-metrics.json"

@@ -58,7 +58,7 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", {}).get("workerid", "")  # "gw0" on xdist workers
     index = int(worker[2:]) if worker.startswith("gw") else -1
     if 0 <= index < RANGED_WORKERS:
-        from phoenix.processes import PORT_RANGE_ENV
+        from phoenix.util.processes import PORT_RANGE_ENV
 
         low = FIRST_WORKER_PORT + index * WORKER_PORTS
         os.environ[PORT_RANGE_ENV] = f"{low}-{low + WORKER_PORTS - 1}"

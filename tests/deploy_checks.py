@@ -19,12 +19,12 @@ from pathlib import Path
 
 import yaml
 
-from phoenix.serving import serve
-from phoenix.serving.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
-from phoenix.serving.profiles import profile
-from phoenix.serving.request_metrics import OWN_METRICS, STUB
-from phoenix.serving.serve import EXIT_TIMEOUT_S
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
+from phoenix.ops import serve
+from phoenix.ops.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
+from phoenix.ops.profiles import profile
+from phoenix.ops.serve import EXIT_TIMEOUT_S
+from phoenix.stub.request_metrics import OWN_METRICS, STUB
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"

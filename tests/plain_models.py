@@ -12,12 +12,12 @@ import haiku as hk
 import jax
 import numpy as np
 
+from phoenix.client.client import ranker_inputs, user_inputs
 from phoenix.recsys_model import REFERENCE_TIME, RecsysBatch, RecsysEmbeddings
-from phoenix.serving import services
-from phoenix.serving.batches import pad_batch
-from phoenix.serving.client import ranker_inputs, user_inputs
-from phoenix.serving.contracts import RANKER
-from phoenix.serving.requests import RankRequest, UserRequest, parse
+from phoenix.schema.batches import pad_batch
+from phoenix.schema.contracts import RANKER
+from phoenix.schema.requests import RankRequest, UserRequest, parse
+from phoenix.stub import services
 
 
 def ranker_features(resources, request: RankRequest) -> tuple[RecsysBatch, RecsysEmbeddings]:

@@ -16,7 +16,7 @@ PRESET, SEED = "tiny", 0
 @functools.cache
 def trained_tiny() -> tuple[Path, Path, dict]:
     """(artifact dir, log dir, training summary) of the tiny preset, seed 0, evaluated."""
-    from phoenix.serving.compile import ensure_programs
+    from phoenix.ops.compile import ensure_programs
     from phoenix.training.pipeline import TRAINING_FILE, run_pipeline
 
     device = "cpu"

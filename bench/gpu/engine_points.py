@@ -105,7 +105,7 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     from bench.flops import flops_per_candidate, flops_per_context
     from phoenix.engine import DeviceRanker, example_inputs
     from phoenix.engine.programs import input_key
-    from phoenix.serving.contracts import RANKER_CANDIDATE_BUCKETS
+    from phoenix.schema.contracts import RANKER_CANDIDATE_BUCKETS
 
     config = model_config(kwargs, candidates, dtype)
     runner = original_runner(config)

@@ -9,7 +9,7 @@ Runs, in order, the STEPs (default: all) that have not run yet on this machine, 
 its own cap and to what is left of SECONDS; a step that would get under 30 s is skipped.
 Calling it again on the same warm machine goes on where the last call stopped.
 
-  setup      phoenix.testing.gpu_machine from the payload in .gpu (make gpu-payload)
+  setup      harness.gpu_machine from the payload in .gpu (make gpu-payload)
   engine retrieval startup serving recommend
              bench.gpu.measure --steps STEP, results in RESULTS
   engine-large
@@ -33,7 +33,7 @@ Calling it again on the same warm machine goes on where the last call stopped.
              the calls from host arrays, at 1 x 64 and 1 x 1024, in RESULTS/engine-diag.json,
              and a JAX profiler trace (its perfetto file copied to $OUT)
   profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
-             its executions (PHOENIX_STUB_PROFILE, phoenix/serving/stub_profile.py): summaries
+             its executions (PHOENIX_STUB_PROFILE, phoenix/stub/profile.py): summaries
              in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
   profile-recommend
              the same for `recommend` at concurrency 64: every model of the ensemble's
@@ -95,7 +95,7 @@ instances() {  # N
     --build-dir build/gpu-bench/ranker$1 --docs build/gpu-bench/ranker$1-table.md"
 }
 declare -A command=(
-  [setup]="$python -m phoenix.testing.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
+  [setup]="$python -m harness.gpu_machine --payload ${GPU_PAYLOAD:-.gpu}"
   [engine]="${measure[*]} engine"
   [retrieval]="${measure[*]} retrieval"
   [startup]="${measure[*]} startup"
@@ -169,8 +169,8 @@ pack=${OUT:-build/gpu-bench}/lease.tar.gz
 find bench/results/gpu build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f \
   \( -name '*.json' -o -name '*.png' -o -name '*.log' -o -name '*.txt' -o -name '*.status' \
   -o -name '*.md' \) -size -8M 2>/dev/null | sort -u >"$state/packed.txt"
-# No path of that machine (phoenix/machine_paths.py): the results are kept in the repository.
-grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' "$python" -m phoenix.machine_paths
+# No path of that machine (phoenix/util/machine_paths.py): the results are kept in the repository.
+grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' "$python" -m phoenix.util.machine_paths
 # The engine trace beside the pack, where it fits a returned file (16 MiB)
 trace=$(find build/gpu-bench/trace -name 'perfetto_trace.json.gz' -size -15M 2>/dev/null | head -1)
 [[ -n $trace && -n ${OUT:-} ]] && cp "$trace" "$OUT/engine-trace.json.gz"

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from bench.gpu import profiles, report
-from phoenix.command_line import command_parser
-from phoenix.testing import gpu_machine as machine
+from harness import gpu_machine as machine
+from phoenix.util.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
 STEPS = (*report.STEPS, "recommend")  # one JSON each

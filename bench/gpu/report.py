@@ -17,7 +17,7 @@ from typing import Optional
 
 from bench.gpu import profiles
 from bench.serving_report import best, between_markers, ratio, served_rows
-from phoenix.command_line import command_parser
+from phoenix.util.command_line import command_parser
 
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 NOT_MEASURED = "not yet measured"

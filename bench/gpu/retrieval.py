@@ -18,7 +18,7 @@ from bench.gpu import profiles
 
 def served_batch_buckets(device: str) -> tuple[int, ...]:
     """The batch sizes the retriever compiles in the deployment profile of ``device``."""
-    from phoenix.serving.profiles import profile
+    from phoenix.ops.profiles import profile
 
     return tuple(profile(device).models["retriever"].parameter_values("retriever")["batch_buckets"])
 

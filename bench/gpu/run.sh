@@ -6,7 +6,7 @@ usage() {
 usage: bash bench/gpu/run.sh [--cpu] [measure.py options...]
 
 On a bare GPU machine (from the checkout's root, the payload carried in .gpu):
-  1. python3 -m phoenix.testing.gpu_machine --payload $GPU_PAYLOAD
+  1. python3 -m harness.gpu_machine --payload $GPU_PAYLOAD
                                   wheels, Triton server, perf_analyzer
   2. python3 -m bench.gpu.measure ...   engine, retrieval, startup, serving
 Results: bench/results/gpu/*.json|png, also copied to $GPU_RESULTS_COPY when it names a folder
@@ -40,7 +40,7 @@ if (( cpu )); then
 fi
 
 python=${PYTHON:-python3}
-"$python" -m phoenix.testing.gpu_machine --payload "${GPU_PAYLOAD:-.gpu}"
+"$python" -m harness.gpu_machine --payload "${GPU_PAYLOAD:-.gpu}"
 copy=()
 [[ -n "${GPU_RESULTS_COPY:-}" ]] && copy=(--copy-to "$GPU_RESULTS_COPY")
 exec "$python" -m bench.gpu.measure "${args[@]}" "${copy[@]}"

@@ -23,8 +23,8 @@ READY_TIMEOUT_S = 900
 def derived_repository(device: str, build_dir: Path) -> Path:
     """The repository generated for the device's deployment profile (as `serve --device`
     serves it: the GPU profile's configs)."""
-    from phoenix.serving.configs import write_repository
-    from phoenix.serving.profiles import profile
+    from phoenix.ops.configs import write_repository
+    from phoenix.ops.profiles import profile
 
     return write_repository(build_dir / f"model_repository-{device}", profile(device))
 
@@ -34,8 +34,8 @@ def seconds_to_ready(
 ) -> float:
     """Start a server over ``repository`` (only ``models`` if any), wait until ready, stop it;
     the seconds it took."""
+    from harness.triton import triton_server
     from phoenix.engine.programs import STORE_ENV
-    from phoenix.testing.triton import triton_server
 
     only = {"model_control_mode": "explicit", "load_model": list(models)} if models else {}
     server = triton_server(repository, artifacts, log_path=log, env={STORE_ENV: str(cache)},

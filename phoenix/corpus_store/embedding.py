@@ -44,7 +44,7 @@ class ServedCandidateTower:
     def __call__(
         self, post_ids: np.ndarray, author_ids: np.ndarray, progress: Optional[Progress] = None
     ) -> np.ndarray:
-        from phoenix.serving.client import infer
+        from phoenix.client.client import infer
 
         parts = []
         for start in range(0, len(post_ids), self.batch_size):
@@ -62,7 +62,7 @@ class ServedCandidateTower:
 
 def served_batch_limit(client, protocol: str, wanted: int) -> int:
     """``wanted`` posts a request, capped at candidate_tower's max_batch_size."""
-    from phoenix.serving.inprocess import server_model_config
+    from phoenix.client.inprocess import server_model_config
 
     limit = int(server_model_config(client, protocol, "candidate_tower").get("max_batch_size", 0))
     return max(1, min(wanted, limit) if limit > 0 else wanted)
@@ -97,7 +97,7 @@ def tower_identity(
     loaded it; ARTIFACTS when the server does not say which it serves)."""
     if where == IN_PROCESS:
         return tower_of(artifacts)
-    from phoenix.serving.served_artifacts import choose_artifacts, served_artifacts
+    from phoenix.ops.served_artifacts import choose_artifacts, served_artifacts
 
     served = served_artifacts(client, protocol, models=("candidate_tower",))
     return tower_of(choose_artifacts(None, served, artifacts))

@@ -38,7 +38,7 @@ from phoenix.corpus_store.manifest import EmbeddedBy, StoreError
 from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.store import CorpusStore
 from phoenix.corpus_store.towers import check_tower
-from phoenix.timestamps import FUTURE_SLACK_S  # a post dated further ahead: a unit mistake
+from phoenix.util.timestamps import FUTURE_SLACK_S  # a post dated further ahead: a unit mistake
 
 MAX_ID = 2**63 - 1
 POLL_S = 0.2  # longest wait for input before looking at the clock and the stop flag again

@@ -68,7 +68,7 @@ from phoenix.recsys_model import (
 )
 
 # The request batch the ranker takes is the serving layer's padded batch of the ranker's
-# contract (``phoenix.serving.batches``): one field per input, named as the contract names it,
+# contract (``phoenix.schema.batches``): one field per input, named as the contract names it,
 # zeros as padding, and ``sent`` ({optional input: [B] bool}). The engine names here the
 # fields it reads; an input it does not name (candidate_retrieval_scores) never reaches the
 # device.

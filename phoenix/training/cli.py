@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from phoenix.command_line import command_parser
 from phoenix.training.presets import PRESETS
+from phoenix.util.command_line import command_parser
 
 
 def _preset_help() -> str:
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m phoenix.training pipeline --preset demo --out artifacts/trained-demo\n"
         "  python -m phoenix.training generate --preset tiny --out build/logs/tiny\n"
         "  python -m phoenix.training report artifacts/trained-demo/training.json\n"
-        "The log files' schema is in phoenix/training/logs.py and docs/training.md.",
+        "The log files' schema is in phoenix/world/logs.py and docs/training.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -243,8 +243,8 @@ def _served_logs(args) -> int:
 def _next_version(args) -> int:
     from phoenix.checkpoint import ArtifactError
     from phoenix.training.gate import DEFAULT_TOLERANCE, PRIMARY_METRIC, GateRule, gate_table
-    from phoenix.training.logs import LogError
     from phoenix.training.retrain import RetrainError, retrain
+    from phoenix.world.logs import LogError
 
     if args.logs is None:
         print("error: --init needs --logs (a directory written by served-logs)", file=sys.stderr)
@@ -275,8 +275,8 @@ def _next_version(args) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "generate":
-        from phoenix.training.logs import save_logs
-        from phoenix.training.synthetic import generate_logs
+        from phoenix.world.logs import save_logs
+        from phoenix.world.synthetic import generate_logs
 
         started = time.perf_counter()
         world, impressions = generate_logs(PRESETS[args.preset].world, args.seed)
@@ -304,8 +304,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.init is not None:
         return _next_version(args)
 
-    from phoenix.training.logs import LogError
     from phoenix.training.pipeline import run_pipeline
+    from phoenix.world.logs import LogError
 
     started = time.perf_counter()
     try:

@@ -2,7 +2,7 @@
 
 A request is what the servers receive: a user, the history of that user's engaged impressions
 before the request time (oldest to newest, the newest ``history_seq_len`` kept, right-padded,
-exactly as ``phoenix.serving.batches.pad_batch`` builds it) and candidates. Ids are
+exactly as ``phoenix.schema.batches.pad_batch`` builds it) and candidates. Ids are
 hashed with the artifact's hash functions (``phoenix.hashing``), so the hash arrays are the
 ones the servers compute for the same raw ids.
 
@@ -27,7 +27,7 @@ import numpy as np
 from phoenix.config import ArtifactConfig
 from phoenix.hashing import hash_ids
 from phoenix.recsys_model import POST_AGE_MAX_MINUTES, REFERENCE_TIME
-from phoenix.training.synthetic import DAY, Impressions, World, positive_mask
+from phoenix.world.synthetic import DAY, Impressions, World, positive_mask
 
 
 @dataclass

@@ -31,7 +31,6 @@ from phoenix.config import ArtifactConfig
 from phoenix.engine.batching import pad_axis
 from phoenix.engine.candidate_tower import CandidateTower
 from phoenix.hashing import stack_tables
-from phoenix.training import synthetic
 from phoenix.training.data import EvalSet, LogIndex
 from phoenix.training.train import (
     artifact_tables,
@@ -39,6 +38,7 @@ from phoenix.training.train import (
     ranker_apply,
     retrieval_apply,
 )
+from phoenix.world import synthetic
 
 RECALL_KS = (10, 20, 50, 100, 200, 500)
 NDCG_K = 20

@@ -6,7 +6,7 @@ Steps (each announced on stdout with the clock time and the seconds since the st
 
 1. **v1**: the preset (demo) trained with few steps (``--v1-retrieval-steps``,
    ``--v1-ranker-steps``): an undertrained model that has room to improve;
-2. **serve v1**: a redis-server child, ``phoenix.serving.serve --redis`` over it, the simulated
+2. **serve v1**: a redis-server child, ``phoenix.ops.serve --redis`` over it, the simulated
    users' state loaded from the world (their newest ``--history-keep`` engagements, leaving room
    under the store's history cap for what they do next);
 3. **users on v1**: reacting Locust users (``loadtest/reacting.py``) for ``--minutes``,
@@ -14,14 +14,14 @@ Steps (each announced on stdout with the clock time and the seconds since the st
 4. **v2**: the served logs exported (``served_export``), version 2 trained warm from v1
    (``retrain``) with its offline gate (``gate.json``);
 5. **rollout under load**: reacting users (label ``rollout``) run through the rollout (shadow,
-   switch, unload; ``phoenix.serving.rollout``); their failed requests are counted;
+   switch, unload; ``phoenix.ops.rollout``); their failed requests are counted;
 6. **users on v2**: ``--minutes`` more, label ``v2``, the posts marked served to the users
    unmarked first (``forget_served``), so that v2 does not serve the leftovers of v1's phase;
 7. **report**: v1 against v2 with 95% Wilson intervals, the failed requests of the rollout
    window, the rollout timeline and the gate, as JSON, a PNG and a markdown table.
 
 Everything started here (redis-server, serve and its tritonserver, Locust) dies with this
-process (``phoenix.processes``), also when it is killed.
+process (``phoenix.util.processes``), also when it is killed.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any, Optional
 import numpy as np
 
 from phoenix.config import ACTION_NAMES, NEGATIVE_ACTIONS
-from phoenix.processes import (
+from phoenix.util.processes import (
     dying_with_us,
     http_get_status,
     pick_free_ports,
@@ -419,7 +419,7 @@ def plot_report(report: Mapping, path: Path) -> Path:
 
 @dataclass
 class Serving:
-    """A running ``phoenix.serving.serve`` and where to reach it."""
+    """A running ``phoenix.ops.serve`` and where to reach it."""
 
     process: subprocess.Popen
     http_url: str
@@ -440,7 +440,7 @@ class Serving:
 
     def admin_key(self) -> str:
         """The key serve wrote into its build folder (the rollout's loads need it)."""
-        from phoenix.serving.admin_key import server_admin_key
+        from phoenix.ops.admin_key import server_admin_key
 
         key, _ = server_admin_key(self.build_dir)
         return key
@@ -448,16 +448,16 @@ class Serving:
 
 def start_serving(artifacts: Path, redis_url: str, build_dir: Path, timeout_s: float,
                   log: Progress) -> Serving:  # fmt: skip
-    """``python -m phoenix.serving.serve`` over ``artifacts`` reading the store at
+    """``python -m phoenix.ops.serve`` over ``artifacts`` reading the store at
     ``redis_url``, on free loopback ports; returns once its /ready says 200."""
-    from phoenix.serving.serve import DEFAULT_MODEL_REPOSITORY
+    from phoenix.ops.serve import DEFAULT_MODEL_REPOSITORY
 
     http, grpc, metrics, supervisor = pick_free_ports(4)
     build_dir.mkdir(parents=True, exist_ok=True)
     log_path = build_dir / "serve.log"
     repository = DEFAULT_MODEL_REPOSITORY.resolve()
     command = [
-        sys.executable, "-m", "phoenix.serving.serve", "--artifacts", str(artifacts),
+        sys.executable, "-m", "phoenix.ops.serve", "--artifacts", str(artifacts),
         "--redis", redis_url, "--http-port", str(http), "--grpc-port", str(grpc),
         "--metrics-port", str(metrics), "--supervisor-port", str(supervisor),
         "--build-dir", str(build_dir), "--model-repository", str(repository),
@@ -537,7 +537,7 @@ def start_reacting_users(
 def simulated_user_ids(artifacts: Path, options: LoopOptions) -> np.ndarray:
     """The world users the reacting Locust users are (the ids reacting.py draws)."""
     from phoenix.training.pipeline import trained_world
-    from phoenix.training.simulate import draw_user_ids
+    from phoenix.world.simulate import draw_user_ids
 
     return draw_user_ids(trained_world(artifacts), options.users, options.world_seed)
 
@@ -547,7 +547,7 @@ def load_simulated_users(redis_url: str, artifacts: Path, user_ids: np.ndarray,
     """The simulated users' follows and newest ``keep`` engagements, and the authors' posts,
     into the store (``phoenix-events load-world`` for just these users)."""
     from phoenix.user_state import UserStateStore, connect
-    from phoenix.user_state.world import WorldUsers, load_users
+    from phoenix.world.users import WorldUsers, load_users
 
     world = WorldUsers.from_artifacts(artifacts, keep=keep)
     indices = [world.index_of(int(u)) for u in user_ids]
@@ -569,7 +569,7 @@ def forget_served(redis_url: str, user_ids: Sequence[int]) -> int:
 
 
 # ----------------------------------------------------------------------------------------
-# The rollout: the one place that calls phoenix.serving.rollout
+# The rollout: the one place that calls phoenix.ops.rollout
 # ----------------------------------------------------------------------------------------
 
 
@@ -580,7 +580,7 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
     rollout's report (timeline, shadow figures, previous configs)."""
     import tritonclient.http as httpclient
 
-    from phoenix.serving import rollout
+    from phoenix.ops import rollout
 
     key = serving.admin_key()
     timeouts = {
@@ -635,7 +635,7 @@ def train_v1(options: LoopOptions, log: Progress) -> Path:
 
 def train_v2(options: LoopOptions, redis_url: str, v1: Path, log: Progress):
     """Served logs exported, version 2 trained warm from v1, gate.json; (v2, export, gate)."""
-    from phoenix.serving.compile import ensure_programs
+    from phoenix.ops.compile import ensure_programs
     from phoenix.training.retrain import retrain
     from phoenix.training.served_export import export_served_logs
 
@@ -839,7 +839,7 @@ def main_from_args(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from phoenix.checkpoint import ArtifactError
-    from phoenix.serving.compile import CompileError
+    from phoenix.ops.compile import CompileError
     from phoenix.training.retrain import RetrainError
     from phoenix.training.served_export import ExportError
 

@@ -1,6 +1,6 @@
 """Online metrics of served feeds per model version, in time buckets, and their plot.
 
-What a load of simulated users (``phoenix.training.simulate``) saw and did, counted per model
+What a load of simulated users (``phoenix.world.simulate``) saw and did, counted per model
 version label and per time bucket of ``bucket_s`` seconds since the version's first record:
 
 - ``impressions``: viewed posts the world knows; ``unknown_posts`` the served posts it did not;

@@ -25,13 +25,13 @@ import numpy as np
 from phoenix import checkpoint
 from phoenix.checkpoint import Corpus, ExampleSequence, read_json, write_json, write_npz
 from phoenix.checkpoint.files import artifact_root, existing_file
-from phoenix.serving.contracts import RANKER_SCORE_WEIGHTS
-from phoenix.training import synthetic
+from phoenix.schema.contracts import RANKER_SCORE_WEIGHTS
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator, embed_posts
-from phoenix.training.logs import LogError, load_logs, save_logs
 from phoenix.training.presets import PRESETS, TrainPreset
 from phoenix.training.train import History, artifact_tables, init_params, train
+from phoenix.world import synthetic
+from phoenix.world.logs import LogError, load_logs, save_logs
 
 METADATA_FILE = "metadata.npz"
 TRAINING_FILE = "training.json"

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from phoenix.artifacts import Preset, preset_config
 from phoenix.config import ACTION_NAMES, ArtifactConfig
-from phoenix.training.synthetic import WorldSpec
 from phoenix.training.train import TrainSettings
+from phoenix.world.synthetic import WorldSpec
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from phoenix.config import ArtifactConfig, ArtifactError
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator, embed_posts
 from phoenix.training.gate import GATE_FILE, GateRule, gate_result
-from phoenix.training.logs import LogError, load_logs
 from phoenix.training.pipeline import (
     TRAINING_FILE,
     finish_artifact_dir,
@@ -42,8 +41,9 @@ from phoenix.training.pipeline import (
     write_artifact_files,
 )
 from phoenix.training.presets import PRESETS, TrainPreset
-from phoenix.training.simulate import index_of
 from phoenix.training.train import INITIAL_LOG_TEMPERATURE
+from phoenix.world.logs import LogError, load_logs
+from phoenix.world.simulate import index_of
 
 FINE_TUNE_STEPS_SHARE = 0.25  # of the preset's steps from scratch
 FINE_TUNE_LR_SHARE = 0.3  # of the preset's learning rate: start near the served weights

@@ -28,8 +28,6 @@ from typing import Optional
 import numpy as np
 
 from phoenix.checkpoint import read_json, write_json
-from phoenix.training import synthetic
-from phoenix.training.logs import save_logs
 from phoenix.training.pipeline import trained_world
 from phoenix.training.served_logs import (
     TimeSplit,
@@ -42,6 +40,8 @@ from phoenix.training.served_logs import (
 )
 from phoenix.user_state import Engagement, UserStateStore, connect
 from phoenix.user_state.request_log import RequestRecord, read_request_log
+from phoenix.world import synthetic
+from phoenix.world.logs import save_logs
 
 DEFAULT_WINDOW_S = 3600.0
 DEFAULT_HELD_OUT_FRACTION = 0.25

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from phoenix.config import ACTION_NAMES
-from phoenix.training.logs import IMPRESSION_COLUMNS
-from phoenix.training.synthetic import SURFACE_NAMES, Impressions
 from phoenix.user_state.events import Engagement
 from phoenix.user_state.request_log import RequestRecord
+from phoenix.world.logs import IMPRESSION_COLUMNS
+from phoenix.world.synthetic import SURFACE_NAMES, Impressions
 
 FEED_SURFACE = SURFACE_NAMES.index("home_for_you")  # where recommend's feed is shown
 
@@ -101,7 +101,7 @@ class TimeSplit:
 @dataclass(frozen=True)
 class WorldTime:
     """Served wall-clock seconds on the world's clock: ``origin_wall`` (the first served
-    request) is the world's first held-out second, as ``phoenix.user_state.world`` loads the
+    request) is the world's first held-out second, as ``phoenix.world.users`` loads the
     store (the world's engagements end just before serving starts)."""
 
     origin_wall: float
@@ -123,7 +123,7 @@ def complete_rows(rows: dict[str, np.ndarray], complete_from: dict[int, float]) 
 def indexed_impressions(rows: dict[str, np.ndarray], world, to_world: WorldTime):
     """(``Impressions`` of the rows whose user and post the world knows, in world time and
     world indices; how many rows were dropped as unknown)."""
-    from phoenix.training.simulate import index_of  # numpy only
+    from phoenix.world.simulate import index_of  # numpy only
 
     user = index_of(world.user_ids, rows["user_id"])
     post = index_of(world.post_ids, rows["post_id"])
@@ -148,9 +148,9 @@ def concat_impressions(*parts: Impressions) -> Impressions:
 def history_context(world_impressions: Impressions, users: np.ndarray, before_ts: int, keep: int):
     """The engaged impressions the store held for ``users`` (world indices) when serving
     began: each one's newest ``keep`` engaged impressions before ``before_ts`` (what
-    ``phoenix.user_state.world.load_users`` loads). They make up the served requests'
+    ``phoenix.world.users.load_users`` loads). They make up the served requests'
     histories; training does not take them as examples (``LogIndex.train_from_ts``)."""
-    from phoenix.user_state.world import newest_per_group  # numpy only
+    from phoenix.world.users import newest_per_group  # numpy only
 
     imp = world_impressions
     rows = np.flatnonzero(

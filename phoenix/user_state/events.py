@@ -16,7 +16,7 @@ padding id of the model inputs); user ids are >= 0; every id fits an int64.
 An event read from a line is accepted only if serving would take what it becomes: the
 ``EventLimits`` of the served models bound the product surface and the dwell time (the
 contract's bounds, resolved by the caller: `phoenix-events` does it from the served artifacts),
-and a time may lie at most ``phoenix.timestamps.FUTURE_SLACK_S`` ahead of now (the bound
+and a time may lie at most ``phoenix.util.timestamps.FUTURE_SLACK_S`` ahead of now (the bound
 `phoenix-ingest` puts on posts; a time in milliseconds or microseconds is far past it). A time
 slightly ahead is accepted as it is: reads cover [now - window, now], so such an event counts
 from its own time on (docs/user-state.md, "Events and the stream").
@@ -24,7 +24,7 @@ from its own time on (docs/user-state.md, "Events and the stream").
 ``parse_event`` raises ``EventError`` naming what is wrong; ``parse_lines`` refuses bad lines
 with a warning naming the source and line number, and counts them.
 
-Imports: the standard library, ``phoenix.config``, ``phoenix.timestamps`` and
+Imports: the standard library, ``phoenix.config``, ``phoenix.util.timestamps`` and
 ``phoenix.user_state.actions``; nothing of ``phoenix.serving`` (the layer above), which hands
 its bounds down as ``EventLimits``.
 """
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Union
 
 from phoenix.config import ACTION_NAMES, INT64_MAX
-from phoenix.timestamps import FUTURE_SLACK_S, too_far_ahead
 from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
+from phoenix.util.timestamps import FUTURE_SLACK_S, too_far_ahead
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def _mask_of(actions: Any) -> int:
 @dataclass(frozen=True)
 class EventLimits:
     """What the served models take of an event beyond what it can hold, and from when on its
-    time is a mistake. The model bounds come from the contracts (``phoenix.serving.contracts``)
+    time is a mistake. The model bounds come from the contracts (``phoenix.schema.contracts``)
     resolved against the served artifacts by the layer that knows them; this one only checks.
     """
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from phoenix.serving.contracts import RANKER, USER_HISTORY_NAMES
+from phoenix.schema.contracts import RANKER, USER_HISTORY_NAMES
 from phoenix.user_state.actions import action_flags
 from phoenix.user_state.events import Engagement
 

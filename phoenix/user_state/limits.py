@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from phoenix.serving.contracts import LIMITS
+from phoenix.schema.contracts import LIMITS
 
 DAY_S = 86_400.0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from phoenix.processes import LOOPBACK, dying_with_us, pick_free_ports
+from phoenix.util.processes import LOOPBACK, dying_with_us, pick_free_ports
 
 READY_TIMEOUT_S = 10.0
 CLUSTER_BUS_OFFSET = 10_000  # a cluster node also listens on its port + 10000 (Redis's rule)

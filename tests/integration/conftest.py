@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.serving.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
-from phoenix.testing.triton import start_triton
+from harness.triton import start_triton
+from phoenix.ops.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state.server import RedisServer
 from tests.built_once import built_once
 
@@ -29,7 +29,7 @@ READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", DEFAULT_REA
 
 
 def launch_server(repo_dir, artifacts_dir=None, **options) -> TritonServer:
-    """A ready TritonServer over `repo_dir` on free ports (phoenix.testing.triton), waiting at
+    """A ready TritonServer over `repo_dir` on free ports (harness.triton), waiting at
     most READY_TIMEOUT_S unless `ready_timeout` is given."""
     options.setdefault("ready_timeout", READY_TIMEOUT_S)
     return start_triton(repo_dir, artifacts_dir, **options)
@@ -72,7 +72,7 @@ def tiny_artifacts() -> Path:
 
     def build(out_dir: Path) -> None:
         from phoenix.artifacts import generate  # lazy: only integration tests need it
-        from phoenix.serving.compile import ensure_programs
+        from phoenix.ops.compile import ensure_programs
 
         generate(out_dir=out_dir, **made)
         ensure_programs(out_dir, device)  # as serve does

@@ -19,8 +19,8 @@ import pytest
 
 from clients import build_corpus
 from phoenix.checkpoint import load_corpus, load_example_sequence
-from phoenix.serving.admin_key import ADMIN_HEADER
-from phoenix.serving.client import connect, infer, user_inputs
+from phoenix.client.client import connect, infer, user_inputs
+from phoenix.ops.admin_key import ADMIN_HEADER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_config, load_corpus, load_example_sequence
+from phoenix.client.client import connect, infer, recommend_inputs, served_models, user_inputs
+from phoenix.client.inprocess import server_parameters
 from phoenix.corpus_store import SEALED, CorpusStore, Posts
 from phoenix.corpus_store.follow import POLL_SECONDS
 from phoenix.corpus_store.towers import tower_of
-from phoenix.serving.client import connect, infer, recommend_inputs, served_models, user_inputs
-from phoenix.serving.configs import write_repository
-from phoenix.serving.contracts import CORPUS_READERS, POLICY_FILTERS
-from phoenix.serving.ensemble import next_step_inputs, run_until
-from phoenix.serving.inprocess import server_parameters
-from phoenix.serving.profiles import profile
-from phoenix.serving.reload import switch_corpus
-from phoenix.serving.request_metrics import GENERATION, LAG, SKIPPED
+from phoenix.ops.configs import write_repository
+from phoenix.ops.profiles import profile
+from phoenix.ops.reload import switch_corpus
+from phoenix.schema.contracts import CORPUS_READERS, POLICY_FILTERS
+from phoenix.schema.wiring import next_step_inputs, run_until
+from phoenix.stub.request_metrics import GENERATION, LAG, SKIPPED
 from tests.deploy_checks import series_values
 
 pytestmark = pytest.mark.integration

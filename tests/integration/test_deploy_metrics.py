@@ -13,9 +13,9 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import load_config
-from phoenix.serving.client import connect, infer, model_inputs
-from phoenix.serving.contracts import CONTRACTS
-from phoenix.serving.request_metrics import (
+from phoenix.client.client import connect, infer, model_inputs
+from phoenix.schema.contracts import CONTRACTS
+from phoenix.stub.request_metrics import (
     CANDIDATES,
     DROPPED,
     DROPPED_OUTPUT,

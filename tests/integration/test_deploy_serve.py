@@ -18,10 +18,10 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
-from phoenix.processes import http_get_status, pick_free_ports
-from phoenix.serving.triton_install import BACKEND_DIR, TRITON_HOME_ENV, pytriton_server_root
-from phoenix.testing.polling import wait_until
-from phoenix.testing.processes import LoggedProcess
+from harness.polling import wait_until
+from harness.processes import LoggedProcess
+from phoenix.ops.triton_install import BACKEND_DIR, TRITON_HOME_ENV, pytriton_server_root
+from phoenix.util.processes import http_get_status, pick_free_ports
 from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
@@ -84,7 +84,7 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
     )  # fmt: skip  (paths of the image's layout)
     env.update(secret_values(container, redis_server.url))
     args = local_args(container["args"], ports, tiny_artifacts, tmp_path / "build")
-    command = [sys.executable, "-m", "phoenix.serving.serve", *args]
+    command = [sys.executable, "-m", "phoenix.ops.serve", *args]
     serve = LoggedProcess(command, tmp_path / "serve.out", env=env).start()
     try:
 

@@ -13,9 +13,9 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-from phoenix.serving import services
-from phoenix.serving.client import connect, infer
-from phoenix.serving.inprocess import InProcessModels
+from phoenix.client.client import connect, infer
+from phoenix.client.inprocess import InProcessModels
+from phoenix.stub import services
 from tests.rankings import assert_same_feed
 
 pytestmark = pytest.mark.integration

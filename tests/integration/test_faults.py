@@ -1,6 +1,6 @@
 """Faults under load against the real serve command (tritonserver + supervisor), on loopback.
 
-One `python -m phoenix.serving.serve` process serves tiny artifacts with no admin key given,
+One `python -m phoenix.ops.serve` process serves tiny artifacts with no admin key given,
 so it generates one into its build directory, where the tests read it like the project's tools
 do. Tests run in file order on it and the last one shuts it down:
 
@@ -47,17 +47,17 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from harness.loadgen import LoadRun, alternating_callers, error_kind, summarize
+from harness.polling import wait_until
+from harness.processes import is_alive
+from harness.serve_process import ServePorts, ServeProcess
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
-from phoenix.processes import http_get_status
-from phoenix.serving.admin_key import admin_headers, find_admin_key
-from phoenix.serving.client import recommend_inputs
-from phoenix.serving.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
-from phoenix.serving.supervisor.admin import TritonAdmin, TritonAPIError
-from phoenix.serving.supervisor.state import RESTART_PARAMETER
-from phoenix.testing.loadgen import LoadRun, alternating_callers, error_kind, summarize
-from phoenix.testing.polling import wait_until
-from phoenix.testing.processes import is_alive
-from phoenix.testing.serve_process import ServePorts, ServeProcess
+from phoenix.client.client import recommend_inputs
+from phoenix.ops.admin_key import admin_headers, find_admin_key
+from phoenix.ops.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
+from phoenix.ops.supervisor.admin import TritonAdmin, TritonAPIError
+from phoenix.ops.supervisor.state import RESTART_PARAMETER
+from phoenix.util.processes import http_get_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 

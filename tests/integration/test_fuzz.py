@@ -30,17 +30,17 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.utils import InferenceServerException
 
+from harness.processes import is_alive
 from phoenix.checkpoint import load_corpus, load_example_sequence
-from phoenix.serving.client import (
+from phoenix.client.client import (
     client_module,
     infer_inputs,
     ranker_inputs,
     recommend_inputs,
     user_inputs,
 )
-from phoenix.serving.contracts import REQUEST_ID
-from phoenix.serving.supervisor.stubs import list_stubs
-from phoenix.testing.processes import is_alive
+from phoenix.schema.contracts import REQUEST_ID
+from phoenix.stub.registry import list_stubs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.processes import pick_free_ports
+from phoenix.util.processes import pick_free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import pytest
 
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
-from phoenix.user_state.world import WorldUsers
+from phoenix.world.users import WorldUsers
 from tests.integration.conftest import launch_with_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

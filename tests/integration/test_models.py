@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_corpus, load_example_sequence
+from phoenix.client.client import connect, infer, ranker_inputs, recommend_inputs, user_inputs
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
-from phoenix.serving import services
-from phoenix.serving.client import connect, infer, ranker_inputs, recommend_inputs, user_inputs
+from phoenix.stub import services
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
 from tests.rankings import assert_same_ranking_up_to_ties
 

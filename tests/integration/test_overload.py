@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
+from harness.triton import triton_server
 from phoenix.checkpoint import load_example_sequence
-from phoenix.serving.client import ranker_inputs, recommend_inputs, user_inputs
-from phoenix.testing.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
-from phoenix.testing.triton import triton_server
+from phoenix.client.client import ranker_inputs, recommend_inputs, user_inputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_config, load_corpus
+from phoenix.client.client import connect, infer
 from phoenix.feed_policy import in_network_share
-from phoenix.serving.client import connect, infer
-from phoenix.serving.contracts import FEED_POLICY, USER_STATE
-from phoenix.serving.reload import reload_with_chains
+from phoenix.ops.reload import reload_with_chains
+from phoenix.schema.contracts import FEED_POLICY, USER_STATE
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_config, load_corpus
-from phoenix.serving.client import connect, infer
+from phoenix.client.client import connect, infer
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.keys import SEQUENCE, author_posts_key, user_key

@@ -30,16 +30,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
+from harness.polling import wait_until
+from harness.processes import REPO_ROOT
+from harness.serve_process import ServeProcess
 from phoenix.checkpoint import RANKER_PARAMS_FILE, read_npz, write_npz
-from phoenix.processes import http_get_status
-from phoenix.serving.admin_key import find_admin_key
-from phoenix.serving.rollout import GATE_FILE
-from phoenix.serving.served_artifacts import artifact_version
-from phoenix.serving.supervisor.admin import TritonAdmin
-from phoenix.testing.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
-from phoenix.testing.polling import wait_until
-from phoenix.testing.processes import REPO_ROOT
-from phoenix.testing.serve_process import ServeProcess
+from phoenix.ops.admin_key import find_admin_key
+from phoenix.ops.rollout import GATE_FILE
+from phoenix.ops.served_artifacts import artifact_version
+from phoenix.ops.supervisor.admin import TritonAdmin
+from phoenix.util.processes import http_get_status
 
 pytestmark = pytest.mark.integration
 READY_WITHIN_S = 10.0  # /ready and Triton's readiness agree within this after a rollout ends

@@ -12,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from phoenix.serving.triton_server import TritonServer, TritonServerError
+from phoenix.ops.triton_server import TritonServer, TritonServerError
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
 
@@ -27,14 +27,14 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
 # The backend hands execute() the requests the batcher grouped; it does not stack them for us.
-# Tensors go through DLPack (the project's own adapter, phoenix.serving.triton_adapter): under
+# Tensors go through DLPack (the project's own adapter, phoenix.stub.triton_adapter): under
 # numpy 2 the 2.51 stub's as_numpy()/Tensor(ndarray) corrupt them.
 ADD_ONE_MODEL = """\
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from phoenix.serving.host_dlpack import HostBuffer
-from phoenix.serving.triton_adapter import input_array
+from phoenix.stub.host_dlpack import HostBuffer
+from phoenix.stub.triton_adapter import input_array
 
 
 class TritonPythonModel:

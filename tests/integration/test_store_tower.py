@@ -23,9 +23,9 @@ from phoenix.checkpoint.tower import CANDIDATE_TOWER_SCOPE
 from phoenix.corpus_store.building import PostRows, build_store
 from phoenix.corpus_store.towers import tower_of
 from phoenix.engine import CandidateTower
-from phoenix.serving.configs import write_repository
-from phoenix.serving.profiles import profile
-from phoenix.serving.triton_server import TritonServerError
+from phoenix.ops.configs import write_repository
+from phoenix.ops.profiles import profile
+from phoenix.ops.triton_server import TritonServerError
 
 pytestmark = pytest.mark.integration
 

@@ -13,19 +13,19 @@ import pytest
 
 from clients.demo import PostInfo, topic_feed_table
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
-from phoenix.feed_policy import FeedFilters, apply_policy
-from phoenix.serving import services
-from phoenix.serving.client import (
+from phoenix.client.client import (
     connect,
     infer,
     ranker_inputs,
     recommend_inputs,
     served_models,
 )
-from phoenix.serving.contracts import FEED_POLICY
-from phoenix.serving.ensemble import run_until
-from phoenix.serving.services.common import config_parameters
-from phoenix.serving.services.feed_policy import parse_settings
+from phoenix.feed_policy import FeedFilters, apply_policy
+from phoenix.schema.contracts import FEED_POLICY
+from phoenix.schema.wiring import run_until
+from phoenix.stub import services
+from phoenix.stub.services.common import config_parameters
+from phoenix.stub.services.feed_policy import parse_settings
 from tests.integration.conftest import MODEL_REPOSITORY
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
 from tests.training_helpers import trained_tiny
@@ -233,8 +233,8 @@ def test_the_server_says_which_artifacts_it_serves_and_the_clients_use_them(
     without --artifacts uses them (its --check recomputes the answer with their weights); one
     given other artifacts is refused, naming both."""
     from clients import rank
-    from phoenix.serving.inprocess import SERVICE_MODELS, server_parameters
-    from phoenix.serving.served_artifacts import artifact_digest
+    from phoenix.client.inprocess import SERVICE_MODELS, server_parameters
+    from phoenix.ops.served_artifacts import artifact_digest
 
     server, artifacts, _ = trained_server
     client = connect(server.http_url, "http")

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from redis.cluster import RedisCluster
 
-from phoenix.processes import LOOPBACK, pick_free_ports
 from phoenix.user_state import keys
 from phoenix.user_state.client import UserStateUnavailable, connect
 from phoenix.user_state.events import Engagement, EventLimits, Follow, Post, Unfollow
@@ -24,6 +23,7 @@ from phoenix.user_state.served import RECORD
 from phoenix.user_state.server import RedisClusterNodes, RedisServer, RedisServerError
 from phoenix.user_state.store import UserStateStore
 from phoenix.user_state.stream import STREAM, StreamConsumer, StreamConsumerError, publish
+from phoenix.util.processes import LOOPBACK, pick_free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(120)]
 

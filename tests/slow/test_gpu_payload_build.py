@@ -1,4 +1,4 @@
-"""`make gpu-payload` end to end (phoenix/testing/gpu_payload.py): the whole payload built
+"""`make gpu-payload` end to end (harness/gpu_payload.py): the whole payload built
 and measured.
 
 In the slow tier because it xz-compresses the server (over 100 MiB, about 20 s) and
@@ -8,7 +8,7 @@ downloads wheels with pip; the builder's parts are unit-tested in tests/unit/tes
 import json
 from pathlib import Path
 
-from phoenix.testing import gpu_payload as payload
+from harness import gpu_payload as payload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

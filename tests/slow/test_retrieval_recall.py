@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.recall import exact_top_k, recall_per_user, recall_summary
 from phoenix.corpus_store import SEALED, CorpusStore
 from phoenix.corpus_store.ann import ANN_MIN_ROWS
-from phoenix.corpus_store.recall import exact_top_k, recall_per_user, recall_summary
 from phoenix.corpus_store.segment import Posts
 
 TRAINED = Path(__file__).resolve().parents[2] / "artifacts" / "trained-demo"
@@ -54,7 +54,7 @@ def store_recall(snapshot, vectors, users) -> dict:
 
 @pytest.mark.parametrize("kind", ["two_three_topics", "whole_corpus", "new"])
 def test_indexed_search_keeps_recall_for_every_kind_of_user(indexed_store, kind):
-    from phoenix.training.user_kinds import encode_histories, kind_histories
+    from harness.user_kinds import encode_histories, kind_histories
 
     snapshot, world, vectors = indexed_store
     assert snapshot.segments[0].index is not None  # the index is what is judged

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_artifacts, load_config, load_corpus
-from phoenix.training import synthetic
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator
 from phoenix.training.presets import PRESETS
 from phoenix.training.report import targets
+from phoenix.world import synthetic
 
 SHIPPED = Path(__file__).resolve().parents[2] / "artifacts" / "trained-demo"
 

@@ -20,10 +20,10 @@ from phoenix.checkpoint import (
     load_example_sequence,
 )
 from phoenix.config import ACTION_NAMES
-from phoenix.training import logs as log_files
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator
 from phoenix.training.presets import PRESETS
+from phoenix.world import logs as log_files
 from tests.training_helpers import PRESET, SEED, trained_tiny
 
 

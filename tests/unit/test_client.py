@@ -5,14 +5,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from phoenix.serving.client import (
+from phoenix.client.client import (
     feed_table,
     infer_inputs,
     model_inputs,
     ranker_inputs,
     recommend_inputs,
 )
-from phoenix.serving.contracts import contract
+from phoenix.schema.contracts import contract
 
 USER = {
     "user_id": 7,

@@ -7,10 +7,10 @@ import pytest
 
 from phoenix.artifacts import generate
 from phoenix.engine.programs import ProgramStore
-from phoenix.serving import compile as compile_cli
-from phoenix.serving.configs import REPOSITORY, read_config
-from phoenix.serving.profiles import PROFILES
-from phoenix.serving.services import SERVICES
+from phoenix.ops import compile as compile_cli
+from phoenix.ops.configs import REPOSITORY, read_config
+from phoenix.ops.profiles import PROFILES
+from phoenix.stub.services import SERVICES
 
 
 @pytest.fixture(scope="module")

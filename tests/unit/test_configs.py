@@ -6,9 +6,10 @@ import shutil
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from phoenix.serving import configs, serve
-from phoenix.serving.configs import ConfigError, model_config, read_config
-from phoenix.serving.contracts import (
+from phoenix.ops import configs, serve
+from phoenix.ops.configs import ConfigError, model_config, read_config
+from phoenix.ops.profiles import CPU, GPU, PROFILES, instance_counts
+from phoenix.schema.contracts import (
     CONTRACTS,
     FEED_POLICY,
     LIMITS,
@@ -17,7 +18,6 @@ from phoenix.serving.contracts import (
     RECOMMEND,
     RECOMMEND_CHAIN,
 )
-from phoenix.serving.profiles import CPU, GPU, PROFILES, instance_counts
 
 CPU_KIND = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_CPU")
 

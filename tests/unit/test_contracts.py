@@ -1,10 +1,10 @@
-"""The served models' contracts (phoenix.serving.contracts) are consistent in themselves."""
+"""The served models' contracts (phoenix.schema.contracts) are consistent in themselves."""
 
 import numpy as np
 import pytest
 
-from phoenix.serving import contracts
-from phoenix.serving.contracts import RANKER, RECOMMEND, contract
+from phoenix.schema import contracts
+from phoenix.schema.contracts import RANKER, RECOMMEND, contract
 
 
 def test_ensemble_steps_only_use_the_step_models_tensors():

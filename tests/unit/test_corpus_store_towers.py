@@ -27,7 +27,7 @@ from phoenix.config import ArtifactConfig, ArtifactError
 from phoenix.corpus_store import SEALED, CorpusStore, Posts, StoreFollower
 from phoenix.corpus_store.manifest import write_manifest
 from phoenix.corpus_store.towers import TowerMismatch, tower_of
-from phoenix.serving.corpus import open_corpus
+from phoenix.stub.corpus import open_corpus
 
 D = 32  # the tiny preset's emb_size
 NOW = int(time.time())

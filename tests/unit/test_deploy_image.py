@@ -9,9 +9,9 @@ import shlex
 
 import pytest
 
-from phoenix.serving import serve
-from phoenix.serving.triton_install import TRITON_HOME_ENV
-from phoenix.serving.triton_server import TritonServer
+from phoenix.ops import serve
+from phoenix.ops.triton_install import TRITON_HOME_ENV
+from phoenix.ops.triton_server import TritonServer
 from tests.deploy_checks import IMAGE_DIR, K8S_DIR, render
 
 DOCKERFILE = (IMAGE_DIR / "Dockerfile").read_text()
@@ -74,7 +74,7 @@ def test_each_target_runs_serve_as_non_root_with_the_jax_memory_setting(stage):
     assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in env
     assert f"{TRITON_HOME_ENV}=/opt/tritonserver" in env
     entry = exec_form(last(stage, "ENTRYPOINT"))
-    assert entry[-3:] == ["python", "-m", "phoenix.serving.serve"] and "tini" in entry[0]
+    assert entry[-3:] == ["python", "-m", "phoenix.ops.serve"] and "tini" in entry[0]
     args = serve.build_parser().parse_args(exec_form(last(stage, "CMD")))
     assert args.host == "0.0.0.0" and args.device == stage
 

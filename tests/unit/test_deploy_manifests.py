@@ -10,9 +10,9 @@ import urllib.request
 
 import pytest
 
-from phoenix.processes import http_get_status
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV
-from phoenix.serving.supervisor.endpoints import ReadinessServer
+from phoenix.ops.supervisor.endpoints import ReadinessServer
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
+from phoenix.util.processes import http_get_status
 from tests.deploy_checks import (
     K8S_DIR,
     K8S_VERSIONS,

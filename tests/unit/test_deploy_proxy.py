@@ -1,4 +1,4 @@
-"""The nginx configuration of `make bench-replicas` (phoenix/testing/proxy.py) is one the real
+"""The nginx configuration of `make bench-replicas` (harness/proxy.py) is one the real
 nginx accepts (`nginx -t`), with and without retries, and with a replica marked down."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from phoenix.testing.proxy import Proxy
-from phoenix.testing.serve_process import ServePorts
+from harness.proxy import Proxy
+from harness.serve_process import ServePorts
 
 
 @dataclass

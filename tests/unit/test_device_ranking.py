@@ -11,8 +11,8 @@ from phoenix.artifacts import generate
 from phoenix.engine import DeviceRanker
 from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
-from phoenix.serving import services
-from phoenix.serving.services.ranker import empty_request_batch, request_batch
+from phoenix.stub import services
+from phoenix.stub.services.ranker import empty_request_batch, request_batch
 from tests.plain_models import ranker_features
 
 WEIGHTS = {"favorite": 1.0, "reply": 13.5, "repost": 1.0}
@@ -180,7 +180,7 @@ def test_an_unknown_age_ranks_as_a_request_without_ages_and_ages_pass_through(re
     """UNKNOWN_AGE (any negative age) is the model's unknown-age bucket, what training used for
     candidates without timestamps: a row of unknown ages scores as a row that sent none. Known
     ages change the scores; each row's ages come back in ranked order."""
-    from phoenix.serving.contracts import UNKNOWN_AGE
+    from phoenix.schema.contracts import UNKNOWN_AGE
 
     rng = np.random.default_rng(5)
     sent = request(resources.config, rng, 6, 12, with_age=False)

@@ -8,10 +8,10 @@ real server (tests/integration)."""
 import numpy as np
 import pytest
 
-from phoenix.serving.contracts import RECOMMEND, RECOMMEND_CHAIN, UNKNOWN_AGE
-from phoenix.serving.ensemble import next_step_inputs, run_ensemble, run_until
-from phoenix.serving.requests import REQUEST_TYPES, InputError, from_arrays
-from phoenix.serving.services.recommend import RecommendChainService
+from phoenix.schema.contracts import RECOMMEND, RECOMMEND_CHAIN, UNKNOWN_AGE
+from phoenix.schema.requests import REQUEST_TYPES, InputError, from_arrays
+from phoenix.schema.wiring import next_step_inputs, run_ensemble, run_until
+from phoenix.stub.services.recommend import RecommendChainService
 
 REQUEST = {
     "user_id": np.array([[1]]),

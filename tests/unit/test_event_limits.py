@@ -16,11 +16,11 @@ from clients.events import served_limits
 from phoenix.checkpoint import load_config
 from phoenix.corpus_store.ingestion import BadLine
 from phoenix.corpus_store.ingestion import parse_line as parse_post_line
-from phoenix.serving.contracts import RANKER
-from phoenix.serving.requests import InputCheck, InputError, check_values
-from phoenix.timestamps import FUTURE_SLACK_S, mistaken_unit, too_far_ahead
+from phoenix.schema.contracts import RANKER
+from phoenix.schema.requests import InputCheck, InputError, check_values
 from phoenix.user_state.events import Engagement, EventError, parse_event
 from phoenix.user_state.history import History, decode, encode
+from phoenix.util.timestamps import FUTURE_SLACK_S, mistaken_unit, too_far_ahead
 
 TRAINED_DEMO = Path(__file__).resolve().parents[2] / "artifacts" / "trained-demo"
 CONFIG = load_config(TRAINED_DEMO)

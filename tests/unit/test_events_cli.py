@@ -11,9 +11,9 @@ import time
 import pytest
 
 from clients import events as events_cli
-from phoenix.processes import pick_free_ports
 from phoenix.user_state import UserStateStore, connect
 from phoenix.user_state.stream import STREAM
+from phoenix.util.processes import pick_free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,11 +23,11 @@ from phoenix.feed_policy import (
     offset_negative_scores,
     weighted_scores,
 )
-from phoenix.serving.contracts import FEED_POLICY, FILTERED_COUNTS, POLICY_ACTION_WEIGHTS
-from phoenix.serving.corpus import CorpusFile
-from phoenix.serving.requests import InputError
-from phoenix.serving.services import ServiceSettings, build_service
-from phoenix.serving.services.feed_policy import FeedPolicyService, parse_settings
+from phoenix.schema.contracts import FEED_POLICY, FILTERED_COUNTS, POLICY_ACTION_WEIGHTS
+from phoenix.schema.requests import InputError
+from phoenix.stub.corpus import CorpusFile
+from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.feed_policy import FeedPolicyService, parse_settings
 
 NAMES = ("favorite", "reply", "block_author", "report")
 WEIGHTS = np.array([1.0, 10.0, -20.0, -50.0])  # positive sum 11, negative 70, total 81

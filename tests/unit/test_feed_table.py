@@ -3,7 +3,7 @@
 import numpy as np
 
 from clients import rank
-from phoenix.serving.client import feed_table
+from phoenix.client.client import feed_table
 
 ACTIONS = ["like", "reply", "repost"]
 

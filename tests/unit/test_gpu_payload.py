@@ -1,4 +1,4 @@
-"""The GPU payload builder (phoenix/testing/gpu_payload.py) and the machine set-up it feeds
+"""The GPU payload builder (harness/gpu_payload.py) and the machine set-up it feeds
 (gpu_machine.py).
 
 Building the whole payload takes minutes (xz over 100 MiB, pip downloads), so these tests check
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.testing import gpu_machine as machine
-from phoenix.testing import gpu_payload as payload
+from harness import gpu_machine as machine
+from harness import gpu_payload as payload
 
 SITE = payload.site_packages()
 STUB = "pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub"
@@ -128,7 +128,7 @@ def test_machine_reads_distribution_names_from_wheel_files():
 
 def test_perf_analyzer_finds_the_libraries_a_gpu_machine_linked(tmp_path, monkeypatch):
     """Any caller of perf_analyzer (bench_serving too, not only measure.py) gets the links."""
-    from phoenix.testing import perf_analyzer
+    from harness import perf_analyzer
 
     monkeypatch.setenv("LD_LIBRARY_PATH", "/already/there")
     monkeypatch.setattr(machine, "PERF_ANALYZER_LIBS", tmp_path / "perf_analyzer-libs")
@@ -171,7 +171,7 @@ def test_every_distribution_the_stubs_import_is_on_the_machine_or_in_the_payload
 
 
 def test_set_up_names_a_module_the_stubs_cannot_import(monkeypatch):
-    monkeypatch.setattr(machine, "STUB_IMPORTS", ("phoenix.serving.services", "no_such_pkg_x"))
+    monkeypatch.setattr(machine, "STUB_IMPORTS", ("phoenix.stub.services", "no_such_pkg_x"))
     with pytest.raises(machine.SetupError, match="No module named 'no_such_pkg_x'.*MACHINE_LACKS"):
         machine.check_stub_imports()
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""DLPack capsules over numpy memory (phoenix/serving/host_dlpack.py): values, lifetimes, and
+"""DLPack capsules over numpy memory (phoenix/stub/host_dlpack.py): values, lifetimes, and
 the Triton stub's way of consuming them."""
 
 import ctypes
@@ -7,8 +7,8 @@ import gc
 import numpy as np
 import pytest
 
-from phoenix.serving import host_dlpack
-from phoenix.serving.host_dlpack import HostBuffer, host_buffers, live_count
+from phoenix.stub import host_dlpack
+from phoenix.stub.host_dlpack import HostBuffer, host_buffers, live_count
 
 # The served output dtypes (contracts), at the edges of their ranges.
 SERVED = [

@@ -1,4 +1,4 @@
-"""phoenix.serving.id_table: every lookup against a dictionary built from the same ids, over
+"""phoenix.stub.id_table: every lookup against a dictionary built from the same ids, over
 tables where ids share slots, repeated ids, absent ids, negative ids and small lookups.
 
 The figures in docs/user-state.md ("A hot user's served posts in the retriever") come from
@@ -7,7 +7,7 @@ timing ``IdTable.find`` against ``np.searchsorted`` on this machine, not from th
 import numpy as np
 import pytest
 
-from phoenix.serving.id_table import IdTable, _slot_bits
+from phoenix.stub.id_table import IdTable, _slot_bits
 
 
 def oracle(ids: np.ndarray) -> dict[int, int]:

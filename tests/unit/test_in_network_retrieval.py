@@ -6,8 +6,8 @@ tests/integration/test_recommend_by_id.py."""
 
 import numpy as np
 
-from phoenix.serving.corpus import RowHits
-from phoenix.serving.services.retrieval import UNRETRIEVED_SCORE, with_in_network
+from phoenix.stub.corpus import RowHits
+from phoenix.stub.services.retrieval import UNRETRIEVED_SCORE, with_in_network
 
 
 def hits(posts, scores) -> RowHits:

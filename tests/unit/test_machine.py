@@ -1,8 +1,8 @@
-"""The machine description benchmarks write beside their figures (phoenix.testing.machine)."""
+"""The machine description benchmarks write beside their figures (harness.machine)."""
 
 import pytest
 
-from phoenix.testing.machine import cpu_model, faiss_build, machine, widest_simd
+from harness.machine import cpu_model, faiss_build, machine, widest_simd
 
 # Two processors' worth of a /proc/cpuinfo (trimmed): the fields read are the first
 # 'model name' and the 'flags' lines.

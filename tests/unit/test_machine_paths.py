@@ -7,8 +7,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from phoenix.machine_paths import CHECKOUT, main, portable_text
-from phoenix.testing.results import shown_path
+from harness.results import shown_path
+from phoenix.util.machine_paths import CHECKOUT, main, portable_text
 
 
 def test_machine_paths_are_rewritten_and_other_text_kept(monkeypatch):
@@ -16,7 +16,7 @@ def test_machine_paths_are_rewritten_and_other_text_kept(monkeypatch):
     stdlib = sysconfig.get_paths()["stdlib"]
     temporary = Path(tempfile.gettempdir()).resolve()
     text = "\n".join([
-        f"{CHECKOUT}/phoenix/serving/stub_profile.py:70(save)",
+        f"{CHECKOUT}/phoenix/stub/profile.py:70(save)",
         "/opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py:2035(device_put)",
         f"{stdlib}/functools.py:981(__get__)",
         f"{sys.prefix}/bin/perf_analyzer",
@@ -24,7 +24,7 @@ def test_machine_paths_are_rewritten_and_other_text_kept(monkeypatch):
         "run from the checkout, {method 'reduce'}",
     ])  # fmt: skip
     assert portable_text(text).splitlines() == [
-        "phoenix/serving/stub_profile.py:70(save)",
+        "phoenix/stub/profile.py:70(save)",
         "site-packages/jax/_src/api.py:2035(device_put)",
         "<python>/functools.py:981(__get__)",
         "<venv>/bin/perf_analyzer",

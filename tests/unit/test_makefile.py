@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving import serve
+from phoenix.ops import serve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
@@ -45,9 +45,9 @@ def test_serve_passes_every_port_on_so_two_servers_can_run_side_by_side():
     ports = dict(HTTP_PORT="9100", GRPC_PORT="9101", METRICS_PORT="9102", SUPERVISOR_PORT="9103")
     done = dry_run("serve", *(f"{k}={v}" for k, v in ports.items()))
     assert done.returncode == 0, done.stderr
-    line = next(ln for ln in done.stdout.splitlines() if "-m phoenix.serving.serve" in ln)
+    line = next(ln for ln in done.stdout.splitlines() if "-m phoenix.ops.serve" in ln)
     words = shlex.split(line)
-    args = serve.build_parser().parse_args(words[words.index("phoenix.serving.serve") + 1 :])
+    args = serve.build_parser().parse_args(words[words.index("phoenix.ops.serve") + 1 :])
     served = (args.http_port, args.grpc_port, args.metrics_port, args.supervisor_port)
     assert served == (9100, 9101, 9102, 9103)
 

@@ -14,7 +14,7 @@ holds the checkout. Two kinds of pointer are caught:
 
 Result files are held to more (``bench/results``, the figures a reader compares with their
 own): no absolute path of the measuring machine at all, in the temporary folder, an installed
-Python or a system folder included (``phoenix.machine_paths`` writes them portably).
+Python or a system folder included (``phoenix.util.machine_paths`` writes them portably).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""phoenix.testing.process_cpu: CPU per request from two readings of a served stack."""
+"""harness.process_cpu: CPU per request from two readings of a served stack."""
 
 import subprocess
 import sys
 import time
 from collections import Counter
 
-from phoenix.testing.process_cpu import cpu_ms_per_request, cpu_seconds
+from harness.process_cpu import cpu_ms_per_request, cpu_seconds
 
 
 def test_a_busy_process_has_spent_cpu_and_a_gone_one_reads_zero():

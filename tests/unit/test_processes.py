@@ -1,11 +1,11 @@
-"""phoenix.processes.pick_free_ports: the kernel's ports, or a range of its own per process."""
+"""phoenix.util.processes.pick_free_ports: the kernel's ports, or a range of its own per process."""
 
 import contextlib
 import socket
 
 import pytest
 
-from phoenix.processes import LOOPBACK, PORT_RANGE_ENV, pick_free_ports
+from phoenix.util.processes import LOOPBACK, PORT_RANGE_ENV, pick_free_ports
 
 
 def free_block(size: int) -> int:

@@ -5,16 +5,16 @@ from dataclasses import replace
 
 import pytest
 
-from phoenix.serving import profile_docs
-from phoenix.serving.configs import REPOSITORY
-from phoenix.serving.profile_docs import (
+from phoenix.ops import profile_docs
+from phoenix.ops.configs import REPOSITORY
+from phoenix.ops.profile_docs import (
     ProfileDocError,
     device_stubs,
     overlay_mem_fraction,
     profile_block,
     stubs,
 )
-from phoenix.serving.profiles import CPU, GPU
+from phoenix.ops.profiles import CPU, GPU
 
 STALE_DOC = (
     "# Deploy\n\nintro\n\n<!-- profile-table:start -->\n8 stubs\n<!-- profile-table:end -->\n\n"
@@ -24,7 +24,7 @@ STALE_DOC = (
 
 def test_deploy_md_holds_the_block_the_profiles_give():
     """Fails when a profile or the GPU overlay changed and docs/deploy.md was not rewritten
-    (`python -m phoenix.serving.profile_docs`)."""
+    (`python -m phoenix.ops.profile_docs`)."""
     assert profile_docs.main(["--check"]) == 0
 
 

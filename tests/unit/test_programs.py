@@ -14,7 +14,7 @@ import pytest
 from phoenix.artifacts import generate
 from phoenix.engine import programs
 from phoenix.engine.programs import MANIFEST, STORE_ENV, Program, ProgramStore
-from phoenix.serving import services
+from phoenix.stub import services
 
 FINGERPRINT = {"jax": jax.__version__, "device": "test", "code": "abc"}
 

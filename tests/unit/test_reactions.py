@@ -1,4 +1,4 @@
-"""The world's engagement model (phoenix.training.reactions) is the one the log generator uses:
+"""The world's engagement model (phoenix.world.reactions) is the one the log generator uses:
 its logs did not change when the model moved there, and it reproduces the generator's draws."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 
 from phoenix.artifacts import stream
-from phoenix.training import reactions, synthetic
+from phoenix.world import reactions, synthetic
 
 SPEC = synthetic.WorldSpec(num_users=300, num_authors=40, num_posts=2000, num_days=4)
 SEED = 7

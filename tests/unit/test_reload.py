@@ -1,4 +1,4 @@
-"""Reloading served models with changed parameters (phoenix/serving/reload.py), against a fake
+"""Reloading served models with changed parameters (phoenix/ops/reload.py), against a fake
 server that keeps each model's config: a corpus switch moves every loaded model whose contract
 reads the corpus, and keeps their other parameters."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from phoenix.serving.configs import REPOSITORY
-from phoenix.serving.contracts import CONTRACTS, CORPUS_READERS
-from phoenix.serving.reload import reload_model, reload_with_chains, switch_corpus
+from phoenix.ops.configs import REPOSITORY
+from phoenix.ops.reload import reload_model, reload_with_chains, switch_corpus
+from phoenix.schema.contracts import CONTRACTS, CORPUS_READERS
 
 
 class FakeServer:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from phoenix.engine import device_ranking
-from phoenix.serving import contracts
-from phoenix.serving import requests as requests_module
-from phoenix.serving.batches import batch_type, empty_batch, pad_batch
-from phoenix.serving.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS
-from phoenix.serving.requests import REQUEST_TYPES, InputError, RankRequest, parse, parse_all
+from phoenix.schema import contracts
+from phoenix.schema import requests as requests_module
+from phoenix.schema.batches import batch_type, empty_batch, pad_batch
+from phoenix.schema.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS
+from phoenix.schema.requests import REQUEST_TYPES, InputError, RankRequest, parse, parse_all
 
 CONFIG = SimpleNamespace(num_actions=4, emb_size=8, product_surface_vocab_size=5)
 SERVED = [c for c in contracts.CONTRACTS.values() if not c.is_ensemble]

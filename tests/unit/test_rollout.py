@@ -1,4 +1,4 @@
-"""The pure parts of a rollout (phoenix.serving.rollout, rank_agreement): the gate, the rank
+"""The pure parts of a rollout (phoenix.ops.rollout, rank_agreement): the gate, the rank
 agreement maths, and the config rewriting the switch and the shadow ensembles rest on."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from google.protobuf import json_format
 from scipy import stats
 
-from phoenix.serving import rollout
-from phoenix.serving.configs import read_config
-from phoenix.serving.rank_agreement import compare_rankings, kendall_tau, spearman_rho, summarize
+from phoenix.client.rank_agreement import compare_rankings, kendall_tau, spearman_rho, summarize
+from phoenix.ops import rollout
+from phoenix.ops.configs import read_config
 from tests.integration.conftest import MODEL_REPOSITORY
 
 

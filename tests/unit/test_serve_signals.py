@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving.serve import wait_in_short_naps
+from phoenix.ops.serve import wait_in_short_naps
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent(
     """
     import signal, subprocess, sys, threading, time
-    from phoenix.serving.serve import wait_in_short_naps
+    from phoenix.ops.serve import wait_in_short_naps
 
     helper = threading.Thread(target=time.sleep, args=(60,), daemon=True)
     helper.start()  # created before the mask below, so it keeps SIGTERM deliverable

@@ -1,4 +1,4 @@
-"""Which artifacts a server serves (phoenix/serving/served_artifacts.py), without a server: the
+"""Which artifacts a server serves (phoenix/ops/served_artifacts.py), without a server: the
 served repository's configs name them truthfully, and a client's artifacts are chosen or
 refused against what a server states."""
 
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.serving.configs import REPOSITORY, read_config
-from phoenix.serving.contracts import CONTRACTS
-from phoenix.serving.served_artifacts import (
+from phoenix.ops.configs import REPOSITORY, read_config
+from phoenix.ops.served_artifacts import (
     ArtifactMismatch,
     ServedArtifacts,
     artifact_digest,
@@ -22,6 +21,7 @@ from phoenix.serving.served_artifacts import (
     served_artifacts,
     write_served_repository,
 )
+from phoenix.schema.contracts import CONTRACTS
 
 
 def fake_artifacts(path: Path, emb_size: int) -> Path:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from phoenix.config import ACTION_NAMES
-from phoenix.serving.contracts import SERVED_LOG
-from phoenix.serving.services import ServiceSettings, build_service
-from phoenix.serving.services.served_log import ServedLogService
+from phoenix.schema.contracts import SERVED_LOG
+from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.served_log import ServedLogService
 from phoenix.user_state import Engagement, UserStateLimits, UserStateStore, connect
 from phoenix.user_state.keys import REQUEST_LOG_STREAM
 from phoenix.user_state.request_log import RequestRecord, read_request_log
@@ -142,9 +142,9 @@ def test_the_log_keeps_the_newest_cap_entries_within_the_window(tiny_artifacts, 
 
 
 def test_logged_feeds_become_impressions_that_the_training_reader_loads(tmp_path):
-    from phoenix.training import logs, synthetic
     from phoenix.training.presets import PRESETS
     from phoenix.training.served_logs import FEED_SURFACE, impression_rows
+    from phoenix.world import logs, synthetic
 
     spec = dataclasses.replace(PRESETS["tiny"].world, num_users=20, num_posts=200)
     world, impressions = synthetic.generate_logs(spec, seed=1)

@@ -14,7 +14,6 @@ from phoenix import checkpoint
 from phoenix.checkpoint.tower import candidate_tower_digest
 from phoenix.training.cli import main
 from phoenix.training.gate import GateRule, gate_result, gate_table
-from phoenix.training.logs import load_logs
 from phoenix.training.presets import PRESETS
 from phoenix.training.retrain import (
     RetrainError,
@@ -24,9 +23,10 @@ from phoenix.training.retrain import (
     warm_start_params,
 )
 from phoenix.training.served_logs import TimeSplit, WorldTime, complete_rows
-from phoenix.training.simulate import SimulatedUser, WorldClock, draw_user_ids
 from phoenix.user_state import UserStateStore, connect
 from phoenix.user_state.request_log import RequestRecord
+from phoenix.world.logs import load_logs
+from phoenix.world.simulate import SimulatedUser, WorldClock, draw_user_ids
 
 # -- pure parts ----------------------------------------------------------------------------
 
@@ -111,9 +111,10 @@ def served_tiny(tmp_path_factory):
     """The served version 1: the tiny preset's towers at their initial weights, written as
     the pipeline writes trained ones (a training.json naming the world; no training steps,
     whose compiling would double the test's time)."""
-    from phoenix.training import pipeline, synthetic
+    from phoenix.training import pipeline
     from phoenix.training.data import LogIndex
     from phoenix.training.train import init_params
+    from phoenix.world import synthetic
 
     preset = PRESETS["tiny"]
     world, impressions = synthetic.generate_logs(preset.world, 0)

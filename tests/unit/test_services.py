@@ -6,15 +6,15 @@ import sys
 import numpy as np
 import pytest
 
+from phoenix.client.client import ranker_inputs
 from phoenix.engine.device_ranking import RankedBatch
-from phoenix.serving import services
-from phoenix.serving.batches import pad_batch
-from phoenix.serving.client import ranker_inputs
-from phoenix.serving.contracts import RANKER, Parameter, contract, powers_of_two_up_to
-from phoenix.serving.requests import InputError, RankRequest, UserRequest, parse
-from phoenix.serving.services import ServiceSettings, build_service
-from phoenix.serving.services.ranker import request_batch as ranker_batch
-from phoenix.serving.services.ranker import split_ranked
+from phoenix.schema.batches import pad_batch
+from phoenix.schema.contracts import RANKER, Parameter, contract, powers_of_two_up_to
+from phoenix.schema.requests import InputError, RankRequest, UserRequest, parse
+from phoenix.stub import services
+from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.ranker import request_batch as ranker_batch
+from phoenix.stub.services.ranker import split_ranked
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +275,7 @@ def test_big_corpus_files_are_scored_as_int8_and_reranked_on_cpus_only(monkeypat
     """Whatever this machine has: the backend JAX would run on is set by the test."""
     import jax
 
-    from phoenix.serving.services.retrieval import INT8_MIN_ROWS, corpus_encoding
+    from phoenix.stub.services.retrieval import INT8_MIN_ROWS, corpus_encoding
 
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
     assert corpus_encoding(INT8_MIN_ROWS - 1) == "float"
@@ -334,8 +334,9 @@ def test_host_only_services_start_and_answer_without_importing_jax(tiny_artifact
     resources of a device service are the control: the check can fail."""
     script = f"""
 import sys
-from phoenix.serving import contracts, services, triton_adapter
-from phoenix.serving.services import ServiceSettings, build_service
+from phoenix.schema import contracts
+from phoenix.stub import services, triton_adapter
+from phoenix.stub.services import ServiceSettings, build_service
 
 for model in {HOST_ONLY!r}:
     texts = contracts.contract(model).parameter_texts({{}})  # the defaults

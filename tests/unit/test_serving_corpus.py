@@ -1,4 +1,4 @@
-"""The corpus the serving models read (phoenix/serving/corpus.py): a corpus file or a store,
+"""The corpus the serving models read (phoenix/stub/corpus.py): a corpus file or a store,
 opened in one place; the retriever searches it and the feed policy dates posts from it, the
 same way for both kinds."""
 
@@ -15,10 +15,10 @@ from phoenix.config import ArtifactError
 from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, StoreError
 from phoenix.corpus_store.manifest import IVF_SQ8
 from phoenix.corpus_store.towers import tower_of
-from phoenix.serving import services
-from phoenix.serving.contracts import FEED_POLICY
-from phoenix.serving.corpus import CorpusFile, FollowedStore, open_corpus
-from phoenix.serving.services import ServiceSettings, build_service
+from phoenix.schema.contracts import FEED_POLICY
+from phoenix.stub import services
+from phoenix.stub.corpus import CorpusFile, FollowedStore, open_corpus
+from phoenix.stub.services import ServiceSettings, build_service
 
 NOW = 1_000_000
 
@@ -108,7 +108,7 @@ def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
 def test_the_retriever_marks_posts_its_corpus_does_not_date_unknown(artifacts):
     from types import SimpleNamespace
 
-    from phoenix.serving.contracts import UNKNOWN_AGE
+    from phoenix.schema.contracts import UNKNOWN_AGE
 
     undated = SimpleNamespace(corpus=CorpusFile(np.array([4, 5])))  # no creation times
     ages = services.RetrieverService.ages(undated, np.array([[4, 5]]), NOW)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from phoenix.serving.serving_state import (
+from phoenix.ops.serving_state import (
     SERVING_FILE,
     ServingStateError,
     read_serving_state,

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from phoenix.artifacts import stream
-from phoenix.training import reactions, synthetic
-from phoenix.training.simulate import (
+from phoenix.user_state.actions import action_flags
+from phoenix.world import reactions, synthetic
+from phoenix.world.simulate import (
     HOME_FOR_YOU,
     SimulatedUser,
     WorldClock,
     draw_user_ids,
     index_of,
 )
-from phoenix.user_state.actions import action_flags
 
 SPEC = synthetic.WorldSpec(num_users=300, num_authors=40, num_posts=2000, num_days=4)
 SEED = 7

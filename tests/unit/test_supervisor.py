@@ -15,10 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from phoenix.serving import admin_key, serve
-from phoenix.serving.supervisor.admin import TritonAPIError
-from phoenix.serving.supervisor.endpoints import ReadinessServer
-from phoenix.serving.supervisor.state import (
+from harness import REPO_ROOT
+from harness.memory import rss_bytes
+from harness.processes import is_alive
+from phoenix.ops import admin_key, serve
+from phoenix.ops.supervisor.admin import TritonAPIError
+from phoenix.ops.supervisor.endpoints import ReadinessServer
+from phoenix.ops.supervisor.state import (
     READINESS_TRITON_TIMEOUT_S,
     RESTART_PARAMETER,
     Supervisor,
@@ -26,16 +29,13 @@ from phoenix.serving.supervisor.state import (
     expected_instances,
     with_restart_marker,
 )
-from phoenix.serving.supervisor.stubs import (
+from phoenix.ops.triton_server import redact_secrets
+from phoenix.stub.registry import (
     STUB_DIR_ENV,
     StubProcess,
     list_stubs,
     register_stub,
 )
-from phoenix.serving.triton_server import redact_secrets
-from phoenix.testing import REPO_ROOT
-from phoenix.testing.memory import rss_bytes
-from phoenix.testing.processes import is_alive
 
 SERVER_PID = 100
 
@@ -158,7 +158,7 @@ time.sleep(60)
 # What ServiceModel.initialize does at its end, in a stub of instance retriever_0_1.
 FAKE_STUB = """
 import time
-from phoenix.serving.supervisor.stubs import register_stub
+from phoenix.stub.registry import register_stub
 register_stub({"model_instance_name": "retriever_0_1", "model_name": "retriever"})
 time.sleep(60)
 """

@@ -1,4 +1,4 @@
-"""The pure parts of phoenix/testing, the harness tests and benchmarks share: the serve command
+"""The pure parts of harness, the harness tests and benchmarks share: the serve command
 line, process groups stopped and killed, bounded waiting, results and Locust files read back."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from phoenix.testing.locust_runs import TOTALS_SUFFIX, failure_kinds, locust_totals
-from phoenix.testing.polling import wait_until
-from phoenix.testing.processes import LoggedProcess, is_alive
-from phoenix.testing.results import write_results
-from phoenix.testing.serve_process import ServePorts, ServeProcess, serve_command
-from phoenix.testing.triton import triton_server
+from harness.locust_runs import TOTALS_SUFFIX, failure_kinds, locust_totals
+from harness.polling import wait_until
+from harness.processes import LoggedProcess, is_alive
+from harness.results import write_results
+from harness.serve_process import ServePorts, ServeProcess, serve_command
+from harness.triton import triton_server
 
 # A parent that ignores SIGTERM and starts a child that ignores it too; it prints the child's pid.
 STUBBORN = """
@@ -35,7 +35,7 @@ def option(command: list[str], name: str) -> str:
 def test_serve_command_puts_each_port_on_its_option(tmp_path):
     ports = ServePorts(1001, 1002, 1003, 1004)
     command = serve_command(ports, tmp_path / "a", tmp_path / "b", 1.5, ["--corpus", "x"])
-    assert command[:3] == [sys.executable, "-m", "phoenix.serving.serve"]
+    assert command[:3] == [sys.executable, "-m", "phoenix.ops.serve"]
     assert [option(command, f"--{n}-port") for n in ("http", "grpc", "metrics", "supervisor")] == [
         "1001", "1002", "1003", "1004",
     ]  # fmt: skip

@@ -13,12 +13,12 @@ import optax
 import pytest
 
 from phoenix.config import ACTION_NAMES
-from phoenix.training import logs as log_files
-from phoenix.training import synthetic
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import auc, ndcg_at_k
 from phoenix.training.presets import PRESETS
 from phoenix.training.train import TrainSettings, make_optimizer
+from phoenix.world import logs as log_files
+from phoenix.world import synthetic
 
 SMALL = dataclasses.replace(PRESETS["tiny"].world, num_users=400, num_posts=1_500)
 

@@ -1,4 +1,4 @@
-"""The Triton adapter (phoenix/serving/triton_adapter.py) without a server: a fake
+"""The Triton adapter (phoenix/stub/triton_adapter.py) without a server: a fake
 ``triton_python_backend_utils`` stands in for the stub's module. A refused request gets
 INVALID_ARG alone, a failing batch INTERNAL for each request, the good requests beside a
 refused one their outputs; the refusals and failures are counted on the adapter's metrics."""
@@ -19,14 +19,15 @@ import numpy as np
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from phoenix.client.client import model_inputs
 from phoenix.corpus_store import CorpusStore, Posts, StoreFollower
 from phoenix.feed_policy import FILTERS
-from phoenix.serving.client import model_inputs
-from phoenix.serving.configs import model_config
-from phoenix.serving.contracts import FEED_POLICY
-from phoenix.serving.corpus import FollowedStore
-from phoenix.serving.profiles import profile
-from phoenix.serving.request_metrics import (
+from phoenix.ops.configs import model_config
+from phoenix.ops.profiles import profile
+from phoenix.ops.served_artifacts import ArtifactMismatch, artifact_digest, artifact_version
+from phoenix.schema.contracts import FEED_POLICY
+from phoenix.stub.corpus import FollowedStore
+from phoenix.stub.request_metrics import (
     CANDIDATES,
     DROPPED,
     FAILED,
@@ -40,8 +41,7 @@ from phoenix.serving.request_metrics import (
     WHOLE_REQUEST,
     CorpusMetrics,
 )
-from phoenix.serving.served_artifacts import ArtifactMismatch, artifact_digest, artifact_version
-from phoenix.serving.triton_adapter import ServiceModel
+from phoenix.stub.triton_adapter import ServiceModel
 
 MODEL = FEED_POLICY.name  # numpy only: the quickest service to start
 
@@ -468,13 +468,13 @@ def test_finalize_freezes_the_heap_so_the_stub_exits_without_walking_it(metrics,
     [("cuda", "cuda,cpu"), ("cuda,cpu", "cuda,cpu"), ("cpu", "cpu"), (" cuda , ", "cuda,cpu")],
 )
 def test_a_gpu_stub_keeps_the_host_platform_its_outputs_need(platforms, expected):
-    from phoenix.serving.triton_adapter import with_host_platform
+    from phoenix.stub.triton_adapter import with_host_platform
 
     assert with_host_platform(platforms) == expected
 
 
 def test_configure_adds_the_host_platform_for_gpu_instances_only(monkeypatch):
-    from phoenix.serving.triton_adapter import configure_jax_environment
+    from phoenix.stub.triton_adapter import configure_jax_environment
 
     for name in ("CUDA_VISIBLE_DEVICES", "XLA_PYTHON_CLIENT_PREALLOCATE"):
         monkeypatch.setenv(name, "")  # recorded, so the test's values are undone after it
@@ -495,7 +495,7 @@ def test_configure_adds_the_host_platform_for_gpu_instances_only(monkeypatch):
 def test_a_stub_profiles_its_executions_when_asked_and_writes_them_at_the_end(
     metrics, tiny_artifacts, tmp_path, monkeypatch
 ):
-    from phoenix.serving.stub_profile import PROFILE_ENV
+    from phoenix.stub.profile import PROFILE_ENV
 
     monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "profiles"))
     instance = started_model(tiny_artifacts)
@@ -516,7 +516,7 @@ def test_a_stub_profiles_its_executions_when_asked_and_writes_them_at_the_end(
 
 
 def test_a_stub_profiles_nothing_unless_asked(metrics, tiny_artifacts, monkeypatch):
-    from phoenix.serving.stub_profile import PROFILE_ENV
+    from phoenix.stub.profile import PROFILE_ENV
 
     monkeypatch.delenv(PROFILE_ENV, raising=False)
     instance = started_model(tiny_artifacts)
@@ -528,7 +528,7 @@ def test_a_stub_profiles_nothing_unless_asked(metrics, tiny_artifacts, monkeypat
 
 
 def test_served_counts_are_sent_at_most_once_a_flush_interval_and_none_is_lost(metrics):
-    from phoenix.serving.request_metrics import FLUSH_INTERVAL_S, ServedMetrics
+    from phoenix.stub.request_metrics import FLUSH_INTERVAL_S, ServedMetrics
 
     now = [100.0]
     served = ServedMetrics(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from phoenix.serving.configs import REPOSITORY
-from phoenix.serving.triton_server import TritonServer
+from phoenix.ops.configs import REPOSITORY
+from phoenix.ops.triton_server import TritonServer
 
 
 def test_a_launch_that_fails_leaves_no_temporary_folders(tmp_path, tiny_artifacts):

@@ -7,7 +7,7 @@ import time
 import pytest
 import redis
 
-from phoenix.serving.triton_server import pick_free_ports
+from phoenix.ops.triton_server import pick_free_ports
 from phoenix.user_state import UserStateStore, UserStateUnavailable, connect
 from phoenix.user_state.client import ClusterOnFirstUse, describe, parse_url
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from phoenix.config import ACTION_NAMES, NEGATIVE_ACTIONS
-from phoenix.serving.contracts import LIMITS, RANKER, USER_ENCODER
+from phoenix.schema.contracts import LIMITS, RANKER, USER_ENCODER
 from phoenix.user_state import keys
 from phoenix.user_state.actions import POSITIVE_ACTIONS, action_flags, action_mask, is_positive
 from phoenix.user_state.events import (

@@ -1,4 +1,4 @@
-"""The Zipf draw of requesting users (phoenix/user_state/popularity.py): reproducible for a
+"""The Zipf draw of requesting users (phoenix/world/popularity.py): reproducible for a
 seed, skewed as the exponent says, uniform at 0, only ids of the population."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phoenix.user_state.popularity import ZipfUsers, user_stream, zipf_probabilities
+from phoenix.world.popularity import ZipfUsers, user_stream, zipf_probabilities
 
 IDS = np.arange(1000, 1100, dtype=np.int64)  # 100 users, rank order
 

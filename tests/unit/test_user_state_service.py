@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from phoenix.serving.contracts import LIMITS, USER_STATE
-from phoenix.serving.requests import InputError
-from phoenix.serving.services import ServiceSettings, build_service
-from phoenix.serving.services.user_state import USER_STATE_URL_ENV, UserStateService
+from phoenix.schema.contracts import LIMITS, USER_STATE
+from phoenix.schema.requests import InputError
+from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV, UserStateService
 from phoenix.user_state import (
     Engagement,
     Follow,
@@ -265,7 +265,7 @@ def test_serve_starts_a_store_unless_given_one_and_checks_it_bounded():
 
 
 def test_serve_takes_a_server_or_cluster_url_from_redis_or_the_environment(monkeypatch, capsys):
-    from phoenix.serving.serve import build_parser
+    from phoenix.ops.serve import build_parser
 
     for url in ("redis://h:1/0", "rediss://:pw@h:1/2", "redis+cluster://h:7000"):
         assert build_parser().parse_args(["--redis", url]).redis == url
@@ -288,7 +288,7 @@ def test_ready_stays_ready_and_names_the_store_while_it_is_down(redis_server):
     """A real redis-server stopped and restarted under serve's check on the real /ready
     endpoint: 200 throughout (own-history requests are still served), `degraded` naming the
     store while it is down and empty again once it is back."""
-    from phoenix.serving.supervisor.endpoints import ReadinessServer
+    from phoenix.ops.supervisor.endpoints import ReadinessServer
     from phoenix.user_state.store import reachability_check
     from tests.unit.test_supervisor import FakeAdmin, FakeProcesses, http_get, make_supervisor
 

@@ -1,4 +1,4 @@
-"""The trained world's users as user-state events (phoenix/user_state/world.py), loaded into a
+"""The trained world's users as user-state events (phoenix/world/users.py), loaded into a
 real redis-server."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from phoenix.training import synthetic
 from phoenix.user_state import Engagement, Follow, UserStateStore, connect
 from phoenix.user_state.server import RedisServer
-from phoenix.user_state.world import WorldUsers, load_users
+from phoenix.world import synthetic
+from phoenix.world.users import WorldUsers, load_users
 
 pytestmark = pytest.mark.timeout(60)
 

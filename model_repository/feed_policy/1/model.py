@@ -1,6 +1,6 @@
-"""Triton entry point of 'feed_policy': a thin adapter over phoenix.serving.services."""
+"""Triton entry point of 'feed_policy': a thin adapter over phoenix.stub.services."""
 
-from phoenix.serving.triton_adapter import ServiceModel
+from phoenix.stub.triton_adapter import ServiceModel
 
 
 class TritonPythonModel(ServiceModel):

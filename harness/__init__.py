@@ -1,0 +1,20 @@
+"""The harness the tests and the benchmarks share (imported by module; this package file
+imports only pathlib, for REPO_ROOT, so each module costs only its own imports):
+
+- polling: ``wait_until`` a condition holds, with a bound;
+- processes: a command in a session of its own, output to a log file, stopped as a group;
+- serve_process: the serve command (``python -m phoenix.ops.serve``) on free loopback
+  ports, waited for until ready, stopped with SIGTERM, its group killed past the bound;
+- triton: a bare tritonserver on free loopback ports;
+- proxy: nginx in front of serve replicas (HTTP and gRPC, round-robin, graceful reloads);
+- loadgen: an open- or closed-loop tritonclient load that records every request;
+- locust_runs: the project's locustfile run in the background, and its CSV files read back;
+- memory: resident (RSS) and proportional (PSS) memory of processes;
+- results: a benchmark's figures written as JSON;
+- perf_analyzer: Triton's perf_analyzer taken out of the tritonclient 2.51 wheel;
+- gpu_payload, gpu_machine: what a bare GPU machine lacks, packed here and set up there.
+"""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout this harness runs from

@@ -1,0 +1,41 @@
+"""CPU time of a served stack's processes: tritonserver, each model's stubs, a helper such as
+redis-server. A load run's CPU per request and per step is the difference of two readings
+divided by the requests, a measure that other work on the machine does not inflate (unlike
+Triton's compute times, which count the waits for a core)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import psutil
+
+from harness.memory import GONE
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except GONE:
+        return 0.0
+    return times.user + times.system
+
+
+def served_cpu_seconds(server_pid: int, **helpers: int) -> Counter:
+    """CPU seconds so far of tritonserver, of each model's stubs together (by the name each
+    stub registered) and of each ``helpers`` process (name=pid)."""
+    from phoenix.stub.registry import list_stubs
+
+    seconds = Counter({"tritonserver": cpu_seconds(server_pid)})
+    for stub in list_stubs(server_pid):
+        seconds[stub.model or stub.instance] += cpu_seconds(stub.pid)
+    for name, pid in helpers.items():
+        seconds[name] = cpu_seconds(pid)
+    return seconds
+
+
+def cpu_ms_per_request(before: Counter, after: Counter, requests: int) -> dict[str, float]:
+    """{process: CPU milliseconds per request} between two readings, and their ``total``."""
+    spent = {name: (after[name] - before[name]) * 1000 / max(requests, 1) for name in after}
+    spent["total"] = sum(spent.values())
+    return {name: round(ms, 2) for name, ms in spent.items()}

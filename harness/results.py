@@ -1,0 +1,28 @@
+"""A benchmark's figures written as the committed result files are: JSON, one space indent, and
+no path of the machine that measured them (``phoenix.util.machine_paths``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness import REPO_ROOT
+from phoenix.util.machine_paths import portable_text
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as results record it: relative to the checkout when inside it, as
+    ``portable_text`` writes it when in a Python's or the temporary folder, else its name
+    alone (a program found on the PATH, a folder of the measuring machine)."""
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(REPO_ROOT):
+        return str(resolved.relative_to(REPO_ROOT))
+    shown = portable_text(str(resolved), REPO_ROOT)
+    return shown if shown != str(resolved) else resolved.name
+
+
+def write_results(path: Path, results: dict) -> Path:
+    """``results`` as JSON at ``path`` (its folder made if missing); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return path

@@ -1,0 +1,8 @@
+"""What the served models take and answer, written once: the spec language (``spec``), every
+model's contract (``contracts``), recommend's wiring (``recommend``), the typed requests and
+their checks (``requests``), padded batches (``batches``) and the runner of wired steps
+(``wiring``).
+
+May import numpy, tritonclient's dtype helper and the model layer (``phoenix.config``,
+``phoenix.feed_policy``'s filter names); nothing that runs a model, a server or a store.
+"""

@@ -1,0 +1,226 @@
+"""The user-state step: a user's histories, served posts and in-network posts, read from the
+user-state store by user id (``phoenix.user_state``, docs/user-state.md), or the request's own
+history passed on.
+
+Per batch, the rows that carry no history are read from the store in one pipelined read of
+their histories (the newest ``history_seq_len`` engagements), served posts and follows, and a
+second of the followed authors' newest posts when any of them follows someone
+(``UserStateStore.state``). A request that carries its own history never touches the store:
+both histories are that history, and no post is known to be served or in-network. A user the
+store does not know gets empty histories (L = 0).
+
+The store's URL is the ``user_state_url`` parameter, else ``$PHOENIX_USER_STATE_URL`` (serve
+sets it): a server's (``redis://``) or a cluster's (``redis+cluster://``), read by
+``phoenix.user_state.client``; the client is made lazily, so the model loads with the store
+down. When the store is down or unset, each by-id request of the batch gets an error
+naming the store (within the client's bounded timeouts), while the requests with their own
+history are answered; the Redis client reconnects on its next call, so the store coming back
+needs no restart.
+
+Shape glossary (R rows of one request): L history items, N served posts, M in-network posts,
+A actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from phoenix.checkpoint import load_config
+from phoenix.schema.batches import stack_padded
+from phoenix.schema.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
+from phoenix.schema.requests import REQUEST_TYPES, InputError, value_bound
+from phoenix.schema.wiring import passed_on_history
+from phoenix.stub.services.common import Result, Service, ServiceSettings
+from phoenix.user_state import (
+    History,
+    UserState,
+    UserStateError,
+    UserStateLimits,
+    UserStateStore,
+    UserStateUnavailable,
+    connect,
+)
+
+logger = logging.getLogger("phoenix.stub")
+USER_STATE_URL_ENV = "PHOENIX_USER_STATE_URL"
+UserStateRequest = REQUEST_TYPES[USER_STATE.name]
+# A history the request carries: every one of these (dwell times are optional).
+REQUIRED_WITH_HISTORY = tuple(s.name for s in USER_HISTORY if not s.optional)
+
+
+def store_url(parameter: str) -> str:
+    """The store's URL: the parameter, else $PHOENIX_USER_STATE_URL ("" when neither)."""
+    return parameter or os.environ.get(USER_STATE_URL_ENV, "")
+
+
+class NoStore:
+    """Stands in for the store when no URL is configured: every read fails saying so."""
+
+    name = "(none)"
+    limits = UserStateLimits()
+
+    def _fail(self, *args, **kwargs):
+        raise UserStateUnavailable(
+            "no user state store configured: set the user_state parameter 'user_state_url' or "
+            f"${USER_STATE_URL_ENV} (phoenix-serve sets it); only requests carrying their own "
+            "history can be served"
+        )
+
+    state = _fail
+
+
+class StoreBackedService(Service):
+    """A service over the user-state store: numpy and Redis only, nothing to compile."""
+
+    absent_store = NoStore  # stands in, failing every call, when no store URL is configured
+
+    def __init__(
+        self, config, store, *, max_batch_size: int, clock: Callable[[], float] = time.time
+    ):
+        self.config = config
+        self.store = store
+        self.max_rows = max_batch_size  # no compiled shapes: numpy and Redis only
+        self.clock = clock
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings):
+        url = store_url(settings.parameters["user_state_url"])
+        # lazy: the store need not be up at start-up
+        store = UserStateStore(connect(url, lazy=True), name=url) if url else cls.absent_store()
+        return cls(
+            load_config(settings.artifact_dir), store, max_batch_size=settings.max_batch_size
+        )
+
+    def warm_up(self) -> int:
+        return 0
+
+
+class UserStateService(StoreBackedService):
+    """Histories and served posts per user row: from the request, else from the store."""
+
+    request_type = UserStateRequest
+
+    def __init__(self, config, store, **options):
+        super().__init__(config, store, **options)
+        self.seq_len = config.history_seq_len
+        store.limits.check_seq_len(self.seq_len)  # at start-up, not in every request
+
+    def admit(self, request):
+        """A history is all of its required inputs or none of them."""
+        request = super().admit(request)
+        carried = [name for name in REQUIRED_WITH_HISTORY if getattr(request, name) is not None]
+        if carried and len(carried) != len(REQUIRED_WITH_HISTORY):
+            missing = sorted(set(REQUIRED_WITH_HISTORY) - set(carried))
+            raise InputError(
+                f"user_state: a request carrying a history needs {list(REQUIRED_WITH_HISTORY)}; "
+                f"{missing} missing (send none of them to read the history by user_id)"
+            )
+        if request.history_dwell_seconds is not None and not carried:
+            raise InputError("user_state: 'history_dwell_seconds' sent without a history")
+        return request
+
+    def run(self, requests: Sequence) -> list[Result]:
+        by_id = [r for r in requests if r.history_post_ids is None]
+        state = self.read([int(u) for r in by_id for u in r.user_id[:, 0]]) if by_id else None
+        results, row = [], 0
+        for request in requests:
+            if request.history_post_ids is not None:
+                results.append(passed_on_history(request.arrays()))
+            elif isinstance(state, UserStateError):
+                results.append(state)
+            else:
+                results.append(stored_state(state[row : row + request.rows], self.config))
+                row += request.rows
+        return results
+
+    def read(self, user_ids: list[int]) -> list[UserState] | UserStateError:
+        """The state of ``user_ids`` (one batch read: ``UserStateStore.state``), or the
+        store's error."""
+        try:
+            return self.store.state(user_ids, self.clock(), self.seq_len)
+        except UserStateError as error:
+            return error
+
+
+# ----------------------------------------------------------------------------------------
+# Outputs
+# ----------------------------------------------------------------------------------------
+
+
+def stacked_history(histories: Sequence[History]) -> dict[str, np.ndarray]:
+    """Rows of histories [R, L, ...], right-padded with zeros to the longest (an empty
+    history's actions are [0, A] already)."""
+    width = max(len(h) for h in histories)
+    inputs = [h.inputs() for h in histories]
+    return {
+        spec.name: stack_padded([row[spec.name][None] for row in inputs], width, len(inputs))
+        for spec in USER_HISTORY
+    }
+
+
+def stacked_ids(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """[R, longest] int64 ids, right-padded with 0."""
+    width = max(len(ids) for ids in rows)
+    return stack_padded([np.asarray(ids, np.int64)[None] for ids in rows], width, len(rows))
+
+
+def excludable_served(user: UserState) -> np.ndarray:
+    """The newest served posts that fit beside the history in the retriever's exclusion list
+    (history + served, at most max_filter_ids a row). A user served the whole served_cap
+    within the TTL (a hot user: measured under Locust's Zipf traffic) would otherwise overflow
+    it and fail the retriever's whole batch; the oldest served posts give way."""
+    room = LIMITS.max_filter_ids - len(user.histories.ranking)
+    return user.served[: max(room, 0)]
+
+
+def servable_items(history: History, config) -> np.ndarray:
+    """[L] bool: the history items whose every value the model's contract accepts (the
+    ranker's history specs, against these artifacts). The event path refuses the others, but
+    an item stored before a change of artifacts (fewer product surfaces) or written around it
+    must not reach the model, whose stages no longer check what this one hands on."""
+    keep = np.ones(len(history), bool)
+    if not len(history):
+        return keep
+    for spec, array in zip(USER_HISTORY, history.inputs().values()):
+        values = array.reshape(len(history), -1).astype(np.float64)
+        low, high = (value_bound(b, config) for b in (spec.values.low, spec.values.high))
+        ok = np.isfinite(values)
+        if low is not None:
+            ok &= values >= low
+        if high is not None:
+            ok &= values <= high
+        keep &= ok.all(axis=1)
+    return keep
+
+
+def servable(history: History, config) -> History:
+    """``history`` without the items the model would refuse (``servable_items``), logged."""
+    keep = servable_items(history, config)
+    if keep.all():
+        return history
+    logger.warning(
+        "user_state: %d stored history items outside the served artifacts' limits left out",
+        int((~keep).sum()),
+    )
+    return dataclasses.replace(
+        history, **{f.name: getattr(history, f.name)[keep] for f in dataclasses.fields(history)}
+    )
+
+
+def stored_state(users: Sequence[UserState], config) -> dict[str, np.ndarray]:
+    """One request's outputs from the store's rows (items the model would refuse left out)."""
+    ranking = stacked_history([servable(u.histories.ranking, config) for u in users])
+    retrieval = stacked_history([servable(u.histories.retrieval, config) for u in users])
+    return {
+        **ranking,
+        **{RETRIEVAL_PREFIX + name: array for name, array in retrieval.items()},
+        "served_post_ids": stacked_ids([excludable_served(u) for u in users]),
+        "in_network_post_ids": stacked_ids([u.in_network.post_ids for u in users]),
+        "in_network_author_ids": stacked_ids([u.in_network.author_ids for u in users]),
+    }

@@ -1,0 +1,5 @@
+"""Helpers every layer may use: command lines, child processes, machine paths, time bounds.
+
+Imports the standard library only, so any layer (the models' stubs included) imports them at
+no cost.
+"""
