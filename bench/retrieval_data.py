@@ -28,7 +28,7 @@ def generator_posts(artifacts: Path, num_posts: int, seed: Optional[int] = None,
     from tqdm import tqdm
 
     from phoenix.engine import CandidateTower
-    from phoenix.training.pipeline import trained_world
+    from phoenix.world.trained import trained_world
 
     world = trained_world(artifacts, num_posts, seed)
     authors = world.author_ids[world.post_author]  # [N]

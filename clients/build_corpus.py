@@ -44,6 +44,8 @@ import numpy as np
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError
+from phoenix.checkpoint.identity import ArtifactMismatch
+from phoenix.client.served_tower import IN_PROCESS, SERVED, candidate_tower, tower_identity
 from phoenix.corpus_store.building import (
     SEGMENT_ROWS,
     InputFileError,
@@ -53,20 +55,13 @@ from phoenix.corpus_store.building import (
     build_store,
     generated_posts,
     read_posts,
-    world_posts,
 )
-from phoenix.corpus_store.embedding import (
-    IN_PROCESS,
-    SERVED,
-    EmbeddedBy,
-    EmbedPosts,
-    candidate_tower,
-    tower_identity,
-)
+from phoenix.corpus_store.embedding import EmbedPosts
+from phoenix.corpus_store.manifest import EmbeddedBy
 from phoenix.ops.admin_key import ADMIN_KEY_ENV, find_admin_key
 from phoenix.ops.reload import switch_corpus
-from phoenix.ops.served_artifacts import ArtifactMismatch
 from phoenix.schema.contracts import LIMITS
+from phoenix.world.trained import world_posts
 
 RELOAD_TIMEOUT_S = 600.0  # a large corpus takes a while to load and compile
 REFERENCE_ROWS = LIMITS.max_rows  # rows per in-process candidate_tower call

@@ -24,15 +24,11 @@ import numpy as np
 
 from clients.workload import CorpusIds, random_sequence, read_sequence, with_action_width
 from phoenix.checkpoint import ArtifactError, load_config
+from phoenix.checkpoint.identity import ArtifactMismatch
 from phoenix.client.client import connect, feed_table, infer
 from phoenix.client.inprocess import InProcessModels
+from phoenix.client.served_artifacts import ServedArtifacts, choose_artifacts, served_artifacts
 from phoenix.config import ArtifactConfig
-from phoenix.ops.served_artifacts import (
-    ArtifactMismatch,
-    ServedArtifacts,
-    choose_artifacts,
-    served_artifacts,
-)
 from phoenix.util.command_line import command_parser
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")

@@ -48,6 +48,8 @@ from phoenix.checkpoint import (
     read_npz,
     resolve_inside,
 )
+from phoenix.checkpoint.files import TRAINING_FILE
+from phoenix.checkpoint.identity import servable_artifact_dir
 from phoenix.client.client import (
     connect,
     feed_rows,
@@ -73,7 +75,6 @@ from phoenix.ops.serve import (
 from phoenix.ops.serve import (
     DEFAULT_READY_TIMEOUT_S as READY_TIMEOUT_S,
 )
-from phoenix.ops.served_artifacts import servable_artifact_dir
 from phoenix.ops.triton_server import TritonServerError
 from phoenix.schema.wiring import run_until
 from phoenix.user_state import UserStateError
@@ -81,7 +82,6 @@ from phoenix.user_state.server import RedisServer, RedisServerError, RedisServer
 from phoenix.util.processes import LOOPBACK
 
 METADATA_FILE = "metadata.npz"
-TRAINING_FILE = "training.json"
 FEED_ROWS = 20
 WORLD_USERS = 2_000  # loaded in a few seconds; all 100,000 take over a minute
 BY_ID_ROWS = 10

@@ -40,14 +40,9 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError
-from phoenix.corpus_store.embedding import (
-    IN_PROCESS,
-    WHERE,
-    EmbeddedBy,
-    EmbedPosts,
-    candidate_tower,
-    tower_identity,
-)
+from phoenix.checkpoint.identity import ArtifactMismatch
+from phoenix.client.served_tower import IN_PROCESS, WHERE, candidate_tower, tower_identity
+from phoenix.corpus_store.embedding import EmbedPosts
 from phoenix.corpus_store.ingestion import (
     Ingest,
     IngestError,
@@ -58,7 +53,7 @@ from phoenix.corpus_store.ingestion import (
     summary,
     write_batch,
 )
-from phoenix.ops.served_artifacts import ArtifactMismatch
+from phoenix.corpus_store.manifest import EmbeddedBy
 
 EXIT_CODES_HELP = (
     "Exit status: 0 ok (bad lines are skipped and counted), 2 bad arguments, 3 input, store "

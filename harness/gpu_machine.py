@@ -30,6 +30,11 @@ import tarfile
 from pathlib import Path
 
 from harness import REPO_ROOT
+from harness.perf_analyzer import (
+    PERF_ANALYZER_LIBS,
+    extract_binary,
+    find_wheel,
+)
 from phoenix.util.command_line import command_parser
 
 # The payload's parts (gpu_payload.py writes them) and where pytriton's server lies in a
@@ -42,7 +47,6 @@ SERVER_MARKER = f"{SERVER_ROOT}/bin/tritonserver"
 STUBS = f"{SERVER_ROOT}/python_backend_stubs"
 BUNDLED_LIBS = "nvidia_pytriton.libs"
 PTH_NAME = "phoenix-checkout.pth"
-PERF_ANALYZER_LIBS = Path(sys.prefix) / "perf_analyzer-libs"
 # link name -> pattern of pytriton's bundled copy in BUNDLED_LIBS
 BUNDLED_LIBRARIES = {"libcudart.so.12": "libcudart-*.so.12*", "libb64.so.0d": "libb64-*.so.0d"}
 
@@ -109,7 +113,6 @@ def link_checkout(site: Path, checkout: Path = REPO_ROOT) -> Path:
 
 def install_perf_analyzer(wheel_folder: Path, dest: Path) -> Path:
     """perf_analyzer out of the tritonclient 2.51.0 wheel (Python's zipfile: no unzip here)."""
-    from harness.perf_analyzer import extract_binary, find_wheel
 
     return extract_binary(find_wheel(wheel_folder), dest)
 
@@ -128,12 +131,6 @@ def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[
         link.symlink_to(found[-1])
         links.append(link)
     return links
-
-
-def library_path_with_links(*paths: str | None) -> str:
-    """An LD_LIBRARY_PATH of PERF_ANALYZER_LIBS (where this set-up made it) and ``paths``."""
-    links = str(PERF_ANALYZER_LIBS) if PERF_ANALYZER_LIBS.is_dir() else None
-    return os.pathsep.join(p for p in (links, *paths) if p)
 
 
 # What every model stub imports at start-up (the services import their models' code); faiss is

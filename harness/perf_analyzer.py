@@ -20,6 +20,16 @@ from pathlib import Path
 MEMBER_SUFFIX = ".data/data/bin/perf_analyzer"
 
 
+# Links to the libraries perf_analyzer needs that pytriton bundles (gpu_machine makes them)
+PERF_ANALYZER_LIBS = Path(sys.prefix) / "perf_analyzer-libs"
+
+
+def library_path_with_links(*paths: str | None) -> str:
+    """An LD_LIBRARY_PATH of PERF_ANALYZER_LIBS (where this set-up made it) and ``paths``."""
+    links = str(PERF_ANALYZER_LIBS) if PERF_ANALYZER_LIBS.is_dir() else None
+    return os.pathsep.join(p for p in (links, *paths) if p)
+
+
 def find_wheel(folder: Path) -> Path:
     """The tritonclient wheel in ``folder`` (exactly one is expected)."""
     wheels = sorted(folder.glob("tritonclient-*.whl"))
@@ -54,8 +64,6 @@ def environment() -> dict[str, str]:
     """This process's environment plus the CUDA runtime library that perf_analyzer links: the
     links a GPU machine's set-up made (on a CUDA 13 machine), and this venv's
     nvidia-cuda-runtime wheel."""
-    from harness.gpu_machine import library_path_with_links
-
     try:
         import nvidia.cuda_runtime
 

@@ -39,10 +39,10 @@ from harness.results import REPO_ROOT, shown_path
 from phoenix.client.client import infer_inputs, result_arrays
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.training.online_metrics import OnlineMetrics, plot
-from phoenix.training.pipeline import trained_world
 from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.world.simulate import SimulatedUser, WorldClock, draw_user_ids
+from phoenix.world.trained import trained_world
 
 DEFAULT_ARTIFACTS = "artifacts/trained-demo"
 DEFAULT_METRICS = "bench/results/online-metrics.json"

@@ -16,8 +16,9 @@ PRESET, SEED = "tiny", 0
 @functools.cache
 def trained_tiny() -> tuple[Path, Path, dict]:
     """(artifact dir, log dir, training summary) of the tiny preset, seed 0, evaluated."""
+    from phoenix.checkpoint.files import TRAINING_FILE
     from phoenix.ops.compile import ensure_programs
-    from phoenix.training.pipeline import TRAINING_FILE, run_pipeline
+    from phoenix.training.pipeline import run_pipeline
 
     device = "cpu"
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bench.gpu import profiles, report
-from harness import gpu_machine as machine
+from harness import perf_analyzer
 from phoenix.util.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
@@ -116,7 +116,7 @@ def step_environment(profile: profiles.Profile, cache: Path) -> dict[str, str]:
     env[STORE_ENV] = str(cache)
     # bench_serving.py measures in-process beside two servers whose stubs also use the GPU.
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    env["LD_LIBRARY_PATH"] = machine.library_path_with_links(env.get("LD_LIBRARY_PATH"))
+    env["LD_LIBRARY_PATH"] = perf_analyzer.library_path_with_links(env.get("LD_LIBRARY_PATH"))
     return env
 
 

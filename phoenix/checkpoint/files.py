@@ -21,6 +21,7 @@ RETRIEVAL_PARAMS_FILE = "retrieval/model_params.npz"
 TABLES_FILE = "embedding_tables.npz"
 CORPUS_FILE = "corpus.npz"
 EXAMPLE_FILE = "example_sequence.json"
+TRAINING_FILE = "training.json"  # trained artifacts: the world and the run that made them
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed timestamp: identical arrays give identical files
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 from tqdm import tqdm
 
-from phoenix.checkpoint import ArtifactError, Corpus, save_corpus
+from phoenix.checkpoint import Corpus, save_corpus
 from phoenix.corpus_store.ann import choose_index, training_of
 from phoenix.corpus_store.embedding import EmbedPosts
 from phoenix.corpus_store.manifest import SEALED, EmbeddedBy, IndexSpec, StoreError
@@ -147,27 +147,6 @@ def generated_posts(count: int, seed: int) -> PostRows:
     rng.shuffle(post_ids)
     authors = rng.integers(1, 2**62, max(1, count // 10))
     return PostRows(post_ids, authors[rng.integers(0, len(authors), len(post_ids))])
-
-
-def world_posts(artifacts: Path, count: int, seed: Optional[int], now: int) -> PostRows:
-    """``count`` posts of the synthetic world in ARTIFACTS/training.json (the world the towers
-    learned: its authors, topics and post ids), shifted in time so that the newest is ``now``
-    (the world's own dates are in the past, where a window would expire them all)."""
-    from phoenix.training.pipeline import TRAINING_FILE, trained_world
-
-    path = Path(artifacts) / TRAINING_FILE
-    if not path.is_file():
-        raise InputFileError(
-            f"{path}: not found (--from-generator needs trained artifacts, e.g. "
-            "artifacts/trained-demo)"
-        )
-    try:
-        world = trained_world(artifacts, count, seed)
-    except ArtifactError as error:
-        raise InputFileError(str(error)) from None
-    created = world.post_created_ts + (now - int(world.post_created_ts.max()))
-    authors = world.author_ids[world.post_author]
-    return PostRows(world.post_ids, authors, world.post_topic.astype(np.int64), created)
 
 
 # ----------------------------------------------------------------------------------------

@@ -42,16 +42,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from phoenix.checkpoint.identity import artifact_digest, artifact_version, servable_artifact_dir
 from phoenix.client.client import infer
 from phoenix.client.inprocess import server_model_config
 from phoenix.client.rank_agreement import compare_rankings, summarize
 from phoenix.ops.admin_key import admin_headers
-from phoenix.ops.served_artifacts import (
-    artifact_digest,
-    artifact_version,
-    precompile_model_files,
-    servable_artifact_dir,
-)
+from phoenix.ops.served_repository import precompile_model_files
 from phoenix.ops.supervisor.state import NEXT_SUFFIX
 from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, CORPUS_FILE, RECOMMEND
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from phoenix.checkpoint import ArtifactError
 from phoenix.checkpoint.files import resolve_inside
+from phoenix.checkpoint.identity import servable_artifact_dir
 from phoenix.ops.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
 from phoenix.ops.compile import ensure_programs, warn_if_no_gpu_jax
 from phoenix.ops.configs import ConfigError, variant_repository
 from phoenix.ops.profiles import instance_counts_arg, profile
-from phoenix.ops.served_artifacts import servable_artifact_dir
 from phoenix.ops.serving_state import remove_serving_state, write_serving_state
 from phoenix.ops.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.ops.supervisor.endpoints import ReadinessServer

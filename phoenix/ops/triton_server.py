@@ -155,7 +155,7 @@ class TritonServer(StartsReady):
         artifacts are served (GET /v2/models/<m>/config tells clients); else None."""
         if self.artifacts_dir is None:
             return None
-        from phoenix.ops.served_artifacts import write_served_repository
+        from phoenix.ops.served_repository import write_served_repository
 
         dest = tempfile.mkdtemp(
             prefix=f"{self.log_path.stem}.repository-", dir=self.log_path.parent

@@ -20,10 +20,12 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
-from phoenix.ops.served_artifacts import artifact_version, check_loaded
+from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest, artifact_version, short
+from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR
 from phoenix.schema.input_error import InputError
 from phoenix.stub.host_dlpack import host_buffers
 from phoenix.stub.profile import StubProfile
@@ -57,6 +59,17 @@ def configure_jax_environment(instance_kind: str, device_id: str) -> None:
 # reads numpy 2 dtypes wrongly: the as_numpy method repeats element 0 and `Tensor(name, ndarray)`
 # sends empty tensors (docs/serving.md, "numpy 2 and DLPack"). Outputs leave as host_dlpack's
 # capsules over numpy's memory.
+
+
+def check_loaded(parameters: dict[str, str], artifact_dir: Path) -> None:
+    """A model instance's check: the digest its config states is that of the artifacts it
+    loads (an ``artifact_dir`` overridden by $PHOENIX_ARTIFACT_DIR could differ)."""
+    stated = parameters.get(ARTIFACT_DIGEST.name, "")
+    if stated and (loaded := artifact_digest(artifact_dir)) != stated:
+        raise ArtifactMismatch(
+            f"the config states artifacts of config digest {short(stated)} "
+            f"({parameters.get(ARTIFACT_DIR.name)}), but {artifact_dir} has {short(loaded)}"
+        )
 
 
 def input_array(tensor) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 
 from phoenix import checkpoint
 from phoenix.checkpoint import Corpus, ExampleSequence, read_json, write_json, write_npz
-from phoenix.checkpoint.files import artifact_root, existing_file
+from phoenix.checkpoint.files import TRAINING_FILE
 from phoenix.schema.contracts import RANKER_SCORE_WEIGHTS
 from phoenix.training.data import LogIndex
 from phoenix.training.evaluate import Evaluator, embed_posts
@@ -34,25 +34,7 @@ from phoenix.world import synthetic
 from phoenix.world.logs import LogError, load_logs, save_logs
 
 METADATA_FILE = "metadata.npz"
-TRAINING_FILE = "training.json"
 EXAMPLE_TOP_K = 100
-
-
-def trained_world(artifact_dir: Path, num_posts: Optional[int] = None, seed: Optional[int] = None):
-    """The synthetic world the towers of ``artifact_dir`` were trained on (its training.json),
-    with ``num_posts`` posts (the spec's by default: the very world of training): the same users
-    and authors, since ``make_world`` draws each from a stream of its own. ``seed``: training's
-    by default."""
-    path = existing_file(artifact_root(artifact_dir), TRAINING_FILE)
-    summary = read_json(path, TRAINING_FILE)
-    try:
-        spec = synthetic.WorldSpec(**summary["world"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise checkpoint.ArtifactError(f"{path}: no usable 'world' spec ({error!r})") from None
-    seed = int(summary.get("seed", 0)) if seed is None else seed
-    if num_posts is not None:
-        spec = dataclasses.replace(spec, num_posts=num_posts)
-    return synthetic.make_world(spec, seed)
 
 
 def served_score_weights() -> dict[str, float]:

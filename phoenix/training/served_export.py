@@ -28,7 +28,6 @@ from typing import Optional
 import numpy as np
 
 from phoenix.checkpoint import read_json, write_json
-from phoenix.training.pipeline import trained_world
 from phoenix.training.served_logs import (
     TimeSplit,
     WorldTime,
@@ -42,6 +41,7 @@ from phoenix.user_state import Engagement, UserStateStore, connect
 from phoenix.user_state.request_log import RequestRecord, read_request_log
 from phoenix.world import synthetic
 from phoenix.world.logs import save_logs
+from phoenix.world.trained import trained_world
 
 DEFAULT_WINDOW_S = 3600.0
 DEFAULT_HELD_OUT_FRACTION = 0.25

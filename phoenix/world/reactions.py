@@ -1,6 +1,7 @@
 """How a synthetic world's user reacts to a post: the world's engagement model (numpy only).
 
-One model, used both by the log generator (``synthetic.make_impressions``) and by the simulated
+``world`` below is a ``synthetic.World`` (not annotated: that module imports this one). One
+model, used both by the log generator (``synthetic.make_impressions``) and by the simulated
 users of a load test (``phoenix.world.simulate``), so an online metric measures the world the
 models were trained on. Users and posts are indices into the world's arrays; ``ts`` is the view
 time (a post's age at view time is ``ts`` minus its creation time); ``surface`` indexes
@@ -22,14 +23,11 @@ the 19 actions, then one normal per view), the order the log generator has alway
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from phoenix.config import ACTION_NAMES
-
-if TYPE_CHECKING:  # synthetic imports this module; the type is only annotated
-    from phoenix.world.synthetic import World
 
 DAY = 86_400
 SURFACE_NAMES = ("home_for_you", "home_following", "search", "profile", "notifications")
@@ -78,7 +76,7 @@ class Reactions(NamedTuple):
     dwell_seconds: np.ndarray  # float32 [...]
 
 
-def follows_author(world: World, users: np.ndarray, posts: np.ndarray) -> np.ndarray:
+def follows_author(world, users: np.ndarray, posts: np.ndarray) -> np.ndarray:
     """Whether each user follows the author of each post (broadcasting)."""
     author = world.post_author[posts]
     followed = np.zeros(np.broadcast_shapes(np.shape(users), np.shape(posts)), bool)
@@ -87,9 +85,7 @@ def follows_author(world: World, users: np.ndarray, posts: np.ndarray) -> np.nda
     return followed
 
 
-def affinity(
-    world: World, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
-) -> np.ndarray:
+def affinity(world, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0) -> np.ndarray:
     """Ground-truth affinity of user indices and post indices (same shape; broadcasting)."""
     topic = world.post_topic[posts]
     author = world.post_author[posts]
@@ -115,7 +111,7 @@ def _normal_sf(z: np.ndarray) -> np.ndarray:
 
 
 def action_probabilities(
-    world: World, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
+    world, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0
 ) -> np.ndarray:
     """Ground-truth probability of every action, float32 [..., 19] (the ceiling's scores)."""
     a = affinity(world, users, posts, ts, surface).astype(np.float64)
@@ -139,7 +135,7 @@ def action_probabilities(
 
 
 def sample_reactions(
-    world: World,
+    world,
     users: np.ndarray,
     posts: np.ndarray,
     ts: np.ndarray,

@@ -30,11 +30,11 @@ import numpy as np
 from tqdm import tqdm
 
 from phoenix.checkpoint import ArtifactError
+from phoenix.checkpoint.files import TRAINING_FILE
 from phoenix.user_state.events import Engagement, Event, Follow, Post
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.store import AppliedCounts, UserStateStore
 
-TRAINING_FILE = "training.json"
 LOAD_BATCH_USERS = 500  # users per pipeline: about 15,000 events, one round trip
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.training.pipeline import trained_world
 from phoenix.user_state import UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.world.simulate import draw_user_ids
+from phoenix.world.trained import trained_world
 from tests.integration.conftest import launch_with_store
 from tests.training_helpers import trained_tiny
 

@@ -35,9 +35,9 @@ from harness.polling import wait_until
 from harness.processes import REPO_ROOT
 from harness.serve_process import ServeProcess
 from phoenix.checkpoint import RANKER_PARAMS_FILE, read_npz, write_npz
+from phoenix.checkpoint.identity import artifact_version
 from phoenix.ops.admin_key import find_admin_key
 from phoenix.ops.rollout import GATE_FILE
-from phoenix.ops.served_artifacts import artifact_version
 from phoenix.ops.supervisor.admin import TritonAdmin
 from phoenix.util.processes import http_get_status
 

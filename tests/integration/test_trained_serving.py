@@ -233,8 +233,8 @@ def test_the_server_says_which_artifacts_it_serves_and_the_clients_use_them(
     without --artifacts uses them (its --check recomputes the answer with their weights); one
     given other artifacts is refused, naming both."""
     from clients import rank
+    from phoenix.checkpoint.identity import artifact_digest
     from phoenix.client.inprocess import SERVICE_MODELS, server_parameters
-    from phoenix.ops.served_artifacts import artifact_digest
 
     server, artifacts, _ = trained_server
     client = connect(server.http_url, "http")

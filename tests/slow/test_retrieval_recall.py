@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not TRAINED.is_dir(), reason="needs artifacts/tr
 def indexed_store(tmp_path_factory):
     """(snapshot of a one-segment IVF store, the world, its posts' vectors)."""
     from phoenix.engine import CandidateTower
-    from phoenix.training.pipeline import trained_world
+    from phoenix.world.trained import trained_world
 
     world = trained_world(TRAINED, POSTS)
     authors = world.author_ids[world.post_author]

@@ -15,6 +15,7 @@ import pytest
 
 from clients import build_corpus, compact, ingest
 from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, building, is_store
+from phoenix.world import trained
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"
@@ -62,7 +63,7 @@ def test_a_store_of_generator_posts_embedded_in_process(artifacts, capsys):
     old = snapshot.segments[0]
     assert old.created_at.max() < now - 2 * 86400  # expired: its own post is not served
     assert old.post_ids[0] not in snapshot.search(old.embeddings[[0]], k=20, now=now).post_ids[0]
-    world = building.world_posts(artifacts, 3000, None, now=0)
+    world = trained.world_posts(artifacts, 3000, None, now=0)
     author_of = dict(zip(world.post_ids.tolist(), world.author_ids.tolist()))
     assert all(author_of[p] == a for p, a in zip(hits.post_ids[0], hits.author_ids[0]))
 

@@ -131,7 +131,7 @@ def test_perf_analyzer_finds_the_libraries_a_gpu_machine_linked(tmp_path, monkey
     from harness import perf_analyzer
 
     monkeypatch.setenv("LD_LIBRARY_PATH", "/already/there")
-    monkeypatch.setattr(machine, "PERF_ANALYZER_LIBS", tmp_path / "perf_analyzer-libs")
+    monkeypatch.setattr(perf_analyzer, "PERF_ANALYZER_LIBS", tmp_path / "perf_analyzer-libs")
     assert str(tmp_path) not in perf_analyzer.environment()["LD_LIBRARY_PATH"]  # none made
     (tmp_path / "perf_analyzer-libs").mkdir()
     folders = perf_analyzer.environment()["LD_LIBRARY_PATH"].split(os.pathsep)

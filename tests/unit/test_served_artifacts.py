@@ -1,6 +1,6 @@
-"""Which artifacts a server serves (phoenix/ops/served_artifacts.py), without a server: the
-served repository's configs name them truthfully, and a client's artifacts are chosen or
-refused against what a server states."""
+"""Which artifacts a server serves (phoenix/client/served_artifacts.py,
+phoenix/ops/served_repository.py), without a server: the served repository's configs name
+them truthfully, and a client's artifacts are chosen or refused against what a server states."""
 
 from __future__ import annotations
 
@@ -11,17 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest
+from phoenix.client.served_artifacts import ServedArtifacts, choose_artifacts, served_artifacts
 from phoenix.ops.configs import REPOSITORY, read_config
-from phoenix.ops.served_artifacts import (
-    ArtifactMismatch,
-    ServedArtifacts,
-    artifact_digest,
-    check_loaded,
-    choose_artifacts,
-    served_artifacts,
-    write_served_repository,
-)
+from phoenix.ops.served_repository import write_served_repository
 from phoenix.schema.contracts import CONTRACTS
+from phoenix.stub.triton_adapter import check_loaded
 
 
 def fake_artifacts(path: Path, emb_size: int) -> Path:

@@ -133,7 +133,7 @@ def served_tiny(tmp_path_factory):
 def serve_and_react(store: UserStateStore, artifacts, start: float) -> int:
     """Feeds of corpus posts to 40 world users over SPAN_S, logged as the served_log step
     logs them, and the users' reactions (the world's model) applied as the event path does."""
-    from phoenix.training.pipeline import trained_world
+    from phoenix.world.trained import trained_world
 
     world = trained_world(artifacts)
     corpus = checkpoint.load_corpus(artifacts)

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest, artifact_version
 from phoenix.client.client import model_inputs
 from phoenix.corpus_store import CorpusStore, Posts, StoreFollower
 from phoenix.feed_policy import FILTERS
 from phoenix.ops.configs import model_config
 from phoenix.ops.profiles import profile
-from phoenix.ops.served_artifacts import ArtifactMismatch, artifact_digest, artifact_version
 from phoenix.schema.contracts import FEED_POLICY
 from phoenix.stub.corpus import FollowedStore
 from phoenix.stub.request_metrics import (

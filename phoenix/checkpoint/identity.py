@@ -1,0 +1,77 @@
+"""Which artifacts these are: a directory's config digest, its content digest and its version
+label (imports the checkpoint's files only).
+
+The config digest (sha256 of ``config.json``: shapes, vocabularies, actions, hash parameters)
+is what a client and a server must agree on to build requests and read answers; retrained
+weights of one config keep it. The content digest covers the weights and tables too: it names
+a version that has no ``version`` label, so that two of them served side by side (a rollout)
+never share a label in the metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from phoenix.checkpoint.files import (
+    CONFIG_FILE,
+    RANKER_PARAMS_FILE,
+    RETRIEVAL_PARAMS_FILE,
+    TABLES_FILE,
+    ArtifactError,
+    artifact_root,
+    existing_file,
+)
+
+
+class ArtifactMismatch(ValueError):
+    """The client's artifacts are not the served ones (the message names both)."""
+
+
+def servable_artifact_dir(artifacts: Path) -> Path:
+    """``artifacts`` made absolute, or ArtifactError saying how to create it."""
+    if not (Path(artifacts) / CONFIG_FILE).is_file():
+        raise ArtifactError(
+            f"{artifacts} is no Phoenix artifact directory (no {CONFIG_FILE}). Create demo "
+            f"artifacts with `python -m phoenix.artifacts --preset mini --out {artifacts}`."
+        )
+    return Path(artifacts).resolve()
+
+
+def artifact_digest(artifact_dir: str | Path) -> str:
+    """sha256 (hex) of the artifact directory's config.json; ArtifactError when it has none."""
+    path = existing_file(artifact_root(artifact_dir), CONFIG_FILE)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# What a version's content is: its config and its trained weights and tables.
+CONTENT_FILES = (CONFIG_FILE, RANKER_PARAMS_FILE, RETRIEVAL_PARAMS_FILE, TABLES_FILE)
+
+
+def content_digest(artifact_dir: str | Path) -> str:
+    """sha256 (hex) over CONTENT_FILES of ``artifact_dir`` (those it has): two trainings of one
+    config differ here where their config.json does not."""
+    root = artifact_root(artifact_dir)
+    total = hashlib.sha256()
+    for name in CONTENT_FILES:
+        path = root / name
+        if path.is_file():
+            with path.open("rb") as file:
+                total.update(name.encode() + hashlib.file_digest(file, "sha256").digest())
+    return total.hexdigest()
+
+
+def artifact_version(artifact_dir: str | Path) -> str:
+    """The artifacts' version label: config.json's ``version``, else one made of their content
+    (``sha256-`` and 12 hex digits of ``content_digest``), so that two unversioned versions
+    served side by side (a rollout) never share a label in the metrics."""
+    from phoenix.checkpoint import load_config
+
+    version = load_config(artifact_root(artifact_dir)).version
+    if version is not None:
+        return str(version)
+    return f"sha256-{content_digest(artifact_dir)[:12]}"
+
+
+def short(digest: str) -> str:
+    return digest[:12] or "(none)"
