@@ -50,7 +50,7 @@ from harness.locust_runs import (
 )
 from phoenix.checkpoint import load_config
 from phoenix.client.client import infer_inputs, recommend_inputs, result_arrays
-from phoenix.schema.contracts import contract
+from phoenix.schema.served import contract
 from phoenix.schema.wiring import next_step_inputs, passed_on_history
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import UserStateLimits, UserStateStore

@@ -14,7 +14,9 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
 
-from phoenix.schema.contracts import POLICY_FILTERS, TensorSpec, contract
+from phoenix.schema.contracts import POLICY_FILTERS
+from phoenix.schema.served import contract
+from phoenix.schema.spec import TensorSpec
 
 
 def client_module(protocol: str):

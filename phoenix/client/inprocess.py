@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from phoenix.schema.contracts import RECOMMEND, RECOMMEND_CHAIN, REQUEST_ID
+from phoenix.schema.contracts import REQUEST_ID
+from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
 from phoenix.schema.wiring import run_ensemble
 
 Arrays = dict[str, np.ndarray]

@@ -13,7 +13,8 @@ from typing import Optional
 
 from phoenix.checkpoint import ArtifactError
 from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest, short
-from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, RECOMMEND, RECOMMEND_CHAIN
+from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR
+from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
 
 # The models a client asks for the served artifacts, in order (all read the same directory):
 # recommend's chain, its stages' models, the candidate tower.

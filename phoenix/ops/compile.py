@@ -50,7 +50,7 @@ def service_settings(model: str, artifact_dir: Path, device: str):
 
     from phoenix.ops.configs import model_config
     from phoenix.ops.profiles import profile
-    from phoenix.schema.contracts import contract
+    from phoenix.schema.served import contract
     from phoenix.stub.services import ServiceSettings
     from phoenix.stub.services.common import config_parameters
 

@@ -26,7 +26,8 @@ from tritonclient.grpc import model_config_pb2
 
 from phoenix.ops.profiles import PROFILES, Profile
 from phoenix.ops.profiles import profile as profile_for
-from phoenix.schema.contracts import CONTRACTS, ModelContract, TensorSpec
+from phoenix.schema.served import CONTRACTS
+from phoenix.schema.spec import ModelContract, TensorSpec
 from phoenix.util.command_line import command_parser
 
 ModelConfig = model_config_pb2.ModelConfig

@@ -25,13 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from phoenix.schema.contracts import (
-    CONTRACTS,
-    CORPUS_FILE,
-    CORPUS_READERS,
-    powers_of_two_up_to,
-    stage_parameter,
-)
+from phoenix.schema.contracts import CORPUS_FILE
+from phoenix.schema.recommend import stage_parameter
+from phoenix.schema.served import CONTRACTS, CORPUS_READERS
+from phoenix.schema.spec import powers_of_two_up_to
 
 
 @dataclass(frozen=True)

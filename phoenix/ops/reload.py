@@ -3,7 +3,7 @@ model load API (the server runs with --model-control-mode=explicit; with an admi
 the load API is restricted).
 
 A corpus switch (``switch_corpus``) moves every model that reads the corpus
-(``contracts.CORPUS_READERS``: the retriever searches it, the feed policy dates posts from
+(``served.CORPUS_READERS``: the retriever searches it, the feed policy dates posts from
 it, recommend's chain does both), so the age filter dates the posts the retriever finds. A
 stage's parameters changed on its model by name (``reload_with_chains``: the feed policy's)
 are changed in every chain running that stage too, so that recommend follows. The new values
@@ -18,7 +18,9 @@ from typing import Optional
 
 from phoenix.client.inprocess import server_model_config, server_parameters
 from phoenix.ops.admin_key import admin_headers
-from phoenix.schema.contracts import CONTRACTS, CORPUS_FILE, CORPUS_READERS, stage_parameter
+from phoenix.schema.contracts import CORPUS_FILE
+from phoenix.schema.recommend import stage_parameter
+from phoenix.schema.served import CONTRACTS, CORPUS_READERS
 
 
 def reload_model(

@@ -49,7 +49,8 @@ from phoenix.client.rank_agreement import compare_rankings, summarize
 from phoenix.ops.admin_key import admin_headers
 from phoenix.ops.served_repository import precompile_model_files
 from phoenix.ops.supervisor.state import NEXT_SUFFIX
-from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, CORPUS_FILE, RECOMMEND
+from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR, CORPUS_FILE
+from phoenix.schema.recommend import RECOMMEND
 
 GATE_FILE = "gate.json"
 # What a shadow request adds to recommend's: the chain's flag that turns its side effects off.

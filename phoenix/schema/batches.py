@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from phoenix.schema.contracts import ARTIFACT_WIDTHS, ModelContract, TensorSpec
+from phoenix.schema.spec import ARTIFACT_WIDTHS, ModelContract, TensorSpec
 
 _BATCH_TYPES: dict[str, type] = {}
 

@@ -26,9 +26,10 @@ from typing import ClassVar, Optional, TypeVar, Union
 
 import numpy as np
 
-from phoenix.schema import contracts
-from phoenix.schema.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS, ModelContract
+from phoenix.schema import contracts, served
+from phoenix.schema.contracts import LIMITS
 from phoenix.schema.input_error import InputError  # raised here; re-exported
+from phoenix.schema.spec import ARTIFACT_WIDTHS, LENGTH_LIMITS, ModelContract, TensorSpec
 
 # What one unit of each symbolic axis is called in error messages.
 LENGTH_NOUNS = {"L": "history items", "C": "candidates", "E": "ids", "N": "ids", "M": "posts",
@@ -83,7 +84,7 @@ class InputCheck:
     every request, where looking specs up by name and testing dtypes cost more than the checks
     (with the ufuncs' own reduce, parsing a ranker request went from 165-167 to 89 us here)."""
 
-    spec: contracts.TensorSpec
+    spec: TensorSpec
     name: str
     dtype: np.dtype
     fixed: tuple[tuple[int, int], ...]  # (axis, size) of each fixed axis; the batch axis is 0
@@ -93,7 +94,7 @@ class InputCheck:
     ndim: int  # on the wire, the batch axis included
 
     @classmethod
-    def of(cls, spec: contracts.TensorSpec) -> InputCheck:
+    def of(cls, spec: TensorSpec) -> InputCheck:
         axes = list(enumerate(spec.axes, start=1))
         return cls(
             spec=spec,
@@ -161,7 +162,7 @@ def class_name(model: str) -> str:
 # One typed request per served model (ensembles have no service of their own).
 REQUEST_TYPES = {
     name: typed_request(c, class_name(name))
-    for name, c in contracts.CONTRACTS.items()
+    for name, c in served.CONTRACTS.items()
     if not c.is_ensemble
 }
 UserRequest = REQUEST_TYPES[contracts.USER_ENCODER.name]

@@ -14,14 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from phoenix.schema.contracts import (
-    RECOMMEND,
-    RECOMMEND_CHAIN,
-    RETRIEVAL_PREFIX,
-    USER_STATE,
-    EnsembleStep,
-    ModelContract,
-)
+from phoenix.schema.contracts import RETRIEVAL_PREFIX, USER_STATE
+from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
+from phoenix.schema.spec import EnsembleStep, ModelContract
 
 Arrays = dict[str, np.ndarray]
 # run_model(model, one input dict per request) -> one output dict per request

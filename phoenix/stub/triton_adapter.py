@@ -104,12 +104,12 @@ class ServiceModel:
         )
         import triton_python_backend_utils as pb_utils
 
-        from phoenix.schema import contracts
+        from phoenix.schema import served
         from phoenix.stub import services
         from phoenix.stub.registry import register_stub
 
         self.pb = pb_utils
-        contract = contracts.contract(self.service_name)
+        contract = served.contract(self.service_name)
         self.output_dtypes = {s.name: s.dtype for s in contract.outputs}
         started = time.perf_counter()
         config = json.loads(args["model_config"])

@@ -21,7 +21,8 @@ from phoenix.corpus_store.towers import tower_of
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
 from phoenix.ops.reload import switch_corpus
-from phoenix.schema.contracts import CORPUS_READERS, POLICY_FILTERS
+from phoenix.schema.contracts import POLICY_FILTERS
+from phoenix.schema.served import CORPUS_READERS
 from phoenix.schema.wiring import next_step_inputs, run_until
 from phoenix.stub.request_metrics import GENERATION, LAG, SKIPPED
 from tests.deploy_checks import series_values

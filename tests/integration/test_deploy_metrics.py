@@ -1,6 +1,6 @@
 """Every metric that the HPA's prometheus-adapter rule, the Grafana dashboard and the alerts
 query (deploy/k8s/monitoring) is exported by a real tritonserver serving our models, with a
-series for each served model (contracts.CONTRACTS; our own counters for each Python model), and
+series for each served model (served.CONTRACTS; our own counters for each Python model), and
 a refused request moves the refused counter of its model and input."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from phoenix.checkpoint import load_config
 from phoenix.client.client import connect, infer, model_inputs
-from phoenix.schema.contracts import CONTRACTS
+from phoenix.schema.served import CONTRACTS
 from phoenix.stub.request_metrics import (
     CANDIDATES,
     DROPPED,

@@ -12,7 +12,7 @@ from phoenix.client.client import (
     ranker_inputs,
     recommend_inputs,
 )
-from phoenix.schema.contracts import contract
+from phoenix.schema.served import contract
 
 USER = {
     "user_id": 7,

@@ -9,15 +9,9 @@ from tritonclient.grpc import model_config_pb2
 from phoenix.ops import configs, serve
 from phoenix.ops.configs import ConfigError, model_config, read_config
 from phoenix.ops.profiles import CPU, GPU, PROFILES, instance_counts
-from phoenix.schema.contracts import (
-    CONTRACTS,
-    FEED_POLICY,
-    LIMITS,
-    RANKER,
-    RANKER_SCORE_WEIGHTS,
-    RECOMMEND,
-    RECOMMEND_CHAIN,
-)
+from phoenix.schema.contracts import FEED_POLICY, LIMITS, RANKER, RANKER_SCORE_WEIGHTS
+from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
+from phoenix.schema.served import CONTRACTS
 
 CPU_KIND = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_CPU")
 

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from phoenix.schema import contracts
-from phoenix.schema.contracts import RANKER, RECOMMEND, contract
+from phoenix.schema import spec
+from phoenix.schema.contracts import RANKER
+from phoenix.schema.recommend import RECOMMEND
+from phoenix.schema.served import contract
 
 
 def test_ensemble_steps_only_use_the_step_models_tensors():
@@ -22,8 +24,8 @@ def test_ensemble_steps_only_use_the_step_models_tensors():
 def test_batch_buckets_reach_max_batch_size():
     assert RANKER.batch_buckets == (1, 2, 4, 8)
     assert contract("user_encoder").batch_buckets == (1, 2, 4, 8, 16)
-    assert contracts.powers_of_two_up_to(12) == (1, 2, 4, 8, 12)
-    assert contracts.powers_of_two_up_to(1) == (1,)
+    assert spec.powers_of_two_up_to(12) == (1, 2, 4, 8, 12)
+    assert spec.powers_of_two_up_to(1) == (1,)
 
 
 def test_tensor_spec_names_its_dtypes_the_triton_way():

@@ -8,7 +8,8 @@ real server (tests/integration)."""
 import numpy as np
 import pytest
 
-from phoenix.schema.contracts import RECOMMEND, RECOMMEND_CHAIN, UNKNOWN_AGE
+from phoenix.schema.contracts import UNKNOWN_AGE
+from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
 from phoenix.schema.requests import REQUEST_TYPES, InputError, from_arrays
 from phoenix.schema.wiring import next_step_inputs, run_ensemble, run_until
 from phoenix.stub.services.recommend import RecommendChainService

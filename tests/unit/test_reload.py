@@ -10,7 +10,7 @@ import pytest
 
 from phoenix.ops.configs import REPOSITORY
 from phoenix.ops.reload import reload_model, reload_with_chains, switch_corpus
-from phoenix.schema.contracts import CONTRACTS, CORPUS_READERS
+from phoenix.schema.served import CONTRACTS, CORPUS_READERS
 
 
 class FakeServer:

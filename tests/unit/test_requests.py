@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 from phoenix.engine import device_ranking
-from phoenix.schema import contracts
+from phoenix.schema import contracts, served
 from phoenix.schema import requests as requests_module
 from phoenix.schema.batches import batch_type, empty_batch, pad_batch
-from phoenix.schema.contracts import ARTIFACT_WIDTHS, LENGTH_LIMITS, LIMITS
+from phoenix.schema.contracts import LIMITS
 from phoenix.schema.requests import REQUEST_TYPES, InputError, RankRequest, parse, parse_all
+from phoenix.schema.spec import ARTIFACT_WIDTHS, LENGTH_LIMITS
 
 CONFIG = SimpleNamespace(num_actions=4, emb_size=8, product_surface_vocab_size=5)
-SERVED = [c for c in contracts.CONTRACTS.values() if not c.is_ensemble]
+SERVED = [c for c in served.CONTRACTS.values() if not c.is_ensemble]
 
 
 def test_every_served_model_has_a_typed_request():
@@ -23,7 +24,7 @@ def test_every_served_model_has_a_typed_request():
 
 @pytest.mark.parametrize("model", sorted(REQUEST_TYPES))
 def test_typed_fields_are_the_contract_inputs(model):
-    request_type, contract = REQUEST_TYPES[model], contracts.contract(model)
+    request_type, contract = REQUEST_TYPES[model], served.contract(model)
     fields = dataclasses.fields(request_type)
     assert tuple(f.name for f in fields) == contract.input_names
     for field in fields:
@@ -71,13 +72,13 @@ def specs_where(predicate):
 
 @pytest.mark.parametrize("model", sorted(REQUEST_TYPES))
 def test_a_request_at_the_bounds_is_accepted(model):
-    request = check(model, good_arrays(contracts.contract(model)))
+    request = check(model, good_arrays(served.contract(model)))
     assert request.rows == 2
 
 
 @pytest.mark.parametrize("model, spec", specs_where(lambda s: s.values.low is not None))
 def test_values_below_the_lower_bound_are_refused_naming_the_input(model, spec):
-    arrays = good_arrays(contracts.contract(model))
+    arrays = good_arrays(served.contract(model))
     arrays[spec.name] = np.full(shape_of(spec), spec.values.low - 1, spec.dtype)
     with pytest.raises(InputError, match=f"input '{spec.name}': {spec.values.what} must"):
         check(model, arrays)
@@ -85,7 +86,7 @@ def test_values_below_the_lower_bound_are_refused_naming_the_input(model, spec):
 
 @pytest.mark.parametrize("model, spec", specs_where(lambda s: np.issubdtype(s.dtype, np.floating)))
 def test_nan_is_refused_in_every_float_input(model, spec):
-    arrays = good_arrays(contracts.contract(model))
+    arrays = good_arrays(served.contract(model))
     arrays[spec.name] = np.full(shape_of(spec), np.nan, spec.dtype)
     with pytest.raises(InputError, match=f"input '{spec.name}': contains NaN or infinite"):
         check(model, arrays)
@@ -93,7 +94,7 @@ def test_nan_is_refused_in_every_float_input(model, spec):
 
 @pytest.mark.parametrize("model, spec", specs_where(lambda s: s.length is not None))
 def test_lengths_over_the_limit_are_refused(model, spec):
-    contract = contracts.contract(model)
+    contract = served.contract(model)
     limit = getattr(LIMITS, LENGTH_LIMITS[spec.length])
     arrays = {
         s.name: np.full(
@@ -110,7 +111,7 @@ def test_lengths_over_the_limit_are_refused(model, spec):
     specs_where(lambda s: any(a in ARTIFACT_WIDTHS for a in s.axes)),
 )
 def test_artifact_widths_are_checked(model, spec):
-    arrays = good_arrays(contracts.contract(model))
+    arrays = good_arrays(served.contract(model))
     shape = list(shape_of(spec))
     shape[-1] += 1
     arrays[spec.name] = np.full(shape, fill(spec), spec.dtype)
@@ -210,7 +211,7 @@ def outcome(item) -> tuple:
 def test_parse_all_answers_each_request_as_parse_does(model):
     """Values checked together, then one by one where they fail: every request of a batch
     mixing good and bad ones gets what parse alone gives it, the same message."""
-    contract = contracts.contract(model)
+    contract = served.contract(model)
     bad = bad_variants(contract)
     batch = [good_arrays(contract)] + [x for arrays in bad for x in (arrays, good_arrays(contract))]
     alone = []

@@ -15,7 +15,7 @@ from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest
 from phoenix.client.served_artifacts import ServedArtifacts, choose_artifacts, served_artifacts
 from phoenix.ops.configs import REPOSITORY, read_config
 from phoenix.ops.served_repository import write_served_repository
-from phoenix.schema.contracts import CONTRACTS
+from phoenix.schema.served import CONTRACTS
 from phoenix.stub.triton_adapter import check_loaded
 
 

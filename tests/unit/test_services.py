@@ -9,8 +9,10 @@ import pytest
 from phoenix.client.client import ranker_inputs
 from phoenix.engine.device_ranking import RankedBatch
 from phoenix.schema.batches import pad_batch
-from phoenix.schema.contracts import RANKER, Parameter, contract, powers_of_two_up_to
+from phoenix.schema.contracts import RANKER
 from phoenix.schema.requests import InputError, RankRequest, UserRequest, parse
+from phoenix.schema.served import contract
+from phoenix.schema.spec import Parameter, powers_of_two_up_to
 from phoenix.stub import services
 from phoenix.stub.services import ServiceSettings, build_service
 from phoenix.stub.services.ranker import request_batch as ranker_batch
@@ -334,12 +336,12 @@ def test_host_only_services_start_and_answer_without_importing_jax(tiny_artifact
     resources of a device service are the control: the check can fail."""
     script = f"""
 import sys
-from phoenix.schema import contracts
+from phoenix.schema import served
 from phoenix.stub import services, triton_adapter
 from phoenix.stub.services import ServiceSettings, build_service
 
 for model in {HOST_ONLY!r}:
-    texts = contracts.contract(model).parameter_texts({{}})  # the defaults
+    texts = served.contract(model).parameter_texts({{}})  # the defaults
     settings = ServiceSettings.parsed(model, {str(tiny_artifacts)!r}, 8, texts)
     build_service(settings).warm_up()
     print(model, "jax" in sys.modules, len(triton_adapter.opened_program_stores()))

@@ -30,7 +30,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from phoenix.schema import contracts
+from phoenix.schema import contracts, recommend
 
 if TYPE_CHECKING:
     from phoenix.stub.services.common import Service, ServiceSettings
@@ -44,7 +44,7 @@ SERVICE_CLASSES = {
     contracts.RANKER.name: ("ranker", "RankerService"),
     contracts.FEED_POLICY.name: ("feed_policy", "FeedPolicyService"),
     contracts.SERVED_LOG.name: ("served_log", "ServedLogService"),
-    contracts.RECOMMEND_CHAIN.name: ("recommend", "RecommendChainService"),
+    recommend.RECOMMEND_CHAIN.name: ("recommend", "RecommendChainService"),
 }
 
 # Re-exported names: {name: module that defines it}.

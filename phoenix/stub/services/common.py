@@ -29,8 +29,8 @@ from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
 
-from phoenix.schema.contracts import contract
 from phoenix.schema.requests import InputError, parse, parse_all
+from phoenix.schema.served import contract
 
 Arrays = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]

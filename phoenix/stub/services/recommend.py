@@ -1,7 +1,7 @@
 """recommend's chain: every stage's service in this process, one batch at a time.
 
 The recommend ensemble calls one model, ``recommend_chain``, whose service this is: it holds
-the services of every stage (``contracts.RECOMMEND_STAGES``: user state, user tower,
+the services of every stage (``recommend.RECOMMEND_STAGES``: user state, user tower,
 retrieval, ranker, feed policy, served log), built from its own config as the stages' models
 build theirs, and runs them in order on the whole batch. Each request is checked once, on
 the way in, against the chain's contract (recommend's inputs: the same specs the stages
@@ -23,8 +23,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from phoenix.schema.contracts import RECOMMEND_CHAIN, REQUEST_ID, contract, stage_parameter
+from phoenix.schema.contracts import REQUEST_ID
+from phoenix.schema.recommend import RECOMMEND_CHAIN, stage_parameter
 from phoenix.schema.requests import REQUEST_TYPES, from_arrays
+from phoenix.schema.served import contract
 from phoenix.schema.wiring import step_inputs, store_outputs
 from phoenix.stub.services.common import Result, Service, ServiceSettings
 
@@ -34,7 +36,7 @@ RECORD = "record"
 
 def stage_settings(settings: ServiceSettings, model: str) -> ServiceSettings:
     """The settings of stage ``model`` inside the chain of ``settings``: its parameters as the
-    chain's config names them (``contracts.stage_parameter``), the chain's batch size."""
+    chain's config names them (``recommend.stage_parameter``), the chain's batch size."""
     values = {
         p.name: settings.parameters[stage_parameter(model, p.name)]
         for p in contract(model).parameters
