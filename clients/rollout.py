@@ -32,7 +32,7 @@ from clients import cli
 from clients.workload import random_users
 from phoenix.checkpoint import ArtifactError
 from phoenix.client.client import recommend_inputs
-from phoenix.ops import rollout
+from phoenix.ops import model_control, rollout
 from phoenix.ops.admin_key import ADMIN_KEY_ENV, AdminKeyError, find_admin_key
 from phoenix.ops.serving_state import (
     DEFAULT_SERVE_DIR,
@@ -113,7 +113,7 @@ def run_rollout(args) -> int:
         args, **({"network_timeout": LOAD_TIMEOUT_S} if args.protocol == "http" else {})
     )
     repository, key = served_by(args)
-    server = rollout.Server(client, args.protocol, key, repository)
+    server = model_control.Server(client, args.protocol, key, repository)
     if args.rollback:
         report = read_report(args.report)
         plan = rollout.rollback_plan(server, report)

@@ -4,6 +4,7 @@ agreement maths, and the config rewriting the switch and the shadow ensembles re
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from google.protobuf import json_format
 from scipy import stats
 
 from phoenix.client.rank_agreement import compare_rankings, kendall_tau, spearman_rho, summarize
-from phoenix.ops import rollout
+from phoenix.ops import model_control, rollout
 from phoenix.ops.configs import read_config
 from tests.integration.conftest import MODEL_REPOSITORY
 
@@ -100,10 +101,10 @@ def test_rankings_of_different_posts_compare_over_the_common_ones():
 
 def test_retargeted_changes_only_the_artifacts_and_the_name(tmp_path):
     ranker = served_json("ranker")
-    new = rollout.retargeted(ranker, tmp_path, "ab" * 32)
-    assert rollout.parameter(new, "artifact_dir") == str(tmp_path)
-    assert rollout.parameter(new, "artifact_digest") == "ab" * 32
-    assert rollout.parameter(ranker, "artifact_dir") == "../../artifacts/demo"  # a copy
+    new = model_control.retargeted(ranker, tmp_path, "ab" * 32)
+    assert model_control.parameter(new, "artifact_dir") == str(tmp_path)
+    assert model_control.parameter(new, "artifact_digest") == "ab" * 32
+    assert model_control.parameter(ranker, "artifact_dir") == "../../artifacts/demo"  # a copy
     for key in set(ranker) - {"parameters"}:
         assert new[key] == ranker[key]
     assert set(new["parameters"]) == set(ranker["parameters"])
@@ -111,7 +112,7 @@ def test_retargeted_changes_only_the_artifacts_and_the_name(tmp_path):
 
 def test_a_renamed_config_leaves_triton_to_name_its_instances():
     config = {"name": "ranker", "instance_group": [{"name": "ranker_0", "count": 2}]}
-    assert rollout.renamed(config, "ranker__next") == {
+    assert model_control.renamed(config, "ranker__next") == {
         "name": "ranker__next",
         "instance_group": [{"count": 2}],
     }
@@ -120,9 +121,13 @@ def test_a_renamed_config_leaves_triton_to_name_its_instances():
 
 def test_the_switch_renames_the_steps_it_is_given():
     recommend = served_json("recommend")
-    switched = rollout.with_step_models(recommend, {"recommend_chain": "recommend_chain__next"})
-    assert rollout.step_models(switched) == ["recommend_chain__next"]
-    assert switched["name"] == "recommend" and rollout.step_models(recommend) == ["recommend_chain"]
+    switched = model_control.with_step_models(
+        recommend, {"recommend_chain": "recommend_chain__next"}
+    )
+    assert model_control.step_models(switched) == ["recommend_chain__next"]
+    assert switched["name"] == "recommend" and model_control.step_models(recommend) == [
+        "recommend_chain"
+    ]
 
 
 def test_a_shadow_loads_the_chain_and_the_rolled_ranker_beside_and_asks_for_no_record():
@@ -135,14 +140,19 @@ def test_a_shadow_loads_the_chain_and_the_rolled_ranker_beside_and_asks_for_no_r
     assert rollout.QUIET["record"].tolist() == [[0]]  # the chain's side effects off
 
 
-def test_a_model_folder_holds_its_config_model_file_and_bytecode(tmp_path):
+def test_a_model_folder_holds_its_config_the_services_model_file_and_bytecode(tmp_path):
     from tritonclient.grpc import model_config_pb2
 
-    config = rollout.renamed(served_json("ranker"), "ranker__next")
-    folder = rollout.write_model_folder(tmp_path, "ranker", config)
+    served_file = MODEL_REPOSITORY / "ranker" / "1" / "model.py"
+    (tmp_path / "ranker" / "1").mkdir(parents=True)
+    shutil.copyfile(served_file, tmp_path / "ranker" / "1" / "model.py")
+    config = model_control.renamed(served_json("ranker"), "ranker__next")
+    folder = model_control.write_model_folder(tmp_path, "ranker", config)
     written = read_config(folder / "config.pbtxt")
     assert isinstance(written, model_config_pb2.ModelConfig) and written.name == "ranker__next"
-    assert "service_name = 'ranker'" in (folder / "1" / "model.py").read_text()
+    # the ranker's own entry point, byte for byte: the service it runs is named in the file
+    assert (folder / "1" / "model.py").read_bytes() == served_file.read_bytes()
+    assert 'service_name = "ranker"' in served_file.read_text()
     assert list((folder / "1" / "__pycache__").glob("model.*.pyc"))
 
 
