@@ -7,6 +7,7 @@
 - ``retrieval``: ``RetrievalEngine``, the two towers and exact top-k over a resident corpus.
 - ``candidate_tower``: ``CandidateTower``, raw post and author ids to unit vectors in this
   process (the one candidate tower the server, artifacts, training and the corpus store use).
+- ``score_inputs``: the score path's hashed features padded on the host.
 - ``batching``: buckets, padding, per-platform defaults and example inputs.
 """
 
