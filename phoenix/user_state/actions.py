@@ -52,3 +52,10 @@ def action_flags(masks: np.ndarray) -> np.ndarray:
     """Masks [L] -> action flags [L, 19] float32 (the ranker's ``history_actions``)."""
     bits = np.arange(NUM_ACTIONS, dtype=np.uint32)
     return ((masks.astype(np.uint32)[:, None] >> bits) & 1).astype(np.float32)
+
+
+def action_bits(flags: np.ndarray) -> np.ndarray:
+    """Action flags [..., A] (0/1 of any dtype) -> masks [...] uint32, bit i = column i: the
+    inverse of ``action_flags``."""
+    weights = np.uint32(1) << np.arange(np.shape(flags)[-1], dtype=np.uint32)  # [A]
+    return ((np.asarray(flags) > 0.5).astype(np.uint32) * weights).sum(axis=-1, dtype=np.uint32)

@@ -162,7 +162,7 @@ def _mask_of(actions: Any) -> int:
             f"actions must be action names or exactly {NUM_ACTIONS} integer flags (0 or 1) in "
             f"the order {', '.join(ACTION_NAMES)}; got {actions!r}"
         )
-    return sum(1 << i for i, flag in enumerate(actions) if flag)
+    return action_mask([name for name, flag in zip(ACTION_NAMES, actions) if flag])
 
 
 @dataclass(frozen=True)

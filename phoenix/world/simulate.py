@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from phoenix.artifacts import stream
+from phoenix.user_state.actions import action_bits
 from phoenix.user_state.events import Engagement
 from phoenix.world.reactions import SURFACE_NAMES, Reactions, sample_reactions
 from phoenix.world.synthetic import World
@@ -119,7 +120,7 @@ class SimulatedUser:
 
     def engagements(self, posts: np.ndarray, drawn: Reactions, now: float) -> list[Engagement]:
         """The events of the views with at least one action."""
-        bits = (drawn.actions.astype(np.int64) << np.arange(drawn.actions.shape[1])).sum(axis=1)
+        bits = action_bits(drawn.actions).tolist()  # [views] action masks
         world = self.world
         return [
             Engagement(

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from phoenix.checkpoint import ArtifactError
 from phoenix.checkpoint.files import TRAINING_FILE
+from phoenix.user_state.actions import action_bits
 from phoenix.user_state.events import Engagement, Event, Follow, Post
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.store import AppliedCounts, UserStateStore
@@ -66,8 +67,7 @@ class WorldUsers:
         engaged = np.flatnonzero(imp.actions.any(axis=1) & (imp.ts < spec.split_ts))
         keep = UserStateLimits().history_cap if keep is None else keep
         engaged = engaged[newest_per_group(imp.user[engaged], keep)]
-        bits = (imp.actions[engaged].astype(np.uint32) << np.arange(imp.actions.shape[1],
-                dtype=np.uint32)).sum(axis=1, dtype=np.uint32)  # fmt: skip
+        bits = action_bits(imp.actions[engaged])  # [N] uint32
         user = imp.user[engaged]
         starts = np.searchsorted(user, np.arange(spec.num_users + 1))
         now = time.time() if now is None else now

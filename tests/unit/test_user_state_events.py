@@ -9,7 +9,13 @@ import pytest
 from phoenix.config import ACTION_NAMES, NEGATIVE_ACTIONS
 from phoenix.schema.contracts import LIMITS, RANKER, USER_ENCODER
 from phoenix.user_state import keys
-from phoenix.user_state.actions import POSITIVE_ACTIONS, action_flags, action_mask, is_positive
+from phoenix.user_state.actions import (
+    POSITIVE_ACTIONS,
+    action_bits,
+    action_flags,
+    action_mask,
+    is_positive,
+)
 from phoenix.user_state.events import (
     Engagement,
     EventError,
@@ -44,6 +50,15 @@ def test_action_flags_follow_the_column_order():
     flags = action_flags(np.array([action_mask(["favorite", "dwell_time"])]))
     assert flags.shape == (1, len(ACTION_NAMES)) and flags.dtype == np.float32
     assert list(np.flatnonzero(flags[0])) == [0, ACTION_NAMES.index("dwell_time")]
+
+
+def test_action_bits_invert_action_flags_for_every_action_and_any_flag_dtype():
+    masks = np.array([0, 1, action_mask(["reply", "dwell_time"]), (1 << len(ACTION_NAMES)) - 1])
+    flags = action_flags(masks)  # [4, A] float32
+    assert action_bits(flags).tolist() == masks.tolist()
+    assert action_bits(flags.astype(bool)).dtype == np.uint32
+    assert action_bits(flags.astype(np.int8)).tolist() == masks.tolist()
+    assert action_bits(flags[None]).shape == (1, 4)  # any leading axes
 
 
 @pytest.mark.parametrize(

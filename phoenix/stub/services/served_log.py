@@ -32,6 +32,7 @@ from phoenix.schema.requests import REQUEST_TYPES
 from phoenix.stub.services.common import Outputs
 from phoenix.stub.services.user_state import NoStore, StoreBackedService
 from phoenix.user_state import UserStateError
+from phoenix.user_state.actions import action_bits
 from phoenix.user_state.request_log import RequestRecord
 
 logger = logging.getLogger("phoenix.stub")
@@ -47,12 +48,6 @@ class NoStoreToWrite(NoStore):
 def new_request_id() -> int:
     """63 random bits: a positive int64, unique in practice (0 is never given)."""
     return secrets.randbits(63) or 1
-
-
-def action_bits(flags: np.ndarray) -> np.ndarray:
-    """Action flags [L, A] -> bits [L] uint32 (bit i = column i)."""
-    weights = (np.uint32(1) << np.arange(flags.shape[-1], dtype=np.uint32)).astype(np.uint32)
-    return ((flags > 0.5).astype(np.uint32) * weights).sum(axis=-1, dtype=np.uint32)
 
 
 def row_record(request, row: int, request_id: int, now: float) -> RequestRecord:
