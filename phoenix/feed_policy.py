@@ -31,7 +31,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class PolicySettings:
-    """The policy's parameters, checked (``serving.services.feed_policy.parse_settings``)."""
+    """The policy's parameters, checked (``phoenix.stub.services.feed_policy.parse_settings``)."""
 
     action_weights: np.ndarray  # [A] float64, by the artifact's action order
     negative_scores_offset: float  # >= 0

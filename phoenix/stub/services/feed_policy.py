@@ -35,8 +35,9 @@ from phoenix.feed_policy import (
     rank_kept,
 )
 from phoenix.schema.batches import stack_padded
-from phoenix.schema.contracts import POLICY_PARAMETERS
+from phoenix.schema.contracts import FEED_POLICY, POLICY_PARAMETERS
 from phoenix.schema.requests import PolicyRequest
+from phoenix.schema.spec import parsed_values
 from phoenix.stub.corpus import ServedCorpus, open_corpus
 from phoenix.stub.services.common import (
     Outputs,
@@ -67,10 +68,7 @@ def policy_settings(values: Mapping[str, Any], action_names: Sequence[str]) -> P
 
 def parse_settings(texts: Mapping[str, str], action_names: Sequence[str]) -> PolicySettings:
     """The checked policy settings of config strings; errors name the parameter."""
-    missing = [p.name for p in POLICY_PARAMETERS if p.name not in texts]
-    if missing:
-        raise ValueError(f"parameters {missing} are missing (configs come from `make configs`)")
-    values = {p.name: p.parse(texts[p.name]) for p in POLICY_PARAMETERS}
+    values = parsed_values(FEED_POLICY.name, POLICY_PARAMETERS, texts)
     return policy_settings(values, action_names)
 
 
