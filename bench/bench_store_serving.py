@@ -34,10 +34,10 @@ import numpy as np
 import psutil
 
 from bench.retrieval_data import TRAINED, generator_posts
+from harness import REPO_ROOT
 from harness.locust_runs import finish_locust, locust_totals, start_locust
 from harness.machine import machine
 from harness.process_cpu import cpu_ms_per_request, served_cpu_seconds
-from harness.processes import REPO_ROOT
 from harness.results import write_results
 from harness.serve_process import ServeProcess
 from phoenix.checkpoint import load_example_sequence

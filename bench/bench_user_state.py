@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.serving_measure import Measurement, measure_served, write_input_data
+from harness import REPO_ROOT
 from harness.loadgen import LoadRun, alternating_callers, percentiles_ms
 from harness.locust_runs import finish_locust, locust_totals, start_locust
 from harness.process_cpu import cpu_ms_per_request, served_cpu_seconds
-from harness.processes import REPO_ROOT
 from harness.results import shown_path, write_results
 from harness.triton import start_triton
 from phoenix.checkpoint import load_config, load_corpus

@@ -2,9 +2,9 @@
 imports only pathlib, for REPO_ROOT, so each module costs only its own imports):
 
 - polling: ``wait_until`` a condition holds, with a bound;
-- processes: a command in a session of its own, output to a log file, stopped as a group;
 - serve_process: the serve command (``python -m phoenix.ops.serve``) on free loopback
-  ports, waited for until ready, stopped with SIGTERM, its group killed past the bound;
+  ports, waited for until ready, stopped with SIGTERM, its group killed past the bound
+  (a ``phoenix.util.processes.LoggedProcess``);
 - triton: a bare tritonserver on free loopback ports;
 - proxy: nginx in front of serve replicas (HTTP and gRPC, round-robin, graceful reloads);
 - loadgen: an open- or closed-loop tritonclient load that records every request;

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.polling import wait_until
-from harness.processes import LoggedProcess
 from harness.serve_process import ServePorts
-from phoenix.util.processes import http_get_status, pick_free_ports
+from phoenix.util.processes import LoggedProcess, http_get_status, pick_free_ports
 
 # Retries of requests that never ran: a connection error before the request reached Triton,
 # or Triton's refusals (404 while unloading, 503 queue full). POST is not idempotent to nginx,

@@ -15,9 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from harness.processes import LoggedProcess
 from phoenix.ops.triton_server import DEFAULT_READY_TIMEOUT_S
-from phoenix.util.processes import LOOPBACK, StartsReady, http_get_status, pick_free_ports
+from phoenix.util.processes import (
+    LOOPBACK,
+    LoggedProcess,
+    StartsReady,
+    http_get_status,
+    pick_free_ports,
+)
 
 DEFAULT_STOP_TIMEOUT_S = 120.0
 

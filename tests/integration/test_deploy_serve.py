@@ -19,9 +19,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from harness.polling import wait_until
-from harness.processes import LoggedProcess
 from phoenix.ops.triton_install import BACKEND_DIR, TRITON_HOME_ENV, pytriton_server_root
-from phoenix.util.processes import http_get_status, pick_free_ports
+from phoenix.util.processes import LoggedProcess, http_get_status, pick_free_ports
 from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]

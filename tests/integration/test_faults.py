@@ -49,7 +49,6 @@ from tritonclient.utils import InferenceServerException
 
 from harness.loadgen import LoadRun, alternating_callers, error_kind, summarize
 from harness.polling import wait_until
-from harness.processes import is_alive
 from harness.serve_process import ServePorts, ServeProcess
 from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_corpus
 from phoenix.client.client import recommend_inputs
@@ -57,7 +56,7 @@ from phoenix.ops.admin_key import admin_headers, find_admin_key
 from phoenix.ops.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.ops.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.ops.supervisor.state import RESTART_PARAMETER
-from phoenix.util.processes import http_get_status
+from phoenix.util.processes import http_get_status, is_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 

@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.utils import InferenceServerException
 
-from harness.processes import is_alive
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.client.client import (
     client_module,
@@ -41,6 +40,7 @@ from phoenix.client.client import (
 )
 from phoenix.schema.contracts import REQUEST_ID
 from phoenix.stub.registry import list_stubs
+from phoenix.util.processes import is_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

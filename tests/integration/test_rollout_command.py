@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness import REPO_ROOT
 from harness.locust_runs import failure_kinds, finish_locust, locust_totals, start_locust
 from harness.polling import wait_until
-from harness.processes import REPO_ROOT
 from harness.serve_process import ServeProcess
 from phoenix.checkpoint import RANKER_PARAMS_FILE, read_npz, write_npz
 from phoenix.checkpoint.identity import artifact_version

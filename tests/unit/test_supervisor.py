@@ -17,7 +17,6 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.memory import rss_bytes
-from harness.processes import is_alive
 from phoenix.ops import admin_key, serve
 from phoenix.ops.supervisor.admin import TritonAPIError
 from phoenix.ops.supervisor.endpoints import ReadinessServer
@@ -36,6 +35,7 @@ from phoenix.stub.registry import (
     list_stubs,
     register_stub,
 )
+from phoenix.util.processes import is_alive
 
 SERVER_PID = 100
 

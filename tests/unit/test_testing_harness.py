@@ -12,10 +12,10 @@ from pathlib import Path
 
 from harness.locust_runs import TOTALS_SUFFIX, failure_kinds, locust_totals
 from harness.polling import wait_until
-from harness.processes import LoggedProcess, is_alive
 from harness.results import write_results
 from harness.serve_process import ServePorts, ServeProcess, serve_command
 from harness.triton import triton_server
+from phoenix.util.processes import LoggedProcess, is_alive
 
 # A parent that ignores SIGTERM and starts a child that ignores it too; it prints the child's pid.
 STUBBORN = """
