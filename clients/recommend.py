@@ -29,8 +29,16 @@ import numpy as np
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
-from phoenix.client.client import feed_table, recommend_inputs, served_models, side_by_side
+from phoenix.client.client import (
+    feed_table,
+    input_row,
+    model_inputs,
+    recommend_inputs,
+    served_models,
+    side_by_side,
+)
 from phoenix.client.inprocess import SERVICE_MODELS
+from phoenix.schema.recommend import RECOMMEND
 from phoenix.schema.wiring import run_until
 from phoenix.util.command_line import id_number, id_numbers
 
@@ -64,14 +72,16 @@ def parse_args(argv: Optional[Sequence[str]]):
 
 def filter_inputs(args) -> dict[str, np.ndarray]:
     """The feed's optional filters the arguments ask for, as recommend inputs."""
-    arrays = {}
-    if args.exclude_authors is not None:
-        arrays["excluded_author_ids"] = np.array([args.exclude_authors], np.int64)
-    if args.seen_posts is not None:
-        arrays["seen_post_ids"] = np.array([args.seen_posts], np.int64)
-    if args.max_age is not None:
-        arrays["max_age_seconds"] = np.array([[args.max_age]], np.float32)
-    return arrays
+    values = {
+        "excluded_author_ids": args.exclude_authors,
+        "seen_post_ids": args.seen_posts,
+        "max_age_seconds": args.max_age,
+    }
+    return {
+        name: input_row(RECOMMEND.input(name), value)  # the contract's dtype and shape
+        for name, value in values.items()
+        if value is not None
+    }
 
 
 def check_feed(args, client, arrays: dict, served: dict[str, Any]) -> int:
@@ -87,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def stored_history_length(args, user_id: int) -> int:
     """How many history items the server's user_state step reads for ``user_id``."""
-    _, state = cli.ask(args, "user_state", {"user_id": np.array([[user_id]], np.int64)})
+    _, state = cli.ask(args, "user_state", model_inputs("user_state", {"user_id": user_id}))
     return int(np.count_nonzero(state["history_post_ids"][0]))
 
 

@@ -19,7 +19,8 @@ from typing import Optional
 import numpy as np
 
 from clients import cli
-from phoenix.client.client import user_inputs
+from phoenix.client.client import input_row, user_inputs
+from phoenix.schema.contracts import RETRIEVER
 from phoenix.schema.wiring import next_step_inputs, passed_on_history
 
 RETRIEVED_IDS = ("post_ids", "author_ids")
@@ -35,7 +36,7 @@ def parse_args(argv: Optional[Sequence[str]]):
 
 def retriever_inputs(users: dict, top_k: int, embedding: np.ndarray) -> dict:
     """The retriever's request after the user_encoder's answer, as the ensemble wires it."""
-    request = {**users, "top_k": np.array([[top_k]], np.int32)}
+    request = {**users, "top_k": input_row(RETRIEVER.input("top_k"), top_k)}
     done = {
         "user_state": passed_on_history(request),  # the history, passed on as the server does
         "user_encoder": {"user_embedding": embedding},

@@ -49,7 +49,7 @@ from harness.locust_runs import (
     read_totals,
 )
 from phoenix.checkpoint import load_config
-from phoenix.client.client import infer_inputs, recommend_inputs, result_arrays
+from phoenix.client.client import infer_inputs, model_inputs, recommend_inputs, result_arrays
 from phoenix.schema.served import contract
 from phoenix.schema.wiring import next_step_inputs, passed_on_history
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
@@ -327,15 +327,13 @@ class ByIdTraffic:
 
     def prepare(self, rng: np.random.Generator) -> Prepared:
         top_k = int(rng.integers(TOP_K_RANGE[0], TOP_K_RANGE[1] + 1))
-        arrays = {
-            "user_id": np.array([[self.users.draw(rng)]], np.int64),
-            "top_k": np.array([[top_k]], np.int32),
-        }
+        values = {"user_id": self.users.draw(rng), "top_k": top_k}
         seen, excluded = np.zeros(0, np.int64), np.zeros(0, np.int64)
         if rng.random() < BY_ID_FILTERED_SHARE:
             seen, _ = self.corpus.draw(rng, 20)
             _, excluded = self.corpus.draw(rng, 5)
-            arrays["seen_post_ids"], arrays["excluded_author_ids"] = seen[None], excluded[None]
+            values["seen_post_ids"], values["excluded_author_ids"] = seen, excluded
+        arrays = model_inputs("recommend", values)  # the contract's dtypes and shapes
         return Prepared("recommend", arrays, check_by_id(top_k, seen, excluded), name=BY_ID_TAG)
 
 

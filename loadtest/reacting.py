@@ -36,7 +36,7 @@ from locust import User, between, events, task
 
 from harness.locust_runs import add_server_options
 from harness.results import REPO_ROOT, shown_path
-from phoenix.client.client import infer_inputs, result_arrays
+from phoenix.client.client import infer_inputs, model_inputs, result_arrays
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.training.online_metrics import OnlineMetrics, plot
 from phoenix.user_state import UserStateStore
@@ -164,10 +164,7 @@ class ReactingUser(User):
 
     def request_feed(self) -> Optional[dict[str, np.ndarray]]:
         options = self.simulation.options
-        arrays = {
-            "user_id": np.array([[self.user.user_id]], np.int64),
-            "top_k": np.array([[options.top_k]], np.int32),
-        }
+        arrays = model_inputs("recommend", {"user_id": self.user.user_id, "top_k": options.top_k})
         inputs = infer_inputs(grpcclient, arrays)
         started, wall = time.perf_counter(), time.time()
         outputs, error = None, None

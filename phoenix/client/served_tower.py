@@ -17,9 +17,13 @@ from phoenix.client.served_artifacts import choose_artifacts, served_artifacts
 from phoenix.corpus_store.embedding import EmbedPosts, Progress
 from phoenix.corpus_store.manifest import EmbeddedBy
 from phoenix.corpus_store.towers import tower_of
+from phoenix.schema.contracts import CANDIDATE_TOWER
 
 IN_PROCESS, SERVED = "in-process", "served"
 WHERE = (IN_PROCESS, SERVED)
+
+
+TOWER_INPUTS = (CANDIDATE_TOWER.input("post_id"), CANDIDATE_TOWER.input("author_id"))
 
 
 class ServedCandidateTower:
@@ -38,7 +42,10 @@ class ServedCandidateTower:
         parts = []
         for start in range(0, len(post_ids), self.batch_size):
             rows = slice(start, min(len(post_ids), start + self.batch_size))
-            arrays = {"post_id": post_ids[rows, None], "author_id": author_ids[rows, None]}
+            arrays = {  # [rows, 1] each, in the contract's dtypes
+                spec.name: np.asarray(ids[rows, None], spec.dtype)
+                for spec, ids in zip(TOWER_INPUTS, (post_ids, author_ids))
+            }
             wanted = ["candidate_embedding"]
             out = infer(self.client, self.protocol, "candidate_tower", arrays, wanted)
             parts.append(out["candidate_embedding"])
