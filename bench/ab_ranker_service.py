@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from phoenix.schema import contracts
-from phoenix.stub import services
+from phoenix.stub.services.ranker import RankerService
+from phoenix.stub.services.resources import PhoenixResources
 
 POINTS = [(1, 64), (8, 64), (1, 512), (8, 512), (1, 1024)]
 
@@ -48,8 +49,8 @@ def users_per_second(service, requests, min_seconds: float = 3.0) -> float:
 
 
 def main(artifact_dir: str) -> None:
-    resources = services.PhoenixResources(artifact_dir)
-    service = services.RankerService(
+    resources = PhoenixResources(artifact_dir)
+    service = RankerService(
         resources,
         contracts.RANKER_SCORE_WEIGHTS,
         candidate_buckets=contracts.RANKER_CANDIDATE_BUCKETS,

@@ -279,7 +279,7 @@ def bench_corpus_encodings(posts, min_seconds, batch=16, users=512, k=100):
     """Exact top-k with a float32 corpus against int8 codes + exact re-ranking, side by side:
     queries per second, and the int8 results' recall@k against the float32 ones."""
     from bench.retrieval_data import recall_at_k
-    from phoenix.stub.services import PhoenixResources
+    from phoenix.stub.services.resources import PhoenixResources
 
     start = time.perf_counter()
     corpus, user_vectors, history = trained_retrieval_inputs(posts, users)

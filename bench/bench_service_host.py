@@ -22,7 +22,8 @@ from pathlib import Path
 
 from phoenix.client.client import ranker_inputs
 from phoenix.schema.contracts import RANKER
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.catalog import build_service
+from phoenix.stub.services.common import ServiceSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BATCHES = (1, 8, 64)

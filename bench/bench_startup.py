@@ -75,7 +75,7 @@ def time_buckets(artifacts: Path) -> list[dict]:
     """Compile, load and call seconds of every ranker bucket of the CPU profile."""
     from phoenix.engine.programs import STORE_ENV, ProgramStore
     from phoenix.ops.compile import service_settings
-    from phoenix.stub.services import build_service
+    from phoenix.stub.services.catalog import build_service
 
     settings = service_settings("ranker", artifacts, "cpu")
     batch_buckets = settings.batch_buckets

@@ -135,16 +135,16 @@ def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[
 
 # What every model stub imports at start-up (the services import their models' code); faiss is
 # imported only when a corpus store is served, and the machine has no wheel of it.
-STUB_IMPORTS = ("phoenix.stub.triton_adapter", "phoenix.stub.services")
-# What the stubs import between them, in a fresh interpreter: the registry imports a service's
-# module only when that service is looked up, so every one is looked up.
+STUB_IMPORTS = ("phoenix.stub.triton_adapter", "phoenix.stub.services.catalog")
+# What the stubs import between them, in a fresh interpreter: the catalog imports a service's
+# module only when that service is asked for, so every one is asked for.
 STUB_IMPORT_CODE = """
 import importlib, sys
 for module in sys.argv[1:]:
     importlib.import_module(module)
-from phoenix.stub.services import SERVICES
-for model in SERVICES:
-    SERVICES[model]
+from phoenix.stub.services.catalog import SERVED_BY_SERVICES, service_class
+for model in SERVED_BY_SERVICES:
+    service_class(model)
 """
 
 

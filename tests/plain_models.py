@@ -17,7 +17,8 @@ from phoenix.recsys_model import REFERENCE_TIME, RecsysBatch, RecsysEmbeddings
 from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import RANKER
 from phoenix.schema.requests import RankRequest, UserRequest, parse
-from phoenix.stub import services
+from phoenix.stub.services.ranker import score_weight_vector
+from phoenix.stub.services.retrieval import user_tower_inputs
 
 
 def ranker_features(resources, request: RankRequest) -> tuple[RecsysBatch, RecsysEmbeddings]:
@@ -69,7 +70,7 @@ def plain_ranking(resources, score_weights, seq):
     logits = np.asarray(model(resources.artifacts.ranker_params, batch, emb).logits)[0]
     probs = 1 / (1 + np.exp(-logits))
     parsed = RANKER.parameter("score_weights").parse(score_weights)
-    weights = services.score_weight_vector(parsed, resources.config.action_names)
+    weights = score_weight_vector(parsed, resources.config.action_names)
     blended = probs @ weights
     order = np.argsort(-blended, kind="stable")
     return np.asarray(seq["candidate_post_ids"], np.int64)[order], blended[order], probs[order]
@@ -79,7 +80,7 @@ def plain_user_embedding(resources, seq):
     """The user tower's L2-normalised vector [D] from the plain retrieval model."""
     request = parse(UserRequest, user_inputs(seq), resources.config)
     history = pad_batch([request], 1, {"L": resources.config.history_seq_len})
-    batch, emb = services.user_tower_inputs(resources, history)
+    batch, emb = user_tower_inputs(resources, history)
     apply = jitted_apply(
         "user tower",
         resources.config.retrieval_config(),

@@ -89,7 +89,8 @@ class InProcessModels:
         self.max_batch[model] = int(config.get("max_batch_size") or 1)
 
     def service(self, model: str):
-        from phoenix.stub.services import ServiceSettings, build_service
+        from phoenix.stub.services.catalog import build_service
+        from phoenix.stub.services.common import ServiceSettings
 
         if model not in self.params and self.ask_server is not None:
             self.add_server_config(model)

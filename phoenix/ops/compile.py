@@ -51,8 +51,7 @@ def service_settings(model: str, artifact_dir: Path, device: str):
     from phoenix.ops.configs import model_config
     from phoenix.ops.profiles import profile
     from phoenix.schema.served import contract
-    from phoenix.stub.services import ServiceSettings
-    from phoenix.stub.services.common import config_parameters
+    from phoenix.stub.services.common import ServiceSettings, config_parameters
 
     config = MessageToDict(
         model_config(contract(model), profile(device)), preserving_proto_field_name=True
@@ -75,7 +74,7 @@ def build_programs(artifact_dir: Path, device: str, models: Sequence[str], store
     """Warm up each model's service against ``store``: one summary row per model."""
     from tqdm import tqdm
 
-    from phoenix.stub.services import build_service
+    from phoenix.stub.services.catalog import build_service
 
     rows = []
     with tqdm(desc="programs", unit=" program", file=sys.stderr) as bar:
@@ -99,7 +98,7 @@ def ensure_programs(artifacts: Path, device: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None):
-    from phoenix.stub.services import SERVICES
+    from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
     parser = command_parser(
         "python -m phoenix.ops.compile",
@@ -111,15 +110,15 @@ def parse_args(argv: Sequence[str] | None):
     add("--device", choices=DEVICES, default="cpu", help="profile and device (%(default)s)")
     parser.add_argument(
         "--models",
-        default=",".join(SERVICES),
+        default=",".join(SERVED_BY_SERVICES),
         help="comma-separated served models (%(default)s)",
     )
     add("--force", action="store_true", help="load or compile every program, even if built")
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(args.models) - set(SERVICES))
+    unknown = sorted(set(args.models) - set(SERVED_BY_SERVICES))
     if unknown:
-        parser.error(f"unknown models {unknown}; served models: {sorted(SERVICES)}")
+        parser.error(f"unknown models {unknown}; served models: {sorted(SERVED_BY_SERVICES)}")
     if not (args.artifacts / "config.json").is_file():
         parser.error(f"{args.artifacts} has no config.json (make artifacts?)")
     return args

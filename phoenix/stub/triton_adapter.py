@@ -105,22 +105,23 @@ class ServiceModel:
         import triton_python_backend_utils as pb_utils
 
         from phoenix.schema import served
-        from phoenix.stub import services
         from phoenix.stub.registry import register_stub
+        from phoenix.stub.services.catalog import build_service
+        from phoenix.stub.services.common import ServiceSettings
 
         self.pb = pb_utils
         contract = served.contract(self.service_name)
         self.output_dtypes = {s.name: s.dtype for s in contract.outputs}
         started = time.perf_counter()
         config = json.loads(args["model_config"])
-        settings = services.ServiceSettings.from_model_config(
+        settings = ServiceSettings.from_model_config(
             self.service_name, config, args["model_repository"]
         )
         # the served config must tell the truth about the artifacts (clients trust it)
         check_loaded(settings.parameters, settings.artifact_dir)
         served_as = args.get("model_name", self.service_name)  # ranker__next in a rollout
         version = artifact_version(settings.artifact_dir)
-        self.service = services.build_service(settings)
+        self.service = build_service(settings)
         self.service.warm_up()
         # Metrics only once the instance will serve: an instance that fails to initialize
         # (a refused reload) leaves no series behind (request_metrics: why series are per stub)

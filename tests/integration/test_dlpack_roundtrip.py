@@ -15,7 +15,8 @@ import pytest
 
 from phoenix.client.client import connect, infer
 from phoenix.client.inprocess import InProcessModels
-from phoenix.stub import services
+from phoenix.stub.services.catalog import SERVED_BY_SERVICES
+from phoenix.stub.services.resources import PhoenixResources
 from tests.rankings import assert_same_feed
 
 pytestmark = pytest.mark.integration
@@ -27,13 +28,13 @@ HUGE_IDS = np.array([2**63 - 1, 2**63 - 2, 2**63 - 3, 2**62 + 12345, 2**53 + 1],
 
 @pytest.fixture(scope="module")
 def resources(tiny_artifacts):
-    return services.PhoenixResources(tiny_artifacts)
+    return PhoenixResources(tiny_artifacts)
 
 
 @pytest.fixture(scope="module")
 def local(triton, tiny_artifacts):
     """The served models' services in this process, built as the server built them."""
-    models = tuple(services.SERVICES)
+    models = SERVED_BY_SERVICES
     return InProcessModels.like_server(connect(triton.http_url), "http", tiny_artifacts, models)
 
 

@@ -16,7 +16,7 @@ import pytest
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.client.client import connect, infer, ranker_inputs, recommend_inputs, user_inputs
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
-from phoenix.stub import services
+from phoenix.stub.services.resources import PhoenixResources
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
 from tests.rankings import assert_same_ranking_up_to_ties
 
@@ -27,7 +27,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def resources(tiny_artifacts):
-    return services.PhoenixResources(tiny_artifacts)
+    return PhoenixResources(tiny_artifacts)
 
 
 @pytest.fixture(scope="module")

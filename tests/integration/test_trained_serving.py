@@ -23,9 +23,9 @@ from phoenix.client.client import (
 from phoenix.feed_policy import FeedFilters, apply_policy
 from phoenix.schema.contracts import FEED_POLICY
 from phoenix.schema.wiring import run_until
-from phoenix.stub import services
 from phoenix.stub.services.common import config_parameters
 from phoenix.stub.services.feed_policy import parse_settings
+from phoenix.stub.services.resources import PhoenixResources
 from tests.integration.conftest import MODEL_REPOSITORY
 from tests.plain_models import brute_force_top_k, plain_ranking, plain_user_embedding
 from tests.training_helpers import trained_tiny
@@ -99,7 +99,7 @@ def policy_settings(client, resources):
 
 def test_trained_artifacts_serve_the_in_process_scores(trained_server):
     server, artifacts, _ = trained_server
-    resources = services.PhoenixResources(artifacts)
+    resources = PhoenixResources(artifacts)
     client = connect(server.grpc_url, "grpc")
     config = client.get_model_config("ranker", as_json=True)["config"]
     score_weights = config["parameters"]["score_weights"]["string_value"]
@@ -150,7 +150,7 @@ def policy_request(probs: np.ndarray) -> dict[str, np.ndarray]:
 
 def test_a_higher_block_or_report_probability_ranks_lower(trained_server):
     server, artifacts, _ = trained_server
-    names = list(services.PhoenixResources(artifacts).config.action_names)
+    names = list(PhoenixResources(artifacts).config.action_names)
     base = np.full(len(names), 0.2)
     base[[names.index(n) for n in ("not_interested", "block_author", "mute_author", "report")]] = 0
     probs = np.stack([base] * 3)

@@ -10,7 +10,7 @@ from phoenix.engine.programs import ProgramStore
 from phoenix.ops import compile as compile_cli
 from phoenix.ops.configs import REPOSITORY, read_config
 from phoenix.ops.profiles import PROFILES
-from phoenix.stub.services import SERVICES
+from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def tiny(tmp_path_factory):
 
 
 @pytest.mark.parametrize("device", sorted(PROFILES))
-@pytest.mark.parametrize("model", sorted(SERVICES))
+@pytest.mark.parametrize("model", sorted(SERVED_BY_SERVICES))
 def test_compiled_settings_are_the_generated_configs(tiny, model, device):
     """An instance reads its config file; phoenix-compile must build the very same programs."""
     settings = compile_cli.service_settings(model, tiny, device)

@@ -11,8 +11,8 @@ from phoenix.artifacts import generate
 from phoenix.engine import DeviceRanker
 from phoenix.engine.device_ranking import hash_on_device
 from phoenix.hashing import entity_hashes, hash_ids
-from phoenix.stub import services
-from phoenix.stub.services.ranker import empty_request_batch, request_batch
+from phoenix.stub.services.ranker import RankerService, empty_request_batch, request_batch
+from phoenix.stub.services.resources import PhoenixResources
 from tests.plain_models import ranker_features
 
 WEIGHTS = {"favorite": 1.0, "reply": 13.5, "repost": 1.0}
@@ -23,14 +23,12 @@ TOL = 1e-5
 def resources(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny")
     generate("tiny", out, seed=3, corpus_size=64)
-    return services.PhoenixResources(out)
+    return PhoenixResources(out)
 
 
 @pytest.fixture(scope="module")
 def ranker(resources):
-    return services.RankerService(
-        resources, WEIGHTS, batch_buckets=(1, 2, 4), candidate_buckets=(8, 32)
-    )
+    return RankerService(resources, WEIGHTS, batch_buckets=(1, 2, 4), candidate_buckets=(8, 32))
 
 
 def request(config, rng, history: int, candidates: int, with_age: bool = True) -> dict:

@@ -26,7 +26,8 @@ from phoenix.feed_policy import (
 from phoenix.schema.contracts import FEED_POLICY, FILTERED_COUNTS, POLICY_ACTION_WEIGHTS
 from phoenix.schema.requests import InputError
 from phoenix.stub.corpus import CorpusFile
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.catalog import build_service
+from phoenix.stub.services.common import ServiceSettings
 from phoenix.stub.services.feed_policy import FeedPolicyService, parse_settings
 
 NAMES = ("favorite", "reply", "block_author", "report")

@@ -14,7 +14,8 @@ import pytest
 from phoenix.artifacts import generate
 from phoenix.engine import programs
 from phoenix.engine.programs import MANIFEST, STORE_ENV, Program, ProgramStore
-from phoenix.stub import services
+from phoenix.stub.services.ranker import RankerService
+from phoenix.stub.services.resources import PhoenixResources
 
 FINGERPRINT = {"jax": jax.__version__, "device": "test", "code": "abc"}
 
@@ -132,8 +133,8 @@ def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts):
     buckets = dict(batch_buckets=(1, 2), candidate_buckets=(8, 32))
 
     def ranker():
-        resources = services.PhoenixResources(tiny_artifacts)
-        return services.RankerService(resources, weights, **buckets)
+        resources = PhoenixResources(tiny_artifacts)
+        return RankerService(resources, weights, **buckets)
 
     assert ranker().warm_up() == 4
     second = ranker()

@@ -10,7 +10,8 @@ import pytest
 
 from phoenix.config import ACTION_NAMES
 from phoenix.schema.contracts import SERVED_LOG
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.catalog import build_service
+from phoenix.stub.services.common import ServiceSettings
 from phoenix.stub.services.served_log import ServedLogService
 from phoenix.user_state import Engagement, UserStateLimits, UserStateStore, connect
 from phoenix.user_state.keys import REQUEST_LOG_STREAM

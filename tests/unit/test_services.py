@@ -10,23 +10,27 @@ from phoenix.client.client import ranker_inputs
 from phoenix.engine.device_ranking import RankedBatch
 from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import RANKER
+from phoenix.schema.recommend import RECOMMEND
 from phoenix.schema.requests import InputError, RankRequest, UserRequest, parse
-from phoenix.schema.served import contract
+from phoenix.schema.served import CONTRACTS, contract
 from phoenix.schema.spec import Parameter, powers_of_two_up_to
-from phoenix.stub import services
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services import retrieval
+from phoenix.stub.services.catalog import SERVED_BY_SERVICES, build_service, service_class
+from phoenix.stub.services.common import ServiceSettings
+from phoenix.stub.services.ranker import RankerService, score_weight_vector, split_ranked
 from phoenix.stub.services.ranker import request_batch as ranker_batch
-from phoenix.stub.services.ranker import split_ranked
+from phoenix.stub.services.resources import PhoenixResources
+from phoenix.stub.services.retrieval import RetrieverService, UserEncoderService
 
 
 @pytest.fixture(scope="module")
 def resources(tiny_artifacts):
-    return services.PhoenixResources(tiny_artifacts)
+    return PhoenixResources(tiny_artifacts)
 
 
 @pytest.fixture(scope="module")
 def ranker(resources):
-    return services.RankerService(
+    return RankerService(
         resources,
         {"favorite": 1.0, "reply": 2.0},
         candidate_buckets=(8, 32),
@@ -56,10 +60,10 @@ def test_score_weights_parse_and_reject_unknown_actions():
     names = ("action_0", "favorite", "reply")
     parse = RANKER.parameter("score_weights").parse
     np.testing.assert_array_equal(
-        services.score_weight_vector(parse('{"favorite": 2, "reply": 0.5}'), names), [0, 2, 0.5]
+        score_weight_vector(parse('{"favorite": 2, "reply": 0.5}'), names), [0, 2, 0.5]
     )
     with pytest.raises(ValueError, match="unknown actions \\['like'\\]"):
-        services.score_weight_vector(parse('{"like": 1}'), names)
+        score_weight_vector(parse('{"like": 1}'), names)
     with pytest.raises(ValueError, match="'score_weights' is not valid JSON"):
         parse("{favorite: 1}")
 
@@ -116,9 +120,7 @@ def test_ranker_outputs_are_sorted_blends(ranker, resources):
     (out,) = ranker.handle([request(resources.config, rng, candidates=9)])
     scores = out["scores"][0]
     assert out["ranked_post_ids"].shape == (1, 9) and (np.diff(scores) <= 0).all()
-    weights = services.score_weight_vector(
-        {"favorite": 1.0, "reply": 2.0}, resources.config.action_names
-    )
+    weights = score_weight_vector({"favorite": 1.0, "reply": 2.0}, resources.config.action_names)
     np.testing.assert_allclose(out["action_probs"][0] @ weights, scores, rtol=1e-6)
 
 
@@ -171,12 +173,12 @@ def test_ranker_rejects_bad_input(ranker, resources, change, fragment):
 
 def test_user_encoder_and_retriever(resources):
     rng = np.random.default_rng(3)
-    encoder = services.UserEncoderService(resources, batch_buckets=(1, 2))
+    encoder = UserEncoderService(resources, batch_buckets=(1, 2))
     arrays = request(resources.config, rng)
     user_only = {k: v for k, v in arrays.items() if k in UserRequest.contract.input_names}
     (out,) = encoder.handle([user_only])
     assert abs(np.linalg.norm(out["user_embedding"][0]) - 1) < 1e-5
-    retriever = services.RetrieverService(resources, "corpus.npz", batch_buckets=(1,))
+    retriever = RetrieverService(resources, "corpus.npz", batch_buckets=(1,))
     first = retriever.handle(
         [{"user_embedding": out["user_embedding"], "top_k": np.array([[5]], np.int32)}]
     )[0]
@@ -216,7 +218,7 @@ def test_user_encoder_and_retriever(resources):
     )
     assert joined["post_ids"].tolist() == [[10**15, top, *first["post_ids"][0, 1:].tolist()]]
     assert joined["retrieval_scores"][0, 1] == first["retrieval_scores"][0, 0]
-    assert joined["retrieval_scores"][0, 0] == services.retrieval.UNRETRIEVED_SCORE
+    assert joined["retrieval_scores"][0, 0] == retrieval.UNRETRIEVED_SCORE
 
 
 def test_adapter_parameter_helpers():
@@ -303,7 +305,7 @@ def test_a_batch_of_mixed_widths_is_ranked_in_one_call_per_candidate_bucket(reso
     answer equals the request ranked alone."""
     rng = np.random.default_rng(7)
     mixed = [request(resources.config, rng, candidates=n) for n in (3, 20, 5)]
-    ranker = services.RankerService(
+    ranker = RankerService(
         resources, {"favorite": 1.0, "reply": 2.0}, candidate_buckets=(8, 32),
         batch_buckets=(1, 4), split_widths=split,
     )  # fmt: skip
@@ -316,13 +318,13 @@ def test_a_batch_of_mixed_widths_is_ranked_in_one_call_per_candidate_bucket(reso
         np.testing.assert_allclose(alone["scores"], out["scores"], rtol=1e-6, atol=1e-6)
 
 
-# -- the registry: a host-only model's stub never imports JAX ---------------------------------
+# -- the catalog: a host-only model's stub never imports JAX ---------------------------------
 
 
-def test_the_registry_names_each_service_by_its_contract():
-    assert list(services.SERVICES) == list(services.SERVICE_CLASSES)
-    for model in services.SERVICES:
-        assert services.SERVICES[model].model() == model
+def test_the_catalog_names_each_service_by_its_contract():
+    assert set(SERVED_BY_SERVICES) == set(CONTRACTS) - {RECOMMEND.name}  # all but the ensemble
+    for model in SERVED_BY_SERVICES:
+        assert service_class(model).model() == model
     with pytest.raises(ValueError, match="no service for model 'nothing'"):
         build_service(ServiceSettings("nothing", None, 1, {}))
 
@@ -337,15 +339,18 @@ def test_host_only_services_start_and_answer_without_importing_jax(tiny_artifact
     script = f"""
 import sys
 from phoenix.schema import served
-from phoenix.stub import services, triton_adapter
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub import triton_adapter
+from phoenix.stub.services.catalog import build_service
+from phoenix.stub.services.common import ServiceSettings
 
 for model in {HOST_ONLY!r}:
     texts = served.contract(model).parameter_texts({{}})  # the defaults
     settings = ServiceSettings.parsed(model, {str(tiny_artifacts)!r}, 8, texts)
     build_service(settings).warm_up()
     print(model, "jax" in sys.modules, len(triton_adapter.opened_program_stores()))
-services.PhoenixResources({str(tiny_artifacts)!r}, ("ranker",))  # what a device service loads
+from phoenix.stub.services.resources import PhoenixResources
+
+PhoenixResources({str(tiny_artifacts)!r}, ("ranker",))  # what a device service loads
 print("resources", "jax" in sys.modules, len(triton_adapter.opened_program_stores()))
 """
     done = subprocess.run(

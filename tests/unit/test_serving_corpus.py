@@ -16,9 +16,11 @@ from phoenix.corpus_store import SEALED, CorpusStore, IndexSpec, Posts, StoreErr
 from phoenix.corpus_store.manifest import IVF_SQ8
 from phoenix.corpus_store.towers import tower_of
 from phoenix.schema.contracts import FEED_POLICY
-from phoenix.stub import services
 from phoenix.stub.corpus import CorpusFile, FollowedStore, open_corpus
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.catalog import build_service
+from phoenix.stub.services.common import ServiceSettings
+from phoenix.stub.services.resources import PhoenixResources
+from phoenix.stub.services.retrieval import RetrieverService
 
 NOW = 1_000_000
 
@@ -41,7 +43,7 @@ def artifacts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def resources(artifacts):
-    return services.PhoenixResources(artifacts, ("retrieval",))
+    return PhoenixResources(artifacts, ("retrieval",))
 
 
 def without_vectors(source, target) -> None:
@@ -80,8 +82,8 @@ def test_a_file_and_a_store_of_the_same_posts_answer_alike(artifacts, resources)
 
 def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
     clock = lambda: NOW + 5.0  # noqa: E731
-    file = services.RetrieverService(resources, "corpus.npz", batch_buckets=(2,), clock=clock)
-    store = services.RetrieverService(resources, "store", batch_buckets=(2,), clock=clock)
+    file = RetrieverService(resources, "corpus.npz", batch_buckets=(2,), clock=clock)
+    store = RetrieverService(resources, "store", batch_buckets=(2,), clock=clock)
     corpus = load_corpus(artifacts / "corpus.npz")
     request = {
         "user_embedding": corpus.embeddings[[3, 40]],
@@ -111,10 +113,10 @@ def test_the_retriever_marks_posts_its_corpus_does_not_date_unknown(artifacts):
     from phoenix.schema.contracts import UNKNOWN_AGE
 
     undated = SimpleNamespace(corpus=CorpusFile(np.array([4, 5])))  # no creation times
-    ages = services.RetrieverService.ages(undated, np.array([[4, 5]]), NOW)
+    ages = RetrieverService.ages(undated, np.array([[4, 5]]), NOW)
     assert ages.tolist() == [[UNKNOWN_AGE, UNKNOWN_AGE]] and ages.dtype == np.float32
     dated = SimpleNamespace(corpus=CorpusFile(np.array([4, 5]), created_at=np.array([NOW, 9])))
-    ages = services.RetrieverService.ages(dated, np.array([[5, 7, 4]]), NOW + 1.0)
+    ages = RetrieverService.ages(dated, np.array([[5, 7, 4]]), NOW + 1.0)
     assert ages.tolist() == [[NOW + 1.0 - 9, UNKNOWN_AGE, 1.0]]  # 7: not in the corpus
 
 

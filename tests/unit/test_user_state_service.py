@@ -9,7 +9,8 @@ import pytest
 
 from phoenix.schema.contracts import LIMITS, USER_STATE
 from phoenix.schema.requests import InputError
-from phoenix.stub.services import ServiceSettings, build_service
+from phoenix.stub.services.catalog import build_service
+from phoenix.stub.services.common import ServiceSettings
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV, UserStateService
 from phoenix.user_state import (
     Engagement,

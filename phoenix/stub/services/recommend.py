@@ -68,7 +68,7 @@ class RecommendChainService(Service):
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RecommendChainService:
-        from phoenix.stub.services import build_service
+        from phoenix.stub.services.catalog import build_service
         from phoenix.stub.services.resources import load_shared
 
         load_shared(settings.artifact_dir)  # one copy of the weights and tables for every stage

@@ -1,0 +1,72 @@
+"""Which service answers each served model, and building one from its settings.
+
+Each service's module is imported when that model's service is asked for (the imports below sit
+in the branches on purpose): a stub of a host-only model (user state, feed policy, served log)
+never imports JAX, and a stub's JAX environment is set before JAX is imported
+(``triton_adapter.configure_jax_environment``). A host-only stub starts in 0.3-0.4 CPU-s where
+it took 1.2 with every service imported (docs/serving.md, "Tests against a real server").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from phoenix.schema.contracts import (
+    CANDIDATE_TOWER,
+    FEED_POLICY,
+    RANKER,
+    RETRIEVER,
+    SERVED_LOG,
+    STAGE_MODELS,
+    USER_ENCODER,
+    USER_STATE,
+)
+from phoenix.schema.recommend import RECOMMEND_CHAIN
+
+if TYPE_CHECKING:
+    from phoenix.stub.services.common import Service, ServiceSettings
+
+# Every model a service answers: recommend's stages in the chain's order, then the chain.
+SERVED_BY_SERVICES = (*(c.name for c in STAGE_MODELS), RECOMMEND_CHAIN.name)
+
+
+def service_class(model: str) -> type[Service]:
+    """The service class of ``model``; ValueError naming the served ones when it has none."""
+    if model == USER_STATE.name:
+        from phoenix.stub.services.user_state import UserStateService
+
+        return UserStateService
+    if model == USER_ENCODER.name:
+        from phoenix.stub.services.retrieval import UserEncoderService
+
+        return UserEncoderService
+    if model == CANDIDATE_TOWER.name:
+        from phoenix.stub.services.retrieval import CandidateTowerService
+
+        return CandidateTowerService
+    if model == RETRIEVER.name:
+        from phoenix.stub.services.retrieval import RetrieverService
+
+        return RetrieverService
+    if model == RANKER.name:
+        from phoenix.stub.services.ranker import RankerService
+
+        return RankerService
+    if model == FEED_POLICY.name:
+        from phoenix.stub.services.feed_policy import FeedPolicyService
+
+        return FeedPolicyService
+    if model == SERVED_LOG.name:
+        from phoenix.stub.services.served_log import ServedLogService
+
+        return ServedLogService
+    if model == RECOMMEND_CHAIN.name:
+        from phoenix.stub.services.recommend import RecommendChainService
+
+        return RecommendChainService
+    raise ValueError(f"no service for model {model!r}; served: {sorted(SERVED_BY_SERVICES)}")
+
+
+def build_service(settings: ServiceSettings) -> Service:
+    """The service of ``settings.model``, built from its settings."""
+    return service_class(settings.model).from_settings(settings)
