@@ -120,9 +120,10 @@ serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, 
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## serve the shipped trained demo towers, recommend, stop
 	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
 
-configs: setup  ## write every model_repository config, and docs/deploy.md's stub table, from the contracts and profiles
+configs: setup  ## write every model_repository config, the typed request classes and docs/deploy.md's stub table from the contracts and profiles
 	$(PY) -m phoenix.ops.configs
 	$(PY) -m phoenix.ops.profile_docs
+	$(PY) -m phoenix.ops.request_code
 
 # Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
 # (module fixtures start once; xdist starts the files with the most tests first: measured

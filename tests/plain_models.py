@@ -16,12 +16,13 @@ from phoenix.client.client import ranker_inputs, user_inputs
 from phoenix.recsys_model import REFERENCE_TIME, RecsysBatch, RecsysEmbeddings
 from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import RANKER
-from phoenix.schema.requests import RankRequest, UserRequest, parse
+from phoenix.schema.request_types import RankerRequest, UserEncoderRequest
+from phoenix.schema.requests import parse
 from phoenix.stub.services.ranker import score_weight_vector
 from phoenix.stub.services.retrieval import user_tower_inputs
 
 
-def ranker_features(resources, request: RankRequest) -> tuple[RecsysBatch, RecsysEmbeddings]:
+def ranker_features(resources, request: RankerRequest) -> tuple[RecsysBatch, RecsysEmbeddings]:
     """The plain model's batch for one ranker request (hashed and looked up on the host)."""
     history = pad_batch([request], request.rows, {"L": resources.config.history_seq_len})
     hashes, embeddings = resources.user_features(history)
@@ -64,7 +65,7 @@ def jitted_apply(name: str, config, forward):
 
 def plain_ranking(resources, score_weights, seq):
     """Ranked ids, blended scores and probabilities from the plain PhoenixModel."""
-    request = parse(RankRequest, ranker_inputs(seq), resources.config)
+    request = parse(RankerRequest, ranker_inputs(seq), resources.config)
     batch, emb = ranker_features(resources, request)
     model = jitted_apply("ranker", resources.config.ranker_config(), lambda m, b, e: m(b, e))
     logits = np.asarray(model(resources.artifacts.ranker_params, batch, emb).logits)[0]
@@ -78,7 +79,7 @@ def plain_ranking(resources, score_weights, seq):
 
 def plain_user_embedding(resources, seq):
     """The user tower's L2-normalised vector [D] from the plain retrieval model."""
-    request = parse(UserRequest, user_inputs(seq), resources.config)
+    request = parse(UserEncoderRequest, user_inputs(seq), resources.config)
     history = pad_batch([request], 1, {"L": resources.config.history_seq_len})
     batch, emb = user_tower_inputs(resources, history)
     apply = jitted_apply(

@@ -1,6 +1,7 @@
 """What the served models take and answer, written once: the spec language (``spec``), every
-model's contract (``contracts``), recommend's wiring (``recommend``), the typed requests and
-their checks (``requests``), padded batches (``batches``) and the runner of wired steps
+model's contract (``contracts``), recommend's wiring (``recommend``), every served model by name
+(``served``), the typed requests (``request_types``, written from the contracts) and their
+checks (``requests``), padded batches (``batches``) and the runner of wired steps
 (``wiring``).
 
 May import numpy, tritonclient's dtype helper and the model layer (``phoenix.config``,

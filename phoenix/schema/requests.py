@@ -1,6 +1,7 @@
-"""Typed requests of the served models, generated from their contracts (no Triton imports).
+"""What every typed request of a served model does, and its checks (no Triton imports).
 
-Each model's request type is a frozen dataclass whose fields are the contract's inputs, in
+Each model's request type (``phoenix.schema.request_types``, written from the contracts by
+``phoenix.ops.request_code``) is a frozen dataclass whose fields are the contract's inputs, in
 contract order; an optional input is a field that defaults to None. Nothing here names an
 input: adding one to a contract adds it to the typed request, to its checks and to its padded
 batch (``batches``).
@@ -26,7 +27,6 @@ from typing import ClassVar, Optional, TypeVar, Union
 
 import numpy as np
 
-from phoenix.schema import contracts, served
 from phoenix.schema.contracts import LIMITS
 from phoenix.schema.input_error import InputError  # raised here; re-exported
 from phoenix.schema.spec import ARTIFACT_WIDTHS, LENGTH_LIMITS, ModelContract, TensorSpec
@@ -129,47 +129,6 @@ class ContractChecks:
             },
         )
 
-
-def typed_request(contract: ModelContract, class_name: str) -> type:
-    """The frozen request dataclass of ``contract``: one field per input, optional inputs
-    defaulting to None."""
-    fields = []
-    for spec in contract.inputs:
-        if spec.optional:
-            fields.append((spec.name, Optional[np.ndarray], dataclasses.field(default=None)))
-        else:
-            fields.append((spec.name, np.ndarray))
-    return dataclasses.make_dataclass(
-        class_name,
-        fields,
-        bases=(TypedRequest,),
-        namespace={
-            "contract": contract,
-            "checks": ContractChecks.of(contract),
-            "__doc__": f"``{contract.name}``'s request: {', '.join(contract.input_names)}.",
-            "__module__": __name__,
-        },
-        frozen=True,
-        kw_only=True,
-    )
-
-
-def class_name(model: str) -> str:
-    """ "ranker" -> "RankerRequest"."""
-    return "".join(part.title() for part in model.split("_")) + "Request"
-
-
-# One typed request per served model (ensembles have no service of their own).
-REQUEST_TYPES = {
-    name: typed_request(c, class_name(name))
-    for name, c in served.CONTRACTS.items()
-    if not c.is_ensemble
-}
-UserRequest = REQUEST_TYPES[contracts.USER_ENCODER.name]
-CandidateRequest = REQUEST_TYPES[contracts.CANDIDATE_TOWER.name]
-RetrieveRequest = REQUEST_TYPES[contracts.RETRIEVER.name]
-RankRequest = REQUEST_TYPES[contracts.RANKER.name]
-PolicyRequest = REQUEST_TYPES[contracts.FEED_POLICY.name]
 
 Request = TypeVar("Request", bound=TypedRequest)
 

@@ -10,7 +10,8 @@ import pytest
 
 from phoenix.schema.contracts import UNKNOWN_AGE
 from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
-from phoenix.schema.requests import REQUEST_TYPES, InputError, from_arrays
+from phoenix.schema.request_types import REQUEST_TYPES
+from phoenix.schema.requests import InputError, from_arrays
 from phoenix.schema.wiring import next_step_inputs, run_ensemble, run_until
 from phoenix.stub.services.recommend import RecommendChainService
 

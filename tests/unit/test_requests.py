@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from phoenix.engine import device_ranking
+from phoenix.ops import request_code
 from phoenix.schema import contracts, served
 from phoenix.schema import requests as requests_module
 from phoenix.schema.batches import batch_type, empty_batch, pad_batch
 from phoenix.schema.contracts import LIMITS
-from phoenix.schema.requests import REQUEST_TYPES, InputError, RankRequest, parse, parse_all
+from phoenix.schema.request_types import REQUEST_TYPES, RankerRequest
+from phoenix.schema.requests import InputError, parse, parse_all
 from phoenix.schema.spec import ARTIFACT_WIDTHS, LENGTH_LIMITS
 
 CONFIG = SimpleNamespace(num_actions=4, emb_size=8, product_surface_vocab_size=5)
@@ -20,6 +22,16 @@ SERVED = [c for c in served.CONTRACTS.values() if not c.is_ensemble]
 
 def test_every_served_model_has_a_typed_request():
     assert sorted(REQUEST_TYPES) == sorted(c.name for c in SERVED)
+
+
+def test_the_committed_request_types_are_what_the_contracts_give(tmp_path):
+    """phoenix/schema/request_types.py is written from the contracts (`make configs`)."""
+    assert request_code.main(["--check"]) == 0
+    stale = tmp_path / "request_types.py"
+    stale.write_text(request_code.request_types_code().replace("top_k: np.ndarray", "top_k: int"))
+    assert request_code.main(["--check", "--out", str(stale)]) == 1
+    assert request_code.main(["--out", str(stale)]) == 0
+    assert stale.read_text() == request_code.REQUEST_TYPES_FILE.read_text()
 
 
 @pytest.mark.parametrize("model", sorted(REQUEST_TYPES))
@@ -152,7 +164,7 @@ def test_pad_batch_stacks_rows_in_request_order():
     other = {k: v[:1, :2] if v.ndim > 1 and k.startswith("candidate") else v[:1]
              for k, v in good_arrays(contracts.RANKER).items()}  # fmt: skip
     other["candidate_post_ids"] = np.array([[7, 8]], np.int64)
-    requests = [parse(RankRequest, arrays, CONFIG) for arrays in (one, other)]
+    requests = [parse(RankerRequest, arrays, CONFIG) for arrays in (one, other)]
     batch = pad_batch(requests, 4, {"L": 5, "C": 4, "A": 4})
     np.testing.assert_array_equal(
         batch.candidate_post_ids, [[1, 2, 3, 0], [4, 5, 6, 0], [7, 8, 0, 0], [0, 0, 0, 0]]
@@ -234,6 +246,6 @@ def test_parse_all_of_good_requests_checks_their_values_together(monkeypatch):
         requests_module, "check_values", lambda c, *a: seen.append(c.name) or real(c, *a)
     )
     batch = [good_arrays(contracts.RANKER) for _ in range(16)]
-    parsed = parse_all(RankRequest, batch, CONFIG)
-    assert all(isinstance(p, RankRequest) for p in parsed)
+    parsed = parse_all(RankerRequest, batch, CONFIG)
+    assert all(isinstance(p, RankerRequest) for p in parsed)
     assert sorted(seen) == sorted(s.name for s in contracts.RANKER.inputs)

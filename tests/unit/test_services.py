@@ -11,7 +11,8 @@ from phoenix.engine.device_ranking import RankedBatch
 from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import RANKER
 from phoenix.schema.recommend import RECOMMEND
-from phoenix.schema.requests import InputError, RankRequest, UserRequest, parse
+from phoenix.schema.request_types import RankerRequest, UserEncoderRequest
+from phoenix.schema.requests import InputError, parse
 from phoenix.schema.served import CONTRACTS, contract
 from phoenix.schema.spec import Parameter, powers_of_two_up_to
 from phoenix.stub.services import retrieval
@@ -71,7 +72,7 @@ def test_score_weights_parse_and_reject_unknown_actions():
 def user_request(user_id, posts, actions=3):
     """A typed one-row user request whose history is ``posts`` (authors equal the posts)."""
     posts = np.asarray([posts], np.int64)
-    return UserRequest(
+    return UserEncoderRequest(
         user_id=np.array([[user_id]], np.int64),
         history_post_ids=posts,
         history_author_ids=posts,
@@ -97,11 +98,11 @@ def test_pad_batch_fills_absent_optional_inputs_with_zeros_and_says_which(ranker
     rng = np.random.default_rng(4)
     full = request(resources.config, rng, history=2)
     full["candidate_post_age_seconds"] = np.full((1, 4), 60.0, np.float32)
-    with_all = parse(RankRequest, full, resources.config)
+    with_all = parse(RankerRequest, full, resources.config)
     arrays = request(resources.config, rng, history=3, candidates=5)
     arrays.pop("history_dwell_seconds")
 
-    without = parse(RankRequest, arrays, resources.config)
+    without = parse(RankerRequest, arrays, resources.config)
     batch = pad_batch([without, with_all], rows=4, widths={"L": 4, "C": 8})
     np.testing.assert_array_equal(batch.history_dwell_seconds[0], np.zeros(4))
     dwell = with_all.history_dwell_seconds[0]
@@ -175,7 +176,7 @@ def test_user_encoder_and_retriever(resources):
     rng = np.random.default_rng(3)
     encoder = UserEncoderService(resources, batch_buckets=(1, 2))
     arrays = request(resources.config, rng)
-    user_only = {k: v for k, v in arrays.items() if k in UserRequest.contract.input_names}
+    user_only = {k: v for k, v in arrays.items() if k in UserEncoderRequest.contract.input_names}
     (out,) = encoder.handle([user_only])
     assert abs(np.linalg.norm(out["user_embedding"][0]) - 1) < 1e-5
     retriever = RetrieverService(resources, "corpus.npz", batch_buckets=(1,))
@@ -366,7 +367,7 @@ def test_a_padding_candidate_ranked_among_a_requests_own_fails_the_batch(resourc
     (post id 0) as a ranked post."""
     config = resources.config
     rng = np.random.default_rng(3)
-    parsed = [parse(RankRequest, request(config, rng, candidates=n), config) for n in (3, 2)]
+    parsed = [parse(RankerRequest, request(config, rng, candidates=n), config) for n in (3, 2)]
     batch = ranker_batch(parsed, config, users=2, width=4)
     scores = np.zeros((2, 4), np.float32)
     probs = np.zeros((2, 4, config.num_actions), np.float32)

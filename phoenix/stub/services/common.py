@@ -6,7 +6,7 @@ loads are ``resources``.
 A request takes these forms on its way through a service (``docs/architecture.md``):
 
 1. ``{input name: array}``: one Triton request's tensors, as the adapter reads them;
-2. a typed request (``requests.RankRequest`` ..., generated from the contract), checked on
+2. a typed request (``requests.RankerRequest`` ..., generated from the contract), checked on
    its own against the contract's specs: a bad request becomes an ``InputError`` for itself
    alone;
 3. one padded batch of every good request's rows (``batches.pad_batch``), stacked once, with

@@ -36,7 +36,7 @@ from phoenix.feed_policy import (
 )
 from phoenix.schema.batches import stack_padded
 from phoenix.schema.contracts import FEED_POLICY, POLICY_PARAMETERS
-from phoenix.schema.requests import PolicyRequest
+from phoenix.schema.request_types import FeedPolicyRequest
 from phoenix.schema.spec import parsed_values
 from phoenix.stub.corpus import ServedCorpus, open_corpus
 from phoenix.stub.services.common import (
@@ -77,7 +77,7 @@ def parse_settings(texts: Mapping[str, str], action_names: Sequence[str]) -> Pol
 # ----------------------------------------------------------------------------------------
 
 
-def row_filters(request: PolicyRequest, row: int, filter_own: bool, ages) -> FeedFilters:
+def row_filters(request: FeedPolicyRequest, row: int, filter_own: bool, ages) -> FeedFilters:
     """The filters of one user row of a request (absent inputs: that filter is off)."""
 
     def ids(name: str) -> Optional[np.ndarray]:
@@ -94,7 +94,7 @@ def row_filters(request: PolicyRequest, row: int, filter_own: bool, ages) -> Fee
     )
 
 
-def in_network_flags(request: PolicyRequest, row: int) -> np.ndarray:
+def in_network_flags(request: FeedPolicyRequest, row: int) -> np.ndarray:
     """[C] True for the candidates of ``row`` among its in-network posts (padding 0 matches no
     candidate: post ids are >= 1)."""
     posts = request.candidate_post_ids[row]
@@ -106,7 +106,7 @@ def in_network_flags(request: PolicyRequest, row: int) -> np.ndarray:
 class FeedPolicyService(Service):
     """Filters, scores by every action and diversifies each user's ranked candidates."""
 
-    request_type = PolicyRequest
+    request_type = FeedPolicyRequest
 
     def __init__(
         self,
@@ -138,11 +138,11 @@ class FeedPolicyService(Service):
     def warm_up(self) -> int:
         return 0  # nothing to compile
 
-    def run(self, requests: Sequence[PolicyRequest]) -> list[Outputs]:
+    def run(self, requests: Sequence[FeedPolicyRequest]) -> list[Outputs]:
         now = self.clock()
         return [self.feed(request, now) for request in requests]
 
-    def ages(self, request: PolicyRequest, now: float) -> np.ndarray:
+    def ages(self, request: FeedPolicyRequest, now: float) -> np.ndarray:
         """Each candidate's age [R, C], NaN where unknown: the request's own (an ages input,
         e.g. the retriever's, handed on by the ranker in recommend's chain), else the
         corpus's."""
@@ -151,7 +151,7 @@ class FeedPolicyService(Service):
             return self.corpus.ages(request.candidate_post_ids, now)
         return np.where(sent < 0, np.nan, sent.astype(np.float64))  # UNKNOWN_AGE: unknown
 
-    def feed(self, request: PolicyRequest, now: float) -> Outputs:
+    def feed(self, request: FeedPolicyRequest, now: float) -> Outputs:
         """One request's feeds, rows padded to the longest."""
         ages = None
         if request.max_age_seconds is not None:

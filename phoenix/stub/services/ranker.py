@@ -18,7 +18,7 @@ from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.hashing import entity_hashes
 from phoenix.schema.batches import artifact_widths, empty_batch, pad_batch, row_spans
 from phoenix.schema.contracts import RANKER, UNKNOWN_AGE
-from phoenix.schema.requests import RankRequest
+from phoenix.schema.request_types import RankerRequest
 from phoenix.stub.services.common import (
     Outputs,
     Service,
@@ -38,7 +38,7 @@ def batch_widths(config, candidates: int) -> dict[str, int]:
     return {"L": config.history_seq_len, "C": candidates, **artifact_widths(config)}
 
 
-def request_batch(requests: Sequence[RankRequest], config, users: int, width: int):
+def request_batch(requests: Sequence[RankerRequest], config, users: int, width: int):
     """Every request's rows stacked once and zero-padded to ``users`` x ``width`` candidates."""
     return pad_batch(requests, users, batch_widths(config, width))
 
@@ -70,7 +70,7 @@ def ranked_columns(batch, order: np.ndarray) -> dict[str, np.ndarray]:
     return columns
 
 
-def check_own_candidates_first(requests: Sequence[RankRequest], ranked_ids: np.ndarray) -> None:
+def check_own_candidates_first(requests: Sequence[RankerRequest], ranked_ids: np.ndarray) -> None:
     """Every request's C first ranked positions hold its own candidates (post id 0 is never a
     candidate: it is padding). Padding sorts last unless a score is not finite; the split
     would then hand out padding as posts, so the batch fails instead (INTERNAL)."""
@@ -80,7 +80,7 @@ def check_own_candidates_first(requests: Sequence[RankRequest], ranked_ids: np.n
         raise RuntimeError("ranker: a padding candidate ranked among a request's own candidates")
 
 
-def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) -> list[Outputs]:
+def split_ranked(requests: Sequence[RankerRequest], batch, ranked: RankedBatch) -> list[Outputs]:
     """Each request's rows of the ranked batch, its own C candidates only, best first
     (padding sorts last, so a row's first C ranked positions are its own candidates)."""
     columns = ranked_columns(batch, ranked.order)
@@ -104,7 +104,7 @@ def split_ranked(requests: Sequence[RankRequest], batch, ranked: RankedBatch) ->
 class RankerService(Service):
     """Ranks each user's candidates by a weighted blend of action probabilities."""
 
-    request_type = RankRequest
+    request_type = RankerRequest
 
     def __init__(
         self,
@@ -148,7 +148,7 @@ class RankerService(Service):
             lambda users, width: empty_request_batch(self.config, users, width)
         )
 
-    def run(self, requests: Sequence[RankRequest]) -> list[Outputs]:
+    def run(self, requests: Sequence[RankerRequest]) -> list[Outputs]:
         outputs: list = [None] * len(requests)
         for group in self.ranked_together(requests):
             ranked = self.rank_in_one_call([requests[i] for i in group])
@@ -156,7 +156,7 @@ class RankerService(Service):
                 outputs[index] = output
         return outputs
 
-    def ranked_together(self, requests: Sequence[RankRequest]) -> list[list[int]]:
+    def ranked_together(self, requests: Sequence[RankerRequest]) -> list[list[int]]:
         """Indices of the requests ranked in one call, in their order: all of them, or with
         ``split_widths`` those padded to the same candidate bucket (one request of 65
         candidates would otherwise pad every request of its batch to 256)."""
@@ -168,7 +168,7 @@ class RankerService(Service):
             by_width.setdefault(width, []).append(index)
         return list(by_width.values())
 
-    def rank_in_one_call(self, requests: Sequence[RankRequest]) -> list[Outputs]:
+    def rank_in_one_call(self, requests: Sequence[RankerRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
         users, width = self.ranker.padded_shape(rows, max(r.candidates for r in requests))
         batch = request_batch(requests, self.config, users, width)

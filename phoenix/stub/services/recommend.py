@@ -25,7 +25,8 @@ import numpy as np
 
 from phoenix.schema.contracts import REQUEST_ID
 from phoenix.schema.recommend import RECOMMEND_CHAIN, stage_parameter
-from phoenix.schema.requests import REQUEST_TYPES, from_arrays
+from phoenix.schema.request_types import REQUEST_TYPES
+from phoenix.schema.requests import from_arrays
 from phoenix.schema.served import contract
 from phoenix.schema.wiring import step_inputs, store_outputs
 from phoenix.stub.services.common import Result, Service, ServiceSettings

@@ -18,7 +18,7 @@ from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import LIMITS, UNKNOWN_AGE
-from phoenix.schema.requests import CandidateRequest, RetrieveRequest, UserRequest
+from phoenix.schema.request_types import CandidateTowerRequest, RetrieverRequest, UserEncoderRequest
 from phoenix.stub.corpus import RowHits, open_corpus
 from phoenix.stub.services.common import (
     Outputs,
@@ -62,7 +62,7 @@ def retrieval_engine(resources: PhoenixResources, **options) -> RetrievalEngine:
 class UserEncoderService(Service):
     """Retrieval user tower: one unit vector per user."""
 
-    request_type = UserRequest
+    request_type = UserEncoderRequest
 
     def __init__(
         self, resources: PhoenixResources, *, batch_buckets: Sequence[int], compute_dtype=None
@@ -83,7 +83,7 @@ class UserEncoderService(Service):
     def warm_up(self) -> int:
         return self.engine.warm_up_users()
 
-    def run(self, requests: Sequence[UserRequest]) -> list[Outputs]:
+    def run(self, requests: Sequence[UserEncoderRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
         users = pad_batch(requests, rows, {"L": self.config.history_seq_len})
         vectors = self.engine.encode_users(*user_tower_inputs(self.resources, users))  # [B, D]
@@ -93,7 +93,7 @@ class UserEncoderService(Service):
 class CandidateTowerService(Service):
     """Candidate tower: one unit vector per (post_id, author_id) row."""
 
-    request_type = CandidateRequest
+    request_type = CandidateTowerRequest
 
     def __init__(self, resources: PhoenixResources, *, max_rows: int, rows_per_call: int):
         self.resources = resources
@@ -119,7 +119,7 @@ class CandidateTowerService(Service):
         """Unit vectors [n, D] of posts [n] by authors [n]."""
         return self.tower(post_ids, author_ids)
 
-    def run(self, requests: Sequence[CandidateRequest]) -> list[Outputs]:
+    def run(self, requests: Sequence[CandidateTowerRequest]) -> list[Outputs]:
         posts = np.concatenate([r.post_id[:, 0] for r in requests])  # [B]
         authors = np.concatenate([r.author_id[:, 0] for r in requests])  # [B]
         return split_rows(requests, {"candidate_embedding": self.embed(posts, authors)})
@@ -145,7 +145,7 @@ def exact_engine_for(resources: PhoenixResources, engine_options: dict):
     return engine_for
 
 
-def excluded_rows(request: RetrieveRequest) -> list[np.ndarray]:
+def excluded_rows(request: RetrieverRequest) -> list[np.ndarray]:
     """Per row: the posts it must not get (its history and the posts excluded besides)."""
     sent = [ids for ids in (request.history_post_ids, request.excluded_post_ids) if ids is not None]
     if not sent:
@@ -161,7 +161,7 @@ def excluded_rows(request: RetrieveRequest) -> list[np.ndarray]:
 UNRETRIEVED_SCORE = 0.0
 
 
-def in_network_rows(request: RetrieveRequest) -> list[tuple[np.ndarray, np.ndarray]]:
+def in_network_rows(request: RetrieverRequest) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per row: (post ids, author ids) of its in-network posts, padding (post id 0) left out."""
     if request.in_network_post_ids is None:
         empty = np.zeros(0, np.int64)
@@ -214,7 +214,7 @@ class RetrieverService(Service):
     (newest first) and then its top_k retrieved posts (best first), an in-network post also
     retrieved once, as in-network; at most ``LIMITS.max_candidates`` in all."""
 
-    request_type = RetrieveRequest
+    request_type = RetrieverRequest
 
     def __init__(
         self,
@@ -244,7 +244,7 @@ class RetrieverService(Service):
     def warm_up(self) -> int:
         return self.corpus.warm_up()
 
-    def run(self, requests: Sequence[RetrieveRequest]) -> list[Outputs]:
+    def run(self, requests: Sequence[RetrieverRequest]) -> list[Outputs]:
         now = self.clock()
         users = np.concatenate([r.user_embedding for r in requests])  # [B, D]
         wanted = np.concatenate([r.top_k[:, 0] for r in requests])  # [B]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from phoenix.schema.contracts import SERVED_LOG
-from phoenix.schema.requests import REQUEST_TYPES
+from phoenix.schema.request_types import REQUEST_TYPES
 from phoenix.stub.services.common import Outputs
 from phoenix.stub.services.user_state import NoStore, StoreBackedService
 from phoenix.user_state import UserStateError

@@ -34,7 +34,8 @@ import numpy as np
 from phoenix.checkpoint import load_config
 from phoenix.schema.batches import stack_padded
 from phoenix.schema.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
-from phoenix.schema.requests import REQUEST_TYPES, InputError, value_bound
+from phoenix.schema.request_types import REQUEST_TYPES
+from phoenix.schema.requests import InputError, value_bound
 from phoenix.schema.wiring import passed_on_history
 from phoenix.stub.services.common import Result, Service, ServiceSettings
 from phoenix.user_state import (
