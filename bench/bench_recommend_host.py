@@ -15,7 +15,7 @@ from Redis), in alternating rounds:
 - served: perf_analyzer over gRPC at c=1 and c=16; CPU: tritonserver's, each model's stubs'
   (by model) and redis-server's, per request answered.
 
-The ratios the issue asks for: served c=16 over in process at 8 a call (throughput), and the
+The ratios it reports: served c=16 over in process at 8 a call (throughput), and the
 served CPU per request over the in-process CPU per request. Written to run unchanged in an
 older checkout too (its in-process side is then whatever that checkout's reference runs):
 

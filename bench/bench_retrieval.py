@@ -50,7 +50,7 @@ WORK = Path("build/bench-retrieval")
 USERS_PER_CALL = 16
 TOP_K = 100
 EXACT_MAX_ROWS = 1_000_000  # the exact engine beyond this takes minutes per size
-TARGET_QUERIES_PER_S = {1_000_000: 2_500, 10_000_000: 1_000}  # issue 29, 16 users per call
+TARGET_QUERIES_PER_S = {1_000_000: 2_500, 10_000_000: 1_000}  # docs/retrieval.md, 16 users a call
 
 
 def per_second(run, queries: int, repeats: int = 3) -> float:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test` RUNS times in a row while HOGS busy loops keep the cores busy: the suite must
-# hold on a loaded machine (issue 9). Prints one line a run and writes
+# hold on a loaded machine (docs/reliability.md, "The suite on a busy machine"). Prints one line a run and writes
 # bench/results/busy-suite.json. Usage: bash bench/busy_suite.sh [RUNS] [HOGS]
 set -u
 runs=${1:-3}

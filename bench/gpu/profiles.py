@@ -1,4 +1,4 @@
-"""What the GPU benchmark measures: the issue's points on a GPU, tiny stand-ins on a CPU.
+"""What the GPU benchmark measures: the engine's points on a GPU, tiny stand-ins on a CPU.
 
 Shared by the step scripts in this folder (each runs as its own process, so JAX's hold on the
 GPU ends with the step and the Triton stubs of the serving step find the memory free).

@@ -148,7 +148,7 @@ def failed_requests(result: dict) -> Optional[int]:
 
 
 def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
-    """(figure, measured, target) for the issue's served targets."""
+    """(figure, measured, target) for the served targets."""
     missing = NOT_MEASURED if result is None else NOT_IN_RUN
     result = result or {}
     best_512 = best(served_rows(result, workload="ranker-512", batching="on"))
@@ -256,7 +256,7 @@ def recommend_table(result: Optional[dict]) -> list[str]:
 
 
 def before_after_table(first: dict, latest: dict, after_fix: Optional[dict] = None) -> list[str]:
-    """The issue's figures in the first run (the code before any change) and now."""
+    """The targets' figures in the first run (the code before any change) and now."""
 
     def served(result, label):
         return {f: v for f, v, _ in serving_rows(result)}.get(label, NOT_MEASURED)

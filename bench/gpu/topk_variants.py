@@ -1,4 +1,4 @@
-"""Exact top 100 over a device-resident corpus, several ways, side by side (issue 25, retrieval).
+"""Exact top 100 over a device-resident corpus, several ways, side by side.
 
     python -m bench.gpu.topk_variants --profile gpu --out bench/results/gpu/topk.json
     python -m bench.gpu.topk_variants --profile gpu --raft --out .../topk-raft.json

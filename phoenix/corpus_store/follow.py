@@ -12,10 +12,10 @@ differ by a poll: a deleted post, gone from one instance's answer, came back in 
 reason the request path waits, up to REQUEST_WAIT_S, for a refresh the background thread has
 begun: a stub that went idle mid-refresh leaves that thread holding the refresh lock, and
 without the wait the next requests would be answered from the generation before (a suspect,
-not shown, for a deleted post that came back in 7 of 66 answers under load: docs/retrieval.md,
-"Fifth session: the 10 M store spilled"). A refresh that takes longer (a compacted segment's
-index being read) costs one request that wait; the requests after it are answered from the
-old generation, whole, until the new one is in."""
+not shown, for a deleted post that came back in 7 of 66 answers under load:
+docs/design/corpus-store-following.md, "Why every request checks"). A refresh that takes
+longer (a compacted segment's index being read) costs one request that wait; the requests
+after it are answered from the old generation, whole, until the new one is in."""
 
 from __future__ import annotations
 

@@ -83,8 +83,8 @@ def touch_pages(array: np.ndarray) -> int:
     process's page tables, read from disk first where the page cache no longer held it; the
     bytes of ``array``. A search gathers rows from all over a large segment: untouched, each
     of its pages costs a fault the first time (a disk read if dropped), and a server's first
-    minute over a 10 M store was spent so (docs/retrieval.md, "Sixth session: warm before
-    ready")."""
+    minute over a 10 M store was spent so (docs/design/corpus-store-following.md, "Why
+    warm")."""
     data = np.asarray(array).reshape(-1).view(np.uint8)
     if data.size:
         data[:: mmap.PAGESIZE].max()

@@ -13,8 +13,8 @@ Why the numbers are what they are:
 - GPU: a GPU's time per batch grows far less than the batch at these sizes, so batches are
   larger and queues deeper; few batch and candidate buckets keep start-up compilation short
   (each bucket is one program per instance); one or two instances per GPU overlap host work
-  with device work without multiplying device memory. These are starting points until the GPU
-  issue measures them (docs/performance.md).
+  with device work without multiplying device memory. These are starting points until a GPU
+  run measures them (docs/performance.md).
 - Queues: past capacity a request is refused at once (UNAVAILABLE) rather than queued without
   bound; docs/reliability.md says how the sizes and the 5 s timeout were chosen.
 """

@@ -36,7 +36,7 @@ def markdown_table(evaluation: dict[str, Any]) -> str:
 
 
 def targets(evaluation: dict[str, Any]) -> list[tuple[str, bool]]:
-    """The issue's targets, each with whether it holds."""
+    """The training targets (docs/training.md), each with whether it holds."""
     trained, truth = evaluation["trained"], evaluation["ground_truth"]
     pop = evaluation["popularity"]
     out = [

@@ -152,8 +152,8 @@ def read_pipelined(client: Client, commands: Sequence[Command]) -> list:
     A server's are written and read on a connection of its client's pool, the replies parsed
     by hiredis as they arrive: a round trip of four reads (two histories, 64 KB of served
     posts, follows) took 70-78 us of client CPU against redis-py's pipeline's 107-133 (4
-    alternating passes of 3,000 on this machine; docs/user-state.md, "A by-id request's
-    CPU"). A reply is taken as it comes (no redis-py callback): a sorted set's
+    alternating passes of 3,000 on this machine; docs/user-state.md, "Reads are batched, and
+    packed by hand"). A reply is taken as it comes (no redis-py callback): a sorted set's
     members as a list of bytes, a string as bytes. The commands must not answer a RESP3
     boolean, which hiredis's "no reply yet" (False) would hide. The pool re-opens a connection
     the server dropped while idle as it lends it (redis-py checks it for unread data). A

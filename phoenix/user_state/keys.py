@@ -23,7 +23,7 @@ from __future__ import annotations
 SEQUENCE = "seq"  # every engagement: the ranking history
 POSITIVE = "pos"  # positive engagement only: the retrieval history
 FOLLOWS = "follows"
-# A string (served.py); until 2026-11-26 a sorted set under "served", which is no longer read
+# A string (served.py); earlier versions kept a sorted set under "served", which is no longer read
 # and expires by itself within served_ttl_s.
 SERVED = "served_posts"
 REQUESTS = "requests"

@@ -56,10 +56,10 @@ class UserStateLimits:
     in_network_total: int = 64
     # Entries of the request log stream, all users together (XADD MAXLEN): its memory bound.
     # An entry of a 127-item history, 100 candidates and a 100-post feed with its action
-    # probabilities takes about 17 KB (docs/user-state.md, measured), so the cap holds the
-    # stream near 340 MB whatever the traffic: a day of one demo pod's requests; past it the
-    # oldest entries go before their day is up, so a busier server needs a drain that keeps
-    # pace (the next issue's training export) or a larger cap.
+    # probabilities holds 15.7 KB of arrays (docs/user-state.md, "Served posts and the request
+    # log"), so the cap holds the stream to a few hundred MB whatever the traffic: a day of one
+    # demo pod's requests; past it the oldest entries go before their day is up, so a busier
+    # server needs a drain that keeps pace (a training export) or a larger cap.
     request_stream_cap: int = 20_000
 
     def __post_init__(self):

@@ -29,7 +29,7 @@ from phoenix.user_state import keys
 from phoenix.user_state.history import time_ms
 
 RECORD = np.dtype([("served_at_ms", "<i8"), ("post_id", "<i8")])
-OLD_SERVED = "served"  # the sorted sets' key kind until 2026-11-26 (migrate_sorted_sets)
+OLD_SERVED = "served"  # the sorted sets' key kind of earlier versions (migrate_sorted_sets)
 
 # KEYS[1]: the user's served key; ARGV: cap (records), ttl (s), the packed records to append.
 # Past twice the cap the value is cut back to the newest cap records: cutting at the cap itself
@@ -108,7 +108,7 @@ def served_since(data: bytes | None, now: float, ttl_s: float, cap: int) -> np.n
 
 
 def migrate_sorted_sets(client, ttl_s: float) -> int:
-    """Rewrite every served-posts sorted set of before 2026-11-26 (``u:{<user>}:served``:
+    """Rewrite every served-posts sorted set of earlier versions (``u:{<user>}:served``:
     decimal post ids scored by served time in seconds) as this module's string, keeping its
     remaining TTL, and delete it; returns the users migrated. Without it, the posts served
     before an upgrade are not excluded for up to ``ttl_s`` after it. Safe to run again: a user
@@ -130,8 +130,8 @@ def migrate_sorted_sets(client, ttl_s: float) -> int:
 
 def main(argv=None) -> int:
     """``python -m phoenix.user_state.served migrate URL``: ``migrate_sorted_sets`` on the store
-    at URL (redis://, redis+cluster://, ...), once, after upgrading from a version before
-    2026-11-26."""
+    at URL (redis://, redis+cluster://, ...), once, after upgrading from a version that kept
+    the served posts as sorted sets."""
     import argparse
 
     from phoenix.user_state.client import connect

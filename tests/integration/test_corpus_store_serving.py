@@ -28,7 +28,7 @@ from phoenix.stub.request_metrics import GENERATION, LAG, SKIPPED
 from tests.deploy_checks import series_values
 
 pytestmark = pytest.mark.integration
-FOLLOW_DEADLINE_S = 10.0  # the issue's bound: a change is served within 10 s
+FOLLOW_DEADLINE_S = 10.0  # the bound: a change is served within 10 s
 SETTLE_S = 2 * POLL_SECONDS + 0.5  # every instance checks the manifest at least this often
 
 
@@ -194,7 +194,7 @@ def test_recommend_ranks_each_post_by_its_true_age_in_the_store(store_server):
     assert not np.allclose(ageless["scores"], aged["scores"], atol=1e-3)  # ages matter here
 
 
-# -- a corpus switch on a running server (issue 30, point 2) --------------------------------
+# -- a corpus switch on a running server -----------------------------------------------------
 
 OLD_S, FRESH_S = 7200, 60  # the dated store's posts: half two hours old, half a minute
 

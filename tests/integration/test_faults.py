@@ -76,7 +76,7 @@ DRAIN_S = 1.0
 # Bounds that only keep a broken run from hanging; the figures are reported, not asserted.
 DETECT_WAIT_S = 30.0
 RECOVERY_WAIT_S = 300.0
-# The Done-when bounds of issue 9: /ready reflects an operator's unload within 1 s, and a
+# The bounds asserted: /ready reflects an operator's unload within 1 s, and a
 # killed model is back within 15 s; on a busy machine, within 3x a load measured in this run.
 UNLOAD_VISIBLE_S = 1.0
 RECOVERY_BOUND_S = 15.0

@@ -590,7 +590,7 @@ def test_a_search_split_over_threads_equals_the_same_search_whole(tmp_path, rng,
             np.testing.assert_array_equal(a, b)
     # The same scores to float32 rounding, not bit for bit: a matrix product's BLAS kernel
     # depends on its shape, and an AVX2-only CPU scored 14 users' rows one ulp apart from 40's
-    # (the machines of earlier sessions had not).
+    # (an AVX-512 Xeon's had not).
     for a, b in zip(split.scores, whole.scores, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-7, atol=0)
     assert len(split.post_ids) == 40

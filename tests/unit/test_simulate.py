@@ -33,7 +33,7 @@ def at_impression(world, imp, row: int, seed: int = 0) -> SimulatedUser:
 
 
 def test_simulated_probabilities_equal_the_generators_for_the_same_user_and_post(logs):
-    """The done-when of issue 28: the online metric measures the world the models learnt."""
+    """The online metric measures the world the models learnt."""
     world, imp = logs
     generated = reactions.sample_reactions(
         world, imp.user, imp.post, imp.ts, imp.surface, stream(SEED, "actions")
