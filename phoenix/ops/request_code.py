@@ -23,17 +23,8 @@ from phoenix.util.command_line import command_parser
 
 REQUEST_TYPES_FILE = Path(__file__).resolve().parents[1] / "schema" / "request_types.py"
 
-HEADER = '''"""The typed request of each served model with a service: one frozen dataclass per
-model, one field per input of its contract, in contract order (an optional input defaults to
-None).
-
-Written by ``python -m phoenix.ops.request_code`` from the contracts (``make configs``); do
-not edit: a unit test fails when this file differs from what the contracts give. Behaviour
-(checks, lengths, arrays) is ``phoenix.schema.requests.TypedRequest``'s.
-
-Shape glossary (R rows of one request: users or posts): the axes of each field are its
-contract's (``phoenix.schema.contracts``): L history items, C candidates, A num_actions,
-D emb_size, M in-network posts, K retrieved posts, E excluded authors, N seen posts.
+HEADER = '''"""Typed requests, one frozen dataclass per served model with a service (fields: its
+contract's inputs). Written by ``python -m phoenix.ops.request_code``: do not edit.
 """
 
 from __future__ import annotations

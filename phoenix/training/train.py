@@ -113,6 +113,16 @@ def lookup(table: jax.Array, hashes: jax.Array) -> jax.Array:
     return jnp.take(table, hashes, axis=0) * (hashes > 0)[..., None].astype(table.dtype)
 
 
+# The batch fields training reads from a logged batch unchanged.
+USER_AND_HISTORY = (
+    "user_hashes",
+    "history_post_hashes",
+    "history_author_hashes",
+    "history_actions",
+    "history_product_surface",
+)
+
+
 def model_inputs(tables: dict, arrays: dict, with_candidates: bool = True):
     """``RecsysBatch`` and ``RecsysEmbeddings`` of a batch dict (``phoenix.training.data``)."""
     batch_size, seq = arrays["history_product_surface"].shape
@@ -128,11 +138,7 @@ def model_inputs(tables: dict, arrays: dict, with_candidates: bool = True):
         surface = jnp.zeros((batch_size, 1), jnp.int32)
         impr = created = None
     batch = RecsysBatch(
-        user_hashes=arrays["user_hashes"],
-        history_post_hashes=arrays["history_post_hashes"],
-        history_author_hashes=arrays["history_author_hashes"],
-        history_actions=arrays["history_actions"],
-        history_product_surface=arrays["history_product_surface"],
+        **{name: arrays[name] for name in USER_AND_HISTORY},  # as the batch holds them
         candidate_post_hashes=cand_post,
         candidate_author_hashes=cand_author,
         candidate_product_surface=surface,

@@ -67,16 +67,17 @@ class UserStateLimits:
             value = getattr(self, field.name)
             if not value > 0:
                 raise ValueError(f"UserStateLimits.{field.name} must be > 0, got {value!r}")
-        if self.history_cap > LIMITS.max_history_items:
-            raise ValueError(
-                f"UserStateLimits.history_cap {self.history_cap} exceeds the contract's "
-                f"max_history_items {LIMITS.max_history_items}: such histories would be refused"
-            )
-        if self.in_network_total > LIMITS.max_candidates:
-            raise ValueError(
-                f"UserStateLimits.in_network_total {self.in_network_total} exceeds the "
-                f"contract's max_candidates {LIMITS.max_candidates}: the ranker would refuse them"
-            )
+        # what the store hands out must pass the contract's per-request limits
+        within_contract = (
+            ("history_cap", "max_history_items", "such histories would be refused"),
+            ("in_network_total", "max_candidates", "the ranker would refuse them"),
+        )
+        for name, limit, why in within_contract:
+            value, bound = getattr(self, name), getattr(LIMITS, limit)
+            if value > bound:
+                raise ValueError(
+                    f"UserStateLimits.{name} {value} exceeds the contract's {limit} {bound}: {why}"
+                )
 
     def check_seq_len(self, seq_len: int) -> None:
         """A ValueError unless ``seq_len`` histories can be served from what is kept."""

@@ -32,38 +32,36 @@ SERVED_BY_SERVICES = (*(c.name for c in STAGE_MODELS), RECOMMEND_CHAIN.name)
 
 def service_class(model: str) -> type[Service]:
     """The service class of ``model``; ValueError naming the served ones when it has none."""
-    if model == USER_STATE.name:
-        from phoenix.stub.services.user_state import UserStateService
+    if model in (USER_ENCODER.name, CANDIDATE_TOWER.name, RETRIEVER.name):  # the two towers
+        from phoenix.stub.services import retrieval
 
-        return UserStateService
-    if model == USER_ENCODER.name:
-        from phoenix.stub.services.retrieval import UserEncoderService
-
-        return UserEncoderService
-    if model == CANDIDATE_TOWER.name:
-        from phoenix.stub.services.retrieval import CandidateTowerService
-
-        return CandidateTowerService
-    if model == RETRIEVER.name:
-        from phoenix.stub.services.retrieval import RetrieverService
-
-        return RetrieverService
+        towers = {
+            USER_ENCODER.name: retrieval.UserEncoderService,
+            CANDIDATE_TOWER.name: retrieval.CandidateTowerService,
+            RETRIEVER.name: retrieval.RetrieverService,
+        }
+        return towers[model]
     if model == RANKER.name:
         from phoenix.stub.services.ranker import RankerService
 
         return RankerService
-    if model == FEED_POLICY.name:
-        from phoenix.stub.services.feed_policy import FeedPolicyService
-
-        return FeedPolicyService
-    if model == SERVED_LOG.name:
-        from phoenix.stub.services.served_log import ServedLogService
-
-        return ServedLogService
     if model == RECOMMEND_CHAIN.name:
         from phoenix.stub.services.recommend import RecommendChainService
 
         return RecommendChainService
+    # the host-only models: their stubs never import JAX
+    if model == USER_STATE.name:
+        from phoenix.stub.services.user_state import UserStateService
+
+        return UserStateService
+    if model == FEED_POLICY.name:
+        from phoenix.stub.services.feed_policy import FeedPolicyService as policy
+
+        return policy
+    if model == SERVED_LOG.name:
+        from phoenix.stub.services import served_log
+
+        return served_log.ServedLogService
     raise ValueError(f"no service for model {model!r}; served: {sorted(SERVED_BY_SERVICES)}")
 
 
