@@ -120,10 +120,11 @@ serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, 
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## serve the shipped trained demo towers, recommend, stop
 	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
 
-configs: setup  ## write every model_repository config, the typed request classes and docs/deploy.md's stub table from the contracts and profiles
+configs: setup  ## write the model_repository configs, the typed request classes, docs/deploy.md's stub table and the model reference (docs/reference.md, README's table) from the contracts and profiles
 	$(PY) -m phoenix.ops.configs
-	$(PY) -m phoenix.ops.profile_docs
 	$(PY) -m phoenix.ops.request_code
+	$(PY) -m phoenix.ops.profile_docs
+	$(PY) -m phoenix.ops.reference_docs
 
 # Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
 # (module fixtures start once; xdist starts the files with the most tests first: measured
@@ -223,7 +224,7 @@ bench-replicas: setup artifacts  ## two replicas behind nginx: balance + a stop 
 bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUNS times -> bench/results/reliability-exit.json
 	$(PY) -m bench.bench_reliability --runs $(RELIABILITY_RUNS) --artifacts $(ARTIFACTS)
 
-# ---- measuring on a GPU machine without a registry (bench/gpu/, README "Measuring on a GPU machine")
+# ---- measuring on a GPU machine without a registry (bench/gpu/, docs/gpu.md)
 GPU_PAYLOAD ?= .gpu
 GPU_BENCH_ARGS ?=
 

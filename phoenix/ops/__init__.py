@@ -1,7 +1,8 @@
 """Operating a server: serve (``serve``, the Triton process ``triton_server``, the backend
 folder ``triton_install``), its supervisor (``supervisor``), the configs generated from the
-contracts and the deployment profiles (``configs``, ``profiles``, ``profile_docs``), compiled
-programs (``compile``), reloads, rollouts and the admin key.
+contracts and the deployment profiles (``configs``, ``profiles``), the docs written from them
+(``profile_docs``, ``reference_docs``), compiled programs (``compile``), reloads, rollouts and
+the admin key.
 
 May import every layer below it: the schema, the stub side, the client side, the user state,
 the corpus store, the checkpoint and the models.

@@ -185,7 +185,7 @@ RECORD = tensor_spec("record", np.int8, [1], optional=True, values=Values(0, 1, 
 
 
 # recommend's chain: every stage's service in one Python model, one batch at a time, each
-# stage's outputs handed to the next in process (docs/architecture.md, "The recommend chain").
+# stage's outputs handed to the next in process (docs/design/recommend-chain.md).
 # It takes recommend's inputs and the record flag, and answers recommend's outputs.
 def _ragged(spec: TensorSpec) -> TensorSpec:
     """``spec`` batched with requests of other lengths (it has a length axis)."""

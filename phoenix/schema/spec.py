@@ -300,7 +300,7 @@ class ModelContract:
 
 @dataclass(frozen=True)
 class Limits:
-    """Hard per-request limits (documented in README and SECURITY.md)."""
+    """Hard per-request limits (docs/reference.md, "Limits of a request"; SECURITY.md)."""
 
     max_history_items: int  # longer histories are refused; the newest S are used
     max_candidates: int  # per user row of a ranker request

@@ -7,7 +7,9 @@ the phoenix services run in the test process, so exit code 0 means the answers a
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from clients import build_corpus
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.client.client import connect, infer, user_inputs
 from phoenix.ops.admin_key import ADMIN_HEADER
+from tests.readme_samples import fenced_lines, readme_block, unmatched
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]
@@ -144,6 +147,39 @@ def test_the_trained_demo_diversifies_its_top_10(tmp_path):
     assert "BY ID (recommend with user_id and top_k only; the server read 16 history" in done.stdout
     assert re.search(r"After an engagement event: .* favourited 3 \w+ posts", done.stdout)
     assert re.search(r"^  the new post is (at rank \d+|not in the feed)$", done.stdout, re.M)
+
+
+def make_demo_command() -> list[str]:
+    """What `make demo` runs (read with `make -n`), in this interpreter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    planned = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(REPO_ROOT), "demo"],
+        capture_output=True, text=True, timeout=60, env=env, check=True,
+    ).stdout  # fmt: skip
+    line = next(ln for ln in planned.splitlines() if "-m clients.demo" in ln)
+    words = shlex.split(line)
+    return [sys.executable, *words[words.index("-m") :]]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+def test_the_readme_shows_what_make_demo_prints(tmp_path):
+    """Every line of the README's `make demo` sample is in what `make demo`'s command prints,
+    in order (numbers aside: timings and scores vary by machine)."""
+    command = make_demo_command()
+    assert command[3:5] == ["--artifacts", "artifacts/trained-demo"], command
+    done = subprocess.run(
+        [*command, "--build-dir", str(tmp_path / "build")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=540,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    sample = fenced_lines(readme_block("demo-output"))
+    output = done.stdout.splitlines()
+    missing = unmatched(sample, output)
+    assert missing is None, f"the README shows\n{missing}\n\n`make demo` printed\n{done.stdout}"
+    # the comparison can fail: the same output does not show a header it lacks
+    header = next(i for i, line in enumerate(sample) if line.startswith("rank"))
+    altered = [*sample[:header], sample[header].replace("score", "scores"), *sample[header + 1 :]]
+    assert unmatched(altered, output) is not None
 
 
 # -- build_corpus: input formats -----------------------------------------------------------

@@ -6,7 +6,8 @@ request id it returned, an unknown user is served, a followed author's new post 
 follower's feed (flagged in-network, moved by the policy's out_of_network_factor), a store
 that is down fails by-id requests fast while requests carrying their own history are still
 served, and a poison event given to `phoenix-events apply` as a user types it is refused by
-FILE:LINE, leaving the user's history as it was and their next feed answered."""
+FILE:LINE, leaving the user's history as it was and their next feed answered; the README's
+call example does what it says."""
 
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
 from tests.integration.conftest import launch_with_store
 from tests.rankings import assert_same_feed
+from tests.readme_samples import fenced_lines, readme_block
 
 # serial: the down-store test times how fast a request fails (FAIL_FAST_S)
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 USER = 7
 TOP_K = 32
 FAIL_FAST_S = 5.0  # the store client's bounded timeouts (about 2 s) plus the ensemble's hops
+README_URL, README_USER = "127.0.0.1:8000", 42  # what the README's call example names
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +129,24 @@ def test_posts_marked_served_are_not_recommended(client, redis_server, corpus):
     store.mark_served(USER, served, time.time())
     after = recommend(client, by_id())["ranked_post_ids"][0].tolist()
     assert len(after) > 0 and not set(served) & set(after)
+
+
+def test_the_readmes_call_example_answers_a_feed_and_records_it(server, redis_server, capsys):
+    """The README's tritonclient example, run as written against this server (its URL
+    replaced): a feed by user id, logged under the request id it prints."""
+    code = "\n".join(fenced_lines(readme_block("call-example")))
+    assert code.count(README_URL) == 1, "the example names make serve's HTTP URL once"
+    namespace: dict = {}
+    exec(compile(code.replace(README_URL, server.http_url), "README.md", "exec"), namespace)
+    feed = namespace["feed"]
+    posts = feed.as_numpy("ranked_post_ids")[0]
+    request_id = int(feed.as_numpy("request_id")[0, 0])
+    assert len(posts) > 0 and request_id > 0
+    assert f"request id {request_id}" in capsys.readouterr().out
+    logged = [r for _, r in read_request_log(connect_store(redis_server.url))]
+    [entry] = [r for r in logged if r.request_id == request_id]
+    assert (entry.user_id, entry.own_history) == (README_USER, False)  # by id, as it says
+    assert entry.ranked_post_ids.tolist() == posts.tolist()
 
 
 FOLLOWER, AUTHOR = 11, 555_001

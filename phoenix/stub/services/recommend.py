@@ -9,7 +9,7 @@ would check them by). What a stage answers goes to the next stage as its typed r
 without being checked again: the stages' contracts are wired so that one's outputs are the
 next one's inputs (tests/unit/test_contracts.py). One Triton request thus costs one crossing
 into a Python stub, where the six-step ensemble cost six, each copying the candidate lists in
-and out (docs/architecture.md, "The recommend chain").
+and out (docs/design/recommend-chain.md).
 
 A stage that fails a request (the user-state store down for a by-id request) answers that
 request its error and leaves it out of the later stages; the others go on. A request whose
