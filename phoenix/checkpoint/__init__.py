@@ -21,6 +21,8 @@ from elsewhere. Files are written atomically and byte-for-byte deterministically
 The package splits along the files' seams: ``files`` (paths, writers, readers, shared array
 checks), ``params`` (parameter shapes and checks, tables, config, whole artifact directories),
 ``corpus`` and ``example`` (the example request). This module re-exports their names.
+
+May import the model layer (``phoenix.config``, the original-compatible modules) only.
 """
 
 from phoenix.checkpoint.corpus import (

@@ -4,5 +4,6 @@ serves (``served_artifacts``), the server's candidate tower for the corpus tools
 (``served_tower``) and ranking comparisons (``rank_agreement``).
 
 May import the schema, the stub side (the in-process reference builds its services), the
-corpus store and the checkpoint; never the operations.
+engine (this process' candidate tower), the corpus store and the checkpoint; never the
+operations.
 """

@@ -125,7 +125,7 @@ def infer(
 
 def served_models(client, protocol: str):
     """``run_model(model, requests) -> outputs`` over a server, one inference per request (for
-    ``ensemble.run_until``: the ranking before the feed policy, step by step)."""
+    ``wiring.run_until``: the ranking before the feed policy, step by step)."""
 
     def run_model(model: str, requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict]:
         return [infer(client, protocol, model, request) for request in requests]

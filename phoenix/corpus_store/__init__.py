@@ -3,7 +3,11 @@ which are live, an ANN index per sealed segment, tombstones and a time window
 (docs/retrieval.md). ``CorpusStore`` writes it, ``Snapshot`` searches one generation of it,
 ``StoreFollower`` keeps a serving process on the newest generation. Writing one from posts:
 ``building`` (a whole store, or a corpus file, at once), ``ingestion`` (JSON lines as they
-come), both embedding through ``embedding`` (the server's candidate tower or this process')."""
+come), both embedding through ``embedding`` (the server's candidate tower or this process').
+
+May import the model layer, the checkpoint and ``phoenix.util``; the embedding of
+posts comes in as a callable (``EmbedPosts``), so no client or server is imported here.
+"""
 
 from pathlib import Path
 

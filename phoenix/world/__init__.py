@@ -3,5 +3,6 @@ user reacts to a post (``reactions``), its logs on disk (``logs``), simulated us
 to served feeds (``simulate``), its users as user-state events (``users``) and which users ask
 how often (``popularity``). Demonstrations, training and benchmarks run on it.
 
-May import the model layer, the checkpoint, the user state and the corpus store.
+May import the model layer, the checkpoint, the artifacts (the trained world's), the user state
+and the corpus store.
 """
