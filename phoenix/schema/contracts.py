@@ -293,6 +293,22 @@ RANKER = ModelContract(
     ),
 )
 
+# A feed: the C' <= C posts the feed policy keeps of a user's C ranked candidates, in order.
+FEED_OUTPUTS = (
+    tensor_spec("ranked_post_ids", np.int64, ["C'"]),
+    tensor_spec("scores", np.float32, ["C'"]),
+    tensor_spec("action_probs", np.float32, ["C'", "A"]),
+    tensor_spec("ranked_author_ids", np.int64, ["C'"]),
+    tensor_spec("retrieval_scores", np.float32, ["C'"]),
+    FILTERED_COUNTS,
+    IN_NETWORK_FLAGS,
+)
+
+
+def renamed(spec: TensorSpec, name: str) -> TensorSpec:
+    return TensorSpec(name, spec.dtype, spec.axes, spec.optional, spec.ragged, spec.values)
+
+
 # The feed policy: the ranker's candidates (in its order) filtered, scored by every action and
 # diversified by author. C' <= C posts stay; rows of a multi-user request are padded to the
 # longest with post id 0 (real post ids are >= 1).
@@ -313,14 +329,11 @@ FEED_POLICY = ModelContract(
         # a candidate among them is in-network (out_of_network_factor spares it); absent: none
         IN_NETWORK_INPUTS[0],
     ),
-    outputs=(
-        tensor_spec("ranked_post_ids", np.int64, ["C'"]),
-        tensor_spec("scores", np.float32, ["C'"]),
-        tensor_spec("action_probs", np.float32, ["C'", "A"]),
-        tensor_spec("ranked_author_ids", np.int64, ["C'"]),
-        tensor_spec("ranked_retrieval_scores", np.float32, ["C'"]),
-        FILTERED_COUNTS,
-        IN_NETWORK_FLAGS,
+    # the feed, its retrieval scores named as the ranker's (recommend answers them as
+    # retrieval_scores)
+    outputs=tuple(
+        renamed(s, "ranked_retrieval_scores") if s.name == "retrieval_scores" else s
+        for s in FEED_OUTPUTS
     ),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, *POLICY_PARAMETERS, CORPUS_FILE),
@@ -364,13 +377,6 @@ USER_STATE = ModelContract(
 # is read: such requests are logged but mark nothing served, as they read nothing). A store
 # that is down or unset loses the write (logged and counted), never the feed.
 REQUEST_ID = tensor_spec("request_id", np.int64, [1])  # a new one per user row, never 0
-FEED_OUTPUTS = (
-    *RANKED_OUTPUTS,
-    RANKED_AUTHOR_IDS,
-    tensor_spec("retrieval_scores", np.float32, ["C"]),
-    FILTERED_COUNTS,
-    IN_NETWORK_FLAGS,
-)
 SERVED_LOG = ModelContract(
     name="served_log",
     inputs=(
