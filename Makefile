@@ -227,11 +227,12 @@ bench-reliability: setup artifacts  ## SIGTERM under Locust load RELIABILITY_RUN
 # ---- measuring on a GPU machine without a registry (bench/gpu/, docs/gpu.md)
 GPU_PAYLOAD ?= .gpu
 GPU_BENCH_ARGS ?=
+GPU_PAYLOAD_ARGS ?=
 
 .PHONY: gpu-payload gpu-bench-cpu
 
-gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels; with the tracked files <= 64 MiB
-	$(PY) -m harness.gpu_payload --out $(GPU_PAYLOAD)
+gpu-payload: setup  ## payload for a bare GPU machine in GPU_PAYLOAD (.gpu): server, wheels (GPU_PAYLOAD_ARGS, docs/gpu.md)
+	$(PY) -m harness.gpu_payload --out $(GPU_PAYLOAD) $(GPU_PAYLOAD_ARGS)
 
 gpu-bench-cpu: setup  ## the GPU benchmark's steps here on the CPU, tiny and quick (GPU_BENCH_ARGS)
 	$(PY) -m bench.gpu.measure --cpu $(GPU_BENCH_ARGS)

@@ -1,6 +1,6 @@
 """The host's share of a served ranker request: `RankerService.handle` with the device call's
 answer cached, so what is timed is the checks, the padded batch and the split (what bounds the
-served rate on a GPU, bench/results/gpu/NOTES.md), at 1, 8 and 64 requests a batch.
+served rate on a GPU, docs/performance.md "On a GPU"), at 1, 8 and 64 requests a batch.
 
     .venv/bin/python -m bench.bench_service_host [--artifacts DIR] [--out FILE]
 

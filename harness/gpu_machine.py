@@ -159,8 +159,9 @@ def check_stub_imports(python: str = sys.executable) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise SetupError(
-            f"the model stubs cannot import their code: {last} (add the distribution to "
-            f"MACHINE_LACKS in harness/gpu_payload.py and rebuild the payload)"
+            f"the model stubs cannot import their code: {last} (carry its distribution: "
+            f"`python -m harness.gpu_payload --also NAME`, or add it to MACHINE_LACKS in "
+            f"harness/gpu_payload.py, and rebuild the payload)"
         )
 
 

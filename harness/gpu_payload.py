@@ -1,10 +1,12 @@
 """Build the payload that sets up a bare GPU machine (no package registry there).
 
     python -m harness.gpu_payload --out .gpu        # or: make gpu-payload
+    python -m harness.gpu_payload --also einops --tree-limit-mib 64 --xz-preset 9
 
 The GPU machine this targets has no access to a package registry (pip cannot download), and
-has Python 3.12, JAX with CUDA and numpy 2, but no Triton server, no Haiku and no Triton
-client. This folder is an offline wheelhouse plus the server, taken from this machine's venv:
+has Python 3.12 (``--python-version``), JAX with CUDA and numpy 2, but no Triton server, no
+Haiku and no Triton client. This folder is an offline wheelhouse plus the server, taken from
+this machine's venv:
 
     server.tar.xz      pytriton's Triton 2.51 server files from this venv's site-packages
                        (tritonserver, the Python backend, the Python 3.12 stub and the bundled
@@ -14,9 +16,10 @@ client. This folder is an offline wheelhouse plus the server, taken from this ma
     manifest.json      what is inside, with sizes
 
 The project's own files travel with the working tree, so the payload holds no copy of them.
-It is copied to the GPU machine with the checkout, so it is kept small: the build fails above
-what the device call leaves it: 64 MiB for the whole tree, less the tracked files and a margin
-(``payload_limit_mib``).
+Where the checkout and the payload must fit a size together (a copy limited in size),
+``--tree-limit-mib N`` fails the build when the payload is over N MiB less the tracked files
+and a margin (``payload_limit_mib``); by default its size is only printed. A machine that
+lacks more than MACHINE_LACKS gets those distributions with ``--also NAME,...``.
 """
 
 from __future__ import annotations
@@ -43,12 +46,9 @@ from harness.gpu_machine import (
 )
 from phoenix.util.command_line import command_parser
 
-CALL_LIMIT_MIB = 64  # the device call's: tracked and untracked files plus what it carries
-MARGIN_MIB = 1  # for results committed between the build and the call
+MARGIN_MIB = 1  # under --tree-limit-mib: for results committed between the build and the copy
 # The server's 105 MiB of files (measured, one core): preset 6 makes 25.7 MiB in 43.5 s,
-# preset 3 28.3 MiB in 20.2 s. Preset 6: the payload travels with the checkout under the device
-# call's 64 MiB, and by 2026-11-27 the tracked files (16.0 MB) plus a preset-3 payload were 64 KB
-# over it.
+# preset 3 28.3 MiB in 20.2 s (--xz-preset).
 XZ_PRESET = 6
 TARGET_PYTHON = "3.12"
 MANIFEST = "manifest.json"
@@ -57,9 +57,8 @@ PERF_ANALYZER_WHEEL = "tritonclient-2.51.0-*.whl"
 EXCLUDED_PREFIXES = ("libpython",)
 # Distributions such a machine lacks (it has Python 3.12, JAX with CUDA, numpy 2): Haiku and its
 # jmp for the models, redis and hiredis for the user-state models' stubs (they import them at
-# start-up, and a model that fails to load stops the server: the H200 call of 2026-11-27 lost its
-# serving steps to a missing hiredis; gpu_machine now checks the stubs' imports at set-up),
-# tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
+# start-up, and a model that fails to load stops the server; gpu_machine checks the stubs'
+# imports at set-up), tritonclient's HTTP stack for bench_serving.py. Versions are this venv's.
 MACHINE_LACKS = (
     "dm-haiku",
     "jmp",
@@ -74,9 +73,10 @@ MACHINE_LACKS = (
     "zope.interface",
     "brotli",
 )
-# What the GPU machines' image holds (the package list read on such a machine), for the test
+# What the GPU machine image these defaults were made for holds (its `pip list`), for the test
 # that every distribution the stubs import is there or in MACHINE_LACKS. Names as pip lists
-# them; nvidia-* libraries come with JAX's CUDA plugin.
+# them; nvidia-* libraries come with JAX's CUDA plugin. Another machine: compare its `pip list`
+# with what the stubs import, and carry what it lacks with --also.
 MACHINE_HAS = tuple(
     """
     absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs
@@ -150,10 +150,12 @@ def is_excluded(path: Path) -> bool:
     return path.name.startswith(EXCLUDED_PREFIXES) or "__pycache__" in path.parts
 
 
-def write_server_archive(files: Iterable[Path], site: Path, dest: Path) -> Path:
+def write_server_archive(
+    files: Iterable[Path], site: Path, dest: Path, preset: int = XZ_PRESET
+) -> Path:
     """tar.xz of ``files`` named relative to ``site`` (so it unpacks into a site-packages)."""
     partial = dest.with_name(dest.name + ".partial")
-    with tarfile.open(partial, "w:xz", preset=XZ_PRESET) as archive:
+    with tarfile.open(partial, "w:xz", preset=preset) as archive:
         for path in files:
             archive.add(path, arcname=str(path.relative_to(site)), recursive=False)
     partial.replace(dest)
@@ -206,7 +208,7 @@ def folder_size(folder: Path) -> int:
 
 
 def tracked_bytes(checkout: Path = REPO_ROOT) -> int:
-    """Bytes of the files git tracks in ``checkout`` (they travel with every device call)."""
+    """Bytes of the files git tracks in ``checkout`` (they travel with the payload)."""
     listed = subprocess.run(
         ["git", "-C", str(checkout), "ls-files", "-z"], capture_output=True, check=True
     ).stdout
@@ -214,20 +216,21 @@ def tracked_bytes(checkout: Path = REPO_ROOT) -> int:
     return sum(path.stat().st_size for path in paths if path.is_file())
 
 
-def payload_limit_mib(checkout: Path = REPO_ROOT) -> float:
-    """What a payload may weigh: the call's 64 MiB less the tracked files and a margin (on
-    2026-11-27 a payload under its old fixed 60 MiB limit put the tree 64 KB over)."""
-    return CALL_LIMIT_MIB - tracked_bytes(checkout) / 2**20 - MARGIN_MIB
+def payload_limit_mib(tree_limit_mib: float, checkout: Path = REPO_ROOT) -> float:
+    """What a payload may weigh when it and ``checkout`` travel together within
+    ``tree_limit_mib``: that less the tracked files and a margin (a fixed payload limit
+    breaks as the tracked files grow)."""
+    return tree_limit_mib - tracked_bytes(checkout) / 2**20 - MARGIN_MIB
 
 
-def check_size(folder: Path, limit_mib: float) -> int:
-    """Bytes in ``folder``; PayloadError when over ``limit_mib``."""
+def check_size(folder: Path, limit_mib: float | None) -> int:
+    """Bytes in ``folder``; PayloadError when over ``limit_mib`` (None: no limit)."""
     size = folder_size(folder)
-    if size > limit_mib * 2**20:
+    if limit_mib is not None and size > limit_mib * 2**20:
         raise PayloadError(
-            f"payload {folder} is {size / 2**20:.1f} MiB, over the {limit_mib} MiB limit "
-            f"(it travels with the checkout to the GPU machine, {CALL_LIMIT_MIB} MiB in all: "
-            "remove what it does not need)"
+            f"payload {folder} is {size / 2**20:.1f} MiB, over the {limit_mib:g} MiB limit "
+            "(--tree-limit-mib less the tracked files: remove what it does not need, or raise "
+            "--xz-preset)"
         )
     return size
 
@@ -248,22 +251,31 @@ def write_manifest(folder: Path, python_version: str) -> dict:
     return manifest
 
 
-def build(out: Path, python_version: str, wheel_cache: Path, limit_mib: float | None = None) -> int:
+def build(
+    out: Path,
+    python_version: str,
+    wheel_cache: Path,
+    limit_mib: float | None = None,
+    *,
+    also: Sequence[str] = (),
+    xz_preset: int = XZ_PRESET,
+) -> int:
     """Build the payload into ``out`` (replaced); return its size in bytes. ``limit_mib``:
-    the most it may weigh (default ``payload_limit_mib()``)."""
+    the most it may weigh (None: no limit); ``also``: distributions to carry besides
+    MACHINE_LACKS."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     site = site_packages()
     files = server_files(site, python_version)
-    print(f"packing {len(files)} server files from {site} (xz, about 20 s)", flush=True)
-    write_server_archive(files, site, out / SERVER_ARCHIVE)
-    pins = wheel_pins()
+    print(f"packing {len(files)} server files from {site} (xz, about 20-45 s)", flush=True)
+    write_server_archive(files, site, out / SERVER_ARCHIVE, xz_preset)
+    pins = wheel_pins([*MACHINE_LACKS, *(n for n in also if n not in MACHINE_LACKS)])
     print(f"downloading wheels for Python {python_version}: {' '.join(pins)}", flush=True)
     download_wheels(pins, out / WHEELS_DIR, python_version)
     copy_perf_analyzer_wheel(wheel_cache, out / PERF_ANALYZER_DIR)
     write_manifest(out, python_version)
-    return check_size(out, payload_limit_mib() if limit_mib is None else limit_mib)
+    return check_size(out, limit_mib)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,18 +286,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--python-version", default=TARGET_PYTHON, help=python)
     wheels = "where `make setup` left the tritonclient 2.51.0 wheel (default: build/wheels)"
     add("--wheel-cache", type=Path, default=REPO_ROOT / "build" / "wheels", help=wheels)
+    also = "more distributions the machine lacks, comma-separated (carried at this venv's "
+    also += "versions, besides MACHINE_LACKS)"
+    add("--also", default="", help=also)
+    tree = "fail when the payload and the tracked files together pass N MiB (the payload "
+    tree += f"travels with the checkout within N; a margin of {MARGIN_MIB} MiB; default: no limit)"
+    add("--tree-limit-mib", type=float, metavar="N", help=tree)
+    preset = "xz preset of the server archive: higher is smaller and slower (default: %(default)s)"
+    add("--xz-preset", type=int, choices=range(10), default=XZ_PRESET, help=preset)
     args = parser.parse_args(argv)
+    also = [name.strip() for name in args.also.split(",") if name.strip()]
     try:
-        limit = payload_limit_mib()  # git ls-files and a stat of every tracked file: once
-        size = build(args.out, args.python_version, args.wheel_cache, limit)
+        limit = None if args.tree_limit_mib is None else payload_limit_mib(args.tree_limit_mib)
+        size = build(args.out, args.python_version, args.wheel_cache, limit,
+                     also=also, xz_preset=args.xz_preset)  # fmt: skip
     except PayloadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     for path in sorted(args.out.iterdir()):
         bytes_ = path.stat().st_size if path.is_file() else folder_size(path)
         print(f"  {path.name:<20} {bytes_ / 2**20:6.1f} MiB")
-    print(f"payload {args.out}: {size / 2**20:.1f} MiB (limit {limit:.1f} MiB: "
-          f"{CALL_LIMIT_MIB} MiB less the tracked files and {MARGIN_MIB} MiB)")  # fmt: skip
+    within = "" if limit is None else (
+        f" (limit {limit:.1f} MiB: {args.tree_limit_mib:g} MiB less the tracked files and "
+        f"{MARGIN_MIB} MiB)"
+    )  # fmt: skip
+    print(f"payload {args.out}: {size / 2**20:.1f} MiB{within}")
     return 0
 
 

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# One device call of a time-limited GPU lease: bench/gpu/run.sh's steps, each under its own time
-# limit inside SECONDS, then the experiments; what they wrote is packed into $OUT/lease.tar.gz.
+# bench/gpu/run.sh's steps and further ones within a time limit, for a GPU machine held for a
+# limited time: each step under its own limit, the results packed into one archive.
 usage() {
   cat <<'TEXT'
 usage: bash bench/gpu/lease.sh SECONDS [STEP...]
 
-Runs, in order, the STEPs (default: all) that have not run yet on this machine, each limited to
-its own cap and to what is left of SECONDS; a step that would get under 30 s is skipped.
-Calling it again on the same warm machine goes on where the last call stopped.
+Runs, in order, the STEPs (default: setup engine retrieval startup serving topk topk-raft) that
+have not run yet on this machine, each limited to its own cap and to what is left of SECONDS;
+a step that would get under 30 s is skipped. Running it again on the same machine goes on
+where the last run stopped (build/gpu-bench/lease/STEP.status marks a step done).
 
   setup      harness.gpu_machine from the payload in .gpu (make gpu-payload)
   engine retrieval startup serving recommend
              bench.gpu.measure --steps STEP, results in RESULTS
   engine-large
-             bench.gpu.engine_points --configs large (the engine step's second half)
+             bench.gpu.engine_points --configs large (the engine step's second half), in
+             RESULTS/engine-large.json
   serving-instances
              ranker-64 and ranker-512 served with 8 ranker instances (the profile has 2) at
              concurrency 16, 64, 256, batching on and off: does host work per request bound
@@ -31,22 +33,23 @@ Calling it again on the same warm machine goes on where the last call stopped.
   engine-diag
              bench.gpu.engine_diag: the engine's programs with inputs on the device against
              the calls from host arrays, at 1 x 64 and 1 x 1024, in RESULTS/engine-diag.json,
-             and a JAX profiler trace (its perfetto file copied to $OUT)
+             and a JAX profiler trace (its perfetto file packed beside the archive)
   profile    ranker-64 served at concurrency 64 (batching on, HTTP) with every stub profiling
-             its executions (PHOENIX_STUB_PROFILE, phoenix/stub/profile.py): summaries
-             in build/gpu-bench/stub-profiles/; needs the serving step's artifacts
+             its executions (PHOENIX_STUB_PROFILE, phoenix/stub/profile.py): summaries and
+             the run's figures in build/gpu-bench/stub-profiles/; needs the serving step's
+             artifacts
   profile-recommend
-             the same for `recommend` at concurrency 64: every model of the ensemble's
-             executions, requests per execution and profiled time, in
-             build/gpu-bench/stub-profiles-recommend/ (which stage bounds the ensemble's rate)
+             the same for `recommend` at concurrency 64, in
+             build/gpu-bench/stub-profiles-recommend/
   topk topk-raft topk-diag
              bench.gpu.topk_variants: every variant, without and with XLA's RAFT select_k;
-             the engine's variants alone, with their device programs timed apart;
-             results in bench/results/gpu/experiments/
-Environment: RESULTS (default bench/results/gpu/<today's date>; never first-run or after-fix,
-the before/after table's baselines), PYTHON, GPU_PAYLOAD.
-Logs and step status: build/gpu-bench/lease/. Everything is packed into $OUT/lease.tar.gz
-(or build/gpu-bench/lease.tar.gz where OUT is unset).
+             the engine's variants alone, with their device programs timed apart; in
+             RESULTS/topk.json, topk-raft.json, topk-diag.json
+The JSON a step writes with bench_serving.py or bench_service_host.py gets the command and the
+machine added (bench/gpu/stamp.py). Environment: RESULTS (default bench/results/gpu: the kept
+results, replaced), PYTHON, GPU_PAYLOAD, PACK_DIR (default build/gpu-bench).
+Logs and step status: build/gpu-bench/lease/. The results, logs and stub profiles are packed
+into PACK_DIR/gpu-results.tar.gz, paths of this machine written portably.
 TEXT
 }
 set -uo pipefail
@@ -58,18 +61,15 @@ steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(setup engine retrieval startup serving topk topk-raft)
 
 state=build/gpu-bench/lease
-results=${RESULTS:-bench/results/gpu/$(date +%F)}
-case "$results" in  # the before/after table's baselines are kept as they were measured
-  */first-run|*/first-run/|*/after-fix|*/after-fix/)
-    echo "RESULTS=$results would overwrite a kept baseline: name another folder"; exit 2 ;;
-esac
-experiments=bench/results/gpu/experiments
-mkdir -p "$state" "$results" "$experiments"
+results=${RESULTS:-bench/results/gpu}
+pack_dir=${PACK_DIR:-build/gpu-bench}
+mkdir -p "$state" "$results" "$pack_dir"
 export PYTHONUNBUFFERED=1
 # Kept for packing: a step killed at its limit gets 10 s more (timeout -k), packing about 5.
 reserve=30
 python=${PYTHON:-python3}
-# Caps in seconds, from the H100 run of 2026-11-23 (engine ~2 min, empty-cache start 124-173 s).
+# Each step's own limit in seconds, from runs on an H100 and an H200 (on the H200 the engine
+# step's mini points took the whole 220 s: run engine-large for the large config).
 declare -A cap=([setup]=120 [engine]=220 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
   [profile-recommend]=150 [serving-instances]=200 [serving-instances-4]=200 [recommend]=200
@@ -81,11 +81,12 @@ served=(env XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cuda
   "PHOENIX_PROGRAM_STORE=$PWD/build/gpu-bench/programs-gpu" "$python" -m bench.bench_serving
   --device gpu --artifacts build/gpu-bench/artifacts-mini --protocols http)
 # WORKLOAD served at concurrency 64 with every stub profiling its executions into
-# build/gpu-bench/stub-profiles<SUFFIX>; bench_serving's figures in experiments/OUT.json.
-profiled() {  # WORKLOAD SUFFIX OUT
+# build/gpu-bench/stub-profiles<SUFFIX>, bench_serving's figures beside them (under cProfile:
+# slower than unprofiled, so not a result).
+profiled() {  # WORKLOAD SUFFIX
   echo "env PHOENIX_STUB_PROFILE=$PWD/build/gpu-bench/stub-profiles$2 ${served[*]}
     --workloads $1 --concurrency 64 --batching on --window-requests 200
-    --out $experiments/$3.json --build-dir build/gpu-bench/profiled$2
+    --out build/gpu-bench/stub-profiles$2/served.json --build-dir build/gpu-bench/profiled$2
     --docs build/gpu-bench/profiled$2-table.md"
 }
 # ranker-64 and ranker-512 served with N ranker instances, batching on and off.
@@ -101,11 +102,11 @@ declare -A command=(
   [startup]="${measure[*]} startup"
   [serving]="${measure[*]} serving"
   [recommend]="${measure[*]} recommend"
-  [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $experiments/topk.json"
-  [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $experiments/topk-raft.json"
+  [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $results/topk.json"
+  [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $results/topk-raft.json"
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"
-  [profile]="$(profiled ranker-64 "" profiled-serving)"
-  [profile-recommend]="$(profiled recommend -recommend profiled-recommend)"
+  [profile]="$(profiled ranker-64 "")"
+  [profile-recommend]="$(profiled recommend -recommend)"
   [serving-instances]="$(instances 8)"
   [serving-instances-4]="$(instances 4)"
   [service-host]="env JAX_PLATFORMS=cuda $python -m bench.bench_service_host --out $results/service-host.json"
@@ -115,8 +116,13 @@ declare -A command=(
     --docs build/gpu-bench/chain4-table.md"
   [engine-diag]="$python -m bench.gpu.engine_diag --profile gpu --out $results/engine-diag.json
     --trace build/gpu-bench/trace"
-  [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $experiments/topk-diag.json"
+  [topk-diag]="$python -m bench.gpu.topk_variants --profile gpu --only binned,engine,engine-1tile,engine-1tile-noexcl --out $results/topk-diag.json"
 )
+# The steps that run bench_serving.py or bench_service_host.py by hand: their JSON gets the
+# command and the machine added (measure.py does so for its own steps).
+declare -A stamped=([serving-instances]=$results/serving-ranker8.json
+  [serving-instances-4]=$results/serving-ranker4.json [service-host]=$results/service-host.json
+  [recommend-chain4]=$results/recommend-chain4.json)
 
 machine() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
@@ -139,9 +145,15 @@ run_step() {
   fi
   echo "== $name (limit ${limit} s): ${command[$name]}"
   started=$SECONDS
+  touch "$state/$name.started"
   # shellcheck disable=SC2086  (the command is a word list)
   timeout -k 10 "$limit" ${command[$name]} >"$state/$name.log" 2>&1
   rc=$?
+  local out=${stamped[$name]:-}
+  if [[ -n $out && $out -nt $state/$name.started ]]; then
+    # shellcheck disable=SC2086  (one line of the command's words)
+    "$python" -m bench.gpu.stamp "$out" --command "$(echo ${command[$name]})" >>"$state/$name.log" 2>&1
+  fi
   if ((rc == 124 || rc == 137)); then
     # The step's servers run in their own sessions and outlive it: stop them before the next
     # step needs the GPU's memory and the ports (the machine runs nothing else of ours).
@@ -165,13 +177,13 @@ for step in "${steps[@]}"; do
   fi
 done
 
-pack=${OUT:-build/gpu-bench}/lease.tar.gz
-find bench/results/gpu build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f \
+pack=$pack_dir/gpu-results.tar.gz
+find "$results" build/gpu-bench/lease build/gpu-bench -maxdepth 2 -type f \
   \( -name '*.json' -o -name '*.png' -o -name '*.log' -o -name '*.txt' -o -name '*.status' \
   -o -name '*.md' \) -size -8M 2>/dev/null | sort -u >"$state/packed.txt"
 # No path of that machine (phoenix/util/machine_paths.py): the results are kept in the repository.
 grep -v '\.png$' "$state/packed.txt" | xargs -r -d '\n' "$python" -m phoenix.util.machine_paths
-# The engine trace beside the pack, where it fits a returned file (16 MiB)
-trace=$(find build/gpu-bench/trace -name 'perfetto_trace.json.gz' -size -15M 2>/dev/null | head -1)
-[[ -n $trace && -n ${OUT:-} ]] && cp "$trace" "$OUT/engine-trace.json.gz"
+# The engine trace beside the archive (a perfetto file: ui.perfetto.dev reads it)
+trace=$(find build/gpu-bench/trace -name 'perfetto_trace.json.gz' 2>/dev/null | head -1)
+[[ -n $trace ]] && cp "$trace" "$pack_dir/engine-trace.json.gz"
 tar czf "$pack" -T "$state/packed.txt" && echo "packed $(wc -l <"$state/packed.txt") files: $pack ($((SECONDS)) s)"

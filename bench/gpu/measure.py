@@ -1,7 +1,7 @@
 """The GPU benchmark: every step, each in its own process, then the GPU table of the docs.
 
     python -m bench.gpu.measure                      # on a GPU machine set up by gpu_machine.py
-    python -m bench.gpu.measure --steps engine       # one step (e.g. one device call each)
+    python -m bench.gpu.measure --steps engine       # one step, or a few: engine,retrieval
     .venv/bin/python -m bench.gpu.measure --cpu       # the same steps here, tiny and quick
 
 Steps (sizes in bench/gpu/profiles.py):
@@ -12,7 +12,7 @@ Steps (sizes in bench/gpu/profiles.py):
   startup    Triton ready with an empty, then a filled program store (startup.py)
                                                                        -> startup.json
   serving    bench/bench_serving.py --device gpu, batching on and off  -> serving.json/png
-  recommend  the ensemble end to end (top 100) over artifacts with a 1 M-post corpus file
+  recommend  recommend end to end (top 100) over artifacts with a 1 M-post corpus file
              (bench_serving.py --workloads recommend)                 -> recommend.json/png
 
 Results go to bench/results/gpu/ (with --cpu: build/gpu-bench/cpu-results/), a summary of the
@@ -171,19 +171,15 @@ def run_step(step: str, args, env: dict) -> dict:
     return {"exit_code": done.returncode, "seconds": round(seconds, 1)}
 
 
-def stamp_serving(path: Path, written_after: float) -> None:
-    """bench_serving.py's JSON names no GPU, driver or JAX: add them (the report shows them),
-    to a file this run wrote (never to an earlier run's, left by a step that failed early)."""
+def stamp_serving(path: Path, command: list[str], written_after: float) -> None:
+    """bench_serving.py's JSON names no GPU, driver or JAX, nor its command: add them (the
+    report shows them), to a file this run wrote (never to an earlier run's, left by a step
+    that failed early)."""
     if not path.is_file() or path.stat().st_mtime < written_after:
         return
-    import jax
-    import numpy as np
+    from bench.gpu import stamp
 
-    result = json.loads(path.read_text())
-    result.setdefault("machine", {}).update(
-        profiles.gpu_identity(), jax=jax.__version__, numpy=np.__version__
-    )
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    stamp.stamp(path, " ".join(["python", *command[1:]]))
 
 
 def copy_results(results: Path, dest: Path) -> None:
@@ -208,7 +204,8 @@ def main(argv=None) -> int:
         step_started = time.time()
         run["steps"][step] = run_step(step, args, env)
         if step in ("serving", "recommend"):
-            stamp_serving(args.results / f"{step}.json", written_after=step_started)
+            command = step_command(step, args)
+            stamp_serving(args.results / f"{step}.json", command, written_after=step_started)
     run["seconds"] = round(time.monotonic() - started, 1)
     (args.results / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     if args.docs:

@@ -169,11 +169,29 @@ def chosen_profile(args) -> Profile:
     return profile
 
 
+def command_line(argv: list[str] | None = None) -> str:
+    """This process's command as a reader would type it (``python -m bench.gpu.STEP ARGS``),
+    with no path of this machine (``phoenix.util.machine_paths``)."""
+    import shlex
+    import sys
+
+    from phoenix.util.machine_paths import portable_text
+
+    argv = sys.argv if argv is None else argv
+    script = Path(argv[0]).resolve()
+    if script.is_relative_to(REPO_ROOT) and script.suffix == ".py":
+        head = "python -m " + ".".join(script.relative_to(REPO_ROOT).with_suffix("").parts)
+    else:
+        head = f"python {argv[0]}"
+    return portable_text(" ".join([head, *map(shlex.quote, argv[1:])]))
+
+
 def write_result(out: Path, result: dict) -> None:
-    """A step's JSON, with where it was measured (JAX imported only now: see startup.py)."""
+    """A step's JSON, with the command that ran it and where it was measured (JAX imported
+    only now: see startup.py)."""
     import json
 
-    result = {"machine": machine_info(), **result}
+    result = {"command": command_line(), "machine": machine_info(), **result}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")

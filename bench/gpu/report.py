@@ -1,10 +1,14 @@
-"""The GPU section of docs/performance.md, from the JSON files of a GPU benchmark run.
+"""The GPU section of docs/performance.md, from the JSON files of the GPU benchmark.
 
-    python -m bench.gpu.report --results bench/results/gpu --docs docs/performance.md
+    python -m bench.gpu.report            # rewrite the section from bench/results/gpu
+    python -m bench.gpu.report --check    # exit 1 when the section is not what the files give
+    python -m bench.gpu.report --results DIR --docs FILE
 
 Rewrites what lies between the markers `<!-- gpu-table:start -->` and `<!-- gpu-table:end -->`.
-A step whose JSON is missing shows "not yet measured", so the section can be filled step by
-step (one device call per step) and re-rendered here from the files brought back.
+A step of `bench/gpu/measure.py` whose JSON is missing shows "not yet measured", so the section
+can be filled step by step and rendered again from the files a GPU machine wrote; the other
+suites (more ranker instances, a stub's host work, the top-k variants) show when their file is
+there.
 """
 
 from __future__ import annotations
@@ -22,34 +26,28 @@ from phoenix.util.command_line import command_parser
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 NOT_MEASURED = "not yet measured"
 NOT_IN_RUN = "not in this run"  # the step ran, but not at this point (e.g. the CPU profile)
-STEPS = ("engine", "retrieval", "startup", "serving")
-# Read when present: the recommend step's JSON, and the lease step serving-instances' (the
-# ranker served with more instances than the profile's).
-OPTIONAL = {"recommend": "recommend.json", "serving_instances": "serving-ranker8.json"}
-FIRST_RUN = "first-run"  # the run before any change, for the before/after table
-AFTER_FIX = "after-fix"  # served again after the first fix (2026-11-26), a column of that table
+STEPS = ("engine", "retrieval", "startup", "serving")  # measure.py's steps, recommend aside
+# Every suite's file in the results folder, by the key the renderers read.
+FILES = {
+    "engine": "engine.json",
+    "retrieval": "retrieval.json",
+    "topk": "topk.json",
+    "topk_programs": "topk-diag.json",
+    "startup": "startup.json",
+    "serving": "serving.json",
+    "serving_instances": "serving-ranker8.json",
+    "service_host": "service-host.json",
+    "recommend": "recommend.json",
+}
 
 
 def load_results(folder: Path) -> dict[str, dict]:
-    """Each step's JSON in ``folder`` (missing steps left out), the OPTIONAL files, the top-k
-    experiments of experiments/topk*.json as "topk" (a list, by file name), and the first run's
-    steps (folder/first-run) as "first_run"."""
-    found = {}
-    for step in STEPS:
-        path = folder / f"{step}.json"
-        if path.is_file():
-            found[step] = json.loads(path.read_text())
-    for key, name in OPTIONAL.items():
-        if (folder / name).is_file():
-            found[key] = json.loads((folder / name).read_text())
-    for key, name in (("first_run", FIRST_RUN), ("after_fix", AFTER_FIX)):
-        earlier = folder / name
-        if earlier.is_dir() and earlier.resolve() != folder.resolve():
-            found[key] = load_results(earlier)
-    experiments = sorted((folder / "experiments").glob("topk*.json"))
-    if experiments:
-        found["topk"] = [json.loads(path.read_text()) for path in experiments]
-    return found
+    """Each suite's JSON in ``folder`` by its FILES key (missing files left out)."""
+    return {
+        key: json.loads((folder / name).read_text())
+        for key, name in FILES.items()
+        if (folder / name).is_file()
+    }
 
 
 def fmt(value: Optional[float], spec: str, suffix: str = "", missing: str = NOT_MEASURED) -> str:
@@ -57,30 +55,47 @@ def fmt(value: Optional[float], spec: str, suffix: str = "", missing: str = NOT_
 
 
 def stamp(result: Optional[dict]) -> str:
-    """When and where a step's figures were taken (bench_serving.py's JSON has fewer fields)."""
+    """Where a suite's figures were taken (bench_serving.py's JSON has fewer fields)."""
     if result is None:
         return f"*{NOT_MEASURED}*"
     m, settings = result.get("machine", {}), result.get("settings", {})
-    date = m.get("date") or result.get("date", "?")
     where = m.get("gpu") or m.get("device_kind") or settings.get("device") or m.get("backend", "?")
     versions = [f"driver {m['driver']}"] if m.get("driver") else []
     versions += [f"jax {m['jax']}", f"numpy {m['numpy']}"] if "jax" in m else []
+    versions += [f"{m['cpu_count']} host cores"] if m.get("cpu_count") else []
     versions = f" ({', '.join(versions)})" if versions else ""
     profile = result.get("profile") or ("cpu" if settings.get("device") == "cpu" else "gpu")
-    return f"measured {date} on {where}{versions}, profile `{profile}`"
+    return f"measured on {where}{versions}, profile `{profile}`"
+
+
+def ms(seconds: Optional[float]) -> str:
+    return fmt(seconds and seconds * 1e3, ".2f", missing="-")
+
+
+def engine_rows(result: Optional[dict]) -> list[dict]:
+    """The file's points, then every point of its profile that the file lacks (unmeasured)."""
+    rows = list(result["ranking"]) if result else []
+    profile = profiles.PROFILES.get((result or {}).get("profile", "gpu"), profiles.GPU)
+    measured = {(r["config"], r["users"], r["candidates"]) for r in rows}
+    return rows + [
+        {"config": name, "users": users, "candidates": candidates}
+        for name, points in profile.ranking_points.items()
+        for users, candidates in points
+        if (name, users, candidates) not in measured
+    ]
 
 
 def engine_table(result: Optional[dict]) -> list[str]:
     lines = [
-        f"**Engine against the plain jitted original**, same weights and inputs: {stamp(result)}.",
+        f"**Engine against the plain jitted original**, same weights and inputs "
+        f"(`bench/gpu/engine_points.py`): {stamp(result)}.",
         "",
         "| config | users x candidates | original (jit) cand/s | engine cand/s | "
         "engine / original (target >= 1.0x) | device ranker cand/s (from raw ids) | "
         "device ranker / original |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    rows = result["ranking"] if result else placeholder_points()
-    for r in rows:
+    for r in engine_rows(result):
         if "error" in r:
             lines.append(f"| {r['config']} | {r['users']} x {r['candidates']} | error: "
                          f"{r['error'][:80]} | | | | |")  # fmt: skip
@@ -96,18 +111,41 @@ def engine_table(result: Optional[dict]) -> list[str]:
     return lines
 
 
-def placeholder_points() -> list[dict]:
-    return [
-        {"config": name, "users": users, "candidates": candidates}
-        for name, points in profiles.GPU.ranking_points.items()
-        for users, candidates in points
+def engine_time_table(result: Optional[dict]) -> list[str]:
+    """Milliseconds a call and device launches: the original with its inputs copied from the
+    host or already on the device, the engine's two passes (empty without those figures)."""
+    rows = [r for r in (result or {}).get("ranking", []) if "original_device_inputs_s" in r]
+    if not rows:
+        return []
+    lines = [
+        "**Where a call's time goes**, ms a call: the original from host arrays and with its "
+        "inputs already on the device; the engine's `score` (hashed features from the host) and "
+        "the device ranker's `rank` (raw ids, as served), each with the cached pass (the "
+        "context first, the candidates against its cache) and the joint pass (context and "
+        "candidates as one sequence); device launches a call (the optimized program's device "
+        "instructions).",
+        "",
+        "| config | users x candidates | original | original, inputs on the device | "
+        "score cached / joint | rank cached / joint | launches: original, score cached / joint |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    for r in rows:
+        n = r.get("launches", {})
+        lines.append(
+            f"| {r['config']} | {r['users']} x {r['candidates']} | {ms(r['original_jit_s'])} | "
+            f"{ms(r['original_device_inputs_s'])} | "
+            f"{ms(r.get('engine_cached_s'))} / {ms(r.get('engine_joint_s'))} | "
+            f"{ms(r.get('device_ranker_cached_s'))} / {ms(r.get('device_ranker_joint_s'))} | "
+            f"{n.get('original', '-')}, {n.get('score_cached', '-')} / "
+            f"{n.get('score_joint', '-')} |"
+        )
+    return lines
 
 
 def retrieval_table(result: Optional[dict]) -> list[str]:
     targets = {1_000_000: ">= 20,000", 10_000_000: ">= 2,000"}
     lines = [
-        f"**Retrieval**, exact top 100: {stamp(result)}.",
+        f"**Retrieval**, exact top 100 (`bench/gpu/retrieval.py`): {stamp(result)}.",
         "",
         "| corpus | users per call | top-k queries/s (target) | user tower + top-k queries/s |",
         "| --- | --- | --- | --- |",
@@ -123,12 +161,39 @@ def retrieval_table(result: Optional[dict]) -> list[str]:
     return lines
 
 
+TOPK_TITLES = {
+    "topk": "every variant",
+    "topk_programs": "the engine's variants, with their device programs timed alone "
+    "(`/program`: one call of all the users, inputs already on the device)",
+}
+
+
+def topk_table(result: Optional[dict], key: str) -> list[str]:
+    """Top 100 computed several ways (bench/gpu/topk_variants.py): what to choose from."""
+    if not result:
+        return []
+    names = list(dict.fromkeys(n for r in result["topk"] for n in r["queries_per_s"]))
+    lines = [
+        f"**Top 100 over a device-resident corpus, several ways**, {TOPK_TITLES[key]}, "
+        f"queries/s (`bench/gpu/topk_variants.py`, whose docstring says what each variant is; "
+        f"the engine variants split the users into device calls of at most 16; XLA flags: "
+        f"{result.get('xla_flags') or 'none'}): {stamp(result)}.",
+        "",
+        "| corpus | users per call | " + " | ".join(names) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in names) + " |",
+    ]
+    for r in result["topk"]:
+        values = [fmt(r["queries_per_s"].get(n), ",.0f", missing="-") for n in names]
+        lines.append(f"| {r['corpus']:,} | {r['batch']} | " + " | ".join(values) + " |")
+    return lines
+
+
 def startup_table(result: Optional[dict]) -> list[str]:
     s = result["startup"] if result else {}
     models = s.get("models", "all")
     loaded = "whole repository" if models == "all" else ", ".join(models)
     return [
-        f"**Server start-up** ({loaded}, until ready): {stamp(result)}.",
+        f"**Server start-up** ({loaded}, until ready; `bench/gpu/startup.py`): {stamp(result)}.",
         "",
         "| empty program store (target <= 60 s) | restart, store filled (target <= 15 s) |",
         "| --- | --- |",
@@ -147,13 +212,17 @@ def failed_requests(result: dict) -> Optional[int]:
     return sum(sum(v.values()) for v in failed.values()) if failed else None
 
 
+def throughput(result: dict, workload: str, batching: str, concurrency: int) -> Optional[float]:
+    rows = served_rows(result, workload=workload, batching=batching, concurrency=concurrency)
+    return first_value(rows, lambda r: r["throughput"])
+
+
 def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
-    """(figure, measured, target) for the served targets."""
+    """(figure, measured, target) of the served ranker."""
     missing = NOT_MEASURED if result is None else NOT_IN_RUN
     result = result or {}
     best_512 = best(served_rows(result, workload="ranker-512", batching="on"))
     best_64 = best(served_rows(result, workload="ranker-64", batching="on"))
-    summary = result.get("summary", {}).get("ranker-512", {})
     p99_64 = first_value(
         served_rows(result, workload="ranker-64", batching="on", concurrency=16),
         lambda r: r["p99_ms"],
@@ -171,22 +240,18 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
             + (f" (c={best_512['concurrency']})" if best_512 else ""),
             ">= 2,000,000",
         ),
-        (
-            "ranker-512 served / in-process (best of 1 and 8 users per call)",
-            fmt(summary.get("served_vs_in_process"), ".0%", missing=missing),
-            ">= 50%",
-        ),
-        (
-            "ranker-64 p99 at concurrency 16, batching on",
-            fmt(p99_64, ".1f", " ms", missing=missing),
-            "<= 25 ms",
-        ),
     ]
     for workload in ("ranker-64", "ranker-512"):
-        on = first_value(served_rows(result, workload=workload, batching="on", concurrency=64),
-                         lambda r: r["throughput"])  # fmt: skip
-        off = first_value(served_rows(result, workload=workload, batching="off", concurrency=64),
-                          lambda r: r["throughput"])  # fmt: skip
+        summary = result.get("summary", {}).get(workload, {})
+        rows.append((
+            f"{workload} served / in process (best of 1 and 8 users per call)",
+            fmt(summary.get("served_vs_in_process"), ".0%", missing=missing),
+            ">= 50%",
+        ))  # fmt: skip
+    rows.append(("ranker-64 p99 at concurrency 16, batching on",
+                 fmt(p99_64, ".1f", " ms", missing=missing), "<= 25 ms"))  # fmt: skip
+    for workload in ("ranker-64", "ranker-512"):
+        on, off = (throughput(result, workload, b, 64) for b in ("on", "off"))
         figure = f"{workload} batching on / off at concurrency 64"
         rows.append((figure, fmt(ratio(on, off), ".2f", "x", missing=missing), ">= 4x"))
     failures = failed_requests(result)
@@ -194,14 +259,18 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def serving_table(result: Optional[dict], title: str = "**Served**") -> list[str]:
+def instance_counts(result: Optional[dict]) -> str:
     instances = (result or {}).get("settings", {}).get("instances")
-    counts = (
-        ", ".join(f"{k} {v}" for k, v in instances.items()) if isinstance(instances, dict) else ""
-    )
+    if not isinstance(instances, dict):
+        return "the profile's"
+    return ", ".join(f"{k} {v}" for k, v in instances.items())
+
+
+def serving_table(result: Optional[dict], title: str = "**Served ranker**") -> list[str]:
+    device = (result or {}).get("settings", {}).get("device", "gpu")
     lines = [
-        f"{title} (perf_analyzer over HTTP, batching on and off; instances: "
-        f"{counts or 'the profile' + chr(39) + 's'}): {stamp(result)}.",
+        f"{title} (`bench/bench_serving.py --device {device}`: perf_analyzer over HTTP, batching "
+        f"on and off; instances: {instance_counts(result)}): {stamp(result)}.",
         "",
         "| figure | measured | target |",
         "| --- | --- | --- |",
@@ -212,162 +281,156 @@ def serving_table(result: Optional[dict], title: str = "**Served**") -> list[str
     return lines
 
 
-def recommend_rows(result: dict) -> list[tuple[str, str, str]]:
-    """(figure, measured, target) for the ensemble served end to end."""
-    top = best(served_rows(result, workload="recommend", batching="on"))
-    corpus = result.get("settings", {}).get("artifacts", "?")
-    failures = failed_requests(result)
-    in_process = result.get("in_process", {}).get("recommend", {})
+def served_points_table(runs: list[dict]) -> list[str]:
+    """Requests/s of each served ranker run at each concurrency, batching on against off."""
+    runs = [r for r in runs if r and served_rows(r)]
+    if not runs:
+        return []
+    levels = sorted({row["concurrency"] for r in runs for row in served_rows(r)})
+    lines = [
+        "**Served ranker by concurrency**, requests/s with batching on / off (the runs above):",
+        "",
+        "| workload | instances | " + " | ".join(f"c={c}" for c in levels) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in levels) + " |",
+    ]
+    for workload in ("ranker-64", "ranker-512"):
+        for run in runs:
+            cells = [
+                " / ".join(
+                    fmt(throughput(run, workload, b, c), ",.0f", missing="-") for b in ("on", "off")
+                )
+                for c in levels
+            ]
+            lines.append(f"| {workload} | {instance_counts(run)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def service_host_table(result: Optional[dict]) -> list[str]:
+    """A served ranker request's host work in its stub (bench/bench_service_host.py)."""
+    if not result:
+        return []
+    by_batch = result["us_per_request_by_batch"]
+    m = result.get("machine", {})
+    host = f"the {m['cpu_count']} host cores" if m.get("cpu_count") else "the host"
+    where = f"{host} of the {m['gpu']} machine" if m.get("gpu") else host
     return [
-        (
-            "recommend requests/s at its best concurrency (top 100)",
-            fmt(top and top["throughput"], ",.0f", missing=NOT_IN_RUN)
-            + (f" (c={top['concurrency']}, artifacts `{Path(corpus).name}`)" if top else ""),
-            ">= 1,000",
-        ),
-        (
-            "p99 at that concurrency",
-            fmt(top and top["p99_ms"], ".1f", " ms", missing=NOT_IN_RUN),
-            "<= 50 ms",
-        ),
-        (
-            "in process, 1 / 8 users per call",
-            " / ".join(
-                fmt(in_process.get(k, {}).get("throughput"), ",.0f", missing="-")
-                for k in ("batch_1", "batch_8")
-            ),  # fmt: skip
-            "-",
-        ),
-        ("failed requests (server statistics)", fmt(failures, "d", missing=NOT_IN_RUN), "0"),
+        f"**A ranker request's host work in its stub**, µs a request by requests a batch "
+        f"(`bench/bench_service_host.py`: `RankerService.handle` with the device call's answer "
+        f"cached; `{Path(result.get('artifacts', '?')).name}`, 64 candidates, 32 history "
+        f"items): measured on {where}.",
+        "",
+        "| " + " | ".join(f"{n} a batch" for n in by_batch) + " |",
+        "| " + " | ".join("---" for _ in by_batch) + " |",
+        "| " + " | ".join(f"{us:.0f}" for us in by_batch.values()) + " |",
     ]
 
 
 def recommend_table(result: Optional[dict]) -> list[str]:
     if result is None:
         return [f"**recommend end to end**: *{NOT_MEASURED}*."]
+    top = best(served_rows(result, workload="recommend", batching="on"))
+    corpus = Path(result.get("settings", {}).get("artifacts", "?")).name
+    in_process = result.get("in_process", {}).get("recommend", {})
+    one_eight = " / ".join(
+        fmt(in_process.get(k, {}).get("throughput"), ",.0f", missing="-")
+        for k in ("batch_1", "batch_8")
+    )
+    points = sorted(served_rows(result, workload="recommend", batching="on"),
+                    key=lambda r: r["concurrency"])  # fmt: skip
+    failures = fmt(failed_requests(result), "d", missing=NOT_IN_RUN)
+    rows = [
+        (
+            f"requests/s at concurrency {r['concurrency']}, p50 / p99",
+            f"{r['throughput']:,.0f}, {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms",
+            ">= 1,000, p99 <= 50 ms" if r is top else "-",
+        )
+        for r in points
+    ]
+    rows += [
+        ("in process, 1 / 8 users per call, requests/s", one_eight, "-"),
+        ("failed requests (server statistics)", failures, "0"),
+    ]
     lines = [
-        f"**recommend end to end** (the ensemble: user tower, exact top 100 over the corpus "
-        f"file, ranker, feed policy; perf_analyzer over HTTP): {stamp(result)}.",
+        f"**recommend end to end** (`bench/bench_serving.py --workloads recommend`: the "
+        f"`recommend_chain` model, top 100 over the corpus file of `{corpus}`; perf_analyzer "
+        f"over HTTP, batching on; instances: {instance_counts(result)}): {stamp(result)}.",
         "",
         "| figure | measured | target |",
         "| --- | --- | --- |",
     ]
-    return lines + [f"| {f} | {v} | {t} |" for f, v, t in recommend_rows(result)]
-
-
-def before_after_table(first: dict, latest: dict, after_fix: Optional[dict] = None) -> list[str]:
-    """The targets' figures in the first run (the code before any change) and now."""
-
-    def served(result, label):
-        return {f: v for f, v, _ in serving_rows(result)}.get(label, NOT_MEASURED)
-
-    def retrieval(result, corpus):
-        rows = [r for r in (result or {}).get("retrieval", []) if r["corpus"] == corpus]
-        return fmt(rows[0]["top_k_queries_per_s"] if rows else None, ",.0f")
-
-    def engine(result, users, candidates):
-        rows = [
-            r for r in (result or {}).get("ranking", [])
-            if (r["config"], r["users"], r["candidates"]) == ("mini", users, candidates)
-        ]  # fmt: skip
-        return fmt(rows[0].get("device_ranker_vs_original") if rows else None, ".2f", "x")
-
-    def served_or_failed(result, label):
-        if result and not served_rows(result) and failed_requests(result) and "failed" not in label:
-            return "every request failed"
-        return served(result, label)
-
-    lines = [
-        "**Before and after**: the first run (`bench/results/gpu/first-run`, the code as it "
-        f"stood), serving after its first fix (`{AFTER_FIX}`), and the latest files here.",
-        "",
-        "| figure | first run | served after the first fix | latest |",
-        "| --- | --- | --- | --- |",
-    ]
-    labels = [label for label, _, _ in serving_rows(None)]
-    fixed = (after_fix or {}).get("serving")
-    for label in labels:
-        lines.append(
-            f"| {label} | {served_or_failed(first.get('serving'), label)} "
-            f"| {served(fixed, label) if fixed else '-'} | {served(latest.get('serving'), label)} |"
-        )
-    more = latest.get("serving_instances")
-    counts = (more or {}).get("settings", {}).get("instances") or {}
-    counts = ", ".join(f"{n} {k} instances" for k, n in counts.items())
-    for label in labels[:2] if more else []:
-        lines.append(f"| {label}, {counts} | - | - | {served(more, label)} |")
-    for corpus in (1_000_000, 10_000_000):
-        lines.append(
-            f"| retrieval top-k queries/s, {corpus:,} posts | "
-            f"{retrieval(first.get('retrieval'), corpus)} | - | "
-            f"{retrieval(latest.get('retrieval'), corpus)} |"
-        )
-    for users, candidates in profiles.GPU.ranking_points["mini"]:
-        lines.append(
-            f"| device ranker / original, mini {users} x {candidates} | "
-            f"{engine(first.get('engine'), users, candidates)} | - | "
-            f"{engine(latest.get('engine'), users, candidates)} |"
-        )
-    return lines
-
-
-def topk_table(result: Optional[dict]) -> list[str]:
-    """Top 100 computed several ways (bench/gpu/topk_variants.py): what to choose from."""
-    if not result:
-        return []
-    names = list(dict.fromkeys(n for r in result["topk"] for n in r["queries_per_s"]))
-    lines = [
-        f"**Top 100 over a device-resident corpus, several ways**, queries/s "
-        f"(`bench/gpu/topk_variants.py`, whose docstring says what each variant is; the engine "
-        f"variants split the users into device calls of at most 16, `/program` is the engine's "
-        f"device program alone, one call of all the users, inputs already on the device; "
-        f"XLA flags: {result.get('xla_flags') or 'none'}): {stamp(result)}.",
-        "",
-        "| corpus | users per call | " + " | ".join(names) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in names) + " |",
-    ]
-    for r in result["topk"]:
-        values = [fmt(r["queries_per_s"].get(n), ",.0f", missing="-") for n in names]
-        lines.append(f"| {r['corpus']:,} | {r['batch']} | " + " | ".join(values) + " |")
-    return lines
+    return lines + [f"| {f} | {v} | {t} |" for f, v, t in rows]
 
 
 def render(results: dict[str, dict]) -> str:
     """The whole section body between the markers."""
+    serving, more = results.get("serving"), results.get("serving_instances")
     parts = [
         engine_table(results.get("engine")),
+        engine_time_table(results.get("engine")),
         retrieval_table(results.get("retrieval")),
-        *(topk_table(result) for result in results.get("topk", [])),
+        topk_table(results.get("topk"), "topk"),
+        topk_table(results.get("topk_programs"), "topk_programs"),
         startup_table(results.get("startup")),
-        serving_table(results.get("serving")),
+        serving_table(serving),
+        serving_table(more, "**Served ranker, more instances**") if more else [],
+        served_points_table([serving, more]) if more else [],
+        service_host_table(results.get("service_host")),
+        recommend_table(results.get("recommend")),
     ]
-    if "serving_instances" in results:
-        parts.append(serving_table(results["serving_instances"], "**Served, more instances**"))
-    parts.append(recommend_table(results.get("recommend")))
-    if "first_run" in results:
-        parts.append(before_after_table(results["first_run"], results, results.get("after_fix")))
-    parts = [lines for lines in parts if lines]
-    return "\n\n".join("\n".join(lines) for lines in parts)
+    return "\n\n".join("\n".join(lines) for lines in parts if lines)
+
+
+def section(text: str) -> Optional[str]:
+    """What stands between the markers of ``text`` (None without them)."""
+    if TABLE_START not in text or TABLE_END not in text:
+        return None
+    return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip("\n")
 
 
 def update_docs(path: Path, body: str) -> None:
     """Replace the text between the markers of ``path``; a readable error without them."""
     text = path.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
+    if section(text) is None:
         raise SystemExit(f"error: {path} has no {TABLE_START} ... {TABLE_END} markers")
     path.write_text(between_markers(text, TABLE_START, TABLE_END, body))
 
 
+def check_docs(path: Path, body: str) -> bool:
+    """Whether the section of ``path`` is ``body``; prints where they part when not."""
+    found = section(path.read_text())
+    if found is None:
+        raise SystemExit(f"error: {path} has no {TABLE_START} ... {TABLE_END} markers")
+    if found == body:
+        return True
+    for number, (old, new) in enumerate(zip(found.splitlines(), body.splitlines()), 1):
+        if old != new:
+            print(f"line {number} of the section differs:\n  docs:  {old}\n  files: {new}")
+            break
+    else:
+        print(f"the section has {len(found.splitlines())} lines, the files give "
+              f"{len(body.splitlines())}")  # fmt: skip
+    return False
+
+
 def main(argv=None) -> int:
     parser = command_parser("python -m bench.gpu.report", __doc__)
-    parser.add_argument("--results", type=Path, default=profiles.RESULTS_GPU,
-                        help="folder of engine/retrieval/startup/serving.json "
-                        "(default: bench/results/gpu)")  # fmt: skip
-    parser.add_argument("--docs", type=Path, default=profiles.REPO_ROOT / "docs" / "performance.md",
-                        help="file with the markers (default: docs/performance.md)")  # fmt: skip
+    add = parser.add_argument
+    folder = "folder of the suites' JSON files (default: bench/results/gpu)"
+    add("--results", type=Path, default=profiles.RESULTS_GPU, help=folder)
+    docs = "file with the markers (default: docs/performance.md)"
+    add("--docs", type=Path, default=profiles.REPO_ROOT / "docs" / "performance.md", help=docs)
+    check = "write nothing; exit 1 when the section differs from what the files give"
+    add("--check", action="store_true", help=check)
     args = parser.parse_args(argv)
     results = load_results(args.results)
-    update_docs(args.docs, render(results))
+    body = render(results)
+    if args.check:
+        if check_docs(args.docs, body):
+            print(f"the GPU section of {args.docs} is what {args.results} gives")
+            return 0
+        print(f"run `python -m bench.gpu.report` to render it again from {args.results}")
+        return 1
+    update_docs(args.docs, body)
     print(f"updated the GPU section of {args.docs} from {sorted(results) or 'no results'}")
     return 0
 

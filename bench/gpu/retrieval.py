@@ -6,7 +6,7 @@ The measurement is bench_engine.py's `bench_retrieval` (RetrievalEngine, mini co
 random unit-norm corpus): queries/s of top-k alone and of the user tower plus top-k. The engine
 compiles the batch sizes the served retriever does in the profile's deployment (the GPU
 profile's 1, 8, 64): with the engine's default ones (up to 16) a batch of 64 users became four
-device calls, each reading the whole corpus (the H200 run of 2026-11-26 measured that).
+device calls, each reading the whole corpus (the `engine` column of bench/results/gpu/topk.json).
 """
 
 from __future__ import annotations

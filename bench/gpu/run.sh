@@ -8,9 +8,10 @@ usage: bash bench/gpu/run.sh [--cpu] [measure.py options...]
 On a bare GPU machine (from the checkout's root, the payload carried in .gpu):
   1. python3 -m harness.gpu_machine --payload $GPU_PAYLOAD
                                   wheels, Triton server, perf_analyzer
-  2. python3 -m bench.gpu.measure ...   engine, retrieval, startup, serving
+  2. python3 -m bench.gpu.measure ...   engine, retrieval, startup, serving, recommend
 Results: bench/results/gpu/*.json|png, also copied to $GPU_RESULTS_COPY when it names a folder
-(one to fetch them from, when the checkout itself is not kept).
+(one to fetch them from, when the checkout itself is not kept). docs/gpu.md says more; the
+further suites and a run within a time limit: bench/gpu/lease.sh.
 
 With --cpu (or DEVICE=cpu) it skips the set-up and runs the same steps here on the CPU with
 tiny sizes, using the checkout's .venv (a smoke run; results under build/gpu-bench/).

@@ -6,8 +6,8 @@
 Same users [B, D] and unit corpus [M, D] (random, drawn on the device) for every variant:
   engine        RetrievalEngine.top_k with the engine's defaults (binned two-pass top-k, results
                 to the host, no exclusions; batch buckets up to 16, so 64 users are four device
-                calls; default tiles: ONE_TILE_ROWS rows on GPUs until 2026-11-26, now the whole
-                corpus while its scores fit, see default_corpus_tile)
+                calls; default tiles: the whole corpus while its scores fit, see
+                default_corpus_tile)
   engine-1tile  the same with the whole corpus as one tile (no scan over tiles)
   engine-1tile-noexcl  and with exclusion lists one wide instead of 4,096
   .../program   each engine's device program alone, one call of all 64 users, its inputs

@@ -83,9 +83,9 @@ def default_corpus_tile(
     """Rows per tile: the whole corpus up to ONE_TILE_ROWS; beyond, 16 k rows on CPUs, where
     a [users, tile] block of scores stays in the caches. On other backends (GPUs), as few
     tiles as keep ``max_batch`` users' float32 scores of one within DEVICE_SCORE_BYTES, of
-    even size (padding under a bin per tile): on an H200 (2026-11-26, 64 users,
-    bench/results/gpu/experiments/topk-diag.json) the device program ran 1.5x as fast over
-    1 M posts as one tile than as tiles of ONE_TILE_ROWS, 2.3x over 10 M."""
+    even size (padding under a bin per tile): on an H200 (64 users,
+    bench/results/gpu/topk-diag.json) the device program ran 1.5x as fast over 1 M posts as
+    one tile than as tiles of ONE_TILE_ROWS, 2.3x over 10 M."""
     if size <= ONE_TILE_ROWS:
         return whole_bins(size)
     if (backend or jax.default_backend()) == "cpu":

@@ -7,10 +7,9 @@ each model instance then profiles its ``execute`` calls and, in ``finalize``, wr
     <instance>-<pid>.txt    executions and requests seen, and the 40 functions with the most
                             time of their own
 
-Meant for machines without a sampling profiler (the GPU machines measured on have no perf,
-gdb or py-spy): a GPU run showed about 1.3 ms of stub time per request that the model
-call alone does not explain (bench/results/gpu/NOTES.md). Off unless the variable is set:
-cProfile slows the code it watches.
+Meant for machines without a sampling profiler (no perf, gdb or py-spy): it is how the host
+work per request that bounds a served ranker on a GPU was found (docs/gpu.md, "Profiling a
+stub"). Off unless the variable is set: cProfile slows the code it watches.
 """
 
 from __future__ import annotations

@@ -96,8 +96,32 @@ def test_the_payload_limit_leaves_room_for_the_tracked_files(tmp_path):
     (tmp_path / "untracked.bin").write_bytes(b"\1" * 2**20)
     subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.bin"], check=True)
     assert payload.tracked_bytes(tmp_path) == 3 * 2**20
-    assert payload.payload_limit_mib(tmp_path) == 64 - 3 - payload.MARGIN_MIB
-    assert 0 < payload.payload_limit_mib() < 64 - payload.MARGIN_MIB  # this checkout's
+    assert payload.payload_limit_mib(64, tmp_path) == 64 - 3 - payload.MARGIN_MIB
+    assert payload.payload_limit_mib(100, tmp_path) == 100 - 3 - payload.MARGIN_MIB
+    assert 0 < payload.payload_limit_mib(64) < 64 - payload.MARGIN_MIB  # this checkout's
+
+
+def test_size_check_without_a_limit_only_measures(tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"\0" * 2**21)
+    assert payload.check_size(tmp_path, limit_mib=None) == 2**21
+
+
+def test_the_command_line_carries_more_wheels_and_a_limit_only_when_asked(tmp_path, monkeypatch):
+    built = {}
+
+    def fake_build(out, python_version, wheel_cache, limit_mib=None, **options):
+        built.update(limit=limit_mib, **options)
+        out.mkdir()
+        return 0
+
+    monkeypatch.setattr(payload, "build", fake_build)
+    assert payload.main(["--out", str(tmp_path / "a")]) == 0
+    assert built == {"limit": None, "also": [], "xz_preset": payload.XZ_PRESET}
+    argv = ["--out", str(tmp_path / "b"), "--also", "einops, toolz", "--tree-limit-mib", "64",
+            "--xz-preset", "9"]  # fmt: skip
+    assert payload.main(argv) == 0
+    assert built["also"] == ["einops", "toolz"] and built["xz_preset"] == 9
+    assert built["limit"] == payload.payload_limit_mib(64)
 
 
 def test_machine_has_names_are_whole_distribution_names():
