@@ -477,8 +477,7 @@ def check_corpus(configs: Mapping[str, Mapping[str, Any]], new_dir: Path) -> Non
         {
             name
             for config in configs.values()
-            if (name := parameter(config, CORPUS_FILE.name))
-            and not (Path(new_dir) / name).exists()
+            if (name := parameter(config, CORPUS_FILE.name)) and not (Path(new_dir) / name).exists()
         }
     )
     if missing:
