@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from phoenix.command_line import command_parser
+from phoenix.training.loop.cli import EXIT_STATUS_HELP as LOOP_EXIT_STATUS_HELP
+from phoenix.training.loop.cli import add_arguments as add_loop_arguments
 from phoenix.training.presets import PRESETS
 
 
@@ -183,11 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
         "redis-server, run reacting Locust users (world users) on it for --minutes, export "
         "the served logs, train version 2 warm from v1 with the offline gate, roll v2 out "
         "while reacting users keep running (shadow, switch, unload; their failed requests "
-        "counted), run the users on v2 for --minutes, and report v1 against v2 with 95% "
+        "counted) unless its gate failed, run the users on v2 (or on v1 again, when v2 was not "
+        "rolled out) for --minutes, and report the two phases with 95% per-user bootstrap "
         "intervals: OUT/loop.json, loop.png, loop.md (printed) and the online metrics over "
-        "time. Progress lines carry the time. Everything it starts dies with it.",
+        "time. Progress lines carry the time. Everything it starts dies with it. "
+        + LOOP_EXIT_STATUS_HELP,
     )
-    from phoenix.training.loop import add_arguments as add_loop_arguments
 
     add_loop_arguments(loop)
 
