@@ -258,6 +258,14 @@ def error_bars(sides: Sequence[Mapping], centre: str, low: str, high: str) -> li
     return [np.maximum(0, below), np.maximum(0, above)]
 
 
+def relative(difference: Mapping, base: float) -> dict:
+    """A difference and its interval as shares of the first phase's rate (rare actions'
+    differences are too small to see on one axis with the common ones'); NaN without one."""
+    scale = base if base else float("nan")
+    return {k: None if difference[k] is None else difference[k] / scale
+            for k in ("value", "low", "high")}  # fmt: skip
+
+
 def plot_report(report: Mapping, path: Path) -> Path:
     """A PNG: both phases' rates with their per-user intervals, the paired differences with
     theirs (green: better, red: worse) and the feeds' latency percentiles."""
@@ -280,14 +288,14 @@ def plot_report(report: Mapping, path: Path) -> Path:
     axes[0].set_xticks(x, names, rotation=45, ha="right")
     axes[0].set_title("rate per impression (95% per-user bootstrap intervals)")
     axes[0].legend()
-    differences = [r["difference"] for r in rows]
+    differences = [relative(r["difference"], r[labels[0]]["rate"]) for r in rows]
     colours = [VERDICT_COLOURS.get(r["verdict"], "tab:gray") for r in rows]
     axes[1].barh(x, [d["value"] for d in differences], color=colours, capsize=3,
                  xerr=error_bars(differences, "value", "low", "high"))  # fmt: skip
     axes[1].axvline(0, color="black", linewidth=0.8)
     axes[1].set_yticks(x, names)
     axes[1].invert_yaxis()
-    axes[1].set_title(f"{labels[1]} - {labels[0]} (paired, 95% interval)")
+    axes[1].set_title(f"({labels[1]} - {labels[0]}) / {labels[0]}, paired 95% interval")
     quantiles = ("p50", "p90", "p99")
     qx = np.arange(len(quantiles))
     for offset, label in ((-0.2, labels[0]), (0.2, labels[1])):
