@@ -25,6 +25,8 @@ from phoenix.training.loop.options import LoopError, LoopOptions, Progress
 SCHEMA = 2
 FIRST, SECOND_V2, SECOND_V1 = "v1", "v2", "v1-again"
 HEADLINE_METRICS = ("ndcg@20", "recall@100", "recall@200")
+# below this many users, resampling users understates the spread markedly (docs/loop.md)
+FEW_USERS = 16
 
 
 def second_label(rolled_out: bool) -> str:
@@ -103,6 +105,9 @@ def outcome(gate: Mapping, rollout: Mapping, window: Optional[Mapping],
     if not rolled:
         online_line += (" The second phase served v1 again to the same users: an A/A check of "
                         "what the intervals say when nothing changed.")  # fmt: skip
+    if users < FEW_USERS:
+        online_line += (f" With fewer than {FEW_USERS} users a bootstrap over users is rough: "
+                        "read the intervals as a guide only.")  # fmt: skip
     return {
         "gate": "passed" if gate["passed"] else "failed",
         "rolled_out": rolled,

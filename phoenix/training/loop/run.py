@@ -103,7 +103,7 @@ def rollout_decision(gate: Mapping, force: bool) -> tuple[bool, str]:
         return True, "its offline gate passed"
     if force:
         return True, "its offline gate failed, rolled out anyway (--force)"
-    return False, f"its offline gate failed ({gate_text(gate)})"
+    return False, "its offline gate failed"
 
 
 def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: LoopOptions,
@@ -212,8 +212,8 @@ def run_loop(options: LoopOptions, log: Optional[Progress] = None) -> dict[str, 
                 rollout = rollout_under_load(options, serving, redis.url, v1, v2, user_ids,
                                              metrics_path, running, log)  # fmt: skip
         else:
-            log(f"rollout: v2 is not rolled out: {why}; v1 keeps serving, and the second phase "
-                "serves v1 again (an A/A comparison)")  # fmt: skip
+            log(f"rollout: v2 is not rolled out: {why} ({gate_text(gate)}); v1 keeps serving, "
+                "and the second phase serves v1 again (an A/A comparison)")  # fmt: skip
             rollout = {"report": None, "locust": None}
         rollout.update(state="done" if roll else "refused", reason=why)
         phases["rollout"] = rollout["locust"]
