@@ -10,10 +10,11 @@ engagements back through the event path (``UserStateStore.apply`` on ``--redis-u
 user's state fills as it would in production. The feed request and the event write are Locust
 requests ("grpc recommend", "redis engagements"): their failures count.
 
-Online metrics per ``--version-label`` (``phoenix.training.online_metrics``) are written when
-Locust quits: JSON at ``--metrics-out`` and a PNG beside it (runs with other labels gather in
-the same file). The draws are reproducible for a seed given the same feeds; the feeds depend on
-what the server served, which depends on timing.
+Online metrics per ``--version-label`` (``phoenix.training.online_metrics``, also counted per
+user, so that intervals can resample users) are written when Locust quits: JSON at
+``--metrics-out`` and a PNG beside it (runs with other labels gather in the same file). The
+draws are reproducible for a seed given the same feeds; the feeds depend on what the server
+served, which depends on timing.
 
 Against a running server whose user-state store is at REDIS (see loadtest/README.md):
     .venv/bin/locust -f loadtest/reacting.py --headless -u 8 -r 8 -t 30s \\
@@ -205,6 +206,7 @@ class ReactingUser(User):
         seen = self.user.react(posts, flags, top_n=self.simulation.options.top_n, now=now)
         label = self.simulation.options.version_label
         self.simulation.metrics.record_views(
-            label, now, seen.reactions.actions, seen.in_network, seen.unknown_posts
-        )
+            label, now, seen.reactions.actions, seen.in_network, seen.unknown_posts,
+            user_id=self.user.user_id,
+        )  # fmt: skip
         self.send(seen.events)

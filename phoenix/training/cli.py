@@ -5,7 +5,6 @@ python -m phoenix.training pipeline --preset demo --out artifacts/trained
 python -m phoenix.training report artifacts/trained/training.json
 python -m phoenix.training served-logs --redis redis://127.0.0.1:6379/0 --out build/served
 python -m phoenix.training pipeline --logs build/served --init artifacts/trained-demo --out NEW
-python -m phoenix.training loop --minutes 2      (make loop: the whole loop, docs/loop.md)
 """
 
 from __future__ import annotations
@@ -175,22 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-eval", action="store_true", help="skip the offline evaluation")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    loop = sub.add_parser(
-        "loop",
-        help="the whole loop: v1 served to reacting users, v2 from their logs, gated, rolled "
-        "out under load, v1 vs v2 online (docs/loop.md)",
-        description="Train a version 1 with room to improve (few steps), serve it with a "
-        "redis-server, run reacting Locust users (world users) on it for --minutes, export "
-        "the served logs, train version 2 warm from v1 with the offline gate, roll v2 out "
-        "while reacting users keep running (shadow, switch, unload; their failed requests "
-        "counted), run the users on v2 for --minutes, and report v1 against v2 with 95% "
-        "intervals: OUT/loop.json, loop.png, loop.md (printed) and the online metrics over "
-        "time. Progress lines carry the time. Everything it starts dies with it.",
-    )
-    from phoenix.training.loop import add_arguments as add_loop_arguments
-
-    add_loop_arguments(loop)
-
     rep = sub.add_parser("report", help="print the evaluation table of a training.json")
     rep.add_argument("summary", type=Path, help="training.json (or a --results file)")
     rep.add_argument("--plot", type=Path, default=None, help="also write the PNG here")
@@ -297,10 +280,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.command == "served-logs":
         return _served_logs(args)
-    if args.command == "loop":
-        from phoenix.training.loop import main_from_args
-
-        return main_from_args(args)
     if args.init is not None:
         return _next_version(args)
 

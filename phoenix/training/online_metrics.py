@@ -11,8 +11,11 @@ version label and per time bucket of ``bucket_s`` seconds since the version's fi
 - ``latency_ms``: percentiles of the feed requests' latency; ``requests`` and ``failures``.
 
 Rates come with 95% Wilson score intervals (``low``, ``high``): exact enough for small counts
-and rates near 0, where the normal approximation fails. Impressions of one feed are not
-independent, so the intervals are somewhat narrow; they are a guide, not a test.
+and rates near 0, where the normal approximation fails. They treat impressions as independent,
+which they are not: a user's impressions share the user's tastes, so these intervals are too
+narrow to compare versions by. Each version therefore also keeps its counts per user and
+bucket (``per_user``, views recorded with a ``user_id``), from which
+``phoenix.loop.compare`` resamples users (a per-user bootstrap).
 
 ``write`` keeps the versions already in the JSON file that this run did not record, so runs
 with different version labels gather in one file and one plot (time since each one's start).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -34,6 +38,9 @@ Z_95 = 1.959963984540054
 LATENCY_PERCENTILES = (50, 90, 99)
 PLOTTED_ACTIONS = ("favorite", "click", "dwell", "reply", "repost")
 NEGATIVE_COLUMNS = [ACTION_NAMES.index(name) for name in NEGATIVE_ACTIONS]
+# one row of a version's per-user table: a user's counts in one bucket
+PER_USER_COLUMNS = ("user_id", "bucket", "impressions", "negative", "flagged", "in_network",
+                    *ACTION_NAMES)  # fmt: skip
 SCHEMA = 1
 
 
@@ -113,10 +120,15 @@ class OnlineMetrics:
         self.start_ts: dict[str, float] = {}
         self.buckets: dict[str, dict[int, Counts]] = {}
         self.totals: dict[str, Counts] = {}
+        # version -> (user, bucket) -> counts in PER_USER_COLUMNS' order from "impressions"
+        self.per_user: dict[str, dict[tuple[int, int], np.ndarray]] = {}
+
+    def _bucket(self, version: str, ts: float) -> int:
+        start = self.start_ts.setdefault(version, ts)
+        return max(0, int((ts - start) // self.bucket_s))
 
     def _counts(self, version: str, ts: float) -> tuple[Counts, Counts]:
-        start = self.start_ts.setdefault(version, ts)
-        bucket = max(0, int((ts - start) // self.bucket_s))
+        bucket = self._bucket(version, ts)
         buckets = self.buckets.setdefault(version, {})
         total = self.totals.setdefault(version, Counts())
         return buckets.setdefault(bucket, Counts()), total
@@ -133,11 +145,31 @@ class OnlineMetrics:
         actions: np.ndarray,
         in_network: Optional[np.ndarray] = None,
         unknown_posts: int = 0,
+        user_id: Optional[int] = None,
     ) -> None:
-        """The actions [V, 19] on the V posts viewed of one feed (``in_network`` [V] if known)."""
+        """The actions [V, 19] on the V posts viewed of one feed (``in_network`` [V] if known),
+        also counted for ``user_id`` when given."""
         actions = np.asarray(actions).reshape(-1, len(ACTION_NAMES))
         for counts in self._counts(version, ts):
             counts.add_views(actions, in_network, unknown_posts)
+        if user_id is not None:
+            self._add_user_views(version, ts, int(user_id), actions, in_network)
+
+    def _add_user_views(self, version: str, ts: float, user_id: int, actions: np.ndarray,
+                        in_network: Optional[np.ndarray]) -> None:  # fmt: skip
+        key = (user_id, self._bucket(version, ts))
+        table = self.per_user.setdefault(version, {})
+        row = table.setdefault(key, np.zeros(len(PER_USER_COLUMNS) - 2, np.int64))
+        flagged = 0 if in_network is None else len(in_network)
+        row[:4] += (len(actions), int(actions[:, NEGATIVE_COLUMNS].any(axis=1).sum()), flagged,
+                    0 if in_network is None else int(np.sum(in_network)))  # fmt: skip
+        row[4:] += actions.sum(axis=0, dtype=np.int64)
+
+    def per_user_table(self, version: str) -> dict:
+        """A version's counts per user and bucket: ``columns`` and ``rows`` (one a line)."""
+        table = self.per_user.get(version, {})
+        rows = [[user, bucket, *map(int, table[user, bucket])] for user, bucket in sorted(table)]
+        return {"columns": list(PER_USER_COLUMNS), "rows": rows}
 
     def summary(self) -> dict:
         versions = {}
@@ -150,6 +182,7 @@ class OnlineMetrics:
                     {"start_s": index * self.bucket_s, **buckets[index].summary()}
                     for index in sorted(buckets)
                 ],
+                "per_user": self.per_user_table(version),
             }
         return {
             "schema": SCHEMA,
@@ -165,8 +198,22 @@ class OnlineMetrics:
         earlier = read_versions(path)
         written["versions"] = {**earlier, **written["versions"]}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(written, indent=1) + "\n")
+        path.write_text(dumps(written))
         return written
+
+
+NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+
+
+def dumps(summary: dict) -> str:
+    """``summary`` as indented JSON with each list of numbers on one line (the per-user
+    tables hold thousands of numbers: one a line would make them unreadable)."""
+    text = json.dumps(summary, indent=1)
+
+    def one_line(match: re.Match) -> str:
+        return "[" + ", ".join(part.strip() for part in match.group(1).split(",")) + "]"
+
+    return NUMBER_LIST.sub(one_line, text) + "\n"
 
 
 def read_versions(path: Path) -> dict:

@@ -25,7 +25,7 @@ from its own time on (docs/user-state.md, "Events and the stream").
 with a warning naming the source and line number, and counts them.
 
 Imports: the standard library, ``phoenix.config``, ``phoenix.util.timestamps`` and
-``phoenix.user_state.actions``; nothing of ``phoenix.serving`` (the layer above), which hands
+``phoenix.user_state.actions``; nothing of the stub side (the layer above), which hands
 its bounds down as ``EventLimits``.
 """
 

@@ -1,11 +1,14 @@
-"""The loop's pure parts (phoenix.training.loop): Locust's counts, the v1/v2 comparison with
-its interval rule, the report, its table and plot, the options and `make loop`."""
+"""The loop's parts that need no servers (phoenix.loop): Locust's counts, the report
+with its outcome, table and plot (v2 rolled out, or refused by its gate), the rollout decision,
+the exit status, the options and `make loop`. The statistics: test_loop_compare.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,21 +16,17 @@ import numpy as np
 import pytest
 
 from phoenix.config import ACTION_NAMES
-from phoenix.training.cli import build_parser
-from phoenix.training.loop import (
-    LoopError,
-    LoopOptions,
-    Progress,
+from phoenix.loop.cli import add_arguments, main_from_args, options_from_args
+from phoenix.loop.options import LoopError, LoopOptions, Progress
+from phoenix.loop.processes import locust_counts
+from phoenix.loop.report import (
     assemble_report,
-    compare_versions,
     in_repository_terms,
-    interval_verdict,
-    locust_counts,
     markdown_report,
-    options_from_args,
     plot_report,
 )
-from phoenix.training.online_metrics import OnlineMetrics, wilson
+from phoenix.loop.run import rollout_decision
+from phoenix.training.online_metrics import OnlineMetrics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAVORITE = ACTION_NAMES.index("favorite")
@@ -40,6 +39,13 @@ redis,engagements,79,1,1,1.41
 grpc,recommend,83,2,36,56.46
 ,Aggregated,162,3,27,29.61
 """
+
+
+def loop_parser() -> argparse.ArgumentParser:
+    """``python -m phoenix.loop``'s options."""
+    parser = argparse.ArgumentParser(prog="python -m phoenix.loop")
+    add_arguments(parser)
+    return parser
 
 
 def test_locusts_counts_are_its_aggregated_row_and_one_per_request_name(tmp_path):
@@ -55,71 +61,35 @@ def test_locusts_counts_are_its_aggregated_row_and_one_per_request_name(tmp_path
         locust_counts(tmp_path / "missing.csv")
 
 
-def test_a_verdict_needs_intervals_that_do_not_overlap():
-    low, high = wilson(100, 1000), wilson(200, 1000)  # 0.10 vs 0.20: far apart
-    close = wilson(105, 1000)  # 0.105: inside 0.10's interval
-    assert interval_verdict(low, high, higher_is_better=True) == "better"
-    assert interval_verdict(high, low, higher_is_better=True) == "worse"
-    assert interval_verdict(low, high, higher_is_better=False) == "worse"
-    assert interval_verdict(low, close, higher_is_better=True) == "overlap"
-    assert interval_verdict(low, wilson(0, 0), higher_is_better=True) == "n/a"
-    assert interval_verdict(None, low, higher_is_better=True) == "n/a"
+def feeds(metrics: OnlineMetrics, label: str, favorite_rate: float, rng, users: int = 8,
+          per_user: int = 25) -> None:  # fmt: skip
+    """``per_user`` feeds of 10 views for each of ``users`` users."""
+    for user in range(users):
+        for i in range(per_user):
+            actions = np.zeros((10, len(ACTION_NAMES)), np.int8)
+            actions[:, FAVORITE] = rng.random(10) < favorite_rate
+            actions[0, NOT_INTERESTED] = i % 10 == 0
+            ts = 1000.0 + i
+            metrics.record_request(label, ts, 0.02 + 0.01 * (label != "v1"), ok=True)
+            metrics.record_views(label, ts, actions, np.zeros(10, bool), user_id=user)
 
 
-def feeds(metrics: OnlineMetrics, label: str, feeds: int, favorites: int, negatives: int, rng):
-    """``feeds`` feeds of 10 views: ``favorites`` and ``negatives`` spread over them."""
-    actions = np.zeros((feeds * 10, len(ACTION_NAMES)), np.int8)
-    actions[rng.choice(len(actions), favorites, replace=False), FAVORITE] = 1
-    actions[rng.choice(len(actions), negatives, replace=False), NOT_INTERESTED] = 1
-    for i in range(feeds):
-        ts = 1000.0 + i
-        metrics.record_request(label, ts, 0.02 + 0.01 * (label == "v2"), ok=True)
-        metrics.record_views(label, ts, actions[10 * i : 10 * i + 10], np.zeros(10, bool))
-
-
-def summaries(v1: tuple[int, int], v2: tuple[int, int]) -> dict:
+def summaries(second: str = "v2", second_rate: float = 0.15) -> dict:
     metrics, rng = OnlineMetrics(), np.random.default_rng(0)
-    feeds(metrics, "v1", 200, *v1, rng)
-    feeds(metrics, "v2", 200, *v2, rng)
+    feeds(metrics, "v1", 0.05, rng)
+    feeds(metrics, second, second_rate, rng)
+    feeds(metrics, "rollout", 0.05, rng, users=2, per_user=3)
     return metrics.summary()
-
-
-def test_v2_beats_v1_only_outside_the_intervals_and_worse_on_nothing():
-    versions = summaries((100, 20), (300, 20))["versions"]  # favorites 5% -> 15% of 2,000
-    comparison = compare_versions(versions["v1"]["total"], versions["v2"]["total"])
-    assert comparison["beats"] is True
-    assert comparison["better_outside_interval"] == ["engagements.favorite"]
-    row = next(r for r in comparison["rows"] if r["metric"] == "engagements.favorite")
-    assert row["difference"] == pytest.approx(0.10) and row["better_when"] == "higher"
-    metrics = {r["metric"] for r in comparison["rows"]}
-    # actions neither version saw are left out; the rates every report has are there
-    assert metrics == {"engagements.favorite", "engagements.not_interested", "negative_rate",
-                       "in_network_share"}  # fmt: skip
-    assert comparison["latency_ms"]["v2"]["p50"] > comparison["latency_ms"]["v1"]["p50"]
-
-    overlapping = summaries((100, 20), (110, 20))["versions"]
-    comparison = compare_versions(overlapping["v1"]["total"], overlapping["v2"]["total"])
-    assert comparison["beats"] is False and comparison["better_outside_interval"] == []
-
-
-def test_more_negative_actions_keep_v2_from_beating_v1():
-    versions = summaries((100, 20), (300, 200))["versions"]
-    comparison = compare_versions(versions["v1"]["total"], versions["v2"]["total"])
-    assert comparison["better_outside_interval"] == ["engagements.favorite"]
-    assert set(comparison["worse_outside_interval"]) == {
-        "engagements.not_interested",
-        "negative_rate",
-    }
-    assert comparison["beats"] is False
 
 
 GATE = {
     "passed": True,
     "rule": "candidate ndcg@20 >= baseline ndcg@20 - 0.01",
-    "held_out": {"rows": 40, "from": 1, "to": 2},
+    "held_out": {"rows": 40, "users": 8, "from": 1, "to": 2},
     "candidate": {"ndcg@20": 0.34, "recall@100": 0.03, "auc": {"favorite": 0.7}, "other": 1},
     "baseline": {"ndcg@20": 0.28, "recall@100": 0.01, "auc": {"favorite": 0.6}},
 }
+FAILED_GATE = GATE | {"passed": False, "candidate": GATE["candidate"] | {"ndcg@20": 0.22}}
 ROLLOUT = {
     "previous": {"version": "1"},
     "target": {"version": "2"},
@@ -131,42 +101,113 @@ ROLLOUT = {
     ],  # fmt: skip
     "previous_configs": {"recommend": {"name": "recommend"}},
 }
+LOCUST = {"requests": 1620, "failures": 0, "by_name": {}}
 
 
-def a_report(tmp_path: Path) -> dict:
-    metrics = summaries((100, 20), (300, 20))
+def a_report(tmp_path: Path, rolled_out: bool = True) -> dict:
     options = LoopOptions(out=tmp_path / "out", work=tmp_path / "work", minutes=0.5)
-    locust = {"requests": 162, "failures": 0, "by_name": {}}
     steps = [{"step": "v1", "what": "train", "start_s": 0.0, "seconds": 60.0}]
-    return assemble_report(options, metrics, locust, ROLLOUT, GATE, {"requests": 9}, steps,
-                           {"v1": locust})  # fmt: skip
+    if rolled_out:
+        metrics = summaries()
+        rollout = {"state": "done", "reason": "its offline gate passed", "report": ROLLOUT,
+                   "locust": LOCUST}  # fmt: skip
+    else:
+        metrics = summaries("v1-again", 0.05)
+        rollout = {"state": "refused", "reason": "its offline gate failed",
+                   "report": None, "locust": None}  # fmt: skip
+    return assemble_report(options, metrics, gate=GATE if rolled_out else FAILED_GATE,
+                           rollout=rollout, export={"requests": 9}, steps=steps,
+                           phases={"v1": LOCUST})  # fmt: skip
 
 
-def test_the_report_holds_the_comparison_the_rollout_window_and_the_gate(tmp_path):
+def test_the_report_holds_the_outcome_the_comparison_the_rollout_and_the_gate(tmp_path):
     report = a_report(tmp_path)
     json.dumps(report)  # all of it JSON
-    assert report["comparison"]["beats"] is True
+    outcome = report["outcome"]
+    assert outcome["gate"] == "passed" and outcome["rolled_out"] is True
+    assert outcome["online_verdict_of_v2"] == "better" == report["comparison"]["verdict"]
+    assert (
+        "v2's offline gate: passed (ndcg@20 v1 0.2800 -> v2 0.3400 on 8 held-out users"
+        in (outcome["headline"])
+    )
+    assert "rolled out under load: 0 failed of 1,620 requests" in outcome["headline"]
+    assert "Online, v2 against v1 (8 users, 95% per-user bootstrap" in outcome["headline"]
+    assert report["comparison"]["labels"] == ["v1", "v2"]
     assert report["rollout_window"]["locust_failures"] == 0
-    assert report["rollout_window"]["feed_requests"] is None  # no "rollout" version recorded
+    assert report["rollout_window"]["feed_requests"] == 6  # the "rollout" label's feeds
     assert "previous_configs" not in report["rollout"]  # large, and in the rollout's own file
+    assert report["rollout"]["state"] == "done"
     assert report["rollout"]["timeline"][1]["event"] == "switched"
     assert report["gate"]["candidate"] == {"ndcg@20": 0.34, "recall@100": 0.03,
                                            "auc": {"favorite": 0.7}}  # fmt: skip
     assert report["settings"]["minutes"] == 0.5 and report["settings"]["out"].endswith("out")
 
     table = markdown_report(report)
-    assert "| engagements.favorite | 0.0500 [" in table and "| +0.1000 | better |" in table
-    assert "v2 beats v1 outside the 95% intervals: **yes**" in table
-    assert "0 failed of 162 Locust requests" in table
-    assert "- first half of each phase (200 and 200 impressions): v2 better on" in table
+    assert table.startswith(outcome["headline"])
+    assert "| metric | v1 (95% interval) | v2 (95% interval) | v2 - v1 (95% interval) |" in table
+    favorite = next(line for line in table.splitlines() if line.startswith("| engagements.fav"))
+    assert favorite.endswith("| better |") and "[+0.0" in favorite
+    assert "- first half of each phase (1,600 and 1,600 impressions): better;" in table
+    assert "0 failed of 1,620 Locust requests" in table
     assert "| 4.50 | switched model=recommend |" in table
     assert "- ndcg@20: v1 0.2800 -> v2 0.3400" in table
     assert plot_report(report, tmp_path / "loop.png").stat().st_size > 10_000
 
-    without_v2 = summaries((100, 20), (300, 20))
+    without_v2 = summaries()
     del without_v2["versions"]["v2"]
     with pytest.raises(LoopError, match="no version 'v2'"):
-        assemble_report(LoopOptions(), without_v2, {}, ROLLOUT, GATE, {}, [], {})
+        assemble_report(LoopOptions(), without_v2, gate=GATE, rollout={"state": "done"},
+                        export={}, steps=[], phases={})  # fmt: skip
+
+
+def test_a_v2_refused_by_its_gate_is_reported_plainly_with_v1_served_again(tmp_path):
+    report = a_report(tmp_path, rolled_out=False)
+    outcome = report["outcome"]
+    assert outcome["gate"] == "failed" and outcome["rolled_out"] is False
+    assert outcome["online_verdict_of_v2"] is None  # v2 never served
+    assert outcome["second_phase"] == "v1-again"
+    assert "v2's offline gate: FAILED (ndcg@20 v1 0.2800 -> v2 0.2200" in outcome["headline"]
+    assert (
+        "v2 was not rolled out: its offline gate failed. v1 kept serving." in (outcome["headline"])
+    )
+    assert "Online, v1-again against v1" in outcome["headline"] and "A/A" in outcome["headline"]
+    assert "With fewer than 16 users a bootstrap over users is rough" in outcome["headline"]
+    assert report["rollout_window"] is None and report["rollout"]["state"] == "refused"
+    table = markdown_report(report)
+    assert "| metric | v1 (95% interval) | v1-again (95% interval) |" in table
+    assert "No rollout: its offline gate failed." in table
+    assert plot_report(report, tmp_path / "loop.png").stat().st_size > 10_000
+
+
+def test_a_gate_failure_stops_the_rollout_unless_forced():
+    assert rollout_decision(GATE, force=False) == (True, "its offline gate passed")
+    assert rollout_decision(FAILED_GATE, force=False) == (False, "its offline gate failed")
+    roll, why = rollout_decision(FAILED_GATE, force=True)
+    assert roll is True and "--force" in why
+
+
+def test_the_exit_status_is_0_for_any_verdict_and_1_when_a_step_broke(tmp_path, capsys):
+    from phoenix.training.retrain import RetrainError
+
+    args = loop_parser().parse_args(["--out", str(tmp_path / "out")])
+    for rolled_out in (True, False):  # a refused v2 is an outcome, not an error
+        report = a_report(tmp_path, rolled_out)
+        assert main_from_args(args, run=lambda options, r=report: r) == 0
+        assert report["outcome"]["headline"] in capsys.readouterr().out
+
+    def broken(error):
+        def run(options):
+            raise error
+
+        return run
+
+    for error in (LoopError("serve exited (1) before it was ready; its log x.log"),
+                  RetrainError("no training.json")):  # fmt: skip
+        assert main_from_args(args, run=broken(error)) == 1
+        assert f"error: the loop broke: {error}" in capsys.readouterr().err
+    bad = loop_parser().parse_args(["--users", "0"])
+    assert main_from_args(bad, run=broken(AssertionError("not run"))) == 2
+    assert "--users must be >= 1" in capsys.readouterr().err
 
 
 def test_progress_lines_carry_the_time_and_each_step_is_timed():
@@ -181,13 +222,14 @@ def test_progress_lines_carry_the_time_and_each_step_is_timed():
 
 
 def test_the_command_line_gives_the_loops_options_and_refuses_bad_ones():
-    args = build_parser().parse_args(["loop", "--minutes", "3", "--users", "4", "--force"])
+    args = loop_parser().parse_args(["--minutes", "3", "--users", "4", "--force"])
     options = options_from_args(args)
     assert (options.minutes, options.users, options.force) == (3.0, 4, True)
     assert options.out == Path("bench/results/loop") and options.v2_ranker_steps is None
+    assert LoopOptions().users == 64  # the default the runs in docs/loop.md measured
     for bad in (["--minutes", "0"], ["--users", "0"], ["--top-n", "60"]):
         with pytest.raises(ValueError):
-            options_from_args(build_parser().parse_args(["loop", *bad]))
+            options_from_args(loop_parser().parse_args([*bad]))
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
@@ -198,14 +240,14 @@ def test_make_loop_runs_the_loop_with_loop_args():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "-m phoenix.training loop --minutes 1" in done.stdout
+    assert "-m phoenix.loop --minutes 1" in done.stdout
     helped = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "help"],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert any(line.strip().startswith("loop ") for line in helped.stdout.splitlines())
 
 
 def test_forgetting_served_posts_unmarks_only_the_simulated_users(redis_server):
-    from phoenix.training.loop import forget_served
+    from phoenix.loop.processes import forget_served
     from phoenix.user_state import UserStateStore, connect
 
     store = UserStateStore(connect(redis_server.url))
@@ -219,32 +261,12 @@ def test_forgetting_served_posts_unmarks_only_the_simulated_users(redis_server):
 
 
 def test_the_report_is_standard_json_without_nan():
-    from phoenix.training.loop import strict_json
+    from phoenix.loop.report import strict_json
 
     value = {"tau": float("nan"), "rows": [np.float32(0.5), np.int64(3), float("inf")], "k": "x"}
     assert json.dumps(strict_json(value), allow_nan=False) == (
         '{"tau": null, "rows": [0.5, 3, null], "k": "x"}'
     )
-
-
-def test_each_half_of_the_phases_is_compared_on_its_own():
-    from phoenix.training.loop import compare_halves
-
-    metrics = OnlineMetrics(bucket_s=10.0)
-    for label, early in (("v1", 1), ("v2", 5)):  # favorites of 10 views before 60 s; 1 after
-        for i in range(100):
-            ts = 1.2 * i  # 0 .. 119 s
-            actions = np.zeros((10, len(ACTION_NAMES)), np.int8)
-            actions[: early if ts < 60 else 1, FAVORITE] = 1
-            metrics.record_request(label, ts, 0.02, ok=True)
-            metrics.record_views(label, ts, actions)
-    halves = compare_halves(metrics.summary(), phase_s=120.0)
-    assert halves["half_s"] == 60.0
-    assert halves["first"]["impressions"] == {"v1": 500, "v2": 500}
-    assert halves["first"]["better_outside_interval"] == ["engagements.favorite"]
-    favorite = next(r for r in halves["second"]["rows"] if r["metric"] == "engagements.favorite")
-    assert favorite["v1"]["rate"] == favorite["v2"]["rate"] == 0.1
-    assert favorite["verdict"] == "overlap" and halves["second"]["beats"] is False
 
 
 def test_results_name_paths_inside_the_checkout_relative_to_it():
@@ -254,3 +276,18 @@ def test_results_name_paths_inside_the_checkout_relative_to_it():
         "timeline": ["start artifact_dir=build/loop/v1", 3],
         "out": ["x"],
     }
+
+
+def test_the_loop_is_its_own_command_and_refuses_bad_options_with_exit_2():
+    """``python -m phoenix.loop`` as a user types it: --help shows the options and the exit
+    status; a bad option exits 2 with argparse's message; the training CLI has no loop."""
+    command = [sys.executable, "-m", "phoenix.loop"]
+    helped = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0, helped.stderr
+    assert "--minutes" in helped.stdout and "Exit status: 0" in helped.stdout
+    bad = subprocess.run([*command, "--users", "zero"], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "--users" in bad.stderr
+    training = subprocess.run([sys.executable, "-m", "phoenix.training", "loop"],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert training.returncode == 2 and "invalid choice: 'loop'" in training.stderr

@@ -77,3 +77,28 @@ def test_write_keeps_other_versions_and_plot_draws_them(tmp_path):
 def test_bucket_width_must_be_positive():
     with pytest.raises(ValueError, match="bucket_s"):
         OnlineMetrics(bucket_s=0)
+
+
+def test_views_with_a_user_id_are_also_counted_per_user_and_bucket(tmp_path):
+    metrics = OnlineMetrics(bucket_s=10)
+    metrics.record_views("v1", T0, views(("favorite", "dwell"), ("report",)), None, user_id=7)
+    metrics.record_views("v1", T0 + 3, views(("favorite",)), np.array([True]), user_id=7)
+    metrics.record_views("v1", T0 + 12, views((), ()), user_id=5)
+    metrics.record_views("v1", T0 + 13, views(("click",)))  # no user: totals only
+    table = metrics.summary()["versions"]["v1"]["per_user"]
+    columns = table["columns"]
+    assert columns[:6] == ["user_id", "bucket", "impressions", "negative", "flagged", "in_network"]
+    rows = {(r[0], r[1]): dict(zip(columns, r)) for r in table["rows"]}
+    assert set(rows) == {(5, 1), (7, 0)}
+    seven = rows[7, 0]
+    assert (seven["impressions"], seven["negative"], seven["flagged"], seven["in_network"]) == (
+        3, 1, 1, 1)  # fmt: skip
+    assert (seven["favorite"], seven["dwell"], seven["report"], seven["click"]) == (2, 1, 1, 0)
+    assert rows[5, 1]["impressions"] == 2
+    assert metrics.summary()["versions"]["v1"]["total"]["impressions"] == 6
+
+    path = tmp_path / "online.json"
+    metrics.write(path)
+    text = path.read_text()
+    assert json.loads(text)["versions"]["v1"]["per_user"] == table
+    assert f"[{', '.join(map(str, table['rows'][0]))}]" in text  # a row a line
