@@ -23,7 +23,7 @@ from phoenix.ops import serve
 from phoenix.ops.profile_docs import GPU_MEMORY_FOR_STUBS, MEM_FRACTION_ENV, device_stubs
 from phoenix.ops.profiles import profile
 from phoenix.ops.serve import EXIT_TIMEOUT_S
-from phoenix.stub.request_metrics import OWN_METRICS, STUB
+from phoenix.stub.request_metrics import OWN_METRICS, STUB, VERSION
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -287,13 +287,19 @@ def triton_metrics_used(objects: list[dict]) -> set[str]:
 
 def series_values(url: str, metric: str, **labels: str) -> list[float]:
     """The values of ``metric``'s series with exactly ``labels`` besides their ``stub`` (one
-    series per stub process: request_metrics) on the Prometheus page at ``url``."""
+    series per stub process: request_metrics) and their ``version`` (the artifacts' version,
+    compared only when ``labels`` names one) on the Prometheus page at ``url``. Every series of
+    ours carries both labels."""
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     found = []
     for line in text.splitlines():
         if match := re.match(rf"{metric}\{{([^}}]*)\}} (\S+)$", line):
             named = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-            if named.pop(STUB, None) is not None and named == labels:
+            assert STUB in named and VERSION in named, f"{line}: no {STUB} or {VERSION} label"
+            named.pop(STUB)
+            if VERSION not in labels:
+                named.pop(VERSION)
+            if named == labels:
                 found.append(float(match.group(2)))
     return found
 

@@ -63,6 +63,7 @@ FAILED = "phoenix_requests_failed_total"
 # too many rows, unknown inputs).
 WHOLE_REQUEST = "(request)"
 STUB = "stub"  # the label of the stub process counting a series (see above)
+VERSION = "version"  # the label of the artifacts' version a series counts for
 
 
 def own_series(labels: dict[str, str]) -> dict[str, str]:
@@ -102,7 +103,7 @@ class RequestMetrics:
                 FAILED, "Requests answered INTERNAL (their batch failed), by model", "COUNTER"
             )
             self._families = [refused, failed]  # Triton: a family must outlive its metrics
-            labels = {"model": model, "version": version}
+            labels = {"model": model, VERSION: version}
             self._refused = {
                 name: refused.Metric(labels=own_series({**labels, "input": name}))
                 for name in (*inputs, WHOLE_REQUEST)
@@ -184,7 +185,7 @@ class ServedMetrics:
         make = family_maker(pb)
         if make is None:
             return
-        labels = own_series({"model": model, "version": version})
+        labels = own_series({"model": model, VERSION: version})
         try:
             self._served = self._counter(make, SERVED, "Requests answered with outputs", labels)
             if self._candidate_output is not None:
@@ -287,7 +288,7 @@ class CorpusMetrics:
             for name, description, field in CORPUS_GAUGES:
                 family = make(name, f"{description}, by model", "GAUGE")
                 self._families.append(family)
-                labels = own_series({"model": model, "version": version})
+                labels = own_series({"model": model, VERSION: version})
                 self._gauges.append((family.Metric(labels=labels), field))
         except Exception as error:  # metrics off: serve without them
             logger.warning("%s: no corpus metrics (%s)", model, error)
