@@ -4,9 +4,10 @@ Starts tritonserver over model_repository/ as `python -m phoenix.ops.serve` does
 device's configs, the admin key, no supervisor) on free ports, waits until every model is
 ready, asks the ``recommend`` ensemble for the artifacts' example user, prints the feed (after
 the feed policy: filters, every action's weight, author diversity) and how many of the top 10
-posts the most frequent author holds, and stops the server. With --no-policy it also asks the
-steps one by one and prints the ranker's own ranking beside the feed, so what the policy
-changed can be seen. The server log and the admin key go to --build-dir.
+posts the most frequent author holds, in the ranker's own ranking (the steps asked one by one)
+and in the feed, and stops the server. With --no-policy it prints the ranker's own ranking
+beside the feed, so what the policy changed can be seen whole. The server log and the admin
+key go to --build-dir.
 
 With trained artifacts (``python -m phoenix.training``), the artifact directory carries a
 ``metadata.npz`` sidecar (each post's topic and author handle) and ``training.json`` (the
@@ -244,17 +245,17 @@ def run_demo(
         ):
             print(line)
         print(f"\nRecommended feed ({what}) in {elapsed_ms:.0f} ms over HTTP:\n")
+    raw = ranking_before_policy(client, request)  # what the policy changed: the diversity lines
     if no_policy:
-        raw = ranking_before_policy(client, request)
         left = "the ranker alone (no policy)\n" + compact_feed_table(raw, info)
         right = "after the feed policy\n" + compact_feed_table(result, info)
         print(side_by_side(left, right))
         print()
-        print(diversity_line(raw, info, "ranker alone"))
     elif info is None:
         print(feed_table(result, config.action_names, rows=FEED_ROWS))
     else:
         print(topic_feed_table(result, info, config.action_names))
+    print(diversity_line(raw, info, "ranker alone"))
     print(diversity_line(result, info, "after the feed policy"))
     print(in_network_line(result))
 

@@ -140,7 +140,7 @@ def operated(tiny_artifacts, tmp_path_factory):
         serve.wait_ready(interval_s=0.5)
         prefix = work / "locust"
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
-        locust = start_locust(urls, prefix, users=4, artifacts=versions["n"], run_time="30m",
+        locust = start_locust(urls, prefix, users=2, artifacts=versions["n"], run_time="30m",
                               extra=["--exclude-tags", "recommend_by_id"])  # fmt: skip
         operator = Operator(serve, work)
         yield operator, versions

@@ -55,9 +55,18 @@ def build(case, candidates=23, layers=3):
     return config, f, params, b, e
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("buckets", [(4, 8), (64,)])
-@pytest.mark.parametrize("joint_rows", [0, 10**6], ids=["cached", "joint"])
+# Both of the engine's paths for every kind of attention (the cached path over several chunks,
+# the joint pass over one whole width), and each path's other bucket set once: the cached path
+# over one chunk, and joint_rows asked where the widths are chunked (the cached path serves).
+POINTS = [
+    *[(case, (4, 8), 0) for case in sorted(CASES)],
+    *[(case, (64,), 10**6) for case in sorted(CASES)],
+    ("mqa", (64,), 0),
+    ("gqa_anchored", (4, 8), 10**6),
+]
+
+
+@pytest.mark.parametrize(("case", "buckets", "joint_rows"), POINTS)
 def test_engine_equals_plain_model(case, buckets, joint_rows):
     config, f, params, b, e = build(case)
     ref = f.apply(params, b, e)
