@@ -22,6 +22,8 @@ from locust.stats import RequestStats
 spec = importlib.util.spec_from_file_location("locustfile", sys.argv[1])
 locustfile = sys.modules["locustfile"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(locustfile)
+from harness.locust_runs import read_totals
+from loadtest.runner import closing_line
 stats = RequestStats()
 for _ in range(5):
     stats.log_request("POST", "ranker", 12, 100)
@@ -29,9 +31,9 @@ stats.log_request("grpc", "recommend", 30, 0)  # a failure is a request with an 
 stats.log_error("grpc", "recommend", "refused")
 saved = Path(sys.argv[2])
 locustfile.save_totals(stats, saved)
-print(locustfile.closing_line(locustfile.read_totals(saved), 1))
+print(closing_line(read_totals(saved), 1))
 print(stats.total.to_string(current=False))
-print(locustfile.closing_line(locustfile.read_totals(saved.with_name("absent.json")), 2))
+print(closing_line(read_totals(saved.with_name("absent.json")), 2))
 """
 
 
