@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench.serving_measure import IN_PROCESS_BATCH
+from phoenix.util.doc_blocks import with_block
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TABLE_START, TABLE_END = "<!-- serving-table:start -->", "<!-- serving-table:end -->"
@@ -92,13 +93,6 @@ def short_path(path: str) -> str:
         return str(path)
 
 
-def between_markers(text: str, start: str, end: str, body: str) -> str:
-    """``text`` with what stands between the ``start`` and ``end`` marker lines replaced."""
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{start}\n{body}\n{end}{tail}"
-
-
 def update_docs(path: Path, table: str, results: dict) -> None:
     """Rewrite the table between the markers of ``path`` (left alone without markers)."""
     if not path.is_file():
@@ -116,7 +110,7 @@ def update_docs(path: Path, table: str, results: dict) -> None:
         f"`{short_path(settings['artifacts'])}`, repository "
         f"`{short_path(settings.get('model_repository', 'model_repository'))}`."
     )
-    path.write_text(between_markers(text, TABLE_START, TABLE_END, f"{stamp}\n\n{table}"))
+    path.write_text(with_block(text, TABLE_START, TABLE_END, f"{stamp}\n\n{table}", path))
     print(f"updated the table in {path}")
 
 

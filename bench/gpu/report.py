@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Optional
 
 from bench.gpu import profiles
-from bench.serving_report import best, between_markers, ratio, served_rows
+from bench.serving_report import best, ratio, served_rows
 from phoenix.util.command_line import command_parser
+from phoenix.util.doc_blocks import with_block
 
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 NOT_MEASURED = "not yet measured"
@@ -392,7 +393,7 @@ def update_docs(path: Path, body: str) -> None:
     text = path.read_text()
     if section(text) is None:
         raise SystemExit(f"error: {path} has no {TABLE_START} ... {TABLE_END} markers")
-    path.write_text(between_markers(text, TABLE_START, TABLE_END, body))
+    path.write_text(with_block(text, TABLE_START, TABLE_END, body, path))
 
 
 def check_docs(path: Path, body: str) -> bool:

@@ -19,6 +19,7 @@ from typing import Optional
 
 from phoenix.ops.profiles import CPU, GPU, Profile
 from phoenix.util.command_line import command_parser
+from phoenix.util.doc_blocks import DocBlockError, with_block, write_or_check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = REPO_ROOT / "docs" / "deploy.md"
@@ -29,7 +30,7 @@ GPU_SIZES_GIB = (16, 24, 40, 48, 80, 141)  # T4/V100-16, A10/L4, A100-40, L40S, 
 START, END = "<!-- profile-table:start -->", "<!-- profile-table:end -->"
 
 
-class ProfileDocError(Exception):
+class ProfileDocError(DocBlockError):
     """A file the block is read from or written to is missing or not as expected."""
 
 
@@ -103,20 +104,6 @@ def overlay_mem_fraction(patch: Path = GPU_OVERLAY_PATCH) -> float:
     return float(values[0])
 
 
-def split_at_markers(text: str, where: Path) -> tuple[str, str, str]:
-    """(before, block, after) of the text around the markers; both must be there once."""
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        raise ProfileDocError(f"{where}: expected one {START} ... {END} block")
-    before, rest = text.split(START)
-    block, after = rest.split(END)
-    return before, block, after
-
-
-def with_block(text: str, block: str, where: Path) -> str:
-    before, _, after = split_at_markers(text, where)
-    return f"{before}{START}\n{block}\n{END}{after}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "python -m phoenix.ops.profile_docs",
@@ -133,22 +120,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         text = args.doc.read_text()
-        wanted = with_block(
-            text, profile_block(CPU, GPU, overlay_mem_fraction(args.gpu_patch)), args.doc
-        )
-    except (OSError, ProfileDocError) as error:
+        table = profile_block(CPU, GPU, overlay_mem_fraction(args.gpu_patch))
+        wanted = with_block(text, START, END, table, args.doc)
+    except (OSError, DocBlockError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if wanted == text:
-        print(f"{args.doc}: the profile table is up to date")
-        return 0
-    if args.check:
-        fix = "python -m phoenix.ops.profile_docs"
-        print(f"{args.doc}: the profile table is out of date: run {fix}", file=sys.stderr)
-        return 1
-    args.doc.write_text(wanted)
-    print(f"{args.doc}: profile table rewritten")
-    return 0
+    fix = "python -m phoenix.ops.profile_docs"
+    return write_or_check([(args.doc, text, wanted)], "the profile table", fix, args.check)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from phoenix.schema.spec import (
 )
 from phoenix.stub import request_metrics as metrics
 from phoenix.util.command_line import command_parser
+from phoenix.util.doc_blocks import DocBlockError, with_block, write_or_check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_DOC = REPO_ROOT / "docs" / "reference.md"
@@ -112,7 +113,7 @@ COUNTER_MEANINGS = {
 }
 
 
-class ReferenceDocError(Exception):
+class ReferenceDocError(DocBlockError):
     """A document lacks a block's markers, or the code has something the generator does not
     describe."""
 
@@ -416,16 +417,6 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- reference:{name}:start -->", f"<!-- reference:{name}:end -->"
 
 
-def with_block(text: str, name: str, block: str, where: Path) -> str:
-    """``text`` with the block ``name`` replaced by ``block``; both markers must be there once."""
-    start, end = markers(name)
-    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ReferenceDocError(f"{where}: expected one {start} ... {end} block")
-    before, rest = text.split(start)
-    _, after = rest.split(end)
-    return f"{before}{start}\n{block}\n{end}{after}"
-
-
 GENERATED_BY = (
     "Generated from the contracts by `python -m phoenix.ops.reference_docs` (`make configs`); "
     "a unit test fails when it is out of date."
@@ -450,7 +441,7 @@ def rewritten(path: Path, blocks: Mapping[str, str]) -> tuple[str, str]:
     text = path.read_text()
     wanted = text
     for name, block in blocks.items():
-        wanted = with_block(wanted, name, block, path)
+        wanted = with_block(wanted, *markers(name), block, path)
     return text, wanted
 
 
@@ -473,22 +464,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             (args.reference, *rewritten(args.reference, reference_blocks())),
             (args.readme, *rewritten(args.readme, readme_blocks())),
         ]
-    except (OSError, ReferenceDocError) as error:
+    except (OSError, DocBlockError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    stale = [(path, wanted) for path, text, wanted in documents if wanted != text]
-    if not stale:
-        print("the model reference is up to date")
-        return 0
-    if args.check:
-        names = ", ".join(str(path) for path, _ in stale)
-        fix = "python -m phoenix.ops.reference_docs"
-        print(f"{names}: the model reference is out of date: run {fix}", file=sys.stderr)
-        return 1
-    for path, wanted in stale:
-        path.write_text(wanted)
-        print(f"{path}: model reference rewritten")
-    return 0
+    fix = "python -m phoenix.ops.reference_docs"
+    return write_or_check(documents, "the model reference", fix, args.check)
 
 
 if __name__ == "__main__":
