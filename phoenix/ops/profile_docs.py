@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Optional
 
 from phoenix.ops.profiles import CPU, GPU, Profile
-from phoenix.util.command_line import command_parser
-from phoenix.util.doc_blocks import DocBlockError, with_block, write_or_check
+from phoenix.util.doc_blocks import (
+    DocBlockError,
+    generator_parser,
+    with_block,
+    write_or_check,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = REPO_ROOT / "docs" / "deploy.md"
@@ -105,15 +109,12 @@ def overlay_mem_fraction(patch: Path = GPU_OVERLAY_PATCH) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
-        "python -m phoenix.ops.profile_docs",
+    what = (
         "Write the stub counts and GPU memory per stub of the deployment profiles into "
-        "docs/deploy.md, between its profile-table markers.",
+        "docs/deploy.md, between its profile-table markers."
     )
-    parser.add_argument("--doc", type=Path, default=DEPLOY_DOC, help="(%(default)s)")
-    parser.add_argument("--gpu-patch", type=Path, default=GPU_OVERLAY_PATCH, help="(%(default)s)")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the block is stale")
-    return parser
+    files = {"--doc": DEPLOY_DOC, "--gpu-patch": GPU_OVERLAY_PATCH}
+    return generator_parser("phoenix.ops.profile_docs", what, files)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

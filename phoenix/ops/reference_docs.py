@@ -35,8 +35,12 @@ from phoenix.schema.spec import (
     Values,
 )
 from phoenix.stub import request_metrics as metrics
-from phoenix.util.command_line import command_parser
-from phoenix.util.doc_blocks import DocBlockError, with_block, write_or_check
+from phoenix.util.doc_blocks import (
+    DocBlockError,
+    generator_parser,
+    with_block,
+    write_or_check,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_DOC = REPO_ROOT / "docs" / "reference.md"
@@ -446,15 +450,12 @@ def rewritten(path: Path, blocks: Mapping[str, str]) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
-        "python -m phoenix.ops.reference_docs",
+    what = (
         "Write the model reference (docs/reference.md) and the README's model table from the "
-        "contracts, between their reference markers.",
+        "contracts, between their reference markers."
     )
-    parser.add_argument("--reference", type=Path, default=REFERENCE_DOC, help="(%(default)s)")
-    parser.add_argument("--readme", type=Path, default=README, help="(%(default)s)")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale")
-    return parser
+    files = {"--reference": REFERENCE_DOC, "--readme": README}
+    return generator_parser("phoenix.ops.reference_docs", what, files)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,12 +1,15 @@
 """Generated blocks of Markdown documents: the text between a start and an end marker (HTML
 comments), written by a generator (`make configs`, the benchmarks' reports) and checked by a
-test. Imports only the standard library."""
+test. Imports the standard library and phoenix.util."""
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from phoenix.util.command_line import command_parser
 
 
 class DocBlockError(ValueError):
@@ -41,3 +44,15 @@ def write_or_check(
         path.write_text(wanted)
         print(f"{path}: {what} rewritten")
     return 0
+
+
+def generator_parser(
+    module: str, what: str, documents: Mapping[str, Path]
+) -> argparse.ArgumentParser:
+    """The command line of a generator of blocks: ``python -m module``, an option per
+    document it writes (``documents``: flag to default path) and --check."""
+    parser = command_parser(f"python -m {module}", what)
+    for flag, default in documents.items():
+        parser.add_argument(flag, type=Path, default=default, help="(%(default)s)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale")
+    return parser

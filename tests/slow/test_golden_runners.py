@@ -6,12 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from phoenix.runners import (
-    ModelRunner,
-    RecsysInferenceRunner,
-    RecsysRetrievalInferenceRunner,
-    RetrievalModelRunner,
-)
+from phoenix import runners
 from tests.golden import TOL, configs, inputs, load_golden, params
 
 
@@ -22,7 +17,9 @@ def golden():
 
 def test_ranker_runner_reproduces_logits(golden):
     ranker, _ = configs(golden)
-    runner = RecsysInferenceRunner(ModelRunner(model=ranker, bs_per_device=0.125), name="golden")
+    runner = runners.RecsysInferenceRunner(
+        runners.ModelRunner(model=ranker, bs_per_device=0.125), name="golden"
+    )
     runner.initialize()
     runner.params = params(golden, "ranker_params/")
     out = runner.rank(*inputs(golden))
@@ -37,8 +34,8 @@ def test_ranker_runner_reproduces_logits(golden):
 
 def test_retrieval_runner_reproduces_users_candidates_and_top_k(golden):
     _, retrieval = configs(golden)
-    runner = RecsysRetrievalInferenceRunner(
-        RetrievalModelRunner(model=retrieval, bs_per_device=0.125), "g"
+    runner = runners.RecsysRetrievalInferenceRunner(
+        runners.RetrievalModelRunner(model=retrieval, bs_per_device=0.125), "g"
     )
     runner.initialize()
     loaded = params(golden, "retrieval_params/")

@@ -20,16 +20,6 @@ import pytest
 
 from clients import ingest
 from phoenix.corpus_store import CorpusStore, ingestion
-from phoenix.corpus_store.ingestion import (
-    END,
-    BadLine,
-    Batch,
-    Deletion,
-    Ingest,
-    NewPost,
-    Pending,
-    parse_line,
-)
 from phoenix.corpus_store.towers import tower_of
 from phoenix.engine import CandidateTower
 
@@ -45,22 +35,34 @@ EMB = 8
 @pytest.mark.parametrize(
     "line, event",
     [
-        ('{"post_id": 7, "author_id": 3, "created_at": 1700000000}', NewPost(7, 3, 1700000000)),
-        ('{"post_id": 7, "author_id": 0}', NewPost(7, 0, int(NOW))),  # created_at: now
-        ('{"post_id": 7, "author_id": 3, "created_at": null}', NewPost(7, 3, int(NOW))),
-        ('{"post_id": 7, "author_id": 3, "created_at": 1700000000.9}', NewPost(7, 3, 1700000000)),
-        ('{"post_id": "9223372036854775807", "author_id": "12"}', NewPost(2**63 - 1, 12, int(NOW))),
-        ('{"post_id": 7, "author_id": 3, "deleted": false, "lang": "en"}', NewPost(7, 3, int(NOW))),
-        ('{"delete": 7}', Deletion(7)),
-        ('{"delete": "7", "post_id": 7}', Deletion(7)),
-        ('{"post_id": 7, "deleted": true}', Deletion(7)),
-        (b'{"delete": 7}\n', Deletion(7)),
+        (
+            '{"post_id": 7, "author_id": 3, "created_at": 1700000000}',
+            ingestion.NewPost(7, 3, 1700000000),
+        ),
+        ('{"post_id": 7, "author_id": 0}', ingestion.NewPost(7, 0, int(NOW))),  # created_at: now
+        ('{"post_id": 7, "author_id": 3, "created_at": null}', ingestion.NewPost(7, 3, int(NOW))),
+        (
+            '{"post_id": 7, "author_id": 3, "created_at": 1700000000.9}',
+            ingestion.NewPost(7, 3, 1700000000),
+        ),
+        (
+            '{"post_id": "9223372036854775807", "author_id": "12"}',
+            ingestion.NewPost(2**63 - 1, 12, int(NOW)),
+        ),
+        (
+            '{"post_id": 7, "author_id": 3, "deleted": false, "lang": "en"}',
+            ingestion.NewPost(7, 3, int(NOW)),
+        ),
+        ('{"delete": 7}', ingestion.Deletion(7)),
+        ('{"delete": "7", "post_id": 7}', ingestion.Deletion(7)),
+        ('{"post_id": 7, "deleted": true}', ingestion.Deletion(7)),
+        (b'{"delete": 7}\n', ingestion.Deletion(7)),
         ("", None),
         ("   \n", None),
     ],
 )
 def test_a_line_is_a_post_a_deletion_or_blank(line, event):
-    assert parse_line(line, NOW) == event
+    assert ingestion.parse_line(line, NOW) == event
 
 
 @pytest.mark.parametrize(
@@ -90,42 +92,46 @@ def test_a_line_is_a_post_a_deletion_or_blank(line, event):
     ],
 )
 def test_a_bad_line_says_what_was_wrong(line, message):
-    with pytest.raises(BadLine, match=message):
-        parse_line(line, NOW)
+    with pytest.raises(ingestion.BadLine, match=message):
+        ingestion.parse_line(line, NOW)
 
 
 # -- batching ---------------------------------------------------------------------------------
 
 
 def test_flush_by_count_counts_distinct_posts_and_the_last_line_wins():
-    pending = Pending(flush_posts=3, flush_seconds=60)
-    pending.add(NewPost(1, 10, 100), now=0)
-    pending.add(NewPost(2, 10, 100), now=0)
-    pending.add(NewPost(1, 11, 200), now=0)  # a repeat: still two posts held
+    pending = ingestion.Pending(flush_posts=3, flush_seconds=60)
+    pending.add(ingestion.NewPost(1, 10, 100), now=0)
+    pending.add(ingestion.NewPost(2, 10, 100), now=0)
+    pending.add(ingestion.NewPost(1, 11, 200), now=0)  # a repeat: still two posts held
     assert not pending.due(now=0)
-    pending.add(NewPost(3, 10, 100), now=0)
+    pending.add(ingestion.NewPost(3, 10, 100), now=0)
     assert pending.due(now=0)
     batch = pending.take()
-    assert batch.posts == (NewPost(2, 10, 100), NewPost(1, 11, 200), NewPost(3, 10, 100))
+    assert batch.posts == (
+        ingestion.NewPost(2, 10, 100),
+        ingestion.NewPost(1, 11, 200),
+        ingestion.NewPost(3, 10, 100),
+    )
     assert not pending and pending.seconds_left(now=0) is None and not pending.due(now=99)
 
 
 def test_flush_by_time_counts_from_the_oldest_thing_held():
-    pending = Pending(flush_posts=1000, flush_seconds=2.0)
-    pending.add(Deletion(5), now=10.0)  # a deletion alone starts the clock too
-    pending.add(NewPost(1, 10, 100), now=11.5)
+    pending = ingestion.Pending(flush_posts=1000, flush_seconds=2.0)
+    pending.add(ingestion.Deletion(5), now=10.0)  # a deletion alone starts the clock too
+    pending.add(ingestion.NewPost(1, 10, 100), now=11.5)
     assert pending.seconds_left(now=11.5) == pytest.approx(0.5)
     assert not pending.due(now=11.99)
     assert pending.due(now=12.0)
-    assert pending.take() == Batch((NewPost(1, 10, 100),), (5,))
+    assert pending.take() == ingestion.Batch((ingestion.NewPost(1, 10, 100),), (5,))
 
 
 def test_a_deletion_drops_a_held_post_and_is_still_applied():
-    pending = Pending(flush_posts=10, flush_seconds=2.0)
-    pending.add(NewPost(1, 10, 100), now=0)
-    pending.add(NewPost(2, 10, 100), now=0)
-    pending.add(Deletion(1), now=0)
-    assert pending.take() == Batch((NewPost(2, 10, 100),), (1,))
+    pending = ingestion.Pending(flush_posts=10, flush_seconds=2.0)
+    pending.add(ingestion.NewPost(1, 10, 100), now=0)
+    pending.add(ingestion.NewPost(2, 10, 100), now=0)
+    pending.add(ingestion.Deletion(1), now=0)
+    assert pending.take() == ingestion.Batch((ingestion.NewPost(2, 10, 100),), (1,))
 
 
 class ScriptedLines:
@@ -166,9 +172,11 @@ def test_the_loop_flushes_by_count_by_time_and_at_the_end():
         (2.0, ScriptedLines.IDLE),
         (3.0, ScriptedLines.IDLE),  # 2 s after post 4 arrived: due by time
         (4.0, (6, b'{"delete": 2}')),
-        (5.0, END),  # the end of the input: what is held is flushed
+        (5.0, ingestion.END),  # the end of the input: what is held is flushed
     ]
-    run = Ingest(Pending(3, 2.0), write, source="events.jsonl", clock=lambda: clock[0])
+    run = ingestion.Ingest(
+        ingestion.Pending(3, 2.0), write, source="events.jsonl", clock=lambda: clock[0]
+    )
     tally = run.run(ScriptedLines(clock, script), threading.Event())
     assert [(t, [p.post_id for p in b.posts], list(b.deletions)) for t, b in flushed] == [
         (0.6, [1, 2, 3], []),
@@ -180,9 +188,11 @@ def test_the_loop_flushes_by_count_by_time_and_at_the_end():
 
 def test_a_bad_line_is_reported_with_its_number_and_skipped(capsys):
     written = []
-    run = Ingest(Pending(10, 2.0), lambda batch, tally: written.append(batch), source="in.jsonl")
+    run = ingestion.Ingest(
+        ingestion.Pending(10, 2.0), lambda batch, tally: written.append(batch), source="in.jsonl"
+    )
     lines = queue.Queue()
-    for item in [(1, b'{"post_id": 1, "author_id": 2}\n'), (2, b"{}\n"), (3, b"\n"), END]:
+    for item in [(1, b'{"post_id": 1, "author_id": 2}\n'), (2, b"{}\n"), (3, b"\n"), ingestion.END]:
         lines.put(item)
     tally = run.run(lines, threading.Event())
     err = capsys.readouterr().err
@@ -203,9 +213,11 @@ def fake_embed(post_ids, author_ids):
 def test_deletions_reach_the_store(tmp_path):
     store = CorpusStore.create(tmp_path / "store", EMB)
     tally = ingestion.Tally()
-    first = Batch(tuple(NewPost(i, 100 + i, 1000 + i) for i in (1, 2, 3)))
+    first = ingestion.Batch(tuple(ingestion.NewPost(i, 100 + i, 1000 + i) for i in (1, 2, 3)))
     ingestion.write_batch(store, fake_embed, first, tally)
-    ingestion.write_batch(store, fake_embed, Batch((NewPost(4, 104, 1004),), (2, 99)), tally)
+    ingestion.write_batch(
+        store, fake_embed, ingestion.Batch((ingestion.NewPost(4, 104, 1004),), (2, 99)), tally
+    )
     snapshot = store.open()
     assert [s.entry.rows for s in snapshot.segments] == [3, 1]
     assert snapshot.tombstones.tolist() == [2, 99]
@@ -222,7 +234,7 @@ def test_a_failed_embedding_names_what_was_not_written(tmp_path):
     def broken(post_ids, author_ids):
         raise ConnectionRefusedError("candidate_tower: connection refused")
 
-    batch = Batch((NewPost(1, 2, 3),), (5,))
+    batch = ingestion.Batch((ingestion.NewPost(1, 2, 3),), (5,))
     with pytest.raises(
         ingestion.FlushError, match="1 posts and 1 deletions not written: .*refused"
     ):
