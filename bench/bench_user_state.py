@@ -201,15 +201,10 @@ def measure_artifacts(args, artifacts: Path, full: bool) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = command_parser(
-        "python -m bench.bench_user_state",
-        "recommend by user id against a real tritonserver and redis-server: throughput by id "
-        "vs with history (perf_analyzer), freshness of events under Locust's by-id traffic, "
-        "and Redis killed under load. Writes --out (JSON).",
-        "Examples:\n"
-        "  python -m bench.bench_user_state\n"
-        "  python -m bench.bench_user_state --artifacts artifacts/trained-demo --probes 3",
+    examples = (
+        "Example:\n  python -m bench.bench_user_state --artifacts artifacts/trained-demo --probes 3"
     )
+    parser = command_parser("python -m bench.bench_user_state", __doc__, examples)
     parser.add_argument(
         "--artifacts",
         default="artifacts/trained-demo,artifacts/demo",
