@@ -67,4 +67,20 @@ def service_class(model: str) -> type[Service]:
 
 def build_service(settings: ServiceSettings) -> Service:
     """The service of ``settings.model``, built from its settings."""
+    if settings.model == RECOMMEND_CHAIN.name:
+        return build_chain(settings)
     return service_class(settings.model).from_settings(settings)
+
+
+def build_chain(settings: ServiceSettings) -> Service:
+    """recommend_chain: every stage's service built here, from the chain's settings, over one
+    copy of the weights and tables."""
+    from phoenix.stub.services.recommend import RecommendChainService, stage_settings
+    from phoenix.stub.services.resources import load_shared
+
+    load_shared(settings.artifact_dir)  # one copy of the weights and tables for every stage
+    services = {
+        stage.model: build_service(stage_settings(settings, stage.model))
+        for stage in RECOMMEND_CHAIN.stages
+    }
+    return RecommendChainService(services, max_batch_size=settings.max_batch_size)

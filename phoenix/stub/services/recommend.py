@@ -54,7 +54,8 @@ def records(request: Mapping[str, np.ndarray]) -> bool:
 
 
 class RecommendChainService(Service):
-    """The stages of recommend, in process, on one batch of requests."""
+    """The stages of recommend, in process, on one batch of requests (built with its stages'
+    services by ``catalog.build_service``)."""
 
     request_type = RecommendChainRequest
 
@@ -66,18 +67,6 @@ class RecommendChainService(Service):
         self.services = dict(services)
         self.config = self.services[self.stages[0].model].config
         self.max_rows = max_batch_size
-
-    @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> RecommendChainService:
-        from phoenix.stub.services.catalog import build_service
-        from phoenix.stub.services.resources import load_shared
-
-        load_shared(settings.artifact_dir)  # one copy of the weights and tables for every stage
-        services = {
-            stage.model: build_service(stage_settings(settings, stage.model))
-            for stage in RECOMMEND_CHAIN.stages
-        }
-        return cls(services, max_batch_size=settings.max_batch_size)
 
     @property
     def corpus(self):
