@@ -33,8 +33,7 @@ from tests.integration.conftest import launch_with_store
 from tests.rankings import assert_same_feed
 from tests.readme_samples import fenced_lines, readme_block
 
-# serial: the down-store test times how fast a request fails (FAIL_FAST_S)
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration
 USER = 7
 TOP_K = 32
 FAIL_FAST_S = 5.0  # the store client's bounded timeouts (about 2 s) plus the ensemble's hops
@@ -205,6 +204,7 @@ def test_the_out_of_network_factor_moves_the_in_network_share(client, redis_serv
     assert shares["1"] < 1.0, shares
 
 
+@pytest.mark.serial  # it times how fast a request fails (FAIL_FAST_S): on a quiet machine
 def test_store_down_fails_by_id_fast_serves_history_then_recovers(
     client, redis_server, corpus, seq_len
 ):
