@@ -38,7 +38,7 @@ from harness import REPO_ROOT
 from harness.locust_runs import finish_locust, locust_totals, start_locust
 from harness.machine import machine
 from harness.process_cpu import cpu_ms_per_request, served_cpu_seconds
-from harness.results import write_results
+from harness.results import add_work_and_out, write_results
 from harness.serve_process import ServeProcess
 from phoenix.checkpoint import load_example_sequence
 from phoenix.client.client import connect, infer, recommend_inputs, user_inputs
@@ -275,8 +275,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--settle-seconds", type=float, default=2.0)
     parser.add_argument("--ingest-start-s", type=float, default=8.0)
     parser.add_argument("--ready-timeout", type=float, default=600.0)
-    parser.add_argument("--work", type=Path, default=WORK)
-    parser.add_argument("--out", type=Path, default=RESULTS / "retrieval-serving.json")
+    add_work_and_out(parser, WORK, RESULTS / "retrieval-serving.json")
     return parser.parse_args(argv)
 
 

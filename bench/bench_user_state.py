@@ -41,7 +41,7 @@ from bench.user_state_probes import (
 )
 from harness import REPO_ROOT
 from harness.process_cpu import cpu_ms_per_request, served_cpu_seconds
-from harness.results import shown_path, write_results
+from harness.results import add_work_and_out, shown_path, write_results
 from harness.triton import start_triton
 from phoenix.checkpoint import load_config
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
@@ -232,8 +232,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="seconds before the kill, while down, and after the restart",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", type=Path, default=WORK)
-    parser.add_argument("--out", type=Path, default=RESULTS / "user_state_load.json")
+    add_work_and_out(parser, WORK, RESULTS / "user_state_load.json")
     return parser.parse_args(argv)
 
 

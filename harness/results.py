@@ -3,6 +3,7 @@ no path of the machine that measured them (``phoenix.util.machine_paths``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -26,3 +27,13 @@ def write_results(path: Path, results: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")
     return path
+
+
+def add_work_and_out(parser: argparse.ArgumentParser, work: Path, out: Path) -> None:
+    """A benchmark's --work (its scratch folder, under build/) and --out (its results JSON)."""
+    parser.add_argument(
+        "--work", type=Path, default=work, help="scratch folder (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=out, help="the results' JSON (default: %(default)s)"
+    )
