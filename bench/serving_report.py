@@ -6,25 +6,11 @@ from pathlib import Path
 from typing import Optional
 
 from bench.serving_measure import IN_PROCESS_BATCH
+from harness.serving_rows import best, ratio, served_rows
 from phoenix.util.doc_blocks import with_block
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TABLE_START, TABLE_END = "<!-- serving-table:start -->", "<!-- serving-table:end -->"
-
-
-def served_rows(results: dict, **match) -> list[dict]:
-    return [
-        r for r in results.get("served", [])
-        if not r["error"] and all(r[k] == v for k, v in match.items())
-    ]  # fmt: skip
-
-
-def best(rows: list[dict]) -> Optional[dict]:
-    return max(rows, key=lambda r: r["throughput"], default=None)
-
-
-def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    return a / b if a and b else None
 
 
 def summarize(results: dict, concurrency_for_batching: int = 16) -> dict[str, dict]:

@@ -13,6 +13,9 @@ imports only pathlib, for REPO_ROOT, so each module costs only its own imports):
 - results: a benchmark's figures written as JSON;
 - perf_analyzer: Triton's perf_analyzer taken out of the tritonclient 2.51 wheel;
 - gpu_payload, gpu_machine: what a bare GPU machine lacks, packed here and set up there.
+- gpu_bench: the GPU benchmark's profiles, the command and machine stamped on its results,
+  and the docs section rendered from them (bench/gpu runs the steps);
+- serving_rows: rows of bench_serving's results picked and compared.
 """
 
 from pathlib import Path

@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.gpu import profiles
+from harness.gpu_bench import profiles
 
 POINTS = {"gpu": [(1, 64), (1, 1024)], "cpu": [(1, 64)]}
 

@@ -7,7 +7,7 @@ and sort.
     python -m bench.gpu.engine_points --profile gpu --out bench/results/gpu/engine.json
 
 Same random weights and inputs for both, at each (users, candidates) point of the profile
-(bench/gpu/profiles.py). `phoenix.runners` + `phoenix.recsys_model` jitted whole is the
+(harness/gpu_bench/profiles.py). `phoenix.runners` + `phoenix.recsys_model` jitted whole is the
 stand-in for the original; the two are timed in alternating rounds (bench_engine.py's
 `timed_side_by_side`). Both compute in bfloat16 on a GPU, float32 on a CPU.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 
-from bench.gpu import profiles
+from harness.gpu_bench import profiles
 
 # The engine's two ways through the transformer: the cached-context passes (context once,
 # then candidates against its cache) and the joint pass (one sequence; fewer launches).

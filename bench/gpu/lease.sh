@@ -46,7 +46,7 @@ where the last run stopped (build/gpu-bench/lease/STEP.status marks a step done)
              the engine's variants alone, with their device programs timed apart; in
              RESULTS/topk.json, topk-raft.json, topk-diag.json
 The JSON a step writes with bench_serving.py or bench_service_host.py gets the command and the
-machine added (bench/gpu/stamp.py). Environment: RESULTS (default bench/results/gpu: the kept
+machine added (harness/gpu_bench/stamp.py). Environment: RESULTS (default bench/results/gpu: the kept
 results, replaced), PYTHON, GPU_PAYLOAD, PACK_DIR (default build/gpu-bench).
 Logs and step status: build/gpu-bench/lease/. The results, logs and stub profiles are packed
 into PACK_DIR/gpu-results.tar.gz, paths of this machine written portably.
@@ -152,7 +152,7 @@ run_step() {
   local out=${stamped[$name]:-}
   if [[ -n $out && $out -nt $state/$name.started ]]; then
     # shellcheck disable=SC2086  (one line of the command's words)
-    "$python" -m bench.gpu.stamp "$out" --command "$(echo ${command[$name]})" >>"$state/$name.log" 2>&1
+    "$python" -m harness.gpu_bench.stamp "$out" --command "$(echo ${command[$name]})" >>"$state/$name.log" 2>&1
   fi
   if ((rc == 124 || rc == 137)); then
     # The step's servers run in their own sessions and outlive it: stop them before the next

@@ -4,7 +4,7 @@
     python -m bench.gpu.measure --steps engine       # one step, or a few: engine,retrieval
     .venv/bin/python -m bench.gpu.measure --cpu       # the same steps here, tiny and quick
 
-Steps (sizes in bench/gpu/profiles.py):
+Steps (sizes in harness/gpu_bench/profiles.py):
   engine     DeviceRanker against the plain original under jax.jit, at the target points
              (engine_points.py)                                        -> engine.json
   retrieval  top 100 for a batch of 64 users over 1 M and 10 M posts (retrieval.py)
@@ -31,8 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu import profiles, report
 from harness import perf_analyzer
+from harness.gpu_bench import profiles, report
 from phoenix.util.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
@@ -177,7 +177,7 @@ def stamp_serving(path: Path, command: list[str], written_after: float) -> None:
     that failed early)."""
     if not path.is_file() or path.stat().st_mtime < written_after:
         return
-    from bench.gpu import stamp
+    from harness.gpu_bench import stamp
 
     stamp.stamp(path, " ".join(["python", *command[1:]]))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.gpu import profiles
+from harness.gpu_bench import profiles
 
 
 def served_batch_buckets(device: str) -> tuple[int, ...]:

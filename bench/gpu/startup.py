@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.gpu import profiles
+from harness.gpu_bench import profiles
 
 READY_TIMEOUT_S = 900
 

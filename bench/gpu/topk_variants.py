@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from bench.gpu import profiles
+from harness.gpu_bench import profiles
 
 RAFT_FLAG = "--xla_gpu_experimental_use_raft_select_k=true"
 TOP_K = 100

@@ -1,12 +1,13 @@
-"""The GPU section of docs/performance.md and the files it is rendered from (bench/gpu/report.py),
-and the command and machine every GPU result file records (bench/gpu/stamp.py, profiles.py)."""
+"""The GPU section of docs/performance.md and the files it is rendered from
+(harness/gpu_bench/report.py), and the command and machine every GPU result file records
+(harness/gpu_bench/stamp.py, profiles.py)."""
 
 import json
 import re
 import shutil
 from pathlib import Path
 
-from bench.gpu import profiles, report, stamp
+from harness.gpu_bench import profiles, report, stamp
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "bench" / "results" / "gpu"

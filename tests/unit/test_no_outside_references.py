@@ -109,7 +109,7 @@ def test_pointers_out_of_the_repository_are_caught_and_pointers_inside_are_not(t
     out = "../" * 2 + "notes/README.md"  # docs/ -> checkout/ -> its parent
     nothing = "../notes/README.md"  # read from the root: beside the checkout
     inside = "../artifacts/demo"  # docs/ -> checkout/artifacts
-    notes = "/" + "work/shared/NOTES.md"  # a workspace's notes (split: this file is scanned too)
+    notes = "/" + "work/notes/NOTES.md"  # a workspace's notes (split: this file is scanned too)
     home = "/" + "home/ana/phoenix/x.log"
     text = (
         f"see {out}\nserved from {inside}\nread {notes}\nlog {root}/build/x.log\n{nothing}\n"
@@ -153,11 +153,11 @@ def test_the_verdict_does_not_depend_on_where_the_checkout_lives(copy_in_tmp):
     copy, names = copy_in_tmp
     assert references_in(copy, names) == []
     # ...while a real pointer out of that copy is still caught
-    (copy / "docs" / "notes.md").write_text(f"see {'../' * 2}shared/NOTES.md and {copy}/x\n")
+    (copy / "docs" / "notes.md").write_text(f"see {'../' * 2}notes/NOTES.md and {copy}/x\n")
     (copy / RESULTS / "new.json").write_text('{"artifacts": "/tmp/mini"}\n')
     found = references_in(copy, [*names, "docs/notes.md", f"{RESULTS}new.json"])
     assert found == [
-        "docs/notes.md:1: ../../shared/NOTES.md",
+        "docs/notes.md:1: ../../notes/NOTES.md",
         f"docs/notes.md:1: {copy}",
         f"{RESULTS}new.json:1: /tmp/mini",
     ]

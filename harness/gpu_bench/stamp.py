@@ -1,6 +1,6 @@
 """Where and how a GPU result was measured, added to a JSON file a step wrote without it.
 
-    python -m bench.gpu.stamp FILE --command 'COMMAND'
+    python -m harness.gpu_bench.stamp FILE --command 'COMMAND'
 
 `bench_serving.py` and `bench_service_host.py` write their figures without the GPU, the driver,
 JAX's version or the command that ran them; `bench/gpu/measure.py` and `bench/gpu/lease.sh` add
@@ -16,7 +16,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench.gpu import profiles
+from harness.gpu_bench import profiles
 from phoenix.util.command_line import command_parser
 from phoenix.util.machine_paths import portable_text
 
@@ -48,7 +48,7 @@ def stamp(path: Path, command: str, machine: dict | None = None) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = command_parser("python -m bench.gpu.stamp", __doc__)
+    parser = command_parser("python -m harness.gpu_bench.stamp", __doc__)
     parser.add_argument("files", nargs="+", type=Path, help="result JSON files")
     parser.add_argument("--command", required=True, help="the command that wrote them")
     args = parser.parse_args(argv)

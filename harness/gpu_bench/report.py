@@ -1,8 +1,8 @@
 """The GPU section of docs/performance.md, from the JSON files of the GPU benchmark.
 
-    python -m bench.gpu.report            # rewrite the section from bench/results/gpu
-    python -m bench.gpu.report --check    # exit 1 when the section is not what the files give
-    python -m bench.gpu.report --results DIR --docs FILE
+    python -m harness.gpu_bench.report          # rewrite the section from bench/results/gpu
+    python -m harness.gpu_bench.report --check  # exit 1: the section is not what the files give
+    python -m harness.gpu_bench.report --results DIR --docs FILE
 
 Rewrites what lies between the markers `<!-- gpu-table:start -->` and `<!-- gpu-table:end -->`.
 A step of `bench/gpu/measure.py` whose JSON is missing shows "not yet measured", so the section
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
-from bench.gpu import profiles
-from bench.serving_report import best, ratio, served_rows
+from harness.gpu_bench import profiles
+from harness.serving_rows import best, ratio, served_rows
 from phoenix.util.command_line import command_parser
 from phoenix.util.doc_blocks import with_block
 
@@ -414,7 +414,7 @@ def check_docs(path: Path, body: str) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = command_parser("python -m bench.gpu.report", __doc__)
+    parser = command_parser("python -m harness.gpu_bench.report", __doc__)
     add = parser.add_argument
     folder = "folder of the suites' JSON files (default: bench/results/gpu)"
     add("--results", type=Path, default=profiles.RESULTS_GPU, help=folder)
@@ -429,7 +429,7 @@ def main(argv=None) -> int:
         if check_docs(args.docs, body):
             print(f"the GPU section of {args.docs} is what {args.results} gives")
             return 0
-        print(f"run `python -m bench.gpu.report` to render it again from {args.results}")
+        print(f"run `python -m harness.gpu_bench.report` to render it again from {args.results}")
         return 1
     update_docs(args.docs, body)
     print(f"updated the GPU section of {args.docs} from {sorted(results) or 'no results'}")
