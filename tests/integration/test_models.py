@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import time
 
 import haiku as hk
 import numpy as np
@@ -219,6 +220,19 @@ def execution_stats(client, model):
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
+def settled_stats(client, model, before, inferences, seconds=10.0):
+    """The counts once `inferences` more have been recorded since `before`.
+
+    Triton records a batch's statistics after the backend has sent its responses, so a client
+    can hold every answer a moment before the counts show them: wait for them (bounded)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        after = execution_stats(client, model)
+        if after[0] - before[0] >= inferences or time.monotonic() > deadline:
+            return after
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_concurrent_requests_are_batched(triton, resources, score_weights, protocol):
     rng = np.random.default_rng(11)
@@ -235,7 +249,7 @@ def test_concurrent_requests_are_batched(triton, resources, score_weights, proto
 
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
         results = list(pool.map(call, requests))
-    after = execution_stats(stats_client, "ranker")
+    after = settled_stats(stats_client, "ranker", before, len(requests))
     inferences, executions = after[0] - before[0], after[1] - before[1]
     assert inferences == 32
     assert executions < inferences, f"{executions} executions for {inferences} requests"
