@@ -69,6 +69,16 @@ def stamp(result: Optional[dict]) -> str:
     return f"measured on {where}{versions}, profile `{profile}`"
 
 
+def row(*cells) -> str:
+    """One Markdown table row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def head(*names) -> list[str]:
+    """A Markdown table's header and separator rows."""
+    return [row(*names), row(*("---" for _ in names))]
+
+
 def ms(seconds: Optional[float]) -> str:
     return fmt(seconds and seconds * 1e3, ".2f", missing="-")
 
@@ -91,24 +101,23 @@ def engine_table(result: Optional[dict]) -> list[str]:
         f"**Engine against the plain jitted original**, same weights and inputs "
         f"(`bench/gpu/engine_points.py`): {stamp(result)}.",
         "",
-        "| config | users x candidates | original (jit) cand/s | engine cand/s | "
-        "engine / original (target >= 1.0x) | device ranker cand/s (from raw ids) | "
-        "device ranker / original |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+        *head("config", "users x candidates", "original (jit) cand/s", "engine cand/s",
+              "engine / original (target >= 1.0x)", "device ranker cand/s (from raw ids)",
+              "device ranker / original"),
+    ]  # fmt: skip
     for r in engine_rows(result):
+        point = (r["config"], f"{r['users']} x {r['candidates']}")
         if "error" in r:
-            lines.append(f"| {r['config']} | {r['users']} x {r['candidates']} | error: "
-                         f"{r['error'][:80]} | | | | |")  # fmt: skip
+            lines.append(row(*point, f"error: {r['error'][:80]}", "", "", "", ""))
             continue
-        lines.append(
-            f"| {r['config']} | {r['users']} x {r['candidates']} | "
-            f"{fmt(r.get('original_jit_cands_per_s'), ',.0f')} | "
-            f"{fmt(r.get('engine_cands_per_s'), ',.0f')} | "
-            f"{fmt(r.get('engine_vs_original'), '.2f', 'x')} | "
-            f"{fmt(r.get('device_ranker_cands_per_s'), ',.0f')} | "
-            f"{fmt(r.get('device_ranker_vs_original'), '.2f', 'x')} |"
-        )
+        lines.append(row(
+            *point,
+            fmt(r.get("original_jit_cands_per_s"), ",.0f"),
+            fmt(r.get("engine_cands_per_s"), ",.0f"),
+            fmt(r.get("engine_vs_original"), ".2f", "x"),
+            fmt(r.get("device_ranker_cands_per_s"), ",.0f"),
+            fmt(r.get("device_ranker_vs_original"), ".2f", "x"),
+        ))  # fmt: skip
     return lines
 
 
@@ -126,20 +135,21 @@ def engine_time_table(result: Optional[dict]) -> list[str]:
         "candidates as one sequence); device launches a call (the optimized program's device "
         "instructions).",
         "",
-        "| config | users x candidates | original | original, inputs on the device | "
-        "score cached / joint | rank cached / joint | launches: original, score cached / joint |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+        *head("config", "users x candidates", "original", "original, inputs on the device",
+              "score cached / joint", "rank cached / joint",
+              "launches: original, score cached / joint"),
+    ]  # fmt: skip
     for r in rows:
         n = r.get("launches", {})
-        lines.append(
-            f"| {r['config']} | {r['users']} x {r['candidates']} | {ms(r['original_jit_s'])} | "
-            f"{ms(r['original_device_inputs_s'])} | "
-            f"{ms(r.get('engine_cached_s'))} / {ms(r.get('engine_joint_s'))} | "
-            f"{ms(r.get('device_ranker_cached_s'))} / {ms(r.get('device_ranker_joint_s'))} | "
-            f"{n.get('original', '-')}, {n.get('score_cached', '-')} / "
-            f"{n.get('score_joint', '-')} |"
-        )
+        lines.append(row(
+            r["config"],
+            f"{r['users']} x {r['candidates']}",
+            ms(r["original_jit_s"]),
+            ms(r["original_device_inputs_s"]),
+            f"{ms(r.get('engine_cached_s'))} / {ms(r.get('engine_joint_s'))}",
+            f"{ms(r.get('device_ranker_cached_s'))} / {ms(r.get('device_ranker_joint_s'))}",
+            f"{n.get('original', '-')}, {n.get('score_cached', '-')} / {n.get('score_joint', '-')}",
+        ))  # fmt: skip
     return lines
 
 
@@ -148,17 +158,18 @@ def retrieval_table(result: Optional[dict]) -> list[str]:
     lines = [
         f"**Retrieval**, exact top 100 (`bench/gpu/retrieval.py`): {stamp(result)}.",
         "",
-        "| corpus | users per call | top-k queries/s (target) | user tower + top-k queries/s |",
-        "| --- | --- | --- | --- |",
-    ]
+        *head("corpus", "users per call", "top-k queries/s (target)",
+              "user tower + top-k queries/s"),
+    ]  # fmt: skip
     rows = result["retrieval"] if result else [{"corpus": size} for size in targets]
     for r in rows:
         target = targets.get(r["corpus"], "-")
-        lines.append(
-            f"| {r['corpus']:,} | {r.get('batch', profiles.GPU.retrieval_batch)} | "
-            f"{fmt(r.get('top_k_queries_per_s'), ',.0f')} ({target}) | "
-            f"{fmt(r.get('end_to_end_queries_per_s'), ',.0f')} |"
-        )
+        lines.append(row(
+            f"{r['corpus']:,}",
+            r.get("batch", profiles.GPU.retrieval_batch),
+            f"{fmt(r.get('top_k_queries_per_s'), ',.0f')} ({target})",
+            fmt(r.get("end_to_end_queries_per_s"), ",.0f"),
+        ))  # fmt: skip
     return lines
 
 
@@ -180,12 +191,11 @@ def topk_table(result: Optional[dict], key: str) -> list[str]:
         f"the engine variants split the users into device calls of at most 16; XLA flags: "
         f"{result.get('xla_flags') or 'none'}): {stamp(result)}.",
         "",
-        "| corpus | users per call | " + " | ".join(names) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in names) + " |",
+        *head("corpus", "users per call", *names),
     ]
     for r in result["topk"]:
         values = [fmt(r["queries_per_s"].get(n), ",.0f", missing="-") for n in names]
-        lines.append(f"| {r['corpus']:,} | {r['batch']} | " + " | ".join(values) + " |")
+        lines.append(row(f"{r['corpus']:,}", r["batch"], *values))
     return lines
 
 
@@ -196,10 +206,8 @@ def startup_table(result: Optional[dict]) -> list[str]:
     return [
         f"**Server start-up** ({loaded}, until ready; `bench/gpu/startup.py`): {stamp(result)}.",
         "",
-        "| empty program store (target <= 60 s) | restart, store filled (target <= 15 s) |",
-        "| --- | --- |",
-        f"| {fmt(s.get('empty_cache_s'), '.1f', ' s')} "
-        f"| {fmt(s.get('filled_cache_s'), '.1f', ' s')} |",
+        *head("empty program store (target <= 60 s)", "restart, store filled (target <= 15 s)"),
+        row(fmt(s.get("empty_cache_s"), ".1f", " s"), fmt(s.get("filled_cache_s"), ".1f", " s")),
     ]
 
 
@@ -273,13 +281,9 @@ def serving_table(result: Optional[dict], title: str = "**Served ranker**") -> l
         f"{title} (`bench/bench_serving.py --device {device}`: perf_analyzer over HTTP, batching "
         f"on and off; instances: {instance_counts(result)}): {stamp(result)}.",
         "",
-        "| figure | measured | target |",
-        "| --- | --- | --- |",
+        *head("figure", "measured", "target"),
     ]
-    lines += [
-        f"| {figure} | {value} | {target} |" for figure, value, target in serving_rows(result)
-    ]
-    return lines
+    return lines + [row(*cells) for cells in serving_rows(result)]
 
 
 def served_points_table(runs: list[dict]) -> list[str]:
@@ -291,8 +295,7 @@ def served_points_table(runs: list[dict]) -> list[str]:
     lines = [
         "**Served ranker by concurrency**, requests/s with batching on / off (the runs above):",
         "",
-        "| workload | instances | " + " | ".join(f"c={c}" for c in levels) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in levels) + " |",
+        *head("workload", "instances", *(f"c={c}" for c in levels)),
     ]
     for workload in ("ranker-64", "ranker-512"):
         for run in runs:
@@ -302,7 +305,7 @@ def served_points_table(runs: list[dict]) -> list[str]:
                 )
                 for c in levels
             ]
-            lines.append(f"| {workload} | {instance_counts(run)} | " + " | ".join(cells) + " |")
+            lines.append(row(workload, instance_counts(run), *cells))
     return lines
 
 
@@ -320,9 +323,8 @@ def service_host_table(result: Optional[dict]) -> list[str]:
         f"cached; `{Path(result.get('artifacts', '?')).name}`, 64 candidates, 32 history "
         f"items): measured on {where}.",
         "",
-        "| " + " | ".join(f"{n} a batch" for n in by_batch) + " |",
-        "| " + " | ".join("---" for _ in by_batch) + " |",
-        "| " + " | ".join(f"{us:.0f}" for us in by_batch.values()) + " |",
+        *head(*(f"{n} a batch" for n in by_batch)),
+        row(*(f"{us:.0f}" for us in by_batch.values())),
     ]
 
 
@@ -356,10 +358,9 @@ def recommend_table(result: Optional[dict]) -> list[str]:
         f"`recommend_chain` model, top 100 over the corpus file of `{corpus}`; perf_analyzer "
         f"over HTTP, batching on; instances: {instance_counts(result)}): {stamp(result)}.",
         "",
-        "| figure | measured | target |",
-        "| --- | --- | --- |",
+        *head("figure", "measured", "target"),
     ]
-    return lines + [f"| {f} | {v} | {t} |" for f, v, t in rows]
+    return lines + [row(*cells) for cells in rows]
 
 
 def render(results: dict[str, dict]) -> str:

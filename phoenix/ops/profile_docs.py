@@ -20,9 +20,9 @@ from typing import Optional
 from phoenix.ops.profiles import CPU, GPU, Profile
 from phoenix.util.doc_blocks import (
     DocBlockError,
+    generate,
     generator_parser,
     with_block,
-    write_or_check,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -119,15 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+
+    def documents():
         text = args.doc.read_text()
         table = profile_block(CPU, GPU, overlay_mem_fraction(args.gpu_patch))
-        wanted = with_block(text, START, END, table, args.doc)
-    except (OSError, DocBlockError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return [(args.doc, text, with_block(text, START, END, table, args.doc))]
+
     fix = "python -m phoenix.ops.profile_docs"
-    return write_or_check([(args.doc, text, wanted)], "the profile table", fix, args.check)
+    return generate(documents, "the profile table", fix, args.check)
 
 
 if __name__ == "__main__":

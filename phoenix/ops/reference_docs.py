@@ -37,9 +37,9 @@ from phoenix.schema.spec import (
 from phoenix.stub import request_metrics as metrics
 from phoenix.util.doc_blocks import (
     DocBlockError,
+    generate,
     generator_parser,
     with_block,
-    write_or_check,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -460,16 +460,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        documents = [
+
+    def documents():
+        return [
             (args.reference, *rewritten(args.reference, reference_blocks())),
             (args.readme, *rewritten(args.readme, readme_blocks())),
         ]
-    except (OSError, DocBlockError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+
     fix = "python -m phoenix.ops.reference_docs"
-    return write_or_check(documents, "the model reference", fix, args.check)
+    return generate(documents, "the model reference", fix, args.check)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from phoenix.util.command_line import command_parser
@@ -44,6 +44,20 @@ def write_or_check(
         path.write_text(wanted)
         print(f"{path}: {what} rewritten")
     return 0
+
+
+def generate(
+    documents: Callable[[], Sequence[tuple[Path, str, str]]], what: str, fix: str, check: bool
+) -> int:
+    """A generator's run: ``documents()`` reads and renders (path, its text, the text wanted);
+    then ``write_or_check``. A file it cannot read or a block's markers amiss: a message on
+    stderr and exit status 2."""
+    try:
+        rendered = documents()
+    except (OSError, DocBlockError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return write_or_check(rendered, what, fix, check)
 
 
 def generator_parser(
