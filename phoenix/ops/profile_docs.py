@@ -11,7 +11,6 @@ A unit test fails when the block differs from what this writes; ``make configs``
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,8 +19,7 @@ from typing import Optional
 from phoenix.ops.profiles import CPU, GPU, Profile
 from phoenix.util.doc_blocks import (
     DocBlockError,
-    generate,
-    generator_parser,
+    generator_main,
     with_block,
 )
 
@@ -108,25 +106,24 @@ def overlay_mem_fraction(patch: Path = GPU_OVERLAY_PATCH) -> float:
     return float(values[0])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    what = (
-        "Write the stub counts and GPU memory per stub of the deployment profiles into "
-        "docs/deploy.md, between its profile-table markers."
-    )
-    files = {"--doc": DEPLOY_DOC, "--gpu-patch": GPU_OVERLAY_PATCH}
-    return generator_parser("phoenix.ops.profile_docs", what, files)
+ABOUT = (
+    "Write the stub counts and GPU memory per stub of the deployment profiles into "
+    "docs/deploy.md, between its profile-table markers."
+)
+FILES = {"--doc": DEPLOY_DOC, "--gpu-patch": GPU_OVERLAY_PATCH}  # option: default path
+
+
+def documents(args) -> list[tuple[Path, str, str]]:
+    """docs/deploy.md: (path, its text, the text with the profile table written)."""
+    text = args.doc.read_text()
+    table = profile_block(CPU, GPU, overlay_mem_fraction(args.gpu_patch))
+    return [(args.doc, text, with_block(text, START, END, table, args.doc))]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-
-    def documents():
-        text = args.doc.read_text()
-        table = profile_block(CPU, GPU, overlay_mem_fraction(args.gpu_patch))
-        return [(args.doc, text, with_block(text, START, END, table, args.doc))]
-
-    fix = "python -m phoenix.ops.profile_docs"
-    return generate(documents, "the profile table", fix, args.check)
+    return generator_main(
+        argv, "phoenix.ops.profile_docs", ABOUT, FILES, documents, "the profile table"
+    )
 
 
 if __name__ == "__main__":

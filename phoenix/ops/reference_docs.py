@@ -13,7 +13,6 @@ this writes; ``make configs`` rewrites them.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
@@ -37,8 +36,7 @@ from phoenix.schema.spec import (
 from phoenix.stub import request_metrics as metrics
 from phoenix.util.doc_blocks import (
     DocBlockError,
-    generate,
-    generator_parser,
+    generator_main,
     with_block,
 )
 
@@ -449,26 +447,25 @@ def rewritten(path: Path, blocks: Mapping[str, str]) -> tuple[str, str]:
     return text, wanted
 
 
-def build_parser() -> argparse.ArgumentParser:
-    what = (
-        "Write the model reference (docs/reference.md) and the README's model table from the "
-        "contracts, between their reference markers."
-    )
-    files = {"--reference": REFERENCE_DOC, "--readme": README}
-    return generator_parser("phoenix.ops.reference_docs", what, files)
+ABOUT = (
+    "Write the model reference (docs/reference.md) and the README's model table from the "
+    "contracts, between their reference markers."
+)
+FILES = {"--reference": REFERENCE_DOC, "--readme": README}  # option: default path
+
+
+def documents(args) -> list[tuple[Path, str, str]]:
+    """The reference and the README: (path, its text, the text with its blocks written)."""
+    return [
+        (args.reference, *rewritten(args.reference, reference_blocks())),
+        (args.readme, *rewritten(args.readme, readme_blocks())),
+    ]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-
-    def documents():
-        return [
-            (args.reference, *rewritten(args.reference, reference_blocks())),
-            (args.readme, *rewritten(args.readme, readme_blocks())),
-        ]
-
-    fix = "python -m phoenix.ops.reference_docs"
-    return generate(documents, "the model reference", fix, args.check)
+    return generator_main(
+        argv, "phoenix.ops.reference_docs", ABOUT, FILES, documents, "the model reference"
+    )
 
 
 if __name__ == "__main__":

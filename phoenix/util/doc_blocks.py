@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Optional
 
 from phoenix.util.command_line import command_parser
 
@@ -46,27 +47,26 @@ def write_or_check(
     return 0
 
 
-def generate(
-    documents: Callable[[], Sequence[tuple[Path, str, str]]], what: str, fix: str, check: bool
+def generator_main(
+    argv: Optional[Sequence[str]],
+    module: str,
+    what: str,
+    files: Mapping[str, Path],
+    documents: Callable[[argparse.Namespace], Sequence[tuple[Path, str, str]]],
+    label: str,
 ) -> int:
-    """A generator's run: ``documents()`` reads and renders (path, its text, the text wanted);
-    then ``write_or_check``. A file it cannot read or a block's markers amiss: a message on
-    stderr and exit status 2."""
+    """A block generator's command, ``python -m module``: an option per document it reads
+    (``files``: option to default path) and --check; ``documents(args)`` reads and renders
+    (path, its text, the text wanted), then ``write_or_check``. A file it cannot read or a
+    block's markers amiss: a message on stderr and exit status 2."""
+    parser = command_parser(f"python -m {module}", what)
+    for option, default in files.items():
+        parser.add_argument(option, type=Path, default=default, help="(%(default)s)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale")
+    args = parser.parse_args(argv)
     try:
-        rendered = documents()
+        rendered = documents(args)
     except (OSError, DocBlockError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return write_or_check(rendered, what, fix, check)
-
-
-def generator_parser(
-    module: str, what: str, documents: Mapping[str, Path]
-) -> argparse.ArgumentParser:
-    """The command line of a generator of blocks: ``python -m module``, an option per
-    document it writes (``documents``: flag to default path) and --check."""
-    parser = command_parser(f"python -m {module}", what)
-    for flag, default in documents.items():
-        parser.add_argument(flag, type=Path, default=default, help="(%(default)s)")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale")
-    return parser
+    return write_or_check(rendered, label, f"python -m {module}", args.check)
