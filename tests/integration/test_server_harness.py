@@ -12,6 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from harness.polling import wait_until
 from phoenix.ops.triton_server import TritonServer, TritonServerError
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
@@ -122,22 +123,35 @@ def model_metric(metrics_url: str, name: str, model: str = "add_one") -> float:
     raise AssertionError(f"{name} for {model} not in the metrics page")
 
 
+def settled_metric(metrics_url: str, name: str, at_least: float, seconds: float = 10.0) -> float:
+    """The counter once it reaches ``at_least`` (or after ``seconds``): Triton counts a request
+    after the backend has sent its response, so a client can hold the answer a moment before
+    the metrics page shows it."""
+    wait_until(lambda: model_metric(metrics_url, name) >= at_least, seconds)
+    return model_metric(metrics_url, name)
+
+
 def test_concurrent_requests_are_batched_and_split_back(toy_server):
-    executions_before = model_metric(toy_server.metrics_url, "nv_inference_exec_count")
+    url = toy_server.metrics_url
+    executions_before = model_metric(url, "nv_inference_exec_count")
+    succeeded_before = model_metric(url, "nv_inference_request_success")
     requests = [np.full((1, 5), i, dtype=np.float32) for i in range(24)]
     with ThreadPoolExecutor(max_workers=12) as pool:
         results = list(pool.map(lambda x: http_add_one(toy_server.http_url, x), requests))
     for values, result in zip(requests, results, strict=True):
         np.testing.assert_array_equal(result, values + 1)
-    executions = model_metric(toy_server.metrics_url, "nv_inference_exec_count")
-    assert executions - executions_before < len(requests)  # the batcher grouped some
+    # every request counted first, so that the executions read are all of theirs
+    succeeded = settled_metric(url, "nv_inference_request_success", succeeded_before + 24)
+    assert succeeded == succeeded_before + len(requests)
+    executions = model_metric(url, "nv_inference_exec_count")
+    assert 0 < executions - executions_before < len(requests)  # the batcher grouped some
 
 
 def test_metrics_count_successful_requests(toy_server):
-    before = model_metric(toy_server.metrics_url, "nv_inference_request_success")
+    url = toy_server.metrics_url
+    before = model_metric(url, "nv_inference_request_success")
     http_add_one(toy_server.http_url, np.zeros((1, 2), dtype=np.float32))
-    after = model_metric(toy_server.metrics_url, "nv_inference_request_success")
-    assert after == before + 1
+    assert settled_metric(url, "nv_inference_request_success", before + 1) == before + 1
 
 
 def test_server_stops_within_a_few_seconds(tmp_path, start_server):
