@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import haiku as hk
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -164,10 +165,12 @@ def test_ranker_scores_differ_across_candidates_and_users(tiny, loaded):
         embeddings = RecsysEmbeddings(
             gather(user_rows), gather(hp_rows), gather(cp_rows), gather(ha_rows), gather(ca_rows)
         )
-        model_config = config.ranker_config(jnp.float32)
-        ranker = hk.transform(lambda b, e: model_config.make()(b, e))
-        output = ranker.apply(loaded.ranker_params, None, batch, embeddings)
+        output = rank(loaded.ranker_params, batch, embeddings)
         return np.asarray(output.logits)[0, : len(example.candidate_post_ids)]
+
+    model_config = config.ranker_config(jnp.float32)
+    ranker = hk.without_apply_rng(hk.transform(lambda b, e: model_config.make()(b, e)))
+    rank = jax.jit(ranker.apply)  # op by op, every op would compile alone (seconds)
 
     first, second = logits(example.user_id), logits(example.user_id + 1)
     assert np.all(np.isfinite(first))

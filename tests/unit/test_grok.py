@@ -110,9 +110,12 @@ def _transformer(seq, config, candidate_start, positions=None, seed=0):
         return config.make()(x, mask, candidate_start_offset=candidate_start, positions=positions)
 
     f = hk.without_apply_rng(hk.transform(fn))
+    # apply jitted: run op by op, each new shape compiles every op alone (seconds a test)
+    f = f._replace(apply=jax.jit(f.apply))
     x = jax.random.normal(jax.random.PRNGKey(seed), (2, seq, config.emb_size))
     mask = jnp.ones((2, seq), bool)
-    return f, randomized(f.init(jax.random.PRNGKey(0), x, mask), seed, 0.3), x, mask
+    shapes = jax.eval_shape(f.init, jax.random.PRNGKey(0), x, mask)  # the weights are redrawn
+    return f, randomized(shapes, seed, 0.3), x, mask
 
 
 def test_gqa_parameter_shapes():

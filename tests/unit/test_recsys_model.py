@@ -62,6 +62,7 @@ def small_config(**overrides):
 
 def model_and_inputs(config):
     f = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
+    f = f._replace(apply=jax.jit(f.apply))  # op by op, every op compiles alone (seconds)
     b, e = example_inputs(
         config, 2, config.candidate_seq_len, with_continuous=True, with_timestamps=True
     )
@@ -70,7 +71,10 @@ def model_and_inputs(config):
 
 def random_model(config, seed=0):
     f, b, e = model_and_inputs(config)
-    return f, randomized(f.init(jax.random.PRNGKey(0), b, e), seed, 0.4), b, e
+    # shapes alone (eval_shape): the weights are redrawn, and an eager init would run the
+    # initializers and the whole model op by op first (10 s of a 2-core CPU)
+    shapes = jax.eval_shape(f.init, jax.random.PRNGKey(0), b, e)
+    return f, randomized(shapes, seed, 0.4), b, e
 
 
 def test_ranker_parameter_names_match_published_layout():

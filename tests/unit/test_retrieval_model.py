@@ -83,7 +83,7 @@ def test_corpus_mask_excludes_entries():
     f = hk.without_apply_rng(
         hk.transform(lambda b_, e_, c, m: cfg.make()(b_, e_, c, 5, corpus_mask=m))
     )
-    out = f.apply(runner.params, b, e, corpus, mask)
+    out = jax.jit(f.apply)(runner.params, b, e, corpus, mask)
     assert (np.asarray(out.top_k_indices) % 2 == 0).all()
 
 
