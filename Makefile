@@ -3,6 +3,12 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
+# Python writes the bytecode of what it imports, for this project's commands, even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, set on many CI machines and images):
+# otherwise every process compiles jax, numpy and phoenix from source again, each test
+# worker and each command a test runs (2 s a process here). It goes to __pycache__ folders,
+# which git ignores and `make clean` removes.
+unexport PYTHONDONTWRITEBYTECODE
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -53,14 +59,6 @@ help:  ## list the targets
 		"SUPERVISOR_PORT=$(SUPERVISOR_PORT) TEST_WORKERS=$(TEST_WORKERS) PYTEST_ARGS=..."
 
 setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
-	@$(PY) -m compileall -q -j 0 $(SOURCE_DIRS) > /dev/null
-
-# The checkout's Python packages, byte-compiled by `setup` (only what changed: a second
-# compile of an unchanged tree is a stat of each file). Where PYTHONDONTWRITEBYTECODE is set,
-# as on many CI machines and images, Python writes no bytecode when it imports, so every
-# process (each model instance's stub of every server start, each command a test runs)
-# would compile these modules from source again: half a second a stub here.
-SOURCE_DIRS := phoenix clients bench harness loadtest tests model_repository
 
 # The list itself is a stamp, rewritten only when it changes: a checkout that adds a package
 # installs it on the next `make setup` (the venv does not depend on it, so it is not rebuilt).
@@ -86,15 +84,15 @@ $(PY): | $(SYSTEM_STAMP)
 
 # DEVICE=gpu adds JAX's CUDA wheels (requirements-gpu.txt). constraints.txt pins every
 # transitive package, so pip never backtracks and two set-ups get the same versions.
-# pip byte-compiles every wheel as it installs it (its default; about 14 s of a fresh set-up):
-# with PYTHONDONTWRITEBYTECODE set, Python would otherwise compile jax and the rest from source
-# in every process that imports them (2 s more for each stub of a server start here).
+# --no-compile: Python writes the bytecode of what is imported on first import (see
+# PYTHONDONTWRITEBYTECODE above); compiling every module of every wheel up front cost a fresh
+# set-up 14 s to 18 s for modules never imported.
 GPU_REQUIREMENTS := $(if $(filter gpu,$(DEVICE)),-r requirements-gpu.txt)
 $(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt requirements-server.txt \
 		constraints.txt | $(PY)
-	$(PY) -m pip install -c constraints.txt -r requirements.txt \
+	$(PY) -m pip install --no-compile -c constraints.txt -r requirements.txt \
 		-r requirements-dev.txt $(GPU_REQUIREMENTS)
-	$(PY) -m pip install --no-deps -r requirements-server.txt
+	$(PY) -m pip install --no-compile --no-deps -r requirements-server.txt
 	@touch $@
 
 # perf_analyzer comes only in the tritonclient 2.51.0 wheel; the venv's tritonclient is newer
