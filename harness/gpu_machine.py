@@ -137,7 +137,8 @@ def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[
 # What every model stub imports at start-up (the services import their models' code); faiss is
 # imported only when a corpus store is served, and the machine has no wheel of it.
 STUB_IMPORTS = ("phoenix.stub.triton_adapter", "phoenix.stub.services.catalog")
-CHECKOUT_PACKAGES = ("phoenix", "clients", "bench", "harness", "loadtest", "model_repository")
+# what compile_checkout passes over: the venv, build outputs, artifacts, git's own files
+NOT_SOURCE = re.compile(r"[/\\](\.venv|\.git|\.gpu|build|artifacts)[/\\]")
 # What the stubs import between them, in a fresh interpreter: the catalog imports a service's
 # module only when that service is asked for, so every one is asked for.
 STUB_IMPORT_CODE = """
@@ -173,8 +174,7 @@ def compile_checkout() -> None:
     compile them from source again (the Makefile's setup does the same here)."""
     import compileall
 
-    for package in CHECKOUT_PACKAGES:
-        compileall.compile_dir(REPO_ROOT / package, quiet=1, workers=0)
+    compileall.compile_dir(REPO_ROOT, rx=NOT_SOURCE, quiet=1, workers=0)
 
 
 def set_up(payload: Path) -> None:

@@ -173,7 +173,8 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
 def measure(profile: profiles.Profile, configs: list[str]) -> list[dict]:
     import jax.numpy as jnp
 
-    bench_engine = profiles.import_bench_engine()
+    from bench import bench_engine  # here: JAX is imported once the platform is chosen
+
     dtype = jnp.float32 if profile.device == "cpu" else jnp.bfloat16
     rows = []
     for name in configs:

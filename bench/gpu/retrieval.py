@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     args = profiles.step_parser("bench.gpu.retrieval", __doc__).parse_args(argv)
     profile = profiles.chosen_profile(args)
     profiles.require_device(profile)
-    bench_engine = profiles.import_bench_engine()
+    from bench import bench_engine  # here: JAX is imported once the platform is chosen
+
     buckets = served_batch_buckets(profile.device)
     rows = bench_engine.bench_retrieval(
         profile.retrieval_sizes,

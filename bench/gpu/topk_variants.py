@@ -88,9 +88,8 @@ def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
     import jax.numpy as jnp
     import numpy as np
 
+    from bench import bench_engine  # here: JAX is imported once the platform is chosen
     from phoenix.engine.retrieval import whole_bins
-
-    bench_engine = profiles.import_bench_engine()
 
     def seconds_per_call(fn) -> float:  # median of ``runs`` calls after a warm one
         return bench_engine.timed(fn, min_seconds=0.0, min_runs=runs)

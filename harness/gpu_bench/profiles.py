@@ -115,13 +115,6 @@ def require_device(profile: Profile) -> None:
         )
 
 
-def import_bench_engine():
-    """bench/bench_engine.py, whose timing helpers and retrieval benchmark the steps reuse."""
-    import importlib
-
-    return importlib.import_module("bench.bench_engine")
-
-
 def gpu_identity() -> dict:
     """The GPU's name and driver from nvidia-smi ({} where there is none)."""
     import subprocess
