@@ -88,9 +88,8 @@ def install_wheels(folder: Path) -> list[str]:
         else:
             print(f"  kept {name} {present} (payload: {version})")
     if missing:
-        # byte-compiled as installed (pip's default): see compile_checkout
         command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                   *map(str, missing)]  # fmt: skip
+                   "--no-compile", *map(str, missing)]  # fmt: skip
         if subprocess.run(command).returncode:
             raise SetupError(f"pip install failed for {[w.name for w in missing]}")
     return [w.name for w in missing]
@@ -137,8 +136,6 @@ def link_bundled_libraries(site: Path, dest: Path = PERF_ANALYZER_LIBS) -> list[
 # What every model stub imports at start-up (the services import their models' code); faiss is
 # imported only when a corpus store is served, and the machine has no wheel of it.
 STUB_IMPORTS = ("phoenix.stub.triton_adapter", "phoenix.stub.services.catalog")
-# what compile_checkout passes over: the venv, build outputs, artifacts, git's own files
-NOT_SOURCE = re.compile(r"[/\\](\.venv|\.git|\.gpu|build|artifacts)[/\\]")
 # What the stubs import between them, in a fresh interpreter: the catalog imports a service's
 # module only when that service is asked for, so every one is asked for.
 STUB_IMPORT_CODE = """
@@ -168,15 +165,6 @@ def check_stub_imports(python: str = sys.executable) -> None:
         )
 
 
-def compile_checkout() -> None:
-    """Byte-compile the checkout's packages (what changed only). Where PYTHONDONTWRITEBYTECODE
-    is set Python writes no bytecode as it imports, and each stub of each server start would
-    compile them from source again (the Makefile's setup does the same here)."""
-    import compileall
-
-    compileall.compile_dir(REPO_ROOT, rx=NOT_SOURCE, quiet=1, workers=0)
-
-
 def set_up(payload: Path) -> None:
     site = site_packages()
     for part in (SERVER_ARCHIVE, WHEELS_DIR, PERF_ANALYZER_DIR):
@@ -194,7 +182,6 @@ def set_up(payload: Path) -> None:
     )
     links = link_bundled_libraries(site)
     print(f"  {binary}; its libraries in {links[0].parent}")
-    compile_checkout()
     check_stub_imports()
     print(f"  the stubs' imports load: {', '.join(STUB_IMPORTS)}")
 

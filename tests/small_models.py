@@ -56,6 +56,13 @@ def randomized(params, seed: int, scale: float):
     )
 
 
+def random_params(transformed, seed: int, scale: float, *inputs):
+    """``randomized`` weights of the shapes ``transformed.init`` gives for ``inputs``, read
+    with ``jax.eval_shape``: an eager init would run every initializer and the whole model op
+    by op first (10 s of a 2-core CPU for a small ranker)."""
+    return randomized(jax.eval_shape(transformed.init, jax.random.PRNGKey(0), *inputs), seed, scale)
+
+
 def engine_with_corpus(corpus: np.ndarray, tile=None, encoding="float", **options):
     """A float32 RetrievalEngine (no tower weights: top-k reads none) holding ``corpus``
     [M, D] in tiles of ``tile`` rows, encoded as ``encoding``; batch bucket 4."""

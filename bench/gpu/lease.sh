@@ -65,6 +65,9 @@ results=${RESULTS:-bench/results/gpu}
 pack_dir=${PACK_DIR:-build/gpu-bench}
 mkdir -p "$state" "$results" "$pack_dir"
 export PYTHONUNBUFFERED=1
+# Python writes the bytecode of what it imports even where the machine says not to, as the
+# Makefile does: otherwise every stub of every server start compiles jax and phoenix again.
+unset PYTHONDONTWRITEBYTECODE
 # Kept for packing: a step killed at its limit gets 10 s more (timeout -k), packing about 5.
 reserve=30
 python=${PYTHON:-python3}

@@ -23,6 +23,9 @@ TEXT
 }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Python writes the bytecode of what it imports even where the machine says not to, as the
+# Makefile does: otherwise every stub of every server start compiles jax and phoenix again.
+unset PYTHONDONTWRITEBYTECODE
 
 cpu=0
 [[ "${DEVICE:-gpu}" == cpu ]] && cpu=1

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
-import time
 
 import haiku as hk
 import numpy as np
 import pytest
 
+from harness.polling import wait_until
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.client.client import connect, infer, ranker_inputs, recommend_inputs, user_inputs
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
@@ -225,12 +225,8 @@ def settled_stats(client, model, before, inferences, seconds=10.0):
 
     Triton records a batch's statistics after the backend has sent its responses, so a client
     can hold every answer a moment before the counts show them: wait for them (bounded)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        after = execution_stats(client, model)
-        if after[0] - before[0] >= inferences or time.monotonic() > deadline:
-            return after
-        time.sleep(0.05)
+    wait_until(lambda: execution_stats(client, model)[0] - before[0] >= inferences, seconds)
+    return execution_stats(client, model)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

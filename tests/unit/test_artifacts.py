@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import haiku as hk
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from phoenix.checkpoint import (
 )
 from phoenix.hashing import hash_ids
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
+from tests.plain_models import jitted_apply
 
 CORPUS_SIZE = 64
 FILES = (
@@ -168,9 +168,7 @@ def test_ranker_scores_differ_across_candidates_and_users(tiny, loaded):
         output = rank(loaded.ranker_params, batch, embeddings)
         return np.asarray(output.logits)[0, : len(example.candidate_post_ids)]
 
-    model_config = config.ranker_config(jnp.float32)
-    ranker = hk.without_apply_rng(hk.transform(lambda b, e: model_config.make()(b, e)))
-    rank = jax.jit(ranker.apply)  # op by op, every op would compile alone (seconds)
+    rank = jitted_apply("ranker", config.ranker_config(jnp.float32), lambda m, b, e: m(b, e))
 
     first, second = logits(example.user_id), logits(example.user_id + 1)
     assert np.all(np.isfinite(first))

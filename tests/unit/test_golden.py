@@ -1,12 +1,11 @@
 """The published reference outputs, reproduced from the reference parameters."""
 
-import haiku as hk
-import jax
 import numpy as np
 import pytest
 
 from phoenix.engine import DeviceRanker, RetrievalEngine
 from tests.golden import TOL, configs, inputs, load_golden, params
+from tests.plain_models import jitted_apply
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +16,8 @@ def golden():
 def test_ranker_model_and_engine_reproduce_logits(golden):
     ranker, _ = configs(golden)
     p = params(golden, "ranker_params/")
-    f = hk.without_apply_rng(hk.transform(lambda b, e: ranker.make()(b, e)))
     batch, emb = inputs(golden)
-    out = jax.jit(f.apply)(p, batch, emb)  # jitted: op by op, each op compiles alone
+    out = jitted_apply("ranker", ranker, lambda m, b, e: m(b, e))(p, batch, emb)
     np.testing.assert_allclose(np.asarray(out.logits), golden["expected/ranker_logits"], atol=TOL)
     for joint_rows in (0, 10**6):  # the cached-context passes, then context + candidates as one
         engine = DeviceRanker(

@@ -14,7 +14,7 @@ from phoenix.grok import (
     rms_normalize,
     rotate_half,
 )
-from tests.small_models import randomized
+from tests.small_models import random_params
 
 
 def test_mask_of_user_two_history_three_candidates():
@@ -114,8 +114,7 @@ def _transformer(seq, config, candidate_start, positions=None, seed=0):
     f = f._replace(apply=jax.jit(f.apply))
     x = jax.random.normal(jax.random.PRNGKey(seed), (2, seq, config.emb_size))
     mask = jnp.ones((2, seq), bool)
-    shapes = jax.eval_shape(f.init, jax.random.PRNGKey(0), x, mask)  # the weights are redrawn
-    return f, randomized(shapes, seed, 0.3), x, mask
+    return f, random_params(f, seed, 0.3, x, mask), x, mask
 
 
 def test_gqa_parameter_shapes():

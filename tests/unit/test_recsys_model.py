@@ -13,7 +13,8 @@ from phoenix.recsys_model import (
     compute_post_age_bucket,
     normalize_continuous_value,
 )
-from tests.small_models import randomized, small_ranker, small_transformer
+from tests.plain_models import jitted_apply
+from tests.small_models import random_params, small_ranker, small_transformer
 
 T0 = 1_000_000
 
@@ -62,7 +63,7 @@ def small_config(**overrides):
 
 def model_and_inputs(config):
     f = hk.without_apply_rng(hk.transform(lambda b, e: config.make()(b, e)))
-    f = f._replace(apply=jax.jit(f.apply))  # op by op, every op compiles alone (seconds)
+    f = f._replace(apply=jitted_apply("ranker", config, lambda m, b_, e_: m(b_, e_)))
     b, e = example_inputs(
         config, 2, config.candidate_seq_len, with_continuous=True, with_timestamps=True
     )
@@ -71,10 +72,7 @@ def model_and_inputs(config):
 
 def random_model(config, seed=0):
     f, b, e = model_and_inputs(config)
-    # shapes alone (eval_shape): the weights are redrawn, and an eager init would run the
-    # initializers and the whole model op by op first (10 s of a 2-core CPU)
-    shapes = jax.eval_shape(f.init, jax.random.PRNGKey(0), b, e)
-    return f, randomized(shapes, seed, 0.4), b, e
+    return f, random_params(f, seed, 0.4, b, e), b, e
 
 
 def test_ranker_parameter_names_match_published_layout():
