@@ -12,6 +12,7 @@ on the trained demo's towers (``artifacts/trained-demo``), and updates its part 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from harness.machine import machine as described
 from harness.results import write_results
 from phoenix.artifacts import PRESETS, preset_config
 from phoenix.engine import DeviceRanker, RetrievalEngine, example_inputs
-from phoenix.grok import TransformerConfig
+from phoenix.grok import TrainingState, TransformerConfig
 from phoenix.recsys_model import PhoenixModelConfig
 from phoenix.recsys_retrieval_model import PhoenixRetrievalModelConfig
 from phoenix.runners import ModelRunner, RecsysInferenceRunner, RetrievalModelRunner
@@ -52,6 +53,35 @@ def random_params(params, seed=0):
         return jnp.asarray(1 + 0.1 * rng.normal(size=x.shape), jnp.float32)
 
     return jax.tree_util.tree_map(draw, params)
+
+
+class GivenWeightsRunner(ModelRunner):
+    """The original's ranking runner holding given weights: its own init draws every weight op
+    by op (5 s a config on a 2-core CPU) only for a benchmark to replace them."""
+
+    def __init__(self, model: PhoenixModelConfig, params, bs_per_device: float = 0.125):
+        super().__init__(model=model, bs_per_device=bs_per_device)
+        self.given_params = params
+
+    def init(self, rng, data, embeddings) -> TrainingState:
+        return TrainingState(params=self.given_params)
+
+
+def original_with_weights(config: PhoenixModelConfig, params) -> RecsysInferenceRunner:
+    """The original's inference runner for ``config``, initialised with ``params``."""
+    runner = RecsysInferenceRunner(GivenWeightsRunner(config, params), name="original")
+    runner.initialize()
+    return runner
+
+
+def random_ranker_weights(config: PhoenixModelConfig):
+    """``random_params`` of the shapes the original's ranking init gives for ``config``, read
+    with ``jax.eval_shape``: the same draws as from an initialised runner's weights."""
+    runner = RecsysInferenceRunner(ModelRunner(model=config, bs_per_device=0.125), name="shapes")
+    runner.runner.initialize()
+    batch, embeddings = runner.create_dummy_batch(1), runner.create_dummy_embeddings(1)
+    state = jax.eval_shape(runner.runner.init, jax.random.PRNGKey(0), batch, embeddings)
+    return random_params(state.params)
 
 
 def timed(fn, min_seconds: float, min_runs: int = 3) -> float:
@@ -153,9 +183,7 @@ def bench_ranking(counts, min_seconds, skip_eager_above):
         candidate_seq_len=ORIGINAL_CHUNK,
         fprop_dtype=jnp.float32,
     )
-    runner = RecsysInferenceRunner(ModelRunner(model=config, bs_per_device=0.125), name="bench")
-    runner.initialize()
-    runner.params = random_params(runner.params)
+    runner = original_with_weights(config, random_ranker_weights(config))
     jitted_rank = jax.jit(runner.rank_candidates)
     engine = DeviceRanker(
         config, runner.params, batch_buckets=(1,), candidate_buckets=RANKER_CANDIDATE_BUCKETS
@@ -222,7 +250,10 @@ def random_retrieval_engine(**options) -> tuple[RetrievalEngine, PhoenixRetrieva
     runner = RetrievalModelRunner(model=config, bs_per_device=0.125)
     runner.initialize()
     b, e = example_inputs(config, 1, 1)
-    params = random_params(runner.load_or_init(b, e, jnp.zeros((4, 128)), 2).params)
+    # the init's shapes only (an eager init draws every weight op by op, seconds on a CPU)
+    init = functools.partial(runner.init, top_k=2)
+    state = jax.eval_shape(init, jax.random.PRNGKey(0), b, e, jnp.zeros((4, 128)))
+    params = random_params(state.params)
     return RetrievalEngine(config, params, **options), config
 
 

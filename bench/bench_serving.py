@@ -153,7 +153,10 @@ def measure_all(servers: dict[str, TritonServer], args, data: dict[str, Path], r
 def measure_in_process_all(http_url: str, args, results: dict) -> None:
     print("== in process (the servers idle meanwhile)", flush=True)
     client = connect(http_url, "http")
-    models = InProcessModels.like_server(client, "http", args.artifacts.resolve(), batched=True)
+    # each service's settings are asked of the server when first used: it serves only the
+    # workloads' models
+    artifacts = args.artifacts.resolve()
+    models = InProcessModels.like_server(client, "http", artifacts, models=(), batched=True)
     users = make_users(args)
     results["in_process"] = {}
     for workload in args.workloads:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.serving_measure import WORKLOADS
 from harness.triton import start_triton
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
@@ -26,17 +27,26 @@ def repository_for(batching: str, args) -> Path:
     )
 
 
+def measured_models(workloads) -> list[str]:
+    """The models the workloads call, in order (an ensemble brings its composing models)."""
+    return list(dict.fromkeys(WORKLOADS[workload][0] for workload in workloads))
+
+
 def start_servers(args) -> dict[str, TritonServer]:
-    """One server per batching setting, all up at once (an idle server costs no CPU)."""
+    """One server per batching setting, all up at once (an idle server costs no CPU), each
+    loading only the models the workloads call: the others would cost start-up time and
+    device memory and be measured by nothing."""
     servers: dict[str, TritonServer] = {}
+    models = measured_models(args.workloads)
     try:
         for batching in args.batching:
             log = args.build_dir / f"tritonserver-batching-{batching}.log"
             print(f"== dynamic batching {batching}: starting tritonserver (log {log})", flush=True)
             repository = repository_for(batching, args)
             servers[batching] = start_triton(
-                repository, args.artifacts, log_path=log, exit_timeout_secs=5
-            )
+                repository, args.artifacts, log_path=log, exit_timeout_secs=5,
+                model_control_mode="explicit", load_model=models,
+            )  # fmt: skip
     except BaseException:
         stop_servers(servers)
         raise

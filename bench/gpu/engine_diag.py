@@ -37,12 +37,12 @@ def device_tree(tree):
 def measure_point(users, candidates, params, dtype, min_seconds, bench_engine, kwargs):
     import jax
 
-    from bench.gpu.engine_points import model_config, original_runner
+    from bench.gpu.engine_points import model_config
     from phoenix.engine import DeviceRanker, example_inputs
     from phoenix.engine.device_ranking import feature_inputs, id_inputs
 
     config = model_config(kwargs, candidates, dtype)
-    runner = original_runner(config)
+    runner = bench_engine.original_with_weights(config, params)
     jitted = jax.jit(runner.rank_candidates)
     batch, emb = example_inputs(config, users, candidates, seed=users * 7 + candidates)
     on_device = device_tree((batch, emb))
@@ -99,11 +99,11 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from bench import bench_engine  # here: JAX is imported once the platform is chosen
-    from bench.gpu.engine_points import model_config, original_runner
+    from bench.gpu.engine_points import model_config
 
     dtype = jnp.float32 if profile.device == "cpu" else jnp.bfloat16
     kwargs = profiles.MINI
-    params = bench_engine.random_params(original_runner(model_config(kwargs, 64, dtype)).params)
+    params = bench_engine.random_ranker_weights(model_config(kwargs, 64, dtype))
     rows, last = [], None
     for users, candidates in POINTS[profile.device]:
         row, last = measure_point(

@@ -41,15 +41,6 @@ def model_config(kwargs: dict, candidates: int, dtype):
     )
 
 
-def original_runner(config):
-    """The plain model's inference runner for ``config`` (its own candidate_seq_len)."""
-    from phoenix.runners import ModelRunner, RecsysInferenceRunner
-
-    runner = RecsysInferenceRunner(ModelRunner(model=config, bs_per_device=0.125), name="orig")
-    runner.initialize()
-    return runner
-
-
 def max_probability_gap(engine_logits, original_scores) -> float:
     """Largest |sigmoid(engine logits) - original probabilities|: both compute the same."""
     import numpy as np
@@ -108,7 +99,7 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
     from phoenix.schema.contracts import RANKER_CANDIDATE_BUCKETS
 
     config = model_config(kwargs, candidates, dtype)
-    runner = original_runner(config)
+    runner = bench_engine.original_with_weights(config, params)
     jitted = jax.jit(runner.rank_candidates)
     batch, emb = example_inputs(config, users, candidates, seed=users * 7 + candidates)
     on_device = device_inputs((batch, emb))
@@ -180,7 +171,7 @@ def measure(profile: profiles.Profile, configs: list[str]) -> list[dict]:
     for name in configs:
         points = profile.ranking_points[name]
         kwargs = profile.configs[name]
-        params = bench_engine.random_params(original_runner(model_config(kwargs, 64, dtype)).params)
+        params = bench_engine.random_ranker_weights(model_config(kwargs, 64, dtype))
         for users, candidates in points:
             try:
                 row = measure_point(
