@@ -1,11 +1,15 @@
 """The cached-context engine (``DeviceRanker.score``) equals the plain model, whatever the
 chunking or batching.
 
-In the slow tier because every test builds a 3-layer model with random weights, runs the plain
-Haiku model op by op and compiles the engine's programs for several buckets (3-15 s each on a
-busy 2-core CPU). The unit tier still checks the engine against the original's reference
-(tests/unit/test_golden.py) and its helpers (tests/unit/test_engine.py).
+In the slow tier because every test compiles the engine's programs for several buckets (3-15 s
+each on a busy 2-core CPU). The random weights take their shapes from ``jax.eval_shape`` of the
+init and each case is built once: an eager init ran every initializer op by op. The plain
+model runs under ``jax.jit``, as the other references do (tests/plain_models.py). The unit
+tier still checks the engine against the original's reference (tests/unit/test_golden.py) and
+its helpers (tests/unit/test_engine.py).
 """
+
+import functools
 
 import haiku as hk
 import jax
@@ -24,6 +28,7 @@ CASES = {
 }
 
 
+@functools.cache
 def build(case, candidates=23, layers=3):
     c = dict(CASES[case])
     anchored = c.pop("right_anchored_rope")
@@ -50,7 +55,7 @@ def build(case, candidates=23, layers=3):
             else 1 + 0.2 * rng.normal(size=p.shape),
             jnp.float32,
         ),
-        f.init(jax.random.PRNGKey(0), b, e),
+        jax.eval_shape(f.init, jax.random.PRNGKey(0), b, e),
     )
     return config, f, params, b, e
 
@@ -69,7 +74,7 @@ POINTS = [
 @pytest.mark.parametrize(("case", "buckets", "joint_rows"), POINTS)
 def test_engine_equals_plain_model(case, buckets, joint_rows):
     config, f, params, b, e = build(case)
-    ref = f.apply(params, b, e)
+    ref = jax.jit(f.apply)(params, b, e)
     engine = DeviceRanker(
         config, params, batch_buckets=(1, 2), candidate_buckets=buckets, joint_rows=joint_rows
     )

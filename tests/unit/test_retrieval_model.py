@@ -1,5 +1,7 @@
 """Candidate tower, user tower normalisation and top-k of the retrieval model."""
 
+import functools
+
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -7,6 +9,7 @@ import numpy as np
 import pytest
 
 from phoenix.engine import RetrievalEngine, example_inputs
+from phoenix.grok import TrainingState
 from phoenix.recsys_retrieval_model import CandidateTower
 from phoenix.runners import (
     RecsysRetrievalInferenceRunner,
@@ -49,12 +52,22 @@ def config(**kw):
     return small_retriever(small_transformer(32, 16, 2, 2, 1, 0.125), 8, 4, **kw)
 
 
+class RandomWeightsRunner(RetrievalModelRunner):
+    """The original's retrieval runner with random weights of its init's shapes, read with
+    ``jax.eval_shape``: the eager init drew every weight op by op (8 s of a 2-core CPU) only
+    for the test to replace them."""
+
+    def init(self, rng, data, embeddings, corpus_embeddings, top_k):
+        init = functools.partial(super().init, top_k=top_k)
+        state = jax.eval_shape(init, rng, data, embeddings, corpus_embeddings)
+        return TrainingState(params=randomized(state.params, 0, 0.3))
+
+
 def random_runner(cfg):
     runner = RecsysRetrievalInferenceRunner(
-        RetrievalModelRunner(model=cfg, bs_per_device=0.125), "t"
+        RandomWeightsRunner(model=cfg, bs_per_device=0.125), "t"
     )
     runner.initialize()
-    runner.params = randomized(runner.params, 0, 0.3)
     return runner
 
 
