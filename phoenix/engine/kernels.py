@@ -41,28 +41,36 @@ class LayerWeights(NamedTuple):
     w_out: jax.Array  # [F, D]
 
 
+# The weights are rearranged with numpy, then put on the device once: in a fresh process each
+# eager jnp operation (a concatenate, a slice, a dot) first compiles a program of its own, about
+# 0.1 s apiece on a CPU, in every model instance at every start.
+
+
+def on_device(array: np.ndarray, dtype) -> jax.Array:
+    """``array`` cast to ``dtype`` on the host (ml_dtypes rounds as XLA does), then placed."""
+    return jax.device_put(np.asarray(array).astype(dtype))
+
+
 def layer_weights(params, num_layers: int, dtype) -> list[LayerWeights]:
     """Per-layer weights from Haiku params; matrices cast to ``dtype``, norms stay float32."""
     layers = []
     for i in range(num_layers):
         prefix = f"transformer/decoder_layer_{i}"
         attn = f"{prefix}/multi_head_attention"
-        cast = lambda name: jnp.asarray(params[name]["w"], dtype)  # noqa: E731
-        norm = lambda name, p=prefix: jnp.asarray(params[f"{p}/{name}"]["scale"], jnp.float32)  # noqa: E731
+        matrix = lambda name: np.asarray(params[name]["w"])  # noqa: E731
+        norm = lambda name, p=prefix: on_device(params[f"{p}/{name}"]["scale"], np.float32)  # noqa: E731
+        qkv = [matrix(f"{attn}/query"), matrix(f"{attn}/key"), matrix(f"{attn}/value")]
+        gate_value = [matrix(f"{prefix}/linear"), matrix(f"{prefix}/linear_v")]
         layers.append(
             LayerWeights(
                 norm_attn_in=norm("rms_norm"),
                 norm_attn_out=norm("rms_norm_1"),
                 norm_ffn_in=norm("rms_norm_2"),
                 norm_ffn_out=norm("rms_norm_3"),
-                w_qkv=jnp.concatenate(
-                    [cast(f"{attn}/query"), cast(f"{attn}/key"), cast(f"{attn}/value")], axis=1
-                ),
-                w_o=cast(f"{attn}/linear"),
-                w_gate_value=jnp.concatenate(
-                    [cast(f"{prefix}/linear"), cast(f"{prefix}/linear_v")], axis=1
-                ),
-                w_out=cast(f"{prefix}/linear_1"),
+                w_qkv=on_device(np.concatenate(qkv, axis=1), dtype),  # [D, (H + 2K) * d]
+                w_o=on_device(matrix(f"{attn}/linear"), dtype),
+                w_gate_value=on_device(np.concatenate(gate_value, axis=1), dtype),  # [D, 2F]
+                w_out=on_device(matrix(f"{prefix}/linear_1"), dtype),
             )
         )
     return layers
@@ -83,16 +91,17 @@ class CandidateTables(NamedTuple):
 
 
 def candidate_tables(params, config: PhoenixModelConfig) -> CandidateTables:
+    """The tables folded on the host in float64 (then float32): exact to float32 rounding."""
     model = params["phoenix_model"]
-    w = jnp.asarray(model["proj_mat_2"], jnp.float32)  # [(nI + nA + 2) * D, D]
+    w = np.asarray(model["proj_mat_2"], np.float64)  # [(nI + nA + 2) * D, D]
     D = config.emb_size
     hashes = (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes) * D
-    surface = jnp.asarray(model["product_surface_embedding_table"], jnp.float32)  # [V_s, D]
-    post_age = jnp.asarray(model["post_age_embedding_table"], jnp.float32)  # [V_age, D]
+    surface = np.asarray(model["product_surface_embedding_table"], np.float64)  # [V_s, D]
+    post_age = np.asarray(model["post_age_embedding_table"], np.float64)  # [V_age, D]
     return CandidateTables(
-        w_hashes=w[:hashes],
-        surface=jnp.dot(surface, w[hashes : hashes + D], precision="highest"),
-        post_age=jnp.dot(post_age, w[hashes + D : hashes + 2 * D], precision="highest"),
+        w_hashes=on_device(w[:hashes], np.float32),  # [(nI + nA) * D, D]
+        surface=on_device(surface @ w[hashes : hashes + D], np.float32),  # [V_s, D]
+        post_age=on_device(post_age @ w[hashes + D : hashes + 2 * D], np.float32),  # [V_age, D]
     )
 
 
@@ -156,9 +165,9 @@ def ranker_weights(params, config: PhoenixModelConfig, dtype) -> RankerWeights:
     return RankerWeights(
         layer_weights(params, config.model.num_layers, dtype),
         candidate_tables(params, config),
-        jnp.asarray(params["phoenix_model/rms_norm"]["scale"], jnp.float32),
-        jnp.asarray(params["phoenix_model"]["unembeddings"], jnp.float32),
-        jnp.asarray(params["phoenix_model"]["continuous_unembeddings"], jnp.float32),
+        on_device(params["phoenix_model/rms_norm"]["scale"], np.float32),
+        on_device(params["phoenix_model"]["unembeddings"], np.float32),
+        on_device(params["phoenix_model"]["continuous_unembeddings"], np.float32),
     )
 
 
