@@ -155,7 +155,7 @@ test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, the
 		|| [ $$? -eq 5 ]
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# The quick tier while editing (about 85 s on 2 cores, two workers); `make test` runs it too.
+# The quick tier while editing (about 90 s on 2 cores, two workers); `make test` runs it too.
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
 	$(PY) -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 

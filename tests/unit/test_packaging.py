@@ -22,6 +22,15 @@ def test_dependencies_are_the_pinned_requirements():
     assert all("==" in dependency for dependency in dependencies)
 
 
+@pytest.mark.parametrize("path", sorted(REPO_ROOT.glob("requirements*.txt")), ids=lambda p: p.name)
+def test_every_requirement_is_pinned_to_one_version(path):
+    """What `make setup` installs is the same on every machine, the installer included."""
+    lines = requirement_lines(path)
+    assert lines, path
+    unpinned = [line for line in lines if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+==[\w.]+", line)]
+    assert unpinned == [], path.name
+
+
 @pytest.mark.parametrize("script", sorted(PYPROJECT["project"]["scripts"]))
 def test_console_script_names_a_main_function(script):
     module, _, function = PYPROJECT["project"]["scripts"][script].partition(":")
