@@ -9,6 +9,8 @@ SHELL := /bin/bash
 # worker and each command a test runs (2 s a process here). It goes to __pycache__ folders,
 # which git ignores and `make clean` removes.
 unexport PYTHONDONTWRITEBYTECODE
+# uv's own switch for compiling every installed module up front (set in some uv-based images)
+unexport UV_COMPILE_BYTECODE
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -79,14 +81,18 @@ $(SYSTEM_STAMP): $(STAMPS)/system-packages.list
 	@touch $@
 
 # Order-only: a newer stamp must not rebuild the venv.
-# The venv gets uv first (requirements-setup.txt pins it): it installs the same pinned wheels
-# as pip, unpacking them in parallel (a fresh venv's requirements in 4 s here, pip's 28 s).
-# Without it (no uv wheel, an old venv) every install below is pip's.
-UV := $(VENV)/bin/uv
 $(PY): | $(SYSTEM_STAMP)
 	$(PYTHON) -m venv $(VENV)
+
+# The venv gets uv first (requirements-setup.txt pins it; a new pin reaches an existing venv):
+# it installs the same pinned wheels as pip, unpacking them in parallel (a fresh venv's
+# requirements in 4 s here, pip's 28 s). Without it (no uv wheel) every install below is pip's.
+UV := $(VENV)/bin/uv
+INSTALLER_STAMP := $(VENV)/.installer-installed
+$(INSTALLER_STAMP): requirements-setup.txt | $(PY)
 	$(PY) -m pip install --quiet --no-compile -r requirements-setup.txt \
 		|| echo "uv not installed: pip installs the requirements" >&2
+	@touch $@
 
 # $(call venv_install,ARGS): `uv pip install ARGS` into the venv, or pip's where uv is missing or
 # fails (an index that only pip's own configuration names, which uv does not read).
@@ -100,7 +106,7 @@ venv_install = if [ -x $(UV) ] && $(UV) pip install --python $(PY) $(1); then :;
 # every wheel up front cost a fresh set-up 14 s to 18 s for modules never imported.
 GPU_REQUIREMENTS := $(if $(filter gpu,$(DEVICE)),-r requirements-gpu.txt)
 $(REQUIREMENTS_STAMP): requirements.txt requirements-dev.txt requirements-server.txt \
-		constraints.txt | $(PY)
+		constraints.txt $(INSTALLER_STAMP)
 	$(call venv_install,-c constraints.txt -r requirements.txt -r requirements-dev.txt \
 		$(GPU_REQUIREMENTS))
 	$(call venv_install,--no-deps -r requirements-server.txt)

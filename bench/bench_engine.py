@@ -44,7 +44,8 @@ def mini_transformer() -> TransformerConfig:
 
 
 def random_params(params, seed=0):
-    """Replace (zero-initialised) parameters by scaled normal draws; norm scales near 1."""
+    """Scaled normal draws of the shapes of ``params`` (arrays or ``jax.ShapeDtypeStruct``s);
+    norm scales near 1."""
     rng = np.random.default_rng(seed)
 
     def draw(x):
