@@ -157,7 +157,8 @@ configs: setup  ## write the model_repository configs, the typed request classes
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
 test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
 	$(RUFF) check .
-	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) \
+	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		-m "not serial" $(PYTEST_ARGS) \
 		|| [ $$? -eq 5 ]
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

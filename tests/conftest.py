@@ -64,11 +64,24 @@ def pytest_configure(config):
         os.environ[PORT_RANGE_ENV] = f"{low}-{low + WORKER_PORTS - 1}"
 
 
+# How long each test file took on one worker (tests/durations.json): on xdist workers
+# (``make test``) the longest files are handed out first, so the run does not end on one long
+# file while the other worker idles.
+DURATIONS = REPO_ROOT / "tests" / "durations.json"
+
+
+def file_seconds() -> dict[str, float]:
+    import json
+
+    return json.loads(DURATIONS.read_text())["seconds"]
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark tests/slow and tests/integration by folder, and run the tiers in order (stable).
 
-    On pytest-xdist workers (``make test``) xdist schedules whole files, the files with the
-    most tests first, whatever this order is.
+    Distributed (``make test``: xdist hands out whole files, in this order with
+    ``--no-loadscope-reorder``) the longest files of tests/durations.json come first, then the
+    tiers in order.
     """
     for item in items:
         if is_under(item, SLOW_DIR):
@@ -76,6 +89,11 @@ def pytest_collection_modifyitems(config, items):
         if is_under(item, INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
     items.sort(key=tier_rank)
+    if config.getoption("dist", "no") != "no":
+        seconds = file_seconds()
+        items.sort(
+            key=lambda item: -seconds.get(Path(str(item.path)).relative_to(REPO_ROOT).as_posix(), 0)
+        )
 
 
 @pytest.fixture(scope="session")
