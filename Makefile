@@ -51,7 +51,7 @@ INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT) --supervisor-port $(SUPERVISOR_PORT)
 
-.PHONY: help setup artifacts configs serve demo test test-unit lint format clean distclean
+.PHONY: help setup artifacts configs serve demo test test-durations test-unit lint format clean distclean
 
 help:  ## list the targets
 	@echo "Targets:"
@@ -151,8 +151,10 @@ configs: setup  ## write the model_repository configs, the typed request classes
 	$(PY) -m phoenix.ops.reference_docs
 
 # Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
-# (module fixtures start once; xdist starts the files with the most tests first: measured
-# faster than integration files first, 11:07 against 12:11), then the `serial` ones alone.
+# (module fixtures start once), the longest files of tests/durations.json handed out first
+# (--no-loadscope-reorder keeps that order: measured 764 s against 795-810 s for xdist's own
+# order, most tests first, which left a long server file to the end), then the `serial`
+# ones alone.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
 test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
@@ -161,6 +163,13 @@ test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, the
 		-m "not serial" $(PYTEST_ARGS) \
 		|| [ $$? -eq 5 ]
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# make test, then tests/durations.json rewritten from its durations (commit it when the
+# suite's long files change)
+test-durations: setup  ## make test with pytest's durations, then tests/durations.json from them
+	set -o pipefail; $(MAKE) --no-print-directory test \
+		PYTEST_ARGS="--durations=0 --durations-min=1.0" | tee build/test-durations.log
+	$(PY) -m tests.record_durations build/test-durations.log
 
 # The quick tier while editing (about 90 s on 2 cores, two workers); `make test` runs it too.
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training

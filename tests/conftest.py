@@ -4,7 +4,7 @@ test workers' ports.
 Tiers, in the order one pytest process runs them: tests/unit (fast, in process;
 `make test-unit`), tests/slow (in process, but whole runs: training, the GPU payload build, the
 engine against the plain model), tests/integration (real tritonservers). `make test` runs
-them on pytest-xdist workers (in xdist's order), then the tests marked `serial` alone.
+them on pytest-xdist workers (the longest files first), then the tests marked `serial` alone.
 """
 
 import os
