@@ -152,8 +152,8 @@ configs: setup  ## write the model_repository configs, the typed request classes
 
 # Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
 # (module fixtures start once), the longest files of tests/durations.json handed out first
-# (--no-loadscope-reorder keeps that order: measured 764 s against 795-810 s for xdist's own
-# order, most tests first, which left a long server file to the end), then the `serial`
+# (--no-loadscope-reorder keeps that order: measured 725-764 s against 795-810 s for xdist's
+# own order, most tests first, which left a long server file to the end), then the `serial`
 # ones alone.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
