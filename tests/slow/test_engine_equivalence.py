@@ -19,6 +19,7 @@ import pytest
 
 from phoenix.engine import DeviceRanker, example_inputs
 from phoenix.engine.batching import take_users
+from tests.plain_models import jitted_apply
 from tests.small_models import small_ranker, small_transformer
 
 CASES = {
@@ -74,7 +75,7 @@ POINTS = [
 @pytest.mark.parametrize(("case", "buckets", "joint_rows"), POINTS)
 def test_engine_equals_plain_model(case, buckets, joint_rows):
     config, f, params, b, e = build(case)
-    ref = jax.jit(f.apply)(params, b, e)
+    ref = jitted_apply("equivalence", config, lambda model, b, e: model(b, e))(params, b, e)
     engine = DeviceRanker(
         config, params, batch_buckets=(1, 2), candidate_buckets=buckets, joint_rows=joint_rows
     )
