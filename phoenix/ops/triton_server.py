@@ -32,8 +32,27 @@ DEFAULT_READY_TIMEOUT_S = 600.0
 # Error lines of a tritonserver log, and the ones every GPU-less machine prints.
 _ERROR_LINE = re.compile(r"^E\d{4} |UNAVAILABLE")
 _HARMLESS_ERROR = re.compile("CudaDriverHelper has not been initialized|Failed to initialize NVML")
+# The Python backend's stub process and where its shared memory lives.
+STUB_EXECUTABLE = "triton_python_backend_stub"
+SHARED_MEMORY = Path("/dev/shm")
 # `--http-restricted-api=<apis>:<header>=<key>` (and the gRPC twin) carry a secret.
 _RESTRICTION_KEY = re.compile(r"^(--(?:http-restricted-api|grpc-restricted-protocol)=[^=]*=).*$")
+
+
+def stub_shared_memory(server_pid: int) -> list[Path]:
+    """The shared-memory regions of the server's Python-backend stubs, each named by its stub's
+    third argument. A stub removes its region when it exits; a killed one leaves it in /dev/shm
+    (1 MiB and up, 16 per tiny CPU server) until the machine restarts."""
+    import psutil
+
+    regions = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(server_pid).children():
+            with contextlib.suppress(psutil.Error):
+                argv = child.cmdline()
+                if len(argv) > 2 and Path(argv[0]).name == STUB_EXECUTABLE:
+                    regions.append(SHARED_MEMORY / Path(argv[2]).name)
+    return regions
 
 
 def redact_secrets(command: Sequence[str]) -> list[str]:
@@ -221,11 +240,20 @@ class TritonServer(StartsReady):
         return self.ready_after_s
 
     def kill(self) -> None:
-        """SIGKILL the server and what is left in its group (stubs orphaned by a hard kill)."""
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        """SIGKILL the server and what is left in its group (stubs orphaned by a hard kill),
+        then remove what they would have removed on their way out: the stubs' shared-memory
+        regions and the server's temporary folders."""
+        if self.process is None:
+            return
+        running = self.process.poll() is None  # else its pid may be another process's by now
+        regions = stub_shared_memory(self.process.pid) if running else []
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        for region in regions:
+            with contextlib.suppress(OSError):
+                region.unlink(missing_ok=True)
+        self._remove_temporary_folders()
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after `timeout` seconds; return the exit code."""
@@ -235,5 +263,4 @@ class TritonServer(StartsReady):
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout)
         self.kill()
-        self._remove_temporary_folders()
         return self.process.returncode

@@ -58,7 +58,7 @@ def store_server(tiny_artifacts, tmp_path_factory):
     repository = write_repository(root / "repository", profile("cpu").with_corpus("store"))
     server = launch_server(repository, artifacts, log_path=root / "tritonserver.log")
     yield server, artifacts, store
-    server.stop()
+    server.kill()  # not a stop under test: conftest, "killed"
 
 
 def recommended(server, user: dict, top_k: int = 20) -> np.ndarray:
@@ -224,7 +224,7 @@ def switchable_server(tiny_artifacts, tmp_path_factory):
         load_model="*",
     )
     yield server, artifacts, fresh
-    server.stop()
+    server.kill()  # not a stop under test: conftest, "killed"
 
 
 def feed_of(server, user: dict, top_k: int, max_age: float) -> dict[str, np.ndarray]:

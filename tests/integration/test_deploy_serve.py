@@ -23,7 +23,7 @@ from phoenix.ops.triton_install import BACKEND_DIR, TRITON_HOME_ENV, pytriton_se
 from phoenix.util.processes import LoggedProcess, http_get_status, pick_free_ports
 from tests.deploy_checks import K8S_DIR, PORT_OPTIONS, render, serving_container, sleep_seconds
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 READY_TIMEOUT_S = float(os.environ.get("PHOENIX_TEST_READY_TIMEOUT", "300"))  # as test_faults
 
 

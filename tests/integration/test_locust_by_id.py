@@ -41,7 +41,7 @@ def world_dir(tmp_path_factory) -> Path:
 def served(tiny_artifacts, redis_server, tmp_path_factory):
     triton = launch_with_store(tiny_artifacts, redis_server.url, tmp_path_factory.mktemp("t"))
     yield triton
-    triton.stop()
+    triton.kill()  # not a stop under test: conftest, "killed"
 
 
 def run_by_id_load(server, artifacts, world_dir, redis_url: str, results: Path):

@@ -106,10 +106,10 @@ def caller_factory(server, artifacts: Path, model: str, protocol: str):
 @pytest.fixture(scope="module")
 def overload_server(tiny_artifacts, tmp_path_factory):
     log = tmp_path_factory.mktemp("overload") / "tritonserver.log"
-    with triton_server(
-        MODEL_REPOSITORY, tiny_artifacts, log_path=log, exit_timeout_secs=5
-    ) as server:
-        yield server
+    server = triton_server(MODEL_REPOSITORY, tiny_artifacts, log_path=log, exit_timeout_secs=5)
+    server.start_ready()
+    yield server
+    server.kill()  # not a stop under test (tests/integration/conftest.py, "killed")
 
 
 @pytest.mark.parametrize("model,protocol", CASES)

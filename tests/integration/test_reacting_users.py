@@ -37,7 +37,7 @@ def served(redis_server, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("triton-reacting")
     triton = launch_with_store(artifacts, redis_server.url, log_dir)
     yield triton, artifacts
-    triton.stop()
+    triton.kill()  # not a stop under test: conftest, "killed"
 
 
 def history_lengths(url: str, user_ids) -> list[int]:

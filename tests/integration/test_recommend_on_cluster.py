@@ -38,7 +38,7 @@ def server(tiny_artifacts, cluster, tmp_path_factory):
     assert cluster.url.startswith("redis+cluster://")  # the URL alone says cluster
     triton = launch_with_store(tiny_artifacts, cluster.url, tmp_path_factory.mktemp("triton"))
     yield triton
-    triton.stop()
+    triton.kill()  # not a stop under test: conftest, "killed"
 
 
 @pytest.fixture(scope="module")

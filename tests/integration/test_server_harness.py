@@ -8,12 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from harness.polling import wait_until
-from phoenix.ops.triton_server import TritonServer, TritonServerError
+from phoenix.ops.triton_server import TritonServer, TritonServerError, stub_shared_memory
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
 
@@ -166,6 +167,22 @@ def test_server_stops_within_a_few_seconds(tmp_path, start_server):
     assert not server.is_running()
     assert elapsed < 8, f"stop() took {elapsed:.1f} s"
     assert "largest batch" in server.log_tail(200)  # finalize() ran: a clean shutdown
+
+
+def test_a_killed_server_leaves_no_stub_shared_memory_or_folder_behind(tmp_path):
+    """A stub removes its shared-memory region when it exits; SIGKILLed, it cannot: kill()
+    removes what its stubs named, and the server's temporary folders."""
+    repo = write_add_one_repository(tmp_path / "repo")
+    server = TritonServer(repo, log_path=tmp_path / "server.log", ready_timeout=120)
+    server.start_ready()
+    stubs = psutil.Process(server.pid).children()
+    regions = stub_shared_memory(server.pid)
+    assert len(stubs) == len(regions) == 1 and regions[0].exists(), (stubs, regions)
+    server.kill()
+    assert not server.is_running()
+    _, alive = psutil.wait_procs(stubs, timeout=5)
+    assert not alive and not regions[0].exists()
+    assert not server.stub_dir.exists() and not any(tmp_path.glob("server.stubs-*"))
 
 
 def test_wait_ready_reports_a_dying_server_with_its_log(tmp_path):

@@ -65,7 +65,7 @@ def trained_server(tmp_path_factory):
         model_control_mode="explicit", load_model="*",
     )  # fmt: skip
     yield server, artifacts, old_posts
-    server.stop()
+    server.kill()  # not a stop under test: conftest, "killed"
 
 
 def in_process_recommend(resources, seq, score_weights, top_k, policy):

@@ -452,6 +452,29 @@ def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, tiny_a
         started_model(tiny_artifacts, "0" * 64)
 
 
+def test_start_up_collects_nothing_then_freezes_what_it_made(metrics, tiny_artifacts):
+    """No collector pass while an instance starts; once ready, its objects are frozen and the
+    collector runs again; a failed start leaves the collector running too."""
+    passes = []
+
+    def count(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        gc.unfreeze()
+        started_model(tiny_artifacts)  # thousands of allocations: passes were due
+        assert passes == []
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        with pytest.raises(ArtifactMismatch):
+            started_model(tiny_artifacts, "0" * 64)
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(count)
+
+
 def test_finalize_freezes_the_heap_so_the_stub_exits_without_walking_it(metrics, tiny_artifacts):
     instance = started_model(tiny_artifacts)
     gc.unfreeze()
