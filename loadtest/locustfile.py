@@ -33,7 +33,7 @@ import gevent
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from locust import FastHttpUser, User, between, events, tag, task
+from locust import FastHttpUser, User, events, tag, task
 
 from clients.workload import CorpusIds
 from harness.locust_runs import DEFAULT_GRPC_URL, TOTALS_SUFFIX, Totals, add_server_options
@@ -45,11 +45,14 @@ from loadtest.workload import (
     DEFAULT_BY_ID_USERS,
     DEFAULT_WORLD,
     TASK_WEIGHTS,
+    THINK_TIME_S,
     ByIdTraffic,
     Prepared,
     Workload,
     by_id_population,
     by_id_selected,
+    think_time_arg,
+    think_time_text,
 )
 from phoenix.client.client import result_arrays
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
@@ -89,6 +92,13 @@ def add_options(parser) -> None:
         type=int,
         default=0,
         help="stop the run after this many requests (0: only --run-time bounds it)",
+    )
+    parser.add_argument(
+        "--think-time",
+        type=think_time_arg,
+        default=think_time_text(THINK_TIME_S),
+        metavar="LOW,HIGH",
+        help="seconds each user waits after an answer, drawn uniformly (default: %(default)s)",
     )
     parser.add_argument("--pool-size", type=int, default=64, help="prepared random users per task")
     parser.add_argument("--workload-seed", type=int, default=0, help="seed of the random users")
@@ -187,7 +197,10 @@ class PhoenixTraffic(User):
     """The traffic mix both protocols send; subclasses implement ``send``."""
 
     abstract = True
-    wait_time = between(0.0, 0.1)
+
+    def wait_time(self) -> float:
+        low, high = getattr(self.environment.parsed_options, "think_time", THINK_TIME_S)
+        return self.rng.uniform(low, high)
 
     def on_start(self) -> None:
         self.rng = np.random.default_rng()

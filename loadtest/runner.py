@@ -15,7 +15,15 @@ from typing import Optional
 from locust.util.timespan import parse_timespan
 
 from harness.locust_runs import TOTALS_SUFFIX, Totals, read_totals
-from loadtest.workload import BY_ID_TAG, DEFAULT_ARTIFACTS, DEFAULT_BY_ID_USERS, DEFAULT_WORLD
+from loadtest.workload import (
+    BY_ID_TAG,
+    DEFAULT_ARTIFACTS,
+    DEFAULT_BY_ID_USERS,
+    DEFAULT_WORLD,
+    THINK_TIME_S,
+    think_time_arg,
+    think_time_text,
+)
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.util.command_line import command_parser
 
@@ -85,6 +93,12 @@ def parse_runner_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     add_defaulted("--spawn-rate", "users started per second", type=float, default=4.0)
     add_defaulted("--run-time", "how long the load runs, Locust syntax", default="30s")
     add_defaulted(
+        "--think-time",
+        "seconds each user waits after an answer, LOW,HIGH drawn uniformly",
+        type=think_time_arg,
+        default=think_time_text(THINK_TIME_S),
+    )
+    add_defaulted(
         "--max-requests", "stop earlier after this many requests", type=int, default=20000
     )
     parser.add_argument(
@@ -102,6 +116,7 @@ def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
         "--users", str(args.users), "--spawn-rate", str(args.spawn_rate),
         "--run-time", args.run_time, "--stop-timeout", "10", "--only-summary",
+        "--think-time", think_time_text(args.think_time),
         "--host", f"http://{http_url}", "--grpc-url", grpc_url,
         "--artifacts", str(args.artifacts.resolve()), "--max-requests", str(args.max_requests),
         "--csv", str(prefix), "--html", f"{prefix}.html", "--exit-code-on-error", "1",

@@ -40,6 +40,29 @@ TASK_WEIGHTS = {"rank": 3, "recommend": 2, "retrieve": 1}
 MAX_CANDIDATES = 512
 TOP_K_RANGE = (10, 200)
 FILTERED_SHARE = 0.5  # recommend requests carrying the feed policy's filters
+# Seconds a user waits after each answer before its next request, drawn uniformly from
+# (low, high): close to a closed loop by default, lighter traffic with a longer pause.
+THINK_TIME_S = (0.0, 0.1)
+
+
+def think_time_text(seconds: tuple[float, float]) -> str:
+    """(low, high) as ``--think-time`` takes it: "0,0.1"."""
+    return ",".join(f"{s:g}" for s in seconds)
+
+
+def think_time_arg(text: str) -> tuple[float, float]:
+    """``--think-time LOW,HIGH`` (seconds) as (low, high); argparse's error otherwise."""
+    import argparse
+
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LOW,HIGH in seconds (e.g. 0,0.1), got {text!r}"
+        ) from None
+    if not 0 <= low <= high:
+        raise argparse.ArgumentTypeError(f"expected 0 <= LOW <= HIGH, got {text!r}")
+    return low, high
 
 
 @dataclass(frozen=True)

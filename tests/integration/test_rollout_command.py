@@ -140,8 +140,11 @@ def operated(tiny_artifacts, tmp_path_factory):
         serve.wait_ready(interval_s=0.5)
         prefix = work / "locust"
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
+        # Traffic through every step of every rollout (about 6 requests a second), not a
+        # saturating load: that took a core from the rest of the suite for the whole module.
         locust = start_locust(urls, prefix, users=2, artifacts=versions["n"], run_time="30m",
-                              extra=["--exclude-tags", "recommend_by_id"])  # fmt: skip
+                              extra=["--exclude-tags", "recommend_by_id",
+                                     "--think-time", "0.2,0.4"])  # fmt: skip
         operator = Operator(serve, work)
         yield operator, versions
         finish_locust(locust)
