@@ -99,6 +99,7 @@ def add_options(parser) -> None:
         default=think_time_text(THINK_TIME_S),
         metavar="LOW,HIGH",
         help="seconds each user waits after an answer, drawn uniformly (default: %(default)s)",
+        include_in_web_ui=False,  # the web UI would hand the users its text, not (low, high)
     )
     parser.add_argument("--pool-size", type=int, default=64, help="prepared random users per task")
     parser.add_argument("--workload-seed", type=int, default=0, help="seed of the random users")

@@ -5,6 +5,7 @@ world's users drawn by Zipf's law. No Locust here: the locustfile sends what thi
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,8 @@ THINK_TIME_S = (0.0, 0.1)
 
 
 def think_time_text(seconds: tuple[float, float]) -> str:
-    """(low, high) as ``--think-time`` takes it: "0,0.1"."""
-    return ",".join(f"{s:g}" for s in seconds)
+    """(low, high) as ``--think-time`` takes it: "0.0,0.1"."""
+    return ",".join(repr(float(s)) for s in seconds)
 
 
 def think_time_arg(text: str) -> tuple[float, float]:
@@ -60,8 +61,8 @@ def think_time_arg(text: str) -> tuple[float, float]:
         raise argparse.ArgumentTypeError(
             f"expected LOW,HIGH in seconds (e.g. 0,0.1), got {text!r}"
         ) from None
-    if not 0 <= low <= high:
-        raise argparse.ArgumentTypeError(f"expected 0 <= LOW <= HIGH, got {text!r}")
+    if not 0 <= low <= high < math.inf:
+        raise argparse.ArgumentTypeError(f"expected 0 <= LOW <= HIGH, finite, got {text!r}")
     return low, high
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,27 +33,15 @@ DEFAULT_READY_TIMEOUT_S = 600.0
 # Error lines of a tritonserver log, and the ones every GPU-less machine prints.
 _ERROR_LINE = re.compile(r"^E\d{4} |UNAVAILABLE")
 _HARMLESS_ERROR = re.compile("CudaDriverHelper has not been initialized|Failed to initialize NVML")
-# The Python backend's stub process and where its shared memory lives.
-STUB_EXECUTABLE = "triton_python_backend_stub"
+# Where the Python backend keeps each model instance's shared memory with its stub: a region
+# per instance, created by the backend and removed by it when the instance unloads. A server
+# that is killed, or exits before every instance is unloaded (--exit-timeout-secs), leaves its
+# regions behind (1 MiB and up each) until the machine restarts; each server names its own
+# with a prefix of its own, so that they can be found and removed.
 SHARED_MEMORY = Path("/dev/shm")
+SHARED_MEMORY_PREFIX = "phoenix-triton-"
 # `--http-restricted-api=<apis>:<header>=<key>` (and the gRPC twin) carry a secret.
 _RESTRICTION_KEY = re.compile(r"^(--(?:http-restricted-api|grpc-restricted-protocol)=[^=]*=).*$")
-
-
-def stub_shared_memory(server_pid: int) -> list[Path]:
-    """The shared-memory regions of the server's Python-backend stubs, each named by its stub's
-    third argument. A stub removes its region when it exits; a killed one leaves it in /dev/shm
-    (1 MiB and up, 16 per tiny CPU server) until the machine restarts."""
-    import psutil
-
-    regions = []
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process(server_pid).children():
-            with contextlib.suppress(psutil.Error):
-                argv = child.cmdline()
-                if len(argv) > 2 and Path(argv[0]).name == STUB_EXECUTABLE:
-                    regions.append(SHARED_MEMORY / Path(argv[2]).name)
-    return regions
 
 
 def redact_secrets(command: Sequence[str]) -> list[str]:
@@ -108,9 +97,10 @@ class TritonServer(StartsReady):
         self.process: subprocess.Popen | None = None
         self.stub_dir: Path | None = None
         # With artifacts_dir: the copy of the repository tritonserver serves, its configs naming
-        # those artifacts (served_artifacts); removed by stop().
+        # those artifacts (served_artifacts); removed by stop() and kill().
         self.served_repository: Path | None = None
         self.last_command: list[str] = []
+        self.shared_memory_prefix = f"{SHARED_MEMORY_PREFIX}{uuid.uuid4().hex[:12]}-"
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
 
@@ -129,6 +119,7 @@ class TritonServer(StartsReady):
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
+            f"--backend-config=python,shm-region-prefix-name={self.shared_memory_prefix}",
             *self.extra_args,
         ]
 
@@ -239,28 +230,42 @@ class TritonServer(StartsReady):
         self.ready_after_s = time.monotonic() - self.started_at
         return self.ready_after_s
 
-    def kill(self) -> None:
-        """SIGKILL the server and what is left in its group (stubs orphaned by a hard kill),
-        then remove what they would have removed on their way out: the stubs' shared-memory
-        regions and the server's temporary folders."""
-        if self.process is None:
-            return
-        running = self.process.poll() is None  # else its pid may be another process's by now
-        regions = stub_shared_memory(self.process.pid) if running else []
+    def shared_memory_regions(self) -> list[Path]:
+        """This server's shared-memory regions that exist now (one per loaded instance)."""
+        return sorted(SHARED_MEMORY.glob(f"{self.shared_memory_prefix}*"))
+
+    def _kill_group(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        for region in regions:
+
+    def _remove_leftovers(self) -> None:
+        """What a server that did not unload every instance leaves: its shared-memory regions
+        (a stub still running keeps its mapping) and its temporary folders."""
+        for region in self.shared_memory_regions():
             with contextlib.suppress(OSError):
-                region.unlink(missing_ok=True)
+                region.unlink()
         self._remove_temporary_folders()
 
+    def kill(self) -> None:
+        """SIGKILL the server and its process group (its stubs) if it runs, then remove what it
+        leaves behind."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:  # once reaped, its pid and group id may be reused
+            self._kill_group()
+        self.process.wait()
+        self._remove_leftovers()
+
     def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout` seconds; return the exit code."""
+        """SIGTERM, then SIGKILL after `timeout` seconds; remove what it leaves behind; return
+        the exit code."""
         if self.process is None:
             return None
+        running = self.process.poll() is None
         self.process.send_signal(signal.SIGTERM)  # a no-op once it has exited
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout)
+        if running:  # stubs an exit timeout left in its group; reaped just now, its id is ours
+            self._kill_group()
         self.kill()
         return self.process.returncode

@@ -10,11 +10,10 @@
   it started is killed when the test ends.
 
 Servers whose stop is not what a test checks are killed when their tests end
-(`TritonServer.kill`: the process group, the stubs' shared memory, the temporary folders), not
+(`TritonServer.kill`: the process group, the shared memory, the temporary folders), not
 stopped: a clean stop waits for the Python backend to finalize the instances of each model one
-after the other, about a second each, 3.5 s for a tiny server on an idle machine and up to 9 on
-a busy one. Stopping is tested where it is the property: test_server_harness, test_faults,
-test_deploy_serve, test_rollout_command.
+after the other (docs/serving.md, "What keeps it affordable"). Stopping is tested where it is
+the property: test_server_harness, test_faults, test_deploy_serve, test_rollout_command.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from harness.polling import wait_until
-from phoenix.ops.triton_server import TritonServer, TritonServerError, stub_shared_memory
+from phoenix.ops.triton_server import TritonServer, TritonServerError
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
 
@@ -170,19 +170,40 @@ def test_server_stops_within_a_few_seconds(tmp_path, start_server):
 
 
 def test_a_killed_server_leaves_no_stub_shared_memory_or_folder_behind(tmp_path):
-    """A stub removes its shared-memory region when it exits; SIGKILLed, it cannot: kill()
-    removes what its stubs named, and the server's temporary folders."""
+    """The Python backend removes an instance's shared-memory region when the instance
+    unloads; a killed server cannot: kill() removes its regions by its prefix, and its
+    temporary folders."""
     repo = write_add_one_repository(tmp_path / "repo")
     server = TritonServer(repo, log_path=tmp_path / "server.log", ready_timeout=120)
-    server.start_ready()
-    stubs = psutil.Process(server.pid).children()
-    regions = stub_shared_memory(server.pid)
-    assert len(stubs) == len(regions) == 1 and regions[0].exists(), (stubs, regions)
-    server.kill()
-    assert not server.is_running()
-    _, alive = psutil.wait_procs(stubs, timeout=5)
-    assert not alive and not regions[0].exists()
-    assert not server.stub_dir.exists() and not any(tmp_path.glob("server.stubs-*"))
+    try:
+        server.start_ready()
+        stubs = psutil.Process(server.pid).children()
+        regions = server.shared_memory_regions()
+        assert len(stubs) == len(regions) == 1, (stubs, regions)
+        server.kill()
+        assert not server.is_running()
+        _, alive = psutil.wait_procs(stubs, timeout=5)
+        assert not alive and not regions[0].exists()
+        assert not server.stub_dir.exists() and not any(tmp_path.glob("server.stubs-*"))
+    finally:
+        server.kill()
+
+
+def test_a_server_gone_at_its_exit_timeout_leaves_no_shared_memory_behind(tmp_path, start_server):
+    """An instance that takes longer to finalize than the exit timeout allows is never
+    unloaded: tritonserver exits without removing its region; stop() removes it."""
+    slow_to_finalize = ADD_ONE_MODEL.replace(
+        "    def finalize(self):\n",
+        "    def finalize(self):\n        __import__('time').sleep(5)\n",
+    )
+    assert slow_to_finalize != ADD_ONE_MODEL
+    repo = write_add_one_repository(tmp_path / "repo", slow_to_finalize)
+    server = start_server(repo, exit_timeout_secs=1)
+    regions = server.shared_memory_regions()
+    assert len(regions) == 1
+    server.stop(timeout=10)
+    assert "Exit timeout expired" in server.log_tail(50)  # gone before the instance unloaded
+    assert not regions[0].exists() and server.shared_memory_regions() == []
 
 
 def test_wait_ready_reports_a_dying_server_with_its_log(tmp_path):
