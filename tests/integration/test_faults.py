@@ -56,6 +56,7 @@ from phoenix.ops.admin_key import admin_headers, find_admin_key
 from phoenix.ops.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
 from phoenix.ops.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.ops.supervisor.state import RESTART_PARAMETER
+from phoenix.ops.triton_server import SHARED_MEMORY, SHARED_MEMORY_PREFIX
 from phoenix.util.processes import http_get_status, is_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
@@ -546,6 +547,25 @@ def serve_processes(served: Served) -> list[int]:
     return [*launchers, served.server_pid, *stubs]
 
 
+def shared_memory_of(pids: list[int]) -> set[Path]:
+    """The server's shared-memory regions, as its processes map them. Nothing can remove them
+    after a SIGKILL of serve (the Python backend removes a region when its instance unloads):
+    the test does, not to leave 16 MiB in /dev/shm at each run."""
+    regions = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                name = line.split()[-1]
+                if name.startswith(f"{SHARED_MEMORY}/{SHARED_MEMORY_PREFIX}"):
+                    regions.add(Path(name))
+    return regions
+
+
+def remove(regions: set[Path]) -> None:
+    for region in regions:
+        region.unlink(missing_ok=True)
+
+
 def left_behind(pids: list[int], ports: ServePorts) -> list[str]:
     return [f"pid {pid}" for pid in pids if is_alive(pid)] + [
         f"port {port}" for port in ports if not port_is_free(port)
@@ -558,10 +578,13 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
     with serving(tiny_artifacts, tmp_path_factory, "sigkill") as served:
         pids = serve_processes(served)
         assert len(pids) >= 3, pids  # serve, tritonserver and stubs
+        regions = shared_memory_of(pids)
+        assert regions, "found no shared memory of the server's"
         killed = time.monotonic()
         served.serve.process.send_signal(signal.SIGKILL)  # serve alone: not its process group
         gone = wait_until(lambda: not left_behind(pids, served.serve.ports), ORPHAN_LIMIT_S)
         report("sigkill", processes=len(pids), gone_after_s=gone and round(gone - killed, 2))
+        remove(regions)
         assert gone is not None, left_behind(pids, served.serve.ports)
         # what a SIGKILL cannot clean stays in serve's build folder, not in the system's temp
         assert len(local_store_folders(served)) == 1
@@ -574,8 +597,10 @@ def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory)
     with serving(tiny_artifacts, tmp_path_factory, "sigkill-make", via_make=True) as served:
         pids = serve_processes(served)
         assert psutil.Process(pids[0]).ppid() == served.serve.process.pid  # make runs serve itself
+        regions = shared_memory_of(pids)
         killed = time.monotonic()
         served.serve.process.send_signal(signal.SIGKILL)  # make alone: not its process group
         gone = wait_until(lambda: not left_behind(pids, served.serve.ports), ORPHAN_LIMIT_S)
         report("sigkill_make", gone_after_s=gone and round(gone - killed, 2))
+        remove(regions)
         assert gone is not None, left_behind(pids, served.serve.ports)
