@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from harness.polling import wait_until
 from phoenix.ops.triton_server import TritonServer, TritonServerError
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ADD_ONE_CONFIG = """\
 name: "add_one"
@@ -157,6 +157,7 @@ def test_metrics_count_successful_requests(toy_server):
     assert settled_metric(url, "nv_inference_request_success", before + 1) == before + 1
 
 
+@pytest.mark.serial  # a time bound a busy neighbour would blur
 def test_server_stops_within_a_few_seconds(tmp_path, start_server):
     repo = write_add_one_repository(tmp_path / "repo")
     server = start_server(repo, exit_timeout_secs=2)
