@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from harness.loadgen import Caller, LoadRun, measure_capacity, percentiles_ms
-from harness.triton import triton_server
+from harness.triton import start_triton
 from phoenix.checkpoint import load_example_sequence
 from phoenix.client.client import ranker_inputs, recommend_inputs, user_inputs
 
@@ -106,8 +106,7 @@ def caller_factory(server, artifacts: Path, model: str, protocol: str):
 @pytest.fixture(scope="module")
 def overload_server(tiny_artifacts, tmp_path_factory):
     log = tmp_path_factory.mktemp("overload") / "tritonserver.log"
-    server = triton_server(MODEL_REPOSITORY, tiny_artifacts, log_path=log, exit_timeout_secs=5)
-    server.start_ready()
+    server = start_triton(MODEL_REPOSITORY, tiny_artifacts, log_path=log, exit_timeout_secs=5)
     yield server
     server.kill()  # not a stop under test (tests/integration/conftest.py, "killed")
 

@@ -170,24 +170,20 @@ def test_server_stops_within_a_few_seconds(tmp_path, start_server):
     assert "largest batch" in server.log_tail(200)  # finalize() ran: a clean shutdown
 
 
-def test_a_killed_server_leaves_no_stub_shared_memory_or_folder_behind(tmp_path):
+def test_a_killed_server_leaves_no_stub_shared_memory_or_folder_behind(tmp_path, start_server):
     """The Python backend removes an instance's shared-memory region when the instance
     unloads; a killed server cannot: kill() removes its regions by its prefix, and its
     temporary folders."""
     repo = write_add_one_repository(tmp_path / "repo")
-    server = TritonServer(repo, log_path=tmp_path / "server.log", ready_timeout=120)
-    try:
-        server.start_ready()
-        stubs = psutil.Process(server.pid).children()
-        regions = server.shared_memory_regions()
-        assert len(stubs) == len(regions) == 1, (stubs, regions)
-        server.kill()
-        assert not server.is_running()
-        _, alive = psutil.wait_procs(stubs, timeout=5)
-        assert not alive and not regions[0].exists()
-        assert not server.stub_dir.exists() and not any(tmp_path.glob("server.stubs-*"))
-    finally:
-        server.kill()
+    server = start_server(repo, log_path=tmp_path / "server.log")
+    stubs = psutil.Process(server.pid).children()
+    regions = server.shared_memory_regions()
+    assert len(stubs) == len(regions) == 1, (stubs, regions)
+    server.kill()
+    assert not server.is_running()
+    _, alive = psutil.wait_procs(stubs, timeout=5)
+    assert not alive and not regions[0].exists()
+    assert not server.stub_dir.exists() and not any(tmp_path.glob("server.stubs-*"))
 
 
 def test_a_server_gone_at_its_exit_timeout_leaves_no_shared_memory_behind(tmp_path, start_server):
