@@ -395,11 +395,18 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "python -m phoenix.checkpoint.xai",
         "Check and list an xrex (X's production Phoenix) checkpoint: every parameter's name,\n"
         "shape and dtype, the config name and step, and whether every array read matches\n"
-        f"{CHECKSUMS_FILE}. Exit status 0: loaded and verified; 1: refused (the error names\n"
-        "the file and what is wrong); 2: bad command line.",
+        f"{CHECKSUMS_FILE}. Exit status 0: loaded (and verified, without --no-verify); 1:\n"
+        "refused (the error names the file and what is wrong); 2: bad command line.",
+        "Examples:\n"
+        "  python -m phoenix.checkpoint.xai checkpoints/home_direct_packed_nano\n"
+        "  python -m phoenix.checkpoint.xai "
+        "checkpoints/home_direct_packed_nano/elapsed_samples_000000000000004096/<run id>\n"
+        "  python -m phoenix.checkpoint.xai checkpoints --extra emb_table",
     )
     parser.add_argument(
-        "checkpoint", type=Path, help="a step, elapsed_samples_<N> or run directory"
+        "checkpoint",
+        type=Path,
+        help="a step, elapsed_samples_<N> or run directory, or a checkpoint root of one run",
     )
     parser.add_argument(
         "--extra",
