@@ -22,7 +22,13 @@ The package splits along the files' seams: ``files`` (paths, writers, readers, s
 checks), ``params`` (parameter shapes and checks, tables, config, whole artifact directories),
 ``corpus`` and ``example`` (the example request). This module re-exports their names.
 
-May import the model layer (``phoenix.config``, the original-compatible modules) only.
+``xai`` (with ``xai_integrity``) reads another layout, the checkpoints of X's production ranker
+(xrex: an Orbax state, checksums, the run's config); import it as ``phoenix.checkpoint.xai``
+(also ``python -m phoenix.checkpoint.xai DIR``). It imports orbax-checkpoint and tensorstore
+only when it loads.
+
+May import the model layer (``phoenix.config``, the original-compatible modules) only, and
+``xai`` orbax-checkpoint and tensorstore.
 """
 
 from phoenix.checkpoint.corpus import (
