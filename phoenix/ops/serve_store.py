@@ -35,10 +35,10 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     port = f"the started store's port on {LOOPBACK} (default: the port its folder's store had "
     port += "last, when free, else any free one)"
     add("--store-port", type=port_number, metavar="PORT", help=port)
-    fsync = "when the started store syncs its append-only file to the disk: "
-    fsync += "; ".join(f"{name}: {what}" for name, what in FSYNC_POLICIES.items())
+    fsync = "when the started store's append-only file reaches the disk (appendfsync): "
+    fsync += "; ".join(f"{name} ({what})" for name, what in FSYNC_POLICIES.items())
     fsync += f" (default: {DEFAULT_FSYNC}; docs/user-state.md has what each costs)"
-    add("--store-fsync", choices=list(FSYNC_POLICIES), metavar="POLICY", help=fsync)
+    add("--store-fsync", choices=list(FSYNC_POLICIES), help=fsync)
     throwaway = "start an empty store without persistence instead, removed when serve stops "
     throwaway += "(the data of --store-dir is left alone)"
     add("--ephemeral-store", action="store_true", help=throwaway)

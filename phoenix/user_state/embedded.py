@@ -47,18 +47,16 @@ from phoenix.util.processes import LOOPBACK, pick_free_ports
 # sends the replies before it. "no" is the default: the SIGKILL guarantee at no measured cost;
 # "always" makes every write, and every command queued behind it, wait for the disk
 # (docs/user-state.md, "The store serve starts", has the figures).
-FSYNC_POLICIES = {
-    "always": "synced before each reply: survives a SIGKILL and a machine's crash; each write "
-    "waits for the disk",
-    "everysec": "synced once a second: a crash loses up to about 2 s, and a SIGKILL may lose the "
-    "writes made while a sync runs long",
-    "no": "the kernel writes it to the disk within about 30 s: survives a SIGKILL, a crash "
-    "loses up to about 30 s",
+FSYNC_POLICIES = {  # what each loses, for help texts
+    "always": "nothing lost; each write waits for the disk",
+    "everysec": "a crash loses up to about 2 s, a SIGKILL the writes made while a sync runs long",
+    "no": "a SIGKILL loses nothing, a crash up to about 30 s",
 }
 DEFAULT_FSYNC = "no"
 OWNER_LOCK, STORE_LOCK, STATE_FILE = "owner.lock", "store.lock", "store.json"
-# A large store loads its append-only file before it answers (about 1 s per 100 MB here).
-LOAD_TIMEOUT_S = 300.0
+# A store loads its append-only file before it answers: 17 MB took 0.3-1.8 s on a busy 2-core
+# machine (bench/bench_store_persistence.py); a bound for a few GB.
+LOAD_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 30.0  # a clean shutdown syncs the file; never SIGKILL a store that is syncing
 PREVIOUS_STOP_TIMEOUT_S = 30.0
 
@@ -242,6 +240,9 @@ class EmbeddedStore:
         return pick_free_ports(1)[0]
 
     def _start_server(self, store_fd: int) -> None:
+        aof = self.folder / "appendonlydir"
+        if (size := sum(f.stat().st_size for f in aof.iterdir()) if aof.is_dir() else 0) > 1e8:
+            self.say(f"user state: loading {size / 1e6:,.0f} MB of {self.folder}")
         self.server = PersistentRedisServer(
             self.folder, port=self._port(), appendfsync=self.appendfsync, lock_fd=store_fd
         )
