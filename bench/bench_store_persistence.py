@@ -28,6 +28,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def percentiles(values: list[float]) -> dict:
 
 
 def measure_store(kind: str, folder: Path, lines: bytes, lines_1: bytes, writes: int) -> dict:
+    shutil.rmtree(folder, ignore_errors=True)  # a fresh store: the file holds this round alone
     limits = EventLimits(max_surface=15, max_dwell_seconds=1e30, served="bench")
     result: dict = {}
     with started(kind, folder) as url:

@@ -54,7 +54,7 @@ FSYNC_POLICIES = {  # what each loses, for help texts
 }
 DEFAULT_FSYNC = "no"
 OWNER_LOCK, STORE_LOCK, STATE_FILE = "owner.lock", "store.lock", "store.json"
-# A store loads its append-only file before it answers: 17 MB took 0.3-1.8 s on a busy 2-core
+# A store loads its append-only file before it answers: 17 MB took 0.8-3.0 s on a busy 2-core
 # machine (bench/bench_store_persistence.py); a bound for a few GB.
 LOAD_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 30.0  # a clean shutdown syncs the file; never SIGKILL a store that is syncing

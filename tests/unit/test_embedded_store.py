@@ -17,6 +17,7 @@ from phoenix.user_state import Engagement, Follow, UserStateStore, connect
 from phoenix.user_state.embedded import (
     STATE_FILE,
     EmbeddedStore,
+    StoreChoice,
     StoreFolderBusy,
     StoreState,
     serve_store,
@@ -133,6 +134,27 @@ def test_serve_store_uses_a_named_url_or_starts_the_kept_or_the_throwaway_store(
     with serve_store(None, tmp_path / "kept") as kept:
         assert_filled(kept.url)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]  # the throwaway folder gone
+
+
+def test_a_cluster_the_user_names_is_used_as_it_is(tmp_path):
+    """No store started, no folder made, nothing about the cluster's persistence changed; what
+    serve writes of it leaves a password out."""
+    from phoenix.ops.serve_store import store_line, store_state
+    from phoenix.user_state.server import RedisClusterNodes
+
+    with RedisClusterNodes(3) as cluster:
+        with serve_store(cluster.url, tmp_path / "store") as store:
+            assert store.named and store.url == cluster.url and store.folder is None
+            fill(store.url)
+            assert_filled(store.url)
+        for node in cluster.nodes:
+            assert connect(node.url).config_get("appendonly") == {"appendonly": "no"}
+    assert not (tmp_path / "store").exists()
+    secret = StoreChoice("rediss+cluster://:s3cret@redis-cluster:6379", named=True)
+    state = store_state(secret)
+    assert state["url"] == "rediss+cluster://:***@redis-cluster:6379"
+    assert state["password_left_out"] and state["dir"] is None and not state["started_by_serve"]
+    assert "s3cret" not in store_line(secret)
 
 
 @pytest.mark.parametrize(
