@@ -44,6 +44,7 @@ from phoenix.ops.triton_server import (
     flags_to_args,
 )
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
+from phoenix.user_state.embedded import StoreFolderBusy
 from phoenix.user_state.server import RedisServerError, RedisServerMissing
 from phoenix.user_state.store import reachability_check
 from phoenix.util.command_line import command_parser, port_number
@@ -416,7 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except (RedisServerMissing, RedisServerError) as error:
-        print(f"error: {error}\n(or name a running store with --redis URL)", file=sys.stderr)
+        busy = isinstance(error, StoreFolderBusy)  # its message says what to do
+        hint = "" if busy else "\n(or name a running store with --redis URL)"
+        print(f"error: {error}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
