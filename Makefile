@@ -27,6 +27,15 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 SUPERVISOR_PORT ?= 8003
+# The user-state store `make serve` starts (recommend by user id reads it; phoenix-events finds
+# it through build/serve/serving.json): its data stays in STORE_DIR across restarts (empty
+# STORE_DIR: a throwaway store), on 127.0.0.1:STORE_PORT. REDIS=URL names a running store
+# instead (so does $PHOENIX_USER_STATE_URL, which serve reads itself). docs/user-state.md.
+STORE_DIR ?= build/serve/user-state
+STORE_PORT ?= 8004
+REDIS ?=
+# more phoenix-serve options for `make serve`, e.g. SERVE_ARGS="--store-fsync always"
+SERVE_ARGS ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` and `make test-unit` (0: one process, as before). In
 # one process the suite kept the 2 cores 63% busy (measured); two workers use the rest. Tests
@@ -50,6 +59,8 @@ BACKEND_STAMP := $(BACKEND_DIR)/.phoenix-backend-dir
 INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT) --supervisor-port $(SUPERVISOR_PORT)
+SERVE_STORE = $(if $(REDIS),--redis '$(REDIS)',$(if $(PHOENIX_USER_STATE_URL),,$(if \
+	$(STORE_DIR),--store-dir '$(STORE_DIR)',--ephemeral-store) --store-port $(STORE_PORT)))
 
 .PHONY: help setup artifacts configs serve demo test test-durations test-unit lint format clean distclean
 
@@ -59,6 +70,8 @@ help:  ## list the targets
 	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
 	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)" \
 		"SUPERVISOR_PORT=$(SUPERVISOR_PORT) TEST_WORKERS=$(TEST_WORKERS) PYTEST_ARGS=..."
+	@echo "           STORE_DIR=$(STORE_DIR) (the user-state store's data; empty: throwaway)"
+	@echo "           STORE_PORT=$(STORE_PORT) REDIS=URL (a running store instead) SERVE_ARGS=..."
 
 setup: $(BACKEND_STAMP) $(INSTALL_STAMP)  ## system libraries, .venv with requirements + this project (editable), backend folder
 
@@ -136,8 +149,8 @@ artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACT
 	$(PY) -m phoenix.ops.compile --artifacts $(ARTIFACTS) --device $(DEVICE)
 
 # serve builds missing programs itself (phoenix.ops.compile), before Triton starts
-serve: setup $(ARTIFACTS)/config.json  ## run Triton in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS)
-	$(PY) -m phoenix.ops.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS)
+serve: setup $(ARTIFACTS)/config.json  ## run Triton and the user-state store in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS, STORE_DIR, REDIS)
+	$(PY) -m phoenix.ops.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS) $(SERVE_STORE) $(SERVE_ARGS)
 
 # The demo picks free ports, so it also works beside a running `make serve`. It serves the
 # towers trained on synthetic logs that ship in artifacts/trained-demo (see "training" below).
@@ -183,12 +196,17 @@ format: setup  ## ruff format and ruff check --fix
 	$(RUFF) format .
 	$(RUFF) check --fix .
 
-clean:  ## remove build outputs and caches (keeps .venv and artifacts)
-	rm -rf build .pytest_cache .ruff_cache .hypothesis
+# clean keeps the user-state store's data (STORE_DIR, under build/ by default); distclean not.
+STORE_KEPT = $(patsubst ./%,%,$(STORE_DIR:%/=%))
+clean:  ## remove build outputs and caches (keeps .venv, artifacts and the store's data in STORE_DIR)
+	if [ -d build ]; then find build -mindepth 1 -depth ! -path '$(STORE_KEPT)' \
+		! -path '$(STORE_KEPT)/*' ! -type d -delete; \
+		find build -mindepth 1 -depth -type d -empty -delete; fi
+	rm -rf .pytest_cache .ruff_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-distclean: clean  ## also remove .venv and the built artifacts (the shipped trained demo stays)
-	rm -rf $(VENV) artifacts/trained-demo/compiled
+distclean: clean  ## also remove .venv, the built artifacts (the shipped trained demo stays) and build/ with the store's data
+	rm -rf $(VENV) artifacts/trained-demo/compiled build
 	find artifacts -mindepth 1 -maxdepth 1 ! -name trained-demo -exec rm -rf {} +
 
 # ---- load test and serving benchmark ----------------------------------------------------------

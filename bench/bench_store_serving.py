@@ -228,7 +228,9 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
     store, then a second run of Locust (--probe-load-seconds) during which the probes work,
     reported apart: their own requests, the ingest process and compaction share the cores."""
     work = args.work / f"serve-{size}"
-    serve = ServeProcess(artifacts, work, 0.0, ["--corpus", f"store-{size}"]).start()
+    # the throwaway user-state store its figures were measured with (no append-only file)
+    extra = ["--corpus", f"store-{size}", "--ephemeral-store"]
+    serve = ServeProcess(artifacts, work, 0.0, extra).start()
     try:
         ready_s = serve.wait_ready(args.ready_timeout)
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}

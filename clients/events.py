@@ -23,6 +23,11 @@ Commands:
            newest engagement is now, and the authors' recent posts (docs/user-state.md,
            "The trained world's users").
 
+The store: --redis URL, else $PHOENIX_USER_STATE_URL, else the store of the server running
+from --serve-dir (phoenix-serve's --build-dir, build/serve), which its serving.json names; the
+events are then checked against the artifacts that server serves unless --artifacts says
+otherwise.
+
 A post event puts the post into its author's recent posts (the in-network source); the
 retrieval corpus is fed by `phoenix-ingest`, which reads posts in its own line form: a new
 post goes to both commands (docs/user-state.md, "Events and the stream").
@@ -38,6 +43,7 @@ and the other lines are applied: the input, mended, can be sent again whole, sin
 event twice changes nothing. The summary says how many were refused, and the exit status is 1.
 
 Examples:
+  python -m clients.events apply events.jsonl   # into the store of `make serve`
   python -m clients.events apply events.jsonl --redis redis://127.0.0.1:6379
   python -m clients.events apply events.jsonl --artifacts artifacts/demo --redis redis://...
   tail -n0 -F events.jsonl | python -m clients.events publish - --redis redis://redis:6379
@@ -63,8 +69,15 @@ from tqdm import tqdm
 
 from clients import cli
 from phoenix.checkpoint import ArtifactError, load_config
+from phoenix.ops.serving_state import (
+    DEFAULT_SERVE_DIR,
+    SERVING_FILE,
+    ServingStateError,
+    read_serving_state,
+)
 from phoenix.schema.contracts import RANKER
 from phoenix.schema.requests import value_bound
+from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import UserStateError, UserStateStore, connect
 from phoenix.user_state.client import url_argument
 from phoenix.user_state.events import EventLimits
@@ -81,12 +94,19 @@ EXIT_CODES_HELP = (
     "with the reason on standard error; every other line was applied: mend them and send the "
     "whole input again, nothing is applied twice), 2 bad arguments, 3 input, artifacts, store "
     "or stream error (batches sent before it stay sent; sending the same input again changes "
-    "nothing twice). consume exits 0 when stopped by SIGINT or SIGTERM; the entries it refused "
-    "are logged with their entry ids and counted in its summary."
+    "nothing twice; no store named and no running server found). consume exits 0 when stopped "
+    "by SIGINT or SIGTERM; the entries it refused are logged with their entry ids and counted in "
+    "its summary."
 )
 ARTIFACTS_HELP = (
     "the artifacts the server serves: an engagement's surface must be one of their product "
-    "surfaces (config.json), as the models check it (default: %(default)s)"
+    "surfaces (config.json), as the models check it (default: those of the server found "
+    f"through --serve-dir, else {DEFAULT_ARTIFACTS})"
+)
+REDIS_HELP = (
+    "the user-state store: redis://host:port[/db] (one server) or redis+cluster://host:port "
+    "(any node of a Redis Cluster); rediss:// and rediss+cluster:// with TLS (default: "
+    f"${USER_STATE_URL_ENV}, else the store of the server running from --serve-dir)"
 )
 
 
@@ -97,10 +117,10 @@ def parse_args(argv: Optional[Sequence[str]]):
     def command(name: str, summary: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=summary,
                                   epilog=EXIT_CODES_HELP)  # fmt: skip
-        sub.add_argument("--redis", metavar="URL", required=True, type=url_argument,
-                         help="the user-state store: redis://host:port[/db] (one server) or "
-                         "redis+cluster://host:port (any node of a Redis Cluster); rediss:// "
-                         "and rediss+cluster:// with TLS")  # fmt: skip
+        sub.add_argument("--redis", metavar="URL", type=url_argument, help=REDIS_HELP)
+        sub.add_argument("--serve-dir", type=Path, default=DEFAULT_SERVE_DIR, metavar="DIR",
+                         help="phoenix-serve's --build-dir, whose serving.json names its store "
+                         "(default: %(default)s)")  # fmt: skip
         sub.add_argument("--cluster", action="store_true",
                          help="a redis:// URL names a node of a Redis Cluster (as "
                          "redis+cluster:// does)")  # fmt: skip
@@ -108,8 +128,7 @@ def parse_args(argv: Optional[Sequence[str]]):
 
     def checked_command(name: str, summary: str) -> argparse.ArgumentParser:
         sub = command(name, summary)
-        sub.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, metavar="DIR",
-                         help=ARTIFACTS_HELP)  # fmt: skip
+        sub.add_argument("--artifacts", type=Path, metavar="DIR", help=ARTIFACTS_HELP)
         return sub
 
     for name, summary in (
@@ -137,6 +156,43 @@ def parse_args(argv: Optional[Sequence[str]]):
                      help="load only the first N users of the world, the population Locust's by-id "
                      "mode draws from (default: all)")  # fmt: skip
     return parser.parse_args(argv)
+
+
+def find_store(args) -> None:
+    """``args.redis``: --redis, else $PHOENIX_USER_STATE_URL, else the store that serving.json in
+    --serve-dir names (its server must be running); with that last, ``args.artifacts`` defaults
+    to the served ones. Exits 3 saying what to give when none is found."""
+    served_artifacts = None
+    if not args.redis:
+        if os.environ.get(USER_STATE_URL_ENV):
+            try:
+                args.redis = url_argument(os.environ[USER_STATE_URL_ENV])
+            except argparse.ArgumentTypeError as error:
+                raise cli.Exit(cli.fail(f"${USER_STATE_URL_ENV}: {error}")) from None
+        else:
+            args.redis, served_artifacts = served_store(args.serve_dir)
+    if getattr(args, "artifacts", DEFAULT_ARTIFACTS) is None:
+        args.artifacts = served_artifacts or DEFAULT_ARTIFACTS
+
+
+def served_store(serve_dir: Path) -> tuple[str, Path | None]:
+    """(URL, served artifacts) of the store of the server running from ``serve_dir``."""
+    path = serve_dir / SERVING_FILE
+    give = f"give --redis URL or set ${USER_STATE_URL_ENV}"
+    try:
+        state = read_serving_state(serve_dir)
+    except ServingStateError as error:
+        raise cli.Exit(cli.fail(f"no store named, and {error}; or {give}")) from None
+    store = state.get("user_state") or {}
+    if not store.get("url"):
+        raise cli.Exit(cli.fail(f"{path} names no user-state store: {give}"))
+    if store.get("password_left_out"):
+        raise cli.Exit(cli.fail(
+            f"the store of the server in {path}, {store['url']}, takes a password that the "
+            f"file does not record: {give}"
+        ))  # fmt: skip
+    print(f"the store of the server in {path}: {store['url']}", file=sys.stderr)
+    return store["url"], Path(state["artifacts"]) if state.get("artifacts") else None
 
 
 def open_store(args) -> UserStateStore:
@@ -173,6 +229,7 @@ def send(args, stop: Optional[threading.Event] = None) -> int:
     source = "<stdin>" if args.input == "-" else args.input
     stop = stop or threading.Event()
     try:
+        find_store(args)
         limits = served_limits(args.artifacts)
         store = open_store(args)
         where = f"the store {store.name}" if args.command == "apply" else "the events stream"
@@ -193,6 +250,7 @@ def send(args, stop: Optional[threading.Event] = None) -> int:
 
 def consume(args, stop: Optional[threading.Event] = None) -> int:
     """consume: the stream applied until interrupted; exit 3 naming a failed batch."""
+    find_store(args)
     limits = served_limits(args.artifacts)
     store = open_store(args)
     consumer = StreamConsumer(store.client, store, consumer=args.consumer, limits=limits)
@@ -216,6 +274,7 @@ def load_world(args) -> int:
     """load-world: every user of the trained world (or the N most active) into the store."""
     from phoenix.world.users import WorldUsers, load_users
 
+    find_store(args)
     store = open_store(args)
     try:
         world = WorldUsers.from_artifacts(args.artifacts)

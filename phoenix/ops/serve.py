@@ -1,6 +1,7 @@
 """Serve the models on Triton until Ctrl-C or SIGTERM, then drain, unload and stop
 (docs/reliability.md, "Shutdown"). Nothing outlives it, even when SIGKILLed, and it dies with
-the process that started it (`make serve` killed), unless started detached.
+the process that started it (`make serve` killed), unless started detached. Without a store's
+URL it starts the user-state store, whose data stays in --store-dir (docs/user-state.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ from phoenix.ops.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, se
 from phoenix.ops.compile import ensure_programs, warn_if_no_gpu_jax
 from phoenix.ops.configs import ConfigError, variant_repository
 from phoenix.ops.profiles import instance_counts_arg, profile
+from phoenix.ops.serve_store import (
+    StoreChoice,
+    add_store_arguments,
+    check_store_arguments,
+    store_line,
+    store_state,
+    user_state_store,
+)
 from phoenix.ops.serving_state import remove_serving_state, write_serving_state
 from phoenix.ops.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.ops.supervisor.endpoints import ReadinessServer
@@ -35,7 +44,8 @@ from phoenix.ops.triton_server import (
     flags_to_args,
 )
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
-from phoenix.user_state.server import RedisServerError, RedisServerMissing, local_store_unless
+from phoenix.user_state.embedded import StoreFolderBusy
+from phoenix.user_state.server import RedisServerError, RedisServerMissing
 from phoenix.user_state.store import reachability_check
 from phoenix.util.command_line import command_parser, port_number
 from phoenix.util.processes import LOOPBACK, client_host, die_with_parent, echo_log
@@ -97,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--quiet", action="store_true", help="do not echo the server log")
     redis = "the user-state store recommend reads by user id: redis://host:port/db (one server) "
     redis += "or redis+cluster://host:port (any node of a Redis Cluster); rediss:// and "
-    redis += f"rediss+cluster:// with TLS (default: ${USER_STATE_URL_ENV}; unset: a local "
-    redis += "redis-server started for this run, empty, no persistence; it dies with serve)"
+    redis += f"rediss+cluster:// with TLS (default: ${USER_STATE_URL_ENV}; unset: serve starts a "
+    redis += "local redis-server whose data stays in --store-dir, and stops it with itself)"
     add(
         "--redis",
         metavar="URL",
@@ -106,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get(USER_STATE_URL_ENV) or None,
         help=redis,
     )
+    add_store_arguments(parser)
     add("--no-supervisor", action="store_true", help="no stub healing, no /ready, no clean unloads")
     drain = "on SIGTERM/Ctrl-C, /ready answers 503 for S seconds before the stop (%(default)s)"
     add("--drain-seconds", type=float, default=0.0, metavar="S", help=drain)
@@ -163,10 +174,6 @@ def make_server(
     )
 
 
-def announce_local_store(url: str) -> None:
-    say(f"user state: a local redis-server at {url} (empty; --redis URL names another)")
-
-
 def redis_url(text: str) -> str:
     """--redis: a store URL (phoenix.user_state.client.URL_FORMS), else argparse's error."""
     from phoenix.user_state.client import url_argument
@@ -174,9 +181,16 @@ def redis_url(text: str) -> str:
     return url_argument(text)
 
 
-def describe(server: TritonServer, ready_url: str | None, key_file: Path | None) -> str:
+def describe(
+    server: TritonServer,
+    ready_url: str | None,
+    key_file: Path | None,
+    store: StoreChoice | None = None,
+) -> str:
     key = f"in {key_file} (mode 0600)" if key_file else "from $" + ADMIN_KEY_ENV
     ready = f"\n  ready    {ready_url}  (load balancers: probe this)" if ready_url else ""
+    if store is not None:
+        ready += f"\n  store    {store_line(store)}"
     return (
         f"Triton is ready after {server.ready_after_s:.1f} s\n"
         f"  HTTP     http://{server.http_url}  (tritonclient url: {server.http_url})\n"
@@ -199,7 +213,12 @@ def check_corpus(artifacts: Path, name: str) -> None:
         )
 
 
-def serving_state(server: TritonServer, ready_url: str | None, key_file: Path | None) -> dict:
+def serving_state(
+    server: TritonServer,
+    ready_url: str | None,
+    key_file: Path | None,
+    store: StoreChoice | None = None,
+) -> dict:
     """What an operator's tool needs to find this server (``serving_state``)."""
     return {
         "http": server.http_url,
@@ -209,6 +228,7 @@ def serving_state(server: TritonServer, ready_url: str | None, key_file: Path | 
         "repository": str(server.served_repository or server.model_repository),
         "artifacts": str(server.artifacts_dir),
         "admin_key_file": str(Path(key_file).resolve()) if key_file else None,
+        "user_state": store_state(store) if store is not None else None,
     }
 
 
@@ -320,10 +340,11 @@ def serve_foreground(
     args: argparse.Namespace,
     admin_key: str,
     key_file: Path | None,
-    user_state_url: str = "",
+    store: StoreChoice | None = None,
 ) -> int:
     """Run until the server exits (on its own or after a signal); unless --no-supervisor, the
     supervisor serves /ready (503 while the models load) and heals dead stubs meanwhile."""
+    user_state_url = store.url if store is not None else ""
     stop_echo = threading.Event()
     echo = threading.Thread(target=echo_log, args=(server.log_path, stop_echo), daemon=True)
     if not args.quiet:
@@ -346,9 +367,11 @@ def serve_foreground(
         server.wait_ready()
         if supervisor is not None:
             supervisor.start()
-        state_file = write_serving_state(args.build_dir, serving_state(server, ready_url, key_file))
-        print(describe(server, ready_url, key_file) + "\nCtrl-C stops the server.", flush=True)
-        print(f"  state    {state_file}  (read by phoenix-rollout)", flush=True)
+        state = serving_state(server, ready_url, key_file, store)
+        state_file = write_serving_state(args.build_dir, state)
+        banner = describe(server, ready_url, key_file, store)
+        print(banner + "\nCtrl-C stops the server.", flush=True)
+        print(f"  state    {state_file}  (read by phoenix-rollout, phoenix-events)", flush=True)
         shutdown = Shutdown(server, supervisor, args.drain_seconds, args.stop_timeout)
         shutdown.install()
         return shutdown.exit_code(wait_in_short_naps(server.process.wait))
@@ -365,7 +388,9 @@ def serve_foreground(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_store_arguments(parser, args)
     stop_with_parent()
     try:
         artifacts = servable_artifact_dir(args.artifacts)
@@ -378,13 +403,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         warn_if_no_gpu_jax(args.device)
         ensure_programs(artifacts, args.device)  # once here; the model instances only load
         admin_key, key_file = server_admin_key(args.build_dir, args.admin_key_env)
-        with local_store_unless(args.redis, announce_local_store, args.build_dir) as url:
+        with user_state_store(args) as store:
             server = make_server(
-                args, artifacts, repository, admin_key, not args.no_supervisor, user_state_url=url
+                args, artifacts, repository, admin_key, not args.no_supervisor, store.url
             )
             print(f"starting tritonserver over {repository} (artifacts: {artifacts})", flush=True)
             server.start()
-            return serve_foreground(server, args, admin_key, key_file, user_state_url=url)
+            return serve_foreground(server, args, admin_key, key_file, store)
     except (ServeError, AdminKeyError, TritonServerError, ConfigError, ArtifactError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -392,7 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except (RedisServerMissing, RedisServerError) as error:
-        print(f"error: {error}\n(or name a running store with --redis URL)", file=sys.stderr)
+        busy = isinstance(error, StoreFolderBusy)  # its message says what to do
+        hint = "" if busy else "\n(or name a running store with --redis URL)"
+        print(f"error: {error}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

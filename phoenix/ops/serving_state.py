@@ -4,10 +4,13 @@ ready and removed when it stops (imports the standard library only, so clients r
     {"pid": 1234, "http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001",
      "metrics": "http://127.0.0.1:8002/metrics", "ready": "http://127.0.0.1:8003/ready",
      "repository": "/abs/build/serve/tritonserver-1234.repository-x", "artifacts": "/abs/...",
-     "admin_key_file": "/abs/build/serve/admin-key" or null}
+     "admin_key_file": "/abs/build/serve/admin-key" or null,
+     "user_state": {"url": "redis://127.0.0.1:8004/0", "password_left_out": false,
+                    "dir": "/abs/build/serve/user-state" or null, "appendfsync": "no" or null,
+                    "started_by_serve": true}}
 
-The operators' tools (`phoenix-rollout`) read it so that nobody hunts for the repository copy
-tritonserver serves, nor for the admin key's file.
+The operators' tools (`phoenix-rollout`, `phoenix-events`) read it so that nobody hunts for the
+repository copy tritonserver serves, the admin key's file or the user-state store.
 """
 
 from __future__ import annotations

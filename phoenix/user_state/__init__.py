@@ -9,6 +9,7 @@ log, and authors' recent posts for the in-network source (docs/user-state.md).
 - store: ``UserStateStore`` (writes, pipelined batch reads)
 - stream: the Redis Stream consumer that applies events
 - server: a local redis-server / 3-node cluster as child processes
+- embedded: the store serve starts, its data in a folder that outlives it
 
 May import the schema (the contract's limits), the corpus store (dating posts), the
 model layer and ``phoenix.util``; never the stub side, the clients or the operations.

@@ -80,6 +80,16 @@ def parse_url(url: str, *, cluster: bool = False) -> StoreUrl:
     return StoreUrl(url, cluster, url)
 
 
+def without_password(url: str) -> str:
+    """``url`` with its password, if any, shown as ``***`` (for logs, banners, state files)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}***@{host}").geturl()
+
+
 def url_argument(text: str) -> str:
     """``text`` as a command line's store URL: unchanged, or the argparse error saying why not."""
     try:

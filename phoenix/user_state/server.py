@@ -20,10 +20,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from phoenix.util.processes import LOOPBACK, dying_with_us, pick_free_ports
 
@@ -54,13 +55,16 @@ def _free_cluster_port() -> int:
     """A free port whose cluster bus port (+10000) is free too."""
     for _ in range(100):
         (port,) = pick_free_ports(1)
-        if port + CLUSTER_BUS_OFFSET < 65_536 and _is_free(port + CLUSTER_BUS_OFFSET):
+        if port + CLUSTER_BUS_OFFSET < 65_536 and port_is_free(port + CLUSTER_BUS_OFFSET):
             return port
     raise RedisServerError("no free port pair (port, port + 10000) found for a cluster node")
 
 
-def _is_free(port: int) -> bool:
+def port_is_free(port: int) -> bool:
+    """A server could listen on ``port`` of loopback now (as redis-server does, with
+    SO_REUSEADDR: connections of a stopped one closing in TIME_WAIT do not count)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
@@ -69,7 +73,8 @@ def _is_free(port: int) -> bool:
 
 
 class RedisServer:
-    """One redis-server child on a free loopback port, without persistence."""
+    """One redis-server child on a free loopback port, without persistence, in a temporary
+    folder removed when it stops (``phoenix.user_state.embedded`` keeps one instead)."""
 
     def __init__(
         self,
@@ -86,6 +91,7 @@ class RedisServer:
         self.port: int | None = None
         self.dir: Path | None = None
         self.process: subprocess.Popen | None = None
+        self.pass_fds: tuple[int, ...] = ()  # descriptors redis-server inherits (a lock's)
 
     @property
     def url(self) -> str:
@@ -95,14 +101,26 @@ class RedisServer:
     def log_path(self) -> Path:
         return self.dir / "redis.log"
 
+    def persistence_args(self) -> list[str]:
+        return ["--save", "", "--appendonly", "no"]  # no RDB snapshots, no append-only file
+
+    def make_dir(self) -> Path:
+        """The folder it runs in: a new temporary one in ``work_dir``. Removed by stop(); a
+        parent SIGKILLed cannot remove it, so serve puts it in its build folder, beside the
+        tritonserver's repository copy, rather than in the system's temp. Absolute:
+        redis-server enters --dir before it opens --logfile."""
+        return Path(tempfile.mkdtemp(prefix="redis-", dir=self.work_dir)).resolve()
+
+    def remove_dir(self, folder: Path) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
     def command(self) -> list[str]:
         args = [
             redis_binary("redis-server"),
             "--port", str(self.port),
             "--bind", LOOPBACK,
             "--dir", str(self.dir),
-            "--save", "",  # no RDB snapshots
-            "--appendonly", "no",
+            *self.persistence_args(),
             "--logfile", str(self.log_path),
         ]  # fmt: skip
         if self.cluster_node:
@@ -115,23 +133,22 @@ class RedisServer:
             self.port = self.requested_port
         else:
             self.port = _free_cluster_port() if self.cluster_node else pick_free_ports(1)[0]
-        # Removed by stop(); a parent SIGKILLed cannot remove it, so serve puts it in its build
-        # folder, beside the tritonserver's repository copy, rather than in the system's temp.
-        # absolute: redis-server enters --dir before it opens --logfile
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=self.work_dir)).resolve()
+        self.dir = self.make_dir()
         self.process = subprocess.Popen(
             dying_with_us(self.command()),  # redis-server dies with us, as tritonserver does
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C reaches the parent only
+            pass_fds=self.pass_fds,
         )
         self._wait_ready(timeout_s)
         return self
 
     def _wait_ready(self, timeout_s: float) -> None:
+        # no retries of its own: redis-py's default backs off for seconds on a refused connection
         client = redis.Redis(host=LOOPBACK, port=self.port, socket_connect_timeout=0.2,
-                             socket_timeout=0.5)  # fmt: skip
+                             socket_timeout=0.5, retry=Retry(NoBackoff(), 0))  # fmt: skip
         deadline = time.monotonic() + timeout_s
         with contextlib.closing(client):
             while True:
@@ -158,7 +175,8 @@ class RedisServer:
         return RedisServerError(f"{reason}\ncommand: {command}\n{stderr}{log}")
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """SIGTERM, SIGKILL after ``timeout_s``; removes its directory."""
+        """SIGTERM (redis-server's clean shutdown), SIGKILL after ``timeout_s``; removes its
+        directory (``remove_dir``)."""
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
@@ -170,7 +188,7 @@ class RedisServer:
             self.process.stderr.close()
             self.process = None
         if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.remove_dir(self.dir)
             self.dir = None
 
     def __enter__(self) -> RedisServer:
@@ -178,20 +196,6 @@ class RedisServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def local_store_unless(
-    url: str | None, announce: Callable[[str], None], work_dir: Path | None = None
-) -> Iterator[str]:
-    """``url``, or the URL of a local redis-server started for the block (``announce``d; empty,
-    stopped after it, SIGKILLed if we die; its folder made in ``work_dir``)."""
-    if url:
-        yield url
-        return
-    with RedisServer(work_dir=work_dir) as server:
-        announce(server.url)
-        yield server.url
 
 
 class RedisClusterNodes:

@@ -100,7 +100,8 @@ def test_the_deployments_container_runs_here_and_stops_within_its_grace_period(
         ready = urllib.request.urlopen(f"http://127.0.0.1:{ports['supervisor']}/ready").read()
         assert b'"degraded": []' in ready
         said = (tmp_path / "serve.out").read_text()
-        assert "a local redis-server" not in said, said
+        assert f"user state: {redis_server.url}  (named by --redis or $" in said, said
+        assert "(data in" not in said and "(throwaway" not in said, said
         # Triton's own ports, as the Services reach them, and the server the image names.
         assert (
             http_get_status(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=5) == 200

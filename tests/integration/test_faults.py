@@ -15,8 +15,9 @@ do. Tests run in file order on it and the last one shuts it down:
   /ready turns 200; failures stay inside that window;
 - SIGTERM to the serve command: /ready turns 503 at once, in-flight requests complete, new
   ones are refused cleanly, the process exits 0;
-- SIGKILL of the serve command leaves no tritonserver, stub or taken port behind; SIGKILL of the
-  `make` that started it stops it as SIGTERM does.
+- SIGKILL of the serve command leaves no tritonserver, stub, user-state store or taken port
+  behind (the store's data stays in its folder); SIGKILL of the `make` that started it stops it
+  as SIGTERM does.
 
 Timing figures are reported, not asserted, except where the bound is the property (recovery),
 and then it is generous and relative to a load measured in the same run.
@@ -28,6 +29,7 @@ Figures are printed as `RELIABILITY <name> {json}` lines (see them with `pytest 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -54,9 +56,11 @@ from phoenix.checkpoint import Corpus, load_corpus, load_example_sequence, save_
 from phoenix.client.client import recommend_inputs
 from phoenix.ops.admin_key import admin_headers, find_admin_key
 from phoenix.ops.serve import DEFAULT_STOP_TIMEOUT_S, EXIT_TIMEOUT_S
+from phoenix.ops.serve_store import STORE_FOLDER
 from phoenix.ops.supervisor.admin import TritonAdmin, TritonAPIError
 from phoenix.ops.supervisor.state import RESTART_PARAMETER
 from phoenix.ops.triton_server import SHARED_MEMORY, SHARED_MEMORY_PREFIX
+from phoenix.user_state.embedded import STATE_FILE, STORE_LOCK
 from phoenix.util.processes import http_get_status, is_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
@@ -503,7 +507,8 @@ def test_sigterm_under_load_drains_and_exits_0(fresh_served):
     said = fresh_served.serve.log.read_text()
     assert figures["exit_code"] == 0, said[-2000:]
     assert "stopped cleanly" in said
-    assert not local_store_folders(fresh_served)  # the local redis-server's, removed at exit
+    folder = store_folder(fresh_served)  # the user-state store serve started: stopped, kept
+    assert (folder / "appendonlydir").is_dir() and not store_is_running(folder)
 
 
 def test_sigterm_after_a_heal_exits_non_zero_and_says_why(served):
@@ -533,9 +538,23 @@ def port_is_free(port: int) -> bool:
             return False
 
 
-def local_store_folders(served: Served) -> list[Path]:
-    """The folders of the local redis-servers serve started in its build folder."""
-    return [p for p in served.serve.build_dir.glob("redis-*") if (p / "redis.log").is_file()]
+def store_folder(served: Served) -> Path:
+    """The folder of the user-state store serve started (its data, kept across runs)."""
+    return served.serve.build_dir / STORE_FOLDER
+
+
+def store_is_running(folder: Path) -> bool:
+    """Whether a redis-server holds the store folder's lock (phoenix.user_state.embedded)."""
+    with (folder / STORE_LOCK).open("rb") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def store_pid(served: Served) -> int:
+    return json.loads((store_folder(served) / STATE_FILE).read_text())["pid"]
 
 
 def serve_processes(served: Served) -> list[int]:
@@ -576,8 +595,8 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
     """tritonserver gets SIGKILL from the kernel when serve dies (its parent-death signal), and
     each stub exits once tritonserver is gone: within 5 s nothing runs and every port is free."""
     with serving(tiny_artifacts, tmp_path_factory, "sigkill") as served:
-        pids = serve_processes(served)
-        assert len(pids) >= 3, pids  # serve, tritonserver and stubs
+        pids = [*serve_processes(served), store_pid(served)]
+        assert len(pids) >= 4, pids  # serve, tritonserver, stubs and the user-state store
         regions = shared_memory_of(pids)
         assert regions, "found no shared memory of the server's"
         killed = time.monotonic()
@@ -586,8 +605,8 @@ def test_sigkill_of_serve_leaves_no_server_stub_or_port_behind(tiny_artifacts, t
         report("sigkill", processes=len(pids), gone_after_s=gone and round(gone - killed, 2))
         remove(regions)
         assert gone is not None, left_behind(pids, served.serve.ports)
-        # what a SIGKILL cannot clean stays in serve's build folder, not in the system's temp
-        assert len(local_store_folders(served)) == 1
+        # the store's data stays in serve's build folder, for the next start
+        assert (store_folder(served) / "appendonlydir").is_dir()
 
 
 def test_sigkill_of_make_leaves_nothing_behind(tiny_artifacts, tmp_path_factory):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import shutil
@@ -60,3 +61,50 @@ def test_help_says_the_demo_serves_the_shipped_towers():
     demo = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("demo "))
     assert "shipped" in demo and "train" not in demo.replace("trained", "")
     assert "SUPERVISOR_PORT=8003" in done.stdout
+
+
+def serve_args(*variables: str, env: dict[str, str] | None = None) -> argparse.Namespace:
+    """serve's arguments as `make serve` with ``variables`` passes them (nothing runs), checked
+    as serve checks them; ``env``: more environment ($PHOENIX_USER_STATE_URL is left out)."""
+    skipped = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PHOENIX_USER_STATE_URL")
+    environ = {k: v for k, v in os.environ.items() if k not in skipped} | (env or {})
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(REPO_ROOT), "serve", *variables],
+        capture_output=True, text=True, timeout=60, env=environ,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if "-m phoenix.ops.serve" in ln)
+    words = shlex.split(line)
+    parser = serve.build_parser()
+    args = parser.parse_args(words[words.index("phoenix.ops.serve") + 1 :])
+    serve.check_store_arguments(parser, args)
+    return args
+
+
+def test_serve_keeps_the_store_in_store_dir_or_names_another_or_a_throwaway_one(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("PHOENIX_USER_STATE_URL", raising=False)
+    kept = serve_args()
+    assert (kept.store_dir, kept.store_port) == (Path("build/serve/user-state"), 8004)
+    assert kept.redis is None and not kept.ephemeral_store
+    moved = serve_args(f"STORE_DIR={tmp_path}/my store", "STORE_PORT=9104")
+    assert (moved.store_dir, moved.store_port) == (tmp_path / "my store", 9104)
+    named = serve_args("REDIS=redis://10.0.0.5:6379/0")
+    assert named.redis == "redis://10.0.0.5:6379/0" and named.store_dir is None
+    monkeypatch.setenv("PHOENIX_USER_STATE_URL", "redis+cluster://r:7000")  # serve reads it
+    from_env = serve_args(env={"PHOENIX_USER_STATE_URL": "redis+cluster://r:7000"})
+    assert from_env.redis == "redis+cluster://r:7000" and from_env.store_port is None
+    monkeypatch.delenv("PHOENIX_USER_STATE_URL")
+    throwaway = serve_args("STORE_DIR=")
+    assert throwaway.ephemeral_store and throwaway.store_dir is None
+    assert serve_args("SERVE_ARGS=--store-fsync always").store_fsync == "always"
+
+
+def test_help_names_the_store_variables():
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO_ROOT), "help"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    for variable in ("STORE_DIR=build/serve/user-state", "STORE_PORT=8004", "REDIS=URL"):
+        assert variable in done.stdout, done.stdout

@@ -246,16 +246,14 @@ def test_store_down_fails_fast_naming_it_then_recovers_without_restart(tiny_arti
         server.stop()
 
 
-def test_serve_starts_a_store_unless_given_one_and_checks_it_bounded():
-    from phoenix.user_state.server import local_store_unless
+def test_serve_starts_a_store_unless_given_one_and_checks_it_bounded(tmp_path):
+    from phoenix.user_state.embedded import serve_store
     from phoenix.user_state.store import reachability_check
 
-    announced = []
-
-    with local_store_unless("redis://elsewhere:6379/0", announced.append) as url:
-        assert url == "redis://elsewhere:6379/0" and announced == []  # named: nothing started
-    with local_store_unless(None, announced.append) as url:
-        assert announced == [url]
+    with serve_store("redis://elsewhere:6379/0", tmp_path / "store") as named:
+        assert named.url == "redis://elsewhere:6379/0" and named.named  # nothing started
+    with serve_store(None, tmp_path / "store") as started_store:
+        url = started_store.url
         unreachable = reachability_check(url)
         assert unreachable() is None
         connect(url).set("k", "v")
