@@ -17,13 +17,16 @@ Locust counts 0 failed requests over all of it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +48,8 @@ pytestmark = pytest.mark.integration
 READY_WITHIN_S = 10.0  # /ready and Triton's readiness agree within this after a rollout ends
 ROLLOUT_TIMEOUT_S = 600.0
 EXIT_REFUSED = 3
+PROBE_INTERVAL_S = 0.2
+PROBE_TIMEOUT_S = 3.0  # the deployment's readinessProbe timeoutSeconds
 
 
 def perturbed_copy(source: Path, target: Path) -> Path:
@@ -63,6 +68,63 @@ def perturbed_copy(source: Path, target: Path) -> Path:
         },
     )
     return target
+
+
+def probe(url: str) -> tuple[int | None, str]:
+    """(status, body) of GET ``url``; (None, why) when nothing answers in PROBE_TIMEOUT_S."""
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")[:500]
+    except OSError as error:  # refused, reset, timed out
+        return None, str(error)
+
+
+class ReadinessProbes:
+    """Each URL of ``urls`` ({name: url}) probed every PROBE_INTERVAL_S from a thread of its
+    own (a slow answer delays no other probe) while the ``with`` block runs: every answer
+    counted, every one other than 200 kept with its time and body (/ready's reasons)."""
+
+    def __init__(self, urls: dict[str, str]):
+        self.urls = urls
+        self.answers = {name: 0 for name in urls}
+        self.failures: list[tuple[float, str, int | None, str]] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(n,), daemon=True) for n in urls]
+
+    def run(self, name: str) -> None:
+        started = next_at = time.monotonic()
+        while not self.stop.is_set():
+            status, body = probe(self.urls[name])
+            self.answers[name] += 1
+            if status != 200:
+                self.failures.append((round(time.monotonic() - started, 2), name, status, body))
+            next_at += PROBE_INTERVAL_S
+            self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def summary(self) -> dict[str, list]:
+        """The answers other than 200 grouped by endpoint, status and /ready's reasons:
+        [count, first and last second]."""
+        groups: dict[str, list] = {}
+        for at, name, status, body in self.failures:
+            try:
+                why = json.loads(body)["reasons"]
+            except (ValueError, KeyError, TypeError):
+                why = body[:200]
+            entry = groups.setdefault(f"{name} {status} {why}", [0, at, at])
+            entry[0], entry[2] = entry[0] + 1, at
+        return groups
+
+    def __enter__(self) -> ReadinessProbes:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(PROBE_TIMEOUT_S + 1)
 
 
 class Operator:
@@ -96,6 +158,11 @@ class Operator:
         """phoenix-recommend --check: the served feed equals ``artifacts``' in this process."""
         args = ["--url", self.serve.http_url, "--artifacts", str(artifacts), "--check"]
         return self.run(self.command("clients.recommend", *args), timeout_s=300)
+
+    def probes(self) -> ReadinessProbes:
+        """The supervisor's /ready and Triton's own readiness, probed while a block runs."""
+        triton = f"http://{self.serve.http_url}/v2/health/ready"
+        return ReadinessProbes({"/ready": self.serve.ready_url, "/v2/health/ready": triton})
 
     def ready_on_both_probes(self) -> bool:
         triton = f"http://{self.serve.http_url}/v2/health/ready"
@@ -190,25 +257,28 @@ def served_versions(metrics_url: str) -> set[tuple[str, str]]:
 
 def test_a_rollout_over_http_then_a_rollback_over_grpc(operated):
     operator, versions = operated
-    rollout = subprocess.Popen(
-        operator.rollout_args(str(versions["next"]), "--shadow-seconds", "3"),
-        cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    seen: set[tuple[str, str]] = set()
-    while rollout.poll() is None:  # /metrics while both versions serve
-        seen |= served_versions(operator.serve.metrics_url)
-        time.sleep(0.3)
-    stderr = rollout.stderr.read()
-    assert rollout.returncode == 0, stderr
+    with operator.probes() as probes:  # both readiness probes from start to end
+        rollout = subprocess.Popen(
+            operator.rollout_args(str(versions["next"]), "--shadow-seconds", "3"),
+            cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        seen: set[tuple[str, str]] = set()
+        while rollout.poll() is None:  # /metrics while both versions serve
+            seen |= served_versions(operator.serve.metrics_url)
+            time.sleep(0.3)
+        stderr = rollout.stderr.read()
+        assert rollout.returncode == 0, stderr
+        operator.assert_serves_only(versions["next"])
+        checked = operator.check(versions["next"])
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+        back = operator.roll("--rollback", protocol="grpc")
+        assert back.returncode == 0, back.stderr
+        operator.assert_serves_only(versions["n"])
+    print(f"ROLLOUT-COMMAND readiness probes {probes.answers}, not 200: {len(probes.failures)}")
+    assert min(probes.answers.values()) > 50 and probes.failures == [], probes.summary()
     chain_versions = {version for model, version in seen if model.startswith("recommend_chain")}
     assert {artifact_version(versions["n"]), artifact_version(versions["next"])} <= chain_versions
-    operator.assert_serves_only(versions["next"])
-    checked = operator.check(versions["next"])
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-
-    back = operator.roll("--rollback", protocol="grpc")
-    assert back.returncode == 0, back.stderr
-    operator.assert_serves_only(versions["n"])
     checked = operator.check(versions["n"])
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
