@@ -6,7 +6,8 @@ throughout. The tests, in file order, end every way a rollout can end, each with
 READY on both probes (the supervisor's /ready and Triton's own) and serving exactly one
 version, no `__next` model left:
 
-- refused before loading anything: a failed gate, a corpus the new version lacks;
+- refused before loading anything: a failed gate, a corpus the new version lacks, a copy of
+  the served artifacts (the served version label);
 - a new version that fails to load: cleaned up, N serves on;
 - success over HTTP with a shadow (two version labels on /metrics meanwhile), then
   `--rollback` over gRPC; `phoenix-recommend --check` agrees with the version served after each;
@@ -197,6 +198,7 @@ def operated(tiny_artifacts, tmp_path_factory):
     (gated / GATE_FILE).write_text('{"passed": false, "rule": "ndcg@20 of N+1 >= N"}\n')
     no_corpus = versions["no_corpus"] = Path(shutil.copytree(versions["next"], work / "no-corpus"))
     (no_corpus / "corpus.npz").unlink()
+    versions["copy"] = Path(shutil.copytree(versions["n"], work / "v2"))  # N's label
     broken = versions["broken"] = Path(shutil.copytree(versions["next"], work / "broken"))
     (broken / RANKER_PARAMS_FILE).write_bytes(b"not an npz file")  # fails every load
     env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
@@ -226,7 +228,9 @@ def operated(tiny_artifacts, tmp_path_factory):
         serve.stop()
 
 
-def test_a_failed_gate_and_a_missing_corpus_are_refused_before_anything_loads(operated):
+def test_a_failed_gate_a_missing_corpus_and_the_served_label_are_refused_before_any_load(
+    operated,
+):
     operator, versions = operated
     gated = operator.roll(str(versions["gated"]))
     assert gated.returncode == EXIT_REFUSED, gated.stderr
@@ -234,14 +238,24 @@ def test_a_failed_gate_and_a_missing_corpus_are_refused_before_anything_loads(op
     no_corpus = operator.roll(str(versions["no_corpus"]))
     assert no_corpus.returncode == EXIT_REFUSED, no_corpus.stderr
     assert "'corpus.npz'" in no_corpus.stderr and "nothing was loaded" in no_corpus.stderr
+    copy = operator.roll(str(versions["copy"]))  # the served artifacts copied as "v2"
+    assert copy.returncode == EXIT_REFUSED, copy.stderr
+    label = artifact_version(versions["n"])
+    assert f"{versions['copy']} is version {label}, the version served ({versions['n']})" in (
+        copy.stderr
+    )
+    assert "same content" in copy.stderr and "--force" in copy.stderr
+    assert not operator.report.exists()  # a refusal writes no report (a rollback's stays)
     operator.assert_serves_only(versions["n"])
 
 
 def test_a_version_that_fails_to_load_is_cleaned_up_and_n_serves_on(operated):
     operator, versions = operated
-    broken = operator.roll(str(versions["broken"]))
+    with operator.probes() as probes:
+        broken = operator.roll(str(versions["broken"]))
     assert broken.returncode == EXIT_REFUSED, broken.stderr
     assert "loading recommend_chain__next failed" in broken.stderr
+    assert probes.failures == [], probes.summary()
     operator.assert_serves_only(versions["n"])
 
 
@@ -285,19 +299,21 @@ def test_a_rollout_over_http_then_a_rollback_over_grpc(operated):
 
 def test_a_rollout_killed_part_way_is_rolled_back_from_its_report(operated):
     operator, versions = operated
-    rollout = subprocess.Popen(
-        operator.rollout_args(str(versions["next"]), "--shadow-seconds", "30"),
-        cwd=REPO_ROOT, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    shadowing = wait_until(
-        lambda: operator.admin.model_index().get("recommend_chain__next", ("",))[0] == "READY",
-        300,
-        0.2,
-    )
-    assert shadowing is not None and rollout.poll() is None
-    rollout.send_signal(signal.SIGKILL)
-    rollout.wait(30)
-    back = operator.roll("--rollback")
+    with operator.probes() as probes:  # the killed rollout's copies are loaded beside: ready
+        rollout = subprocess.Popen(
+            operator.rollout_args(str(versions["next"]), "--shadow-seconds", "30"),
+            cwd=REPO_ROOT, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        shadowing = wait_until(
+            lambda: operator.admin.model_index().get("recommend_chain__next", ("",))[0] == "READY",
+            300,
+            0.2,
+        )
+        assert shadowing is not None and rollout.poll() is None
+        rollout.send_signal(signal.SIGKILL)
+        rollout.wait(30)
+        back = operator.roll("--rollback")
     assert back.returncode == 0, back.stderr
     assert "removed leftover" in back.stderr  # what the killed rollout had loaded
+    assert probes.failures == [], probes.summary()
     operator.assert_serves_only(versions["n"])

@@ -30,7 +30,8 @@ GAVE_UP, UNLOADED = "gave_up", "unloaded"
 OPERATOR_UNLOAD_REASON = "unloaded"  # only a key holder can unload: an operator meant it
 RESTART_PARAMETER = "phoenix_supervisor_restart"
 # A model loaded beside its namesake for a while (phoenix.ops.rollout's N+1 copies): watched
-# and healed while loaded, forgotten once unloaded, since its unload is planned, not an outage.
+# and healed while loaded, forgotten once unloaded, since its unload is planned, not an outage;
+# a reason for /ready only while a served ensemble calls it (``served_models``).
 NEXT_SUFFIX = "__next"
 REASONS = {
     DEAD: "is dead (its stub died or its load failed); reloading",
