@@ -9,7 +9,9 @@ build/serve), which must describe the server at --url; --repository and the admi
 ($PHOENIX_ADMIN_KEY, --admin-key-file) name them for a server started otherwise.
 docs/rollout.md says what happens step by step.
 
-A NEW_DIR/gate.json saying "passed": false refuses the rollout unless --force.
+A NEW_DIR/gate.json saying "passed": false refuses the rollout unless --force, and so does a
+NEW_DIR whose version label is the served one's (a copy of the served artifacts, or the same
+"version" in config.json).
 
 Examples:
   phoenix-rollout artifacts/v2 --shadow-seconds 30
@@ -44,9 +46,9 @@ DEFAULT_REPORT = Path("build/rollout/last-rollout.json")
 EXIT_REFUSED, EXIT_PART_WAY = 3, 4
 EXIT_CODES = (
     "Exit status: 0 rolled out (or back), 2 bad arguments, 3 refused or failed with the server "
-    "serving what it served (a failed gate, a corpus the new version lacks, a load that failed, "
-    "no server), 4 stopped part way through the switch (the server may serve both versions: "
-    "roll out again, or --rollback)."
+    "serving what it served (a failed gate, the served version label, a corpus the new version "
+    "lacks, a load that failed, no server), 4 stopped part way through the switch (the server "
+    "may serve both versions: roll out again, or --rollback)."
 )
 LOAD_TIMEOUT_S = 600.0  # a load compiles when the artifacts have no programs for this machine
 
@@ -65,7 +67,8 @@ def parse_args(argv: Optional[Sequence[str]]):
     serve_dir = "phoenix-serve's --build-dir, where it keeps its state (default: %(default)s)"
     add("--serve-dir", type=Path, default=DEFAULT_SERVE_DIR, metavar="DIR", help=serve_dir)
     add("--rollback", action="store_true", help="return to what --report says was served before")
-    add("--force", action="store_true", help="roll out even when gate.json says it failed")
+    force = "roll out even when gate.json says it failed or NEW_DIR has the served version label"
+    add("--force", action="store_true", help=force)
     shadow = "seconds N and N+1 answer the same requests before the switch (0: no shadow)"
     add("--shadow-seconds", type=float, default=0.0, metavar="S", help=shadow)
     add("--shadow-users", type=int, default=16, metavar="N", help="random users shadowed (16)")
@@ -120,7 +123,7 @@ def run_rollout(args) -> int:
         requests = []
     else:
         gate = rollout.check_gate(args.new_dir, args.force, rollout.say_to_stderr)
-        plan = rollout.forward_plan(server, args.new_dir)
+        plan = rollout.forward_plan(server, args.new_dir, args.force)
         users = (
             random_users(args.new_dir, args.shadow_users, args.seed) if args.shadow_seconds else []
         )

@@ -1,11 +1,16 @@
-"""Which artifacts these are: a directory's config digest, its content digest and its version
-label (imports the checkpoint's files only).
+"""Which artifacts these are (imports the checkpoint's files only).
 
-The config digest (sha256 of ``config.json``: shapes, vocabularies, actions, hash parameters)
-is what a client and a server must agree on to build requests and read answers; retrained
-weights of one config keep it. The content digest covers the weights and tables too: it names
-a version that has no ``version`` label, so that two of them served side by side (a rollout)
-never share a label in the metrics.
+A version of the artifacts has one identity people read, its **version label**
+(``artifact_version``): config.json's ``version`` when it has one, else ``sha256-`` and 12 hex
+digits of its content digest (config, weights and tables), so that two versions served side
+by side (a rollout) never share a label. The served configs (``artifact_version``), the
+metrics' ``version`` label, the rollout's report and messages all show it.
+
+The **config digest** (``config_digest``: sha256 of ``config.json`` alone: shapes,
+vocabularies, actions, hash parameters) is no version: it is what a client and a server must
+agree on to build requests and read answers, which retrained weights of one config keep. The
+served configs carry it as ``config_digest`` for the clients' check; messages call it "config
+digest".
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def servable_artifact_dir(artifacts: Path) -> Path:
     return Path(artifacts).resolve()
 
 
-def artifact_digest(artifact_dir: str | Path) -> str:
+def config_digest(artifact_dir: str | Path) -> str:
     """sha256 (hex) of the artifact directory's config.json; ArtifactError when it has none."""
     path = existing_file(artifact_root(artifact_dir), CONFIG_FILE)
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 from phoenix.checkpoint import ArtifactError
-from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest, short
-from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR
+from phoenix.checkpoint.identity import ArtifactMismatch, config_digest, short
+from phoenix.schema.contracts import ARTIFACT_DIR, CONFIG_DIGEST
 from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
 
 # The models a client asks for the served artifacts, in order (all read the same directory):
@@ -49,7 +49,7 @@ def served_artifacts(client, protocol: str, models: Iterable[str] = ASKED_MODELS
             error = failed
             continue
         return ServedArtifacts(
-            parameters.get(ARTIFACT_DIR.name, ""), parameters.get(ARTIFACT_DIGEST.name, "")
+            parameters.get(ARTIFACT_DIR.name, ""), parameters.get(CONFIG_DIGEST.name, "")
         )
     raise error or ValueError("no model to ask")
 
@@ -59,7 +59,7 @@ def choose_artifacts(chosen: Optional[Path], served: ServedArtifacts, fallback: 
     the server does not say), else ArtifactMismatch naming both; without ``chosen``, the
     served directory (``fallback`` when the server does not say which)."""
     if chosen is not None:
-        if served.digest and (mine := artifact_digest(chosen)) != served.digest:
+        if served.digest and (mine := config_digest(chosen)) != served.digest:
             raise ArtifactMismatch(
                 f"the artifacts {chosen} (config digest {short(mine)}) are not the ones the "
                 f"server serves: {served.directory} (config digest {short(served.digest)})"
@@ -69,7 +69,7 @@ def choose_artifacts(chosen: Optional[Path], served: ServedArtifacts, fallback: 
         return Path(fallback)
     directory = Path(served.directory)
     try:
-        here = artifact_digest(directory)
+        here = config_digest(directory)
     except ArtifactError:
         raise ArtifactMismatch(
             f"the server serves the artifacts {directory} (config digest "

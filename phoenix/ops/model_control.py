@@ -23,7 +23,7 @@ from phoenix.client.inprocess import server_model_config
 from phoenix.ops.admin_key import admin_headers
 from phoenix.ops.served_repository import precompile_model_files
 from phoenix.ops.supervisor.state import NEXT_SUFFIX
-from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR
+from phoenix.schema.contracts import ARTIFACT_DIR
 
 # The stand-in that clears a failed load's mark on Triton's readiness (Server.clear_failed).
 STAND_IN_CONFIG = """name: "{name}"
@@ -69,14 +69,14 @@ def reads_artifacts(config: Mapping[str, Any]) -> bool:
 
 
 def retargeted(
-    config: Mapping[str, Any], artifact_dir: Path, digest: str, name: Optional[str] = None
+    config: Mapping[str, Any], stated: Mapping[str, str], name: Optional[str] = None
 ) -> dict[str, Any]:
-    """A copy of a model's ``config`` reading ``artifact_dir`` (stated with its ``digest``),
-    under ``name`` when given; its other parameters as they are."""
+    """A copy of a model's ``config`` reading the artifacts ``stated`` describes
+    (``served_repository.stated_artifacts``: directory, version label, config digest), under
+    ``name`` when given; its other parameters as they are."""
     new = copy.deepcopy(dict(config))
     parameters = new.setdefault("parameters", {})
-    parameters[ARTIFACT_DIR.name] = {"string_value": ARTIFACT_DIR.text(Path(artifact_dir))}
-    parameters[ARTIFACT_DIGEST.name] = {"string_value": ARTIFACT_DIGEST.text(digest)}
+    parameters.update({key: {"string_value": value} for key, value in stated.items()})
     if name is not None:
         new["name"] = name
     return new
@@ -244,10 +244,11 @@ class Server:
         return False
 
     def clear_failed(self, name: str) -> None:
-        """Triton 2.51 keeps its server readiness false after a model's load failed, even once
-        the model is unloaded and its folder gone, until a load of that name succeeds: a
-        stand-in (a Python model that computes nothing) is loaded under the name, then
-        unloaded (docs/rollout.md, "A version that fails to load")."""
+        """Triton 2.51 with strict readiness (its default; phoenix-serve turns it off) keeps
+        its server readiness false after a model's load failed, even once the model is
+        unloaded and its folder gone, until a load of that name succeeds: a stand-in (a
+        Python model that computes nothing) is loaded under the name, then unloaded
+        (docs/rollout.md, "A version that fails to load")."""
         folder = self.repository / name
         if folder.exists():
             shutil.rmtree(folder)

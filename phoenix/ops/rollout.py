@@ -4,7 +4,8 @@
 The server runs with ``--model-control-mode=explicit``; every step is a load or an unload
 through the model repository API (with the admin key when it is restricted):
 
-1. **gate**: ``NEW_DIR/gate.json`` saying ``"passed": false`` refuses the rollout unless forced.
+1. **gate**: ``NEW_DIR/gate.json`` saying ``"passed": false`` refuses the rollout unless forced,
+   and so does a NEW_DIR whose version label is the served one's (``check_new_version``).
 2. **load N+1 beside N**: each step of ``recommend`` that reads artifacts is loaded again under
    the name ``<model>__next``, from a folder written complete into the server's model
    repository (config naming NEW_DIR, model.py and its bytecode) and never touched while loaded:
@@ -38,7 +39,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from phoenix.checkpoint.identity import artifact_digest, artifact_version, servable_artifact_dir
+from phoenix.checkpoint import load_config
+from phoenix.checkpoint.identity import artifact_version, servable_artifact_dir
 from phoenix.client.rank_agreement import compare_rankings, summarize
 from phoenix.ops.model_control import (
     RolloutError,
@@ -49,8 +51,9 @@ from phoenix.ops.model_control import (
     step_models,
     with_step_models,
 )
+from phoenix.ops.served_repository import stated_artifacts
 from phoenix.ops.supervisor.state import NEXT_SUFFIX
-from phoenix.schema.contracts import ARTIFACT_DIR, CORPUS_FILE
+from phoenix.schema.contracts import ARTIFACT_DIR, ARTIFACT_VERSION, CORPUS_FILE
 from phoenix.schema.recommend import RECOMMEND
 
 GATE_FILE = "gate.json"
@@ -62,6 +65,10 @@ SHADOW_RANKER = "ranker"
 
 class GateRefused(RolloutError):
     """The new version lost its offline gate (``gate.json``: ``"passed": false``)."""
+
+
+class SameVersion(RolloutError):
+    """The new artifacts carry the version label of the served ones."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -166,17 +173,40 @@ def served_configs(server: Server) -> dict[str, dict[str, Any]]:
     return {RECOMMEND.name: configs[RECOMMEND.name], **rolled}
 
 
-def forward_plan(server: Server, new_dir: Path) -> Plan:
+def forward_plan(
+    server: Server, new_dir: Path, force: bool = False, say: Callable[[str], None] = say_to_stderr
+) -> Plan:
     """N (what is served) to the artifacts ``new_dir``, every other parameter kept; refused
-    before anything is loaded when ``new_dir`` lacks the corpus N serves."""
+    before anything is loaded when ``new_dir`` lacks the corpus N serves, or carries N's
+    version label (unless ``force``: ``check_new_version``)."""
     new_dir = servable_artifact_dir(new_dir)
-    digest = artifact_digest(new_dir)
+    stated = stated_artifacts(new_dir)
     previous = served_configs(server)
     check_corpus(previous, new_dir)
-    target = {
-        m: c if m == RECOMMEND.name else retargeted(c, new_dir, digest) for m, c in previous.items()
-    }
+    check_new_version(describe(previous), new_dir, stated[ARTIFACT_VERSION.name], force, say)
+    target = {m: c if m == RECOMMEND.name else retargeted(c, stated) for m, c in previous.items()}
     return Plan(previous, target)
+
+
+def check_new_version(
+    served: Mapping[str, str], new_dir: Path, label: str, force: bool, say: Callable[[str], None]
+) -> None:
+    """SameVersion when the artifacts ``new_dir`` (version ``label``) carry the version label
+    of the ``served`` ones (``describe``), unless ``force`` (then a warning): the metrics, the
+    report and a rollback tell versions apart by their labels alone."""
+    if label != served.get("version"):
+        return
+    if load_config(new_dir).version is None:  # a label made of the content: the same content
+        why = "the same content as the served artifacts (a copy): nothing would change"
+    else:
+        why = (
+            'the same "version" in config.json: the metrics, the rollout report and a '
+            "rollback could not tell the two apart; give the new one a label of its own"
+        )
+    text = f"{new_dir} is version {label}, the version served ({served.get('artifact_dir')}): {why}"
+    if not force:
+        raise SameVersion(f"{text}; --force rolls it out anyway; nothing was loaded")
+    say(f"warning: {text}; forced")
 
 
 def check_corpus(configs: Mapping[str, Mapping[str, Any]], new_dir: Path) -> None:
@@ -209,11 +239,13 @@ def rollback_plan(server: Server, report: Mapping[str, Any]) -> Plan:
 
 
 def describe(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Which artifacts a set of configs reads (the first model that reads any)."""
+    """Which artifacts a set of configs reads (the first model that reads any): their
+    directory and version label (as the config states it, else read here)."""
     for config in configs.values():
         if reads_artifacts(config):
             directory = parameter(config, ARTIFACT_DIR.name)
-            return {"artifact_dir": directory, "version": version_here(directory)}
+            version = parameter(config, ARTIFACT_VERSION.name) or version_here(directory)
+            return {"artifact_dir": directory, "version": version}
     return {}
 
 

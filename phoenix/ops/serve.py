@@ -129,12 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def server_flags(supervised: bool, admin_key: str, device: str = "cpu") -> dict[str, object]:
     """tritonserver options: the device's configs, explicit model control for the supervisor's
-    reloads and the clean stop's unloads, the admin key on every bind."""
+    reloads, the rollouts' loads and the clean stop's unloads, the admin key on every bind.
+    Supervised, Triton's own readiness says the server is up (not that no model anywhere is
+    loading: a rollout's copy loading beside the served models would turn it false); the
+    supervisor's /ready says whether the served models answer (docs/reliability.md)."""
     flags: dict[str, object] = {"exit_timeout_secs": EXIT_TIMEOUT_S}
     if config_name := profile(device).config_name:
         flags["model_config_name"] = config_name
     if supervised:
-        flags.update(model_control_mode="explicit", load_model="*")
+        flags.update(model_control_mode="explicit", load_model="*", strict_readiness="false")
     restriction = f"{RESTRICTED_APIS}:{ADMIN_HEADER}={admin_key}"
     flags.update(http_restricted_api=restriction, grpc_restricted_protocol=restriction)
     return flags

@@ -3,10 +3,11 @@ artifacts it serves, with every model file's bytecode beside it.
 
 A launcher given an artifact directory (``TritonServer(artifacts_dir=...)``: serve, the demo,
 the tests and benchmarks) serves such a copy: its configs carry ``artifact_dir`` (the
-directory's absolute path) and ``artifact_digest`` (its config digest,
-``checkpoint.identity``); ``GET /v2/models/<model>/config`` reports them, clients compare
-them with their own (``phoenix.client.served_artifacts``) and a model instance refuses to
-start when the digest is not that of the artifacts it loads.
+directory's absolute path), ``artifact_version`` (its version label) and ``config_digest``
+(the sha256 of its config.json; ``checkpoint.identity`` says what each is);
+``GET /v2/models/<model>/config`` reports them, clients compare the digest with their own
+artifacts' (``phoenix.client.served_artifacts``) and a model instance refuses to start when
+either is not that of the artifacts it loads.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from phoenix.checkpoint.identity import artifact_digest
-from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR
+from phoenix.checkpoint.identity import artifact_version, config_digest
+from phoenix.schema.contracts import ARTIFACT_DIR, ARTIFACT_VERSION, CONFIG_DIGEST
 
 SERVED_HEADER = (
     "# The config of {source}, served with the artifacts {artifacts}\n"
@@ -28,14 +29,26 @@ def config_files(model_dir: Path) -> list[Path]:
     return [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]
 
 
+def stated_artifacts(artifact_dir: Path) -> dict[str, str]:
+    """{parameter: text} a served config states its artifacts with: ``artifact_dir``
+    (absolute), ``artifact_version``, ``config_digest``."""
+    return {
+        ARTIFACT_DIR.name: ARTIFACT_DIR.text(Path(artifact_dir).resolve()),
+        ARTIFACT_VERSION.name: ARTIFACT_VERSION.text(artifact_version(artifact_dir)),
+        CONFIG_DIGEST.name: CONFIG_DIGEST.text(config_digest(artifact_dir)),
+    }
+
+
 def write_served_repository(source: Path, dest: Path, artifact_dir: Path) -> Path:
     """A copy of the repository ``source`` at ``dest`` (replaced) whose every config reading an
-    artifact directory names ``artifact_dir`` (absolute) and its digest; returns ``dest``."""
+    artifact directory names ``artifact_dir`` (absolute), its version label and its config
+    digest; returns ``dest``."""
     from google.protobuf import text_format
 
     from phoenix.ops.configs import read_config
 
-    artifact_dir, digest = Path(artifact_dir).resolve(), artifact_digest(artifact_dir)
+    artifact_dir = Path(artifact_dir).resolve()
+    stated = stated_artifacts(artifact_dir)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -46,8 +59,8 @@ def write_served_repository(source: Path, dest: Path, artifact_dir: Path) -> Pat
             config = read_config(path)
             if ARTIFACT_DIR.name not in config.parameters:
                 continue  # the ensemble, a model of a test's own
-            config.parameters[ARTIFACT_DIR.name].string_value = ARTIFACT_DIR.text(artifact_dir)
-            config.parameters[ARTIFACT_DIGEST.name].string_value = ARTIFACT_DIGEST.text(digest)
+            for name, value in stated.items():
+                config.parameters[name].string_value = value
             header = SERVED_HEADER.format(source=path.relative_to(dest), artifacts=artifact_dir)
             path.write_text(header + text_format.MessageToString(config))
         precompile_model_files(copy)

@@ -107,10 +107,14 @@ LIMITS = Limits(
 # overrides it at start-up (serve --artifacts sets it).
 DEFAULT_ARTIFACT_DIR = "../../artifacts/demo"
 ARTIFACT_DIR = Parameter("artifact_dir", "text", DEFAULT_ARTIFACT_DIR)
-# sha256 of the artifact directory's config.json, written with artifact_dir by the launcher
-# (served_artifacts): clients compare it with theirs. Empty: the config does not say.
-ARTIFACT_DIGEST = Parameter("artifact_digest", "text", "")
-ARTIFACT_PARAMETERS = (ARTIFACT_DIR, ARTIFACT_DIGEST)
+# Written with artifact_dir by the launcher (served_repository); empty: the config does not
+# say. The artifacts' version label (checkpoint.identity.artifact_version), what the metrics
+# and the rollout's report name them by:
+ARTIFACT_VERSION = Parameter("artifact_version", "text", "")
+# sha256 of their config.json, which a client's artifacts must share (served_artifacts); no
+# version: retrained weights keep it.
+CONFIG_DIGEST = Parameter("config_digest", "text", "")
+ARTIFACT_PARAMETERS = (ARTIFACT_DIR, ARTIFACT_VERSION, CONFIG_DIGEST)
 # The batch sizes a model compiles a program for (the profile gives them; the largest reaches
 # max_batch_size, which Triton's dynamic batcher never exceeds).
 BATCH_BUCKETS = Parameter("batch_buckets", "ints")

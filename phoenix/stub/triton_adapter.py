@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest, artifact_version, short
-from phoenix.schema.contracts import ARTIFACT_DIGEST, ARTIFACT_DIR
+from phoenix.checkpoint.identity import ArtifactMismatch, artifact_version, config_digest, short
+from phoenix.schema.contracts import ARTIFACT_DIR, ARTIFACT_VERSION, CONFIG_DIGEST
 from phoenix.schema.input_error import InputError
 from phoenix.stub.host_dlpack import host_buffers
 from phoenix.stub.profile import StubProfile
@@ -61,15 +61,24 @@ def configure_jax_environment(instance_kind: str, device_id: str) -> None:
 # capsules over numpy's memory.
 
 
-def check_loaded(parameters: dict[str, str], artifact_dir: Path) -> None:
-    """A model instance's check: the digest its config states is that of the artifacts it
-    loads (an ``artifact_dir`` overridden by $PHOENIX_ARTIFACT_DIR could differ)."""
-    stated = parameters.get(ARTIFACT_DIGEST.name, "")
-    if stated and (loaded := artifact_digest(artifact_dir)) != stated:
+def check_loaded(parameters: dict[str, str], artifact_dir: Path) -> str:
+    """The version label of the artifacts a model instance loads, checked against what its
+    config states (an ``artifact_dir`` overridden by $PHOENIX_ARTIFACT_DIR could differ): the
+    config digest, which clients trust, and the version label, which metrics carry."""
+    stated = parameters.get(CONFIG_DIGEST.name, "")
+    if stated and (loaded := config_digest(artifact_dir)) != stated:
         raise ArtifactMismatch(
             f"the config states artifacts of config digest {short(stated)} "
             f"({parameters.get(ARTIFACT_DIR.name)}), but {artifact_dir} has {short(loaded)}"
         )
+    version = artifact_version(artifact_dir)
+    stated = parameters.get(ARTIFACT_VERSION.name, "")
+    if stated and stated != version:
+        raise ArtifactMismatch(
+            f"the config states artifacts of version {stated} "
+            f"({parameters.get(ARTIFACT_DIR.name)}), but {artifact_dir} is version {version}"
+        )
+    return version
 
 
 def input_array(tensor) -> np.ndarray:
@@ -134,9 +143,8 @@ class ServiceModel:
             self.service_name, config, args["model_repository"]
         )
         # the served config must tell the truth about the artifacts (clients trust it)
-        check_loaded(settings.parameters, settings.artifact_dir)
+        version = check_loaded(settings.parameters, settings.artifact_dir)
         served_as = args.get("model_name", self.service_name)  # ranker__next in a rollout
-        version = artifact_version(settings.artifact_dir)
         self.service = build_service(settings)
         self.service.warm_up()
         # Metrics only once the instance will serve: an instance that fails to initialize

@@ -6,24 +6,29 @@ throughout. The tests, in file order, end every way a rollout can end, each with
 READY on both probes (the supervisor's /ready and Triton's own) and serving exactly one
 version, no `__next` model left:
 
-- refused before loading anything: a failed gate, a corpus the new version lacks;
+- refused before loading anything: a failed gate, a corpus the new version lacks, a copy of
+  the served artifacts (the served version label);
 - a new version that fails to load: cleaned up, N serves on;
 - success over HTTP with a shadow (two version labels on /metrics meanwhile), then
   `--rollback` over gRPC; `phoenix-recommend --check` agrees with the version served after each;
 - the rollout SIGKILLed part way, then rolled back from its report.
 
-Locust counts 0 failed requests over all of it.
+Both probes answer 200 every 0.2 s throughout each rollout and rollback (and the failed
+load), and Locust counts 0 failed requests over all of it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +50,8 @@ pytestmark = pytest.mark.integration
 READY_WITHIN_S = 10.0  # /ready and Triton's readiness agree within this after a rollout ends
 ROLLOUT_TIMEOUT_S = 600.0
 EXIT_REFUSED = 3
+PROBE_INTERVAL_S = 0.2
+PROBE_TIMEOUT_S = 3.0  # the deployment's readinessProbe timeoutSeconds
 
 
 def perturbed_copy(source: Path, target: Path) -> Path:
@@ -63,6 +70,69 @@ def perturbed_copy(source: Path, target: Path) -> Path:
         },
     )
     return target
+
+
+def probe(url: str) -> tuple[int | None, str]:
+    """(status, body) of GET ``url``; (None, why) when nothing answers in PROBE_TIMEOUT_S."""
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")[:500]
+    except OSError as error:  # refused, reset, timed out
+        return None, str(error)
+
+
+class ReadinessProbes:
+    """Each URL of ``urls`` ({name: url}) probed every PROBE_INTERVAL_S from a thread of its
+    own (a slow answer delays no other probe) while the ``with`` block runs: every answer
+    counted, every one other than 200 kept with its time and body (/ready's reasons)."""
+
+    def __init__(self, urls: dict[str, str]):
+        self.urls = urls
+        self.answers = {name: 0 for name in urls}
+        self.failures: list[tuple[float, str, int | None, str]] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(n,), daemon=True) for n in urls]
+
+    def run(self, name: str) -> None:
+        started = next_at = time.monotonic()
+        while not self.stop.is_set():
+            status, body = probe(self.urls[name])
+            self.answers[name] += 1
+            if status != 200:
+                self.failures.append((round(time.monotonic() - started, 2), name, status, body))
+            next_at += PROBE_INTERVAL_S
+            self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def summary(self) -> dict[str, list]:
+        """The answers other than 200 grouped by endpoint, status and /ready's reasons:
+        [count, first and last second]."""
+        groups: dict[str, list] = {}
+        for at, name, status, body in self.failures:
+            try:
+                why = json.loads(body)["reasons"]
+            except (ValueError, KeyError, TypeError):
+                why = body[:200]
+            entry = groups.setdefault(f"{name} {status} {why}", [0, at, at])
+            entry[0], entry[2] = entry[0] + 1, at
+        return groups
+
+    def assert_all_200(self, at_least: int) -> None:
+        """Every endpoint answered at least ``at_least`` probes, all of them 200."""
+        print(f"ROLLOUT-COMMAND readiness probes {self.answers}, not 200: {len(self.failures)}")
+        assert min(self.answers.values()) >= at_least, self.answers
+        assert self.failures == [], self.summary()
+
+    def __enter__(self) -> ReadinessProbes:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(PROBE_TIMEOUT_S + 1)
 
 
 class Operator:
@@ -97,6 +167,11 @@ class Operator:
         args = ["--url", self.serve.http_url, "--artifacts", str(artifacts), "--check"]
         return self.run(self.command("clients.recommend", *args), timeout_s=300)
 
+    def probes(self) -> ReadinessProbes:
+        """The supervisor's /ready and Triton's own readiness, probed while a block runs."""
+        triton = f"http://{self.serve.http_url}/v2/health/ready"
+        return ReadinessProbes({"/ready": self.serve.ready_url, "/v2/health/ready": triton})
+
     def ready_on_both_probes(self) -> bool:
         triton = f"http://{self.serve.http_url}/v2/health/ready"
         return http_get_status(self.serve.ready_url) == 200 and http_get_status(triton) == 200
@@ -130,6 +205,7 @@ def operated(tiny_artifacts, tmp_path_factory):
     (gated / GATE_FILE).write_text('{"passed": false, "rule": "ndcg@20 of N+1 >= N"}\n')
     no_corpus = versions["no_corpus"] = Path(shutil.copytree(versions["next"], work / "no-corpus"))
     (no_corpus / "corpus.npz").unlink()
+    versions["copy"] = Path(shutil.copytree(versions["n"], work / "v2"))  # N's label
     broken = versions["broken"] = Path(shutil.copytree(versions["next"], work / "broken"))
     (broken / RANKER_PARAMS_FILE).write_bytes(b"not an npz file")  # fails every load
     env = {k: v for k, v in os.environ.items() if k != "PHOENIX_ADMIN_KEY"}  # serve makes one
@@ -159,7 +235,9 @@ def operated(tiny_artifacts, tmp_path_factory):
         serve.stop()
 
 
-def test_a_failed_gate_and_a_missing_corpus_are_refused_before_anything_loads(operated):
+def test_a_failed_gate_a_missing_corpus_and_the_served_label_are_refused_before_any_load(
+    operated,
+):
     operator, versions = operated
     gated = operator.roll(str(versions["gated"]))
     assert gated.returncode == EXIT_REFUSED, gated.stderr
@@ -167,14 +245,24 @@ def test_a_failed_gate_and_a_missing_corpus_are_refused_before_anything_loads(op
     no_corpus = operator.roll(str(versions["no_corpus"]))
     assert no_corpus.returncode == EXIT_REFUSED, no_corpus.stderr
     assert "'corpus.npz'" in no_corpus.stderr and "nothing was loaded" in no_corpus.stderr
+    copy = operator.roll(str(versions["copy"]))  # the served artifacts copied as "v2"
+    assert copy.returncode == EXIT_REFUSED, copy.stderr
+    label = artifact_version(versions["n"])
+    assert f"{versions['copy']} is version {label}, the version served ({versions['n']})" in (
+        copy.stderr
+    )
+    assert "same content" in copy.stderr and "--force" in copy.stderr
+    assert not operator.report.exists()  # a refusal writes no report (a rollback's stays)
     operator.assert_serves_only(versions["n"])
 
 
 def test_a_version_that_fails_to_load_is_cleaned_up_and_n_serves_on(operated):
     operator, versions = operated
-    broken = operator.roll(str(versions["broken"]))
+    with operator.probes() as probes:
+        broken = operator.roll(str(versions["broken"]))
     assert broken.returncode == EXIT_REFUSED, broken.stderr
     assert "loading recommend_chain__next failed" in broken.stderr
+    probes.assert_all_200(at_least=10)
     operator.assert_serves_only(versions["n"])
 
 
@@ -190,44 +278,48 @@ def served_versions(metrics_url: str) -> set[tuple[str, str]]:
 
 def test_a_rollout_over_http_then_a_rollback_over_grpc(operated):
     operator, versions = operated
-    rollout = subprocess.Popen(
-        operator.rollout_args(str(versions["next"]), "--shadow-seconds", "3"),
-        cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    seen: set[tuple[str, str]] = set()
-    while rollout.poll() is None:  # /metrics while both versions serve
-        seen |= served_versions(operator.serve.metrics_url)
-        time.sleep(0.3)
-    stderr = rollout.stderr.read()
-    assert rollout.returncode == 0, stderr
+    with operator.probes() as probes:  # both readiness probes from start to end
+        rollout = subprocess.Popen(
+            operator.rollout_args(str(versions["next"]), "--shadow-seconds", "3"),
+            cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        seen: set[tuple[str, str]] = set()
+        while rollout.poll() is None:  # /metrics while both versions serve
+            seen |= served_versions(operator.serve.metrics_url)
+            time.sleep(0.3)
+        stderr = rollout.stderr.read()
+        assert rollout.returncode == 0, stderr
+        operator.assert_serves_only(versions["next"])
+        checked = operator.check(versions["next"])
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+        back = operator.roll("--rollback", protocol="grpc")
+        assert back.returncode == 0, back.stderr
+        operator.assert_serves_only(versions["n"])
+    probes.assert_all_200(at_least=100)
     chain_versions = {version for model, version in seen if model.startswith("recommend_chain")}
     assert {artifact_version(versions["n"]), artifact_version(versions["next"])} <= chain_versions
-    operator.assert_serves_only(versions["next"])
-    checked = operator.check(versions["next"])
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-
-    back = operator.roll("--rollback", protocol="grpc")
-    assert back.returncode == 0, back.stderr
-    operator.assert_serves_only(versions["n"])
     checked = operator.check(versions["n"])
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_a_rollout_killed_part_way_is_rolled_back_from_its_report(operated):
     operator, versions = operated
-    rollout = subprocess.Popen(
-        operator.rollout_args(str(versions["next"]), "--shadow-seconds", "30"),
-        cwd=REPO_ROOT, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    shadowing = wait_until(
-        lambda: operator.admin.model_index().get("recommend_chain__next", ("",))[0] == "READY",
-        300,
-        0.2,
-    )
-    assert shadowing is not None and rollout.poll() is None
-    rollout.send_signal(signal.SIGKILL)
-    rollout.wait(30)
-    back = operator.roll("--rollback")
+    with operator.probes() as probes:  # the killed rollout's copies are loaded beside: ready
+        rollout = subprocess.Popen(
+            operator.rollout_args(str(versions["next"]), "--shadow-seconds", "30"),
+            cwd=REPO_ROOT, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        shadowing = wait_until(
+            lambda: operator.admin.model_index().get("recommend_chain__next", ("",))[0] == "READY",
+            300,
+            0.2,
+        )
+        assert shadowing is not None and rollout.poll() is None
+        rollout.send_signal(signal.SIGKILL)
+        rollout.wait(30)
+        back = operator.roll("--rollback")
     assert back.returncode == 0, back.stderr
     assert "removed leftover" in back.stderr  # what the killed rollout had loaded
+    probes.assert_all_200(at_least=20)
     operator.assert_serves_only(versions["n"])

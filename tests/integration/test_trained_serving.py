@@ -229,11 +229,12 @@ def test_policy_reload_changes_a_running_servers_feed(trained_server):
 def test_the_server_says_which_artifacts_it_serves_and_the_clients_use_them(
     trained_server, capsys, tmp_path
 ):
-    """GET /v2/models/<m>/config names the trained artifacts and their config digest; a client
+    """GET /v2/models/<m>/config names the trained artifacts, their version label and their
+    config digest; a client
     without --artifacts uses them (its --check recomputes the answer with their weights); one
     given other artifacts is refused, naming both."""
     from clients import rank
-    from phoenix.checkpoint.identity import artifact_digest
+    from phoenix.checkpoint.identity import artifact_version, config_digest
     from phoenix.client.inprocess import SERVICE_MODELS, server_parameters
 
     server, artifacts, _ = trained_server
@@ -241,7 +242,8 @@ def test_the_server_says_which_artifacts_it_serves_and_the_clients_use_them(
     for model in SERVICE_MODELS:
         parameters = server_parameters(client, "http", model)
         assert parameters["artifact_dir"] == str(artifacts.resolve()), model
-        assert parameters["artifact_digest"] == artifact_digest(artifacts), model
+        assert parameters["config_digest"] == config_digest(artifacts), model
+        assert parameters["artifact_version"] == artifact_version(artifacts), model
     other = tmp_path / "other"  # artifacts of another config (a wider embedding)
     other.mkdir()
     config = json.loads((artifacts / "config.json").read_text())
@@ -255,4 +257,4 @@ def test_the_server_says_which_artifacts_it_serves_and_the_clients_use_them(
     assert rank.main([*url, "--artifacts", str(other)]) == 3
     refusal = capsys.readouterr().err
     assert str(other) in refusal and str(artifacts.resolve()) in refusal, refusal
-    assert artifact_digest(other)[:12] in refusal and artifact_digest(artifacts)[:12] in refusal
+    assert config_digest(other)[:12] in refusal and config_digest(artifacts)[:12] in refusal

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 from google.protobuf import json_format
 from scipy import stats
 
+from phoenix.checkpoint import TABLES_FILE
+from phoenix.checkpoint.identity import artifact_version
 from phoenix.client.rank_agreement import compare_rankings, kendall_tau, spearman_rho, summarize
 from phoenix.ops import model_control, rollout
 from phoenix.ops.configs import read_config
@@ -101,9 +104,9 @@ def test_rankings_of_different_posts_compare_over_the_common_ones():
 
 def test_retargeted_changes_only_the_artifacts_and_the_name(tmp_path):
     ranker = served_json("ranker")
-    new = model_control.retargeted(ranker, tmp_path, "ab" * 32)
-    assert model_control.parameter(new, "artifact_dir") == str(tmp_path)
-    assert model_control.parameter(new, "artifact_digest") == "ab" * 32
+    stated = {"artifact_dir": str(tmp_path), "artifact_version": "v2", "config_digest": "ab" * 32}
+    new = model_control.retargeted(ranker, stated)
+    assert {key: model_control.parameter(new, key) for key in stated} == stated
     assert model_control.parameter(ranker, "artifact_dir") == "../../artifacts/demo"  # a copy
     for key in set(ranker) - {"parameters"}:
         assert new[key] == ranker[key]
@@ -184,3 +187,68 @@ def test_the_command_names_a_missing_repository(tmp_path, capsys):
     missing = tmp_path / "nowhere"
     assert command.main([str(tmp_path), "--repository", str(missing)]) != 0
     assert f"{missing} is no folder here" in capsys.readouterr().err
+
+
+# -- one label per version -----------------------------------------------------------------
+
+TRAINED_DEMO_CONFIG = MODEL_REPOSITORY.parent / "artifacts" / "trained-demo" / "config.json"
+
+
+def artifacts_labelled(path, version=None, tables: bytes = b"tables"):
+    """An artifact directory as far as its identity goes: a config.json (``version`` when
+    given) and the tables its content label covers."""
+    path.mkdir(parents=True)
+    config = {
+        k: v for k, v in json.loads(TRAINED_DEMO_CONFIG.read_text()).items() if k != "version"
+    }
+    (path / "config.json").write_text(
+        json.dumps({**config, **({"version": version} if version else {})})
+    )
+    (path / TABLES_FILE).write_bytes(tables)
+    return path
+
+
+def served_description(directory) -> dict:
+    """``describe`` of configs serving ``directory`` (stating its version label)."""
+    stated = {"artifact_dir": str(directory), "artifact_version": artifact_version(directory)}
+    return rollout.describe({"ranker": model_control.retargeted(served_json("ranker"), stated)})
+
+
+def test_the_served_version_is_the_label_its_configs_state(tmp_path):
+    ranker = served_json("ranker")
+    stated = model_control.retargeted(ranker, {"artifact_dir": "/a/v7", "artifact_version": "7"})
+    assert rollout.describe({"recommend": served_json("recommend"), "ranker": stated}) == {
+        "artifact_dir": "/a/v7",
+        "version": "7",
+    }
+    unstated = model_control.retargeted(ranker, {"artifact_dir": str(tmp_path / "gone")})
+    assert rollout.describe({"ranker": unstated})["version"] == "unknown"  # not readable here
+
+
+def test_a_copy_of_the_served_artifacts_is_refused_unless_forced(tmp_path):
+    served = artifacts_labelled(tmp_path / "v1")
+    copy = Path(shutil.copytree(served, tmp_path / "v2"))
+    label = artifact_version(copy)
+    assert label == artifact_version(served) and label.startswith("sha256-")
+    with pytest.raises(rollout.SameVersion) as refused:
+        rollout.check_new_version(served_description(served), copy, label, False, print)
+    message = str(refused.value)
+    for part in (str(copy), label, str(served), "same content", "--force", "nothing was loaded"):
+        assert part in message, message
+    said = []
+    rollout.check_new_version(served_description(served), copy, label, True, said.append)
+    assert said[0].startswith("warning: ") and said[0].endswith("; forced")
+
+
+def test_a_new_version_under_the_served_label_is_refused_and_another_one_passes(tmp_path):
+    served = artifacts_labelled(tmp_path / "v1", version="2025-06")
+    relabelled = artifacts_labelled(tmp_path / "v2", version="2025-06", tables=b"retrained")
+    with pytest.raises(rollout.SameVersion, match='same "version" in config.json'):
+        rollout.check_new_version(served_description(served), relabelled, "2025-06", False, print)
+    said = []
+    for new in (artifacts_labelled(tmp_path / "v3", version="2025-07"),
+                artifacts_labelled(tmp_path / "v4", tables=b"retrained")):  # fmt: skip
+        rollout.check_new_version(
+            served_description(served), new, artifact_version(new), False, said.append
+        )
+    assert said == []

@@ -11,42 +11,49 @@ from pathlib import Path
 
 import pytest
 
-from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest
+from phoenix.checkpoint import TABLES_FILE
+from phoenix.checkpoint.identity import ArtifactMismatch, artifact_version, config_digest
 from phoenix.client.served_artifacts import ServedArtifacts, choose_artifacts, served_artifacts
 from phoenix.ops.configs import REPOSITORY, read_config
 from phoenix.ops.served_repository import write_served_repository
 from phoenix.schema.served import CONTRACTS
 from phoenix.stub.triton_adapter import check_loaded
 
+TRAINED_DEMO_CONFIG = Path(__file__).resolve().parents[2] / "artifacts/trained-demo/config.json"
 
-def fake_artifacts(path: Path, emb_size: int) -> Path:
-    """An artifact directory as far as its identity goes: a config.json."""
+
+def fake_artifacts(path: Path, num_layers: int) -> Path:
+    """An artifact directory as far as its identity goes: a config.json (the trained demo's,
+    with ``num_layers`` and no version label: named by its content)."""
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"emb_size": emb_size}))
+    config = json.loads(TRAINED_DEMO_CONFIG.read_text())
+    config.pop("version", None)
+    (path / "config.json").write_text(json.dumps({**config, "num_layers": num_layers}))
     return path
 
 
 @pytest.fixture
 def one(tmp_path):
-    return fake_artifacts(tmp_path / "one", 8)
+    return fake_artifacts(tmp_path / "one", 2)
 
 
 @pytest.fixture
 def other(tmp_path):
-    return fake_artifacts(tmp_path / "other", 16)
+    return fake_artifacts(tmp_path / "other", 3)
 
 
-def test_the_digest_is_the_sha256_of_config_json(one, other):
+def test_the_config_digest_is_the_sha256_of_config_json(one, other):
     expected = hashlib.sha256((one / "config.json").read_bytes()).hexdigest()
-    assert artifact_digest(one) == expected
-    assert artifact_digest(other) != expected
+    assert config_digest(one) == expected
+    assert config_digest(other) != expected
     shutil.copy(one / "config.json", other / "config.json")
-    assert artifact_digest(other) == expected  # the config's identity, not the folder's
+    assert config_digest(other) == expected  # the config's identity, not the folder's
 
 
 def test_the_served_repository_names_the_artifacts_in_every_config(tmp_path, one):
     dest = write_served_repository(REPOSITORY, tmp_path / "served", one)
-    digest = artifact_digest(one)
+    digest, version = config_digest(one), artifact_version(one)
+    assert version.startswith("sha256-")  # no "version" in its config.json: named by content
     for name, contract in CONTRACTS.items():
         files = [dest / name / "config.pbtxt", *sorted((dest / name / "configs").glob("*.pbtxt"))]
         for path in files:
@@ -57,9 +64,10 @@ def test_the_served_repository_names_the_artifacts_in_every_config(tmp_path, one
                 assert config == original
                 continue
             assert parameters["artifact_dir"] == str(one.resolve())
-            assert parameters["artifact_digest"] == digest
+            assert parameters["config_digest"] == digest
+            assert parameters["artifact_version"] == version
             # everything else as committed
-            for key in ("artifact_dir", "artifact_digest"):
+            for key in ("artifact_dir", "artifact_version", "config_digest"):
                 del config.parameters[key], original.parameters[key]
             assert config == original, path
     # every other file (the model code) is served as committed
@@ -69,21 +77,33 @@ def test_the_served_repository_names_the_artifacts_in_every_config(tmp_path, one
         if path.is_file() and path.suffix == ".py" and "__pycache__" not in path.parts
     }
     assert committed and all((dest / p).read_bytes() == text for p, text in committed.items())
-    # the committed configs do not say which artifacts (relative default, no digest)
+    # the committed configs do not say which artifacts (relative default, no version, no digest)
     as_committed = read_config(REPOSITORY / "ranker" / "config.pbtxt").parameters
-    assert as_committed["artifact_digest"].string_value == ""
+    assert as_committed["config_digest"].string_value == ""
+    assert as_committed["artifact_version"].string_value == ""
 
 
 def test_a_model_refuses_to_start_on_artifacts_its_config_does_not_state(one, other):
-    stated = {"artifact_dir": str(one), "artifact_digest": artifact_digest(one)}
-    check_loaded(stated, one)
-    check_loaded({"artifact_dir": "../../artifacts/demo", "artifact_digest": ""}, other)
+    stated = {"artifact_dir": str(one), "config_digest": config_digest(one)}
+    assert check_loaded(stated, one) == artifact_version(one)  # what its metrics are labelled
+    check_loaded({"artifact_dir": "../../artifacts/demo", "config_digest": ""}, other)
     with pytest.raises(ArtifactMismatch, match=f"{other}"):
         check_loaded(stated, other)
 
 
+def test_a_model_refuses_to_start_on_another_version_of_the_same_config(one, tmp_path):
+    """Retrained weights keep the config digest: the stated version label tells them apart."""
+    retrained = Path(shutil.copytree(one, tmp_path / "retrained"))
+    (retrained / TABLES_FILE).write_bytes(b"retrained tables")
+    stated = {"artifact_dir": str(one), "artifact_version": artifact_version(one),
+              "config_digest": config_digest(one)}  # fmt: skip
+    assert config_digest(retrained) == config_digest(one)
+    with pytest.raises(ArtifactMismatch, match=f"is version {artifact_version(retrained)}"):
+        check_loaded(stated, retrained)
+
+
 def test_a_client_without_artifacts_uses_the_served_ones(one, tmp_path):
-    served = ServedArtifacts(str(one), artifact_digest(one))
+    served = ServedArtifacts(str(one), config_digest(one))
     assert choose_artifacts(None, served, fallback=tmp_path / "demo") == one
     # a server whose configs do not say: the default
     unsaid = ServedArtifacts("../../artifacts/demo", "")
@@ -91,13 +111,13 @@ def test_a_client_without_artifacts_uses_the_served_ones(one, tmp_path):
 
 
 def test_a_client_with_other_artifacts_is_refused_naming_both(one, other, tmp_path):
-    served = ServedArtifacts(str(one), artifact_digest(one))
+    served = ServedArtifacts(str(one), config_digest(one))
     assert choose_artifacts(one, served, fallback=tmp_path) == one
     with pytest.raises(ArtifactMismatch) as refused:
         choose_artifacts(other, served, fallback=tmp_path)
     message = str(refused.value)
     assert str(one) in message and str(other) in message
-    assert artifact_digest(one)[:12] in message and artifact_digest(other)[:12] in message
+    assert config_digest(one)[:12] in message and config_digest(other)[:12] in message
     # a server that does not say cannot refuse
     assert choose_artifacts(other, ServedArtifacts("x", ""), fallback=tmp_path) == other
 
@@ -125,7 +145,7 @@ class FakeClient:
 
 
 def test_the_served_artifacts_are_read_from_the_first_loaded_model():
-    parameters = {"artifact_dir": {"string_value": "/a"}, "artifact_digest": {"string_value": "d"}}
+    parameters = {"artifact_dir": {"string_value": "/a"}, "config_digest": {"string_value": "d"}}
     client = FakeClient({"ranker": {"parameters": parameters}})
     assert served_artifacts(client, "http") == ServedArtifacts("/a", "d")
     assert client.asked[-1] == "ranker"

@@ -26,9 +26,11 @@ from phoenix.ops.supervisor.state import (
     Supervisor,
     composing_models,
     expected_instances,
+    readiness_reasons,
+    served_models,
     with_restart_marker,
 )
-from phoenix.ops.triton_server import redact_secrets
+from phoenix.ops.triton_server import flags_to_args, redact_secrets
 from phoenix.stub.registry import (
     STUB_DIR_ENV,
     StubProcess,
@@ -100,7 +102,7 @@ class FakeAdmin:
             raise TritonAPIError("/v2/repository/index: timed out")
         return dict(self.index)
 
-    def model_config(self, model: str) -> dict:
+    def model_config(self, model: str, timeout: float | None = None) -> dict:
         if self.index.get(model, ("",))[0] != "READY":
             raise TritonAPIError(f"model {model} is not available", 400)
         return json.loads(json.dumps(self.configs[model]))
@@ -604,3 +606,117 @@ def test_a_rollouts_next_model_is_watched_while_loaded_and_forgotten_when_unload
     del admin.index["ranker__next"]
     supervisor.poll_once()
     assert supervisor.readiness() == (True, []) and admin.loads == []
+
+
+# -- readiness through a rollout: only the models requests reach count --------------------
+
+
+def test_served_models_follow_the_ensembles_steps_and_leave_transient_copies_out():
+    healthy = ("healthy", "")
+    models = {
+        "recommend": (*healthy, {"recommend_chain__next"}),
+        "recommend_chain": (*healthy, set()),
+        "ranker": (*healthy, set()),
+        "ranker__next": (*healthy, set()),
+        "recommend_chain__next": (*healthy, set()),
+    }
+    assert served_models(models) == {"recommend", "recommend_chain", "ranker",
+                                     "recommend_chain__next"}  # fmt: skip
+    models["recommend"] = (*healthy, {"recommend_chain"})
+    assert served_models(models) == {"recommend", "recommend_chain", "ranker"}
+
+
+@pytest.mark.parametrize(
+    "copy_state",
+    [("LOADING", ""), ("UNLOADING", ""), ("UNAVAILABLE", "unloaded"), ("READY", "")],
+)
+def test_a_copy_no_ensemble_calls_is_no_reason_whatever_its_state(copy_state):
+    """A rollout's ``__next`` copy loading, unloading, unloaded or not yet watched: the served
+    models answer, so /ready stays 200."""
+    models = {
+        "recommend": ("healthy", "", {"ranker"}),
+        "ranker": ("healthy", "", set()),
+        "ranker__next": ("healthy", "", set()),
+    }
+    index = {"recommend": ("READY", ""), "ranker": ("READY", ""), "ranker__next": copy_state}
+    assert readiness_reasons(models, index, watched={"recommend", "ranker"}) == []
+    # nor a copy dead or reloading beside (the supervisor heals it; /status shows it)
+    models["ranker__next"] = ("dead", "", set())
+    assert readiness_reasons(models, index, watched={"recommend", "ranker"}) == []
+
+
+def test_a_copy_the_served_ensemble_calls_counts_like_any_served_model():
+    models = {
+        "recommend": ("healthy", "", {"ranker__next"}),
+        "ranker": ("healthy", "", set()),
+        "ranker__next": ("healthy", "", set()),
+    }
+    index = {m: ("READY", "") for m in models}
+    # just loaded: Triton READY, the watch not yet round; not a reason for a copy
+    assert readiness_reasons(models, index, watched={"recommend", "ranker"}) == []
+    models["ranker__next"] = ("dead", "", set())
+    assert readiness_reasons(models, index, watched=set(models)) == [
+        "model ranker__next is dead (its stub died or its load failed); reloading",
+        "model recommend needs ranker__next",
+    ]
+    models["ranker__next"] = ("healthy", "", set())
+    index["ranker__next"] = ("UNLOADING", "")
+    assert readiness_reasons(models, index, watched=set(models)) == [
+        "model ranker__next is UNLOADING",
+        "model recommend needs ranker__next",
+    ]
+
+
+def test_a_model_called_by_name_must_be_watched_ready_and_healthy():
+    models = {"recommend": ("healthy", "", {"ranker"}), "ranker": ("healthy", "", set())}
+    index = {m: ("READY", "") for m in models}
+    assert readiness_reasons(models, index, watched={"recommend"}) == [
+        "model ranker is not watched by the supervisor yet"
+    ]
+    index["ranker"] = ("UNAVAILABLE", "unloaded")
+    assert readiness_reasons(models, index, watched=set(models)) == [
+        "model ranker was unloaded by an operator",
+        "model recommend needs ranker",
+    ]
+
+
+def test_readiness_holds_through_a_rollouts_steps_and_follows_the_switch(admin, processes):
+    """The rollout's loads and unloads as Triton's index shows them, the watch running between
+    them: /ready 200 at every step; a dead copy while recommend calls it: 503, naming both."""
+    supervisor = make_supervisor(admin, processes)
+    seen = []
+
+    def step(**index) -> None:
+        for model, state in index.items():
+            admin.index[model] = state
+        seen.append(supervisor.readiness())
+        supervisor.poll_once()
+        seen.append(supervisor.readiness())
+
+    admin.configs["ranker__next"] = python_config("ranker__next")
+    step(ranker__next=("LOADING", ""))
+    processes.add(404, "ranker__next_0_0")
+    step(ranker__next=("READY", ""))
+    admin.configs["recommend"] = switched = json.loads(json.dumps(admin.configs["recommend"]))
+    switched["ensemble_scheduling"]["step"][1]["model_name"] = "ranker__next"
+    step()  # recommend now calls ranker__next
+    assert supervisor.models["recommend"].composing == {"retriever", "ranker__next"}
+    processes.kill(404)  # honest meanwhile: recommend's copy dies, its first reload fails
+    admin.fail_loads = 1
+    supervisor.poll_once()
+    ready, reasons = supervisor.readiness()
+    assert not ready and reasons[-1] == "model recommend needs ranker__next", reasons
+    supervisor.clock.now += 2  # past the back-off: reloaded (the fake's load starts a stub)
+    supervisor.poll_once()
+    assert supervisor.readiness() == (True, [])
+    admin.configs["recommend"]["ensemble_scheduling"]["step"][1]["model_name"] = "ranker"
+    step()  # back on the names
+    step(ranker__next=("UNLOADING", ""))
+    step(ranker__next=("UNAVAILABLE", "unloaded"))
+    assert seen == [(True, [])] * len(seen) and "ranker__next" not in supervisor.models
+
+
+def test_serve_runs_triton_with_readiness_that_a_rollouts_loads_do_not_turn_false():
+    flags = serve.server_flags(supervised=True, admin_key="k" * 20)
+    assert "--strict-readiness=false" in flags_to_args(flags)
+    assert "strict_readiness" not in serve.server_flags(supervised=False, admin_key="k" * 20)

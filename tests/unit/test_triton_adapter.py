@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from phoenix.checkpoint.identity import ArtifactMismatch, artifact_digest, artifact_version
+from phoenix.checkpoint.identity import ArtifactMismatch, artifact_version, config_digest
 from phoenix.client.client import model_inputs
 from phoenix.corpus_store import CorpusStore, Posts, StoreFollower
 from phoenix.feed_policy import FILTERS
@@ -183,7 +183,7 @@ def triton_args(tiny_artifacts, digest: str = "") -> dict[str, str]:
         model_config(FEED_POLICY, profile("cpu")), preserving_proto_field_name=True
     )
     config["parameters"]["artifact_dir"] = {"string_value": str(tiny_artifacts)}
-    config["parameters"]["artifact_digest"] = {"string_value": digest}
+    config["parameters"]["config_digest"] = {"string_value": digest}
     return {
         "model_config": json.dumps(config),
         "model_repository": str(tiny_artifacts),
@@ -446,8 +446,8 @@ def test_the_adapter_serves_without_custom_metrics(monkeypatch, tiny_artifacts):
 
 
 def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, tiny_artifacts):
-    """The served config's artifact_digest is what clients trust: it must be true."""
-    started_model(tiny_artifacts, artifact_digest(tiny_artifacts))
+    """The served config's config_digest is what clients trust: it must be true."""
+    started_model(tiny_artifacts, config_digest(tiny_artifacts))
     with pytest.raises(ArtifactMismatch, match=str(tiny_artifacts)):
         started_model(tiny_artifacts, "0" * 64)
 

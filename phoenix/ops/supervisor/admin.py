@@ -54,8 +54,8 @@ class TritonAdmin:
         index = self._call("/v2/repository/index", {}, timeout)
         return {e["name"]: (e.get("state", ""), e.get("reason", "")) for e in index or []}
 
-    def model_config(self, model: str) -> dict:
-        return self._call(f"/v2/models/{quote(model)}/config")
+    def model_config(self, model: str, timeout: float | None = None) -> dict:
+        return self._call(f"/v2/models/{quote(model)}/config", timeout=timeout)
 
     def load_model(self, model: str, config: Mapping | None, timeout: float) -> None:
         """Load `model`, with `config` as the override when given (a changed config makes Triton

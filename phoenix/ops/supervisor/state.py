@@ -30,7 +30,8 @@ GAVE_UP, UNLOADED = "gave_up", "unloaded"
 OPERATOR_UNLOAD_REASON = "unloaded"  # only a key holder can unload: an operator meant it
 RESTART_PARAMETER = "phoenix_supervisor_restart"
 # A model loaded beside its namesake for a while (phoenix.ops.rollout's N+1 copies): watched
-# and healed while loaded, forgotten once unloaded, since its unload is planned, not an outage.
+# and healed while loaded, forgotten once unloaded, since its unload is planned, not an outage;
+# a reason for /ready only while a served ensemble calls it (``served_models``).
 NEXT_SUFFIX = "__next"
 REASONS = {
     DEAD: "is dead (its stub died or its load failed); reloading",
@@ -84,6 +85,56 @@ def with_restart_marker(config: Mapping, marker: str) -> dict:
     parameters = override.get("parameters") or {}
     override["parameters"] = {**parameters, RESTART_PARAMETER: {"string_value": marker}}
     return override
+
+
+def served_models(models: Mapping[str, tuple[str, str, set[str]]]) -> set[str]:
+    """The models requests reach, of ``models`` ({model: (state, detail, composing)}): every
+    model clients call by name, and what a served ensemble's steps call, transitively (a
+    rollout's ``__next`` copy only while ``recommend`` calls it, between its two switches)."""
+    served = {model for model in models if not is_transient(model)}
+    unvisited = sorted(served)
+    while unvisited:
+        for step in models.get(unvisited.pop(), ("", "", set()))[2] - served:
+            served.add(step)
+            unvisited.append(step)
+    return served
+
+
+def readiness_reasons(
+    models: Mapping[str, tuple[str, str, set[str]]],
+    index: Mapping[str, tuple[str, str]],
+    watched: set[str],
+) -> list[str]:
+    """Why the served models (``served_models``) cannot all answer now, from what the
+    supervisor holds (``models``: {model: (state, detail, composing)}, ``watched``: the models
+    its last process watch checked) and Triton's repository ``index`` ({model: (state,
+    reason)}); [] when they can. A model loaded or unloaded beside the served ones (a
+    rollout's ``__next`` copy no ensemble calls) is no reason: requests never reach it."""
+    served = served_models(models)
+    ready = {m for m, (state, _) in index.items() if state == "READY"}
+    reasons = [
+        f"model {m} is not watched by the supervisor yet"
+        for m in sorted(ready - watched)
+        if not is_transient(m)
+    ]
+    down = set()
+    for model in sorted(served):
+        state, detail, _ = models.get(model, (HEALTHY, "", set()))
+        triton_state, reason = index.get(model, ("", "missing from the repository index"))
+        if state != HEALTHY:
+            reasons.append(unhealthy(model, state, detail))
+        elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
+            reasons.append(f"model {model} {REASONS[UNLOADED]}")
+        elif triton_state != "READY":
+            text = f"model {model} is {triton_state or 'absent'}"
+            reasons.append(f"{text}: {reason}" if reason else text)
+        else:
+            continue
+        down.add(model)
+    for model, (_, _, composing) in models.items():
+        if model in served and model not in down and composing & down:
+            reasons.append(f"model {model} needs {', '.join(sorted(composing & down))}")
+    return reasons
 
 
 @dataclass
@@ -217,6 +268,22 @@ class Supervisor:
         if new:
             self.learn_models(index)
 
+    def follow_ensembles(self, ready: set[str]) -> None:
+        """Each READY ensemble's config read again (at each /ready): a rollout switches
+        ``recommend`` onto other steps (its ``__next`` copies, then the names again) and
+        readiness must follow the models requests reach. A config not readable now (the
+        ensemble being reloaded or unloaded) is kept until the next read."""
+        with self._lock:
+            ensembles = [m for m, e in self.models.items() if e.composing and m in ready]
+        for model in ensembles:
+            try:
+                config = self.admin.model_config(model, READINESS_TRITON_TIMEOUT_S)
+            except TritonAPIError:
+                continue
+            with self._lock:
+                if model in self.models:
+                    self.models[model].config = config
+
     def forget(self, model: str) -> None:
         """Stop watching ``model`` (a planned unload): no /ready reason, no reload."""
         with self._lock:
@@ -276,7 +343,8 @@ class Supervisor:
             self.heal(model)
 
     def readiness(self) -> tuple[bool, list[str]]:
-        """(ready, reasons not): every served model, ensembles' steps too, READY and healthy."""
+        """(ready, reasons not): every served model (``readiness_reasons``) READY, watched and
+        healthy, the watch running, Triton answering and ready, the server not draining."""
         reasons = []
         if self.draining:
             reasons.append("draining: the server is shutting down")
@@ -287,33 +355,18 @@ class Supervisor:
         except TritonAPIError as error:
             index = None
             reasons.append(f"triton does not answer: {error}")
+        if index is not None:
+            self.follow_ensembles({m for m, (state, _) in index.items() if state == "READY"})
         with self._lock:
             models = {m: (e.state, e.detail, e.composing) for m, e in sorted(self.models.items())}
-            ready = {m for m, (state, _) in (index or {}).items() if state == "READY"}
-            unwatched = ready - self.watched
+            watched = set(self.watched)
         if index is None:  # what the supervisor knows itself (e.g. the model it reloads)
             return False, reasons + [
                 unhealthy(model, state, detail)
                 for model, (state, detail, _) in models.items()
-                if state != HEALTHY
+                if state != HEALTHY and model in served_models(models)
             ]
-        reasons += [f"model {m} is not watched by the supervisor yet" for m in sorted(unwatched)]
-        down = set()
-        for model, (state, detail, _) in models.items():
-            triton_state, reason = index.get(model, ("", "missing from the repository index"))
-            if state != HEALTHY:
-                reasons.append(unhealthy(model, state, detail))
-            elif triton_state == "UNAVAILABLE" and reason == OPERATOR_UNLOAD_REASON:
-                reasons.append(f"model {model} {REASONS[UNLOADED]}")
-            elif triton_state != "READY":
-                text = f"model {model} is {triton_state or 'absent'}"
-                reasons.append(f"{text}: {reason}" if reason else text)
-            else:
-                continue
-            down.add(model)
-        for model, (_, _, composing) in models.items():
-            if model not in down and composing & down:
-                reasons.append(f"model {model} needs {', '.join(sorted(composing & down))}")
+        reasons += readiness_reasons(models, index, watched)
         if not reasons and not self.admin.is_ready():
             reasons.append("triton is not ready")
         return not reasons, reasons
