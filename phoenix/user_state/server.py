@@ -93,6 +93,7 @@ class RedisServer:
 
     @property
     def log_path(self) -> Path:
+        assert self.dir is not None, "redis-server was not started"
         return self.dir / "redis.log"
 
     def command(self) -> list[str]:
@@ -130,6 +131,7 @@ class RedisServer:
         return self
 
     def _wait_ready(self, timeout_s: float) -> None:
+        assert self.process is not None and self.port is not None  # set by start()
         client = redis.Redis(host=LOOPBACK, port=self.port, socket_connect_timeout=0.2,
                              socket_timeout=0.5)  # fmt: skip
         deadline = time.monotonic() + timeout_s
@@ -147,6 +149,7 @@ class RedisServer:
                 time.sleep(0.02)
 
     def _failure(self, reason: str) -> RedisServerError:
+        assert self.process is not None and self.process.stderr is not None  # start()'s PIPE
         stderr = (
             self.process.stderr.read().decode(errors="replace")
             if self.process.poll() is not None
@@ -167,7 +170,8 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-            self.process.stderr.close()
+            if self.process.stderr is not None:  # start()'s PIPE
+                self.process.stderr.close()
             self.process = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -230,6 +234,7 @@ class RedisClusterNodes:
         """Until every node says cluster_state:ok (slots assigned, nodes agree)."""
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
+            assert node.port is not None  # started
             client = redis.Redis(host=LOOPBACK, port=node.port, socket_timeout=0.5)
             with contextlib.closing(client):
                 while client.cluster("info").get("cluster_state") != "ok":
