@@ -144,6 +144,7 @@ class Proxy:
             if retries is not None:
                 self.retries = retries
             self.write(ready)
+            assert self.process is not None, "nginx was not started"
             self.process.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:

@@ -193,7 +193,7 @@ def _batches(indices: Sequence[int], size: int) -> Iterator[Sequence[int]]:
 def load_users(
     store: UserStateStore,
     world: WorldUsers,
-    users: Optional[Sequence[int]] = None,
+    users: Optional[Sequence[int] | np.ndarray] = None,
     *,
     batch_users: int = LOAD_BATCH_USERS,
     progress: bool = False,
