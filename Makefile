@@ -51,7 +51,8 @@ INSTALL_STAMP := $(VENV)/.phoenix-installed
 SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT) --supervisor-port $(SUPERVISOR_PORT)
 
-.PHONY: help setup artifacts configs serve demo test test-durations test-unit lint format clean distclean
+.PHONY: help setup artifacts configs serve demo test test-durations test-unit typecheck lint format \
+	clean distclean
 
 help:  ## list the targets
 	@echo "Targets:"
@@ -157,8 +158,9 @@ configs: setup  ## write the model_repository configs, the typed request classes
 # ones alone.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
-test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
+test: setup  ## ruff check, mypy (typecheck), the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
 	$(RUFF) check .
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		-m "not serial" $(PYTEST_ARGS) \
 		|| [ $$? -eq 5 ]
@@ -175,6 +177,16 @@ test-durations: setup  ## make test with pytest's durations, then tests/duration
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
 	$(PY) -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+# mypy as pyproject.toml's [tool.mypy] sets it (its default checks, and the bodies of functions
+# without annotations too) over phoenix, clients, bench, harness and loadtest; then each
+# model_repository/*/1/model.py on its own (all eight are module `model`: one run can hold one).
+# Its cache (.mypy_cache) makes a second run quick; `make clean` removes it.
+typecheck: setup  ## mypy over the product (the level: docs/serving.md, "Tests")
+	$(PY) -m mypy
+	@for model in model_repository/*/1/model.py; do \
+		echo "$(PY) -m mypy $$model"; $(PY) -m mypy --no-error-summary $$model || exit 1; \
+	done
+
 lint: setup  ## ruff check and ruff format --check
 	$(RUFF) check .
 	$(RUFF) format --check .
@@ -184,7 +196,7 @@ format: setup  ## ruff format and ruff check --fix
 	$(RUFF) check --fix .
 
 clean:  ## remove build outputs and caches (keeps .venv and artifacts)
-	rm -rf build .pytest_cache .ruff_cache .hypothesis
+	rm -rf build .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean  ## also remove .venv and the built artifacts (the shipped trained demo stays)
