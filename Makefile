@@ -62,7 +62,8 @@ SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 SERVE_STORE = $(if $(REDIS),--redis '$(REDIS)',$(if $(PHOENIX_USER_STATE_URL),,$(if \
 	$(STORE_DIR),--store-dir '$(STORE_DIR)',--ephemeral-store) --store-port $(STORE_PORT)))
 
-.PHONY: help setup artifacts configs serve demo test test-durations test-unit lint format clean distclean
+.PHONY: help setup artifacts configs serve demo test test-durations test-unit typecheck lint format \
+	clean distclean
 
 help:  ## list the targets
 	@echo "Targets:"
@@ -170,8 +171,9 @@ configs: setup  ## write the model_repository configs, the typed request classes
 # ones alone.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
-test: setup  ## ruff check + the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
+test: setup  ## ruff check, mypy (typecheck), the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
 	$(RUFF) check .
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		-m "not serial" $(PYTEST_ARGS) \
 		|| [ $$? -eq 5 ]
@@ -188,6 +190,16 @@ test-durations: setup  ## make test with pytest's durations, then tests/duration
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
 	$(PY) -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+# mypy as pyproject.toml's [tool.mypy] sets it (its default checks, and the bodies of functions
+# without annotations too) over phoenix, clients, bench, harness and loadtest; then each
+# model_repository/*/1/model.py on its own (all eight are module `model`: one run can hold one).
+# Its cache (.mypy_cache) makes a second run quick; `make clean` removes it.
+typecheck: setup  ## mypy over the product (the level: docs/serving.md, "Tests")
+	$(PY) -m mypy
+	@for model in model_repository/*/1/model.py; do \
+		echo "$(PY) -m mypy $$model"; $(PY) -m mypy --no-error-summary $$model || exit 1; \
+	done
+
 lint: setup  ## ruff check and ruff format --check
 	$(RUFF) check .
 	$(RUFF) format --check .
@@ -202,7 +214,7 @@ clean:  ## remove build outputs and caches (keeps .venv, artifacts and the store
 	if [ -d build ]; then find build -mindepth 1 -depth ! -path '$(STORE_KEPT)' \
 		! -path '$(STORE_KEPT)/*' ! -type d -delete; \
 		find build -mindepth 1 -depth -type d -empty -delete; fi
-	rm -rf .pytest_cache .ruff_cache .hypothesis
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean  ## also remove .venv, the built artifacts (the shipped trained demo stays) and build/ with the store's data

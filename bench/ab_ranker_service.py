@@ -40,7 +40,8 @@ def random_request(config, rng, candidates: int) -> dict:
 
 def users_per_second(service, requests, min_seconds: float = 3.0) -> float:
     service.handle(requests)
-    times, start = [], time.perf_counter()
+    times: list[float] = []
+    start = time.perf_counter()
     while len(times) < 5 or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
         service.handle(requests)

@@ -88,7 +88,7 @@ def random_ranker_weights(config: PhoenixModelConfig):
 def timed(fn, min_seconds: float, min_runs: int = 3) -> float:
     """Median seconds per call of ``fn`` (called once before timing)."""
     fn()
-    times = []
+    times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_runs or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
@@ -102,7 +102,7 @@ def timed_side_by_side(fns: dict, min_seconds: float, rounds: int = 7) -> dict:
     drifting on a shared machine affects them alike."""
     for fn in fns.values():
         fn()
-    times = {name: [] for name in fns}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             start = time.perf_counter()

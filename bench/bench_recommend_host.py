@@ -29,8 +29,8 @@ import argparse
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def reference(client, artifacts: Path):
     """The recommend chain in this process, built from the server's config, recording."""
     import inspect
 
-    options = {"batched": True}
+    options: dict[str, Any] = {"batched": True}
     if "record" in inspect.signature(InProcessModels.like_server).parameters:
         options["record"] = True  # (an older checkout's reference records nothing)
     return InProcessModels.like_server(client, "http", artifacts, **options)
@@ -88,14 +88,14 @@ def in_process(models, requests: list[dict], per_call: int, seconds: float, redi
     requests a call, cycling through ``requests``."""
     me = os.getpid()
     models.run_many("recommend", requests[:per_call])  # warm
-    before = Counter(process=cpu_seconds(me), redis=cpu_seconds(redis_pid))
+    before = {"process": cpu_seconds(me), "redis": cpu_seconds(redis_pid)}
     done, cursor, started = 0, 0, time.perf_counter()
     while time.perf_counter() - started < seconds or done < 3 * per_call:
         batch = [requests[(cursor + i) % len(requests)] for i in range(per_call)]
         models.run_many("recommend", batch)
         cursor, done = cursor + per_call, done + per_call
     elapsed = time.perf_counter() - started
-    after = Counter(process=cpu_seconds(me), redis=cpu_seconds(redis_pid))
+    after = {"process": cpu_seconds(me), "redis": cpu_seconds(redis_pid)}
     return {
         "throughput": round(done / elapsed, 1),
         "cpu_ms_per_request": cpu_ms_per_request(before, after, done),
@@ -108,10 +108,8 @@ def inferences(client, model: str = "recommend") -> tuple[int, int]:
         stats = client.get_inference_statistics(model)
     except Exception:  # an older checkout serves no such model
         return 0, 0
-    return tuple(
-        sum(int(m.get(key, 0)) for m in stats["model_stats"])
-        for key in ("inference_count", "execution_count")
-    )
+    count = lambda key: sum(int(m.get(key, 0)) for m in stats["model_stats"])  # noqa: E731
+    return count("inference_count"), count("execution_count")
 
 
 def served(server, data: Path, concurrency: int, window: int, redis_pid: int) -> dict:
@@ -144,7 +142,12 @@ def measure(args, server, redis_pid: int, requests: dict[str, list[dict]]) -> li
     for round_number in range(1, args.rounds + 1):
         for kind in KINDS:
             data = write_input_data(args.work / f"{kind}.json", requests[kind])
-            row = {"round": round_number, "kind": kind, "in_process": {}, "served": {}}
+            row: dict[str, Any] = {
+                "round": round_number,
+                "kind": kind,
+                "in_process": {},
+                "served": {},
+            }
             for per_call in (1, BATCHED):
                 row["in_process"][str(per_call)] = in_process(
                     models, requests[kind], per_call, args.seconds, redis_pid
@@ -228,8 +231,8 @@ def plot(result: dict, path: Path) -> None:
         "served, c=1": [med[k]["served_req_per_s"]["1"] for k in names],
         "served, c=16": [med[k]["served_req_per_s"]["16"] for k in names],
     }
-    for i, (label, values) in enumerate(bars.items()):
-        rates.bar(x + (i - 1.5) * 0.2, values, 0.2, label=label)
+    for i, (label, heights) in enumerate(bars.items()):
+        rates.bar(x + (i - 1.5) * 0.2, heights, 0.2, label=label)
     rates.set_xticks(x, names)
     rates.set_ylabel("requests / s")
     rates.set_title("recommend: served against the same chain in process")
@@ -301,6 +304,7 @@ def main(argv=None) -> int:
             log_path=args.work / "tritonserver.log",
             exit_timeout_secs=5,
         )
+        assert redis.process is not None  # started above
         try:
             rounds = measure(args, server, redis.process.pid, requests)
         finally:

@@ -41,7 +41,7 @@ def one_run(args, index: int) -> dict:
         try:
             serve.wait_ready(args.ready_timeout, 0.5)
         except ServeError:
-            code = serve.process.returncode
+            code = serve.running().returncode
             return {"run": index, "error": "serve did not get ready", "exit_code": code}
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
         locust = start_locust(urls, serve.work / "locust", users=args.users,

@@ -103,13 +103,16 @@ def two_instances_memory(store: Path, users_file: Path) -> dict:
         for _ in range(2)
     ]
     for proc in procs:
+        assert proc.stdin is not None and proc.stdout is not None  # PIPE both
         assert proc.stdout.readline().strip() == "ready"
     reports = []
     for proc in procs:
+        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("report\n")
         proc.stdin.flush()
         reports.append(json.loads(proc.stdout.readline()))
     for proc in procs:
+        assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=60)
     total = lambda key: round(sum(r[key] for r in reports) / 2**30, 3)  # noqa: E731

@@ -25,10 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -126,6 +128,7 @@ def start_ingest(store: Path, artifacts: Path, log: Path) -> subprocess.Popen:
 
 
 def send(ingest: subprocess.Popen, record: dict) -> None:
+    assert ingest.stdin is not None  # start_ingest's PIPE
     ingest.stdin.write(json.dumps(record) + "\n")
     ingest.stdin.flush()
 
@@ -135,7 +138,7 @@ def fresh_posts_probe(args, probe: Probe, artifacts: Path, store: Path, work: Pa
     ingest = start_ingest(store, artifacts, work / "ingest.log")
     time.sleep(args.ingest_start_s)  # the ingest process loads the towers first
     post_id, author_id = suited_post(artifacts, probe.user_vector())
-    out = {"post_id": post_id}
+    out: dict[str, Any] = {"post_id": post_id}
     send(ingest, {"post_id": post_id, "author_id": author_id, "created_at": int(time.time())})
     out["ingest_to_recommend_s"] = probe.seconds_until(lambda p: post_id in p, 60)
     send(ingest, {"delete": post_id})
@@ -146,7 +149,7 @@ def fresh_posts_probe(args, probe: Probe, artifacts: Path, store: Path, work: Pa
         answers += 1
         time.sleep(POLL_S)
     out["after_delete"] = {"answers": answers, "returned_deleted_post": returned}
-    ingest.send_signal(subprocess.signal.SIGTERM)
+    ingest.send_signal(signal.SIGTERM)
     ingest.wait(60)
     compact = [sys.executable, "-m", "clients.compact", "--store", str(store)]
     started = time.monotonic()
@@ -180,7 +183,7 @@ def served_stack(serve: ServeProcess) -> dict[str, int]:
     """{"server": tritonserver's pid (the supervisor's /status), "redis": the user-state
     redis-server `phoenix-serve` started (absent when it was given a URL)}."""
     pids = {"server": serve.status()["server_pid"]}
-    for child in psutil.Process(serve.process.pid).children():
+    for child in psutil.Process(serve.running().pid).children():
         if child.name().startswith("redis-server"):
             pids["redis"] = child.pid
     return pids
@@ -205,7 +208,8 @@ def locust_load(
     locust = start_locust(urls, prefix, users=args.users, artifacts=args.artifacts,
                           run_time=f"{seconds:g}s", extra=extra)  # fmt: skip
     started = time.monotonic()
-    found, out = None, {}
+    found = None
+    out: dict[str, Any] = {}
     try:
         if during is not None:
             found = during()
@@ -219,6 +223,7 @@ def locust_load(
     requests, failures = locust_totals(prefix)
     out.update(requests=requests, failures=failures, requests_per_s=round(requests / seconds, 1))
     if stack:
+        assert cpu_before is not None  # read with the same stack
         out["cpu_ms_per_request"] = cpu_ms_per_request(cpu_before, stack_cpu(stack), requests)
     return out, found
 
@@ -234,7 +239,7 @@ def run_size(args, artifacts: Path, size: int, probe_fresh: bool) -> dict:
     try:
         ready_s = serve.wait_ready(args.ready_timeout)
         urls = {"http": serve.http_url, "grpc": serve.grpc_url}
-        row = {"posts": size, "serve_ready_s": round(ready_s, 1)}
+        row: dict[str, Any] = {"posts": size, "serve_ready_s": round(ready_s, 1)}
         stack = served_stack(serve)
         load, _ = locust_load(args, urls, work / "locust", args.load_seconds, stack=stack)
         row.update(load)

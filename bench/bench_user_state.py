@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -106,7 +107,7 @@ def throughput(args, server, redis_pid: int, store, world, artifacts: Path, work
             work / "history.json", with_history(store, users, seq_len)
         ),
     }
-    runs = []
+    runs: list[dict[str, Any]] = []
     for round_number in range(args.rounds):
         for kind in ("by_id", "with_history"):
             m = Measurement(kind, "recommend", "grpc", "dynamic", args.concurrency)
@@ -179,8 +180,9 @@ def measure_artifacts(args, artifacts: Path, full: bool) -> dict:
             exit_timeout_secs=5,
         )
         try:
-            row = {"artifacts": shown_path(artifacts), "loaded": loaded}
+            row: dict[str, Any] = {"artifacts": shown_path(artifacts), "loaded": loaded}
             print(f"{shown_path(artifacts)}: throughput by id vs with history", flush=True)
+            assert redis.process is not None  # started above
             row["throughput"] = throughput(
                 args, server, redis.process.pid, store, world, artifacts, work
             )

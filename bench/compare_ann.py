@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ def build(kind: str, embeddings: np.ndarray, quantizer, spec):
 
     dim = embeddings.shape[1]
     spilled = kind.endswith("+spill")
+    index: faiss.IndexIVF
     if kind == "sq8":
         index = faiss.IndexIVFScalarQuantizer(
             quantizer, dim, spec.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
@@ -142,7 +144,7 @@ def main(argv=None) -> int:
             indexes[kind] = build(kind, embeddings, quantizer, spec)
             built_s[kind] = round(time.perf_counter() - started, 1)
     everyone = np.concatenate([users[k] for k in KINDS])
-    table = {}
+    table: dict[str, dict[str, Any]] = {}
     for kind, candidates, probes in designs:
         probing = ann.scaled_probing(spec, probes)
         search = searcher(indexes[kind], probing, columns, embeddings, candidates)

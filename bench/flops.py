@@ -20,6 +20,7 @@ def flops_per_candidate(config: PhoenixModelConfig) -> float:
     D, d = config.emb_size, tc.key_size
     T = 1 + config.history_seq_len
     attention = 2 * 2 * tc.num_q_heads * d * (T + 1)
+    assert config.hash_config is not None  # set by the config's __post_init__
     hashes = config.hash_config.num_item_hashes + config.hash_config.num_author_hashes
     inputs = 2 * D * D * hashes  # surface and post age are pre-projected lookups
     heads = 2 * D * (config.num_actions + config.num_continuous_actions)

@@ -75,7 +75,7 @@ def write_input_data(path: Path, requests: Sequence[dict[str, np.ndarray]]) -> P
 def timed_rate(fn, requests_per_call: int, min_seconds: float) -> dict[str, float]:
     """Requests per second and latency percentiles of repeated calls (after one warm call)."""
     fn()
-    times = []
+    times: list[float] = []
     started = time.perf_counter()
     while len(times) < 3 or time.perf_counter() - started < min_seconds:
         t0 = time.perf_counter()

@@ -24,7 +24,7 @@ def summarize(results: dict, concurrency_for_batching: int = 16) -> dict[str, di
             "in_process_best": in_process,
             "served_best": top["throughput"] if top else None,
             "served_best_setting": (f"{top['protocol']}, c={top['concurrency']}" if top else None),
-            "served_vs_in_process": ratio(top and top["throughput"], in_process),
+            "served_vs_in_process": ratio(top["throughput"] if top else None, in_process),
         }
         for protocol in ("http", "grpc"):
             on = served_rows(results, workload=workload, protocol=protocol, batching="on",
@@ -36,7 +36,9 @@ def summarize(results: dict, concurrency_for_batching: int = 16) -> dict[str, di
             )
         grpc = best(served_rows(results, workload=workload, protocol="grpc", batching="on"))
         http = best(served_rows(results, workload=workload, protocol="http", batching="on"))
-        row["grpc_vs_http"] = ratio(grpc and grpc["throughput"], http and http["throughput"])
+        row["grpc_vs_http"] = ratio(
+            grpc["throughput"] if grpc else None, http["throughput"] if http else None
+        )
         summary[workload] = row
     return summary
 

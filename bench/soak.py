@@ -116,6 +116,7 @@ def start_own_server(artifacts: Path, log_dir: Path):
         ready_timeout=900,
         **server_flags(supervised=True, admin_key=admin_key),
     )
+    assert server.pid is not None  # start_triton returns it running
     supervisor = Supervisor(server.http_url, server.pid, admin_key=admin_key).start()
     return server, supervisor
 

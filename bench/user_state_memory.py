@@ -98,11 +98,11 @@ def measure(users: int, listpack_entries: int | None) -> dict:
         _fill(store, users, np.random.default_rng(0))
         used = client.info("memory")["used_memory"] - base
         sample = range(min(users, 200))
+        listpack = client.config_get("zset-max-listpack-entries")["zset-max-listpack-entries"]
+        assert listpack is not None  # a parameter every redis-server 7+ has
         report = {
             "redis_version": client.info("server")["redis_version"],
-            "zset_max_listpack_entries": int(
-                client.config_get("zset-max-listpack-entries")["zset-max-listpack-entries"]
-            ),
+            "zset_max_listpack_entries": int(listpack),
             "users": users,
             "authors": AUTHORS,
             "used_memory_bytes_total": used,

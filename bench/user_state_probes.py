@@ -207,6 +207,7 @@ def freshness(args, server, store, redis_url: str, artifacts: Path, work: Path) 
 
 
 def kill_redis(redis: RedisServer) -> None:
+    assert redis.process is not None, "redis-server was not started"
     os.kill(redis.process.pid, signal.SIGKILL)
     redis.process.wait()
     redis.stop()  # its folder; the process is gone

@@ -184,14 +184,16 @@ def make_embedder(args, client) -> EmbedPosts:
     except Exception as error:  # tritonclient raises several types; all mean "no answer"
         raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
 
-    def embed(post_ids, author_ids, progress=None) -> np.ndarray:
-        try:
-            return served(post_ids, author_ids, progress)
-        except Exception as error:
-            raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+    class Embed:  # EmbedPosts: the server's tower, exiting 3 when it stops answering
+        emb_size = served.emb_size
 
-    embed.emb_size = served.emb_size
-    return embed
+        def __call__(self, post_ids, author_ids, progress=None) -> np.ndarray:
+            try:
+                return served(post_ids, author_ids, progress)
+            except Exception as error:
+                raise cli.Exit(cli.no_answer(args, "candidate_tower", error)) from None
+
+    return Embed()
 
 
 def check_embeddings(args, client, posts: PostRows, served: np.ndarray) -> int:
@@ -293,12 +295,14 @@ def build(args) -> int:
     if args.store is not None:  # the tower is named before the long work of embedding
         write_store(args, posts, embed, embedding_tower(args, client))
     else:
+        assert name is not None  # check_out_name's
         embeddings = write_corpus(args, name, posts, embed)
         if args.check:
             status = check_embeddings(args, client, posts, embeddings)
     if args.reload and status != 0:
         print("not reloading the corpus: --check failed", file=sys.stderr)
     elif args.reload:
+        assert name is not None  # a store outside --artifacts was refused above
         return reload(args, client or connect_server(args), name)
     return status
 

@@ -60,7 +60,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -81,7 +81,13 @@ from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import UserStateError, UserStateStore, connect
 from phoenix.user_state.client import url_argument
 from phoenix.user_state.events import EventLimits
-from phoenix.user_state.lines import BATCH_SIZE, BatchError, apply_lines, publish_lines
+from phoenix.user_state.lines import (
+    BATCH_SIZE,
+    BatchError,
+    LineCounts,
+    apply_lines,
+    publish_lines,
+)
 from phoenix.user_state.stream import StreamConsumer, StreamConsumerError
 
 # The artifacts `make demo` serves with a store, shipped in the repository: they exist in every
@@ -217,7 +223,9 @@ def served_limits(artifacts: Path) -> EventLimits:
     dwell = RANKER.input("history_dwell_seconds")
     return EventLimits(
         max_surface=int(value_bound(surface.values.high, config)),
-        max_dwell_seconds=min(float(dwell.values.high), float(np.finfo(dwell.dtype).max)),
+        max_dwell_seconds=min(
+            float(value_bound(dwell.values.high, config)), float(np.finfo(dwell.dtype).max)
+        ),
         served=str(artifacts),
     )
 
@@ -234,7 +242,10 @@ def send(args, stop: Optional[threading.Event] = None) -> int:
         store = open_store(args)
         where = f"the store {store.name}" if args.command == "apply" else "the events stream"
         with cli.stop_on_signals(stop), tqdm(unit=" lines", desc=args.command, disable=None) as bar:
-            run = apply_lines if args.command == "apply" else publish_lines
+            # the store's commands, or the stream's client: (UserStateStore | Client) -> counts
+            run: Callable[..., LineCounts] = (
+                apply_lines if args.command == "apply" else publish_lines
+            )
             target = store if args.command == "apply" else store.client
             follow = args.follow and stream is not sys.stdin.buffer
             counts = run(target, stream, source, limits=limits, follow=follow, stop=stop,

@@ -155,7 +155,8 @@ def write_server_archive(
 ) -> Path:
     """tar.xz of ``files`` named relative to ``site`` (so it unpacks into a site-packages)."""
     partial = dest.with_name(dest.name + ".partial")
-    with tarfile.open(partial, "w:xz", preset=preset) as archive:
+    # preset is 0-9 (--xz-preset's choices); typeshed takes a Literal of them only
+    with tarfile.open(partial, "w:xz", preset=preset) as archive:  # type: ignore[call-overload]
         for path in files:
             archive.add(path, arcname=str(path.relative_to(site)), recursive=False)
     partial.replace(dest)
@@ -295,11 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     preset = "xz preset of the server archive: higher is smaller and slower (default: %(default)s)"
     add("--xz-preset", type=int, choices=range(10), default=XZ_PRESET, help=preset)
     args = parser.parse_args(argv)
-    also = [name.strip() for name in args.also.split(",") if name.strip()]
+    lacking = [name.strip() for name in args.also.split(",") if name.strip()]
     try:
         limit = None if args.tree_limit_mib is None else payload_limit_mib(args.tree_limit_mib)
         size = build(args.out, args.python_version, args.wheel_cache, limit,
-                     also=also, xz_preset=args.xz_preset)  # fmt: skip
+                     also=lacking, xz_preset=args.xz_preset)  # fmt: skip
     except PayloadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -213,6 +213,7 @@ class LoadRun:
 
     def _pace(self) -> None:
         """Open loop: put one ticket per 1/rate seconds, then one None per worker."""
+        assert self.rate is not None  # an open loop has a rate
         count = min(self.max_requests, int(self.rate * self.duration_s))
         for index in range(count):
             due = self.started_at + index / self.rate
@@ -226,9 +227,9 @@ class LoadRun:
     def _work(self, index: int) -> None:
         try:
             caller = self.make_caller(index)
-        except Exception as error:  # noqa: BLE001 (a failed request of its own, so it shows)
+        except Exception as setup_error:  # noqa: BLE001 (a failed request of its own, so it shows)
             now = time.monotonic()
-            failed = Outcome(now, now, now, f"setup: {short_error(error)}", "", "")
+            failed = Outcome(now, now, now, f"setup: {short_error(setup_error)}", "", "")
             with self._lock:
                 self.outcomes.append(failed)
             return
@@ -251,6 +252,7 @@ class LoadRun:
     def _send_asynchronously(self) -> None:
         """Open loop without workers: send each request at its due time, answers arrive on
         gRPC's threads; then wait (bounded) for the last answers."""
+        assert self.rate is not None  # an open loop has a rate
         caller = self.make_caller(0)
         pending = threading.Semaphore(0)
         sent = 0

@@ -5,7 +5,7 @@ Triton's compute times, which count the waits for a core)."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 
 import psutil
 
@@ -21,21 +21,26 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
-def served_cpu_seconds(server_pid: int, **helpers: int) -> Counter:
+def served_cpu_seconds(server_pid: int, **helpers: int) -> dict[str, float]:
     """CPU seconds so far of tritonserver, of each model's stubs together (by the name each
     stub registered) and of each ``helpers`` process (name=pid)."""
     from phoenix.stub.registry import list_stubs
 
-    seconds = Counter({"tritonserver": cpu_seconds(server_pid)})
+    seconds = {"tritonserver": cpu_seconds(server_pid)}
     for stub in list_stubs(server_pid):
-        seconds[stub.model or stub.instance] += cpu_seconds(stub.pid)
+        name = stub.model or stub.instance
+        seconds[name] = seconds.get(name, 0.0) + cpu_seconds(stub.pid)
     for name, pid in helpers.items():
         seconds[name] = cpu_seconds(pid)
     return seconds
 
 
-def cpu_ms_per_request(before: Counter, after: Counter, requests: int) -> dict[str, float]:
+def cpu_ms_per_request(
+    before: Mapping[str, float], after: Mapping[str, float], requests: int
+) -> dict[str, float]:
     """{process: CPU milliseconds per request} between two readings, and their ``total``."""
-    spent = {name: (after[name] - before[name]) * 1000 / max(requests, 1) for name in after}
+    spent = {
+        name: (after[name] - before.get(name, 0.0)) * 1000 / max(requests, 1) for name in after
+    }
     spent["total"] = sum(spent.values())
     return {name: round(ms, 2) for name, ms in spent.items()}

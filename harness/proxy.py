@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -76,10 +77,10 @@ class ProxyError(RuntimeError):
 
 
 class Upstream(Protocol):
-    """A replica as the proxy sees it: a name and the serve command's ports."""
+    """A replica as the proxy sees it: a name and the serve command's ports (once started)."""
 
     name: str
-    ports: ServePorts
+    ports: ServePorts | None
 
 
 def nginx_binary() -> str:
@@ -94,7 +95,7 @@ class Proxy:
     upstreams and reloads gracefully (old workers finish their requests), as an ingress
     controller does when endpoints change."""
 
-    def __init__(self, work: Path, replicas: list[Upstream]):
+    def __init__(self, work: Path, replicas: Sequence[Upstream]):
         self.work, self.replicas = work / "nginx", replicas
         self.work.mkdir(parents=True, exist_ok=True)
         os.chmod(self.work, 0o777)  # nginx's workers may run as another user (root's master)
@@ -144,6 +145,7 @@ class Proxy:
             if retries is not None:
                 self.retries = retries
             self.write(ready)
+            assert self.process is not None, "nginx was not started"
             self.process.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:

@@ -94,13 +94,20 @@ class ServeProcess(StartsReady):
     def build_dir(self) -> Path:
         return self.work / "build"
 
+    def running(self) -> LoggedProcess:
+        """The serve process (``start`` first: otherwise a RuntimeError)."""
+        if self.process is None:
+            raise RuntimeError("serve was not started")
+        return self.process
+
     @property
     def log(self) -> Path:
-        return self.process.log
+        return self.running().log
 
     def _name_urls(self) -> None:
         """Where this start answers (each start takes new ports): http_url and grpc_url as
         tritonclient takes them, the metrics, /ready and /status URLs."""
+        assert self.ports is not None  # start() picked them
         http, grpc, metrics, ready = (f"{LOOPBACK}:{port}" for port in self.ports)
         self.http_url, self.grpc_url = http, grpc
         self.metrics_url = f"http://{metrics}/metrics"
@@ -122,18 +129,18 @@ class ServeProcess(StartsReady):
 
     # -- readiness ---------------------------------------------------------------------
     def is_ready(self) -> bool:
-        return self.process.is_running() and http_get_status(self.ready_url) == 200
+        return self.running().is_running() and http_get_status(self.ready_url) == 200
 
     def wait_ready(self, timeout_s: float | None = None, interval_s: float = 0.05) -> float:
         """Seconds from the start to /ready 200; ServeError, with the log's tail, when serve
         exits first or ``timeout_s`` (default: the constructor's) passes."""
         timeout_s = self.ready_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
+        deadline, process = time.monotonic() + timeout_s, self.running()
         while http_get_status(self.ready_url) != 200:
-            if not self.process.is_running():
-                raise ServeError(self.process.failure("serve exited before it was ready"))
+            if not process.is_running():
+                raise ServeError(process.failure("serve exited before it was ready"))
             if time.monotonic() > deadline:
-                raise ServeError(self.process.failure(f"serve not ready after {timeout_s:.0f} s"))
+                raise ServeError(process.failure(f"serve not ready after {timeout_s:.0f} s"))
             time.sleep(interval_s)
         return time.monotonic() - self.started
 
@@ -145,11 +152,11 @@ class ServeProcess(StartsReady):
     # -- stopping ----------------------------------------------------------------------
     def terminate(self) -> None:
         """SIGTERM: serve turns /ready 503, drains, unloads and exits."""
-        self.process.send_signal(signal.SIGTERM)
+        self.running().send_signal(signal.SIGTERM)
 
     def wait_exit(self, timeout_s: float) -> int | None:
         """The exit code, or None when serve still runs after ``timeout_s``."""
-        return self.process.wait_exit(timeout_s)
+        return self.running().wait_exit(timeout_s)
 
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> int | None:
         """SIGTERM, then SIGKILL to its group after ``timeout_s``; the exit code (None if it

@@ -223,7 +223,9 @@ class PhoenixTraffic(User):
     @tag(BY_ID_TAG)  # `--exclude-tags recommend_by_id` for a server without a store
     @task(BY_ID_WEIGHT)
     def recommend_by_id(self) -> None:
-        self.send(by_id_traffic().prepare(self.by_id_rng))
+        traffic = by_id_traffic()  # a RuntimeError without the by-id traffic
+        assert self.by_id_rng is not None  # drawn at the start when the traffic was built
+        self.send(traffic.prepare(self.by_id_rng))
 
     @tag("retrieve")  # `--tags retrieve` sends only these
     @task(TASK_WEIGHTS["retrieve"])
@@ -294,7 +296,8 @@ class TritonGrpcUser(PhoenixTraffic):
 
     def send(self, prepared: Prepared) -> Optional[dict[str, np.ndarray]]:
         started = time.perf_counter()
-        outputs, error, length = None, None, 0
+        outputs, length = None, 0
+        error: Optional[Exception] = None
         try:
             outputs = self.call(prepared)
             length = sum(array.nbytes for array in outputs.values())

@@ -141,6 +141,7 @@ class Workload:
 
     def retriever_step(self, prepared: Prepared, embedding: np.ndarray) -> Prepared:
         """The retriever request that follows a user_encoder answer, as the ensemble wires it."""
+        assert prepared.chain is not None  # a "retrieve" request (pick("retrieve"))
         done = {
             "user_state": passed_on_history(prepared.chain),
             "user_encoder": {"user_embedding": embedding},

@@ -19,7 +19,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -111,7 +111,7 @@ def preset_config(preset: Preset, seed: int) -> ArtifactConfig:
     }
     config_fields = {field.name for field in dataclasses.fields(ArtifactConfig)}
     same_named = {k: v for k, v in dataclasses.asdict(preset).items() if k in config_fields}
-    per_entity = {f"num_{entity}_hashes": preset.num_hashes for entity in ENTITIES}
+    per_entity: dict[str, Any] = {f"num_{entity}_hashes": preset.num_hashes for entity in ENTITIES}
     return ArtifactConfig(
         **same_named,
         **per_entity,
@@ -193,7 +193,7 @@ def random_corpus(
     rng = stream(seed, "corpus")
     post_ids = unique_positive_ids(rng, size)
     authors = unique_positive_ids(rng, min(preset.num_authors, size))
-    author_topics = rng.integers(0, NUM_TOPICS, authors.shape[0], dtype=np.int64)
+    author_topics = rng.integers(0, NUM_TOPICS, len(authors), dtype=np.int64)
     which = rng.integers(0, authors.shape[0], size)
     tower = CandidateTower.from_weights(config, retrieval_params, stacked_table)
     with _posts_bar(size, progress) as bar:
@@ -312,7 +312,7 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _human_size(num_bytes: int) -> str:
+def _human_size(num_bytes: float) -> str:
     for unit in ("B", "KiB", "MiB"):
         if num_bytes < 1024:
             return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"

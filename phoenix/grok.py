@@ -193,7 +193,7 @@ class RMSNorm(hk.RMSNorm):
     ):
         super().__init__(axis, eps, create_scale=create_scale, name=name)
 
-    def __call__(self, inputs: jax.Array):  # type: ignore[override]
+    def __call__(self, inputs: jax.Array):
         scale = None
         if self.create_scale:
             scale = hk.get_parameter(
@@ -216,7 +216,7 @@ class RotaryEmbedding(hk.Module):
         self,
         x: jax.Array,
         seq_dim: int,
-        offset: jax.Array,
+        offset: Union[jax.Array, int],
         const_position: Optional[int] = None,
         t: Optional[jax.Array] = None,
     ) -> jax.Array:

@@ -305,7 +305,7 @@ class _PhoenixFeatures:
         return (embedded * any_action).astype(self.fprop_dtype)
 
     def _single_hot_to_embeddings(
-        self, input: jax.Array, vocab_size: int, emb_size: int, name: str
+        self, input: jax.typing.ArrayLike, vocab_size: int, emb_size: int, name: str
     ) -> jax.Array:
         """Look indices [B, L] up in table ``name`` [vocab, D] (as a one-hot matmul)."""
         table = hk.get_parameter(
@@ -334,7 +334,9 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
             dwell = jnp.zeros((batch_size, seq), jnp.float32)
         else:
             dwell = jnp.asarray(batch.history_continuous_actions)[:, :, DWELL_TIME_INDEX]
+        assert config.continuous_action_config is not None  # set by __post_init__
         norm = config.continuous_action_config.norm_config
+        assert norm is not None  # set by ContinuousActionConfig.__post_init__
         x = normalize_continuous_value(dwell, norm)[..., None]  # [B, S, 1]
         hidden_dim = config.continuous_action_hidden_dim
         proj1 = hk.get_parameter(
@@ -358,7 +360,7 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
             self.config.post_age_granularity_mins,
         )
 
-    def _surface_embeddings(self, surfaces: jax.Array) -> jax.Array:
+    def _surface_embeddings(self, surfaces: jax.typing.ArrayLike) -> jax.Array:
         """Product surfaces [B, L] -> [B, L, D] (one table shared by history and candidates)."""
         config = self.config
         return self._single_hot_to_embeddings(
@@ -374,17 +376,19 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
         """User + history tokens [B, 1+S, D] and their padding mask [B, 1+S]."""
         config = self.config
         hashes = config.hash_config
+        assert hashes is not None  # set by __post_init__
+        ip_embeddings = recsys_embeddings.user_ip_embeddings
         user, user_mask = block_user_reduce(
-            batch.user_hashes,
+            jnp.asarray(batch.user_hashes),
             jnp.asarray(recsys_embeddings.user_embeddings),
             hashes.num_user_hashes,
             config.emb_size,
             1.0,
-            user_ip_embeddings=recsys_embeddings.user_ip_embeddings,
+            user_ip_embeddings=None if ip_embeddings is None else jnp.asarray(ip_embeddings),
             num_ip_hashes=hashes.num_ip_hashes,
         )
         history, history_mask = block_history_reduce(
-            batch.history_post_hashes,
+            jnp.asarray(batch.history_post_hashes),
             jnp.asarray(recsys_embeddings.history_post_embeddings),
             jnp.asarray(recsys_embeddings.history_author_embeddings),
             self._surface_embeddings(batch.history_product_surface),
@@ -403,6 +407,8 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
     ) -> Tuple[jax.Array, jax.Array]:
         """Candidate tokens [B, C, D] and their padding mask [B, C]."""
         config = self.config
+        hashes = config.hash_config
+        assert hashes is not None  # set by __post_init__
         post_age = self._single_hot_to_embeddings(
             self._post_age_buckets(batch),
             config.post_age_vocab_size,
@@ -410,12 +416,12 @@ class PhoenixModel(_PhoenixFeatures, hk.Module):
             "post_age_embedding_table",
         )  # [B, C, D]
         tokens, mask = block_candidate_reduce(
-            batch.candidate_post_hashes,
+            jnp.asarray(batch.candidate_post_hashes),
             jnp.asarray(recsys_embeddings.candidate_post_embeddings),
             jnp.asarray(recsys_embeddings.candidate_author_embeddings),
             self._surface_embeddings(batch.candidate_product_surface),
-            config.hash_config.num_item_hashes,
-            config.hash_config.num_author_hashes,
+            hashes.num_item_hashes,
+            hashes.num_author_hashes,
             1.0,
             candidate_post_age_embeddings=post_age,
         )

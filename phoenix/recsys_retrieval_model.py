@@ -148,14 +148,14 @@ def user_history_tokens(
     )  # [B, S, D]
     actions = module._get_action_embeddings(jnp.asarray(batch.history_actions))  # [B, S, D]
     user, user_mask = block_user_reduce(
-        batch.user_hashes,
+        jnp.asarray(batch.user_hashes),
         jnp.asarray(recsys_embeddings.user_embeddings),
         hashes.num_user_hashes,
         D,
         1.0,
     )
     history, history_mask = block_history_reduce(
-        batch.history_post_hashes,
+        jnp.asarray(batch.history_post_hashes),
         jnp.asarray(recsys_embeddings.history_post_embeddings),
         jnp.asarray(recsys_embeddings.history_author_embeddings),
         surface,

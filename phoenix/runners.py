@@ -247,6 +247,7 @@ class ModelRunner(BaseModelRunner):
 
     @property
     def model(self) -> PhoenixModelConfig:
+        assert self._model is not None  # set by __init__
         return self._model
 
     def make_forward_fn(self):
@@ -281,6 +282,7 @@ class RecsysInferenceRunner(BaseInferenceRunner):
 
     @property
     def runner(self) -> ModelRunner:
+        assert self._runner is not None  # set by __init__
         return self._runner
 
     def initialize(self):
@@ -416,6 +418,7 @@ class RetrievalModelRunner(BaseModelRunner):
 
     @property
     def model(self) -> PhoenixRetrievalModelConfig:
+        assert self._model is not None  # set by __init__
         return self._model
 
     def make_forward_fn(self):
@@ -460,6 +463,7 @@ class RecsysRetrievalInferenceRunner(BaseInferenceRunner):
 
     @property
     def runner(self) -> RetrievalModelRunner:
+        assert self._runner is not None  # set by __init__
         return self._runner
 
     def initialize(self):

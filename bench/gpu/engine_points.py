@@ -16,8 +16,10 @@ stand-in for the original; the two are timed in alternating rounds (bench_engine
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 
 from harness.gpu_bench import profiles
 
@@ -124,14 +126,17 @@ def measure_point(name, kwargs, users, candidates, params, dtype, min_seconds, b
 
     row = {"config": name, "users": users, "candidates": candidates}
     reference = original()
-    fns = {"original_jit_s": original, "original_device_inputs_s": original_on_device}
+    fns: dict[str, Callable[[], object]] = {
+        "original_jit_s": original,
+        "original_device_inputs_s": original_on_device,
+    }
     for mode in JOINT_MODES:
         engine, ranker = engines[mode], rankers[mode]
         row[f"max_abs_prob_diff_{mode}"] = max_probability_gap(
             engine.score(batch, emb).logits, reference
         )
-        fns[f"engine_{mode}_s"] = lambda engine=engine: engine.score(batch, emb)
-        fns[f"device_ranker_{mode}_s"] = lambda ranker=ranker: ranker.rank(requests)
+        fns[f"engine_{mode}_s"] = functools.partial(engine.score, batch, emb)
+        fns[f"device_ranker_{mode}_s"] = functools.partial(ranker.rank, requests)
     seconds = bench_engine.timed_side_by_side(fns, 2 * min_seconds)
     row.update(seconds)
     row["launches"] = {

@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.gpu_bench import profiles
 
@@ -49,8 +50,8 @@ def measure(profile: profiles.Profile, artifacts: Path, cache: Path, build_dir: 
     repository = derived_repository(profile.device, build_dir)
     shutil.rmtree(cache, ignore_errors=True)
     models = profile.startup_models
-    result = {"repository": str(repository), "artifacts": str(artifacts), "cache": str(cache),
-              "models": list(models) or "all"}  # fmt: skip
+    result: dict[str, Any] = {"repository": str(repository), "artifacts": str(artifacts),
+                              "cache": str(cache), "models": list(models) or "all"}  # fmt: skip
     for label in ("empty_cache_s", "filled_cache_s"):
         log = build_dir / f"startup-{label.removesuffix('_s')}.log"
         result[label] = seconds_to_ready(repository, artifacts, cache, log, models)

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Optional
 
 from harness.gpu_bench import profiles
+
+if TYPE_CHECKING:  # imports JAX, which waits for the platform to be chosen
+    from phoenix.engine.retrieval import RetrievalEngine
 
 RAFT_FLAG = "--xla_gpu_experimental_use_raft_select_k=true"
 TOP_K = 100
@@ -61,7 +65,7 @@ def device_variants(k: int):
 
 
 # RetrievalEngine options of the engine variants ("whole": the corpus size).
-ENGINE_VARIANTS = {
+ENGINE_VARIANTS: dict[str, dict[str, Any]] = {
     "engine": {},
     "engine-1tile": {"corpus_tile": "whole"},
     "engine-1tile-noexcl": {"corpus_tile": "whole", "max_excluded": 1},
@@ -105,8 +109,8 @@ def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
         low_users = users.astype(jnp.bfloat16)
         variants = device_variants(TOP_K)
         reference = np.asarray(variants["plain"](low_users, low)[0])[:, -1]  # k-th score [B]
-        row = {"corpus": size, "batch": batch, "top_k": TOP_K, "queries_per_s": {},
-               "kth_score_max_gap": {}}  # fmt: skip
+        row: dict[str, Any] = {"corpus": size, "batch": batch, "top_k": TOP_K,
+                               "queries_per_s": {}, "kth_score_max_gap": {}}  # fmt: skip
         for name, fn in variants.items():
             if name not in only:
                 continue
@@ -121,6 +125,7 @@ def measure(sizes, batch: int, runs: int, only=VARIANTS) -> list[dict]:
         host_corpus = np.asarray(corpus)
         host_users = np.asarray(users)
         del corpus, low
+        engine: Optional[RetrievalEngine] = None
         for name, options in ENGINE_VARIANTS.items():
             if name not in only:
                 continue

@@ -64,9 +64,9 @@ def stamp(result: Optional[dict]) -> str:
     versions = [f"driver {m['driver']}"] if m.get("driver") else []
     versions += [f"jax {m['jax']}", f"numpy {m['numpy']}"] if "jax" in m else []
     versions += [f"{m['cpu_count']} host cores"] if m.get("cpu_count") else []
-    versions = f" ({', '.join(versions)})" if versions else ""
+    shown = f" ({', '.join(versions)})" if versions else ""
     profile = result.get("profile") or ("cpu" if settings.get("device") == "cpu" else "gpu")
-    return f"measured on {where}{versions}, profile `{profile}`"
+    return f"measured on {where}{shown}, profile `{profile}`"
 
 
 def row(*cells) -> str:
@@ -239,13 +239,13 @@ def serving_rows(result: Optional[dict]) -> list[tuple[str, str, str]]:
     rows = [
         (
             "ranker-64 requests/s at its best concurrency, batching on",
-            fmt(best_64 and best_64["throughput"], ",.0f", missing=missing)
+            fmt(best_64["throughput"] if best_64 else None, ",.0f", missing=missing)
             + (f" (c={best_64['concurrency']})" if best_64 else ""),
             "-",
         ),
         (
             "ranker-512 candidates/s at its best concurrency",
-            fmt(best_512 and 512 * best_512["throughput"], ",.0f", missing=missing)
+            fmt(512 * best_512["throughput"] if best_512 else None, ",.0f", missing=missing)
             + (f" (c={best_512['concurrency']})" if best_512 else ""),
             ">= 2,000,000",
         ),
@@ -286,9 +286,9 @@ def serving_table(result: Optional[dict], title: str = "**Served ranker**") -> l
     return lines + [row(*cells) for cells in serving_rows(result)]
 
 
-def served_points_table(runs: list[dict]) -> list[str]:
+def served_points_table(results: list[Optional[dict]]) -> list[str]:
     """Requests/s of each served ranker run at each concurrency, batching on against off."""
-    runs = [r for r in runs if r and served_rows(r)]
+    runs = [r for r in results if r and served_rows(r)]
     if not runs:
         return []
     levels = sorted({row["concurrency"] for r in runs for row in served_rows(r)})

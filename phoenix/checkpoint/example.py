@@ -69,7 +69,7 @@ class ExampleSequence:
         for field in dataclasses.fields(cls):
             if field.name not in d:
                 raise ArtifactError(f"{source}: missing key '{field.name}'")
-        values = {
+        values: dict[str, Any] = {
             "user_id": _int_value(d["user_id"], "user_id", source),
             "top_k": _int_value(d["top_k"], "top_k", source, minimum=1),
             "history_actions": _action_rows(d["history_actions"], source),

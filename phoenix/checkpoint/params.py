@@ -223,7 +223,9 @@ class Artifacts:
 
     def stacked_table(self) -> np.ndarray:
         """A new float32 [65 + U + I + A, D] table (see ``phoenix.hashing``)."""
-        return stack_tables(*(self.tables[TABLE_KEYS[e]] for e in ENTITIES))
+        tables = self.tables
+        assert tables is not None, "the hash tables were not loaded"
+        return stack_tables(*(tables[TABLE_KEYS[e]] for e in ENTITIES))
 
     def embedder(self) -> HashEmbedder:
         return HashEmbedder(self.config, self.stacked_table())

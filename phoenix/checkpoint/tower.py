@@ -81,5 +81,5 @@ def _digest(root: Path, _stamps: tuple) -> str:
     for key in sorted(arrays):
         array = np.ascontiguousarray(arrays[key], dtype="<f4")
         digest.update(json.dumps([key, list(array.shape)]).encode())
-        digest.update(memoryview(array).cast("B"))
+        digest.update(array.data.cast("B"))
     return digest.hexdigest()

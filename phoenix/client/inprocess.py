@@ -12,9 +12,9 @@ with ``record`` (the serving benchmark's in-process side does the served side's 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -60,7 +60,8 @@ class InProcessModels:
         self.batched = batched  # False: compile single-request shapes only (a quicker start)
         self.record = record  # the chain's side effects happen (served posts, request log)
         self._services: dict[str, Any] = {}
-        self.ask_server = None  # like_server: a model's config, asked when first needed
+        # like_server: a model's config, asked when first needed
+        self.ask_server: Optional[Callable[[str], dict[str, Any]]] = None
 
     @classmethod
     def like_server(
@@ -84,6 +85,7 @@ class InProcessModels:
         """The parameters and batch size of ``model`` as the server reports them."""
         from phoenix.stub.services.common import config_parameters
 
+        assert self.ask_server is not None  # set by like_server
         config = self.ask_server(model)
         self.params[model] = config_parameters(config)
         self.max_batch[model] = int(config.get("max_batch_size") or 1)

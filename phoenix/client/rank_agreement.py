@@ -10,11 +10,14 @@ them all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Union
 
 import numpy as np
 
+Scores = Union[Sequence[float], np.ndarray]
 
-def kendall_tau(first: Sequence[float], second: Sequence[float]) -> float:
+
+def kendall_tau(first: Scores, second: Scores) -> float:
     """Kendall's tau-b of two score lists over the same items (ties in either count as
     neither concordant nor discordant); nan for fewer than two items or all ties."""
     a, b = np.asarray(first, np.float64), np.asarray(second, np.float64)
@@ -29,9 +32,9 @@ def kendall_tau(first: Sequence[float], second: Sequence[float]) -> float:
     return float(np.sum(da * db) / denominator) if denominator else float("nan")
 
 
-def average_ranks(values: Sequence[float]) -> np.ndarray:
+def average_ranks(scores: Scores) -> np.ndarray:
     """Ranks from 1 (smallest) with ties sharing their mean rank."""
-    values = np.asarray(values, np.float64)
+    values = np.asarray(scores, np.float64)
     order = np.argsort(values, kind="stable")
     ranks = np.empty(values.size, np.float64)
     ranks[order] = np.arange(1, values.size + 1)
@@ -41,7 +44,7 @@ def average_ranks(values: Sequence[float]) -> np.ndarray:
     return ranks
 
 
-def spearman_rho(first: Sequence[float], second: Sequence[float]) -> float:
+def spearman_rho(first: Scores, second: Scores) -> float:
     """Spearman's rho (Pearson on average ranks); nan for fewer than two items or a constant."""
     a, b = average_ranks(first), average_ranks(second)
     if a.shape != b.shape:

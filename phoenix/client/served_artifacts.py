@@ -54,10 +54,13 @@ def served_artifacts(client, protocol: str, models: Iterable[str] = ASKED_MODELS
     raise error or ValueError("no model to ask")
 
 
-def choose_artifacts(chosen: Optional[Path], served: ServedArtifacts, fallback: Path) -> Path:
+def choose_artifacts(
+    chosen: Optional[Path], served: ServedArtifacts, fallback: Optional[Path]
+) -> Path:
     """The artifact directory a client uses: ``chosen`` when its digest is the served one (or
     the server does not say), else ArtifactMismatch naming both; without ``chosen``, the
-    served directory (``fallback`` when the server does not say which)."""
+    served directory (``fallback`` when the server does not say which; ArtifactMismatch when
+    there is no fallback either)."""
     if chosen is not None:
         if served.digest and (mine := config_digest(chosen)) != served.digest:
             raise ArtifactMismatch(
@@ -66,6 +69,8 @@ def choose_artifacts(chosen: Optional[Path], served: ServedArtifacts, fallback: 
             )
         return Path(chosen)
     if not served.digest:
+        if fallback is None:
+            raise ArtifactMismatch("the server does not say which artifacts it serves: name them")
         return Path(fallback)
     directory = Path(served.directory)
     try:

@@ -76,6 +76,8 @@ def candidate_tower(
     if where == IN_PROCESS:
         from phoenix.engine.candidate_tower import CandidateTower  # imports JAX: only now
 
+        if artifacts is None:
+            raise ValueError("the candidate tower in this process needs the artifacts")
         return CandidateTower.from_artifacts(artifacts, rows_per_call=batch_size)
     if where == SERVED:
         return ServedCandidateTower(client, protocol, batch_size)

@@ -188,7 +188,8 @@ def search_index(index, spec: IndexSpec, users, want: int, selector=None, column
     every = users @ columns  # [B, nlist]
     probes = lists_to_probe(spec, every)  # [B]
     lists, centroid_scores = best_lists(every, probes)  # [B, most] each
-    params = faiss.SearchParametersIVF(nprobe=lists.shape[1])  # the width of ``lists``
+    params = faiss.SearchParametersIVF()
+    params.nprobe = lists.shape[1]  # the width of ``lists``
     if selector is not None:
         params.sel = selector
     scores = np.empty((len(users), want), np.float32)
@@ -229,7 +230,8 @@ def scores_of_rows(embeddings: np.ndarray, users: np.ndarray, rows: np.ndarray) 
     batch, width = rows.shape
     user_of = np.repeat(np.arange(batch, dtype=np.int64), width)  # [B * c]
     scores = np.empty((batch, width), np.float32)
-    faiss.pairwise_indexed_inner_product(
+    # faiss' own stub (__init__.pyi) leaves this function out; swigfaiss defines it
+    faiss.pairwise_indexed_inner_product(  # type: ignore[attr-defined]
         users.shape[1],
         rows.size,
         faiss.swig_ptr(users),
@@ -345,7 +347,7 @@ def build_index(
     embeddings: np.ndarray,
     spec: IndexSpec,
     seed: int = 0,
-    progress: Optional[Callable[[int], None]] = None,
+    progress: Optional[Callable[[int], object]] = None,
 ):
     """A trained, filled Faiss index of ``embeddings`` [n, D] (row i gets id i); ``progress``
     is told the rows added after each slice (a caller's progress bar: big builds take minutes).

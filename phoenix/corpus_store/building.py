@@ -53,8 +53,9 @@ class PostRows:
         return int(self.post_ids.shape[0])
 
     def take(self, rows) -> PostRows:
-        columns = (self.post_ids, self.author_ids, self.topics, self.created_at)
-        return PostRows(*(None if c is None else c[rows] for c in columns))
+        optional = lambda c: None if c is None else c[rows]  # noqa: E731
+        ids, authors = self.post_ids[rows], self.author_ids[rows]
+        return PostRows(ids, authors, optional(self.topics), optional(self.created_at))
 
 
 class InputFileError(ValueError):
@@ -103,13 +104,16 @@ def read_npz(path: Path) -> PostRows:
         missing = [key for key in NPZ_KEYS[:2] if key not in archive.files]
         if missing:
             raise InputFileError(f"{path}: missing array(s) {missing}; found {archive.files}")
-        arrays = [archive[key] if key in archive.files else None for key in NPZ_KEYS]
+        post_ids, author_ids = (archive[key] for key in NPZ_KEYS[:2])
+        topics = archive[NPZ_KEYS[2]] if NPZ_KEYS[2] in archive.files else None
+    arrays = [post_ids, author_ids, topics]
     for key, array in zip(NPZ_KEYS, arrays, strict=True):
         if array is not None and (array.ndim != 1 or not np.issubdtype(array.dtype, np.integer)):
             raise InputFileError(f"{path}: '{key}' must be a 1-D integer array")
     if len({len(a) for a in arrays if a is not None}) != 1:
         raise InputFileError(f"{path}: post_ids, author_ids (and topics) differ in length")
-    return PostRows(*(None if a is None else a.astype(np.int64) for a in arrays))
+    topics = None if topics is None else topics.astype(np.int64)
+    return PostRows(post_ids.astype(np.int64), author_ids.astype(np.int64), topics)
 
 
 def read_posts(path: Path) -> PostRows:

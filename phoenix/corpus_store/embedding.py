@@ -14,7 +14,7 @@ from typing import Optional, Protocol
 
 import numpy as np
 
-Progress = Callable[[int], None]
+Progress = Callable[[int], object]  # its answer is ignored (tqdm.update returns one)
 
 
 class EmbedPosts(Protocol):

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 
 HEADER_LOCK = threading.Lock()
 
 
-def load_npy(path: Path, mmap_mode: Optional[str] = None) -> np.ndarray:
+def load_npy(path: Path, mmap_mode: Optional[Literal["r"]] = None) -> np.ndarray:
     """``np.load`` of one ``.npy`` file (no pickles), one thread at a time."""
     with HEADER_LOCK:
         return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)

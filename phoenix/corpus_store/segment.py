@@ -75,6 +75,7 @@ def check_posts(posts: Posts, emb_size: int, where: str) -> Posts:
     except ArtifactError as error:
         raise StoreError(str(error)) from None
     embeddings = np.ascontiguousarray(corpus.embeddings, np.float32)
+    assert corpus.created_at is not None  # in ``arrays``: check_corpus keeps it
     return Posts(corpus.post_ids, corpus.author_ids, corpus.created_at, embeddings)
 
 
@@ -151,7 +152,7 @@ def write_segment(
     posts: Posts,
     state: str,
     index: IndexSpec,
-    progress: Optional[Callable[[int], None]] = None,
+    progress: Optional[Callable[[int], object]] = None,
 ) -> SegmentEntry:
     """Write ``posts`` (already checked) as a new segment directory; the manifest does not
     name it yet. Files go to a hidden directory first, renamed whole when complete.

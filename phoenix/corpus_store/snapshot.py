@@ -144,7 +144,7 @@ class Snapshot:
         self.manifest = manifest
         self.searchable = searchable
         reuse = {} if previous is None else {s.entry: s for s in previous.segments}
-        self.segments = [
+        self.segments: list[Segment] = [
             reuse[entry] if entry in reuse else self._opened(entry, warm)
             for entry in manifest.segments
         ]
@@ -316,7 +316,8 @@ def best_first(found: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows = np.concatenate([r for _, r, _ in found], axis=1).astype(np.int64)  # [B, m]
     scores = np.concatenate([s for _, _, s in found], axis=1).astype(np.float32)  # [B, m]
     order = np.lexsort((rows, segment_of, -scores), axis=1)
-    return tuple(np.take_along_axis(column, order, 1) for column in (segment_of, rows, scores))
+    segment_of, rows, scores = (np.take_along_axis(c, order, 1) for c in (segment_of, rows, scores))
+    return segment_of, rows, scores
 
 
 def first_of_each(post_ids: np.ndarray) -> np.ndarray:
@@ -371,7 +372,7 @@ def ann_top_k(segment: Segment, users, k, first, deleted, user_rows, extra: int)
 
     spec = segment.entry.index
     want = min(len(segment), k + extra)
-    alive = []  # every selector stays referenced while Faiss reads it
+    alive: list[faiss.IDSelector] = []  # every selector stays referenced while Faiss reads it
     if first > 0:  # rows before ``first`` are older than the window
         alive.append(faiss.IDSelectorRange(first, len(segment)))
     if len(deleted):

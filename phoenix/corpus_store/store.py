@@ -121,7 +121,7 @@ class CorpusStore:
         posts: Posts,
         state: str = FRESH,
         index: Optional[IndexSpec] = None,
-        progress: Optional[Callable[[int], None]] = None,
+        progress: Optional[Callable[[int], object]] = None,
         embedded_by: Optional[EmbeddedBy] = None,
     ):
         """Write ``posts`` as one new segment (rows in creation order) and publish it;
@@ -196,11 +196,12 @@ class CorpusStore:
                 if cutoff is not None and s.max_created_at < cutoff and s.name not in merged
             ]
             gone = merged | set(expired)
-            segments = [s for s in manifest.segments if s.name not in gone]
+            kept_entries = [s for s in manifest.segments if s.name not in gone]
             if new_entry is not None:
-                segments.append(new_entry)
+                kept_entries.append(new_entry)
             # oldest posts first: score ties resolve as one scan in creation order would
-            segments = tuple(sorted(segments, key=lambda s: (s.min_created_at, s.max_created_at)))
+            order = lambda s: (s.min_created_at, s.max_created_at)  # noqa: E731
+            segments = tuple(sorted(kept_entries, key=order))
             retire = [f"{SEGMENTS_DIR}/{name}" for name in sorted(gone)]
             tombstones, old_file = self._pruned_tombstones(manifest, segments)
             if old_file is not None:

@@ -68,18 +68,20 @@ def pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
     return np.pad(x, widths)
 
 
-def take_users(batch: RecsysBatch, emb: RecsysEmbeddings, rows: slice):
+def take_users(
+    batch: RecsysBatch, emb: RecsysEmbeddings, rows: slice
+) -> tuple[RecsysBatch, RecsysEmbeddings]:
     """The users ``rows`` of a batch and its embeddings (absent fields stay None)."""
     take = lambda x: None if x is None else np.asarray(x)[rows]  # noqa: E731
-    return (
-        RecsysBatch(*[take(x) for x in batch]),
-        RecsysEmbeddings(**{f.name: take(getattr(emb, f.name)) for f in dataclasses.fields(emb)}),
-    )
+    emb_fields: dict[str, Any] = {
+        f.name: take(getattr(emb, f.name)) for f in dataclasses.fields(emb)
+    }
+    return RecsysBatch._make(take(x) for x in batch), RecsysEmbeddings(**emb_fields)
 
 
 def example_inputs(
     config, users: int, candidates: int, *, with_continuous=False, with_timestamps=False, seed=0
-):
+) -> tuple[RecsysBatch, RecsysEmbeddings]:
     """Random valid (batch, embeddings) of the config's shapes, for warm-up and tests."""
     rng = np.random.default_rng(seed)
     hashes = config.hash_config

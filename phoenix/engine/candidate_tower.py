@@ -19,7 +19,7 @@ from phoenix.engine.retrieval import RetrievalEngine
 from phoenix.hashing import HashEmbedder
 
 ROWS_PER_CALL = 1024  # rows of the compiled program when a caller names none
-Progress = Callable[[int], None]  # called with the posts just embedded
+Progress = Callable[[int], object]  # called with the posts just embedded (tqdm.update)
 
 
 class CandidateTower:

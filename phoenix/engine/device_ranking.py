@@ -55,7 +55,7 @@ from phoenix.engine.batching import (
     take_users,
 )
 from phoenix.engine.programs import Program, ProgramStore, prepare_all
-from phoenix.engine.score_inputs import candidate_features, context_features
+from phoenix.engine.score_inputs import NOT_READ, candidate_features, context_features
 from phoenix.grok import rms_normalize
 from phoenix.hashing import EntityHash, hash_formula
 from phoenix.recsys_model import (
@@ -194,6 +194,7 @@ class DeviceRanker:
 
     def _hash_fn(self, users, history_posts, history_authors, candidate_posts, candidate_authors):
         e = self.entities
+        assert e is not None  # rank's programs run after _check_ranks_raw_ids
         return {
             "user": hash_on_device(users[:, None], e["user"]),  # [B, 1, nU] -> squeezed later
             "history_post": hash_on_device(history_posts, e["item"]),  # [B, S, nI]
@@ -215,17 +216,17 @@ class DeviceRanker:
             history_author_hashes=hashed["history_author"][0],
             history_actions=inputs["history_actions"],
             history_product_surface=inputs["history_product_surface"],
-            candidate_post_hashes=None,
-            candidate_author_hashes=None,
-            candidate_product_surface=None,
+            candidate_post_hashes=NOT_READ,
+            candidate_author_hashes=NOT_READ,
+            candidate_product_surface=NOT_READ,
             history_continuous_actions=continuous,
         )
         context_emb = RecsysEmbeddings(
             user_embeddings=lookup(user_rows),
             history_post_embeddings=lookup(hashed["history_post"][1]),
             history_author_embeddings=lookup(hashed["history_author"][1]),
-            candidate_post_embeddings=None,
-            candidate_author_embeddings=None,
+            candidate_post_embeddings=NOT_READ,
+            candidate_author_embeddings=NOT_READ,
         )
         candidates = self._candidate_inputs(hashed, inputs, lookup)
         # the continuous predictions are not served: XLA drops their computation

@@ -13,7 +13,7 @@ Shape glossary
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,9 @@ from phoenix.grok import (
     soft_cap_logits,
 )
 from phoenix.recsys_model import PhoenixModelConfig, compute_post_age_bucket
+
+# numpy on the host, jax inside a traced program: the tuples below hold either
+HostOrDevice = Union[np.ndarray, jax.Array]
 
 
 class LayerWeights(NamedTuple):
@@ -95,6 +98,7 @@ def candidate_tables(params, config: PhoenixModelConfig) -> CandidateTables:
     model = params["phoenix_model"]
     w = np.asarray(model["proj_mat_2"], np.float64)  # [(nI + nA + 2) * D, D]
     D = config.emb_size
+    assert config.hash_config is not None  # set by the config's __post_init__
     hashes = (config.hash_config.num_item_hashes + config.hash_config.num_author_hashes) * D
     surface = np.asarray(model["product_surface_embedding_table"], np.float64)  # [V_s, D]
     post_age = np.asarray(model["post_age_embedding_table"], np.float64)  # [V_age, D]
@@ -115,12 +119,12 @@ def lookup_rows(table: jax.Array, index: jax.Array) -> jax.Array:
 class CandidateInputs(NamedTuple):
     """One chunk of candidates as the jitted scorer takes it, padded to [B, C]."""
 
-    valid: np.ndarray  # [B, C] bool: False for padding (post hash 0)
-    product_surface: np.ndarray  # [B, C] int32
-    impr_ts: np.ndarray  # [B, C] int32 seconds, 0 = unknown
-    creation_ts: np.ndarray  # [B, C] int32 seconds, 0 = unknown
-    post_embeddings: np.ndarray  # [B, C, nI, D] float32
-    author_embeddings: np.ndarray  # [B, C, nA, D] float32
+    valid: HostOrDevice  # [B, C] bool: False for padding (post hash 0)
+    product_surface: HostOrDevice  # [B, C] int32
+    impr_ts: HostOrDevice  # [B, C] int32 seconds, 0 = unknown
+    creation_ts: HostOrDevice  # [B, C] int32 seconds, 0 = unknown
+    post_embeddings: HostOrDevice  # [B, C, nI, D] float32
+    author_embeddings: HostOrDevice  # [B, C, nA, D] float32
 
 
 def candidate_tokens(inputs: CandidateInputs, tables: CandidateTables, granularity_mins: int):
@@ -128,9 +132,10 @@ def candidate_tokens(inputs: CandidateInputs, tables: CandidateTables, granulari
     post, author = inputs.post_embeddings, inputs.author_embeddings  # [B, C, nI|nA, D]
     b, c = post.shape[:2]
     hashes = jnp.concatenate([post.reshape(b, c, -1), author.reshape(b, c, -1)], axis=-1)
-    age = compute_post_age_bucket(inputs.impr_ts, inputs.creation_ts, granularity_mins)  # [B, C]
+    impr_ts, creation_ts = jnp.asarray(inputs.impr_ts), jnp.asarray(inputs.creation_ts)
+    age = compute_post_age_bucket(impr_ts, creation_ts, granularity_mins)  # [B, C]
     tokens = jnp.dot(hashes.astype(jnp.float32), tables.w_hashes)  # [B, C, D]
-    tokens = tokens + lookup_rows(tables.surface, inputs.product_surface)
+    tokens = tokens + lookup_rows(tables.surface, jnp.asarray(inputs.product_surface))
     return tokens + lookup_rows(tables.post_age, age)
 
 
@@ -181,8 +186,8 @@ def context_positions(mask: jax.Array, config: PhoenixModelConfig) -> jax.Array:
 class Rotation(NamedTuple):
     """cos and sin of the RoPE phases, [B|1, n, 1, d] each."""
 
-    cos: jax.Array
-    sin: jax.Array
+    cos: HostOrDevice
+    sin: HostOrDevice
 
 
 def rope_rotation(positions: jax.Array, key_size: int) -> Rotation:

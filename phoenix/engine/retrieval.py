@@ -317,8 +317,9 @@ class RetrievalEngine:
     def encode_users(self, batch: RecsysBatch, emb: RecsysEmbeddings) -> np.ndarray:
         """Unit user vectors [B, D] (float32)."""
         out = []
-        pad = lambda x, to: None if x is None else pad_axis(np.asarray(x), 0, to)  # noqa: E731
+        pad = lambda x, to: pad_axis(np.asarray(x), 0, to)  # noqa: E731
         hashes = self.config.hash_config
+        assert hashes is not None  # set by the config's __post_init__
         for rows, pad_to in batch_slices(
             np.asarray(batch.user_hashes).shape[0], self.batch_buckets
         ):
@@ -382,11 +383,17 @@ class RetrievalEngine:
         else:
             self.corpus = corpus_tiles(embeddings, tile, self.dtype)
 
+    def _held_corpus(self) -> CorpusTiles:
+        if self.corpus is None:
+            raise ValueError("no corpus set")
+        return self.corpus
+
     def _device_k(self, k: int) -> int:
         """Entries the device's top-k returns when ``k`` are asked for: a top-k bucket (one
         program each); with int8 codes ``rerank_margin`` more, to re-score exactly."""
-        buckets, size = self.top_k_buckets, self.corpus.size
-        if self.corpus.scales is None:
+        corpus = self._held_corpus()
+        buckets, size = self.top_k_buckets, corpus.size
+        if corpus.scales is None:
             return min(bucket_for(k, buckets), size)
         wanted = min(k, buckets[-1]) + self.rerank_margin
         if wanted > buckets[-1]:  # one program past the largest bucket
@@ -395,7 +402,7 @@ class RetrievalEngine:
 
     def _top_k_program(self) -> tuple[Program, tuple]:
         """The device's top-k program for the corpus held, and the corpus arrays it reads."""
-        corpus = self.corpus
+        corpus = self._held_corpus()
         if corpus.scales is None:
             return self._top_k, (corpus.tiles,)
         return self._int8_top_k, (corpus.tiles, corpus.scales)
@@ -403,7 +410,7 @@ class RetrievalEngine:
     def _device_top_k(self, users, excluded, k: int):
         """Scores and indices [B, k] of the device's top-k over the corpus, best first."""
         program, arrays = self._top_k_program()
-        return program(users, *arrays, np.int32(self.corpus.size), excluded, k=k)
+        return program(users, *arrays, np.int32(self._held_corpus().size), excluded, k=k)
 
     def top_k(
         self,
@@ -419,9 +426,8 @@ class RetrievalEngine:
         user). With int8 codes the device returns ``rerank_margin`` more candidates and the
         best k of them by exact float32 scores come back (``rerank``).
         """
-        if self.corpus is None:
-            raise ValueError("no corpus set")
-        size = self.corpus.size
+        corpus = self._held_corpus()
+        size = corpus.size
         k = min(k, size, bucket_for(k, self.top_k_buckets))  # at most the largest bucket
         kb = self._device_k(k)
         if exclude is not None:
@@ -435,8 +441,8 @@ class RetrievalEngine:
             )
             n = rows.stop - rows.start
             i, s = np.asarray(i)[:n], np.asarray(s)[:n]  # [b, kb]
-            if self.corpus.exact is not None:  # int8 codes: exact scores of the best kb
-                i, s = rerank(part, self.corpus.exact, i, s, k)
+            if corpus.exact is not None:  # int8 codes: exact scores of the best kb
+                i, s = rerank(part, corpus.exact, i, s, k)
             indices.append(i[:, :k])
             scores.append(s[:, :k])
         if not indices:
@@ -452,6 +458,7 @@ class RetrievalEngine:
     def warm_up_candidates(self) -> int:
         """The candidate tower's one chunk program."""
         hashes, d = self.config.hash_config, self.config.emb_size
+        assert hashes is not None  # set by the config's __post_init__
         self.encode_candidates(
             np.zeros((1, hashes.num_item_hashes, d), np.float32),
             np.zeros((1, hashes.num_author_hashes, d), np.float32),

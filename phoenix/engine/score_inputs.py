@@ -7,11 +7,17 @@ Imports numpy, the engine's kernels and batching helpers, and the model layer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from phoenix.engine import kernels
 from phoenix.engine.batching import pad_axis
 from phoenix.recsys_model import PhoenixModelConfig, RecsysBatch, RecsysEmbeddings
+
+# The candidate fields of a context-only batch: None, which the context pass never reads, where
+# RecsysBatch and RecsysEmbeddings (the original's API) type every candidate field as an array.
+NOT_READ: Any = None
 
 
 def context_features(
@@ -32,9 +38,9 @@ def context_features(
         history_author_hashes=pad(batch.history_author_hashes, np.int32),
         history_actions=pad(batch.history_actions, np.float32),
         history_product_surface=pad(batch.history_product_surface, np.int32),
-        candidate_post_hashes=None,
-        candidate_author_hashes=None,
-        candidate_product_surface=None,
+        candidate_post_hashes=NOT_READ,
+        candidate_author_hashes=NOT_READ,
+        candidate_product_surface=NOT_READ,
         history_continuous_actions=pad(continuous, np.float32),
         candidate_impr_ts=None,
         candidate_post_creation_ts=None,
@@ -44,8 +50,8 @@ def context_features(
         user_embeddings=pad(emb.user_embeddings, np.float32),
         history_post_embeddings=pad(emb.history_post_embeddings, np.float32),
         history_author_embeddings=pad(emb.history_author_embeddings, np.float32),
-        candidate_post_embeddings=None,
-        candidate_author_embeddings=None,
+        candidate_post_embeddings=NOT_READ,
+        candidate_author_embeddings=NOT_READ,
     )
     return context, context_emb
 

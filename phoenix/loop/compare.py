@@ -160,7 +160,7 @@ def compared_rate(metric: Metric, labels: Sequence[str], totals: Sequence[Mappin
         difference = {"value": sides[1]["rate"] - sides[0]["rate"], "low": low, "high": high}
     wilsons = {label: wilson(int(t[metric.numerator].sum()), int(t[metric.denominator].sum()))
                for label, t in zip(labels, totals)}  # fmt: skip
-    row = {"metric": metric.name, "better_when": metric.better_when}
+    row: dict[str, Any] = {"metric": metric.name, "better_when": metric.better_when}
     for label, side in zip(labels, sides):
         row[label] = {k: v for k, v in side.items() if k != "draws"}
     verdict = difference_verdict(difference["low"], difference["high"], metric.better_when)

@@ -10,7 +10,6 @@ import csv
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,8 +168,8 @@ def start_reacting_users(
 
 def simulated_user_ids(artifacts: Path, options: LoopOptions) -> np.ndarray:
     """The world users the reacting Locust users are (the ids reacting.py draws)."""
-    from phoenix.training.pipeline import trained_world
     from phoenix.world.simulate import draw_user_ids
+    from phoenix.world.trained import trained_world
 
     return draw_user_ids(trained_world(artifacts), options.users, options.world_seed)
 
@@ -189,7 +188,7 @@ def load_simulated_users(redis_url: str, artifacts: Path, user_ids: np.ndarray,
             "follows": loaded.applied.follows, "seconds": round(loaded.seconds, 1)}  # fmt: skip
 
 
-def forget_served(redis_url: str, user_ids: Sequence[int]) -> int:
+def forget_served(redis_url: str, user_ids: np.ndarray) -> int:
     """Unmark every post served to ``user_ids``: the retriever excludes served posts for two
     days, so users who run through a version's phase have used up the best of the corpus and
     the next version would be measured on the leftovers. Each measured phase starts from

@@ -90,6 +90,7 @@ def outcome(gate: Mapping, rollout: Mapping, window: Optional[Mapping],
     first, second = comparison["labels"]
     gate_line = f"v2's offline gate: {gate_text(gate)}."
     if rolled:
+        assert window is not None  # a rollout's Locust window
         forced = "" if gate["passed"] else " (forced past its failed gate)"
         rollout_line = (f"v2 was rolled out under load{forced}: {window['locust_failures']} "
                         f"failed of {window['locust_requests']:,} requests.")  # fmt: skip
@@ -361,7 +362,7 @@ def in_repository_terms(value: Any) -> Any:
     return value
 
 
-def write_outputs(report: Mapping, metrics: Mapping, out: Path, log: Progress) -> None:
+def write_outputs(report: Mapping, metrics: dict, out: Path, log: Progress) -> None:
     """loop.json, loop.png, loop.md and the online metrics over time (JSON and PNG) in out."""
     from phoenix.training.online_metrics import dumps, plot
 

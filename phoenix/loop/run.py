@@ -14,7 +14,7 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -106,7 +106,7 @@ def rollout_decision(gate: Mapping, force: bool) -> tuple[bool, str]:
     return False, "its offline gate failed"
 
 
-def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: LoopOptions,
+def roll_out(serving: Serving, new_dir: Path, user_ids: np.ndarray, options: LoopOptions,
              say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
     """Roll the server onto ``new_dir`` (gate checked, shadowed on the simulated users' feed
     requests for ``options.shadow_seconds``, switched, the old version unloaded); returns the
@@ -114,18 +114,16 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
     import tritonclient.http as httpclient
 
     from phoenix.ops import rollout
+    from phoenix.ops.model_control import LOAD_TIMEOUT_S
 
     key = serving.admin_key()
-    timeouts = {
-        "connection_timeout": rollout.LOAD_TIMEOUT_S,
-        "network_timeout": rollout.LOAD_TIMEOUT_S,
-    }
+    timeouts = {"connection_timeout": LOAD_TIMEOUT_S, "network_timeout": LOAD_TIMEOUT_S}
     client = httpclient.InferenceServerClient(serving.http_url, **timeouts)
     try:
         server = rollout.Server(client, "http", key, serving.served_repository())
         gate = rollout.check_gate(new_dir, options.force, say)
         plan = rollout.forward_plan(server, new_dir)
-        requests = [
+        requests: list[dict[str, np.ndarray]] = [
             {"user_id": np.array([[u]], np.int64), "top_k": np.array([[options.top_k]], np.int32)}
             for u in user_ids
         ]
@@ -146,7 +144,7 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
 
 
 def rollout_under_load(options: LoopOptions, serving: Serving, redis_url: str, v1: Path,
-                       v2: Path, user_ids: Sequence[int], metrics_path: Path,
+                       v2: Path, user_ids: np.ndarray, metrics_path: Path,
                        running: contextlib.ExitStack, log: Progress) -> dict[str, Any]:  # fmt: skip
     """Reacting users (label ``rollout``) from ``settle_seconds`` before the rollout to as
     long after it; the rollout's report and the window's Locust counts."""

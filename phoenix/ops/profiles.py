@@ -166,7 +166,7 @@ CPU = Profile(
     },
 )
 
-_GPU_BATCHES = dict(max_batch_size=64, batch_buckets=(1, 8, 64))
+_GPU_BATCHES: dict[str, Any] = dict(max_batch_size=64, batch_buckets=(1, 8, 64))
 
 GPU = Profile(
     name="gpu",

@@ -144,6 +144,7 @@ def shape(spec: TensorSpec) -> str:
 def value_range(values: Values) -> str:
     """What an input's values must be, beyond its dtype ('' when nothing more)."""
     high = values.high
+    high_text: Optional[str]
     if high == "surfaces":
         high_text = "the artifact's largest product surface"
     elif isinstance(high, str):
@@ -153,6 +154,7 @@ def value_range(values: Values) -> str:
     if values.low is None and high_text is None:
         return ""
     if high_text is None:
+        assert values.low is not None  # the case above
         return f"{values.what} >= {number(values.low)}"
     return f"{values.what} in [{number(values.low or 0)}, {high_text}]"
 

@@ -285,9 +285,10 @@ def shadow(
             )
             rankers.append(compare_feeds(old_ranks, new_ranks))
         sent += 1
-    result = {"recommend": summarize(feeds), "ranker": summarize(rankers) if rankers else None}
+    recommend = summarize(feeds)
+    result = {"recommend": recommend, "ranker": summarize(rankers) if rankers else None}
     log("shadow done", requests=sent, **{
-        f"recommend_{k}": round(v, 4) for k, v in result["recommend"].items() if k != "requests"
+        f"recommend_{k}": round(v, 4) for k, v in recommend.items() if k != "requests"
     })  # fmt: skip
     return result
 

@@ -308,6 +308,7 @@ class Shutdown:
                     "earlier and cannot be unloaded)"
                 )
                 say(f"stopping: {self.overran}")
+        assert self.server.process is not None  # serve_foreground's server runs
         self.server.process.send_signal(signal.SIGTERM)  # a no-op once it has exited
 
     def exit_code(self, returncode: int) -> int:
@@ -348,6 +349,7 @@ def serve_foreground(
     """Run until the server exits (on its own or after a signal); unless --no-supervisor, the
     supervisor serves /ready (503 while the models load) and heals dead stubs meanwhile."""
     user_state_url = store.url if store is not None else ""
+    assert server.process is not None and server.pid is not None  # started by the caller
     stop_echo = threading.Event()
     echo = threading.Thread(target=echo_log, args=(server.log_path, stop_echo), daemon=True)
     if not args.quiet:

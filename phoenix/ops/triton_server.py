@@ -144,6 +144,7 @@ class TritonServer(StartsReady):
         return self
 
     def _launch(self) -> None:
+        assert self.log_path is not None  # set by start()
         self.last_command = command = self.command()
         self.stub_dir = Path(tempfile.mkdtemp(prefix=f"{self.log_path.stem}.stubs-",
                                               dir=self.log_path.parent))  # fmt: skip
@@ -167,6 +168,7 @@ class TritonServer(StartsReady):
             return None
         from phoenix.ops.served_repository import write_served_repository
 
+        assert self.log_path is not None  # set by start()
         dest = tempfile.mkdtemp(
             prefix=f"{self.log_path.stem}.repository-", dir=self.log_path.parent
         )
@@ -235,6 +237,7 @@ class TritonServer(StartsReady):
         return sorted(SHARED_MEMORY.glob(f"{self.shared_memory_prefix}*"))
 
     def _kill_group(self) -> None:
+        assert self.process is not None  # started
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
 

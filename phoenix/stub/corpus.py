@@ -95,6 +95,7 @@ class CorpusFile:
         ``excluded[b]`` (post ids) among user b's."""
         if self.engine is None:
             raise RuntimeError("this corpus file was opened without its vectors: no search")
+        assert self.author_ids is not None  # loaded with the vectors
         seen = []  # per user: the corpus positions of the excluded posts it holds
         for ids in excluded:
             positions, found = self.index.find(ids)

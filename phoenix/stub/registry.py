@@ -40,8 +40,10 @@ def register_stub(args: Mapping[str, str]) -> None:
     if not directory:
         return
     pid, instance = os.getpid(), args["model_instance_name"]
+    stat = _proc_stat(pid)
+    assert stat is not None  # this process' own
     record = {"pid": pid, "instance": instance, "model": args.get("model_name", ""),
-              "started": _proc_stat(pid)[2]}  # fmt: skip
+              "started": stat[2]}  # fmt: skip
     path = Path(directory) / f"{instance}.{pid}.json"
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record))

@@ -223,7 +223,7 @@ class ServedMetrics:
             return
         if self._served is not None:
             self._add(self._served, len(results))
-        if self._candidates is not None:
+        if self._candidates is not None and self._candidate_output is not None:
             self._add(self._candidates, nonzero(results, self._candidate_output))
         if self._in_network is not None:
             self._add(self._in_network, nonzero(results, IN_NETWORK_OUTPUT))
@@ -298,7 +298,7 @@ class CorpusMetrics:
     def update(self) -> None:
         """Set each gauge whose value changed (a set is a round trip to the server, as an
         increment is: ServedMetrics.count); the first update sets them all."""
-        if not self._gauges:
+        if not self._gauges or self._state is None:  # gauges are made only with a state
             return
         state = self._state()
         for index, (gauge, field) in enumerate(self._gauges):

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from phoenix.schema.input_error import InputError
 from phoenix.stub.host_dlpack import host_buffers
 from phoenix.stub.profile import StubProfile
 from phoenix.stub.request_metrics import CorpusMetrics, RequestMetrics, ServedMetrics
+
+if TYPE_CHECKING:  # imported in initialize, once the device settings are in the environment
+    from phoenix.stub.services.common import Service
 
 logger = logging.getLogger("phoenix.stub")
 
@@ -106,6 +110,7 @@ class ServiceModel:
     """Triton Python-backend model delegating to the service of ``service_name``."""
 
     service_name = ""
+    service: Optional[Service]  # from initialize to finalize
 
     def initialize(self, args: Mapping[str, str]) -> None:
         # Start-up makes nearly all of the stub's objects, and they live as long as it does
@@ -177,6 +182,7 @@ class ServiceModel:
 
     def _execute(self, requests):
         try:
+            assert self.service is not None  # Triton sends no batch after finalize
             results = self.service.handle([request_arrays(request) for request in requests])
         except Exception as error:  # never crash the stub: report the batch as failed
             logger.exception("%s: batch failed", self.service_name)

@@ -94,16 +94,16 @@ def recall_at_ks(
     """Mean recall@k over the rows with a target; ``score_rows(rows)`` gives scores
     [len(rows), N] over the corpus and ``targets``/``exclude`` are corpus positions per row."""
     largest = max(ks)
-    hits = {k: [] for k in ks}
+    hits: dict[int, list[float]] = {k: [] for k in ks}
     for start in range(0, num_rows, chunk):
         rows = np.arange(start, min(start + chunk, num_rows))
         scores = np.array(score_rows(rows), np.float64)
-        for i, r in enumerate(rows):
+        for i, r in enumerate(rows.tolist()):
             scores[i, exclude[r]] = -np.inf
         top = np.argpartition(-scores, min(largest, scores.shape[1] - 1), axis=1)[:, :largest]
         top_scores = np.take_along_axis(scores, top, 1)
         top = np.take_along_axis(top, np.argsort(-top_scores, axis=1, kind="stable"), 1)
-        for i, r in enumerate(rows):
+        for i, r in enumerate(rows.tolist()):
             wanted = targets[r]
             if wanted.size == 0:  # every held-out positive of this user is outside the corpus
                 continue
@@ -161,8 +161,8 @@ class Evaluator:
             self.exclude.append(seen[seen >= 0])
         counts = np.bincount(imp.post[index.train_positives], minlength=len(world.post_ids))
         self.popularity = counts.astype(np.float64)
-        self._ranker_fn = None
-        self._user_fn = None
+        self._ranker_fn: Optional[Callable] = None  # jitted on first use
+        self._user_fn: Optional[Callable] = None
 
     # -- scorers -----------------------------------------------------------------------
 
@@ -187,9 +187,9 @@ class Evaluator:
 
             self._ranker_fn = jax.jit(probs)
         out = np.zeros(self.labels.shape, np.float32)
-        params = (params["ranker"], params["tables"])
+        weights = (params["ranker"], params["tables"])
         return self._in_batches(
-            out, self._ranker_fn, params, self.user_arrays | self.candidate_arrays
+            out, self._ranker_fn, weights, self.user_arrays | self.candidate_arrays
         )
 
     def user_vectors(self, params: dict) -> np.ndarray:
@@ -208,8 +208,8 @@ class Evaluator:
             "positive_post_hashes": np.zeros((E, c.num_item_hashes), np.int32),
             "positive_author_hashes": np.zeros((E, c.num_author_hashes), np.int32),
         }
-        params = (params["retrieval"], params["tables"])
-        return self._in_batches(out, self._user_fn, params, arrays)
+        weights = (params["retrieval"], params["tables"])
+        return self._in_batches(out, self._user_fn, weights, arrays)
 
     def corpus_vectors(self, params: dict) -> np.ndarray:
         return embed_posts(self.config, params, self.index.world, self.corpus)

@@ -89,7 +89,11 @@ def warm_start_params(artifacts: checkpoint.Artifacts) -> dict:
     """The served weights in the training layout (``train.init_params``'s): both towers,
     the retrieval temperature (the initial one where the artifacts have none) and the
     three hash tables."""
-    retrieval = {module: dict(values) for module, values in artifacts.retrieval_params.items()}
+    assert artifacts.retrieval_params is not None and artifacts.ranker_params is not None
+    assert artifacts.tables is not None  # every part loaded (load_artifacts' default)
+    retrieval: dict[str, dict[str, Any]] = {
+        module: dict(values) for module, values in artifacts.retrieval_params.items()
+    }
     scope, name = LOG_TEMPERATURE_KEY.rsplit("/", 1)
     retrieval.setdefault(scope, {}).setdefault(name, np.float32(INITIAL_LOG_TEMPERATURE))
     retrieval[scope][name] = np.float32(retrieval[scope][name])

@@ -147,10 +147,10 @@ def model_inputs(tables: dict, arrays: dict, with_candidates: bool = True):
         candidate_post_creation_ts=created,
     )
     embeddings = RecsysEmbeddings(
-        user_embeddings=lookup(tables["user"], batch.user_hashes),
-        history_post_embeddings=lookup(tables["item"], batch.history_post_hashes),
+        user_embeddings=lookup(tables["user"], arrays["user_hashes"]),
+        history_post_embeddings=lookup(tables["item"], arrays["history_post_hashes"]),
         candidate_post_embeddings=lookup(tables["item"], cand_post),
-        history_author_embeddings=lookup(tables["author"], batch.history_author_hashes),
+        history_author_embeddings=lookup(tables["author"], arrays["history_author_hashes"]),
         candidate_author_embeddings=lookup(tables["author"], cand_author),
     )
     return batch, embeddings
@@ -338,7 +338,7 @@ def train(
         "ranker": settings.ranker_batch if "ranker" in settings.towers else 0,
     }
     started = time.perf_counter()
-    window_start, window_examples = None, 0
+    window_start, window_examples = started, 0  # the window restarts after step 0 (compile)
     for step in range(settings.steps):
         if eval_fn is not None and step % eval_every == 0:
             history.eval_steps.append(step)

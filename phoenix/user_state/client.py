@@ -30,7 +30,7 @@ CONNECT_TIMEOUT_S = 0.5  # a Redis on the same network connects in well under a 
 SOCKET_TIMEOUT_S = 1.0  # a pipelined batch read takes milliseconds (docs/user-state.md)
 RETRIES = 1  # one retry: a dropped idle connection is re-opened, a down server fails fast
 
-Client = Union[redis.Redis, RedisCluster]
+Client = Union[redis.Redis, RedisCluster, "ClusterOnFirstUse"]
 
 
 class UserStateError(RuntimeError):
@@ -141,9 +141,9 @@ class ClusterOnFirstUse:
     def __init__(self, url: str, **options):
         self.url = url
         self.options = options
-        self.made: RedisCluster | None = None
+        self.made: Client | None = None
 
-    def client(self) -> RedisCluster:
+    def client(self) -> Client:
         if self.made is None:
             self.made = connect(self.url, **self.options)
         return self.made

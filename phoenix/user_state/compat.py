@@ -26,7 +26,7 @@ def _timeout_module() -> None:
         import async_timeout  # noqa: F401
     except ImportError:
         shim = types.ModuleType("async_timeout")
-        shim.timeout = asyncio.timeout
+        shim.__dict__["timeout"] = asyncio.timeout
         sys.modules["async_timeout"] = shim
 
 
@@ -42,6 +42,8 @@ def _runtime_ssl() -> None:
     for path in sorted(glob.glob(f"/usr/lib/python{version}/lib-dynload/_ssl.*.so")):
         loader = importlib.machinery.ExtensionFileLoader("_ssl", path)
         spec = importlib.util.spec_from_file_location("_ssl", path, loader=loader)
+        if spec is None:
+            continue
         try:
             module = importlib.util.module_from_spec(spec)
             loader.exec_module(module)

@@ -37,7 +37,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from phoenix.config import ACTION_NAMES, INT64_MAX
 from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
@@ -222,7 +222,8 @@ def _event_of(obj: Any) -> Event:
     if kind == "engagement":
         args["actions"] = _mask_of(args["actions"])
         return Engagement(**args)
-    return {"follow": Follow, "unfollow": Unfollow, "post": Post}[kind](**args)
+    made: dict[str, Callable[..., Event]] = {"follow": Follow, "unfollow": Unfollow, "post": Post}
+    return made[kind](**args)
 
 
 def parse_event(line: str, limits: EventLimits, now: Optional[float] = None) -> Event:

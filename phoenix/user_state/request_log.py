@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import cast
 
 import numpy as np
 import redis
@@ -145,7 +146,12 @@ def read_request_log(
         page = READ_PAGE if left is None else min(READ_PAGE, left)
         lower = start if start == "-" else f"({start}"  # exclusive after the first page
         try:
-            entries = client.xrange(REQUEST_LOG_STREAM, min=lower, max="+", count=page)
+            # redis-py types a reply as any form a sync or async client gives; XRANGE's, for
+            # a sync client without decode_responses, is a list of (bytes id, bytes fields)
+            entries = cast(
+                list[tuple[bytes, dict[bytes, bytes]]],
+                client.xrange(REQUEST_LOG_STREAM, min=lower, max="+", count=page),
+            )
         except (redis.RedisError, RedisClusterException) as error:
             what = "reading the request log"
             raise unavailable_or_failed(describe(client), what, error) from error

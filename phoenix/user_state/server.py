@@ -99,6 +99,7 @@ class RedisServer:
 
     @property
     def log_path(self) -> Path:
+        assert self.dir is not None, "redis-server was not started"
         return self.dir / "redis.log"
 
     def persistence_args(self) -> list[str]:
@@ -147,6 +148,7 @@ class RedisServer:
 
     def _wait_ready(self, timeout_s: float) -> None:
         # no retries of its own: redis-py's default backs off for seconds on a refused connection
+        assert self.process is not None and self.port is not None  # set by start()
         client = redis.Redis(host=LOOPBACK, port=self.port, socket_connect_timeout=0.2,
                              socket_timeout=0.5, retry=Retry(NoBackoff(), 0))  # fmt: skip
         deadline = time.monotonic() + timeout_s
@@ -164,6 +166,7 @@ class RedisServer:
                 time.sleep(0.02)
 
     def _failure(self, reason: str) -> RedisServerError:
+        assert self.process is not None and self.process.stderr is not None  # start()'s PIPE
         stderr = (
             self.process.stderr.read().decode(errors="replace")
             if self.process.poll() is not None
@@ -185,7 +188,8 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-            self.process.stderr.close()
+            if self.process.stderr is not None:  # start()'s PIPE
+                self.process.stderr.close()
             self.process = None
         if self.dir is not None:
             self.remove_dir(self.dir)
@@ -234,6 +238,7 @@ class RedisClusterNodes:
         """Until every node says cluster_state:ok (slots assigned, nodes agree)."""
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
+            assert node.port is not None  # started
             client = redis.Redis(host=LOOPBACK, port=node.port, socket_timeout=0.5)
             with contextlib.closing(client):
                 while client.cluster("info").get("cluster_state") != "ok":

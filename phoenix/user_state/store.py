@@ -218,7 +218,7 @@ class UserStateStore:
 
     def record_served(
         self,
-        served: Sequence[tuple[int, Sequence[int], str]],
+        served: Sequence[tuple[int, Sequence[int] | np.ndarray, str]],
         now: float,
         log: Sequence[RequestRecord] = (),
     ) -> None:

@@ -123,6 +123,15 @@ class StartsReady:
     """A process with ``start``, ``wait_ready`` and ``stop``: as a context manager it starts,
     waits until ready and stops; one that fails to get ready is stopped."""
 
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def wait_ready(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> object:
+        raise NotImplementedError
+
     def start_ready(self):
         self.start()
         try:
@@ -177,6 +186,12 @@ class LoggedProcess:
         self.env = dict(env) if env is not None else None
         self.process: subprocess.Popen | None = None
 
+    def started(self) -> subprocess.Popen:
+        """The child process (``start`` first: otherwise a RuntimeError)."""
+        if self.process is None:
+            raise RuntimeError(f"{self.command[0]} was not started")
+        return self.process
+
     def start(self) -> LoggedProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
@@ -190,7 +205,7 @@ class LoggedProcess:
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.started().pid
 
     @property
     def returncode(self) -> int | None:
@@ -200,12 +215,12 @@ class LoggedProcess:
         return self.process is not None and self.process.poll() is None
 
     def send_signal(self, signum: int) -> None:
-        self.process.send_signal(signum)
+        self.started().send_signal(signum)
 
     def wait_exit(self, timeout_s: float) -> int | None:
         """The exit code, or None when it still runs after ``timeout_s``."""
         try:
-            return self.process.wait(timeout_s)
+            return self.started().wait(timeout_s)
         except subprocess.TimeoutExpired:
             return None
 

@@ -68,10 +68,11 @@ class Column:
     field: str | None = None
     of: Callable[[World, Impressions], np.ndarray] | None = None
 
-    def array(self, world: World, impressions: Impressions | None) -> np.ndarray:
+    def array(self, world: World, impressions: Impressions) -> np.ndarray:
         if self.of is not None:
             value = self.of(world, impressions)
         else:
+            assert self.field is not None, "a column names its field or gives ``of``"
             value = getattr(world if hasattr(world, self.field) else impressions, self.field)
         return np.asarray(value).astype(self.dtype)
 

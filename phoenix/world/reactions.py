@@ -85,7 +85,9 @@ def follows_author(world, users: np.ndarray, posts: np.ndarray) -> np.ndarray:
     return followed
 
 
-def affinity(world, users: np.ndarray, posts: np.ndarray, ts: np.ndarray, surface=0) -> np.ndarray:
+def affinity(
+    world, users: np.ndarray, posts: np.ndarray, ts: np.ndarray | np.integer, surface=0
+) -> np.ndarray:
     """Ground-truth affinity of user indices and post indices (same shape; broadcasting)."""
     topic = world.post_topic[posts]
     author = world.post_author[posts]

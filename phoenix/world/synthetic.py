@@ -256,11 +256,11 @@ def _pick_members(rng, members: list[np.ndarray], groups: np.ndarray) -> np.ndar
 
 def positive_mask(actions: np.ndarray) -> np.ndarray:
     """Impressions [N, 19] with a positive engagement (retrieval targets)."""
-    return actions[:, [ACTION_INDEX[n] for n in POSITIVE_ACTIONS]].any(axis=1)
+    return np.any(actions[:, [ACTION_INDEX[n] for n in POSITIVE_ACTIONS]], axis=1)
 
 
 def negative_mask(actions: np.ndarray) -> np.ndarray:
-    return actions[:, [ACTION_INDEX[n] for n in NEGATIVE_ACTIONS]].any(axis=1)
+    return np.any(actions[:, [ACTION_INDEX[n] for n in NEGATIVE_ACTIONS]], axis=1)
 
 
 # ----------------------------------------------------------------------------------------

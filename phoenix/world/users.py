@@ -24,7 +24,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -36,6 +36,9 @@ from phoenix.user_state.events import Engagement, Event, Follow, Post
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.store import AppliedCounts, UserStateStore
 
+if TYPE_CHECKING:  # numpy only, but slow to build: imported on demand
+    from phoenix.world.synthetic import World
+
 LOAD_BATCH_USERS = 500  # users per pipeline: about 15,000 events, one round trip
 
 
@@ -43,7 +46,7 @@ LOAD_BATCH_USERS = 500  # users per pipeline: about 15,000 events, one round tri
 class WorldUsers:
     """A trained world's users and their engagements, as events (times shifted to now)."""
 
-    world: object  # phoenix.world.synthetic.World
+    world: World
     user: np.ndarray  # [N] int32 user index of each engagement, sorted by (user, time)
     post: np.ndarray  # [N] int32 post index
     ts: np.ndarray  # [N] int64 world seconds
@@ -190,7 +193,7 @@ def _batches(indices: Sequence[int], size: int) -> Iterator[Sequence[int]]:
 def load_users(
     store: UserStateStore,
     world: WorldUsers,
-    users: Optional[Sequence[int]] = None,
+    users: Optional[Sequence[int] | np.ndarray] = None,
     *,
     batch_users: int = LOAD_BATCH_USERS,
     progress: bool = False,
@@ -198,8 +201,8 @@ def load_users(
     """Apply the events of ``users`` (indices; default: every user) and the authors' recent
     posts to ``store``, ``batch_users`` users per pipeline."""
     started = time.perf_counter()
-    users = np.arange(len(world.user_ids)) if users is None else np.asarray(users)
-    loaded = Loaded(users=len(users))
+    indices = np.arange(len(world.user_ids)) if users is None else np.asarray(users)
+    loaded = Loaded(users=len(indices))
     total = loaded.applied
 
     def add(counts: AppliedCounts) -> None:
@@ -207,9 +210,9 @@ def load_users(
             setattr(total, kind, getattr(total, kind) + getattr(counts, kind))
 
     add(store.apply(world.author_posts()))
-    with tqdm(total=len(users), unit=" users", desc="load users", disable=not progress or None,
+    with tqdm(total=len(indices), unit=" users", desc="load users", disable=not progress or None,
               mininterval=1.0) as bar:  # fmt: skip
-        for batch in _batches(users.tolist(), batch_users):
+        for batch in _batches(indices.tolist(), batch_users):
             add(store.apply([e for index in batch for e in world.user_events(index)]))
             bar.update(len(batch))
     loaded.seconds = time.perf_counter() - started

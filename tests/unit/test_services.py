@@ -221,6 +221,14 @@ def test_user_encoder_and_retriever(resources):
     assert joined["retrieval_scores"][0, 1] == first["retrieval_scores"][0, 0]
     assert joined["retrieval_scores"][0, 0] == retrieval.UNRETRIEVED_SCORE
 
+    # the post ids or the author ids alone: that request refused, naming both; the other runs
+    for sent, array in in_network.items():
+        alone = {"user_embedding": out["user_embedding"], "top_k": np.array([[5]], np.int32)}
+        refused, answered = retriever.handle([{**alone, sent: array}, alone])
+        assert isinstance(refused, InputError), sent
+        assert "'in_network_post_ids' and 'in_network_author_ids'" in str(refused)
+        assert answered["post_ids"].tolist() == first["post_ids"].tolist()
+
 
 def test_adapter_parameter_helpers():
     assert powers_of_two_up_to(8) == (1, 2, 4, 8)

@@ -59,7 +59,7 @@ def has_stubs(config: Mapping) -> bool:
 
 def expected_instances(config: Mapping) -> set[str]:
     """Instance names Triton gives a model's instances: '<group name>_<index>'."""
-    names = set()
+    names: set[str] = set()
     for index, group in enumerate(config.get("instance_group") or []):
         group_name = group.get("name") or f"{config['name']}_{index}"
         names.update(f"{group_name}_{i}" for i in range(int(group.get("count", 1))))

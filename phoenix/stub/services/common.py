@@ -25,16 +25,18 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar, Optional, Union, cast
 
 import numpy as np
 
-from phoenix.schema.requests import InputError, parse, parse_all
+from phoenix.schema.requests import InputError, TypedRequest, parse, parse_all
 from phoenix.schema.served import contract
 
 Arrays = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
-Result = Union[Outputs, InputError]
+# A request's outputs, or its error: an InputError (the request's fault, INVALID_ARG) or another
+# (the server's, INTERNAL: e.g. the user-state store unreachable)
+Result = Union[Outputs, Exception]
 
 ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
 
@@ -154,15 +156,21 @@ class Service:
     ``warm_up``.
     """
 
-    request_type: ClassVar[type]
+    request_type: ClassVar[type[TypedRequest]]
     config: Any  # the artifact config the requests are checked against
     max_rows: int  # the most rows one run takes (the largest compiled batch, or max_batch_size)
+    corpus: Any  # the retriever's, the feed policy's and the chain's only (the adapter's metrics)
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings) -> Service:
+        raise NotImplementedError
 
     @classmethod
     def model(cls) -> str:
         return cls.request_type.contract.name
 
-    def run(self, requests: Sequence[Any]) -> list[Outputs]:
+    def run(self, requests: Sequence[Any]) -> Sequence[Result]:
+        """One result per request: its outputs, or its error (e.g. the user-state store's)."""
         raise NotImplementedError
 
     def warm_up(self) -> int:
@@ -188,7 +196,7 @@ class Service:
         batch bucket: from Triton, whose batches never exceed max_batch_size, that is one group.
         """
         results: list[Optional[Result]] = []
-        good = []
+        good: list[tuple[int, Any]] = []  # (slot in results, checked request)
         for parsed in parse_all(self.request_type, batch, self.config):
             if not isinstance(parsed, InputError):
                 try:
@@ -203,10 +211,11 @@ class Service:
         for group in self._groups(good):
             for (slot, _), outputs in zip(group, self.run([r for _, r in group])):
                 results[slot] = outputs
-        return results
+        return cast(list[Result], results)  # every slot filled: by its InputError or by run
 
     def _groups(self, good: list) -> list[list]:
-        groups, rows, largest = [], 0, self.max_rows
+        groups: list[list] = []
+        rows, largest = 0, self.max_rows
         for item in good:
             if not groups or rows + item[1].rows > largest:
                 groups.append([])

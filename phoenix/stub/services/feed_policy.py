@@ -159,7 +159,7 @@ class FeedPolicyService(Service):
         retrieval = request.candidate_retrieval_scores  # passed through; zeros if not sent
         if retrieval is None:
             retrieval = np.zeros(request.candidate_post_ids.shape, np.float32)
-        columns = {
+        columns: dict[str, list] = {
             name: [] for name in ("posts", "authors", "scores", "probs", "retrieval", "in_network")
         }
         dropped = np.zeros((request.rows, len(FILTERS)), np.int32)  # [R, F]

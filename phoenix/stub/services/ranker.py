@@ -122,7 +122,7 @@ class RankerService(Service):
         self.ranker = DeviceRanker(
             self.config.ranker_config(),
             resources.artifacts.ranker_params,
-            resources.embedder.table,
+            resources.hash_embedder().table,
             entity_hashes(self.config),
             self.weights,
             compute_dtype=compute_dtype,

@@ -16,6 +16,7 @@ import numpy as np
 
 from phoenix.checkpoint import Artifacts, load_artifacts
 from phoenix.engine.programs import ProgramStore
+from phoenix.hashing import HashEmbedder
 from phoenix.recsys_model import DWELL_TIME_INDEX, NUM_CONTINUOUS
 
 PARTS = ("ranker", "retrieval", "tables")  # of an artifact directory, loaded on demand
@@ -38,11 +39,17 @@ class PhoenixResources:
         # Compiled programs beside the artifacts (phoenix-compile fills it; docs/serving.md)
         self.programs = ProgramStore.beside(self.root)
 
+    def hash_embedder(self) -> HashEmbedder:
+        """The hash embedder, which only resources loaded with "tables" have."""
+        if self.embedder is None:
+            raise ValueError(f"{self.root}: loaded without its hash tables ({self.parts})")
+        return self.embedder
+
     def user_features(self, users):
         """Hashes and embeddings of the user + history part of a padded batch (``batches``;
         the RecsysBatch and RecsysEmbeddings fields; candidates left out). A batch without
         dwell times (the user tower's contract has none) gets zeros."""
-        e = self.embedder
+        e = self.hash_embedder()
         user_hashes, user_rows = e.hash_users(users.user_id)  # [B, nU]
         post_hashes, post_rows = e.hash_items(users.history_post_ids)  # [B, S, nI]
         author_hashes, author_rows = e.hash_authors(users.history_author_ids)  # [B, S, nA]
@@ -68,12 +75,10 @@ class PhoenixResources:
 
     def candidate_features(self, post_ids: np.ndarray, author_ids: np.ndarray):
         """Hashes and embeddings of candidate posts [..] and their authors [..]."""
-        post_hashes, post_rows = self.embedder.hash_items(post_ids)
-        author_hashes, author_rows = self.embedder.hash_authors(author_ids)
-        return (post_hashes, author_hashes), (
-            self.embedder.lookup(post_rows),
-            self.embedder.lookup(author_rows),
-        )
+        e = self.hash_embedder()
+        post_hashes, post_rows = e.hash_items(post_ids)
+        author_hashes, author_rows = e.hash_authors(author_ids)
+        return (post_hashes, author_hashes), (e.lookup(post_rows), e.lookup(author_rows))
 
 
 # This process's resources by artifact directory: recommend's chain runs the user tower, the

@@ -19,6 +19,7 @@ from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
 from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import LIMITS, UNKNOWN_AGE
 from phoenix.schema.request_types import CandidateTowerRequest, RetrieverRequest, UserEncoderRequest
+from phoenix.schema.requests import InputError
 from phoenix.stub.corpus import RowHits, open_corpus
 from phoenix.stub.services.common import (
     Outputs,
@@ -100,7 +101,7 @@ class CandidateTowerService(Service):
         self.config = resources.config
         self.max_rows = max_rows  # one program of rows_per_call rows serves them all
         self.engine = retrieval_engine(resources, candidate_chunk=rows_per_call)
-        self.tower = CandidateTower(resources.embedder, self.engine)
+        self.tower = CandidateTower(resources.hash_embedder(), self.engine)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> CandidateTowerService:
@@ -166,6 +167,7 @@ def in_network_rows(request: RetrieverRequest) -> list[tuple[np.ndarray, np.ndar
     if request.in_network_post_ids is None:
         empty = np.zeros(0, np.int64)
         return [(empty, empty)] * request.rows
+    assert request.in_network_author_ids is not None  # with the post ids (admit)
     rows = []
     for posts, authors in zip(request.in_network_post_ids, request.in_network_author_ids):
         real = posts != 0
@@ -185,7 +187,8 @@ def with_in_network(
     posts, authors = in_network
     if len(posts) == 0:  # no follows, or a request that carried its history
         return RowHits(
-            *(column[:limit] for column in retrieved[:2]),
+            retrieved.post_ids[:limit],
+            retrieved.author_ids[:limit],
             retrieved.scores[:limit].astype(np.float32),
         )
     _, first = np.unique(posts, return_index=True)
@@ -243,6 +246,18 @@ class RetrieverService(Service):
 
     def warm_up(self) -> int:
         return self.corpus.warm_up()
+
+    def admit(self, request):
+        """The in-network posts come as post ids and their author ids, both or neither (the
+        contract checks their lengths agree when both are sent)."""
+        request = super().admit(request)
+        pair = ("in_network_post_ids", "in_network_author_ids")
+        sent = [name for name in pair if getattr(request, name) is not None]
+        if len(sent) == 1:
+            raise InputError(
+                f"retriever: '{pair[0]}' and '{pair[1]}' go together; only '{sent[0]}' was sent"
+            )
+        return request
 
     def run(self, requests: Sequence[RetrieverRequest]) -> list[Outputs]:
         now = self.clock()

@@ -129,13 +129,15 @@ class UserStateService(StoreBackedService):
     def run(self, requests: Sequence) -> list[Result]:
         by_id = [r for r in requests if r.history_post_ids is None]
         state = self.read([int(u) for r in by_id for u in r.user_id[:, 0]]) if by_id else None
-        results, row = [], 0
+        results: list[Result] = []
+        row = 0
         for request in requests:
             if request.history_post_ids is not None:
                 results.append(passed_on_history(request.arrays()))
             elif isinstance(state, UserStateError):
                 results.append(state)
             else:
+                assert state is not None  # read for the requests by id
                 results.append(stored_state(state[row : row + request.rows], self.config))
                 row += request.rows
         return results
