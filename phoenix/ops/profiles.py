@@ -180,7 +180,12 @@ GPU = Profile(
             2,
             Queue(1000, 1024),
             **_GPU_BATCHES,
-            parameters={"candidate_buckets": (64, 256, 1024), "split_widths": False},
+            parameters={
+                "candidate_buckets": (64, 256, 1024),
+                "split_widths": False,
+                # device memory: docs/deploy.md's GPU memory per stub bounds it
+                "prefix_cache_mib": 512,
+            },
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
         "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),
