@@ -156,8 +156,26 @@ IN_NETWORK_OUTPUT = "in_network"  # per returned post: 1 from the in-network sou
 DROPPED_OUTPUT = "filtered_counts"  # [rows, filters] in phoenix.feed_policy.FILTERS order
 
 
-# ServedMetrics sends its counts at most this often (seconds): each send is a round trip.
+# ServedMetrics and PrefixCacheMetrics send their counts at most this often (seconds): each
+# send is a round trip. METRICS_INTERVAL_ENV overrides it (0: after every batch, as the tests
+# that count a served model's cache hits run their server).
 FLUSH_INTERVAL_S = 1.0
+METRICS_INTERVAL_ENV = "PHOENIX_METRICS_INTERVAL_S"
+
+
+def flush_interval() -> float:
+    """Seconds between two sends of a stub's counts: $PHOENIX_METRICS_INTERVAL_S, else
+    FLUSH_INTERVAL_S."""
+    text = os.environ.get(METRICS_INTERVAL_ENV, "").strip()
+    if not text:
+        return FLUSH_INTERVAL_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"${METRICS_INTERVAL_ENV} must be seconds >= 0, got {text!r}")
+    return seconds
 
 
 def nonzero(results: Sequence[dict], output: str) -> int:
@@ -184,6 +202,7 @@ class ServedMetrics:
         clock: Callable[[], float] = time.monotonic,
     ):
         self._clock = clock
+        self._interval = flush_interval()
         self._flushed_at = -float("inf")  # the first batch is shown at once
         self._pending: dict[int, list] = {}  # id(metric) -> [metric, count not yet sent]
         self._families: list[Any] = []
@@ -241,7 +260,7 @@ class ServedMetrics:
             per_filter = sum(r[DROPPED_OUTPUT].reshape(-1, len(FILTERS)).sum(0) for r in results)
             for metric, dropped in zip(self._dropped, per_filter):
                 self._add(metric, int(dropped))
-        if self._clock() - self._flushed_at >= FLUSH_INTERVAL_S:
+        if self._clock() - self._flushed_at >= self._interval:
             self.flush()
 
     def _add(self, metric: Any, count: int) -> None:
@@ -304,6 +323,7 @@ class PrefixCacheMetrics:
     ):
         self._cache = cache  # a phoenix.engine.prefix_cache.PrefixCache, or None
         self._clock = clock
+        self._interval = flush_interval()
         self._flushed_at = -float("inf")
         self._families: list[Any] = []
         self._counters: dict[str, Any] = {}  # "hits", "misses", "evicted:<reason>" -> metric
@@ -345,10 +365,10 @@ class PrefixCacheMetrics:
         return family
 
     def update(self, force: bool = False) -> None:
-        """Send what changed since the last send, at most once per FLUSH_INTERVAL_S."""
+        """Send what changed since the last send, at most once per flush interval."""
         if self._bytes is None or self._cache is None:
             return
-        if not force and self._clock() - self._flushed_at < FLUSH_INTERVAL_S:
+        if not force and self._clock() - self._flushed_at < self._interval:
             return
         stats = self._cache.stats()
         now = {"hits": stats.hits, "misses": stats.misses}
