@@ -25,8 +25,8 @@ import pytest
 from phoenix.checkpoint import load_config, load_corpus
 from phoenix.client.client import connect, infer
 from phoenix.feed_policy import in_network_share
-from phoenix.ops.reload import reload_with_chains
 from phoenix.ops.profiles import CPU
+from phoenix.ops.reload import reload_with_chains
 from phoenix.schema.contracts import FEED_POLICY, RANKER, USER_STATE
 from phoenix.stub.request_metrics import CACHE_HITS, CACHE_MISSES, METRICS_INTERVAL_ENV
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore

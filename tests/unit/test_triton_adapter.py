@@ -600,7 +600,9 @@ def test_prefix_cache_counts_are_sent_as_served_counts_are_and_none_is_lost(metr
     labels = dict(model="ranker", version="1")
 
     def values():
-        reasons = [metrics.value(CACHE_EVICTIONS, **labels, reason=r) for r in ("budget", "expired")]
+        reasons = [
+            metrics.value(CACHE_EVICTIONS, **labels, reason=why) for why in ("budget", "expired")
+        ]
         hits, misses = metrics.value(CACHE_HITS, **labels), metrics.value(CACHE_MISSES, **labels)
         return hits, misses, *reasons, metrics.value(CACHE_BYTES, **labels)
 
