@@ -52,9 +52,10 @@ from phoenix.schema.spec import (
 
 # Candidate counts the ranker compiles for; the largest is the per-user maximum.
 RANKER_CANDIDATE_BUCKETS = (16, 64, 256, 512, 1024)
-# The prefix cache per ranker instance: 256 MiB holds about 500 users of the mini config at
-# history 127 and 63 at history 1,022 (float32; docs/performance.md, "The prefix cache").
-PREFIX_CACHE_MIB = 256
+# The prefix cache per ranker instance (the ranker's and the chain's: four stubs on CPUs, at
+# most 512 MiB of a pod): 128 MiB holds 255 users of the mini config at history 127, 31 at
+# history 1,022 (float32; docs/performance.md, "The prefix cache").
+PREFIX_CACHE_MIB = 128
 PREFIX_CACHE_TTL_S = 120.0
 
 # The ranker's default blend of action probabilities, by the artifact's action names.

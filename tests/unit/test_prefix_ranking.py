@@ -168,7 +168,7 @@ def test_more_users_than_fit_keep_the_cache_within_its_budget(resources, plain):
     rng = np.random.default_rng(4)
     probe = cached_service(resources)
     probe.handle([page(rng, user(rng, 1, 2), 2)])
-    (entry,) = (probe.prefix_cache._used[key].value for key in probe.prefix_cache.keys())
+    (entry,) = (probe.prefix_cache.peek(key) for key in probe.prefix_cache.keys())
     size = entry_bytes(entry)
     budget_mib = 2.5 * size / 2**20  # two and a half entries
     cached = cached_service(resources, mib=budget_mib)
