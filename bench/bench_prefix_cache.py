@@ -77,8 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     add = parser.add_argument
     add("--quick", action="store_true", help="fewer rounds, a 20 s paged run per setting")
-    add("--rounds", type=int, default=5, help="alternating timed rounds of the engine (5)")
-    add("--calls", type=int, default=6, help="calls per mode and round (6)")
+    add("--rounds", type=int, default=5, help="timed rounds of the engine (5)")
+    add("--calls", type=int, default=6, help="calls per mode and round, 1 user a call (6)")
     add("--skip-paged", action="store_true", help="leave the Locust part out")
     add("--locust-users", type=int, default=24, help="paged Locust users (24)")
     add("--skip-one-instance", action="store_true", help="no paged run of one ranker instance")
@@ -143,11 +143,12 @@ class Pages:
         return ranker_inputs(values)
 
 
-def timed(rank, batches, rows: int) -> float:
-    started = time.perf_counter()
-    for batch in batches:
-        rank(batch, rows)
-    return (time.perf_counter() - started) / len(batches)
+def timed(rank, batch, rows: int) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds: every thread's) of one ranking call. On a
+    machine shared with other work the CPU seconds are the steadier measure of the work."""
+    started, cpu = time.perf_counter(), time.process_time()
+    rank(batch, rows)
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def engine_part(artifacts: Path, args) -> dict:
@@ -175,29 +176,38 @@ def engine_part(artifacts: Path, args) -> dict:
     for users in (1, 8):
         calls = args.calls if users == 1 else max(2, args.calls // 3)
         times: dict[str, list[float]] = {"off": [], "miss": [], "hit": []}
+        cpu: dict[str, list[float]] = {"off": [], "miss": [], "hit": []}
+
+        def record(mode: str, rank, batch, users=users, times=times, cpu=cpu) -> None:
+            wall, spent = timed(rank, batch, users)
+            times[mode].append(wall)
+            cpu[mode].append(spent)
+
         book: dict[str, list[float]] = {"miss": [], "hit": []}
         warm = [pages.user() for _ in range(users)]
         for ranker in (off, on):  # programs loaded and caches warm before timing
             ranker.rank(batch_of([pages.page(u) for u in warm], users), users)
-        for round_ in range(args.rounds):
-            people = [[pages.user() for _ in range(users)] for _ in range(calls)]
-            first = [batch_of([pages.page(u) for u in group], users) for group in people]
-            second = [batch_of([pages.page(u) for u in group], users) for group in people]
-            if round_ % 2 == 0:  # the cache off first in even rounds, last in odd ones
-                times["off"].append(timed(off.rank, first, users))
-            cache.clear()
+        for round_ in range(args.rounds * calls):
+            # one call of each mode on the same users, in turn: a user new to the cache (a
+            # miss), the same user's next page (a hit), the cache off, the cache off first
+            # every other time, so that the machine's drift meets every mode alike
+            people = [pages.user() for _ in range(users)]
+            first = batch_of([pages.page(u) for u in people], users)
+            second = batch_of([pages.page(u) for u in people], users)
+            if round_ % 2 == 0:
+                record("off", off.rank, first)
+            spent, before = on.prefix.bookkeeping_s, cache.stats()
+            record("miss", on.rank, first)
+            book["miss"].append(on.prefix.bookkeeping_s - spent)
             spent = on.prefix.bookkeeping_s
-            misses_before = cache.stats().misses
-            times["miss"].append(timed(on.rank, first, users))
-            book["miss"].append((on.prefix.bookkeeping_s - spent) / calls)
-            assert cache.stats().misses - misses_before == users * calls
-            spent, hits_before = on.prefix.bookkeeping_s, cache.stats().hits
-            times["hit"].append(timed(on.rank, second, users))
-            book["hit"].append((on.prefix.bookkeeping_s - spent) / calls)
-            assert cache.stats().hits - hits_before == users * calls
+            record("hit", on.rank, second)
+            book["hit"].append(on.prefix.bookkeeping_s - spent)
+            after = cache.stats()
+            assert (after.misses - before.misses, after.hits - before.hits) == (users, users)
             if round_ % 2 == 1:
-                times["off"].append(timed(off.rank, first, users))
+                record("off", off.rank, first)
         median = {mode: statistics.median(values) for mode, values in times.items()}
+        cpu_median = {mode: statistics.median(values) for mode, values in cpu.items()}
         per_s = {mode: users / seconds for mode, seconds in median.items()}
         bookkeeping = {mode: statistics.median(values) for mode, values in book.items()}
         points[f"{users}x{CANDIDATES}"] = {
@@ -211,7 +221,11 @@ def engine_part(artifacts: Path, args) -> dict:
             "bookkeeping_ms": {mode: round(1e3 * s, 3) for mode, s in bookkeeping.items()},
             "bookkeeping_share_of_miss": round(bookkeeping["miss"] / median["miss"], 4),
             "bookkeeping_share_of_hit": round(bookkeeping["hit"] / median["hit"], 4),
-            "rounds_ms": {mode: [round(1e3 * s, 2) for s in v] for mode, v in times.items()},
+            "calls": len(times["off"]),
+            "cpu_ms_per_call": {mode: round(1e3 * s, 3) for mode, s in cpu_median.items()},
+            "cpu_miss_over_hit": round(cpu_median["miss"] / cpu_median["hit"], 2),
+            "cpu_miss_over_off": round(cpu_median["miss"] / cpu_median["off"], 3),
+            "best_call_ms": {mode: round(1e3 * min(v), 3) for mode, v in times.items()},
         }
         print(
             f"   {users} user(s) x {CANDIDATES}: off {1e3 * median['off']:.1f} ms, miss "

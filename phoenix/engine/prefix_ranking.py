@@ -65,15 +65,16 @@ CANDIDATE_FEATURES = ("candidate_product_surface", "candidate_post_age_seconds")
 
 
 class PrefixEntry(NamedTuple):
-    """One user's prefix as the candidates' pass reads it."""
+    """One user's prefix as the candidates' pass reads it (``kernels.candidate_layers``)."""
 
-    kv: Any  # [L, 2, T, K, d] compute dtype: each layer's keys, then values
+    keys: Any  # [L, K, d, T] compute dtype: each layer's keys
+    values: Any  # [L, K, T, d] compute dtype: each layer's values
     mask: Any  # [T] bool: the valid context tokens
 
 
 def entry_bytes(entry: PrefixEntry) -> int:
     """The memory an entry holds (on the device it lives on)."""
-    return int(entry.kv.nbytes) + int(entry.mask.nbytes)
+    return sum(int(array.nbytes) for array in entry)
 
 
 def prefix_rows(batch, rows: Sequence[int], size: int) -> dict[str, np.ndarray]:
@@ -126,8 +127,9 @@ class PrefixCachedRanker:
     def _prefix_fn(self, weights, hashed, features: dict) -> tuple[PrefixEntry, ...]:
         context, context_emb = context_inputs(hashed, features, table_lookup(weights["table"]))
         cache, mask = self.ranker.context_cache(weights, context, context_emb)
-        kv = jnp.stack([jnp.stack(layer, axis=1) for layer in cache], axis=1)  # [m,L,2,T,K,d]
-        return tuple(PrefixEntry(kv[i], mask[i]) for i in range(kv.shape[0]))
+        keys = jnp.stack([k for k, _ in cache], axis=1)  # [m, L, K, d, T]
+        values = jnp.stack([v for _, v in cache], axis=1)  # [m, L, K, T, d]
+        return tuple(PrefixEntry(keys[i], values[i], mask[i]) for i in range(mask.shape[0]))
 
     def _candidate_hash_fn(self, candidate_posts, candidate_authors):
         e = self.ranker.entities
@@ -138,9 +140,10 @@ class PrefixCachedRanker:
         }
 
     def _candidates_fn(self, weights, entries: tuple[PrefixEntry, ...], hashed, features: dict):
-        kv = jnp.stack([entry.kv for entry in entries])  # [B, L, 2, T, K, d]
+        keys = jnp.stack([entry.keys for entry in entries])  # [B, L, K, d, T]
+        values = jnp.stack([entry.values for entry in entries])  # [B, L, K, T, d]
         mask = jnp.stack([entry.mask for entry in entries])  # [B, T]
-        cache = [(kv[:, layer, 0], kv[:, layer, 1]) for layer in range(kv.shape[1])]
+        cache = [(keys[:, layer], values[:, layer]) for layer in range(keys.shape[1])]
         candidates = self.ranker.candidate_inputs(hashed, features, table_lookup(weights["table"]))
         logits, _ = self.ranker.score_candidates(
             weights, cache, mask, candidates, model_padding=False
