@@ -21,7 +21,9 @@ candidate width) compiled (or loaded from a ``ProgramStore``) by warm-up:
      and a stable descending sort per user. Padding candidates (post id 0) sort last.
 
   The host only stacks and pads the batch's inputs and splits the outputs per request.
-  The request batch is the serving layer's padded batch of the ranker's contract (below).
+  The request batch is the serving layer's padded batch of the ranker's contract
+  (``ranking_inputs``). With a prefix cache ``rank`` runs the programs of ``prefix_ranking``
+  instead: the users' prefixes kept across calls, the context computed for the misses only.
 - ``score``: the original model's inputs (hashes and their embeddings, ``RecsysBatch`` and
   ``RecsysEmbeddings``) in, logits and continuous predictions out: the API path, checked
   against the original's reference outputs and benchmarked against it.
