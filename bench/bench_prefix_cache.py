@@ -31,7 +31,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -297,9 +296,8 @@ def memory_table() -> list[dict]:
 def deployment_with_cache(mib: int) -> Profile:
     """The CPU profile with the ranker's cache at ``mib`` and only the candidate bucket the
     paged users need (fewer programs to compile at history 1,022)."""
-    ranker = CPU.models[RANKER.name]
-    parameters = {**ranker.parameters, "candidate_buckets": (CANDIDATES,), "prefix_cache_mib": mib}
-    return replace(CPU, models={**CPU.models, RANKER.name: replace(ranker, parameters=parameters)})
+    values = {"candidate_buckets": (CANDIDATES,), "prefix_cache_mib": mib}
+    return CPU.with_parameters(RANKER.name, values)
 
 
 def compile_ranker(artifacts: Path, deployment: Profile) -> None:

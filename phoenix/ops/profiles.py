@@ -131,6 +131,15 @@ class Profile:
         }
         return replace(self, models=models)
 
+    def with_parameters(self, model: str, values: Mapping[str, Any]) -> Profile:
+        """The same profile with ``model`` deployed with ``values`` over its parameters (a
+        chain takes its stages' from them)."""
+        if model not in self.models:
+            raise ValueError(f"no served model {model!r}; choose from {sorted(self.models)}")
+        deployment = self.models[model]
+        changed = replace(deployment, parameters={**deployment.parameters, **values})
+        return replace(self, models={**self.models, model: changed})
+
     def with_queue_delay(self, max_delay_us: int) -> Profile:
         """The same profile with every model's batcher waiting ``max_delay_us``."""
         if max_delay_us < 0:
