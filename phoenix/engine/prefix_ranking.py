@@ -179,6 +179,7 @@ class PrefixCachedRanker:
                     entries[row] = entry
             self.bookkeeping_s += time.perf_counter() - started
         filler = entries[0]  # padding rows: any entry will do, their candidates are padding
+        assert filler is not None  # row 0 is a user: found or computed above
         stacked = tuple(filler if entry is None else entry for entry in entries)
         stacked += (filler,) * (len(batch.user_id) - rows)
         ids, features = candidate_inputs(batch)
