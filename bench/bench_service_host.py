@@ -41,10 +41,10 @@ def with_cached_device_answers(service) -> None:
     """The device call answers each batch shape once, then from memory: host work alone."""
     real, answers = service.ranker.rank, {}
 
-    def rank(batch):
+    def rank(batch, rows=None):
         shape = batch.candidate_post_ids.shape
         if shape not in answers:
-            answers[shape] = real(batch)
+            answers[shape] = real(batch, rows)
         return answers[shape]
 
     service.ranker.rank = rank

@@ -9,16 +9,23 @@ from harness.triton import start_triton
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
 from phoenix.ops.triton_server import TritonServer
+from phoenix.schema.contracts import RANKER
 
 
 def repository_for(batching: str, args) -> Path:
+    """The profile's repository for a batching setting, with the ranker's prefix cache off:
+    perf_analyzer replays a pool of users, and with the cache every request of a user after
+    the first would rank against a cached prefix (docs/performance.md, "The prefix cache"),
+    where these figures measure the whole ranking."""
     instances = args.instances
-    if batching == "on" and args.device == "cpu" and not instances:
-        return args.model_repository.resolve()
     device = "" if args.device == "cpu" else f"-{args.device}"
     counts = "".join(f"-{name}{count}" for name, count in sorted(instances.items()))
     suffix = f"{device}{counts}{'-nobatch' if batching == 'off' else ''}"
-    deployment = profile(args.device).with_instances(instances)
+    deployment = (
+        profile(args.device)
+        .with_instances(instances)
+        .with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    )
     return write_repository(
         args.build_dir / f"model_repository{suffix}",
         deployment,

@@ -266,11 +266,17 @@ def generate(
     seed: int = 0,
     corpus_size: Optional[int] = None,
     progress: bool = False,
+    history_seq_len: Optional[int] = None,
 ) -> GenerationSummary:
-    """Write a complete artifact directory for ``preset`` (see ``PRESETS``) to ``out_dir``."""
+    """Write a complete artifact directory for ``preset`` (see ``PRESETS``) to ``out_dir``;
+    ``history_seq_len`` replaces the preset's (the weights' shapes do not depend on it)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}, expected one of {sorted(PRESETS)}")
     chosen = PRESETS[preset]
+    if history_seq_len is not None:
+        if history_seq_len < 1:
+            raise ValueError(f"history_seq_len must be >= 1, got {history_seq_len}")
+        chosen = dataclasses.replace(chosen, history_seq_len=history_seq_len)
     size = chosen.corpus_size if corpus_size is None else corpus_size
     if size < 2:
         raise ValueError(f"corpus_size must be >= 2 (history and candidates), got {size}")
@@ -308,6 +314,8 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     add("--seed", type=int, default=0, help="random seed (default: 0)")
     corpus = "posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)"
     add("--corpus-size", type=int, default=None, help=corpus)
+    history = "history items the ranker reads (default: the preset's, 12 for tiny, 127 for mini)"
+    add("--history-seq-len", type=int, default=None, metavar="S", help=history)
     add("--force", action="store_true", help="write into OUT even if it is not empty")
     return parser.parse_args(argv)
 
@@ -340,7 +348,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {args.out} is not empty (use --force to overwrite)", file=sys.stderr)
         return 2
     try:
-        summary = generate(args.preset, args.out, args.seed, args.corpus_size, progress=True)
+        summary = generate(
+            args.preset,
+            args.out,
+            args.seed,
+            args.corpus_size,
+            progress=True,
+            history_seq_len=args.history_seq_len,
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ digest".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -55,14 +56,25 @@ CONTENT_FILES = (CONFIG_FILE, RANKER_PARAMS_FILE, RETRIEVAL_PARAMS_FILE, TABLES_
 
 def content_digest(artifact_dir: str | Path) -> str:
     """sha256 (hex) over CONTENT_FILES of ``artifact_dir`` (those it has): two trainings of one
-    config differ here where their config.json does not."""
-    root = artifact_root(artifact_dir)
-    total = hashlib.sha256()
+    config differ here where their config.json does not. Computed once per version of the
+    files (their sizes and modification times): a model instance and its services ask for it
+    more than once at start-up, and the tables are the size of the vocabularies."""
+    root = artifact_root(artifact_dir).resolve()
+    stats = []
     for name in CONTENT_FILES:
         path = root / name
         if path.is_file():
-            with path.open("rb") as file:
-                total.update(name.encode() + hashlib.file_digest(file, "sha256").digest())
+            stat = path.stat()
+            stats.append((name, stat.st_size, stat.st_mtime_ns))
+    return _content_digest(root, tuple(stats))
+
+
+@functools.lru_cache(maxsize=32)
+def _content_digest(root: Path, stats: tuple[tuple[str, int, int], ...]) -> str:
+    total = hashlib.sha256()
+    for name, _, _ in stats:
+        with (root / name).open("rb") as file:
+            total.update(name.encode() + hashlib.file_digest(file, "sha256").digest())
     return total.hexdigest()
 
 

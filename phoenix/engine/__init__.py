@@ -4,6 +4,13 @@
 - ``device_ranking``: ``DeviceRanker``, the ranker's cached-context passes: a request batch
   from raw ids to ranked order on the device (hashing, lookups, both passes, blend and sort;
   what the ranker serves), or the original model's hashed features to logits (``score``).
+- ``prefix_cache``: ``PrefixCache``, a per-user prefix cache across requests, whatever the
+  model family: exact keys, a byte budget with the least recently used out, a time to live.
+- ``prefix_ranking``: the original ranker's part of it (``DeviceRanker(prefix_cache=...)``):
+  the prefix computed for the misses only, the candidates against the users' cached keys and
+  values.
+- ``ranking_inputs``: what the ranking programs share: the batch fields they read, hashing on
+  the device, the context inputs, the blend and sort.
 - ``retrieval``: ``RetrievalEngine``, the two towers and exact top-k over a resident corpus.
 - ``candidate_tower``: ``CandidateTower``, raw post and author ids to unit vectors in this
   process (the one candidate tower the server, artifacts, training and the corpus store use).

@@ -21,7 +21,9 @@ candidate width) compiled (or loaded from a ``ProgramStore``) by warm-up:
      and a stable descending sort per user. Padding candidates (post id 0) sort last.
 
   The host only stacks and pads the batch's inputs and splits the outputs per request.
-  The request batch is the serving layer's padded batch of the ranker's contract (below).
+  The request batch is the serving layer's padded batch of the ranker's contract
+  (``ranking_inputs``). With a prefix cache ``rank`` runs the programs of ``prefix_ranking``
+  instead: the users' prefixes kept across calls, the context computed for the misses only.
 - ``score``: the original model's inputs (hashes and their embeddings, ``RecsysBatch`` and
   ``RecsysEmbeddings``) in, logits and continuous predictions out: the API path, checked
   against the original's reference outputs and benchmarked against it.
@@ -54,37 +56,26 @@ from phoenix.engine.batching import (
     example_inputs,
     take_users,
 )
+from phoenix.engine.prefix_cache import PrefixCache
+from phoenix.engine.prefix_ranking import PrefixCachedRanker
 from phoenix.engine.programs import Program, ProgramStore, prepare_all
-from phoenix.engine.score_inputs import NOT_READ, candidate_features, context_features
+from phoenix.engine.ranking_inputs import (
+    RankedBatch,
+    context_inputs,
+    feature_inputs,
+    hash_on_device,
+    id_inputs,
+    ranked_outputs,
+    table_lookup,
+)
+from phoenix.engine.score_inputs import candidate_features, context_features
 from phoenix.grok import rms_normalize
-from phoenix.hashing import EntityHash, hash_formula
+from phoenix.hashing import EntityHash
 from phoenix.recsys_model import (
-    DWELL_TIME_INDEX,
-    NUM_CONTINUOUS,
     REFERENCE_TIME,
     PhoenixModelConfig,
     RecsysBatch,
     RecsysEmbeddings,
-)
-
-# The request batch the ranker takes is the serving layer's padded batch of the ranker's
-# contract (``phoenix.schema.batches``): one field per input, named as the contract names it,
-# zeros as padding, and ``sent`` ({optional input: [B] bool}). The engine names here the
-# fields it reads; an input it does not name (candidate_retrieval_scores) never reaches the
-# device.
-HASHED_IDS = (  # int64 ids, hashed by the first program
-    "user_id",  # [B]
-    "history_post_ids",  # [B, S], newest S items, right-padded with 0
-    "history_author_ids",  # [B, S]
-    "candidate_post_ids",  # [B, C], 0 = padding candidate
-    "candidate_author_ids",  # [B, C]
-)
-FEATURES = (  # read by the ranking program as they are
-    "history_actions",  # [B, S, A] float32
-    "history_product_surface",  # [B, S] int32
-    "history_dwell_seconds",  # [B, S] float32 (0 when not sent)
-    "candidate_product_surface",  # [B, C] int32
-    "candidate_post_age_seconds",  # [B, C] float32 (unknown unless sent)
 )
 
 
@@ -93,27 +84,6 @@ class RankingScores(NamedTuple):
 
     logits: np.ndarray  # [B, C, A] float32
     continuous_preds: np.ndarray  # [B, C, N] float32
-
-
-class RankedBatch(NamedTuple):
-    """Per user, candidates in ranked order (best first); padding candidates last."""
-
-    order: np.ndarray  # [B, C] int32 positions into the request's candidates
-    scores: np.ndarray  # [B, C] float32 blended scores, in ranked order
-    action_probs: np.ndarray  # [B, C, A] float32, in ranked order
-
-
-def hash_on_device(ids: jax.Array, entity: EntityHash):
-    """(hashes, table rows) int32 [..., h] of int64 ``ids`` [...]; traced under x64.
-
-    ``phoenix.hashing.hash_formula``, the host's formula, in jax.numpy; padding id 0 gets
-    hash 0 and row 0.
-    """
-    hashes = hash_formula(
-        jnp, ids, entity.scales, entity.biases, entity.modulus, entity.vocab_size
-    )  # [..., h]
-    rows = jnp.where(hashes == 0, 0, hashes + entity.table_offset)
-    return hashes.astype(jnp.int32), rows.astype(jnp.int32)
 
 
 def context_tokens_program(config: PhoenixModelConfig):
@@ -149,10 +119,13 @@ class DeviceRanker:
         max_rows_per_call: Optional[int] = None,
         joint_rows: Optional[int] = None,
         store: Optional[ProgramStore] = None,
+        prefix_cache: Optional[PrefixCache] = None,
     ):
         """``table`` (the stacked embedding table [rows, D]), ``entities`` (the id hashes by
         entity) and ``weights`` (the blend of action probabilities [A]) are what ``rank``
-        needs besides the model; an engine built without them only ``score``s."""
+        needs besides the model; an engine built without them only ``score``s. With a
+        ``prefix_cache``, ``rank`` keeps the users' prefixes in it across calls
+        (``prefix_ranking``)."""
         given = [x is not None for x in (table, entities, weights)]
         if any(given) and not all(given):
             raise ValueError(
@@ -187,8 +160,10 @@ class DeviceRanker:
             "max_rows": self.max_rows,
             "joint_rows": self.joint_rows,
         }
+        self.store, self.settings = store, settings  # the prefix cache's programs share them
         self._rank = Program("ranker", self._rank_fn, store, settings=settings)
         self._score = Program("ranker_scores", self._score_fn, store, settings=settings)
+        self.prefix = None if prefix_cache is None else PrefixCachedRanker(self, prefix_cache)
 
     # -- programs ------------------------------------------------------------------------
 
@@ -204,41 +179,14 @@ class DeviceRanker:
         }
 
     def _rank_fn(self, weights, hashed, inputs: dict):
-        table = weights["table"]
-        lookup = lambda rows: jnp.take(table, rows, axis=0)  # noqa: E731  [..., h, D]
-        user_hashes, user_rows = (x[:, 0] for x in hashed["user"])  # [B, nU]
-        dwell = inputs["history_dwell_seconds"]  # [B, S]
-        continuous = jnp.zeros(dwell.shape + (NUM_CONTINUOUS,), jnp.float32)
-        continuous = continuous.at[:, :, DWELL_TIME_INDEX].set(dwell)  # [B, S, N]
-        context = RecsysBatch(
-            user_hashes=user_hashes,
-            history_post_hashes=hashed["history_post"][0],
-            history_author_hashes=hashed["history_author"][0],
-            history_actions=inputs["history_actions"],
-            history_product_surface=inputs["history_product_surface"],
-            candidate_post_hashes=NOT_READ,
-            candidate_author_hashes=NOT_READ,
-            candidate_product_surface=NOT_READ,
-            history_continuous_actions=continuous,
-        )
-        context_emb = RecsysEmbeddings(
-            user_embeddings=lookup(user_rows),
-            history_post_embeddings=lookup(hashed["history_post"][1]),
-            history_author_embeddings=lookup(hashed["history_author"][1]),
-            candidate_post_embeddings=NOT_READ,
-            candidate_author_embeddings=NOT_READ,
-        )
-        candidates = self._candidate_inputs(hashed, inputs, lookup)
+        lookup = table_lookup(weights["table"])
+        context, context_emb = context_inputs(hashed, inputs, lookup)
+        candidates = self.candidate_inputs(hashed, inputs, lookup)
         # the continuous predictions are not served: XLA drops their computation
         logits, _ = self._passes(weights, context, context_emb, candidates, model_padding=False)
-        probs = jax.nn.sigmoid(logits)  # [B, C, A]
-        blended = jnp.dot(probs, weights["blend"])  # [B, C]
-        blended = jnp.where(candidates.valid, blended, -jnp.inf)  # padding sorts last
-        order = jnp.argsort(-blended, axis=1, stable=True).astype(jnp.int32)  # [B, C]
-        ranked_probs = jnp.take_along_axis(probs, order[..., None], axis=1)  # [B, C, A]
-        return order, jnp.take_along_axis(blended, order, axis=1), ranked_probs
+        return ranked_outputs(logits, candidates.valid, weights["blend"])
 
-    def _candidate_inputs(self, hashed, inputs: dict, lookup) -> kernels.CandidateInputs:
+    def candidate_inputs(self, hashed, inputs: dict, lookup) -> kernels.CandidateInputs:
         age_seconds = inputs["candidate_post_age_seconds"]  # [B, C]
         has_age = jnp.broadcast_to(inputs["age_sent"][:, None], age_seconds.shape)  # [B, C]
         age = jnp.floor(age_seconds).astype(jnp.int32)
@@ -278,7 +226,16 @@ class DeviceRanker:
         if self.runs_joint(*candidates.valid.shape):
             return self._joint_pass(weights, tokens, mask, rotation, candidates, model_padding)
         cache = kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape)
-        return self._score_candidates(weights, cache, mask, candidates, model_padding)
+        return self.score_candidates(weights, cache, mask, candidates, model_padding)
+
+    def context_cache(self, weights, context: RecsysBatch, context_emb: RecsysEmbeddings):
+        """(per-layer (keys, values) [B, T, K, d] each, context mask [B, T]): the context
+        pass alone, what the candidates' pass attends to (the prefix cache keeps it)."""
+        tokens, mask = self._context_tokens(weights["params"], context, context_emb)  # [B,T,D]
+        rotation = kernels.rope_rotation(
+            kernels.context_positions(mask, self.config), self.shape.key_size
+        )
+        return kernels.context_layers(tokens, mask, rotation, weights["layers"], self.shape), mask
 
     def runs_joint(self, users: int, width: int) -> bool:
         """Whether a program of ``users`` x ``width`` candidates runs the joint pass."""
@@ -315,7 +272,7 @@ class DeviceRanker:
         logits = jnp.dot(h, weights["unembed"])  # [B, c, A]
         return logits, jax.nn.sigmoid(jnp.dot(h, weights["continuous"]))  # [B, c, N]
 
-    def _score_candidates(
+    def score_candidates(
         self, weights, cache, context_mask, candidates: kernels.CandidateInputs, model_padding
     ):
         """(logits, continuous), candidates in chunks and users in groups of at most
@@ -410,10 +367,13 @@ class DeviceRanker:
             return None
         return max(1, self.max_rows // min(width, self.chunk))
 
-    def rank(self, batch) -> RankedBatch:
+    def rank(self, batch, rows: Optional[int] = None) -> RankedBatch:
         """Rank every user's candidates; ``batch`` (the ranker's padded request batch, module
-        note above) must already be padded to a bucket shape."""
+        note above) must already be padded to a bucket shape. With a prefix cache, its first
+        ``rows`` rows (None: all) are users whose prefixes it keeps, the rest padding."""
         self._check_ranks_raw_ids()
+        if self.prefix is not None:
+            return self.prefix.rank(batch, len(batch.user_id) if rows is None else rows)
         hashed = self._hash(*id_inputs(batch))
         order, scores, probs = self._rank(self.weights, hashed, feature_inputs(batch))
         return RankedBatch(np.asarray(order), np.asarray(scores), np.asarray(probs))
@@ -421,8 +381,11 @@ class DeviceRanker:
     def warm_up(self, empty_batch: Callable[[int, int], Any]) -> int:
         """Load (or compile) both programs for every (batch bucket, candidate bucket), from
         shapes alone: nothing runs. ``empty_batch(users, candidates)`` is an all-padding
-        request batch of that shape. Returns how many buckets."""
+        request batch of that shape. Returns how many buckets. With a prefix cache, its
+        programs instead (``rank`` runs no other)."""
         self._check_ranks_raw_ids()
+        if self.prefix is not None:
+            return self.prefix.warm_up(empty_batch)
         batches = [
             empty_batch(users, width)
             for users in self.batch_buckets
@@ -482,16 +445,3 @@ class DeviceRanker:
         args = [(self.weights, *self._score_inputs(*ex, users)) for users, ex in examples]
         prepare_all([(self._score, a) for a in args])
         return len(buckets)
-
-
-def id_inputs(batch) -> tuple[np.ndarray, ...]:
-    """The int64 id arrays the hashing program takes, in its argument order."""
-    return tuple(getattr(batch, name) for name in HASHED_IDS)
-
-
-def feature_inputs(batch) -> dict[str, np.ndarray]:
-    """What the ranking program reads besides the hashes: FEATURES, and whether each user's
-    request sent post ages (a post of unknown age gets no timestamps)."""
-    features = {name: getattr(batch, name) for name in FEATURES}
-    features["age_sent"] = batch.sent["candidate_post_age_seconds"]  # [B] bool
-    return features

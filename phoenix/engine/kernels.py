@@ -244,7 +244,9 @@ def context_layers(tokens, mask, rotation: Rotation, layers, shape: AttentionSha
     """Causal pass over the context; returns the per-layer (keys, values) cache.
 
     tokens [B, T, D], mask [B, T] bool, rotation of the context positions ([B|1, T, 1, d])
-    -> list of ([B, T, K, d], [B, T, K, d]).
+    -> list of (keys [B, K, d, T], values [B, K, T, d]): laid out as the candidates' matmuls
+    read them, so that a cache kept across requests (the prefix cache) is never transposed
+    again when it is read.
     """
     seq = tokens.shape[1]
     causal = jnp.tril(jnp.ones((seq, seq), bool))  # [T, T]
@@ -252,7 +254,7 @@ def context_layers(tokens, mask, rotation: Rotation, layers, shape: AttentionSha
     h, cache = tokens, []
     for w in layers:
         attn, k, v = _attention_over(h, allowed, rotation, w, shape)
-        cache.append((k, v))
+        cache.append((k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)))  # [B,K,d,T] [B,K,T,d]
         h = _finish_layer(h, attn, w)
     return cache
 
@@ -288,7 +290,8 @@ def candidate_layers(tokens, mask, rotation: Rotation, context_mask, cache, laye
     """Candidates attend to the cached context and to themselves only.
 
     tokens [B, C, D], mask [B, C] bool, rotation of the candidate positions ([B|1, C, 1, d]),
-    context_mask [B, T] bool.
+    context_mask [B, T] bool, cache: per layer (keys [B, K, d, T], values [B, K, T, d]) as
+    ``context_layers`` returns them.
     Returns the final hidden states [B, C, D]. The softmax over (context keys + own key) is
     written out so the context part is one plain batched matmul and the self part an
     elementwise product (no [.., T+1] concatenation).
@@ -297,10 +300,9 @@ def candidate_layers(tokens, mask, rotation: Rotation, context_mask, cache, laye
     K, G, d = shape.num_kv_heads, shape.groups, shape.key_size
     context_ok = context_mask[:, None, None, :]  # [B, 1, 1, T]
     h = tokens
-    for w, (ctx_k, ctx_v) in zip(layers, cache, strict=False):
+    for w, (keys, values) in zip(layers, cache, strict=False):
         q, k, v = _qkv(rms_normalize(h, w.norm_attn_in), w, shape, rotation)  # q [B,C,K,G,d]
         q_rows = q.transpose(0, 2, 1, 3, 4).reshape(b, K, c * G, d)  # [B, K, C*G, d]
-        keys = ctx_k.transpose(0, 2, 3, 1)  # [B, K, d, T]
         to_context = jnp.matmul(q_rows, keys).astype(jnp.float32)  # [B, K, C*G, T]
         # Each candidate's key against its own queries: a fused multiply-sum, since as a
         # dot XLA:CPU runs B*C*K tiny [G, d] x [d, 1] products one by one (2.5-4x slower).
@@ -317,7 +319,6 @@ def candidate_layers(tokens, mask, rotation: Rotation, context_mask, cache, laye
         inv_total = 1.0 / (jnp.sum(e_context, axis=-1) + e_self)  # [B, K, C*G]
         p_context = (e_context * inv_total[..., None]).astype(h.dtype)
         p_self = (e_self * inv_total).astype(h.dtype)
-        values = ctx_v.transpose(0, 2, 1, 3)  # [B, K, T, d]
         attn = jnp.matmul(p_context, values)  # [B, K, C*G, d]
         own_v = jnp.repeat(v.transpose(0, 2, 1, 3), G, axis=2)  # [B, K, C*G, d]
         attn = attn + p_self[..., None] * own_v

@@ -131,6 +131,15 @@ class Profile:
         }
         return replace(self, models=models)
 
+    def with_parameters(self, model: str, values: Mapping[str, Any]) -> Profile:
+        """The same profile with ``model`` deployed with ``values`` over its parameters (a
+        chain takes its stages' from them)."""
+        if model not in self.models:
+            raise ValueError(f"no served model {model!r}; choose from {sorted(self.models)}")
+        deployment = self.models[model]
+        changed = replace(deployment, parameters={**deployment.parameters, **values})
+        return replace(self, models={**self.models, model: changed})
+
     def with_queue_delay(self, max_delay_us: int) -> Profile:
         """The same profile with every model's batcher waiting ``max_delay_us``."""
         if max_delay_us < 0:
@@ -180,7 +189,12 @@ GPU = Profile(
             2,
             Queue(1000, 1024),
             **_GPU_BATCHES,
-            parameters={"candidate_buckets": (64, 256, 1024), "split_widths": False},
+            parameters={
+                "candidate_buckets": (64, 256, 1024),
+                "split_widths": False,
+                # device memory: docs/deploy.md's GPU memory per stub bounds it
+                "prefix_cache_mib": 512,
+            },
         ),
         # the policy runs on the host (numpy) whatever the device: a CPU instance group
         "feed_policy": Deployment(2, Queue(0, 1024), max_batch_size=64, instance_kind="KIND_CPU"),

@@ -97,7 +97,11 @@ LIMIT_MEANINGS = {
 # The metric families of the stubs (``phoenix.stub.request_metrics``): labels besides
 # ``model``, ``version`` and ``stub``, and what a series counts. The corpus gauges' meanings
 # are the module's own (``CORPUS_GAUGES``).
-FAMILY_LABELS = {metrics.REFUSED: ("input",), metrics.DROPPED: ("filter",)}
+FAMILY_LABELS = {
+    metrics.REFUSED: ("input",),
+    metrics.DROPPED: ("filter",),
+    metrics.CACHE_EVICTIONS: (metrics.EVICTION_REASON,),
+}
 COUNTER_MEANINGS = {
     metrics.REFUSED: "requests answered INVALID_ARG, by the input at fault "
     f"(`{metrics.WHOLE_REQUEST}`: no single input); every input's series exists from the start",
@@ -112,7 +116,14 @@ COUNTER_MEANINGS = {
     metrics.DROPPED: f"candidates each feed filter dropped (`{metrics.DROPPED_OUTPUT}` output; "
     "each post under the first filter that drops it): "
     + ", ".join(f"`{name}`" for name in FILTERS),
+    metrics.CACHE_HITS: "rows whose prefix (user and history) the prefix cache held: only the "
+    "candidates were computed",
+    metrics.CACHE_MISSES: "rows whose prefix was computed (and kept)",
+    metrics.CACHE_EVICTIONS: "prefix cache entries dropped, by `reason`: `budget` (least "
+    "recently used out), `expired` (time to live), `version`",
 }
+# Gauges of ours besides the corpus store's: their meaning.
+GAUGE_MEANINGS = {metrics.CACHE_BYTES: "bytes the prefix cache holds"}
 
 
 class ReferenceDocError(DocBlockError):
@@ -363,6 +374,8 @@ def exporters(family: str, contracts: Mapping[str, ModelContract]) -> list[str]:
     stubs = {name: c for name, c in contracts.items() if not c.is_ensemble}
     if family in metrics.STORE_METRICS:
         return [name for name in stubs if name in CORPUS_READERS]
+    if family in metrics.PREFIX_CACHE_METRICS:  # the models with a prefix cache parameter
+        return [n for n, c in stubs.items() if any(is_prefix_cache(p.name) for p in c.parameters)]
     wanted: dict[str, Callable[[ModelContract], bool]] = {
         metrics.CANDIDATES: lambda c: metrics.candidate_output(c.output_names) is not None,
         metrics.IN_NETWORK: lambda c: metrics.IN_NETWORK_OUTPUT in c.output_names,
@@ -370,6 +383,11 @@ def exporters(family: str, contracts: Mapping[str, ModelContract]) -> list[str]:
     }
     test = wanted.get(family, lambda c: True)
     return [name for name, c in stubs.items() if test(c)]
+
+
+def is_prefix_cache(parameter: str) -> bool:
+    """Whether ``parameter`` sizes a prefix cache (the ranker's, or the chain's ranker's)."""
+    return parameter.rsplit(".", 1)[-1] == "prefix_cache_mib"
 
 
 def metrics_block(contracts: Mapping[str, ModelContract] = CONTRACTS) -> str:
@@ -381,6 +399,8 @@ def metrics_block(contracts: Mapping[str, ModelContract] = CONTRACTS) -> str:
         if family in gauges:
             kind, meaning = "gauge", gauges[family][0].lower() + gauges[family][1:]
             meaning += " (a model serving a corpus store only)"
+        elif family in GAUGE_MEANINGS:
+            kind, meaning = "gauge", GAUGE_MEANINGS[family]
         elif family in COUNTER_MEANINGS:
             kind, meaning = "counter", COUNTER_MEANINGS[family]
         else:

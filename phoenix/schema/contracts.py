@@ -52,6 +52,11 @@ from phoenix.schema.spec import (
 
 # Candidate counts the ranker compiles for; the largest is the per-user maximum.
 RANKER_CANDIDATE_BUCKETS = (16, 64, 256, 512, 1024)
+# The prefix cache per ranker instance (the ranker's and the chain's: four stubs on CPUs, at
+# most 512 MiB of a pod): 128 MiB holds 255 users of the mini config at history 127, 31 at
+# history 1,022 (float32; docs/performance.md, "The prefix cache").
+PREFIX_CACHE_MIB = 128
+PREFIX_CACHE_TTL_S = 120.0
 
 # The ranker's default blend of action probabilities, by the artifact's action names.
 RANKER_SCORE_WEIGHTS = {
@@ -294,6 +299,12 @@ RANKER = ModelContract(
         # bucket, not all padded to the widest: on a CPU the cost follows the padded shape
         # (docs/user-state.md, "Where the CPU goes"). Off in the GPU profile (not measured there).
         Parameter("split_widths", "flag", True),
+        # The per-user prefix cache across requests (docs/architecture.md, "The prefix cache"):
+        # at most this many MiB of the users' prefixes per instance (host memory on CPUs,
+        # device memory on GPUs), least recently used out; 0 turns it off.
+        Parameter("prefix_cache_mib", "int", PREFIX_CACHE_MIB, low=0),
+        # seconds an entry is kept after it was computed, used or not
+        Parameter("prefix_cache_ttl_s", "number", PREFIX_CACHE_TTL_S, low=1.0),
     ),
 )
 

@@ -31,6 +31,16 @@ and, for a model following a corpus store (``CorpusMetrics``; a corpus file has 
     phoenix_corpus_skipped_generations{model}         generations it refused to load (a torn
                                                       copy, another tower's vectors)
 
+and, for a model with a prefix cache (``PrefixCacheMetrics``: the ranker, the chain's ranker
+stage; none when it is off), sent as ServedMetrics sends its counts:
+
+    phoenix_prefix_cache_hits_total{model, version}   rows whose prefix the cache held
+    phoenix_prefix_cache_misses_total{model, version} rows whose prefix was computed
+    phoenix_prefix_cache_evictions_total{model, version, reason}
+                                                      entries dropped: budget (least recently
+                                                      used out), expired, version
+    phoenix_prefix_cache_bytes{model, version}        bytes it holds
+
 Each model instance (one stub process) creates its families once, at the end of
 ``initialize``, and its own series: every series also carries ``stub`` (the stub's process
 id), so queries sum over it (``sum by (model, ...)``). Why not one series shared by the
@@ -146,8 +156,26 @@ IN_NETWORK_OUTPUT = "in_network"  # per returned post: 1 from the in-network sou
 DROPPED_OUTPUT = "filtered_counts"  # [rows, filters] in phoenix.feed_policy.FILTERS order
 
 
-# ServedMetrics sends its counts at most this often (seconds): each send is a round trip.
+# ServedMetrics and PrefixCacheMetrics send their counts at most this often (seconds): each
+# send is a round trip. METRICS_INTERVAL_ENV overrides it (0: after every batch, as the tests
+# that count a served model's cache hits run their server).
 FLUSH_INTERVAL_S = 1.0
+METRICS_INTERVAL_ENV = "PHOENIX_METRICS_INTERVAL_S"
+
+
+def flush_interval() -> float:
+    """Seconds between two sends of a stub's counts: $PHOENIX_METRICS_INTERVAL_S, else
+    FLUSH_INTERVAL_S."""
+    text = os.environ.get(METRICS_INTERVAL_ENV, "").strip()
+    if not text:
+        return FLUSH_INTERVAL_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"${METRICS_INTERVAL_ENV} must be seconds >= 0, got {text!r}")
+    return seconds
 
 
 def nonzero(results: Sequence[dict], output: str) -> int:
@@ -174,6 +202,7 @@ class ServedMetrics:
         clock: Callable[[], float] = time.monotonic,
     ):
         self._clock = clock
+        self._interval = flush_interval()
         self._flushed_at = -float("inf")  # the first batch is shown at once
         self._pending: dict[int, list] = {}  # id(metric) -> [metric, count not yet sent]
         self._families: list[Any] = []
@@ -231,7 +260,7 @@ class ServedMetrics:
             per_filter = sum(r[DROPPED_OUTPUT].reshape(-1, len(FILTERS)).sum(0) for r in results)
             for metric, dropped in zip(self._dropped, per_filter):
                 self._add(metric, int(dropped))
-        if self._clock() - self._flushed_at >= FLUSH_INTERVAL_S:
+        if self._clock() - self._flushed_at >= self._interval:
             self.flush()
 
     def _add(self, metric: Any, count: int) -> None:
@@ -266,9 +295,112 @@ CORPUS_GAUGES = (
 )
 
 
+# ----------------------------------------------------------------------------------------
+# The prefix cache of a ranker (phoenix.engine.prefix_cache): the ranker's, the chain's
+# ----------------------------------------------------------------------------------------
+
+CACHE_HITS = "phoenix_prefix_cache_hits_total"
+CACHE_MISSES = "phoenix_prefix_cache_misses_total"
+CACHE_EVICTIONS = "phoenix_prefix_cache_evictions_total"
+CACHE_BYTES = "phoenix_prefix_cache_bytes"
+EVICTION_REASON = "reason"  # the label of an eviction: budget, expired, version
+PREFIX_CACHE_METRICS = (CACHE_HITS, CACHE_MISSES, CACHE_EVICTIONS, CACHE_BYTES)
+
+
+class PrefixCacheMetrics:
+    """The prefix cache of one model instance: rows whose prefix was found (hits) or computed
+    (misses), entries evicted by reason, bytes held; nothing for a model without one (or with
+    it off). Sent at most once per FLUSH_INTERVAL_S, as ServedMetrics sends its counts, and
+    when the instance ends."""
+
+    def __init__(
+        self,
+        pb: Any,
+        model: str,
+        version: str,
+        cache: Any,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._cache = cache  # a phoenix.engine.prefix_cache.PrefixCache, or None
+        self._clock = clock
+        self._interval = flush_interval()
+        self._flushed_at = -float("inf")
+        self._families: list[Any] = []
+        self._counters: dict[str, Any] = {}  # "hits", "misses", "evicted:<reason>" -> metric
+        self._sent: dict[str, int] = {}
+        self._bytes: Optional[Any] = None
+        self._bytes_shown: Optional[int] = None
+        make = family_maker(pb)
+        if make is None or cache is None:
+            return
+        labels = own_series({"model": model, VERSION: version})
+        try:
+            for key, name, what in (
+                ("hits", CACHE_HITS, "Rows whose prefix the prefix cache held"),
+                ("misses", CACHE_MISSES, "Rows whose prefix was computed"),
+            ):
+                self._counters[key] = self._family(make, name, what, "COUNTER").Metric(
+                    labels=labels
+                )
+            evictions = self._family(
+                make, CACHE_EVICTIONS, "Prefix cache entries dropped, by reason", "COUNTER"
+            )
+            for reason in cache.stats().evicted:
+                self._counters[f"evicted:{reason}"] = evictions.Metric(
+                    labels={**labels, EVICTION_REASON: reason}
+                )
+            self._bytes = self._family(
+                make, CACHE_BYTES, "Bytes the prefix cache holds", "GAUGE"
+            ).Metric(labels=labels)
+        except Exception as error:  # metrics off: serve without them
+            logger.warning("%s: no prefix cache metrics (%s)", model, error)
+            self._counters, self._bytes, self._families = {}, None, []
+            return
+        self._sent = dict.fromkeys(self._counters, 0)
+        self.update(force=True)  # every series from the start
+
+    def _family(self, make, name: str, what: str, kind: str) -> Any:
+        family = make(name, f"{what}, by model and artifact version", kind)
+        self._families.append(family)  # Triton: a family must outlive its metrics
+        return family
+
+    def update(self, force: bool = False) -> None:
+        """Send what changed since the last send, at most once per flush interval."""
+        if self._bytes is None or self._cache is None:
+            return
+        if not force and self._clock() - self._flushed_at < self._interval:
+            return
+        stats = self._cache.stats()
+        now = {"hits": stats.hits, "misses": stats.misses}
+        now.update({f"evicted:{reason}": count for reason, count in stats.evicted.items()})
+        for key, metric in self._counters.items():
+            if now[key] > self._sent[key]:
+                metric.increment(now[key] - self._sent[key])
+                self._sent[key] = now[key]
+        if stats.bytes != self._bytes_shown:
+            self._bytes.set(float(stats.bytes))
+            self._bytes_shown = stats.bytes
+        self._flushed_at = self._clock()
+
+    def close(self) -> None:
+        self.update(force=True)  # nothing counted is lost when the instance ends
+        self._counters = {}
+        self._bytes = None
+        self._families = []
+
+
 # Every family of ours, and those only a server following a corpus store exports.
 STORE_METRICS = tuple(name for name, _, _ in CORPUS_GAUGES)
-OWN_METRICS = (REFUSED, FAILED, SERVED, CANDIDATES, IN_NETWORK, DROPPED, *STORE_METRICS)
+OWN_METRICS = (
+    REFUSED,
+    FAILED,
+    SERVED,
+    CANDIDATES,
+    IN_NETWORK,
+    DROPPED,
+    *STORE_METRICS,
+    *PREFIX_CACHE_METRICS,
+)
 
 
 class CorpusMetrics:

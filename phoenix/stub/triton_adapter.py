@@ -30,7 +30,12 @@ from phoenix.schema.contracts import ARTIFACT_DIR, ARTIFACT_VERSION, CONFIG_DIGE
 from phoenix.schema.input_error import InputError
 from phoenix.stub.host_dlpack import host_buffers
 from phoenix.stub.profile import StubProfile
-from phoenix.stub.request_metrics import CorpusMetrics, RequestMetrics, ServedMetrics
+from phoenix.stub.request_metrics import (
+    CorpusMetrics,
+    PrefixCacheMetrics,
+    RequestMetrics,
+    ServedMetrics,
+)
 
 if TYPE_CHECKING:  # imported in initialize, once the device settings are in the environment
     from phoenix.stub.services.common import Service
@@ -159,6 +164,8 @@ class ServiceModel:
         self.served = ServedMetrics(pb_utils, served_as, version, contract.output_names)
         corpus = getattr(self.service, "corpus", None)  # the retriever's, the policy's, chain's
         self.corpus_metrics = CorpusMetrics(pb_utils, served_as, version, corpus)
+        prefix_cache = getattr(self.service, "prefix_cache", None)  # the ranker's, chain's
+        self.cache_metrics = PrefixCacheMetrics(pb_utils, served_as, version, prefix_cache)
         stores = opened_program_stores()  # the service's (none for a host-only model)
         logger.warning(
             "%s ready in %.1f s: artifacts %s; programs %d loaded, %d compiled (store %s)",
@@ -193,6 +200,7 @@ class ServiceModel:
         responses = [self._response(result, buffers) for result in results]
         self.served.count(answered)
         self.corpus_metrics.update()  # the generation this batch was answered from
+        self.cache_metrics.update()
         return responses
 
     def _response(self, result, buffers):
@@ -217,7 +225,7 @@ class ServiceModel:
             if saved is not None:
                 logger.warning("%s: profile of its executions in %s", profile.instance, saved)
         self.service = None
-        for name in ("metrics", "served", "corpus_metrics"):
+        for name in ("metrics", "served", "corpus_metrics", "cache_metrics"):
             counters = getattr(self, name, None)
             if counters is not None:  # None: initialize failed before it made them
                 counters.close()

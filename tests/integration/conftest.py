@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -41,10 +42,12 @@ def launch_server(repo_dir, artifacts_dir=None, **options) -> TritonServer:
     return start_triton(repo_dir, artifacts_dir, **options)
 
 
-def launch_with_store(artifacts_dir, store_url: str, log_dir: Path, **options) -> TritonServer:
+def launch_with_store(
+    artifacts_dir, store_url: str, log_dir: Path, env: Optional[dict] = None, **options
+) -> TritonServer:
     """A ready server over model_repository/ whose user_state model reads the store at
-    `store_url` (requests by user id); its log in `log_dir`."""
-    env = {USER_STATE_URL_ENV: store_url}
+    `store_url` (requests by user id); its log in `log_dir`; `env` adds to its environment."""
+    env = {**(env or {}), USER_STATE_URL_ENV: store_url}
     log_path = log_dir / "tritonserver.log"
     return launch_server(
         MODEL_REPOSITORY, artifacts_dir, log_path=log_path, exit_timeout_secs=5, env=env, **options

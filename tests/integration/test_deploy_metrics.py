@@ -22,6 +22,7 @@ from phoenix.stub.request_metrics import (
     FAILED,
     IN_NETWORK,
     IN_NETWORK_OUTPUT,
+    PREFIX_CACHE_METRICS,
     REFUSED,
     SERVED,
     STORE_METRICS,
@@ -47,6 +48,8 @@ OWN_SERIES = {
     CANDIDATES: WITH_CANDIDATES,
     IN_NETWORK: with_output(IN_NETWORK_OUTPUT),
     DROPPED: with_output(DROPPED_OUTPUT),
+    # the models with a prefix cache (on by default): the ranker and the chain's ranker stage
+    **{family: {"ranker", "recommend_chain"} for family in PREFIX_CACHE_METRICS},
 }
 
 

@@ -1,4 +1,5 @@
-"""A short, real Locust run (both user classes) against the shared tritonserver.
+"""A short, real Locust run (both user classes) against the shared tritonserver, and one of
+the paged users (loadtest/paged.py).
 
 Locust monkey-patches the process with gevent, so it always runs in a subprocess here: the
 runner of loadtest/locustfile.py, the same one `make loadtest` uses.
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from phoenix.stub.request_metrics import CACHE_HITS
 from phoenix.util.processes import pick_free_ports
+from tests.deploy_checks import sample
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,3 +76,29 @@ def test_failed_requests_fail_the_run(triton, tiny_artifacts, tmp_path):
     assert "load test FAILED" in done.stderr, output
     total = next(row for row in stats_rows(tmp_path) if row["Name"] == "Aggregated")
     assert int(total["Failure Count"]) > 0, output
+
+
+PAGED = REPO_ROOT / "loadtest" / "paged.py"
+
+
+def test_paged_users_page_through_feeds_and_the_ranker_finds_their_prefixes(
+    triton, tiny_artifacts, tmp_path
+):
+    """loadtest/paged.py as the docs run it, short: three pages per user 0.2-0.4 s apart, no
+    failed request, every page in the tables, and the ranker's prefix cache found prefixes."""
+    hits = sample(triton.metrics_url, CACHE_HITS, model="ranker")
+    command = [
+        sys.executable, "-m", "locust", "-f", str(PAGED), "--headless", "--only-summary",
+        "--users", "3", "--spawn-rate", "3", "--run-time", "5s",
+        "--host", f"http://{triton.http_url}", "--artifacts", str(tiny_artifacts),
+        "--page-interval", "0.2,0.4", "--csv", str(tmp_path / "paged"),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with (tmp_path / "paged_stats.csv").open(newline="") as handle:
+        rows = {row["Name"]: row for row in csv.DictReader(handle)}
+    assert int(rows["Aggregated"]["Failure Count"]) == 0
+    assert {"page 1", "page 2", "page 3"} <= set(rows)
+    assert int(rows["page 3"]["Request Count"]) > 0
+    assert sample(triton.metrics_url, CACHE_HITS, model="ranker") > hits

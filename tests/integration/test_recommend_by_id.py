@@ -2,12 +2,13 @@
 comes from the user-state store, served posts are not recommended again (those marked in the
 store, and those the server itself served: 20 requests in a row over HTTP and gRPC never repeat
 a post, seen_post_ids still filtering beside it), every feed is in the request log under the
-request id it returned, an unknown user is served, a followed author's new post is in the
-follower's feed (flagged in-network, moved by the policy's out_of_network_factor), a store
-that is down fails by-id requests fast while requests carrying their own history are still
-served, and a poison event given to `phoenix-events apply` as a user types it is refused by
-FILE:LINE, leaving the user's history as it was and their next feed answered; the README's
-call example does what it says."""
+request id it returned, a user's next pages and the ranker alone find the user's prefix in the
+prefix cache and an engagement makes the next page compute it, an unknown user is served, a
+followed author's new post is in the follower's feed (flagged in-network, moved by the policy's
+out_of_network_factor), a store that is down fails by-id requests fast while requests carrying
+their own history are still served, and a poison event given to `phoenix-events apply` as a
+user types it is refused by FILE:LINE, leaving the user's history as it was and their next feed
+answered; the README's call example does what it says."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ import pytest
 from phoenix.checkpoint import load_config, load_corpus
 from phoenix.client.client import connect, infer
 from phoenix.feed_policy import in_network_share
+from phoenix.ops.profiles import CPU
 from phoenix.ops.reload import reload_with_chains
-from phoenix.schema.contracts import FEED_POLICY, USER_STATE
+from phoenix.schema.contracts import FEED_POLICY, RANKER, USER_STATE
+from phoenix.stub.request_metrics import CACHE_HITS, CACHE_MISSES, METRICS_INTERVAL_ENV
 from phoenix.user_state import Engagement, Follow, Post, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.request_log import read_request_log
+from tests.deploy_checks import sample
 from tests.integration.conftest import launch_with_store
 from tests.rankings import assert_same_feed
 from tests.readme_samples import fenced_lines, readme_block
@@ -45,7 +49,8 @@ def server(tiny_artifacts, redis_server, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("triton-by-id")
     # explicit model control: the feed policy is loaded again with other factors
     options = {"model_control_mode": "explicit", "load_model": "*"}
-    triton = launch_with_store(tiny_artifacts, redis_server.url, log_dir, **options)
+    env = {METRICS_INTERVAL_ENV: "0"}  # counts on /metrics after every batch: exact deltas
+    triton = launch_with_store(tiny_artifacts, redis_server.url, log_dir, env, **options)
     yield triton
     triton.kill()  # not a stop under test: conftest, "killed"
 
@@ -146,6 +151,47 @@ def test_the_readmes_call_example_answers_a_feed_and_records_it(server, redis_se
     [entry] = [r for r in logged if r.request_id == request_id]
     assert (entry.user_id, entry.own_history) == (README_USER, False)  # by id, as it says
     assert entry.ranked_post_ids.tolist() == posts.tolist()
+
+
+def cache_counts(url: str, model: str) -> np.ndarray:
+    """(hits, misses) of ``model``'s prefix cache, summed over its instances."""
+    return np.array([sample(url, family, model=model) for family in (CACHE_HITS, CACHE_MISSES)])
+
+
+def test_a_paged_feed_and_the_ranker_hit_the_prefix_cache_and_an_event_makes_a_miss(
+    client, server, redis_server, corpus, seq_len
+):
+    """Three pages of one user's feed by id (each page new posts: the served ones are left
+    out): one prefix computed per instance at most, the others found. The ranker alone, the
+    user's history sent with other candidates: the same. An engagement changes the history:
+    the next page is a miss on any instance."""
+    url, user = server.metrics_url, 4_242
+    store = load_user(redis_server.url, corpus, user)
+    for model in ("recommend_chain", RANKER.name):
+        assert CPU.models[model].instances == 2  # at most one miss each below
+    before = cache_counts(url, "recommend_chain")
+    pages = [recommend(client, by_id(user)) for _ in range(3)]
+    posts = [set(page["ranked_post_ids"][0].tolist()) for page in pages]
+    assert all(posts) and not posts[0] & posts[1] and not posts[1] & posts[2]
+    hits, misses = cache_counts(url, "recommend_chain") - before
+    assert hits + misses == 3 and 1 <= misses <= 2, (hits, misses)
+
+    history = with_history(store, seq_len, user)
+    before = cache_counts(url, RANKER.name)
+    for page in pages:
+        arrays = {name: history[name] for name in RANKER.input_names if name in history}
+        arrays["candidate_post_ids"] = page["ranked_post_ids"]
+        arrays["candidate_author_ids"] = page["ranked_author_ids"]
+        ranked = infer(client, "http", RANKER.name, arrays)["ranked_post_ids"]
+        assert sorted(ranked[0].tolist()) == sorted(page["ranked_post_ids"][0].tolist())
+    hits, misses = cache_counts(url, RANKER.name) - before
+    assert hits + misses == 3 and 1 <= misses <= 2, (hits, misses)
+
+    post, author = int(corpus.post_ids[-1]), int(corpus.author_ids[-1])
+    store.apply([Engagement.of(user, post, author, time.time(), ["favorite"])])
+    before = cache_counts(url, "recommend_chain")
+    recommend(client, by_id(user))
+    assert (cache_counts(url, "recommend_chain") - before).tolist() == [0, 1]
 
 
 FOLLOWER, AUTHOR = 11, 555_001

@@ -134,6 +134,16 @@ def test_a_profile_with_more_instances_changes_only_those_models(tmp_path):
             GPU.with_instances({"ranker": bad})
 
 
+def test_a_profile_with_other_parameters_gives_them_to_the_model_and_its_chain():
+    off = CPU.with_parameters("ranker", {"prefix_cache_mib": 0})
+    assert off.parameter_values("ranker")["prefix_cache_mib"] == 0
+    assert off.parameter_values("recommend_chain")["ranker.prefix_cache_mib"] == 0
+    assert "prefix_cache_mib" not in CPU.models["ranker"].parameters  # the profile unchanged
+    assert off.models["retriever"] == CPU.models["retriever"]
+    with pytest.raises(ValueError, match="no served model"):
+        CPU.with_parameters("rankr", {})
+
+
 def test_instance_counts_parse_the_command_line_form():
     assert instance_counts("ranker=8, retriever=2") == {"ranker": 8, "retriever": 2}
     assert instance_counts("") == {}

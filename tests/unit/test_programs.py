@@ -128,17 +128,25 @@ def test_the_store_beside_artifacts_follows_config_and_env(tiny_artifacts, tmp_p
     assert ProgramStore.beside(other).directory.name != store.directory.name
 
 
-def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts):
+@pytest.mark.parametrize("cache_mib", [0, 64], ids=["cache-off", "cache-on"])
+def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts, cache_mib):
     weights = {"favorite": 1.0, "reply": 13.5}
     # two buckets: each program of each compiled by the first, loaded by the second
-    buckets = dict(batch_buckets=(1, 2), candidate_buckets=(8,))
+    buckets = dict(batch_buckets=(1, 2), candidate_buckets=(8,), prefix_cache_mib=cache_mib)
 
     def ranker():
         resources = PhoenixResources(tiny_artifacts)
         return RankerService(resources, weights, **buckets)
 
     assert ranker().warm_up() == 2
-    second = ranker()
-    second.warm_up()
-    assert (second.ranker._rank.loaded, second.ranker._rank.compiled) == (2, 0)
-    assert (second.ranker._hash.loaded, second.ranker._hash.compiled) == (2, 0)
+    service = ranker()
+    service.warm_up()
+    second = service.ranker
+    if cache_mib:  # the prefix cache's four programs, and no other
+        prefix = second.prefix
+        assert prefix is not None
+        runs = [prefix._prefix_hash, prefix._prefix, prefix._candidate_hash, prefix._candidates]
+        assert (second._rank.loaded, second._rank.compiled) == (0, 0)
+    else:
+        runs = [second._rank, second._hash]
+    assert [(run.loaded, run.compiled) for run in runs] == [(2, 0)] * len(runs)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from phoenix.engine import device_ranking
+from phoenix.engine import ranking_inputs
 from phoenix.ops import request_code
 from phoenix.schema import contracts, served
 from phoenix.schema import requests as requests_module
@@ -49,8 +49,8 @@ def test_typed_fields_are_the_contract_inputs(model):
 
 def test_the_ranking_engine_reads_only_ranker_inputs():
     names = set(contracts.RANKER.input_names)
-    assert set(device_ranking.HASHED_IDS) <= names
-    assert set(device_ranking.FEATURES) <= names
+    assert set(ranking_inputs.HASHED_IDS) <= names
+    assert set(ranking_inputs.FEATURES) <= names
     assert contracts.RANKER.input("candidate_post_age_seconds").optional  # read via `sent`
 
 

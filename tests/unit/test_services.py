@@ -299,9 +299,9 @@ def record_calls(service) -> list[tuple[int, int]]:
     """The (rows, candidates) shape of each call the service's DeviceRanker ranks, from now."""
     shapes, rank = [], service.ranker.rank
 
-    def recorded(batch):
+    def recorded(batch, rows=None):
         shapes.append(batch.candidate_post_ids.shape)
-        return rank(batch)
+        return rank(batch, rows)
 
     service.ranker.rank = recorded
     return shapes

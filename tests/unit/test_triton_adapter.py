@@ -579,3 +579,58 @@ def test_served_counts_are_sent_at_most_once_a_flush_interval_and_none_is_lost(m
     assert shown() == (6, 12)
     calls = {key[0]: n for key, n in metrics.calls.items()}
     assert calls == {SERVED: 3, CANDIDATES: 3}
+
+
+def test_prefix_cache_counts_are_sent_as_served_counts_are_and_none_is_lost(metrics, monkeypatch):
+    from phoenix.engine.prefix_cache import PrefixCache
+    from phoenix.stub.request_metrics import (
+        CACHE_BYTES,
+        CACHE_EVICTIONS,
+        CACHE_HITS,
+        CACHE_MISSES,
+        FLUSH_INTERVAL_S,
+        METRICS_INTERVAL_ENV,
+        PrefixCacheMetrics,
+    )
+
+    pb = sys.modules["triton_python_backend_utils"]
+    now = [100.0]
+    cache = PrefixCache(100, ttl_s=60, version="1", clock=lambda: now[0])
+    shown = PrefixCacheMetrics(pb, "ranker", "1", cache, clock=lambda: now[0])
+    labels = dict(model="ranker", version="1")
+
+    def values():
+        reasons = [
+            metrics.value(CACHE_EVICTIONS, **labels, reason=why) for why in ("budget", "expired")
+        ]
+        hits, misses = metrics.value(CACHE_HITS, **labels), metrics.value(CACHE_MISSES, **labels)
+        return hits, misses, *reasons, metrics.value(CACHE_BYTES, **labels)
+
+    assert values() == (0, 0, 0, 0, 0)  # every series from the start
+    for user in range(4):  # the fourth evicts the first
+        cache.get(user)
+        cache.put(user, user, 30)
+    cache.get(3)
+    now[0] += FLUSH_INTERVAL_S / 2
+    shown.update()
+    assert values() == (0, 0, 0, 0, 0)  # held back: each send is a round trip
+    now[0] += FLUSH_INTERVAL_S / 2
+    shown.update()
+    assert values() == (1, 4, 1, 0, 90)
+    now[0] += 60  # every entry expires
+    cache.get(3)
+    shown.close()  # the instance ends: nothing counted is lost
+    assert values() == (1, 5, 1, 3, 0)
+    assert metrics.value(CACHE_EVICTIONS, **labels, reason="version") == 0
+    # no cache (off, or a model without one): no series
+    PrefixCacheMetrics(pb, "retriever", "1", None)
+    assert "retriever" not in {dict(k)["model"] for k in metrics.series(CACHE_HITS)}
+    # an interval of 0 sends after every batch
+    monkeypatch.setenv(METRICS_INTERVAL_ENV, "0")
+    every = PrefixCacheMetrics(pb, "ranker_now", "1", cache, clock=lambda: now[0])
+    cache.get(3)
+    every.update()
+    assert metrics.value(CACHE_MISSES, model="ranker_now", version="1") == 6
+    monkeypatch.setenv(METRICS_INTERVAL_ENV, "soon")
+    with pytest.raises(ValueError, match=METRICS_INTERVAL_ENV):
+        PrefixCacheMetrics(pb, "ranker_bad", "1", cache)

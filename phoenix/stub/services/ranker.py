@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from phoenix.checkpoint.identity import artifact_version
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
+from phoenix.engine.prefix_cache import PrefixCache
 from phoenix.hashing import entity_hashes
 from phoenix.schema.batches import artifact_widths, empty_batch, pad_batch, row_spans
 from phoenix.schema.contracts import RANKER, UNKNOWN_AGE
@@ -114,11 +116,17 @@ class RankerService(Service):
         candidate_buckets: Sequence[int],
         batch_buckets: Sequence[int],
         split_widths: bool = RANKER.parameter("split_widths").default,
+        prefix_cache_mib: float = RANKER.parameter("prefix_cache_mib").default,
+        prefix_cache_ttl_s: float = RANKER.parameter("prefix_cache_ttl_s").default,
         compute_dtype=None,
     ):
         self.config = resources.config
         self.split_widths = split_widths
         self.weights = score_weight_vector(score_weights, self.config.action_names)
+        # Keyed by the artifacts' version label: entries of another version are never read.
+        self.prefix_cache = PrefixCache.of_mib(
+            prefix_cache_mib, prefix_cache_ttl_s, version=artifact_version(resources.root)
+        )
         self.ranker = DeviceRanker(
             self.config.ranker_config(),
             resources.artifacts.ranker_params,
@@ -129,6 +137,7 @@ class RankerService(Service):
             batch_buckets=batch_buckets,
             candidate_buckets=candidate_buckets,
             store=resources.programs,
+            prefix_cache=self.prefix_cache,
         )
         self.batch_buckets = self.ranker.batch_buckets
         self.max_rows = self.batch_buckets[-1]
@@ -141,6 +150,8 @@ class RankerService(Service):
             candidate_buckets=settings.parameters["candidate_buckets"],
             batch_buckets=settings.batch_buckets,
             split_widths=settings.parameters["split_widths"],
+            prefix_cache_mib=settings.parameters["prefix_cache_mib"],
+            prefix_cache_ttl_s=settings.parameters["prefix_cache_ttl_s"],
         )
 
     def warm_up(self) -> int:
@@ -172,4 +183,4 @@ class RankerService(Service):
         rows = sum(r.rows for r in requests)
         users, width = self.ranker.padded_shape(rows, max(r.candidates for r in requests))
         batch = request_batch(requests, self.config, users, width)
-        return split_ranked(requests, batch, self.ranker.rank(batch))
+        return split_ranked(requests, batch, self.ranker.rank(batch, rows))

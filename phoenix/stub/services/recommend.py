@@ -73,6 +73,11 @@ class RecommendChainService(Service):
         """The corpus the chain retrieves from (the adapter shows its generation)."""
         return self.services["retriever"].corpus
 
+    @property
+    def prefix_cache(self):
+        """The ranker stage's prefix cache (None when it is off): its metrics are the chain's."""
+        return getattr(self.services.get("ranker"), "prefix_cache", None)
+
     def warm_up(self) -> int:
         return sum(service.warm_up() for service in self.services.values())
 
