@@ -20,7 +20,7 @@ Shapes: L layers, B requests, P prefix tokens, C candidates, K key/value heads, 
 from __future__ import annotations
 
 import functools
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 import jax
 import numpy as np
@@ -97,9 +97,10 @@ def candidate_pass(
     def layer(h, xs):
         w, prefix_keys, prefix_values = xs
         q, k, v = attention_heads(h, w, rotation, config)
+        own = OwnKeys(k, v, candidate_ok, round_weight=config.attention_keys == "exact")
         attention = attend(
             q, prefix_keys, prefix_values, allowed, candidate_ok, config.attention_scale,
-            config.attention_block, own=OwnKeys(k, v, candidate_ok),
+            config.attention_block, own=own,
         )  # fmt: skip
         return finish_layer(h, attention, w, config), None
 
@@ -140,8 +141,26 @@ def rank_from_table(w, table, inputs: RankingInputs, config: ProductionConfig) -
     return rank(w, inputs, gather_rows(table, inputs), config)
 
 
+class Programs(NamedTuple):
+    """The jitted passes of one config: the weights are arguments, so every ranker of that
+    config shares them (and their compiled programs, one per input shape)."""
+
+    rank: Callable
+    rank_from_table: Callable
+    prefix: Callable
+    score_candidates: Callable
+
+
+@functools.lru_cache(maxsize=8)
+def programs(config: ProductionConfig) -> Programs:
+    """The jitted passes for ``config``, compiled to round as X's program does."""
+    options = compiler_options()
+    jit = lambda f: jax.jit(functools.partial(f, config=config), compiler_options=options)  # noqa: E731
+    return Programs(jit(rank), jit(rank_from_table), jit(prefix), jit(score_candidates))
+
+
 class ProductionRanker:
-    """The serving forward, jitted, over weights resident on the device.
+    """The serving forward over weights resident on the device.
 
     ``rank(inputs, rows)`` from gathered rows, ``rank_ids(inputs)`` gathering from the
     parameters' ``emb_table``; ``prefix`` and ``score_candidates`` are the two passes apart
@@ -152,26 +171,20 @@ class ProductionRanker:
         self.config = config
         self.weights = device_weights(params, config)
         self.table = device_table(params, config) if "emb_table" in params else None
-        jit = lambda f: jax.jit(  # noqa: E731
-            functools.partial(f, config=config), compiler_options=compiler_options()
-        )
-        self._rank = jit(rank)
-        self._rank_from_table = jit(rank_from_table)
-        self._prefix = jit(prefix)
-        self._score = jit(score_candidates)
+        self.programs = programs(config)
 
     def rank(self, inputs: RankingInputs, rows: HashedRows) -> RankingOutputs:
-        return self._rank(self.weights, inputs, rows)
+        return self.programs.rank(self.weights, inputs, rows)
 
     def rank_ids(self, inputs: RankingInputs) -> RankingOutputs:
         if self.table is None:
             raise ValueError("the parameters hold no 'emb_table': call rank with gathered rows")
-        return self._rank_from_table(self.weights, self.table, inputs)
+        return self.programs.rank_from_table(self.weights, self.table, inputs)
 
     def prefix(self, inputs: RankingInputs, rows: HashedRows) -> PrefixCache:
-        return self._prefix(self.weights, inputs, rows)
+        return self.programs.prefix(self.weights, inputs, rows)
 
     def score_candidates(
         self, cache: PrefixCache, inputs: RankingInputs, rows: HashedRows
     ) -> RankingOutputs:
-        return self._score(self.weights, cache, inputs, rows)
+        return self.programs.score_candidates(self.weights, cache, inputs, rows)

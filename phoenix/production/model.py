@@ -11,7 +11,7 @@ Which keys a query attends to (``ProductionConfig.attention_keys``):
   to the last block that holds a real prefix token, padded history keys in that block
   included; a candidate also attends to itself, never to another candidate.
 - ``exact``: the real prefix tokens only (and itself, for a candidate), as X's training
-  kernel masks them.
+  kernel masks them (which also rounds the own key's weight like the others').
 
 ``forward`` runs the whole sequence at once with one [T, T] key mask: the plain reference the
 serving engine (``phoenix/engine/production_ranking.py``: the prefix once, then the
@@ -148,7 +148,7 @@ def forward(
         q, k, v = attention_heads(h, w_layer, rotation, config)
         attention = attend(
             q, k, v, allowed, valid, config.attention_scale, config.attention_block,
-            own=OwnKeys(k, v, own_ok),
+            own=OwnKeys(k, v, own_ok, round_weight=config.attention_keys == "exact"),
         )  # fmt: skip
         return finish_layer(h, attention, w_layer, config), None
 

@@ -71,11 +71,14 @@ def attention_heads(h: jax.Array, w: LayerStack, rotation: Rotation, config):
 
 class OwnKeys(NamedTuple):
     """Each query's own key and value, outside the shared keys: [B, Tq, K, d] each; ``ok``
-    [B, Tq] bool says which queries attend to theirs."""
+    [B, Tq] bool says which queries attend to theirs. ``round_weight``: round the own key's
+    weight to the compute dtype like the others' (X's training kernel) or keep it in float32
+    (its serving kernel)."""
 
     keys: jax.Array
     values: jax.Array
     ok: jax.Array
+    round_weight: bool = False
 
 
 def attend(q, keys, values, allowed, query_ok, scale: float, block: int, own=None):
@@ -88,9 +91,10 @@ def attend(q, keys, values, allowed, query_ok, scale: float, block: int, own=Non
     Like the kernel, an online softmax over blocks of ``block`` keys: float32 logits (bf16
     inputs, float32 accumulation), a running maximum of at least 1.0, each block's weights
     rounded to the compute dtype before they meet its values and rescaled as the maximum
-    grows; the own key's weight stays float32. A block without an allowed key is skipped, as
-    the kernel never visits it. Given X's queries, keys and values this gave X's attention
-    output bit for bit in all but 4e-5 of the values (a softmax over all keys at once: 2%).
+    grows; the own key's weight in float32 (``OwnKeys.round_weight``). A block without an
+    allowed key is skipped, as the kernel never visits it. Given X's queries, keys and
+    values this gave X's attention output bit for bit in all but 4e-5 of the values (a
+    softmax over all keys at once: 2%).
     Returns [B, Tq, H * d] in q's dtype.
     """
     b, tq, H, d = q.shape
@@ -125,6 +129,8 @@ def attend(q, keys, values, allowed, query_ok, scale: float, block: int, own=Non
         weight = jnp.where(visited, jnp.exp(own_logit - new_top), 0.0)
         rescale = jnp.where(visited, jnp.exp(top - new_top), 1.0)
         total = total * rescale + weight
+        if own.round_weight:
+            weight = weight.astype(q.dtype).astype(F32)
         own_values = own.values.astype(F32).transpose(0, 2, 1, 3)[:, :, None]  # [B,K,1,Tq,d]
         mixed = mixed * rescale[..., None] + weight[..., None] * own_values
     out = mixed / jnp.where(total == 0.0, 1.0, total)[..., None]
