@@ -132,23 +132,17 @@ def score_candidates(
 def rank(
     w: ProductionWeights, inputs: RankingInputs, rows: HashedRows, config: ProductionConfig
 ) -> RankingOutputs:
-    """Both passes: what a request computes."""
+    """Both passes in one function (one program when jitted so)."""
     return score_candidates(w, prefix(w, inputs, rows, config), inputs, rows, config)
-
-
-def rank_from_table(w, table, inputs: RankingInputs, config: ProductionConfig) -> RankingOutputs:
-    """Gather the hashed rows from ``table`` [V, W] on the device, then rank."""
-    return rank(w, inputs, gather_rows(table, inputs), config)
 
 
 class Programs(NamedTuple):
     """The jitted passes of one config: the weights are arguments, so every ranker of that
     config shares them (and their compiled programs, one per input shape)."""
 
-    rank: Callable
-    rank_from_table: Callable
     prefix: Callable
     score_candidates: Callable
+    gather: Callable
 
 
 @functools.lru_cache(maxsize=8)
@@ -156,15 +150,16 @@ def programs(config: ProductionConfig) -> Programs:
     """The jitted passes for ``config``, compiled to round as X's program does."""
     options = compiler_options()
     jit = lambda f: jax.jit(functools.partial(f, config=config), compiler_options=options)  # noqa: E731
-    return Programs(jit(rank), jit(rank_from_table), jit(prefix), jit(score_candidates))
+    return Programs(jit(prefix), jit(score_candidates), jax.jit(gather_rows))
 
 
 class ProductionRanker:
     """The serving forward over weights resident on the device.
 
-    ``rank(inputs, rows)`` from gathered rows, ``rank_ids(inputs)`` gathering from the
-    parameters' ``emb_table``; ``prefix`` and ``score_candidates`` are the two passes apart
-    (a ``PrefixCache`` in between).
+    ``rank(inputs, rows)`` from gathered rows runs the two passes, ``prefix`` then
+    ``score_candidates``, as two programs with the ``PrefixCache`` between them (what a
+    per-user cache will hold); ``rank_ids(inputs)`` gathers the rows from the parameters'
+    ``emb_table`` first.
     """
 
     def __init__(self, config: ProductionConfig, params: Mapping[str, np.ndarray]):
@@ -174,12 +169,12 @@ class ProductionRanker:
         self.programs = programs(config)
 
     def rank(self, inputs: RankingInputs, rows: HashedRows) -> RankingOutputs:
-        return self.programs.rank(self.weights, inputs, rows)
+        return self.score_candidates(self.prefix(inputs, rows), inputs, rows)
 
     def rank_ids(self, inputs: RankingInputs) -> RankingOutputs:
         if self.table is None:
             raise ValueError("the parameters hold no 'emb_table': call rank with gathered rows")
-        return self.programs.rank_from_table(self.weights, self.table, inputs)
+        return self.rank(inputs, self.programs.gather(self.table, inputs))
 
     def prefix(self, inputs: RankingInputs, rows: HashedRows) -> PrefixCache:
         return self.programs.prefix(self.weights, inputs, rows)

@@ -55,6 +55,13 @@ def parse_args(argv: Sequence[str] | None):
     add("--log-prob-max", type=float, default=default.log_prob_max, help="largest |d log-prob|")
     add("--log-prob-mean", type=float, default=default.log_prob_mean, help="mean |d log-prob|")
     add("--continuous-max", type=float, default=default.continuous_max, help="largest |d cont.|")
+    add(
+        "--continuous-steps",
+        type=int,
+        default=default.continuous_steps,
+        help="a continuous value also passes within this many bfloat16 steps of X's (the dwell "
+        "head's values from 16 to 30 lie 0.125 apart); 0: --continuous-max alone",
+    )
     add("--json", type=Path, default=None, help="also write the figures to this JSON file")
     return parser.parse_args(argv)
 
@@ -112,6 +119,8 @@ def print_row(row: dict) -> None:
     for d in row["differences"]:
         verdict = ("ok" if d["ok"] else "OVER") if d["limit"] else "(not checked)"
         limit = f"  [{d['limit']}]" if d["limit"] else ""
+        if d["limit"] and d["over"]:
+            limit += f"  ({d['over']} over the absolute limit)"
         print(f"  {d['output']:<11} max {d['max']:.4g}  mean {d['mean']:.4g}  {verdict}{limit}")
 
 
@@ -119,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from phoenix.production.reference import ReferenceError, Tolerances, find_sets
 
-    tolerances = Tolerances(args.log_prob_max, args.log_prob_mean, args.continuous_max)
+    tolerances = Tolerances(
+        args.log_prob_max, args.log_prob_mean, args.continuous_max, args.continuous_steps
+    )
     try:
         sets = find_sets(args.reference)
     except ReferenceError as error:

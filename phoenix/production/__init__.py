@@ -18,6 +18,7 @@ guide.
 - ``model``: positions, the attention key sets, the heads and the plain full-sequence
   forward (``forward``), the reference the engine's prefix/candidate passes are checked with.
 - ``reference``: reads reference folders written with X's code and compares outputs.
+- ``examples``: seeded batches of valid inputs (tests, timings, warm-up).
 
 Pure model code: imports jax, haiku, numpy and the standard library only (``reference`` adds
 nothing else). The serving engine is ``phoenix/engine/production_ranking.py``.

@@ -84,8 +84,11 @@ def example_inputs(
 ) -> RankingInputs:
     """A batch of ``batch`` requests (full histories and candidate lists by default)."""
     rng = np.random.default_rng(seed)
-    history_lens = list(history_lens or [config.history_seq_len] * batch)
-    candidate_lens = list(candidate_lens or [config.candidate_seq_len] * batch)
+    if history_lens is None:
+        history_lens = [config.history_seq_len] * batch
+    if candidate_lens is None:
+        candidate_lens = [config.candidate_seq_len] * batch
+    history_lens, candidate_lens = list(history_lens), list(candidate_lens)
     if len(history_lens) != batch or len(candidate_lens) != batch:
         raise ValueError(f"one history and one candidate length per request ({batch})")
     return RankingInputs(

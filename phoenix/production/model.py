@@ -131,11 +131,15 @@ def sequence_mask(prefix_ok: jax.Array, candidate_ok: jax.Array, config) -> jax.
 def forward(
     w: ProductionWeights, inputs: RankingInputs, rows: HashedRows, config
 ) -> RankingOutputs:
-    """Every token through every layer at once (jit with ``config`` static)."""
+    """Every token through every layer at once (jit with ``config`` static). The sequence is
+    padded to whole attention blocks, as X pads it; the padding is never attended to."""
     prefix, prefix_ok = prefix_tokens(w, inputs, rows, config)  # [B, P, D], [B, P]
     candidates, candidate_ok = candidate_tokens(w, inputs, rows, config)  # [B, C, D], [B, C]
-    h = jnp.concatenate([prefix, candidates], axis=1)  # [B, T, D]
-    valid = jnp.concatenate([prefix_ok, candidate_ok], axis=1)  # [B, T]
+    b, c, width = candidates.shape
+    pad = -(config.prefix_len + c) % config.attention_block
+    h = jnp.concatenate([prefix, candidates, jnp.zeros((b, pad, width), prefix.dtype)], axis=1)
+    candidate_ok = jnp.concatenate([candidate_ok, jnp.zeros((b, pad), bool)], axis=1)
+    valid = jnp.concatenate([prefix_ok, candidate_ok], axis=1)  # [B, T], T = P + C + pad
     positions = jnp.concatenate(
         [prefix_positions(prefix_ok, config), candidate_positions(candidate_ok, config)], axis=1
     )  # [B, T]
@@ -153,4 +157,5 @@ def forward(
         return finish_layer(h, attention, w_layer, config), None
 
     h, _ = jax.lax.scan(layer, h, w.layers)
-    return heads(h[:, config.prefix_len :], w, inputs.candidates.product_surface, config)
+    candidates_out = h[:, config.prefix_len : config.prefix_len + c]  # [B, C, D]
+    return heads(candidates_out, w, inputs.candidates.product_surface, config)

@@ -98,18 +98,24 @@ def attend(q, keys, values, allowed, query_ok, scale: float, block: int, own=Non
     Returns [B, Tq, H * d] in q's dtype.
     """
     b, tq, H, d = q.shape
-    K = keys.shape[2]
+    tk, K = keys.shape[1], keys.shape[2]
+    if tk % block:
+        raise ValueError(f"{tk} keys do not fill blocks of {block}")
     qg = q.reshape(b, tq, K, H // K, d)  # [B, Tq, K, G, d]
-    top = jnp.full((b, K, H // K, tq), -jnp.inf, F32)  # running maximum [B, K, G, Tq]
-    total = jnp.zeros_like(top)  # sum of the weights
-    mixed = jnp.zeros((b, K, H // K, tq, d), F32)  # weights x values
-    for start in range(0, keys.shape[1], block):
-        stop = min(start + block, keys.shape[1])
+    blocks = lambda x: jnp.moveaxis(x.reshape(x.shape[0], tk // block, block, *x.shape[2:]), 1, 0)  # noqa: E731
+    by_block = (
+        blocks(keys),  # [n, B, t, K, d]
+        blocks(values),
+        jnp.moveaxis(allowed.reshape(*allowed.shape[:2], tk // block, block), 2, 0),  # [n,B,Tq|1,t]
+    )
+
+    def step(carry, xs):
+        top, total, mixed = carry
+        block_keys, block_values, block_allowed = xs
         logits = (
-            jnp.einsum("bqkgd,btkd->bkgqt", qg, keys[:, start:stop], preferred_element_type=F32)
-            * scale
+            jnp.einsum("bqkgd,btkd->bkgqt", qg, block_keys, preferred_element_type=F32) * scale
         )  # [B, K, G, Tq, t]
-        ok = allowed[:, None, None, :, start:stop]  # [B, 1, 1, Tq|1, t]
+        ok = block_allowed[:, None, None]  # [B, 1, 1, Tq|1, t]
         visited = jnp.any(ok, axis=-1)  # [B, 1, 1, Tq|1]
         block_top = jnp.maximum(jnp.max(jnp.where(ok, logits, -jnp.inf), axis=-1), 1.0)
         new_top = jnp.where(visited, jnp.maximum(top, block_top), top)
@@ -117,10 +123,14 @@ def attend(q, keys, values, allowed, query_ok, scale: float, block: int, own=Non
         rescale = jnp.where(visited, jnp.exp(top - new_top), 1.0)
         total = total * rescale + jnp.sum(weights, axis=-1)
         mixed = mixed * rescale[..., None] + jnp.einsum(
-            "bkgqt,btkd->bkgqd", weights.astype(q.dtype), values[:, start:stop],
+            "bkgqt,btkd->bkgqd", weights.astype(q.dtype), block_values,
             preferred_element_type=F32,
         )  # fmt: skip
-        top = new_top
+        return (new_top, total, mixed), None
+
+    top = jnp.full((b, K, H // K, tq), -jnp.inf, F32)  # running maximum [B, K, G, Tq]
+    start = (top, jnp.zeros_like(top), jnp.zeros((b, K, H // K, tq, d), F32))
+    (top, total, mixed), _ = jax.lax.scan(step, start, by_block)
     if own is not None:
         own_logit = jnp.sum(qg.astype(F32) * own.keys.astype(F32)[:, :, :, None], axis=-1)
         own_logit = own_logit.transpose(0, 2, 3, 1) * scale  # [B, K, G, Tq]

@@ -1,6 +1,7 @@
 """`phoenix-check-reference` (`make check-reference`): our production ranker against reference
 folders written with X's code (tests/data/production), the way a user runs it; exit status 0
-within the tolerances, 1 over them, 2 for a folder or file it cannot use."""
+within the tolerances and 2 for a folder or file it cannot use (1, over the tolerances:
+tests/unit/test_production_model.py, which has the programs compiled)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import numpy as np
 
 from phoenix.ops import check_reference
 
@@ -38,21 +37,6 @@ def test_command_passes_on_x_small_references(tmp_path):
         by_output = {d["output"]: d for d in row["differences"]}
         assert by_output["log_probs"]["max"] <= 0.08 and by_output["log_probs"]["mean"] <= 0.005
         assert by_output["continuous"]["max"] <= 0.1
-
-
-def test_outputs_over_the_tolerance_exit_1(tmp_path, capsys):
-    """A reference whose X outputs are moved by 0.1 in one candidate row fails, named."""
-    for suffix in (".json", "_params.npz"):
-        shutil.copy(DATA / f"small_training_kernel{suffix}", tmp_path / f"moved{suffix}")
-    with np.load(DATA / "small_training_kernel.npz") as data:
-        arrays = {name: data[name] for name in data.files}
-    arrays["out/log_probs"] = arrays["out/log_probs"].copy()
-    arrays["out/log_probs"][1, 2] += 0.1
-    np.savez(tmp_path / "moved.npz", **arrays)
-    assert check_reference.main([str(tmp_path)]) == 1
-    out, err = capsys.readouterr()
-    assert "log_probs   max 0.1" in out and "OVER" in out
-    assert "FAILED: moved over the tolerances" in err
 
 
 def test_unusable_folders_exit_2(tmp_path, capsys):

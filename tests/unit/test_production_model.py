@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -41,7 +42,8 @@ from phoenix.production.model import prefix_key_ok, prefix_positions
 from phoenix.production.params import check_params, param_shapes
 from phoenix.production.reference import Tolerances, compare, load_set
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "production"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA = REPO_ROOT / "tests" / "data" / "production"
 SERVING = DATA / "small_serving.npz"
 TRAINING_KERNEL = DATA / "small_training_kernel.npz"
 # A small config for the tests of our own: two blocks of prefix, float32 for exact equalities.
@@ -99,6 +101,33 @@ def test_exact_keys_equal_x_training_kernel():
     assert all(d.ok for d in differences), differences
 
 
+def test_outputs_over_the_tolerance_exit_1(tmp_path, capsys):
+    """phoenix-check-reference on a reference whose X outputs are moved by 0.1 in one
+    candidate row fails and names it (in process, the programs compiled above)."""
+    from phoenix.ops import check_reference
+
+    for suffix in (".json", "_params.npz"):
+        shutil.copy(DATA / f"small_training_kernel{suffix}", tmp_path / f"moved{suffix}")
+    with np.load(TRAINING_KERNEL) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["out/log_probs"] = arrays["out/log_probs"].copy()
+    arrays["out/log_probs"][1, 2] += 0.1
+    np.savez(tmp_path / "moved.npz", **arrays)
+    assert check_reference.main([str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "log_probs   max 0.1" in out and "OVER" in out
+    assert "FAILED: moved over the tolerances" in err
+
+
+def test_docs_example_runs(monkeypatch, capsys):
+    """docs/production.md's Python example, from the repository root as a reader runs it."""
+    text = (REPO_ROOT / "docs" / "production.md").read_text()
+    block = text.split("<!-- production-example:start -->")[1].split("<!-- production-example")[0]
+    monkeypatch.chdir(REPO_ROOT)
+    exec(block.split("```python\n")[1].split("```")[0], {"__name__": "example"})
+    assert 0.0 <= float(capsys.readouterr().out.split()[-1]) <= 0.0625  # a bfloat16 step
+
+
 def test_hashes_and_gathered_rows_equal_x(serving_set):
     """Raw ids hashed by our code give X's rows (64-bit ids, the int64 wrap, id 0), and our
     gather from the table gives the rows X was fed."""
@@ -129,46 +158,36 @@ def test_hashes_and_gathered_rows_equal_x(serving_set):
 
 def test_engine_equals_full_forward_in_float32():
     """The split is exact: prefix once, candidates against its cache = one pass over the
-    whole sequence (float32; histories full, crossing a block, inside the first, empty)."""
+    whole sequence (float32; histories full, crossing a block, inside the first, empty);
+    candidates never see each other (scored in halves against one cache they score the
+    same); rank_ids gathers the rows the rank of gathered rows takes."""
     from phoenix.ops.check_reference import full_forward
 
-    params = init_params(TINY, seed=3)
+    params = init_params(TINY, seed=3, table_rows=TINY.hashes.num_rows)
     ranker = ProductionRanker(TINY, params)
+    lengths = np.asarray([8, 3, 8, 1])
     inputs = example_inputs(TINY, 4, seed=4, history_lens=[254, 131, 37, 0],
-                            candidate_lens=[8, 3, 8, 1])  # fmt: skip
-    table = jnp.asarray(np.random.default_rng(5).normal(size=(TINY.hashes.num_rows, 16)) * 0.02)
-    rows = gather_rows(table, inputs)
-    engine = ranker.rank(inputs, rows)
+                            candidate_lens=lengths)  # fmt: skip
+    rows = gather_rows(ranker.table, inputs)
+    cache = ranker.prefix(inputs, rows)
+    L, P, K, d = TINY.num_layers, TINY.prefix_len, TINY.num_kv_heads, TINY.key_size
+    assert cache.keys.shape == cache.values.shape == (L, 4, P, K, d)
+    engine = ranker.score_candidates(cache, inputs, rows)
     full = full_forward(TINY)(ranker.weights, inputs, rows)
-    real = np.arange(8)[None, :] < np.asarray([8, 3, 8, 1])[:, None]
+    real = np.arange(8)[None, :] < lengths[:, None]
     for name in ("logits", "continuous"):
         ours, plain = np.asarray(getattr(engine, name))[real], np.asarray(getattr(full, name))[real]
         np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-5)
     assert np.abs(np.asarray(engine.logits)[real]).max() > 0.1  # not a trivially small output
-
-
-def test_prefix_cache_serves_any_split_of_the_candidates():
-    """Candidates never see each other: scoring them in two calls against one prefix cache
-    gives what one call gives, and the cache holds every layer's keys and values."""
-    params = init_params(TINY, seed=6)
-    ranker = ProductionRanker(TINY, params)
-    inputs = example_inputs(TINY, 2, seed=7, history_lens=[200, 17])
-    table = jnp.asarray(np.random.default_rng(8).normal(size=(TINY.hashes.num_rows, 16)) * 0.02)
-    rows = gather_rows(table, inputs)
-    cache = ranker.prefix(inputs, rows)
-    L, P, K, d = TINY.num_layers, TINY.prefix_len, TINY.num_kv_heads, TINY.key_size
-    assert cache.keys.shape == cache.values.shape == (L, 2, P, K, d)
-    whole = ranker.score_candidates(cache, inputs, rows)
-    # the same candidates with the second half turned to padding, then the first half
-    half = TINY.candidate_seq_len // 2
-    for keep in (slice(0, half), slice(half, None)):
+    for keep in (slice(0, 4), slice(4, None)):  # the other half turned to padding
         post = np.zeros_like(inputs.candidates.post_hashes)
         post[:, keep] = inputs.candidates.post_hashes[:, keep]
         part = inputs._replace(candidates=inputs.candidates._replace(post_hashes=post))
         scored = ranker.score_candidates(cache, part, rows)
         np.testing.assert_allclose(
-            np.asarray(scored.logits)[:, keep], np.asarray(whole.logits)[:, keep], atol=1e-6
+            np.asarray(scored.logits)[:, keep], np.asarray(engine.logits)[:, keep], atol=1e-6
         )
+    np.testing.assert_array_equal(ranker.rank_ids(inputs).logits, engine.logits)
 
 
 def test_serving_kernel_keys_reach_the_end_of_the_last_history_block():
@@ -248,3 +267,30 @@ def test_params_that_do_not_fit_are_named():
 
 def test_programs_are_shared_per_config():
     assert programs(TINY) is programs(dataclasses.replace(TINY))
+
+
+def test_bfloat16_steps():
+    from phoenix.production.reference import bfloat16_step
+
+    values = np.asarray([0.0, 1.0, 1.5, -0.7, 10.6875, 16.25, 30.0, 300.0])
+    steps = [0.0, 2**-7, 2**-7, 2**-8, 2**-4, 2**-3, 2**-3, 2.0]
+    np.testing.assert_array_equal(bfloat16_step(values), steps)
+    bf16 = values.astype(jnp.bfloat16)  # each step is the gap to the next bfloat16 number
+    away = np.where(values < 0, -np.inf, np.inf).astype(jnp.bfloat16)
+    gap = np.abs(np.nextafter(bf16, away).astype(np.float64) - bf16.astype(np.float64))
+    np.testing.assert_array_equal(gap[1:], steps[1:])
+
+
+def test_continuous_values_pass_within_two_bfloat16_steps(serving_set, serving_outputs):
+    """0.125 apart passes at 16.25 (one step) but not at 1.5 (16 steps) nor with steps off."""
+    moved = serving_outputs._asdict()
+    expected = dict(serving_set.expected)
+    for value, ok in ((16.25, True), (1.5, False)):
+        expected["continuous"] = serving_set.expected["continuous"].copy()
+        expected["continuous"][0, 0, 1] = value
+        moved["continuous"] = serving_outputs.continuous.copy()
+        moved["continuous"][0, 0, 1] = value + 0.125
+        ref = serving_set._replace(expected=expected)
+        continuous = compare(moved, ref, Tolerances())[2]
+        assert (continuous.ok, continuous.over) == (ok, 1)
+        assert not compare(moved, ref, Tolerances(continuous_steps=0))[2].ok
