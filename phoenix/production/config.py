@@ -15,7 +15,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 AttentionKeys = Literal["serving_kernel", "exact"]
 ComputeDtype = Literal["bfloat16", "float32"]
@@ -249,8 +249,8 @@ def apply_overrides(config: ProductionConfig, overrides: Sequence[str]) -> Produ
 
     Raises ValueError naming the override that cannot apply.
     """
-    changes: dict[str, object] = {}
-    hash_changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
+    hash_changes: dict[str, Any] = {}
     sequence_len = None
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from phoenix.production.inputs import (
+    Array,
     HashedRows,
     PostSequence,
     RankingInputs,
@@ -25,12 +26,12 @@ ENGAGEMENT_LOG2_SCALE = 32.0
 SID_HASH_MULTIPLIER = 1540483477  # X's mixing constant for the semantic-id level from a hash
 
 
-def lookup(table: jax.Array, values: jax.Array) -> jax.Array:
+def lookup(table: jax.Array, values: Array) -> jax.Array:
     """table[clip(values)]: [..., D] (X clips every categorical value into its table)."""
     return jnp.take(table, jnp.clip(values.astype(jnp.int32), 0, table.shape[0] - 1), axis=0)
 
 
-def add_projections(total: jax.Array, rows: jax.Array, projections: jax.Array) -> jax.Array:
+def add_projections(total: jax.Array, rows: Array, projections: jax.Array) -> jax.Array:
     """total [..., D] plus rows[..., i, :] @ projections[i] ([..., W] x [W, D]) for each hash i
     in turn, each product rounded to the total's dtype before it is added, as X adds them (the
     order of the additions changes the rounding)."""
@@ -47,7 +48,7 @@ def user_token(w: ProductionWeights, rows: HashedRows, dtype) -> jax.Array:
     return token[:, None, :]
 
 
-def location_features(latitude: jax.Array, longitude: jax.Array, frequencies: int) -> jax.Array:
+def location_features(latitude: Array, longitude: Array, frequencies: int) -> jax.Array:
     """[B, 4F] float32: sin and cos of latitude and longitude at F doubling frequencies."""
     lat = jnp.pi * latitude.astype(jnp.float32) / 90.0
     lon = jnp.pi * longitude.astype(jnp.float32) / 180.0
@@ -75,7 +76,7 @@ def user_features_token(w: ProductionWeights, user: UserFeatures, config, dtype)
     return token[:, None, :]
 
 
-def post_age_bucket(impression: jax.Array, creation: jax.Array, config) -> jax.Array:
+def post_age_bucket(impression: Array, creation: Array, config) -> jax.Array:
     """[B, S] int32: hours old + 1 (granularity_mins), one overflow bucket, 0 when unknown."""
     impression, creation = impression.astype(jnp.int32), creation.astype(jnp.int32)
     minutes = (impression - creation) // 60
@@ -85,7 +86,7 @@ def post_age_bucket(impression: jax.Array, creation: jax.Array, config) -> jax.A
     return jnp.where(unknown, 0, bucket).astype(jnp.int32)
 
 
-def engagement_embedding(counts: jax.Array, t: SequenceTables, dtype) -> jax.Array:
+def engagement_embedding(counts: Array, t: SequenceTables, dtype) -> jax.Array:
     """[B, S, D]: log2(count + 1) / 32 of the five counts and a bias through a GELU MLP."""
     logs = jnp.log2(jnp.maximum(counts.astype(jnp.float32), 0.0) + 1.0) / ENGAGEMENT_LOG2_SCALE
     v = jnp.concatenate([logs, jnp.ones_like(logs[..., :1])], axis=-1)  # [B, S, 6]
@@ -106,7 +107,7 @@ def context_embedding(token, seq: PostSequence, t: SequenceTables, config, dtype
     return token + engagement_embedding(seq.engagement_counts, t, dtype)
 
 
-def sid_hash_code(post_hashes: jax.Array, semantic_ids: jax.Array, codebook: int) -> jax.Array:
+def sid_hash_code(post_hashes: Array, semantic_ids: Array, codebook: int) -> jax.Array:
     """[B, S] int32: the extra semantic-id level X derives from the first post hash (int32
     arithmetic wraps), 0 when the post has no semantic id."""
     mixed = post_hashes[..., 0].astype(jnp.int32) * jnp.int32(SID_HASH_MULTIPLIER)

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from phoenix.production.features import candidate_tokens, prefix_tokens
-from phoenix.production.inputs import HashedRows, RankingInputs
+from phoenix.production.inputs import Array, HashedRows, RankingInputs
 from phoenix.production.params import ProductionWeights
 from phoenix.production.transformer import (
     OwnKeys,
@@ -93,7 +93,7 @@ def action_logits(h: jax.Array, w: ProductionWeights, config) -> jax.Array:
     return jnp.dot(h, w.unembed) * config.output_scale
 
 
-def continuous_heads(h: jax.Array, w: ProductionWeights, surface: jax.Array, config):
+def continuous_heads(h: jax.Array, w: ProductionWeights, surface: Array, config) -> jax.Array:
     """[B, C, N]: raw head values, except the dwell slot: on the softplus surfaces (the
     gallery) softplus capped smoothly at 300, elsewhere sigmoid x 30."""
     values = jnp.dot(h, w.continuous)  # [B, C, N]
@@ -105,7 +105,7 @@ def continuous_heads(h: jax.Array, w: ProductionWeights, surface: jax.Array, con
     return values.at[..., 1].set(jnp.where(on_softplus, softplus, sigmoid))
 
 
-def heads(h: jax.Array, w: ProductionWeights, surface: jax.Array, config) -> RankingOutputs:
+def heads(h: jax.Array, w: ProductionWeights, surface: Array, config) -> RankingOutputs:
     """Final norm, then the action and continuous heads, as float32 outputs."""
     h = rms_norm(h, w.final_norm, config.norm_eps)  # [B, C, D]
     logits = action_logits(h, w, config)

@@ -15,7 +15,7 @@ do ``device_weights`` in bfloat16 mode.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -128,7 +128,8 @@ def load_params(path: str | Path, config: ProductionConfig | None = None) -> dic
 
 def save_params(path: str | Path, params: Mapping[str, np.ndarray]) -> None:
     """Write ``params`` as one npz of float32 arrays under their names."""
-    np.savez(path, **{name: np.asarray(value, np.float32) for name, value in params.items()})
+    arrays: dict[str, Any] = {name: np.asarray(value, np.float32) for name, value in params.items()}
+    np.savez(path, **arrays)
 
 
 def init_params(config: ProductionConfig, seed: int = 0, table_rows: int = 0) -> dict:
