@@ -27,7 +27,7 @@ import numpy as np
 
 from phoenix.production.config import ProductionConfig
 from phoenix.production.features import candidate_tokens, prefix_tokens
-from phoenix.production.hashing import gather_rows
+from phoenix.production.hashing import check_rows_in_table, gather_rows
 from phoenix.production.inputs import HashedRows, RankingInputs
 from phoenix.production.model import (
     RankingOutputs,
@@ -172,8 +172,10 @@ class ProductionRanker:
         return self.score_candidates(self.prefix(inputs, rows), inputs, rows)
 
     def rank_ids(self, inputs: RankingInputs) -> RankingOutputs:
+        """Rank with the rows of the parameters' table; a hash outside it is refused, named."""
         if self.table is None:
             raise ValueError("the parameters hold no 'emb_table': call rank with gathered rows")
+        check_rows_in_table(inputs, self.table.shape[0])
         return self.rank(inputs, self.programs.gather(self.table, inputs))
 
     def prefix(self, inputs: RankingInputs, rows: HashedRows) -> PrefixCache:

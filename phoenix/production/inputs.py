@@ -76,9 +76,6 @@ class HashedRows(NamedTuple):
     candidate_authors: Array  # [B, C, nA, W]
 
 
-ENGAGEMENT_COUNTS = ("favs", "replies", "reposts", "quotes", "views")
-
-
 def post_valid(sequence: PostSequence) -> Array:
     """[B, S] bool: the real posts (first post hash nonzero)."""
     return sequence.post_hashes[..., 0] != 0

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from phoenix.production.config import DWELL_TIME
 from phoenix.production.features import candidate_tokens, prefix_tokens
 from phoenix.production.inputs import Array, HashedRows, RankingInputs
 from phoenix.production.params import ProductionWeights
@@ -97,12 +98,12 @@ def continuous_heads(h: jax.Array, w: ProductionWeights, surface: Array, config)
     """[B, C, N]: raw head values, except the dwell slot: on the softplus surfaces (the
     gallery) softplus capped smoothly at 300, elsewhere sigmoid x 30."""
     values = jnp.dot(h, w.continuous)  # [B, C, N]
-    dwell = values[..., 1]
+    dwell = values[..., DWELL_TIME]
     cap = config.dwell_softplus_cap
     softplus = cap * jnp.tanh(jax.nn.softplus(dwell) / cap)
     sigmoid = jax.nn.sigmoid(dwell) * config.dwell_sigmoid_scale
     on_softplus = jnp.isin(surface, jnp.asarray(config.dwell_softplus_surfaces))
-    return values.at[..., 1].set(jnp.where(on_softplus, softplus, sigmoid))
+    return values.at[..., DWELL_TIME].set(jnp.where(on_softplus, softplus, sigmoid))
 
 
 def heads(h: jax.Array, w: ProductionWeights, surface: Array, config) -> RankingOutputs:
