@@ -221,6 +221,15 @@ distclean: clean  ## also remove .venv, the built artifacts (the shipped trained
 	rm -rf $(VENV) artifacts/trained-demo/compiled build
 	find artifacts -mindepth 1 -maxdepth 1 ! -name trained-demo -exec rm -rf {} +
 
+# ---- X's production ranker against reference data written with X's code (docs/production.md)
+REFERENCE ?=
+CHECK_REFERENCE_ARGS ?=
+
+.PHONY: check-reference
+check-reference: setup  ## production ranker vs X's outputs in REFERENCE=DIR (CHECK_REFERENCE_ARGS=--forward full); exit 0 within the tolerances
+	@if [ -z "$(REFERENCE)" ]; then echo "usage: make check-reference REFERENCE=DIR" >&2; exit 2; fi
+	$(PY) -m phoenix.ops.check_reference $(REFERENCE) $(CHECK_REFERENCE_ARGS)
+
 # ---- load test and serving benchmark ----------------------------------------------------------
 LOADTEST_USERS ?= 8
 LOADTEST_TIME ?= 30s

@@ -16,6 +16,8 @@
   process (the one candidate tower the server, artifacts, training and the corpus store use).
 - ``score_inputs``: the score path's hashed features padded on the host.
 - ``batching``: buckets, padding, per-platform defaults and example inputs.
+- ``production_ranking``: X's production ranker (``phoenix.production``): the prefix pass,
+  whose per-layer keys and values the candidate pass takes (``ProductionRanker``).
 
 May import the model layer and the checkpoint only: nothing that serves, stores or trains.
 """
