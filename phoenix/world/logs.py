@@ -15,6 +15,8 @@ and request; the columns a real log of the original's features has)
     actions          uint8 [N, 19]  0/1 per action, columns as meta.json "action_names"
     timezone         int32 [N]      the viewer's timezone (X's 32 buckets; schema 2)
     hour_of_day      int32 [N]      the local hour + 1 (1..24; schema 2)
+    (the last two are written for readers of the files; this reader derives them from the
+    users' timezones and the times, and takes a file without them)
 
 ``posts.npz``: ``post_id`` int64, ``author_id`` int64, ``topic`` int32 (index into
 "topic_names"), ``media`` int8 (index into "media_names"), ``created_ts`` int64,
@@ -85,7 +87,8 @@ class Column:
 
     ``field`` names the World or Impressions attribute that the column is, unchanged; the
     reader fills that attribute from it. Columns that map ids through indices give ``of``.
-    ``since``: the schema version that added the column (older directories lack it).
+    ``since``: the schema version that added the column (older directories lack it);
+    ``derived``: the reader derives it from the other files, so a file may lack it.
     """
 
     dtype: Any
@@ -93,6 +96,7 @@ class Column:
     field: str | None = None
     of: Callable[[World, Impressions], np.ndarray] | None = None
     since: int = 1
+    derived: bool = False
 
     def array(self, world: World, impressions: Impressions | None) -> np.ndarray:
         if self.of is not None:
@@ -111,8 +115,8 @@ IMPRESSION_COLUMNS = {
     "product_surface": Column(np.int32, of=lambda w, i: i.surface),  # int8 in memory
     "dwell_seconds": Column(np.float32, field="dwell_seconds"),
     "actions": Column(np.uint8, 2, field="actions"),
-    "timezone": Column(np.int32, of=lambda w, i: i.timezone(w), since=2),  # derived
-    "hour_of_day": Column(np.int32, of=lambda w, i: i.hour_of_day(w), since=2),  # derived
+    "timezone": Column(np.int32, of=lambda w, i: i.timezone(w), since=2, derived=True),
+    "hour_of_day": Column(np.int32, of=lambda w, i: i.hour_of_day(w), since=2, derived=True),
 }
 POST_COLUMNS = {
     "post_id": Column(np.int64, field="post_ids"),
@@ -204,8 +208,8 @@ def _check_columns(
 ) -> dict:
     for key, column in columns.items():
         dtype, ndim = column.dtype, column.ndim
-        if column.since > schema:
-            continue  # a column added after the directory's schema
+        if column.since > schema or column.derived and key not in arrays:
+            continue  # a column added after the directory's schema, or one derived on reading
         if key not in arrays:
             raise LogError(f"{name}: missing column '{key}'")
         array = arrays[key]
