@@ -55,7 +55,8 @@ class Posts:
 
     def take(self, rows) -> Posts:
         sids = None if self.semantic_ids is None else self.semantic_ids[rows]
-        return Posts(*(column[rows] for column in self.columns()), semantic_ids=sids)
+        ids, authors, created, vectors = (column[rows] for column in self.columns())
+        return Posts(ids, authors, created, vectors, sids)
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """The columns every segment has, as ``COLUMNS`` names the first four."""
@@ -66,11 +67,13 @@ class Posts:
         """The posts of ``parts`` in order; semantic IDs where any part has them (the others'
         rows all zeros, of ``sids``' width)."""
         parts = list(parts)
-        columns = (np.concatenate(c) for c in zip(*(p.columns() for p in parts)))
+        ids, authors, created, vectors = (
+            np.concatenate(c) for c in zip(*(p.columns() for p in parts))
+        )
         if all(p.semantic_ids is None for p in parts):
-            return Posts(*columns)
+            return Posts(ids, authors, created, vectors)
         codes = [sids.zeros(len(p)) if p.semantic_ids is None else p.semantic_ids for p in parts]
-        return Posts(*columns, semantic_ids=np.concatenate(codes))
+        return Posts(ids, authors, created, vectors, np.concatenate(codes))
 
 
 def check_posts(

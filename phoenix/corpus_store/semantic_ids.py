@@ -83,10 +83,14 @@ def spec_of(data: Any, where: str) -> SemanticIdSpec:
         return SemanticIdSpec()
     if not isinstance(data, dict):
         raise ValueError(f"{where}: 'semantic_ids' is {data!r}, expected an object")
-    levels, codebook = data.get("levels"), data.get("codebook_size")
-    for name, value in (("levels", levels), ("codebook_size", codebook)):
+
+    def integer(name: str) -> int:
+        value = data.get(name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{where}: 'semantic_ids' {name} is {value!r}, expected an integer")
+        return value
+
+    levels, codebook = integer("levels"), integer("codebook_size")
     try:
         return SemanticIdSpec(levels, codebook)
     except ValueError as error:

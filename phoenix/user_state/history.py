@@ -77,7 +77,7 @@ def decode(members: Sequence[bytes]) -> np.ndarray:
     records = np.zeros(len(members), MEMBER)
     if len(data) == len(members) * MEMBER_V1.itemsize:  # every one short
         short = np.frombuffer(data, MEMBER_V1)
-        for name in MEMBER_V1.names:
+        for name in MEMBER_V1.names or ():
             records[name] = short[name]
         return records
     sizes = np.array([len(m) for m in members])
@@ -88,8 +88,8 @@ def decode(members: Sequence[bytes]) -> np.ndarray:
         )
     for dtype in (MEMBER_V1, MEMBER):
         rows = np.flatnonzero(sizes == dtype.itemsize)
-        part = np.frombuffer(b"".join(members[i] for i in rows), dtype)
-        for name in dtype.names:
+        part = np.frombuffer(b"".join(members[int(i)] for i in rows), dtype)
+        for name in dtype.names or ():
             records[name][rows] = part[name]
     return records
 

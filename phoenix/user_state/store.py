@@ -8,13 +8,12 @@ same events again, in any order, leave the same state). Two appends are not (wha
 twice is there twice): the served posts (``phoenix.user_state.served``, read as a set) and
 the request log stream that ``record_served`` appends to. A profile replaces the user's
 older one (``phoenix.user_state.profile``). Reads take a batch of users and cost one round
-trip per pipeline (``in_network`` two: follows, then posts;
-``state``, everything a recommend by user id reads, two: histories, served posts, follows and
-profiles, then the followed authors' posts); a cluster client's pipeline sends each node its
-commands together. The histories' semantic IDs come from the store's ``semantic_ids`` look-up
-(the corpus store's, by post id), one call per read. A pipeline is not a transaction: a
-failure part-way leaves the keys already written (each consistent), and applying the batch
-again completes it.
+trip per pipeline (``in_network`` two: follows, then posts; ``state``, everything a recommend
+by user id reads, two: histories, served posts, follows and profiles, then the followed
+authors' posts); a cluster client's pipeline sends each node its commands together. The
+histories' semantic IDs come from the store's ``semantic_ids`` look-up (the corpus store's, by
+post id), one call per read. A pipeline is not a transaction: a failure part-way leaves the
+keys already written (each consistent), and applying the batch again completes it.
 """
 
 from __future__ import annotations

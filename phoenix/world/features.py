@@ -172,14 +172,16 @@ def draw_profiles(seed: int, interest: np.ndarray) -> UserProfiles:
     latitude = column(3)[city] + rng.normal(0.0, 1.5, users)
     longitude = column(4)[city] + rng.normal(0.0, 1.5, users)
     # gender as given, and as inferred (with a confidence)
-    given = rng.choice(3, users, p=[NO_GENDER, (1 - NO_GENDER) / 2, (1 - NO_GENDER) / 2])
+    given = np.asarray(
+        rng.choice(3, users, p=[NO_GENDER, (1 - NO_GENDER) / 2, (1 - NO_GENDER) / 2])
+    )
     guessed = rng.integers(0, 2, users)
     right = rng.random(users) < 0.9
     inferred = np.where(given > 0, np.where(right, given - 1, 2 - given), guessed)
     score = np.where(given > 0, rng.uniform(0.6, 1.0, users), rng.uniform(0.5, 1.0, users))
     # age: centred on a mean of the user's primary topic
     primary = interest.argmax(axis=1)
-    topic_age = rng.uniform(22.0, 48.0, topics)  # [T]
+    topic_age = np.asarray(rng.uniform(22.0, 48.0, topics))  # [T]
     age = np.clip(np.round(rng.normal(topic_age[primary], 9.0)), 13, 90)
     age = np.where(rng.random(users) < NO_AGE, 0.0, age)
     apps = _installed_apps(rng, interest)
