@@ -107,29 +107,33 @@ class History:
     # what X's production ranker reads beside them (phoenix.feed_features), 0 where unknown
     creation_time: np.ndarray  # [L] int64 the post's, Unix seconds
     timezone: np.ndarray  # [L] int32 the viewer's timezone
-    hour_of_day: np.ndarray  # [L] int32 local hour + 1 (from the time and timezone if not given)
+    hour_given: np.ndarray  # [L] int32 local hour + 1 as the event gave it (0: not given)
     semantic_ids: np.ndarray  # [L, SID levels] int32 the post's (filled by the store's look-up)
 
     def __len__(self) -> int:
         return len(self.post_ids)
 
+    @property
+    def hour_of_day(self) -> np.ndarray:
+        """[L] int32 local hour + 1: as given, else from the time and timezone (computed when
+        asked: the original family's reads never pay for it)."""
+        derived = local_hour(self.times, self.timezone)
+        return np.where(self.hour_given > 0, self.hour_given, derived).astype(np.int32)
+
     @classmethod
     def from_records(cls, records: np.ndarray) -> History:
         """A history from MEMBER records ordered oldest first (no semantic IDs yet)."""
         dtypes = {name: RANKER.input(name).dtype for name in HISTORY_INPUTS}
-        times = records["ts_ms"].astype(np.float64) / 1000.0
-        timezone = records["timezone"].astype(np.int32)
-        given = records["hour_of_day"].astype(np.int32)
         return cls(
             post_ids=records["post_id"].astype(dtypes["history_post_ids"]),
             author_ids=records["author_id"].astype(dtypes["history_author_ids"]),
             actions=action_flags(records["actions"]).astype(dtypes["history_actions"]),
             product_surface=records["surface"].astype(dtypes["history_product_surface"]),
             dwell_seconds=records["dwell_seconds"].astype(dtypes["history_dwell_seconds"]),
-            times=times,
+            times=records["ts_ms"].astype(np.float64) / 1000.0,
             creation_time=records["post_created_s"].astype(np.int64),
-            timezone=timezone,
-            hour_of_day=np.where(given > 0, given, local_hour(times, timezone)).astype(np.int32),
+            timezone=records["timezone"].astype(np.int32),
+            hour_given=records["hour_of_day"].astype(np.int32),
             semantic_ids=np.zeros((len(records), SID_NUM_LEVELS), np.int32),
         )
 

@@ -72,16 +72,22 @@ def pack(profile: Profile) -> bytes:
     return record.tobytes()
 
 
+def check_record(whose: str, data: bytes) -> None:
+    """ValueError unless ``data`` is a stored profile of this layout (``whose``: for the
+    message, e.g. "user 7")."""
+    if len(data) != RECORD.itemsize or data[8] != LAYOUT:
+        raise ValueError(
+            f"the profile of {whose} is {len(data)} bytes of layout "
+            f"{data[8] if len(data) > 8 else None}: not written by this store"
+        )
+
+
 def unpack(user_id: int, data: Optional[bytes]) -> Optional[Profile]:
     """The profile of a stored value; None for no value. ValueError for a value this store
     did not write."""
     if data is None:
         return None
-    if len(data) != RECORD.itemsize or data[8] != LAYOUT:
-        raise ValueError(
-            f"the profile of user {user_id} is {len(data)} bytes of layout "
-            f"{data[8] if len(data) > 8 else None}: not written by this store"
-        )
+    check_record(f"user {user_id}", data)
     record = np.frombuffer(data, RECORD)[0]
     values: dict[str, Any] = {}
     for spec in PROFILE_FEATURES:
@@ -93,6 +99,28 @@ def unpack(user_id: int, data: Optional[bytes]) -> Optional[Profile]:
     return Profile(user_id, int(record["ts_ms"]) / 1000.0, **values)
 
 
+def record_arrays(records: Sequence[Optional[bytes]]) -> dict[str, np.ndarray]:
+    """{feature name: array [B, ...]}: stored profiles (``UserState.profile_record``) as the
+    production ranker's user features (``PROFILE_FEATURES``' names and dtypes; installed apps as
+    [B, 64] flags), zeros for a user without one (None); decoded in one pass over the batch.
+    ValueError for a value this store did not write."""
+    present = [(i, data) for i, data in enumerate(records) if data is not None]
+    for i, data in present:
+        check_record(f"row {i}", data)
+    rows = [i for i, _ in present]
+    stored = np.frombuffer(b"".join(data for _, data in present), RECORD)
+    out = {}
+    for spec in PROFILE_FEATURES:
+        shape = (len(records), spec.width) if spec.width else (len(records),)
+        array = np.zeros(shape, spec.dtype)
+        if spec.kind == "apps":
+            array[rows] = (stored[spec.name][:, None] & APP_BITS) != 0
+        else:
+            array[rows] = stored[spec.name]
+        out[spec.name] = array
+    return out
+
+
 def queue_set(pipe, key: str, profile: Profile) -> None:
     """Queue on ``pipe`` the write of ``profile`` to ``key`` unless it holds a newer one."""
     # execute_command: the cluster pipeline's eval() is a stub, but EVAL itself routes by key
@@ -100,30 +128,12 @@ def queue_set(pipe, key: str, profile: Profile) -> None:
 
 
 def profile_arrays(profiles: Sequence[Optional[Profile]]) -> dict[str, np.ndarray]:
-    """{feature name: array [B, ...]}: the profiles as the production ranker's user features
-    (``PROFILE_FEATURES``' names and dtypes; installed apps as [B, 64] flags), zeros for a user
-    without one (None)."""
-    out = {
-        spec.name: np.zeros((len(profiles), spec.width) if spec.width else len(profiles),
-                            spec.dtype)
-        for spec in PROFILE_FEATURES
-    }  # fmt: skip
-    for row, profile in enumerate(profiles):
-        if profile is None:
-            continue
-        for spec in PROFILE_FEATURES:
-            value = getattr(profile, spec.name)
-            if spec.kind == "apps":
-                out[spec.name][row, list(value)] = True
-            else:
-                out[spec.name][row] = value
-    return out
+    """``record_arrays`` of profiles (None: a user without one)."""
+    return record_arrays([None if p is None else pack(p) for p in profiles])
 
 
-def request_context(
-    profile: Optional[Profile], now: float, timezone: Optional[int] = None
-) -> tuple[int, int]:
+def request_context(home_timezone: int, now: float, timezone: Optional[int] = None):
     """(timezone, hour of day + 1) of a request at ``now``: the request's own ``timezone``
     when it gives one, else the user's home timezone (0, unknown, without a profile)."""
-    zone = timezone if timezone is not None else (0 if profile is None else profile.timezone)
+    zone = home_timezone if timezone is None else timezone
     return zone, int(local_hour(now, zone))

@@ -64,7 +64,9 @@ class UserState:
     histories: UserHistories
     served: np.ndarray  # [N] int64 post ids, newest first
     in_network: InNetworkPosts
-    profile: Optional[Profile] = None  # None: the user has none (every feature unknown)
+    # The stored profile, packed; None: the user has none (every feature unknown). Decoded where
+    # it is read (``profile.record_arrays`` for a batch), so reads that need none pay nothing.
+    profile_record: Optional[bytes] = None
 
 
 # post ids [N] int64 -> their semantic IDs [N, levels] int32 (zeros where unknown): the corpus
@@ -417,7 +419,7 @@ class UserStateStore:
         histories = self._histories_of(replies[: 2 * users])
         served = self._served_of(replies[2 * users : 3 * users], now)
         follows = [_ids(reply) for reply in replies[3 * users : 4 * users]]
-        profiles = self._profiles_of(user_ids, replies[4 * users :])
+        profiles = replies[4 * users :]
         in_network = self._posts_of_followed(
             follows, now, lim.in_network_per_author, lim.in_network_total
         )

@@ -22,6 +22,7 @@ from phoenix.user_state.client import UserStateUnavailable, connect
 from phoenix.user_state.events import Engagement, EventLimits, Follow, Post, Profile, Unfollow
 from phoenix.user_state.history import encode
 from phoenix.user_state.limits import DAY_S, UserStateLimits
+from phoenix.user_state.profile import record_arrays, unpack
 from phoenix.user_state.served import RECORD
 from phoenix.user_state.server import RedisClusterNodes, RedisServer, RedisServerError
 from phoenix.user_state.store import UserStateStore
@@ -383,8 +384,10 @@ def test_the_newest_profile_is_kept_whatever_the_order_and_read_with_the_state(c
     assert kept in (newer, tie) and kept.ts == NOW - 10
     assert store.profiles([5, 6]) == [kept, None]
     assert client.ttl(keys.user_key(5, keys.PROFILE)) == -1  # kept for good, as follows
-    states = store.state([5, 6], NOW, SEQ_LEN)
-    assert [s.profile for s in states] == [kept, None]
+    states = store.state([5, 6], NOW, SEQ_LEN)  # the values, decoded where they are read
+    assert [unpack(u, s.profile_record) for u, s in zip((5, 6), states)] == [kept, None]
+    arrays = record_arrays([s.profile_record for s in states])
+    assert arrays["country"].tolist() == [kept.country, 0]
 
 
 def client_flush(client) -> None:

@@ -32,7 +32,13 @@ from phoenix.user_state.events import (
     to_json,
 )
 from phoenix.user_state.history import History, decode, encode
-from phoenix.user_state.profile import pack, profile_arrays, request_context, unpack
+from phoenix.user_state.profile import (
+    pack,
+    profile_arrays,
+    record_arrays,
+    request_context,
+    unpack,
+)
 from phoenix.world import logs as log_files
 from phoenix.world import synthetic
 from phoenix.world.features import CITIES, COUNTRY_NAMES, UserProfiles
@@ -251,9 +257,10 @@ def test_a_profile_event_round_trips_and_packs_newest_first():
     assert arrays["installed_apps"].shape == (2, 64)
     assert np.flatnonzero(arrays["installed_apps"][0]).tolist() == [2, 17]
     assert arrays["country"].tolist() == [3, 0] and arrays["latitude"].dtype == np.float32
-    assert request_context(PROFILE, TS) == (6, 23)  # London in X's table: UTC
-    assert request_context(PROFILE, TS, timezone=14) == (14, 8)  # the request's own: Tokyo
-    assert request_context(None, TS) == (0, 23)
+    assert request_context(PROFILE.timezone, TS) == (6, 23)  # London in X's table: UTC
+    assert request_context(PROFILE.timezone, TS, timezone=14) == (14, 8)  # the request's: Tokyo
+    with pytest.raises(ValueError, match="the profile of row 1 is 40 bytes"):
+        record_arrays([pack(PROFILE), pack(PROFILE)[:-1]])
 
 
 @pytest.mark.parametrize(
