@@ -78,6 +78,8 @@ def _check_number(name: str, value: Any, low: float = 0.0) -> float:
 def _check_feature(spec: Feature, value: Any) -> Any:
     """``value`` if it lies in ``spec``'s range (a set of apps: as a sorted tuple), else
     EventError naming the field and what was expected."""
+    if spec.kind == "int" and type(value) is int and spec.low <= value <= spec.high:
+        return value  # the usual case, first: every engagement has two such fields
     about = f" ({spec.about})" if spec.about else ""
     bounds = f"[{spec.low:g}, {spec.high:g}]{about}"
 
