@@ -16,12 +16,14 @@ corpus_file).
 --in-process embeds with ARTIFACTS' own towers instead of the server (much faster for
 millions of posts; no server needed unless --reload). --from-generator N takes N posts of
 the synthetic world ARTIFACTS/training.json describes (trained artifacts such as
-artifacts/trained-demo), dated up to now; posts from a file or --generate are dated now.
+artifacts/trained-demo), dated up to now, with their semantic IDs; posts from a file or
+--generate are dated now. A store keeps the posts' semantic IDs (a corpus file does not).
 
 Posts file formats (one row per post; post ids must be unique and > 0):
   .csv  columns post_id,author_id[,topic]; a header line with those names is optional
   .npy  an integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)
-  .npz  integer arrays post_ids [N], author_ids [N] and optionally topics [N]
+  .npz  integer arrays post_ids [N], author_ids [N] and optionally topics [N] and
+        semantic_ids [N, L] (codes in [0, 256], 0: none)
 
 Examples:
   python -m clients.build_corpus posts.csv --reload
@@ -220,6 +222,10 @@ def write_corpus(args, name: str, posts: PostRows, embed: EmbedPosts) -> np.ndar
     except ArtifactError as error:
         raise cli.Exit(cli.fail(f"the corpus was not written: {error}")) from None
     print(f"wrote {path}: {len(posts)} posts, D = {embeddings.shape[1]}")
+    if posts.semantic_ids is not None:
+        print(
+            "note: the posts' semantic IDs are not in a corpus file; a store keeps them (--store)"
+        )
     return embeddings
 
 
@@ -248,9 +254,10 @@ def write_store(args, posts: PostRows, embed: EmbedPosts, tower: EmbeddedBy) -> 
     except ArtifactError as error:  # StoreError is one
         raise cli.Exit(cli.fail(f"the store was not written: {error}")) from None
     window = cli.format_duration(args.window)
+    sids = "" if posts.semantic_ids is None else ", semantic IDs kept"
     print(
         f"wrote {args.store}: {len(posts):,} posts in {segments} sealed segments, window "
-        f"{window}, embedded by {tower.describe()}"
+        f"{window}, embedded by {tower.describe()}{sids}"
     )
 
 

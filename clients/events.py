@@ -1,6 +1,6 @@
 """User-state events into the Redis store that recommend reads by user id.
 
-One JSON object a line (engagements, follows, unfollows and posts; the fields are in
+One JSON object a line (engagements, follows, unfollows, posts and profiles; the fields are in
 docs/user-state.md, "Events and the stream"):
 
   {"type": "engagement", "user_id": 7, "post_id": 91, "author_id": 3, "ts": 1767225600,
@@ -8,6 +8,12 @@ docs/user-state.md, "Events and the stream"):
   {"type": "follow", "user_id": 7, "author_id": 3, "ts": 1767225600}
   {"type": "unfollow", "user_id": 7, "author_id": 3, "ts": 1767225700}
   {"type": "post", "post_id": 92, "author_id": 3, "ts": 1767225800}
+  {"type": "profile", "user_id": 7, "ts": 1767225600, "country": 1, "timezone": 1,
+   "installed_apps": [2, 17], "age_years": 29, "age_bracket": 3}
+
+An engagement may also carry "timezone" (0..31), "hour_of_day" (1..24) and
+"post_created_at" (Unix seconds), what X's production ranker reads; a profile gives the
+user's whole profile (every field optional, 0 unknown; the newest by ts is kept).
 
 Commands:
   apply    apply the events of FILE (or - for standard input) to the store, in batches of
@@ -19,9 +25,9 @@ Commands:
            batch is acknowledged only after it was applied; a restart re-reads what was not.
   load-world
            give every user of a trained world (ARTIFACTS/training.json) state: their
-           engagements before the held-out days and their follows, shifted so that the
-           newest engagement is now, and the authors' recent posts (docs/user-state.md,
-           "The trained world's users").
+           engagements before the held-out days, their follows and profile, shifted so
+           that the newest engagement is now, and the authors' recent posts
+           (docs/user-state.md, "The trained world's users").
 
 The store: --redis URL, else $PHOENIX_USER_STATE_URL, else the store of the server running
 from --serve-dir (phoenix-serve's --build-dir, build/serve), which its serving.json names; the
@@ -35,7 +41,8 @@ post goes to both commands (docs/user-state.md, "Events and the stream").
 Only what serving takes is accepted. Each line is checked as the models check what it
 becomes: ids within [0, 2**63 - 1] (post and author ids from 1), action names of the 19
 columns, a surface among the product surfaces of --artifacts (the served artifacts), a finite
-dwell time >= 0, and a time in Unix seconds at most a day ahead of now (as phoenix-ingest
+dwell time >= 0, profile values and a timezone and hour within X's ranges, and a time in Unix
+seconds at most a day ahead of now (as phoenix-ingest
 bounds posts: a time in milliseconds or microseconds is refused, saying so). A time a few
 seconds ahead is accepted as it is and counts from then on (reads cover the window up to now).
 A line that fails is refused with a warning "FILE:LINE: why; line refused" on standard error,

@@ -9,9 +9,13 @@ A store records the candidate tower that embedded it: one embedded by another to
 --embed's is refused, naming both (a store made with --create records --embed's).
 
 One JSON object a line; blank lines are skipped and other keys ignored; ids are JSON
-integers or strings of digits; created_at is unix seconds (default: now):
+integers or strings of digits; created_at is unix seconds (default: now); semantic_ids, a
+post's optional semantic IDs, lists as many integers in [0, codebook] as the store's
+manifest says (6 in [0, 256] by default; 0: no code at that level):
 
   {"post_id": 17, "author_id": 4, "created_at": 1767225600}    a post
+  {"post_id": 18, "author_id": 4, "semantic_ids": [12, 7, 201, 3, 88, 140]}
+                                                               a post with its semantic IDs
   {"delete": 17}                                               a deletion
   {"post_id": 17, "deleted": true}                             a deletion too
 
@@ -172,6 +176,7 @@ def ingest_from(args, stream: BinaryIO, stop: threading.Event) -> int:
         Pending(args.flush_posts, args.flush_seconds),
         write=functools.partial(write_batch, store, embed, embedded_by=tower),
         source="<stdin>" if args.input == "-" else args.input,
+        sids=store.manifest().semantic_ids,
     )
     follow = args.follow and stream is not sys.stdin.buffer
     try:

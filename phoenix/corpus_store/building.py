@@ -5,12 +5,14 @@ file (`phoenix-build-corpus`, docs/retrieval.md).
 Posts file formats (one row per post; post ids must be unique and > 0):
   .csv  columns post_id,author_id[,topic]; a header line with those names is optional
   .npy  an integer array [N, 2] (post_id, author_id) or [N, 3] (..., topic)
-  .npz  integer arrays post_ids [N], author_ids [N] and optionally topics [N]
+  .npz  integer arrays post_ids [N], author_ids [N] and optionally topics [N] and
+        semantic_ids [N, L] (codes in [0, 256]; a store keeps them, a corpus file does not)
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import shutil
 import sys
@@ -28,6 +30,7 @@ from phoenix.corpus_store.ann import choose_index, training_of
 from phoenix.corpus_store.embedding import EmbedPosts
 from phoenix.corpus_store.manifest import SEALED, EmbeddedBy, IndexSpec, StoreError
 from phoenix.corpus_store.segment import Posts as StorePosts
+from phoenix.corpus_store.semantic_ids import SemanticIdSpec
 from phoenix.corpus_store.store import CorpusStore
 
 CSV_COLUMNS = ("post_id", "author_id", "topic")
@@ -42,20 +45,33 @@ def say(line: str) -> None:
 
 @dataclass(frozen=True)
 class PostRows:
-    """Posts to embed: ids, authors and, where known, topics and creation times."""
+    """Posts to embed: ids, authors and, where known, topics, creation times and semantic
+    IDs."""
 
     post_ids: np.ndarray  # int64 [N]
     author_ids: np.ndarray  # int64 [N]
     topics: Optional[np.ndarray] = None  # int64 [N]
     created_at: Optional[np.ndarray] = None  # int64 [N], unix seconds (None: now)
+    semantic_ids: Optional[np.ndarray] = None  # int32 [N, L] codes (None: none known)
 
     def __len__(self) -> int:
         return int(self.post_ids.shape[0])
 
     def take(self, rows) -> PostRows:
         optional = lambda c: None if c is None else c[rows]  # noqa: E731
-        ids, authors = self.post_ids[rows], self.author_ids[rows]
-        return PostRows(ids, authors, optional(self.topics), optional(self.created_at))
+        return PostRows(
+            self.post_ids[rows],
+            self.author_ids[rows],
+            optional(self.topics),
+            optional(self.created_at),
+            optional(self.semantic_ids),
+        )
+
+    def semantic_id_spec(self) -> SemanticIdSpec:
+        """The width a store of these posts records: their semantic IDs' (default: 6)."""
+        if self.semantic_ids is None:
+            return SemanticIdSpec()
+        return SemanticIdSpec(levels=int(self.semantic_ids.shape[1]))
 
 
 class InputFileError(ValueError):
@@ -104,16 +120,24 @@ def read_npz(path: Path) -> PostRows:
         missing = [key for key in NPZ_KEYS[:2] if key not in archive.files]
         if missing:
             raise InputFileError(f"{path}: missing array(s) {missing}; found {archive.files}")
-        post_ids, author_ids = (archive[key] for key in NPZ_KEYS[:2])
-        topics = archive[NPZ_KEYS[2]] if NPZ_KEYS[2] in archive.files else None
-    arrays = [post_ids, author_ids, topics]
+        arrays = [archive[key] if key in archive.files else None for key in NPZ_KEYS]
+        codes = archive["semantic_ids"] if "semantic_ids" in archive.files else None
     for key, array in zip(NPZ_KEYS, arrays, strict=True):
         if array is not None and (array.ndim != 1 or not np.issubdtype(array.dtype, np.integer)):
             raise InputFileError(f"{path}: '{key}' must be a 1-D integer array")
     if len({len(a) for a in arrays if a is not None}) != 1:
         raise InputFileError(f"{path}: post_ids, author_ids (and topics) differ in length")
-    topics = None if topics is None else topics.astype(np.int64)
-    return PostRows(post_ids.astype(np.int64), author_ids.astype(np.int64), topics)
+    post_ids, author_ids, topics = (None if a is None else a.astype(np.int64) for a in arrays)
+    assert post_ids is not None and author_ids is not None  # required: checked above
+    posts = PostRows(post_ids, author_ids, topics)
+    if codes is None:
+        return posts
+    levels = codes.shape[1] if codes.ndim == 2 and codes.shape[1] > 0 else SemanticIdSpec().levels
+    try:
+        checked = SemanticIdSpec(levels=levels).check(codes, len(posts), str(path))
+    except ValueError as error:
+        raise InputFileError(str(error)) from None
+    return dataclasses.replace(posts, semantic_ids=checked)
 
 
 def read_posts(path: Path) -> PostRows:
@@ -215,8 +239,11 @@ def build_store(
             with posts_bar(len(part), f"{label}: candidate_tower") as bar:
                 vectors = embed(part.post_ids, part.author_ids, bar.update)
             if store is None:  # the width is known once the tower has answered
-                store = CorpusStore.create(building, int(vectors.shape[1]), window, embedded_by)
-            columns = StorePosts(part.post_ids, part.author_ids, created[rows], vectors)
+                width, sids = int(vectors.shape[1]), posts.semantic_id_spec()
+                store = CorpusStore.create(building, width, window, embedded_by, sids)
+            columns = StorePosts(
+                part.post_ids, part.author_ids, created[rows], vectors, part.semantic_ids
+            )
             add_sealed(store, columns, label, report)
         os.rename(building, final)
     except BaseException:

@@ -10,9 +10,13 @@ fresh segment and writes the deletions as tombstones. A bad line is reported wit
 and skipped; ``Tally`` counts what happened.
 
 One JSON object a line; blank lines are skipped and other keys ignored; ids are JSON
-integers or strings of digits; created_at is unix seconds (default: now):
+integers or strings of digits; created_at is unix seconds (default: now); semantic_ids (a
+post's, optional) is a list of the store's semantic ID width of integers in [0, codebook]
+(``semantic_ids.SemanticIdSpec``: 6 in [0, 256] unless the manifest says otherwise):
 
   {"post_id": 17, "author_id": 4, "created_at": 1767225600}    a post
+  {"post_id": 18, "author_id": 4, "semantic_ids": [12, 7, 201, 3, 88, 140]}
+                                                               a post with its semantic IDs
   {"delete": 17}                                               a deletion
   {"post_id": 17, "deleted": true}                             a deletion too
 """
@@ -36,6 +40,7 @@ from phoenix.checkpoint import ArtifactError, load_config
 from phoenix.corpus_store.embedding import EmbedPosts
 from phoenix.corpus_store.manifest import EmbeddedBy, StoreError
 from phoenix.corpus_store.segment import Posts
+from phoenix.corpus_store.semantic_ids import SemanticIdSpec
 from phoenix.corpus_store.store import CorpusStore
 from phoenix.corpus_store.towers import check_tower
 from phoenix.util.timestamps import FUTURE_SLACK_S  # a post dated further ahead: a unit mistake
@@ -57,6 +62,7 @@ class NewPost:
     post_id: int
     author_id: int
     created_at: int  # unix seconds
+    semantic_ids: Optional[tuple[int, ...]] = None  # the store's width of codes; None: none
 
 
 @dataclass(frozen=True)
@@ -71,9 +77,12 @@ class BadLine(ValueError):
     """A line that is neither a post nor a deletion (the message says what was wrong)."""
 
 
-def parse_line(line: Union[bytes, str], now: float) -> Optional[Event]:
+def parse_line(
+    line: Union[bytes, str], now: float, sids: SemanticIdSpec = SemanticIdSpec()
+) -> Optional[Event]:
     """The post or deletion of one JSON line; None for a blank line; BadLine otherwise.
-    ``now`` (unix seconds) dates a post without created_at."""
+    ``now`` (unix seconds) dates a post without created_at; ``sids``: the store's semantic
+    ID width, which a post's semantic_ids must have."""
     if isinstance(line, bytes):
         try:
             line = line.decode("utf-8")
@@ -87,7 +96,7 @@ def parse_line(line: Union[bytes, str], now: float) -> Optional[Event]:
         raise BadLine(f"not valid JSON ({error.msg} at column {error.colno})") from None
     if not isinstance(data, dict):
         raise BadLine(f"a JSON {type(data).__name__}, expected an object (a post or a deletion)")
-    return _deletion(data) or _post(data, now)
+    return _deletion(data) or _post(data, now, sids)
 
 
 def _deletion(data: dict) -> Optional[Deletion]:
@@ -102,10 +111,13 @@ def _deletion(data: dict) -> Optional[Deletion]:
     return Deletion(_id(data, "post_id", minimum=1)) if deleted else None
 
 
-def _post(data: dict, now: float) -> NewPost:
-    return NewPost(
-        _id(data, "post_id", minimum=1), _id(data, "author_id", minimum=0), _created(data, now)
-    )
+def _post(data: dict, now: float, sids: SemanticIdSpec) -> NewPost:
+    try:
+        codes = sids.parse(data.get("semantic_ids"))
+    except ValueError as error:
+        raise BadLine(str(error)) from None
+    post_id, author_id = _id(data, "post_id", minimum=1), _id(data, "author_id", minimum=0)
+    return NewPost(post_id, author_id, _created(data, now), codes)
 
 
 def _id(data: dict, key: str, minimum: int) -> int:
@@ -163,6 +175,17 @@ class Batch:
         table = np.array([(p.post_id, p.author_id, p.created_at) for p in self.posts], np.int64)
         table = table.reshape(-1, 3)
         return table[:, 0], table[:, 1], table[:, 2]
+
+    def semantic_ids(self, sids: SemanticIdSpec) -> Optional[np.ndarray]:
+        """int32 [n, L]: the posts' semantic IDs (zeros for those without); None when no
+        post has any."""
+        if all(p.semantic_ids is None for p in self.posts):
+            return None
+        codes = sids.zeros(len(self.posts))
+        for row, post in enumerate(self.posts):
+            if post.semantic_ids is not None:
+                codes[row] = post.semantic_ids
+        return codes
 
 
 class Pending:
@@ -251,7 +274,9 @@ def write_batch(
         except Exception as error:  # tritonclient and JAX raise several types
             raise FlushError(f"embedding failed, {lost}: {error}") from error
         try:
-            store.add(Posts(post_ids, author_ids, created_at, embeddings), embedded_by=embedded_by)
+            codes = batch.semantic_ids(store.manifest().semantic_ids)
+            posts = Posts(post_ids, author_ids, created_at, embeddings, codes)
+            store.add(posts, embedded_by=embedded_by)
         except (ArtifactError, OSError) as error:  # StoreError is an ArtifactError
             raise FlushError(f"writing a segment failed, {lost}: {error}") from error
         tally.posts += len(post_ids)
@@ -340,13 +365,14 @@ class Ingest:
     wall_clock: Callable[[], float] = time.time  # dates posts without created_at
     tally: Tally = field(default_factory=Tally)
     bar: Optional[tqdm] = None
+    sids: SemanticIdSpec = SemanticIdSpec()  # the store's semantic ID width (its manifest's)
 
     def take_line(self, number: int, line: bytes) -> None:
         self.tally.lines += 1
         if self.bar is not None:
             self.bar.update()
         try:
-            event = parse_line(line, self.wall_clock())
+            event = parse_line(line, self.wall_clock(), self.sids)
         except BadLine as error:
             self.bad_line(number, str(error))
             return

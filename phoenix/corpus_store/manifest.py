@@ -11,6 +11,7 @@ Layout of a store directory::
     segments/<name>/embeddings.npy     float32 [n, D], unit rows
     segments/<name>/sorted_ids.npy     int64 [n], post_ids ascending (id look-ups)
     segments/<name>/id_order.npy       int64 [n], the row of each sorted id
+    segments/<name>/semantic_ids.npy   uint16 [n, L], segments holding semantic IDs only
     segments/<name>/index.faiss        sealed segments with an ANN index only
     tombstones/<name>.npy              int64 [t], sorted deleted post ids
     store.lock                         writers take it; readers never do
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from phoenix.config import ArtifactError
+from phoenix.corpus_store.semantic_ids import SemanticIdSpec, spec_of
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "phoenix-corpus-store/1"
@@ -88,10 +90,13 @@ class SegmentEntry:
     min_created_at: int
     max_created_at: int
     index: IndexSpec = field(default_factory=IndexSpec)
+    semantic_ids: bool = False  # the segment keeps its posts' semantic IDs (semantic_ids.npy)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["index"] = self.index.to_dict()
+        if not self.semantic_ids:  # as segments were written before they could hold them
+            del out["semantic_ids"]
         return out
 
 
@@ -135,6 +140,9 @@ class Manifest:
     # Every generation says which tower embedded its vectors; None: a store written before
     # stores recorded it (docs/retrieval.md, "Which tower embedded this store").
     embedded_by: Optional[EmbeddedBy] = None
+    # The width of the posts' semantic IDs (a store written before it was recorded: the
+    # defaults, phoenix.feed_features')
+    semantic_ids: SemanticIdSpec = SemanticIdSpec()
 
     @property
     def rows(self) -> int:
@@ -150,6 +158,7 @@ class Manifest:
             "generation": self.generation,
             "emb_size": self.emb_size,
             "embedded_by": None if self.embedded_by is None else self.embedded_by.to_dict(),
+            "semantic_ids": self.semantic_ids.to_dict(),
             "window_seconds": self.window_seconds,
             "tombstones": self.tombstones,
             "segments": [s.to_dict() for s in self.segments],
@@ -239,6 +248,7 @@ def _segment_entry(data: Any, where: str) -> SegmentEntry:
         _field(data, "min_created_at", int, where),
         _field(data, "max_created_at", int, where),
         _index_spec(data.get("index", {"kind": EXACT}), where),
+        _field(data, "semantic_ids", bool, where) if "semantic_ids" in data else False,
     )
     if entry.rows < 1:
         raise StoreError(f"{where}: rows {entry.rows}, expected >= 1")
@@ -262,6 +272,10 @@ def parse_manifest(data: Any, where: str) -> Manifest:
     if len(set(names)) != len(names):
         raise StoreError(f"{where}: a segment is listed twice ({names})")
     retired = tuple(Retired(str(r["path"]), float(r["since"])) for r in data.get("retired", []))
+    try:
+        semantic_ids = spec_of(data.get("semantic_ids"), where)
+    except ValueError as error:
+        raise StoreError(str(error)) from None
     return Manifest(
         emb_size=emb_size,
         generation=_field(data, "generation", int, where),
@@ -271,6 +285,7 @@ def parse_manifest(data: Any, where: str) -> Manifest:
         retired=retired,
         updated_at=float(data.get("updated_at", 0.0)),
         embedded_by=_embedded_by(data.get("embedded_by"), where),
+        semantic_ids=semantic_ids,
     )
 
 

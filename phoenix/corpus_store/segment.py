@@ -2,7 +2,7 @@
 server share one copy through the page cache), and its ANN index when it has one (loaded).
 
 Shape glossary
-  n  rows of the segment   D  emb_size
+  n  rows of the segment   D  emb_size   L  semantic ID levels
 """
 
 from __future__ import annotations
@@ -30,40 +30,58 @@ from phoenix.corpus_store.manifest import (
 )
 from phoenix.corpus_store.npy import load_npy
 from phoenix.corpus_store.score_keys import MAX_ROWS
+from phoenix.corpus_store.semantic_ids import FILE_DTYPE, SemanticIdSpec
 
 SEGMENTS_DIR = "segments"
 COLUMNS = ("post_ids", "author_ids", "created_at", "embeddings", "sorted_ids", "id_order")
+SEMANTIC_IDS = "semantic_ids"  # a column of the segments that hold semantic IDs
 # What a reader that only looks posts up (``Snapshot.lookup``, the tombstones' rows) reads
 LOOKUP_COLUMNS = ("author_ids", "created_at", "sorted_ids", "id_order")
 
 
 @dataclass(frozen=True)
 class Posts:
-    """Posts to store: ids, authors, creation times and their candidate-tower vectors."""
+    """Posts to store: ids, authors, creation times, their candidate-tower vectors and, where
+    known, their semantic IDs."""
 
     post_ids: np.ndarray  # int64 [n], unique, > 0
     author_ids: np.ndarray  # int64 [n]
     created_at: np.ndarray  # int64 [n], unix seconds
     embeddings: np.ndarray  # float32 [n, D], unit rows
+    semantic_ids: Optional[np.ndarray] = None  # int32 [n, L] codes, 0: none (None: none known)
 
     def __len__(self) -> int:
         return int(self.post_ids.shape[0])
 
     def take(self, rows) -> Posts:
-        return Posts(*(column[rows] for column in self.columns()))
+        sids = None if self.semantic_ids is None else self.semantic_ids[rows]
+        ids, authors, created, vectors = (column[rows] for column in self.columns())
+        return Posts(ids, authors, created, vectors, sids)
 
     def columns(self) -> tuple[np.ndarray, ...]:
+        """The columns every segment has, as ``COLUMNS`` names the first four."""
         return self.post_ids, self.author_ids, self.created_at, self.embeddings
 
     @staticmethod
-    def concat(parts) -> Posts:
+    def concat(parts, sids: SemanticIdSpec = SemanticIdSpec()) -> Posts:
+        """The posts of ``parts`` in order; semantic IDs where any part has them (the others'
+        rows all zeros, of ``sids``' width)."""
         parts = list(parts)
-        return Posts(*(np.concatenate(c) for c in zip(*(p.columns() for p in parts))))
+        ids, authors, created, vectors = (
+            np.concatenate(c) for c in zip(*(p.columns() for p in parts))
+        )
+        if all(p.semantic_ids is None for p in parts):
+            return Posts(ids, authors, created, vectors)
+        codes = [sids.zeros(len(p)) if p.semantic_ids is None else p.semantic_ids for p in parts]
+        return Posts(ids, authors, created, vectors, np.concatenate(codes))
 
 
-def check_posts(posts: Posts, emb_size: int, where: str) -> Posts:
+def check_posts(
+    posts: Posts, emb_size: int, where: str, sids: SemanticIdSpec = SemanticIdSpec()
+) -> Posts:
     """``posts`` as the store keeps them, checked as a corpus file's columns are (unique ids
-    > 0, int64 columns, unit vectors of ``emb_size``), or StoreError naming ``where``."""
+    > 0, int64 columns, unit vectors of ``emb_size``) and their semantic IDs against ``sids``,
+    or StoreError naming ``where``."""
     arrays = {
         "post_ids": np.asarray(posts.post_ids),
         "candidate_representations": np.asarray(posts.embeddings),
@@ -76,7 +94,13 @@ def check_posts(posts: Posts, emb_size: int, where: str) -> Posts:
         raise StoreError(str(error)) from None
     embeddings = np.ascontiguousarray(corpus.embeddings, np.float32)
     assert corpus.created_at is not None  # in ``arrays``: check_corpus keeps it
-    return Posts(corpus.post_ids, corpus.author_ids, corpus.created_at, embeddings)
+    codes = None
+    if posts.semantic_ids is not None:
+        try:
+            codes = sids.check(posts.semantic_ids, len(corpus.post_ids), where)
+        except ValueError as error:
+            raise StoreError(str(error)) from None
+    return Posts(corpus.post_ids, corpus.author_ids, corpus.created_at, embeddings, codes)
 
 
 def touch_pages(array: np.ndarray) -> int:
@@ -155,17 +179,22 @@ def write_segment(
     progress: Optional[Callable[[int], object]] = None,
 ) -> SegmentEntry:
     """Write ``posts`` (already checked) as a new segment directory; the manifest does not
-    name it yet. Files go to a hidden directory first, renamed whole when complete.
+    name it yet. Files go to a hidden directory first, renamed whole when complete. Semantic
+    IDs are written when any post has one (none: the files of a store without them).
     ``progress``: see ``build_index``."""
     name = new_segment_name(state)
     final = Path(root) / SEGMENTS_DIR / name
     tmp = final.with_name(f".{name}.tmp")
     tmp.mkdir(parents=True)
+    codes = posts.semantic_ids
+    has_codes = codes is not None and bool(codes.any())
     try:
         order = np.argsort(posts.post_ids, kind="stable")
         lookup = (posts.post_ids[order], order)  # sorted ids and their rows: id look-ups
         for column, values in zip(COLUMNS, (*posts.columns(), *lookup)):
             np.save(tmp / f"{column}.npy", values)
+        if has_codes:
+            np.save(tmp / f"{SEMANTIC_IDS}.npy", np.asarray(codes).astype(FILE_DTYPE))
         if index.kind != EXACT:
             built = build_index(posts.embeddings, index, progress=progress)
             write_index(built, tmp / "index.faiss")
@@ -177,16 +206,26 @@ def write_segment(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     created = posts.created_at
-    return SegmentEntry(name, state, len(posts), int(created.min()), int(created.max()), index)
+    return SegmentEntry(
+        name, state, len(posts), int(created.min()), int(created.max()), index, has_codes
+    )
 
 
 class Segment:
     """A segment opened read-only: columns memory-mapped, the index loaded when it has one
     and the segment is ``searchable`` (a reader that only looks posts up never loads it)."""
 
-    def __init__(self, root: Path, entry: SegmentEntry, emb_size: int, searchable: bool = True):
+    def __init__(
+        self,
+        root: Path,
+        entry: SegmentEntry,
+        emb_size: int,
+        searchable: bool = True,
+        sids: SemanticIdSpec = SemanticIdSpec(),
+    ):
         self.entry = entry
         self.path = Path(root) / SEGMENTS_DIR / entry.name
+        self.sids = sids
         columns = {c: self._column(c) for c in COLUMNS}
         self.post_ids: np.ndarray = columns["post_ids"]  # int64 [n]
         self.author_ids: np.ndarray = columns["author_ids"]  # int64 [n]
@@ -194,6 +233,8 @@ class Segment:
         self.embeddings: np.ndarray = columns["embeddings"]  # float32 [n, D]
         self.sorted_ids: np.ndarray = columns["sorted_ids"]  # int64 [n], ascending
         self.id_order: np.ndarray = columns["id_order"]  # int64 [n], row of each sorted id
+        # uint16 [n, L] codes, or None: the segment holds no semantic IDs
+        self.semantic_ids = self._column(SEMANTIC_IDS) if entry.semantic_ids else None
         self._check_shapes(entry.rows, emb_size)
         self.searchable = searchable
         self.index = None
@@ -226,6 +267,14 @@ class Segment:
                     f"{'float32' if kind is np.float32 else 'int64'} {expected} (the manifest "
                     f"gives {rows} rows of emb_size {emb_size})"
                 )
+        codes = self.semantic_ids
+        if codes is not None and (
+            codes.shape != (rows, self.sids.levels) or codes.dtype.kind != "u"
+        ):
+            raise StoreError(
+                f"{self.path / SEMANTIC_IDS}.npy: {codes.dtype} {codes.shape}, expected uint16 "
+                f"{(rows, self.sids.levels)} (the manifest's semantic ID levels)"
+            )
 
     def __len__(self) -> int:
         return self.entry.rows
@@ -234,7 +283,8 @@ class Segment:
         """Every page of the columns this reader reads in this process's page tables
         (``touch_pages``): all of them when searchable, else the look-up ones; bytes touched."""
         columns = COLUMNS if self.searchable else LOOKUP_COLUMNS
-        return sum(touch_pages(getattr(self, column)) for column in columns)
+        codes = 0 if self.semantic_ids is None else touch_pages(self.semantic_ids)
+        return codes + sum(touch_pages(getattr(self, column)) for column in columns)
 
     def find(self, post_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found [...] bool, rows of the found ids) of ``post_ids`` (any shape)."""
@@ -250,11 +300,13 @@ class Segment:
         return self.find(np.sort(np.asarray(post_ids, np.int64)))[1]
 
     def posts(self) -> Posts:
+        codes = None if self.semantic_ids is None else np.asarray(self.semantic_ids, np.int32)
         return Posts(
             np.asarray(self.post_ids),
             np.asarray(self.author_ids),
             np.asarray(self.created_at),
             np.asarray(self.embeddings),
+            codes,
         )
 
 

@@ -153,7 +153,10 @@ class Snapshot:
 
     def _opened(self, entry, warm: bool) -> Segment:
         """The segment of ``entry`` opened, warmed first if asked (before any request sees it)."""
-        segment = Segment(self.root, entry, self.manifest.emb_size, self.searchable)
+        manifest = self.manifest
+        segment = Segment(
+            self.root, entry, manifest.emb_size, self.searchable, manifest.semantic_ids
+        )
         if warm:
             segment.warm()
         return segment
@@ -192,6 +195,23 @@ class Snapshot:
             authors[hit], created[hit] = segment.author_ids[rows], segment.created_at[rows]
             found |= hit
         return authors, created, found
+
+    def semantic_ids(self, post_ids: np.ndarray) -> np.ndarray:
+        """int32 [..., L]: the semantic IDs of ``post_ids`` (any shape) among the posts not
+        deleted, the window aside; zeros for a post the store does not hold or holds without
+        one. A post stored twice (ingested again) answers from the segment listed last: the
+        newest write until a compaction re-sorts the segments."""
+        post_ids = np.asarray(post_ids, np.int64)
+        out = np.zeros(post_ids.shape + (self.manifest.semantic_ids.levels,), np.int32)
+        found = np.zeros(post_ids.shape, bool)
+        dead = np.isin(post_ids, self.tombstones)
+        for segment in reversed(self.segments):
+            pos, held = find_ids(segment.sorted_ids, post_ids)
+            hit = held & ~found & ~dead  # the last segment holding a post answers for it
+            if segment.semantic_ids is not None and hit.any():
+                out[hit] = segment.semantic_ids[segment.id_order[pos[hit]]]
+            found |= hit
+        return out
 
     def search(
         self,

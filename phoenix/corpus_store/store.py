@@ -44,6 +44,7 @@ from phoenix.corpus_store.segment import (
     find_ids,
     write_segment,
 )
+from phoenix.corpus_store.semantic_ids import SemanticIdSpec
 from phoenix.corpus_store.snapshot import TOMBSTONES_DIR, Snapshot, read_tombstones
 from phoenix.corpus_store.towers import check_tower
 
@@ -82,18 +83,24 @@ class CorpusStore:
         emb_size: int,
         window_seconds: Optional[int] = None,
         embedded_by: Optional[EmbeddedBy] = None,
+        semantic_ids: SemanticIdSpec = SemanticIdSpec(),
     ) -> CorpusStore:
         """An empty store at ``root`` (a new or empty directory) for the vectors of the
-        candidate tower ``embedded_by`` (recorded in every generation from now on)."""
+        candidate tower ``embedded_by`` (recorded in every generation from now on), its
+        posts' semantic IDs of the width ``semantic_ids``."""
         root = Path(root)
         if (root / MANIFEST_FILE).exists():
             raise StoreError(f"{root / MANIFEST_FILE}: a store exists already")
         if root.exists() and any(root.iterdir()):
             raise StoreError(f"{root}: not empty; a new store needs a new or empty directory")
         root.mkdir(parents=True, exist_ok=True)
-        write_manifest(
-            root, Manifest(emb_size, window_seconds=window_seconds, embedded_by=embedded_by)
+        manifest = Manifest(
+            emb_size,
+            window_seconds=window_seconds,
+            embedded_by=embedded_by,
+            semantic_ids=semantic_ids,
         )
+        write_manifest(root, manifest)
         return cls(root)
 
     def manifest(self) -> Manifest:
@@ -131,7 +138,7 @@ class CorpusStore:
         manifest = self.manifest()
         check_tower(self.root, manifest, embedded_by)  # before the work, and again under the lock
         emb_size = manifest.emb_size
-        posts = check_posts(posts, emb_size, f"new posts for {self.root}")
+        posts = check_posts(posts, emb_size, f"new posts for {self.root}", manifest.semantic_ids)
         posts = posts.take(np.argsort(posts.created_at, kind="stable"))
         if index is None:
             index = choose_index(len(posts), emb_size) if state == SEALED else IndexSpec()
@@ -227,7 +234,7 @@ class CorpusStore:
         copy of a post wins), and how many rows were left out."""
         if not fresh:
             return None, 0
-        posts = Posts.concat(s.posts() for s in fresh)
+        posts = Posts.concat((s.posts() for s in fresh), snapshot.manifest.semantic_ids)
         newest_last = np.argsort(posts.created_at, kind="stable")
         posts = posts.take(newest_last)
         _, last = np.unique(posts.post_ids[::-1], return_index=True)

@@ -6,7 +6,9 @@ the one place that tells a file from a store. Both kinds answer the same lookups
 
 - ``search``: the top-k posts of each user vector, minus the posts each user must not get,
   with their authors and scores (the retriever);
-- ``ages``: seconds since each post was created, by post id (the feed policy's age filter).
+- ``ages``: seconds since each post was created, by post id (the feed policy's age filter);
+- ``semantic_ids``: each post's semantic IDs by post id (a store's; a file holds none: zeros),
+  what X's production ranker reads of its history and candidates.
 
 A store is read through its memory-mapped segments, newest generation first checked on each
 call. A file is read once: whole for search, its post ids and creation times only for ages
@@ -30,6 +32,7 @@ from phoenix.config import ArtifactConfig
 from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.corpus_store.segment import distinct_positions
 from phoenix.corpus_store.towers import tower_of
+from phoenix.feed_features import SID_NUM_LEVELS
 from phoenix.stub.id_table import IdTable
 
 
@@ -90,6 +93,10 @@ class CorpusFile:
         positions, found = self.index.find(post_ids)
         return np.where(found, now - self.created_at[positions].astype(np.float64), np.nan)
 
+    def semantic_ids(self, post_ids: np.ndarray) -> np.ndarray:
+        """int32 [..., L] zeros: a corpus file keeps no semantic IDs (a store does)."""
+        return np.zeros(np.shape(post_ids) + (SID_NUM_LEVELS,), np.int32)
+
     def search(self, users: np.ndarray, k: int, excluded: Sequence[np.ndarray]) -> list[RowHits]:
         """The ``k`` best posts for each user [B, D] (exactly, by the engine), none of
         ``excluded[b]`` (post ids) among user b's."""
@@ -132,6 +139,11 @@ class FollowedStore:
         (or deleted); the store's window aside."""
         _, created, found = self.follower.current().lookup(post_ids)
         return np.where(found, now - created.astype(np.float64), np.nan)
+
+    def semantic_ids(self, post_ids: np.ndarray) -> np.ndarray:
+        """int32 [..., L]: each post's semantic IDs (any shape), zeros for posts the store
+        does not hold (or deleted, or stored without); the window aside."""
+        return self.follower.current().semantic_ids(post_ids)
 
     def search(self, users: np.ndarray, k: int, excluded: Sequence[np.ndarray]) -> list[RowHits]:
         """The ``k`` best live posts for each user [B, D], minus ``excluded[b]``."""

@@ -35,7 +35,8 @@ def impression_rows(
     records: Sequence[RequestRecord], engagements: Iterable[Engagement], window_s: float
 ) -> dict[str, np.ndarray]:
     """The ``impressions.npz`` columns (``logs.IMPRESSION_COLUMNS``) of the posts ``records``
-    returned, with the actions of ``engagements`` within ``window_s`` of each impression."""
+    returned, with the actions of ``engagements`` within ``window_s`` of each impression; not
+    the columns the writer derives from the world (timezone, hour of day)."""
     if not window_s > 0:
         raise ValueError(f"window_s must be > 0, got {window_s}")
     count = sum(len(r.ranked_post_ids) for r in records)
@@ -50,7 +51,11 @@ def impression_rows(
         "actions": np.zeros((count, len(ACTION_NAMES))),
     }
     _join(rows, np.array([r.ts for r in records for _ in r.ranked_post_ids]), engagements, window_s)
-    return {name: rows[name].astype(column.dtype) for name, column in IMPRESSION_COLUMNS.items()}
+    return {
+        name: rows[name].astype(column.dtype)
+        for name, column in IMPRESSION_COLUMNS.items()
+        if name in rows
+    }
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:

@@ -5,6 +5,7 @@ log, and authors' recent posts for the in-network source (docs/user-state.md).
 - actions: the positive / negative split of the 19 actions
 - keys: the key layout (one hash tag per user: one cluster slot)
 - events: the events and their JSON lines; history: the packed history member and arrays
+- profile: a user's profile (the production ranker's user features) as one string
 - client: ``connect`` with bounded timeouts, errors naming the store
 - store: ``UserStateStore`` (writes, pipelined batch reads)
 - stream: the Redis Stream consumer that applies events
@@ -17,7 +18,7 @@ model layer and ``phoenix.util``; never the stub side, the clients or the operat
 
 from phoenix.user_state import compat  # noqa: F401  (first: before anything imports redis)
 from phoenix.user_state.client import UserStateError, UserStateUnavailable, connect
-from phoenix.user_state.events import Engagement, EventError, Follow, Post, Unfollow
+from phoenix.user_state.events import Engagement, EventError, Follow, Post, Profile, Unfollow
 from phoenix.user_state.history import History, UserHistories
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.store import InNetworkPosts, UserState, UserStateStore
@@ -29,6 +30,7 @@ __all__ = [
     "History",
     "InNetworkPosts",
     "Post",
+    "Profile",
     "Unfollow",
     "UserHistories",
     "UserState",

@@ -1,5 +1,6 @@
 """The one write every user-state key takes: add members to a sorted set kept capped, windowed
-and expiring, atomically, as one Lua script run on the key's node.
+and expiring, atomically, as one Lua script run on the key's node; and ``WriteBatch``, the
+writes of one pipeline (those adds, removals, and profiles set: ``profile.SET_NEWER``).
 
 Why a script rather than ZADD + ZREMRANGEBY* in a pipeline: the window is measured from the
 newest member the set holds, which only the server knows. Trimming each add against its own
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
+from phoenix.user_state.events import Profile
+from phoenix.user_state.profile import queue_set
 
 ADD_CAPPED = """
 local key = KEYS[1]
@@ -69,3 +73,39 @@ def queue_add(pipe, key: str, kept: CappedSet, scored: Sequence[tuple[float, obj
         args += [repr(float(score)), member]
     # execute_command: the cluster pipeline's eval() is a stub, but EVAL itself routes by key
     pipe.execute_command("EVAL", ADD_CAPPED, 1, key, *args)
+
+
+class WriteBatch:
+    """The writes of one pipeline: the adds to one key gathered into one script call, except
+    that a removal from a key (an unfollow) comes after the adds queued before it; profiles
+    set last (their keys take nothing else)."""
+
+    def __init__(self, kept: dict[str, CappedSet]):
+        self.kept = kept
+        self.ops: list = []  # [key, CappedSet, [(score, member)]] or [key, None, member]
+        self._open: dict[str, list] = {}  # key -> its add op still taking members
+        self.profiles: list[tuple[str, Profile]] = []
+
+    def add(self, key: str, kind: str, score: float, member) -> None:
+        op = self._open.get(key)
+        if op is None:
+            op = self._open[key] = [key, self.kept[kind], []]
+            self.ops.append(op)
+        op[2].append((score, member))
+
+    def remove(self, key: str, member) -> None:
+        self._open.pop(key, None)  # later adds to this key come after the removal
+        self.ops.append([key, None, member])
+
+    def set_profile(self, key: str, profile: Profile) -> None:
+        self.profiles.append((key, profile))
+
+    def queue(self, pipe):
+        for key, kept, what in self.ops:
+            if kept is None:
+                pipe.zrem(key, what)
+            else:
+                queue_add(pipe, key, kept, what)
+        for key, profile in self.profiles:
+            queue_set(pipe, key, profile)
+        return pipe

@@ -1,17 +1,27 @@
 """User-state events and their JSON-lines form.
 
-Four kinds, one JSON object a line (``type`` names the kind; times are Unix seconds):
+Five kinds, one JSON object a line (``type`` names the kind; times are Unix seconds):
 
     {"type": "engagement", "user_id": 7, "post_id": 91, "author_id": 3, "ts": 1700000000.5,
      "actions": ["favorite", "dwell"], "surface": 0, "dwell_seconds": 12.5}
     {"type": "follow", "user_id": 7, "author_id": 3, "ts": 1700000000}
     {"type": "unfollow", "user_id": 7, "author_id": 3, "ts": 1700000100}
     {"type": "post", "post_id": 92, "author_id": 3, "ts": 1700000200}
+    {"type": "profile", "user_id": 7, "ts": 1700000000, "country": 3, "language": 1,
+     "latitude": 51.5, "longitude": -0.1, "installed_apps": [2, 17], "profile_gender": 2,
+     "inferred_gender": 1, "inferred_gender_score": 0.9, "age_bracket": 3, "age_years": 29,
+     "timezone": 6}
 
 ``actions`` lists action names (``phoenix.config.ACTION_NAMES``) or gives all 19 flags (0/1) in
 column order; ``surface`` and ``dwell_seconds`` default to 0. An engagement needs at least one
 action (an impression without one is no engagement). Post and author ids are >= 1 (0 is the
 padding id of the model inputs); user ids are >= 0; every id fits an int64.
+
+What X's production ranker reads beyond them (``phoenix.feed_features``, its ranges): an
+engagement may carry the viewer's ``timezone`` (0..31, 0 unknown), the local ``hour_of_day``
++ 1 (1..24; 0 or absent: from ``ts`` and ``timezone``) and the post's ``post_created_at``
+(Unix seconds, 0 or absent: unknown). A profile event gives a user's whole profile, every
+field optional (absent: unknown, 0); the newest profile by ``ts`` is the user's.
 
 An event read from a line is accepted only if serving would take what it becomes: the
 ``EventLimits`` of the served models bound the product surface and the dwell time (the
@@ -40,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from phoenix.config import ACTION_NAMES, INT64_MAX
+from phoenix.feed_features import HISTORY_FEATURES, PROFILE_FEATURES, Feature, feature
 from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
 from phoenix.util.timestamps import FUTURE_SLACK_S, too_far_ahead
 
@@ -64,6 +75,33 @@ def _check_number(name: str, value: Any, low: float = 0.0) -> float:
     return float(value)
 
 
+def _check_feature(spec: Feature, value: Any) -> Any:
+    """``value`` if it lies in ``spec``'s range (a set of apps: as a sorted tuple), else
+    EventError naming the field and what was expected."""
+    if spec.kind == "int" and type(value) is int and spec.low <= value <= spec.high:
+        return value  # the usual case, first: every engagement has two such fields
+    about = f" ({spec.about})" if spec.about else ""
+    bounds = f"[{spec.low:g}, {spec.high:g}]{about}"
+
+    def in_range(item: Any, integer: bool) -> bool:
+        if isinstance(item, bool) or not isinstance(item, int if integer else int | float):
+            return False
+        return math.isfinite(item) and spec.low <= item <= spec.high
+
+    if spec.kind == "apps":
+        expected = f"a list of distinct integers in {bounds}"
+        if not isinstance(value, list | tuple) or len(set(value)) != len(value):
+            raise EventError(f"{spec.name} must be {expected}, got {value!r}")
+        for item in value:
+            if not in_range(item, True):
+                raise EventError(f"{spec.name} holds {item!r}, expected {expected}")
+        return tuple(sorted(value))
+    if not in_range(value, spec.kind == "int"):
+        kind = "an integer" if spec.kind == "int" else "a number"
+        raise EventError(f"{spec.name} must be {kind} in {bounds}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Engagement:
     """A user's actions on a post (one history item)."""
@@ -75,6 +113,11 @@ class Engagement:
     actions: int  # bit i = ACTION_NAMES[i] (phoenix.user_state.actions)
     surface: int = 0
     dwell_seconds: float = 0.0
+    # the production ranker's context (feed_features): 0 is unknown, or for the hour "from ts
+    # and timezone"
+    timezone: int = 0
+    hour_of_day: int = 0
+    post_created_at: float = 0.0
     type: str = field(default="engagement", init=False)
 
     def __post_init__(self):
@@ -88,6 +131,14 @@ class Engagement:
         _check_number("dwell_seconds", self.dwell_seconds)
         if not 0 < self.actions < 1 << NUM_ACTIONS:
             raise EventError("an engagement needs at least one action")
+        for name in ("timezone", "hour_of_day"):
+            _check_feature(feature(name, HISTORY_FEATURES), getattr(self, name))
+        _check_number("post_created_at", self.post_created_at)
+
+    @property
+    def context(self) -> tuple[int, int, float]:
+        """(timezone, hour_of_day, post_created_at): all 0 for an engagement without them."""
+        return self.timezone, self.hour_of_day, self.post_created_at
 
     @classmethod
     def of(cls, user_id, post_id, author_id, ts, actions: Iterable[str], **rest) -> Engagement:
@@ -136,15 +187,43 @@ class Post:
         _check_number("ts", self.ts)
 
 
-Event = Union[Engagement, Follow, Unfollow, Post]
+@dataclass(frozen=True)
+class Profile:
+    """A user's whole profile as of ``ts`` (fields as ``feed_features.PROFILE_FEATURES``,
+    each 0 when unknown); the store keeps the newest."""
+
+    user_id: int
+    ts: float
+    country: int = 0
+    language: int = 0
+    latitude: float = 0.0
+    longitude: float = 0.0
+    installed_apps: tuple[int, ...] = ()  # indices of the apps installed, ascending
+    profile_gender: int = 0
+    inferred_gender: int = 0
+    inferred_gender_score: float = 0.0
+    age_bracket: int = 0
+    age_years: float = 0.0
+    timezone: int = 0  # the home timezone
+    type: str = field(default="profile", init=False)
+
+    def __post_init__(self):
+        _check_id("user_id", self.user_id, 0)
+        _check_number("ts", self.ts)
+        for spec in PROFILE_FEATURES:
+            object.__setattr__(self, spec.name, _check_feature(spec, getattr(self, spec.name)))
+
+
+Event = Union[Engagement, Follow, Unfollow, Post, Profile]
 _FIELDS = {
     "engagement": (
         {"user_id", "post_id", "author_id", "ts", "actions"},
-        {"surface", "dwell_seconds"},
+        {"surface", "dwell_seconds", "timezone", "hour_of_day", "post_created_at"},
     ),
     "follow": ({"user_id", "author_id", "ts"}, set()),
     "unfollow": ({"user_id", "author_id", "ts"}, set()),
     "post": ({"post_id", "author_id", "ts"}, set()),
+    "profile": ({"user_id", "ts"}, {spec.name for spec in PROFILE_FEATURES}),
 }
 
 
@@ -184,6 +263,9 @@ class EventLimits:
             raise EventError(f"ts is {event.ts!r}, {problem}")
         if not isinstance(event, Engagement):
             return
+        problem = too_far_ahead(event.post_created_at, now, self.future_slack_s)
+        if problem:
+            raise EventError(f"post_created_at is {event.post_created_at!r}, {problem}")
         if event.surface > self.max_surface:
             raise EventError(
                 f"surface must lie in [0, {self.max_surface}] (the product surfaces of "
@@ -222,7 +304,9 @@ def _event_of(obj: Any) -> Event:
     if kind == "engagement":
         args["actions"] = _mask_of(args["actions"])
         return Engagement(**args)
-    made: dict[str, Callable[..., Event]] = {"follow": Follow, "unfollow": Unfollow, "post": Post}
+    made: dict[str, Callable[..., Event]] = {
+        "follow": Follow, "unfollow": Unfollow, "post": Post, "profile": Profile
+    }  # fmt: skip
     return made[kind](**args)
 
 
@@ -245,6 +329,11 @@ def to_json(event: Event) -> str:
     obj.update({k: v for k, v in vars(event).items() if k != "type"})
     if isinstance(event, Engagement):
         obj["actions"] = list(action_names(event.actions))
+        for name in ("timezone", "hour_of_day", "post_created_at"):  # as lines before them
+            if not obj[name]:
+                del obj[name]
+    if isinstance(event, Profile):
+        obj["installed_apps"] = list(event.installed_apps)
     return json.dumps(obj, separators=(",", ":"))
 
 

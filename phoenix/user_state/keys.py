@@ -12,6 +12,7 @@ same way. User and author ids are raw int64 ids, written in decimal.
 | ``u:{<user>}:follows``      | sorted set | followed author id                  | follow time    |
 | ``u:{<user>}:served_posts`` | string     | (served time ms, post id) records   |                |
 | ``u:{<user>}:requests``     | sorted set | request id                          | request time   |
+| ``u:{<user>}:profile``      | string     | the newest profile (profile.py)     |                |
 | ``a:{<author>}:posts``      | sorted set | post id                             | creation time  |
 | ``requests:log``            | stream     | one served request (request_log.py) | entry id: time |
 
@@ -27,7 +28,8 @@ FOLLOWS = "follows"
 # and expires by itself within served_ttl_s.
 SERVED = "served_posts"
 REQUESTS = "requests"
-USER_KEY_KINDS = (SEQUENCE, POSITIVE, FOLLOWS, SERVED, REQUESTS)
+PROFILE = "profile"  # the user's profile features (profile.py)
+USER_KEY_KINDS = (SEQUENCE, POSITIVE, FOLLOWS, SERVED, REQUESTS, PROFILE)
 AUTHOR_POSTS = "posts"
 # Every served request, all users together: one stream, read in order by a training export.
 REQUEST_LOG_STREAM = "requests:log"

@@ -47,9 +47,10 @@ class LineCounts:
 
     def summary(self, where: str) -> str:
         p, a = self.parsed, self.applied
+        profiles = f", {a.profiles} profiles" if a.profiles else ""
         kinds = (
             f" ({a.engagements} engagements, {a.follows} follows, {a.unfollows} unfollows, "
-            f"{a.posts} posts)"
+            f"{a.posts} posts{profiles})"
             if a.total
             else ""
         )
@@ -113,10 +114,7 @@ def send_lines(
         counts.batches += 1
         counts.sent += len(held.events)
         if applied is not None:
-            for kind in ("engagements", "follows", "unfollows", "posts"):
-                setattr(
-                    counts.applied, kind, getattr(counts.applied, kind) + getattr(applied, kind)
-                )
+            counts.applied.add(applied)
         held.events.clear()
 
     try:

@@ -6,18 +6,20 @@ one pipeline: one atomic script call per key touched (``phoenix.user_state.cappe
 adds, trims to ``UserStateLimits`` and sets the key's TTL; every such write is idempotent (the
 same events again, in any order, leave the same state). Two appends are not (what is written
 twice is there twice): the served posts (``phoenix.user_state.served``, read as a set) and
-the request log stream that ``record_served`` appends to. Reads take a batch
-of users and cost one round trip per pipeline (``in_network`` two: follows, then posts;
-``state``, everything a recommend by user id reads, two: histories, served posts and follows,
-then the followed authors' posts); a cluster client's pipeline sends each node its commands
-together. A pipeline is not a transaction: a failure part-way leaves the keys already written
-(each consistent), and applying the batch again completes it.
+the request log stream that ``record_served`` appends to. A profile replaces the user's
+older one (``phoenix.user_state.profile``). Reads take a batch of users and cost one round
+trip per pipeline (``in_network`` two: follows, then posts; ``state``, everything a recommend
+by user id reads, two: histories, served posts, follows and profiles, then the followed
+authors' posts); a cluster client's pipeline sends each node its commands together. The
+histories' semantic IDs come from the store's ``semantic_ids`` look-up (the corpus store's, by
+post id), one call per read. A pipeline is not a transaction: a failure part-way leaves the
+keys already written (each consistent), and applying the batch again completes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import redis
@@ -25,7 +27,7 @@ from redis.exceptions import RedisClusterException
 
 from phoenix.user_state import keys
 from phoenix.user_state.actions import is_positive
-from phoenix.user_state.capped import CappedSet, queue_add
+from phoenix.user_state.capped import CappedSet, WriteBatch
 from phoenix.user_state.client import (
     Client,
     Command,
@@ -35,9 +37,10 @@ from phoenix.user_state.client import (
     read_pipelined,
     unavailable_or_failed,
 )
-from phoenix.user_state.events import Engagement, Event, Follow, Post, Unfollow
+from phoenix.user_state.events import Engagement, Event, Follow, Post, Profile, Unfollow
 from phoenix.user_state.history import History, UserHistories, decode, encode, time_ms
 from phoenix.user_state.limits import UserStateLimits
+from phoenix.user_state.profile import unpack
 from phoenix.user_state.request_log import RequestRecord, queue_records
 from phoenix.user_state.served import pack, queue_append, read_command, served_since
 
@@ -61,6 +64,14 @@ class UserState:
     histories: UserHistories
     served: np.ndarray  # [N] int64 post ids, newest first
     in_network: InNetworkPosts
+    # The stored profile, packed; None: the user has none (every feature unknown). Decoded where
+    # it is read (``profile.record_arrays`` for a batch), so reads that need none pay nothing.
+    profile_record: Optional[bytes] = None
+
+
+# post ids [N] int64 -> their semantic IDs [N, levels] int32 (zeros where unknown): the corpus
+# store's look-up (``phoenix.corpus_store.Snapshot.semantic_ids``)
+SemanticIdLookup = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -81,10 +92,16 @@ class AppliedCounts:
     follows: int = 0
     unfollows: int = 0
     posts: int = 0
+    profiles: int = 0
 
     @property
     def total(self) -> int:
-        return self.engagements + self.follows + self.unfollows + self.posts
+        return self.engagements + self.follows + self.unfollows + self.posts + self.profiles
+
+    def add(self, other: AppliedCounts) -> None:
+        """Count ``other``'s events too."""
+        for kind in ("engagements", "follows", "unfollows", "posts", "profiles"):
+            setattr(self, kind, getattr(self, kind) + getattr(other, kind))
 
 
 def _seconds(ts: float) -> float:
@@ -112,7 +129,9 @@ def _ids(members: Sequence[bytes]) -> np.ndarray:
 
 
 class UserStateStore:
-    """User state in Redis; ``client`` from ``phoenix.user_state.client.connect``."""
+    """User state in Redis; ``client`` from ``phoenix.user_state.client.connect``.
+    ``semantic_ids``: the look-up that gives the histories' posts their semantic IDs (the
+    corpus store's; None: every history's are zeros)."""
 
     def __init__(
         self,
@@ -120,10 +139,12 @@ class UserStateStore:
         limits: UserStateLimits = UserStateLimits(),
         *,
         name: str | None = None,
+        semantic_ids: Optional[SemanticIdLookup] = None,
     ):
         self.client = client
         self.limits = limits
         self.name = name or describe(client)  # every error names it
+        self.semantic_ids = semantic_ids
         self.kept = self._kept()
 
     # -- round trips ---------------------------------------------------------------------
@@ -172,7 +193,7 @@ class UserStateStore:
     def apply(self, events: Iterable[Event]) -> AppliedCounts:
         """Apply ``events`` in one pipeline; applying them again, in any order, changes
         nothing (an unfollow applies after the follows before it in ``events``)."""
-        batch, counts = _WriteBatch(self.kept), AppliedCounts()
+        batch, counts = WriteBatch(self.kept), AppliedCounts()
         for event in events:
             if isinstance(event, Engagement):
                 member, score = encode(event), _seconds(event.ts)
@@ -192,6 +213,9 @@ class UserStateStore:
                 key = keys.author_posts_key(event.author_id)
                 batch.add(key, keys.AUTHOR_POSTS, _seconds(event.ts), event.post_id)
                 counts.posts += 1
+            elif isinstance(event, Profile):
+                batch.set_profile(keys.user_key(event.user_id, keys.PROFILE), event)
+                counts.profiles += 1
             else:
                 raise TypeError(f"not a user-state event: {event!r}")
         if counts.total:
@@ -212,7 +236,7 @@ class UserStateStore:
 
     def log_request(self, user_id: int, request_id: str, now: float) -> None:
         """Record a request of a user (kept request_log_ttl_s, newest request_log_cap)."""
-        batch = _WriteBatch(self.kept)
+        batch = WriteBatch(self.kept)
         batch.add(keys.user_key(user_id, keys.REQUESTS), keys.REQUESTS, _seconds(now), request_id)
         self._execute(batch.queue(self._pipeline()), f"logging request {request_id!r}")
 
@@ -225,7 +249,7 @@ class UserStateStore:
         """In one pipeline: for each (user id, post ids, request id), the posts marked served
         and the request id logged for the user at ``now``, and the entries of ``log`` appended
         to the request log stream (``request_log``, trimmed in the same round trip)."""
-        batch, pipe = _WriteBatch(self.kept), self._pipeline()
+        batch, pipe = WriteBatch(self.kept), self._pipeline()
         for user_id, post_ids, request_id in served:
             records = pack(post_ids, now)
             if records:
@@ -253,17 +277,35 @@ class UserStateStore:
             for kind in (keys.SEQUENCE, keys.POSITIVE)
         ]
 
-    @staticmethod
-    def _histories_of(replies: list) -> list[UserHistories]:
-        """The histories of the replies to ``_histories_read`` (two per user)."""
-
-        def history(members: list[bytes]) -> History:
-            return History.from_records(decode(members[::-1]))  # newest first -> oldest first
-
+    def _histories_of(self, replies: list) -> list[UserHistories]:
+        """The histories of the replies to ``_histories_read`` (two per user), their posts'
+        semantic IDs looked up in one call."""
+        # newest first -> oldest first
+        read = [History.from_records(decode(members[::-1])) for members in replies]
+        if self.semantic_ids is not None and read:
+            codes = self.semantic_ids(np.concatenate([h.post_ids for h in read]))
+            ends = np.cumsum([len(h) for h in read])[:-1]
+            read = [h.with_semantic_ids(c) for h, c in zip(read, np.split(codes, ends))]
         return [
-            UserHistories(ranking=history(replies[i]), retrieval=history(replies[i + 1]))
-            for i in range(0, len(replies), 2)
+            UserHistories(ranking=read[i], retrieval=read[i + 1]) for i in range(0, len(read), 2)
         ]
+
+    @staticmethod
+    def _profiles_read(user_ids) -> list[Command]:
+        return [("GET", keys.user_key(user, keys.PROFILE)) for user in user_ids]
+
+    def _profiles_of(self, user_ids, replies: list) -> list[Optional[Profile]]:
+        try:
+            return [unpack(int(user), reply) for user, reply in zip(user_ids, replies)]
+        except ValueError as error:
+            raise UserStateError(f"user state store {self.name}: {error}") from None
+
+    def profiles(self, user_ids: Sequence[int]) -> list[Optional[Profile]]:
+        """Each user's newest profile (None: none was ever set), in one round trip."""
+        replies = self._read(
+            self._profiles_read(user_ids), f"reading the profiles of {len(user_ids)} users"
+        )
+        return self._profiles_of(user_ids, replies)
 
     def _served_read(self, user_ids) -> list[Command]:
         cap = self.limits.served_cap
@@ -355,10 +397,11 @@ class UserStateStore:
 
     def state(self, user_ids: Sequence[int], now: float, seq_len: int) -> list[UserState]:
         """Everything a recommend by user id reads of each user at ``now``: both histories
-        (as ``histories``), the served posts (as ``served``) and the in-network posts (as
-        ``in_network``, capped by in_network_per_author and in_network_total).
+        (as ``histories``), the served posts (as ``served``), the in-network posts (as
+        ``in_network``, capped by in_network_per_author and in_network_total) and the profile.
 
-        One round trip reads the histories, served posts and follows of the whole batch; a
+        One round trip reads the histories, served posts, follows and profiles of the whole
+        batch; a
         second, only when a user of the batch follows someone, reads the followed authors'
         posts (each author once). The second cannot join the first: which authors to read is
         the first's answer, and an author's posts live in the author's hash slot, which a
@@ -369,16 +412,19 @@ class UserStateStore:
             *self._histories_read(user_ids, now, seq_len),
             *self._served_read(user_ids),
             *self._follows_read(user_ids),
+            *self._profiles_read(user_ids),
         ]
         replies = self._read(commands, f"reading the state of {len(user_ids)} users")
         users = len(user_ids)
         histories = self._histories_of(replies[: 2 * users])
         served = self._served_of(replies[2 * users : 3 * users], now)
-        follows = [_ids(reply) for reply in replies[3 * users :]]
+        follows = [_ids(reply) for reply in replies[3 * users : 4 * users]]
+        profiles = replies[4 * users :]
         in_network = self._posts_of_followed(
             follows, now, lim.in_network_per_author, lim.in_network_total
         )
-        return [UserState(*row) for row in zip(histories, served, in_network, strict=True)]
+        rows = zip(histories, served, in_network, profiles, strict=True)
+        return [UserState(*row) for row in rows]
 
     def _posts_of_followed(
         self, follows: list[np.ndarray], now: float, per_author_cap: int, total_cap: int
@@ -406,35 +452,6 @@ def _check_caps(per_author_cap: int, total_cap: int) -> None:
         raise ValueError(
             f"per_author_cap and total_cap must be >= 1, got {per_author_cap}, {total_cap}"
         )
-
-
-class _WriteBatch:
-    """The writes of one pipeline: the adds to one key gathered into one script call, except
-    that a removal from a key (an unfollow) comes after the adds queued before it."""
-
-    def __init__(self, kept: dict[str, CappedSet]):
-        self.kept = kept
-        self.ops: list = []  # [key, CappedSet, [(score, member)]] or [key, None, member]
-        self._open: dict[str, list] = {}  # key -> its add op still taking members
-
-    def add(self, key: str, kind: str, score: float, member) -> None:
-        op = self._open.get(key)
-        if op is None:
-            op = self._open[key] = [key, self.kept[kind], []]
-            self.ops.append(op)
-        op[2].append((score, member))
-
-    def remove(self, key: str, member) -> None:
-        self._open.pop(key, None)  # later adds to this key come after the removal
-        self.ops.append([key, None, member])
-
-    def queue(self, pipe):
-        for key, kept, what in self.ops:
-            if kept is None:
-                pipe.zrem(key, what)
-            else:
-                queue_add(pipe, key, kept, what)
-        return pipe
 
 
 def reachability_check(url: str) -> Callable[[], str | None]:

@@ -13,11 +13,19 @@ and request; the columns a real log of the original's features has)
     product_surface  int32 [N]      index into meta.json "surface_names"
     dwell_seconds    float32 [N]
     actions          uint8 [N, 19]  0/1 per action, columns as meta.json "action_names"
+    timezone         int32 [N]      the viewer's timezone (X's 32 buckets; schema 2)
+    hour_of_day      int32 [N]      the local hour + 1 (1..24; schema 2)
+    (the last two are written for readers of the files; this reader derives them from the
+    users' timezones and the times, and takes a file without them)
 
 ``posts.npz``: ``post_id`` int64, ``author_id`` int64, ``topic`` int32 (index into
-"topic_names"), ``media`` int8 (index into "media_names"), ``created_ts`` int64.
+"topic_names"), ``media`` int8 (index into "media_names"), ``created_ts`` int64,
+``semantic_ids`` int32 [P, L] (codes 1..256, 0 none; schema 2).
 
 ``authors.npz``: ``author_id`` int64, ``topic`` int32, ``handle`` str.
+
+``users.npz`` (schema 2): ``user_id`` int64 and the profile, one column per
+``phoenix.feed_features.PROFILE_FEATURES`` (``installed_apps`` bool [U, 64]).
 
 ``ground_truth.npz`` (the planted model; real logs have no such file, it feeds the ceiling):
 ``user_id`` int64 [U], ``interest`` and ``dislike`` float32 [U, T], ``follows`` int64 [U, F]
@@ -26,9 +34,12 @@ and request; the columns a real log of the original's features has)
 
 ``meta.json``: ``schema`` (version), ``seed``, ``spec`` (the WorldSpec), ``split_ts`` (first
 second of the held-out days), ``start_ts``, ``end_ts``, ``action_names``, ``topic_names``,
-``surface_names``, ``media_names``, ``positive_actions`` and row counts.
+``surface_names``, ``media_names``, ``positive_actions``, ``semantic_ids`` (levels and
+codebook size) and row counts.
 
-The same spec and seed give byte-identical files.
+Schema 2 added the production ranker's features (the columns marked above and users.npz);
+schema 1 directories are read too, their semantic IDs and profiles unknown (zeros). The same
+spec and seed give byte-identical files.
 """
 
 from __future__ import annotations
@@ -41,6 +52,13 @@ import numpy as np
 
 from phoenix.checkpoint import read_json, read_npz, write_json, write_npz
 from phoenix.config import ACTION_NAMES
+from phoenix.feed_features import (
+    PROFILE_FEATURES,
+    SID_CODEBOOK_SIZE,
+    SID_NUM_LEVELS,
+    feature,
+)
+from phoenix.world.features import UserProfiles
 from phoenix.world.synthetic import (
     MEDIA_NAMES,
     POSITIVE_ACTIONS,
@@ -51,8 +69,16 @@ from phoenix.world.synthetic import (
     WorldSpec,
 )
 
-SCHEMA_VERSION = 1
-FILES = ("impressions.npz", "posts.npz", "authors.npz", "ground_truth.npz", "meta.json")
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+FILES = (
+    "impressions.npz",
+    "posts.npz",
+    "authors.npz",
+    "users.npz",
+    "ground_truth.npz",
+    "meta.json",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +87,16 @@ class Column:
 
     ``field`` names the World or Impressions attribute that the column is, unchanged; the
     reader fills that attribute from it. Columns that map ids through indices give ``of``.
+    ``since``: the schema version that added the column (older directories lack it);
+    ``derived``: the reader derives it from the other files, so a file may lack it.
     """
 
     dtype: Any
     ndim: int = 1
     field: str | None = None
     of: Callable[[World, Impressions], np.ndarray] | None = None
+    since: int = 1
+    derived: bool = False
 
     def array(self, world: World, impressions: Impressions) -> np.ndarray:
         if self.of is not None:
@@ -86,6 +116,8 @@ IMPRESSION_COLUMNS = {
     "product_surface": Column(np.int32, of=lambda w, i: i.surface),  # int8 in memory
     "dwell_seconds": Column(np.float32, field="dwell_seconds"),
     "actions": Column(np.uint8, 2, field="actions"),
+    "timezone": Column(np.int32, of=lambda w, i: i.timezone(w), since=2, derived=True),
+    "hour_of_day": Column(np.int32, of=lambda w, i: i.hour_of_day(w), since=2, derived=True),
 }
 POST_COLUMNS = {
     "post_id": Column(np.int64, field="post_ids"),
@@ -93,11 +125,22 @@ POST_COLUMNS = {
     "topic": Column(np.int32, field="post_topic"),
     "media": Column(np.int8, field="post_media"),
     "created_ts": Column(np.int64, field="post_created_ts"),
+    "semantic_ids": Column(np.int32, 2, of=lambda w, _: w.post_semantic_ids, since=2),
 }
 AUTHOR_COLUMNS = {
     "author_id": Column(np.int64, field="author_ids"),
     "topic": Column(np.int32, field="author_topic"),
     "handle": Column(np.str_, of=lambda w, _: w.author_handles),  # derived, not read back
+}
+
+
+def _profile_column(name: str, dtype, ndim: int) -> Column:
+    return Column(dtype, ndim, of=lambda w, _: getattr(w.profiles, name), since=2)
+
+
+USER_COLUMNS = {
+    "user_id": Column(np.int64, of=lambda w, _: w.user_ids, since=2),
+    **{f.name: _profile_column(f.name, f.dtype, 2 if f.width else 1) for f in PROFILE_FEATURES},
 }
 TRUTH_COLUMNS = {
     "user_id": Column(np.int64, field="user_ids"),
@@ -112,6 +155,7 @@ TABLES = {
     "impressions.npz": IMPRESSION_COLUMNS,
     "posts.npz": POST_COLUMNS,
     "authors.npz": AUTHOR_COLUMNS,
+    "users.npz": USER_COLUMNS,
     "ground_truth.npz": TRUTH_COLUMNS,
 }
 
@@ -142,6 +186,7 @@ def meta(world: World, impressions: Impressions, seed: int) -> dict[str, Any]:
         "topic_names": list(world.topic_names),
         "surface_names": list(SURFACE_NAMES),
         "media_names": list(MEDIA_NAMES),
+        "semantic_ids": {"levels": SID_NUM_LEVELS, "codebook_size": SID_CODEBOOK_SIZE},
         "num_impressions": len(impressions),
         "num_users": spec.num_users,
         "num_authors": spec.num_authors,
@@ -150,7 +195,7 @@ def meta(world: World, impressions: Impressions, seed: int) -> dict[str, Any]:
 
 
 def save_logs(directory: Union[str, Path], world: World, impressions: Impressions, seed: int):
-    """Write the five files of a log directory (see the module docstring)."""
+    """Write the six files of a log directory (see the module docstring)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
@@ -159,9 +204,13 @@ def save_logs(directory: Union[str, Path], world: World, impressions: Impression
     write_json(root / "meta.json", meta(world, impressions, seed))
 
 
-def _check_columns(arrays: dict, columns: dict, name: str, rows: int | None = None) -> dict:
+def _check_columns(
+    arrays: dict, columns: dict, name: str, rows: int | None = None, schema: int = SCHEMA_VERSION
+) -> dict:
     for key, column in columns.items():
         dtype, ndim = column.dtype, column.ndim
+        if column.since > schema or column.derived and key not in arrays:
+            continue  # a column added after the directory's schema, or one derived on reading
         if key not in arrays:
             raise LogError(f"{name}: missing column '{key}'")
         array = arrays[key]
@@ -175,14 +224,16 @@ def _check_columns(arrays: dict, columns: dict, name: str, rows: int | None = No
     return arrays
 
 
-def _read(root: Path, name: str, columns: dict, same_rows: bool = True) -> dict[str, np.ndarray]:
+def _read(
+    root: Path, name: str, columns: dict, same_rows: bool = True, schema: int = SCHEMA_VERSION
+) -> dict[str, np.ndarray]:
     path = root / name
     if not path.is_file():
         raise LogError(f"{root}: missing {name}")
     arrays = read_npz(path, name)
     first = next(iter(columns))
     rows = arrays[first].shape[0] if same_rows and first in arrays else None
-    return _check_columns(arrays, columns, name, rows)
+    return _check_columns(arrays, columns, name, rows, schema)
 
 
 def _indices(ids: np.ndarray, of: np.ndarray, name: str) -> np.ndarray:
@@ -195,8 +246,8 @@ def _indices(ids: np.ndarray, of: np.ndarray, name: str) -> np.ndarray:
 
 
 def _fields(arrays: dict[str, np.ndarray], columns: dict[str, Column]) -> dict[str, np.ndarray]:
-    """The generator's attributes that are columns of one file unchanged."""
-    return {c.field: arrays[name] for name, c in columns.items() if c.field is not None}
+    """The generator's attributes that are columns of one file unchanged (those it has)."""
+    return {c.field: arrays[name] for name, c in columns.items() if c.field and name in arrays}
 
 
 def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str, Any]]:
@@ -208,12 +259,13 @@ def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str
     if not meta_path.is_file():
         raise LogError(f"{root}: missing meta.json")
     info = read_json(meta_path, "meta.json")
-    if info.get("schema") != SCHEMA_VERSION:
-        raise LogError(f"meta.json: schema {info.get('schema')!r}, expected {SCHEMA_VERSION}")
+    schema = info.get("schema")
+    if schema not in READABLE_SCHEMAS:
+        raise LogError(f"meta.json: schema {schema!r}, expected one of {READABLE_SCHEMAS}")
     if info.get("action_names") != list(ACTION_NAMES):
         raise LogError("meta.json: action_names differ from phoenix.config.ACTION_NAMES")
     spec = WorldSpec(**info["spec"])
-    posts = _read(root, "posts.npz", POST_COLUMNS)
+    posts = _read(root, "posts.npz", POST_COLUMNS, schema=schema)
     authors = _read(root, "authors.npz", AUTHOR_COLUMNS)
     truth = _read(root, "ground_truth.npz", TRUTH_COLUMNS, same_rows=False)
     for key, table, rows in (
@@ -228,13 +280,15 @@ def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str
             raise LogError(
                 f"ground_truth.npz: '{key}' has {truth[key].shape[0]} rows, {table} {rows}"
             )
-    imp = _read(root, "impressions.npz", IMPRESSION_COLUMNS)
+    imp = _read(root, "impressions.npz", IMPRESSION_COLUMNS, schema=schema)
     if imp["actions"].shape[1] != len(ACTION_NAMES):
         raise LogError(f"impressions.npz: 'actions' must have {len(ACTION_NAMES)} columns")
     world = World(
         spec=spec,
         follows=_indices(truth["follows"], authors["author_id"], "ground_truth.npz follows"),
         post_author=_indices(posts["author_id"], authors["author_id"], "posts.npz author_id"),
+        post_semantic_ids=_semantic_ids(posts, schema),
+        profiles=_profiles(root, truth["user_id"], schema),
         topic_names=tuple(info["topic_names"]),
         **_fields(truth, TRUTH_COLUMNS),
         **_fields(authors, AUTHOR_COLUMNS),
@@ -247,6 +301,31 @@ def load_logs(directory: Union[str, Path]) -> tuple[World, Impressions, dict[str
         **_fields(imp, IMPRESSION_COLUMNS),
     )
     return world, in_training_order(impressions), info
+
+
+def _semantic_ids(posts: dict[str, np.ndarray], schema: int) -> np.ndarray:
+    """posts.npz's semantic IDs, or none known (zeros) in a schema 1 directory."""
+    if schema < 2:
+        return np.zeros((len(posts["post_id"]), SID_NUM_LEVELS), np.int32)
+    sids = posts["semantic_ids"]
+    if sids.shape[0] != len(posts["post_id"]) or (sids < 0).any():
+        raise LogError(
+            f"posts.npz: 'semantic_ids' {sids.shape} with codes {int(sids.min(initial=0))}.., "
+            f"expected one row of codes >= 0 per post"
+        )
+    return sids.astype(np.int32)
+
+
+def _profiles(root: Path, user_ids: np.ndarray, schema: int) -> UserProfiles:
+    """users.npz's profiles in the order of ``user_ids``, or nothing known in schema 1."""
+    if schema < 2:
+        return UserProfiles.unknown(len(user_ids))
+    users = _read(root, "users.npz", USER_COLUMNS, schema=schema)
+    rows = _indices(user_ids, users["user_id"], "users.npz user_id")
+    apps, width = users["installed_apps"], feature("installed_apps").width
+    if apps.shape[1:] != (width,):
+        raise LogError(f"users.npz: 'installed_apps' is {apps.shape}, expected [U, {width}]")
+    return UserProfiles(**{f.name: users[f.name][rows].astype(f.dtype) for f in PROFILE_FEATURES})
 
 
 def in_training_order(imp: Impressions) -> Impressions:

@@ -14,7 +14,10 @@ judged against its own ranking (the ceiling):
   dwell seconds log-normal around it), the one model simulated users of a load test share;
 - the feed that produced the impressions (the logging policy) mixes posts of the topics a user
   likes (55%), posts of followed authors (10%) and recent posts of any topic (35%), favouring
-  recent posts (age ~ exponential with a mean of 18 hours, at most ``max_post_age_days``).
+  recent posts (age ~ exponential with a mean of 18 hours, at most ``max_post_age_days``);
+- for X's production ranker, posts have semantic IDs and users profiles (a home timezone among
+  them; an impression's timezone is its user's, its local hour follows from its time):
+  ``phoenix.world.features``. The engagement model reads none of them.
 
 Generation is vectorised and deterministic for a seed: every array comes from its own named
 stream (``phoenix.artifacts.stream``). ``phoenix.world.logs`` writes and reads the result.
@@ -28,6 +31,8 @@ import numpy as np
 
 from phoenix.artifacts import stream, unique_positive_ids
 from phoenix.config import NEGATIVE_ACTIONS
+from phoenix.feed_features import local_hour
+from phoenix.world.features import UserProfiles, draw_profiles, draw_semantic_ids
 from phoenix.world.reactions import (  # noqa: F401  (the world's model, re-exported)
     ACTION_INDEX,
     DAY,
@@ -108,6 +113,8 @@ class World:
     post_media: np.ndarray  # int8 [P]
     post_created_ts: np.ndarray  # int64 [P]
     post_quality: np.ndarray  # float32 [P]
+    post_semantic_ids: np.ndarray  # int32 [P, SID_NUM_LEVELS], codes 1..256 (0: none)
+    profiles: UserProfiles  # every user's profile (features.py)
     topic_names: tuple[str, ...] = field(default=())
 
     @property
@@ -136,6 +143,14 @@ class Impressions:
     def __len__(self) -> int:
         return int(self.user.shape[0])
 
+    def timezone(self, world: World) -> np.ndarray:
+        """int32 [N]: each impression's timezone (its user's home timezone)."""
+        return world.profiles.timezone[self.user]
+
+    def hour_of_day(self, world: World) -> np.ndarray:
+        """int32 [N]: each impression's local hour + 1 (1..24; ``local_hour``)."""
+        return local_hour(self.ts, self.timezone(world))
+
 
 # ----------------------------------------------------------------------------------------
 # The world
@@ -146,12 +161,24 @@ def make_world(spec: WorldSpec, seed: int) -> World:
     """Users, authors and posts of ``spec`` drawn from ``seed``."""
     authors = _draw_authors(spec, seed)
     users = _draw_users(spec, seed)
+    posts = _draw_posts(spec, seed, authors["author_topic"], authors["author_quality"])
+    sids = draw_semantic_ids(
+        seed,
+        spec.num_topics,
+        posts["post_topic"],
+        posts["post_media"],
+        posts["post_author"],
+        posts["post_quality"],
+        spec.num_authors,
+    )
     return World(
         spec=spec,
         follows=_draw_follows(spec, seed, authors["author_topic"], users["interest"]),
         topic_names=TOPIC_NAMES[: spec.num_topics],
+        post_semantic_ids=sids,
+        profiles=draw_profiles(seed, users["interest"]),
         **authors,
-        **_draw_posts(spec, seed, authors["author_topic"], authors["author_quality"]),
+        **posts,
         **users,
     )
 

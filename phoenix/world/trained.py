@@ -36,8 +36,8 @@ def trained_world(artifact_dir: Path, num_posts: Optional[int] = None, seed: Opt
 
 def world_posts(artifacts: Path, count: int, seed: Optional[int], now: int) -> PostRows:
     """``count`` posts of the synthetic world in ARTIFACTS/training.json (the world the towers
-    learned: its authors, topics and post ids), shifted in time so that the newest is ``now``
-    (the world's own dates are in the past, where a window would expire them all)."""
+    learned: its authors, topics, post ids and semantic IDs), shifted in time so that the newest
+    is ``now`` (the world's own dates are in the past, where a window would expire them all)."""
     path = Path(artifacts) / TRAINING_FILE
     if not path.is_file():
         raise InputFileError(
@@ -50,4 +50,5 @@ def world_posts(artifacts: Path, count: int, seed: Optional[int], now: int) -> P
         raise InputFileError(str(error)) from None
     created = world.post_created_ts + (now - int(world.post_created_ts.max()))
     authors = world.author_ids[world.post_author]
-    return PostRows(world.post_ids, authors, world.post_topic.astype(np.int64), created)
+    topics = world.post_topic.astype(np.int64)
+    return PostRows(world.post_ids, authors, topics, created, world.post_semantic_ids)

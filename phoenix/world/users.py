@@ -6,8 +6,11 @@ exactly. Each user then gets:
 
 - engagements: the user's impressions with at least one action before the held-out days
   (what training and the evaluation take as the history), the newest ``history_cap`` of them,
-  with their action flags, product surface, dwell seconds and time;
+  with their action flags, product surface, dwell seconds and time, and what the production
+  ranker reads beside: the user's timezone, the local hour the logs have (the world's clock:
+  the shift below is no whole number of days) and the post's creation time;
 - follows: the authors the world has the user follow;
+- a profile (``phoenix.world.features``), dated at the logs' first second;
 
 and each author its recent posts: the retrieval corpus's posts created before the held-out
 days (the corpus the served retriever searches, so an in-network post is a known post).
@@ -32,7 +35,7 @@ from tqdm import tqdm
 from phoenix.checkpoint import ArtifactError
 from phoenix.checkpoint.files import TRAINING_FILE
 from phoenix.user_state.actions import action_bits
-from phoenix.user_state.events import Engagement, Event, Follow, Post
+from phoenix.user_state.events import Engagement, Event, Follow, Post, Profile
 from phoenix.user_state.limits import UserStateLimits
 from phoenix.user_state.store import AppliedCounts, UserStateStore
 
@@ -53,6 +56,8 @@ class WorldUsers:
     surface: np.ndarray  # [N] int8
     dwell_seconds: np.ndarray  # [N] float32
     action_bits: np.ndarray  # [N] uint32, bit i = ACTION_NAMES[i]
+    timezone: np.ndarray  # [N] int32 the viewer's
+    hour_of_day: np.ndarray  # [N] int32 local hour + 1, on the world's clock
     starts: np.ndarray  # [U + 1] offsets of each user's engagements
     shift: float  # seconds added to every world time
     followed_at: float  # when every follow is dated: the logs' first second, shifted
@@ -82,6 +87,8 @@ class WorldUsers:
             surface=imp.surface[engaged],
             dwell_seconds=imp.dwell_seconds[engaged],
             action_bits=bits,
+            timezone=imp.timezone(world)[engaged],
+            hour_of_day=imp.hour_of_day(world)[engaged],
             starts=starts,
             shift=float(now - spec.split_ts),
             followed_at=float(synthetic.START_TS + now - spec.split_ts),
@@ -112,22 +119,33 @@ class WorldUsers:
         return int(found[0])
 
     def user_events(self, index: int) -> list[Event]:
-        """User ``index``'s engagements (oldest first) and follows."""
+        """User ``index``'s engagements (oldest first), follows and profile."""
         w, lo, hi = self.world, self.starts[index], self.starts[index + 1]
         user_id = int(w.user_ids[index])
         posts = self.post[lo:hi]
         authors = w.author_ids[w.post_author[posts]]
+        created = w.post_created_ts[posts] + self.shift
         events: list[Event] = [
             Engagement(user_id, int(w.post_ids[p]), int(a), float(t) + self.shift, int(bits),
-                       int(surface), float(dwell))  # fmt: skip
-            for p, a, t, bits, surface, dwell in zip(
+                       int(surface), float(dwell), int(zone), int(hour), float(made))  # fmt: skip
+            for p, a, t, bits, surface, dwell, zone, hour, made in zip(
                 posts.tolist(), authors.tolist(), self.ts[lo:hi].tolist(),
                 self.action_bits[lo:hi].tolist(), self.surface[lo:hi].tolist(),
-                self.dwell_seconds[lo:hi].tolist(),
+                self.dwell_seconds[lo:hi].tolist(), self.timezone[lo:hi].tolist(),
+                self.hour_of_day[lo:hi].tolist(), created.tolist(),
             )
         ]  # fmt: skip
         followed = np.unique(w.follows[index])
-        return events + [Follow(user_id, int(w.author_ids[a]), self.followed_at) for a in followed]
+        events += [Follow(user_id, int(w.author_ids[a]), self.followed_at) for a in followed]
+        return events + [self.profile(index)]
+
+    def profile(self, index: int) -> Profile:
+        """User ``index``'s profile event, dated when the follows are."""
+        values = {name: array[index] for name, array in self.world.profiles.arrays().items()}
+        apps = tuple(np.flatnonzero(values.pop("installed_apps")).tolist())
+        plain = {name: value.item() for name, value in values.items()}
+        user_id = int(self.world.user_ids[index])
+        return Profile(user_id, self.followed_at, installed_apps=apps, **plain)
 
     def author_posts(self) -> list[Post]:
         """The corpus's posts created before the held-out days, as Post events."""
@@ -181,7 +199,8 @@ class Loaded:
         a = self.applied
         return (
             f"{self.users:,} users loaded into {where} in {self.seconds:.1f} s: "
-            f"{a.engagements:,} engagements, {a.follows:,} follows, {a.posts:,} authors' posts"
+            f"{a.engagements:,} engagements, {a.follows:,} follows, {a.posts:,} authors' posts, "
+            f"{a.profiles:,} profiles"
         )
 
 
@@ -203,12 +222,7 @@ def load_users(
     started = time.perf_counter()
     indices = np.arange(len(world.user_ids)) if users is None else np.asarray(users)
     loaded = Loaded(users=len(indices))
-    total = loaded.applied
-
-    def add(counts: AppliedCounts) -> None:
-        for kind in ("engagements", "follows", "unfollows", "posts"):
-            setattr(total, kind, getattr(total, kind) + getattr(counts, kind))
-
+    add = loaded.applied.add
     add(store.apply(world.author_posts()))
     with tqdm(total=len(indices), unit=" users", desc="load users", disable=not progress or None,
               mininterval=1.0) as bar:  # fmt: skip

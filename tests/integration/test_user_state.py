@@ -15,10 +15,14 @@ import numpy as np
 import pytest
 from redis.cluster import RedisCluster
 
+from phoenix.corpus_store import CorpusStore, Posts
+from phoenix.feed_features import local_hour
 from phoenix.user_state import keys
 from phoenix.user_state.client import UserStateUnavailable, connect
-from phoenix.user_state.events import Engagement, EventLimits, Follow, Post, Unfollow
+from phoenix.user_state.events import Engagement, EventLimits, Follow, Post, Profile, Unfollow
+from phoenix.user_state.history import encode
 from phoenix.user_state.limits import DAY_S, UserStateLimits
+from phoenix.user_state.profile import record_arrays, unpack
 from phoenix.user_state.served import RECORD
 from phoenix.user_state.server import RedisClusterNodes, RedisServer, RedisServerError
 from phoenix.user_state.store import UserStateStore
@@ -93,8 +97,9 @@ def state(client) -> dict:
     """Every user-state key -> its members and scores, or its value (the stream and TTLs left
     out)."""
     found = {k.decode() for k in client.scan_iter(match="*")}
+    strings = (keys.SERVED, keys.PROFILE)
     return {
-        k: client.get(k) if k.endswith(keys.SERVED) else client.zrange(k, 0, -1, withscores=True)
+        k: client.get(k) if k.endswith(strings) else client.zrange(k, 0, -1, withscores=True)
         for k in sorted(found)
         if k.startswith(("u:", "a:"))
     }
@@ -361,6 +366,62 @@ def test_state_answers_as_the_separate_reads_in_two_round_trips(client):
     counted = PipelineCounter(client)
     UserStateStore(counted, limits, name="counted").state([999], NOW, SEQ_LEN)
     assert counted.executes == 1  # follows no one: no second round trip
+
+
+def test_the_newest_profile_is_kept_whatever_the_order_and_read_with_the_state(client):
+    older = Profile(5, NOW - 100, country=3, installed_apps=(1, 63), timezone=6)
+    newer = Profile(5, NOW - 10, country=4, latitude=48.75, age_bracket=3, timezone=7)
+    tie = Profile(5, NOW - 10, country=9)  # one time, other values: one of the two, always
+    store = store_of(client)
+    values = []
+    for order in ([older, newer, tie], [tie, newer, older], [newer, older, tie, tie]):
+        client_flush(client)
+        counts = store.apply(order)
+        assert counts.profiles == len(order) and counts.total == len(order)
+        values.append(client.get(keys.user_key(5, keys.PROFILE)))
+    assert values[0] == values[1] == values[2]
+    (kept,) = store.profiles([5])
+    assert kept in (newer, tie) and kept.ts == NOW - 10
+    assert store.profiles([5, 6]) == [kept, None]
+    assert client.ttl(keys.user_key(5, keys.PROFILE)) == -1  # kept for good, as follows
+    states = store.state([5, 6], NOW, SEQ_LEN)  # the values, decoded where they are read
+    assert [unpack(u, s.profile_record) for u, s in zip((5, 6), states)] == [kept, None]
+    arrays = record_arrays([s.profile_record for s in states])
+    assert arrays["country"].tolist() == [kept.country, 0]
+
+
+def client_flush(client) -> None:
+    if isinstance(client, RedisCluster):
+        client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        client.flushall()
+
+
+def test_history_items_keep_their_context_and_take_the_corpus_stores_semantic_ids(client, tmp_path):
+    corpus = CorpusStore.create(tmp_path / "corpus", 4)
+    codes = np.arange(1, 3 * 6 + 1, dtype=np.int32).reshape(3, 6)
+    vectors = np.eye(4, dtype=np.float32)[:3]
+    corpus.add(Posts(np.array([11, 12, 13]), np.array([7, 7, 7]), np.array([5, 5, 5]), vectors,
+                     codes))  # fmt: skip
+    lookup = corpus.open(searchable=False).semantic_ids
+    store = UserStateStore(client, UserStateLimits(), semantic_ids=lookup)
+    plain = Engagement.of(1, 11, 7, NOW - 30, ["favorite"])  # as events were before the context
+    context = Engagement.of(1, 12, 7, NOW - 20, ["click"], timezone=14, post_created_at=NOW - 99)
+    given = Engagement.of(1, 99, 7, NOW - 10, ["reply"], timezone=3, hour_of_day=2)
+    store.apply([plain, context, given])
+    members = client.zrange(keys.user_key(1, keys.SEQUENCE), 0, -1)
+    assert sorted(len(m) for m in members) == [36, 46, 46] and encode(plain) in members
+    (read,) = store.histories([1], NOW, SEQ_LEN)
+    (state,) = store.state([1], NOW, SEQ_LEN)
+    for history in (read.ranking, read.retrieval, state.histories.ranking):
+        assert history.post_ids.tolist() == [11, 12, 99]
+        assert history.timezone.tolist() == [0, 14, 3]
+        assert history.creation_time.tolist() == [0, int(NOW - 99), 0]
+        hours = [int(local_hour(NOW - 30, 0)), int(local_hour(NOW - 20, 14)), 2]
+        assert history.hour_of_day.tolist() == hours
+        assert history.semantic_ids.tolist() == [codes[0].tolist(), codes[1].tolist(), [0] * 6]
+    bare = UserStateStore(client, UserStateLimits())  # no look-up: none known
+    assert not bare.histories([1], NOW, SEQ_LEN)[0].ranking.semantic_ids.any()
 
 
 def test_one_users_keys_share_a_slot_and_users_spread_over_the_nodes(cluster):

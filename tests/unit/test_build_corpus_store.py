@@ -66,6 +66,11 @@ def test_a_store_of_generator_posts_embedded_in_process(artifacts, capsys):
     world = trained.world_posts(artifacts, 3000, None, now=0)
     author_of = dict(zip(world.post_ids.tolist(), world.author_ids.tolist()))
     assert all(author_of[p] == a for p, a in zip(hits.post_ids[0], hits.author_ids[0]))
+    # every post with the world's semantic IDs, read back by id (expired ones too)
+    assert out.rstrip().endswith("semantic IDs kept")
+    assert manifest.semantic_ids.levels == 6
+    assert np.array_equal(snapshot.semantic_ids(world.post_ids), world.semantic_ids)
+    assert world.semantic_ids.min() >= 1
 
     assert build_corpus.main(argv) == 3  # built whole once: an existing store is not touched
     assert "store: exists already" in capsys.readouterr().err

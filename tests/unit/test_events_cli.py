@@ -163,3 +163,30 @@ def test_a_batch_the_store_refuses_exits_3_naming_its_lines(redis_server, tmp_pa
     assert f"{path}: the batch of lines 3..4 (2 events) was not sent" in err
     # the batch before it was applied
     assert UserStateStore(client).histories([7], NOW, 16)[0].ranking.post_ids.tolist() == [91, 92]
+
+
+def test_profiles_and_the_production_context_are_applied_and_bad_ones_refused(
+    redis_server, tmp_path, capsys, caplog
+):
+    lines = [
+        {"type": "profile", "user_id": 71, "ts": NOW - 5, "country": 1, "language": 1,
+         "installed_apps": [3, 40], "age_years": 30, "age_bracket": 3, "timezone": 1},
+        {"type": "profile", "user_id": 71, "ts": NOW - 5, "country": 250},
+        LINES[0] | {"user_id": 71, "timezone": 1, "hour_of_day": 9, "post_created_at": NOW - 99},
+        LINES[0] | {"user_id": 71, "post_id": 94, "timezone": 40},
+    ]  # fmt: skip
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert events_cli.main(["apply", str(path), "--redis", redis_server.url]) == 1
+    out = capsys.readouterr().out
+    assert "4 lines: 2 events (1 engagements, 0 follows, 0 unfollows, 0 posts, 1 profiles)" in out
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings[0].startswith(f"{path}:2: country must be an integer in [0, 249]")
+    assert warnings[1].startswith(f"{path}:4: timezone must be an integer in [0, 31]")
+    store = UserStateStore(connect(redis_server.url))
+    (profile,) = store.profiles([71])
+    assert (profile.country, profile.installed_apps, profile.timezone) == (1, (3, 40), 1)
+    [hist] = store.histories([71], NOW, 16)
+    assert hist.ranking.post_ids.tolist() == [91]
+    assert (hist.ranking.timezone.tolist(), hist.ranking.hour_of_day.tolist()) == ([1], [9])
+    assert hist.ranking.creation_time.tolist() == [int(NOW - 99)]

@@ -80,6 +80,23 @@ def test_a_file_and_a_store_of_the_same_posts_answer_alike(artifacts, resources)
         store.close()
 
 
+def test_a_store_answers_semantic_ids_by_post_id_and_a_file_none(artifacts, resources):
+    corpus = load_corpus(artifacts / "corpus.npz")
+    codes = np.random.default_rng(0).integers(1, 257, (len(corpus), 6))
+    sids = CorpusStore.create(artifacts / "sids", corpus.embeddings.shape[1])
+    sids.add(Posts(corpus.post_ids, corpus.author_ids, corpus.post_ids, corpus.embeddings, codes))
+    store = open_corpus(artifacts, "sids", resources.config)  # looked up, as the ranker would
+    file = open_corpus(artifacts, "corpus.npz", resources.config)
+    try:
+        asked = np.array([corpus.post_ids[[4, 0]], [424242, corpus.post_ids[9]]])
+        expected = np.stack([codes[[4, 0]], [np.zeros(6), codes[9]]])
+        np.testing.assert_array_equal(store.semantic_ids(asked), expected)
+        assert store.semantic_ids(asked).dtype == np.int32
+        np.testing.assert_array_equal(file.semantic_ids(asked), np.zeros((2, 2, 6)))
+    finally:
+        store.close()
+
+
 def test_the_retriever_searches_a_file_and_a_store_alike(artifacts, resources):
     clock = lambda: NOW + 5.0  # noqa: E731
     file = RetrieverService(resources, "corpus.npz", batch_buckets=(2,), clock=clock)

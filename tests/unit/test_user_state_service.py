@@ -131,9 +131,9 @@ def test_rows_of_one_request_are_right_padded_and_a_batch_is_one_read(tiny_artif
 
     two_rows, one_row = svc.handle([by_id(1, 2), by_id(2)])
 
-    # every by-id row of the batch in one pipeline: 2 histories, served, follows per row;
-    # nobody follows anyone, so no author is read
-    assert counted.executed == [4 * 3]
+    # every by-id row of the batch in one pipeline: 2 histories, served, follows, profile per
+    # row; nobody follows anyone, so no author is read
+    assert counted.executed == [5 * 3]
     assert two_rows["history_post_ids"].tolist() == [[1000, 1001, 1002, 1003], [1000, 1001, 0, 0]]
     assert one_row["history_post_ids"].tolist() == [[1000, 1001]]
     assert two_rows["in_network_post_ids"].shape == (2, 0)
@@ -152,7 +152,7 @@ def test_in_network_posts_of_followed_authors_newest_first_capped(tiny_artifacts
 
     (two_rows,) = svc.handle([by_id(1, 2)])
 
-    assert counted.executed == [4 * 2, 2]  # then the two followed authors' posts, each once
+    assert counted.executed == [5 * 2, 2]  # then the two followed authors' posts, each once
     per_author = [7000 + i for i in range(limits.in_network_per_author)]
     assert two_rows["in_network_post_ids"].tolist() == [
         [8000, *per_author],

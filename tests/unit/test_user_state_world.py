@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from phoenix.user_state import Engagement, Follow, UserStateStore, connect
+from phoenix.user_state.events import Profile
+from phoenix.user_state.profile import profile_arrays
 from phoenix.user_state.server import RedisServer
 from phoenix.world import synthetic
 from phoenix.world.users import WorldUsers, load_users
@@ -42,6 +44,14 @@ def test_each_user_has_the_engagements_before_the_held_out_days_shifted_to_now(w
     assert flags == imp.actions[rows].tolist()
     assert [e.surface for e in engagements] == imp.surface[rows].tolist()
     assert [e.dwell_seconds for e in engagements] == imp.dwell_seconds[rows].tolist()
+    # what the production ranker reads: the logs' timezone and hour, the post's creation time
+    assert [e.timezone for e in engagements] == imp.timezone(world)[rows].tolist()
+    assert [e.hour_of_day for e in engagements] == imp.hour_of_day(world)[rows].tolist()
+    created = world.post_created_ts[imp.post[rows]] + NOW - spec.split_ts
+    assert [e.post_created_at for e in engagements] == created.tolist()
+    (profile,) = [e for e in events if isinstance(e, Profile)]
+    for name, array in profile_arrays([profile]).items():
+        assert np.array_equal(array[0], getattr(world.profiles, name)[index]), name
     follows = {e.author_id for e in events if isinstance(e, Follow)}
     assert follows == set(world.author_ids[world.follows[index]].tolist())
     assert all(e.user_id == world.user_ids[index] for e in events)
@@ -74,3 +84,9 @@ def test_loaded_users_read_back_their_newest_history(world_dir):
         newest = {e.post_id for e in expected if e.ts >= expected[-8].ts}
         assert set(hist.ranking.post_ids.tolist()) <= newest
         assert len(store.follows([user_id])[0]) > 0
+        assert loaded.applied.profiles == 40
+        assert store.profiles([user_id]) == [users.profile(index)]
+        by_time = {(e.post_id, e.ts): e for e in expected}
+        stored = [by_time[(p, t)] for p, t in zip(hist.ranking.post_ids, hist.ranking.times)]
+        assert hist.ranking.timezone.tolist() == [e.timezone for e in stored]
+        assert hist.ranking.hour_of_day.tolist() == [e.hour_of_day for e in stored]
