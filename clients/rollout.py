@@ -40,6 +40,7 @@ from phoenix.ops.serving_state import (
     DEFAULT_SERVE_DIR,
     ServingStateError,
     read_serving_state,
+    update_serving_state,
 )
 
 DEFAULT_REPORT = Path("build/rollout/last-rollout.json")
@@ -138,8 +139,22 @@ def run_rollout(args) -> int:
     if not args.rollback:
         result["gate"] = gate
     rollout.write_report({"state": "done", **result}, target)
+    record_served_version(args, result["target"])
     print(f"rolled to {result['target']}; report: {target}", file=sys.stderr)
     return 0
+
+
+def record_served_version(args, served: dict[str, str]) -> None:
+    """The server's state file (serving.json) names the artifacts and version now served, when
+    the server at --url is the one it describes (a server started otherwise has none)."""
+    if not served.get("artifact_dir"):
+        return
+    try:
+        state = read_serving_state(args.serve_dir, cli.server_url(args))
+    except ServingStateError:
+        return
+    changes = {"artifacts": served["artifact_dir"], "artifact_version": served.get("version")}
+    update_serving_state(args.serve_dir, state["pid"], changes)
 
 
 def read_report(path: Path) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from phoenix.checkpoint import ArtifactError
 from phoenix.checkpoint.files import resolve_inside
-from phoenix.checkpoint.identity import servable_artifact_dir
+from phoenix.checkpoint.identity import artifact_version, servable_artifact_dir
 from phoenix.ops.admin_key import ADMIN_HEADER, ADMIN_KEY_ENV, AdminKeyError, server_admin_key
 from phoenix.ops.compile import ensure_programs, warn_if_no_gpu_jax
 from phoenix.ops.configs import ConfigError, variant_repository
@@ -200,10 +200,18 @@ def describe(
         f"  gRPC     {server.grpc_url}\n"
         f"  metrics  {server.metrics_url}\n"
         f"  log      {server.log_path}\n"
+        f"{served_version_line(server)}"
         f"  models   {server.served_repository or server.model_repository}  (phoenix-rollout "
         "--repository)\n"
         f"  admin    key {key}; header '{ADMIN_HEADER}' (SECURITY.md){ready}"
     )
+
+
+def served_version_line(server: TritonServer) -> str:
+    """The banner's line naming the artifacts served and their version label ("" without)."""
+    if server.artifacts_dir is None:
+        return ""
+    return f"  version  {artifact_version(server.artifacts_dir)}  ({server.artifacts_dir})\n"
 
 
 def check_corpus(artifacts: Path, name: str) -> None:
@@ -230,6 +238,9 @@ def serving_state(
         "ready": ready_url,
         "repository": str(server.served_repository or server.model_repository),
         "artifacts": str(server.artifacts_dir),
+        "artifact_version": (
+            artifact_version(server.artifacts_dir) if server.artifacts_dir is not None else None
+        ),
         "admin_key_file": str(Path(key_file).resolve()) if key_file else None,
         "user_state": store_state(store) if store is not None else None,
     }

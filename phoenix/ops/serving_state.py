@@ -4,6 +4,7 @@ ready and removed when it stops (imports the standard library only, so clients r
     {"pid": 1234, "http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001",
      "metrics": "http://127.0.0.1:8002/metrics", "ready": "http://127.0.0.1:8003/ready",
      "repository": "/abs/build/serve/tritonserver-1234.repository-x", "artifacts": "/abs/...",
+     "artifact_version": "sha256-4df3b6153bfd",
      "admin_key_file": "/abs/build/serve/admin-key" or null,
      "user_state": {"url": "redis://127.0.0.1:8004/0", "password_left_out": false,
                     "dir": "/abs/build/serve/user-state" or null, "appendfsync": "no" or null,
@@ -11,6 +12,8 @@ ready and removed when it stops (imports the standard library only, so clients r
 
 The operators' tools (`phoenix-rollout`, `phoenix-events`) read it so that nobody hunts for the
 repository copy tritonserver serves, the admin key's file or the user-state store.
+`phoenix-rollout` rewrites "artifacts" and "artifact_version" after it switches the server to
+another version (or back), so the file names what is served, not what serve started with.
 """
 
 from __future__ import annotations
@@ -36,6 +39,23 @@ def write_serving_state(build_dir: Path, state: dict[str, Any]) -> Path:
     partial.write_text(json.dumps({"pid": os.getpid(), **state}, indent=1) + "\n")
     os.replace(partial, path)
     return path
+
+
+def update_serving_state(build_dir: Path, pid: int, changes: dict[str, Any]) -> bool:
+    """``changes`` written into the state in ``build_dir`` (atomically) when it is still that of
+    the serve process ``pid``; False, and nothing written, when it is not (gone, replaced or
+    unreadable)."""
+    path = Path(build_dir) / SERVING_FILE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if state.get("pid") != pid:
+        return False
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps({**state, **changes}, indent=1) + "\n")
+    os.replace(partial, path)
+    return True
 
 
 def remove_serving_state(build_dir: Path) -> None:

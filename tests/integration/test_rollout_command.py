@@ -43,6 +43,7 @@ from phoenix.checkpoint import RANKER_PARAMS_FILE, read_npz, write_npz
 from phoenix.checkpoint.identity import artifact_version
 from phoenix.ops.admin_key import find_admin_key
 from phoenix.ops.rollout import GATE_FILE
+from phoenix.ops.serving_state import read_serving_state
 from phoenix.ops.supervisor.admin import TritonAdmin
 from phoenix.util.processes import http_get_status
 
@@ -167,6 +168,12 @@ class Operator:
         args = ["--url", self.serve.http_url, "--artifacts", str(artifacts), "--check"]
         return self.run(self.command("clients.recommend", *args), timeout_s=300)
 
+    def assert_state_names(self, artifacts: Path) -> None:
+        """serve's serving.json names the artifacts served now and their version label."""
+        state = read_serving_state(self.serve.build_dir, self.serve.http_url)
+        assert Path(state["artifacts"]) == Path(artifacts).resolve()
+        assert state["artifact_version"] == artifact_version(artifacts)
+
     def probes(self) -> ReadinessProbes:
         """The supervisor's /ready and Triton's own readiness, probed while a block runs."""
         triton = f"http://{self.serve.http_url}/v2/health/ready"
@@ -290,12 +297,14 @@ def test_a_rollout_over_http_then_a_rollback_over_grpc(operated):
         stderr = rollout.stderr.read()
         assert rollout.returncode == 0, stderr
         operator.assert_serves_only(versions["next"])
+        operator.assert_state_names(versions["next"])
         checked = operator.check(versions["next"])
         assert checked.returncode == 0, checked.stdout + checked.stderr
 
         back = operator.roll("--rollback", protocol="grpc")
         assert back.returncode == 0, back.stderr
         operator.assert_serves_only(versions["n"])
+        operator.assert_state_names(versions["n"])
     probes.assert_all_200(at_least=100)
     chain_versions = {version for model, version in seen if model.startswith("recommend_chain")}
     assert {artifact_version(versions["n"]), artifact_version(versions["next"])} <= chain_versions

@@ -13,6 +13,7 @@ from phoenix.ops.serving_state import (
     ServingStateError,
     read_serving_state,
     remove_serving_state,
+    update_serving_state,
     write_serving_state,
 )
 
@@ -42,3 +43,18 @@ def test_another_process_state_is_left_in_place(tmp_path):
     (tmp_path / SERVING_FILE).write_text(json.dumps({**STATE, "pid": 1}))
     remove_serving_state(tmp_path)  # not ours: a second serve over the same build folder
     assert (tmp_path / SERVING_FILE).exists()
+
+
+def test_an_update_changes_only_the_state_of_that_serve_process(tmp_path):
+    write_serving_state(tmp_path, {**STATE, "artifacts": "/a/n", "artifact_version": "sha256-n"})
+    ours = json.loads((tmp_path / SERVING_FILE).read_text())["pid"]
+    assert not update_serving_state(tmp_path, ours + 1, {"artifacts": "/a/next"})
+    assert read_serving_state(tmp_path)["artifacts"] == "/a/n"  # another serve's: untouched
+    changes = {"artifacts": "/a/next", "artifact_version": "sha256-next"}
+    assert update_serving_state(tmp_path, ours, changes)
+    state = read_serving_state(tmp_path)
+    assert (state["artifacts"], state["artifact_version"], state["repository"]) == (
+        "/a/next", "sha256-next", "/r",
+    )  # fmt: skip
+    assert not update_serving_state(tmp_path / "none", ours, changes)  # no state: nothing made
+    assert not (tmp_path / "none").exists()

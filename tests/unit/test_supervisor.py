@@ -86,15 +86,17 @@ class FakeAdmin:
         }
         self.loads: list[tuple[str, dict | None]] = []
         self.fail_loads = 0
-        self.ready = True
+        self.ready: bool | None = True
         self.on_load = None
         self.processes = processes
         self.next_pid = 500
         self.index_busy = False
         self.index_timeouts: list[float | None] = []
 
-    def is_ready(self) -> bool:
-        return self.ready
+    def ready_status(self, timeout: float | None = None) -> int | None:
+        if self.ready is None:  # no answer in time
+            return None
+        return 200 if self.ready else 503
 
     def model_index(self, timeout: float | None = None) -> dict[str, tuple[str, str]]:
         self.index_timeouts.append(timeout)
@@ -470,6 +472,8 @@ def test_draining_and_an_unready_triton_make_readiness_false(admin, processes):
     supervisor = make_supervisor(admin, processes)
     admin.ready = False
     assert supervisor.readiness() == (False, ["triton is not ready"])
+    admin.ready = None  # its health check not answered in time, its index answered: busy
+    assert supervisor.readiness() == (True, [])
     admin.ready = True
     supervisor.drain()
     assert supervisor.readiness() == (False, ["draining: the server is shutting down"])

@@ -49,6 +49,10 @@ class TritonAdmin:
     def is_ready(self) -> bool:
         return http_get_status(self.url + "/v2/health/ready") == 200
 
+    def ready_status(self, timeout: float | None = None) -> int | None:
+        """HTTP status of Triton's readiness endpoint; None when it did not answer in time."""
+        return http_get_status(self.url + "/v2/health/ready", timeout or self.timeout)
+
     def model_index(self, timeout: float | None = None) -> dict[str, tuple[str, str]]:
         """{model: (state, reason)} of the repository index; state 'READY' when serving."""
         index = self._call("/v2/repository/index", {}, timeout)

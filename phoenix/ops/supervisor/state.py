@@ -367,7 +367,10 @@ class Supervisor:
                 if state != HEALTHY and model in served_models(models)
             ]
         reasons += readiness_reasons(models, index, watched)
-        if not reasons and not self.admin.is_ready():
+        # Only Triton saying it is not ready counts: it has just answered the index, so a health
+        # check that times out is a busy machine (seen at load average 20 during a rollout's
+        # loads), not a server that cannot serve.
+        if not reasons and self.admin.ready_status(READINESS_TRITON_TIMEOUT_S) not in (200, None):
             reasons.append("triton is not ready")
         return not reasons, reasons
 
