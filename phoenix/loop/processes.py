@@ -169,8 +169,8 @@ def start_reacting_users(
 
 def simulated_user_ids(artifacts: Path, options: LoopOptions) -> np.ndarray:
     """The world users the reacting Locust users are (the ids reacting.py draws)."""
-    from phoenix.world.trained import trained_world
     from phoenix.world.simulate import draw_user_ids
+    from phoenix.world.trained import trained_world
 
     return draw_user_ids(trained_world(artifacts), options.users, options.world_seed)
 
