@@ -153,6 +153,7 @@ def rollout_under_load(options: LoopOptions, serving: Serving, redis_url: str, v
     users = start_reacting_users(options, serving, redis_url, v1, "rollout", metrics_path, 3600)
     running.callback(stop_process, users.process, 60)
     try:
+        users.wait_started()  # the settle time counts from the users' start, not Locust's
         time.sleep(options.settle_seconds)
         report = roll_out(serving, v2, user_ids, options, log)
         time.sleep(options.settle_seconds)
