@@ -114,12 +114,10 @@ def roll_out(serving: Serving, new_dir: Path, user_ids: Sequence[int], options: 
     import tritonclient.http as httpclient
 
     from phoenix.ops import rollout
+    from phoenix.ops.model_control import LOAD_TIMEOUT_S
 
     key = serving.admin_key()
-    timeouts = {
-        "connection_timeout": rollout.LOAD_TIMEOUT_S,
-        "network_timeout": rollout.LOAD_TIMEOUT_S,
-    }
+    timeouts = {"connection_timeout": LOAD_TIMEOUT_S, "network_timeout": LOAD_TIMEOUT_S}
     client = httpclient.InferenceServerClient(serving.http_url, **timeouts)
     try:
         server = rollout.Server(client, "http", key, serving.served_repository())
