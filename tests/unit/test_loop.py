@@ -321,3 +321,28 @@ def test_the_rollouts_users_are_waited_for_until_locust_has_started(tmp_path):
     finally:
         never.process.kill()
         never.process.wait()
+
+
+def test_a_rollout_that_breaks_is_reported_as_it_broke(tmp_path, monkeypatch):
+    """Its users are stopped on the way out, and their statistics (none: they had barely
+    started) do not stand in for the rollout's own error."""
+    import contextlib
+
+    from phoenix.loop import run
+    from phoenix.loop.processes import ReactingUsers
+
+    prefix = tmp_path / "rollout"
+    started = f"import pathlib, time; pathlib.Path('{prefix}_stats_history.csv').touch(); "
+    process = subprocess.Popen([sys.executable, "-c", started + "time.sleep(30)"])
+    users = ReactingUsers("rollout", process, prefix, tmp_path / "r.log")
+    monkeypatch.setattr(run, "start_reacting_users", lambda *args: users)
+
+    def broken(*args):
+        raise LoopError("rollout of v2: the server refused the load")
+
+    monkeypatch.setattr(run, "roll_out", broken)
+    options = LoopOptions(settle_seconds=0.0, work=tmp_path)
+    with contextlib.ExitStack() as running, pytest.raises(LoopError, match="refused the load"):
+        run.rollout_under_load(options, None, "", tmp_path, tmp_path, [], tmp_path / "m.json",
+                               running, Progress(lambda line: None))  # fmt: skip
+    assert users.process.poll() is not None  # stopped with the stack
