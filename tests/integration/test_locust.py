@@ -71,8 +71,8 @@ def test_make_loadtest_against_a_running_server(triton, tiny_artifacts):
 def test_make_loadtest_starts_its_own_server(tiny_artifacts):
     """`make loadtest` with no server named: `make artifacts` first (the tiny artifacts'
     programs are there: it only loads them), then a server of its own on free ports, Locust,
-    the server stopped; 2 users for 8 s."""
-    done = make_loadtest(f"ARTIFACTS={tiny_artifacts}", "LOADTEST_USERS=2", "LOADTEST_TIME=8s")
+    the server stopped; 2 users for 6 s."""
+    done = make_loadtest(f"ARTIFACTS={tiny_artifacts}", "LOADTEST_USERS=2", "LOADTEST_TIME=6s")
     output = done.stdout[-4000:] + done.stderr[-4000:]
     assert done.returncode == 0, output
     assert f"-m phoenix.ops.compile --artifacts {tiny_artifacts}" in done.stdout, output
@@ -85,7 +85,7 @@ def test_plain_locust_on_the_locustfile(triton, tiny_artifacts, tmp_path):
         str(Path(sys.executable).with_name("locust")), "-f", "loadtest/locustfile.py",
         "--host", f"http://127.0.0.1:{triton.http_port}", "--grpc-url", triton.grpc_url,
         "--artifacts", str(tiny_artifacts),
-        "--headless", "-u", "2", "-r", "2", "-t", "10s", "--csv", str(tmp_path / "plain"),
+        "--headless", "-u", "2", "-r", "2", "-t", "6s", "--csv", str(tmp_path / "plain"),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

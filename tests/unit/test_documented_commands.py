@@ -347,9 +347,9 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
         LONG, BENCH
     ),
     # loadtest/README.md
-    "make loadtest": Ran(OWN_SERVER_LOADTEST, "ARTIFACTS: the tiny ones; 2 users, 8 s"),
+    "make loadtest": Ran(OWN_SERVER_LOADTEST, "ARTIFACTS: the tiny ones; 2 users, 6 s"),
     "make loadtest LOADTEST_USERS=16 LOADTEST_TIME=2m ARTIFACTS=artifacts/other": Ran(
-        OWN_SERVER_LOADTEST, "the same variables, 2 users for 8 s, the tiny artifacts"
+        OWN_SERVER_LOADTEST, "the same variables, 2 users for 6 s, the tiny artifacts"
     ),  # fmt: skip
     "make loadtest HOST=10.0.0.5 HTTP_PORT=8000 GRPC_PORT=8001 ARTIFACTS=artifacts/demo": Ran(
         LOADTEST, "against the suite's server on this machine, the tiny artifacts"
