@@ -1,6 +1,6 @@
 """Short, real Locust runs (both user classes): `make loadtest` as typed, against the shared
-tritonserver and with a server of its own, plain Locust on the locustfile, and the runner's
-verdict on failed requests.
+tritonserver and with a server of its own, and the runner's verdict on failed requests (plain
+Locust on the locustfile: tests/integration/test_make_serve.py, a server with a store).
 
 Locust monkey-patches the process with gevent, so it always runs in a subprocess here.
 """
@@ -77,21 +77,6 @@ def test_make_loadtest_starts_its_own_server(tiny_artifacts):
     assert done.returncode == 0, output
     assert f"-m phoenix.ops.compile --artifacts {tiny_artifacts}" in done.stdout, output
     assert closing_count(done.stdout) > 0 and ", 0 failed" in done.stdout, output
-
-
-def test_plain_locust_on_the_locustfile(triton, tiny_artifacts, tmp_path):
-    """loadtest/README.md's plain Locust command (headless here, instead of its web UI)."""
-    command = [
-        str(Path(sys.executable).with_name("locust")), "-f", "loadtest/locustfile.py",
-        "--host", f"http://127.0.0.1:{triton.http_port}", "--grpc-url", triton.grpc_url,
-        "--artifacts", str(tiny_artifacts),
-        "--headless", "-u", "2", "-r", "2", "-t", "6s", "--csv", str(tmp_path / "plain"),
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    with (tmp_path / "plain_stats.csv").open(newline="") as handle:
-        total = next(row for row in csv.DictReader(handle) if row["Name"] == "Aggregated")
-    assert int(total["Request Count"]) > 0 and int(total["Failure Count"]) == 0
 
 
 def closing_count(runner_out: str) -> int:

@@ -11,6 +11,7 @@ for a user whose venv is active (`python`, `phoenix-*`).
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -174,3 +175,18 @@ def test_the_corpus_reload_by_hand_keeps_serving(served, tmp_path):
     out = shell(served.typed("\n".join(lines[1:])), cwd=tmp_path, timeout=300)
     assert out.strip() == "200", out
     assert ready(f"http://127.0.0.1:{served.supervisor}/ready")
+
+
+def test_plain_locust_on_the_locustfile(served, tmp_path):
+    """loadtest/README.md's plain Locust command, headless for 6 s instead of its web UI, with
+    the artifacts make serve serves: every request answered, the by-id ones too (the docs'
+    server has a store: make serve's; the world's users unknown to it get cold-start feeds)."""
+    command = served.typed(
+        "locust -f loadtest/locustfile.py --host http://127.0.0.1:8000 --grpc-url 127.0.0.1:8001 "
+        f"--artifacts artifacts/trained-demo --headless -u 2 -r 2 -t 6s --csv {tmp_path / 'plain'}"
+    )
+    shell(command, timeout=240)
+    with (tmp_path / "plain_stats.csv").open(newline="") as handle:
+        rows = {row["Name"]: row for row in csv.DictReader(handle)}
+    assert int(rows["Aggregated"]["Request Count"]) > 0, rows
+    assert int(rows["Aggregated"]["Failure Count"]) == 0, rows

@@ -85,7 +85,7 @@ LONG = (UNIT + "test_long_commands.py::test_a_long_commands_help",)
 GPU_CHECK = (UNIT + "test_long_commands.py::test_the_gpu_sections_check_runs_as_typed",)
 LOADTEST = (INTEGRATION + "test_locust.py::test_make_loadtest_against_a_running_server",)
 OWN_SERVER_LOADTEST = (INTEGRATION + "test_locust.py::test_make_loadtest_starts_its_own_server",)
-LOCUST = (INTEGRATION + "test_locust.py::test_plain_locust_on_the_locustfile",)
+LOCUST = (SERVE + "test_plain_locust_on_the_locustfile",)
 REACTING = (INTEGRATION + "test_reacting_users.py::test_world_users_react_and_fill_their_state",)
 ROLLOUT = INTEGRATION + "test_rollout_command.py::"
 ROLLOUT_HTTP_GRPC = (ROLLOUT + "test_a_rollout_over_http_then_a_rollback_over_grpc",)
@@ -355,7 +355,7 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
         LOADTEST, "against the suite's server on this machine, the tiny artifacts"
     ),  # fmt: skip
     ".venv/bin/locust -f loadtest/locustfile.py --host http://10.0.0.5:8000 --grpc-url 10.0.0.5:8001 --artifacts artifacts/demo": Ran(
-        LOCUST, "headless, a few seconds, on this machine"
+        LOCUST, "headless for 6 s, against make serve (a server with a store)"
     ),
     ".venv/bin/locust -f loadtest/reacting.py --headless -u 8 -r 8 -t 60s --grpc-url 127.0.0.1:8001 --redis-url redis://127.0.0.1:6379/0 --artifacts artifacts/trained-demo --version-label trained-demo": Ran(
         REACTING, "python -m locust, a few users for seconds"
