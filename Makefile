@@ -19,8 +19,16 @@ RUFF := $(VENV)/bin/ruff
 BACKEND_DIR := $(VENV)/triton-backends
 STAMPS := build/stamps
 
+# ARTIFACTS given (command line or environment) or not: `make serve` serves it, else the
+# trained demo towers (SERVED_ARTIFACTS below). The default is what `make artifacts` builds
+# and the benchmarks measure: the untrained mini preset.
+ARTIFACTS_GIVEN := $(filter command line environment override,$(origin ARTIFACTS))
 ARTIFACTS ?= artifacts/demo
 DEMO_ARTIFACTS ?= artifacts/trained-demo
+# What `make serve` serves (and what `make loadtest` against a running server assumes it
+# serves): ARTIFACTS where given, else the towers `make demo` serves, which ship in the
+# repository and which the README's examples call.
+SERVED_ARTIFACTS = $(if $(ARTIFACTS_GIVEN),$(ARTIFACTS),$(DEMO_ARTIFACTS))
 DEVICE ?= cpu
 HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
@@ -61,6 +69,13 @@ SERVE_PORTS = --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
 	--metrics-port $(METRICS_PORT) --supervisor-port $(SUPERVISOR_PORT)
 SERVE_STORE = $(if $(REDIS),--redis '$(REDIS)',$(if $(PHOENIX_USER_STATE_URL),,$(if \
 	$(STORE_DIR),--store-dir '$(STORE_DIR)',--ephemeral-store) --store-port $(STORE_PORT)))
+# $(call given,VARIABLE): non-empty when VARIABLE was set on the command line or in the
+# environment, not by this file's default
+given = $(filter command line environment override,$(origin $(1)))
+# `make demo`: the ports given, the others free ones (the demo runs no supervisor)
+DEMO_PORTS = $(strip $(if $(call given,HTTP_PORT),--http-port $(HTTP_PORT)) \
+	$(if $(call given,GRPC_PORT),--grpc-port $(GRPC_PORT)) \
+	$(if $(call given,METRICS_PORT),--metrics-port $(METRICS_PORT)))
 
 .PHONY: help setup artifacts configs serve demo test test-durations test-unit typecheck lint format \
 	clean distclean
@@ -68,9 +83,11 @@ SERVE_STORE = $(if $(REDIS),--redis '$(REDIS)',$(if $(PHOENIX_USER_STATE_URL),,$
 help:  ## list the targets
 	@echo "Targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
-	@echo "Variables: ARTIFACTS=$(ARTIFACTS) DEVICE=cpu|gpu HOST=$(HOST) HTTP_PORT=$(HTTP_PORT)"
-	@echo "           GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)" \
-		"SUPERVISOR_PORT=$(SUPERVISOR_PORT) TEST_WORKERS=$(TEST_WORKERS) PYTEST_ARGS=..."
+	@echo "Variables: ARTIFACTS=$(ARTIFACTS) (make serve: $(SERVED_ARTIFACTS)) DEVICE=cpu|gpu"
+	@echo "           HOST=$(HOST) HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT)" \
+		"METRICS_PORT=$(METRICS_PORT) SUPERVISOR_PORT=$(SUPERVISOR_PORT)"
+	@echo "           TEST_WORKERS=$(TEST_WORKERS) PYTEST_ARGS=... (make demo: the *_PORT" \
+		"given, free ones for the others)"
 	@echo "           STORE_DIR=$(STORE_DIR) (the user-state store's data; empty: throwaway)"
 	@echo "           STORE_PORT=$(STORE_PORT) REDIS=URL (a running store instead) SERVE_ARGS=..."
 
@@ -150,13 +167,14 @@ artifacts: $(ARTIFACTS)/config.json  ## demo artifacts (mini preset) in ARTIFACT
 	$(PY) -m phoenix.ops.compile --artifacts $(ARTIFACTS) --device $(DEVICE)
 
 # serve builds missing programs itself (phoenix.ops.compile), before Triton starts
-serve: setup $(ARTIFACTS)/config.json  ## run Triton and the user-state store in the foreground (DEVICE, HOST, *_PORT, ARTIFACTS, STORE_DIR, REDIS)
-	$(PY) -m phoenix.ops.serve --artifacts $(ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS) $(SERVE_STORE) $(SERVE_ARGS)
+serve: setup $(SERVED_ARTIFACTS)/config.json  ## run Triton and the user-state store in the foreground: the trained demo towers unless ARTIFACTS (DEVICE, HOST, *_PORT, STORE_DIR, REDIS)
+	$(PY) -m phoenix.ops.serve --artifacts $(SERVED_ARTIFACTS) --device $(DEVICE) $(SERVE_PORTS) $(SERVE_STORE) $(SERVE_ARGS)
 
-# The demo picks free ports, so it also works beside a running `make serve`. It serves the
-# towers trained on synthetic logs that ship in artifacts/trained-demo (see "training" below).
+# The demo picks free ports unless HTTP_PORT, GRPC_PORT or METRICS_PORT is given, so it also
+# works beside a running `make serve`, and says which it uses. It serves the towers trained on
+# synthetic logs that ship in artifacts/trained-demo (see "training" below).
 demo: setup $(DEMO_ARTIFACTS)/config.json  ## serve the shipped trained demo towers, recommend, stop
-	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_ARGS)
+	$(PY) -m clients.demo --artifacts $(DEMO_ARTIFACTS) --device $(DEVICE) --host $(HOST) $(DEMO_PORTS) $(DEMO_ARGS)
 
 configs: setup  ## write the model_repository configs, the typed request classes, docs/deploy.md's stub table and the model reference (docs/reference.md, README's table) from the contracts and profiles
 	$(PY) -m phoenix.ops.configs
@@ -236,6 +254,8 @@ LOADTEST_TIME ?= 30s
 BENCH_ARGS ?=
 # HOST or HTTP_PORT given on the command line (HTTP_PORT also from the environment): load-test
 # that running server; otherwise the load test starts its own on free loopback ports.
+# Against a running server: the artifacts `make serve` serves unless ARTIFACTS says otherwise.
+LOADTEST_ARTIFACTS = $(if $(LOADTEST_TARGET),$(SERVED_ARTIFACTS),$(ARTIFACTS))
 LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command line environment,\
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
@@ -246,7 +266,7 @@ bench-engine: setup  ## engine vs the original runner and the same under jax.jit
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
 
 loadtest: setup artifacts  ## Locust, HTTP + gRPC users, reports in loadtest/results/; fails on errors
-	$(PY) loadtest/locustfile.py --artifacts $(ARTIFACTS) --users $(LOADTEST_USERS) \
+	$(PY) loadtest/locustfile.py --artifacts $(LOADTEST_ARTIFACTS) --users $(LOADTEST_USERS) \
 		--run-time $(LOADTEST_TIME) $(LOADTEST_TARGET)
 
 bench-startup: setup artifacts  ## ranker buckets' start cost vs padding, serve ready time, heal time -> bench/results/startup.*

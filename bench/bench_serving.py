@@ -42,7 +42,7 @@ from phoenix.client.client import connect
 from phoenix.client.inprocess import InProcessModels
 from phoenix.ops import profiles
 from phoenix.ops.triton_server import TritonServer
-from phoenix.util.command_line import command_parser
+from phoenix.util.command_line import command_name, command_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -70,7 +70,7 @@ def name_list(choices: Sequence[str]):
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = command_parser("python bench/bench_serving.py", __doc__)
+    parser = command_parser(command_name("bench.bench_serving"), __doc__)
     add = parser.add_argument
     artifacts = "artifact directory to serve (default: artifacts/demo)"
     add("--artifacts", type=Path, default=REPO_ROOT / "artifacts" / "demo", help=artifacts)

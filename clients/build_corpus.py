@@ -26,10 +26,10 @@ Posts file formats (one row per post; post ids must be unique and > 0):
         semantic_ids [N, L] (codes in [0, 256], 0: none)
 
 Examples:
-  python -m clients.build_corpus posts.csv --reload
-  python -m clients.build_corpus posts.npz --out corpus-new.npz --check
-  python -m clients.build_corpus --generate 5000 --seed 1 --protocol grpc --reload
-  python -m clients.build_corpus --from-generator 10000000 --in-process \\
+  phoenix-build-corpus posts.csv --reload
+  phoenix-build-corpus posts.npz --out corpus-new.npz --check
+  phoenix-build-corpus --generate 5000 --seed 1 --protocol grpc --reload
+  phoenix-build-corpus --from-generator 10000000 --in-process \\
       --store artifacts/trained-demo/store --window 48h --artifacts artifacts/trained-demo
 """
 

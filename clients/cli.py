@@ -29,7 +29,7 @@ from phoenix.client.client import connect, feed_table, infer
 from phoenix.client.inprocess import InProcessModels
 from phoenix.client.served_artifacts import ServedArtifacts, choose_artifacts, served_artifacts
 from phoenix.config import ArtifactConfig
-from phoenix.util.command_line import command_parser
+from phoenix.util.command_line import command_name, command_parser
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
@@ -77,7 +77,7 @@ def docstring_parser(
     section, if any, printed last, then ``exit_codes``)."""
     about, _, examples = doc.partition("\nExamples:\n")
     epilog = f"Examples:\n{examples.rstrip()}\n\n" if examples else ""
-    prog = f"python -m clients.{Path(client_file).stem}"
+    prog = command_name(f"clients.{Path(client_file).stem}")
     return command_parser(prog, wrap_paragraphs(about.strip()), epilog + exit_codes)
 
 

@@ -12,9 +12,9 @@ switch to the compacted generation when it is published.
 No model is needed: this works on the store's files alone.
 
 Examples:
-  python -m clients.compact --store artifacts/trained-demo/store
-  python -m clients.compact --store artifacts/trained-demo/store --window 48h
-  python -m clients.compact --store artifacts/trained-demo/store --window none --every 300
+  phoenix-compact --store artifacts/trained-demo/store
+  phoenix-compact --store artifacts/trained-demo/store --window 48h
+  phoenix-compact --store artifacts/trained-demo/store --window none --every 300
 """
 
 from __future__ import annotations

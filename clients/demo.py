@@ -80,6 +80,7 @@ from phoenix.ops.triton_server import TritonServerError
 from phoenix.schema.wiring import run_until
 from phoenix.user_state import UserStateError
 from phoenix.user_state.server import RedisServer, RedisServerError, RedisServerMissing
+from phoenix.util.command_line import port_number
 from phoenix.util.processes import LOOPBACK
 
 METADATA_FILE = "metadata.npz"
@@ -122,6 +123,13 @@ class PostInfo:
 
     def author(self, post_id: int) -> str:
         return self._author.get(int(post_id), "?")
+
+    def add(self, post_id: int, topic: str, author: str) -> None:
+        """A post made after the metadata was written (the demo's post event)."""
+        if topic not in self.topic_names:
+            self.topic_names.append(topic)
+        self._topic[int(post_id)] = self.topic_names.index(topic)
+        self._author[int(post_id)] = author
 
 
 def _counts(items) -> str:
@@ -260,6 +268,18 @@ def run_demo(
     print(in_network_line(result))
 
 
+def ports_line(server, args) -> str:
+    """The ports the demo's server listens on; "(free)" where none was asked for (port 0)."""
+    ports = (server.http_port, server.grpc_port, server.metrics_port)
+    asked = (args.http_port, args.grpc_port, args.metrics_port)
+    shown = [f"{what} {port}{'' if wanted else ' (free)'}"
+             for what, port, wanted in zip(("HTTP", "gRPC", "metrics"), ports, asked)]  # fmt: skip
+    return (
+        f"  ports on {server.host}: {', '.join(shown)} (make demo HTTP_PORT=N GRPC_PORT=N "
+        "METRICS_PORT=N; no supervisor here)"
+    )
+
+
 def start_user_state(running: contextlib.ExitStack, artifacts: Path) -> str:
     """A local redis-server for the by-id part (trained artifacts only), stopped on the way
     out; "" for artifacts without a trained world."""
@@ -291,6 +311,13 @@ def parse_args(argv: Optional[Sequence[str]]):
         help="the device the models run on (default: %(default)s)",
     )
     add("--host", default=LOOPBACK, help="address to bind (default: %(default)s)")
+    for option, variable, what in (
+        ("--http-port", "HTTP_PORT", "HTTP/REST (KServe v2)"),
+        ("--grpc-port", "GRPC_PORT", "gRPC (KServe v2)"),
+        ("--metrics-port", "METRICS_PORT", "Prometheus metrics"),
+    ):
+        add(option, type=port_number, default=0, metavar="PORT",
+            help=f"{what} port (default: 0, a free one; make demo {variable}=N)")  # fmt: skip
     add(
         "--build-dir",
         type=Path,
@@ -310,8 +337,8 @@ def parse_args(argv: Optional[Sequence[str]]):
         action="store_true",
         help="also print the ranker's own ranking (before the feed policy) beside the feed",
     )
-    # The rest of what serve.make_server reads: free ports, serve's patience.
-    parser.set_defaults(http_port=0, grpc_port=0, metrics_port=0, ready_timeout=READY_TIMEOUT_S)
+    # The rest of what serve.make_server reads: serve's patience.
+    parser.set_defaults(ready_timeout=READY_TIMEOUT_S)
     return parser.parse_args(argv)
 
 
@@ -339,6 +366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"starting tritonserver (log: {server.log_path})", flush=True)
             running.enter_context(server)  # started, ready, and stopped on the way out
             print(f"tritonserver {server.pid} ready after {server.ready_after_s:.1f} s", flush=True)
+            print(ports_line(server, args), flush=True)
             run_demo(server.http_url, artifacts, no_policy=args.no_policy)
             if loading is not None:
                 demo_by_id.run(

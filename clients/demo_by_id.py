@@ -102,7 +102,9 @@ def run(http_url: str, store_url: str, artifacts: Path, loading, info) -> None:
     new_post = int(w.post_ids.max()) + 1
     store.apply([Post(new_post, author, time.time())])
     latest = feed(client, user_id)
-    handle = w.author_handles[author_index]
+    handle = str(w.author_handles[author_index])
+    if info:  # the new post is in no metadata: its author's handle and topic
+        info.add(new_post, str(w.topic_names[w.author_topic[author_index]]), handle)
     show(latest, info, f"After a post event: {handle}, whom user {user_id} follows, posted "
          f"post {new_post}:", marked=new_post)  # fmt: skip
     posts = latest["ranked_post_ids"][0].tolist()

@@ -4,9 +4,9 @@ Send one user's history to the served `user_encoder` (the retrieval user tower) 
 the unit user embedding it returns.
 
 Examples:
-  python -m clients.encode_user --check
-  python -m clients.encode_user --generate --history 0 --protocol grpc
-  python -m clients.encode_user --input user.json --save user.npy
+  phoenix-encode-user --check
+  phoenix-encode-user --generate --history 0 --protocol grpc
+  phoenix-encode-user --input user.json --save user.npy
 """
 
 from __future__ import annotations

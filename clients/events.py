@@ -50,13 +50,13 @@ and the other lines are applied: the input, mended, can be sent again whole, sin
 event twice changes nothing. The summary says how many were refused, and the exit status is 1.
 
 Examples:
-  python -m clients.events apply events.jsonl   # into the store of `make serve`
-  python -m clients.events apply events.jsonl --redis redis://127.0.0.1:6379
-  python -m clients.events apply events.jsonl --artifacts artifacts/demo --redis redis://...
-  tail -n0 -F events.jsonl | python -m clients.events publish - --redis redis://redis:6379
-  python -m clients.events consume --redis redis://redis:6379 --consumer worker-1
-  python -m clients.events apply events.jsonl --redis redis+cluster://redis-cluster:6379
-  python -m clients.events load-world --artifacts artifacts/trained-demo --redis redis://...
+  phoenix-events apply events.jsonl   # into the store of `make serve`
+  phoenix-events apply events.jsonl --redis redis://127.0.0.1:6379
+  phoenix-events apply events.jsonl --artifacts artifacts/demo --redis redis://...
+  tail -n0 -F events.jsonl | phoenix-events publish - --redis redis://redis:6379
+  phoenix-events consume --redis redis://redis:6379 --consumer worker-1
+  phoenix-events apply events.jsonl --redis redis+cluster://redis-cluster:6379
+  phoenix-events load-world --artifacts artifacts/trained-demo --redis redis://...
 """
 
 from __future__ import annotations

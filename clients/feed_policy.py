@@ -13,9 +13,9 @@ A change made this way lasts until the server restarts; to change a default for 
 POLICY_PARAMETERS in phoenix/schema/contracts.py and run `make configs` (docs/policy.md).
 
 Examples:
-  python -m clients.feed_policy                                   # show the parameters
-  python -m clients.feed_policy --set author_diversity_decay=0.7 --set author_diversity_floor=0.2
-  python -m clients.feed_policy --weight report=-200 --weight reply=20
+  phoenix-feed-policy            # show the parameters
+  phoenix-feed-policy --set author_diversity_decay=0.7 --set author_diversity_floor=0.2
+  phoenix-feed-policy --weight report=-200 --weight reply=20
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ on SIGINT/SIGTERM (a second signal stops at once, losing what is held). A bad li
 with its line number and skipped; the summary counts it.
 
 Examples:
-  python -m clients.ingest posts.jsonl --store artifacts/trained-demo/store --create \\
+  phoenix-ingest posts.jsonl --store artifacts/trained-demo/store --create \\
       --artifacts artifacts/trained-demo
-  python -m clients.ingest events.jsonl --follow --store artifacts/trained-demo/store \\
+  phoenix-ingest events.jsonl --follow --store artifacts/trained-demo/store \\
       --artifacts artifacts/trained-demo --flush-seconds 1
-  kafka-console-consumer --topic post-events | python -m clients.ingest - \\
+  kafka-console-consumer --topic post-events | phoenix-ingest - \\
       --store artifacts/trained-demo/store --embed served --protocol grpc
 """
 

@@ -6,9 +6,9 @@ candidate_retrieval_scores, and the most likely actions. The input's candidate_*
 candidates.
 
 Examples:
-  python -m clients.rank                           # the artifacts' example user
-  python -m clients.rank --generate --candidates 512 --protocol grpc --check
-  python -m clients.rank --input user.json --url 10.0.0.5:8000
+  phoenix-rank     # the artifacts' example user
+  phoenix-rank --generate --candidates 512 --protocol grpc --check
+  phoenix-rank --input user.json --url 10.0.0.5:8000
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ history from its user-state store (docs/user-state.md); the title says how many 
 it read (from the served user_state model).
 
 Examples:
-  python -m clients.recommend                      # the artifacts' example user
-  python -m clients.recommend --user-id 7 --top-k 50   # the history the server's store holds
-  python -m clients.recommend --generate --seed 3 --top-k 100 --protocol grpc
-  python -m clients.recommend --input user.json --check
-  python -m clients.recommend --no-policy --seen-posts 12,34 --max-age 86400
+  phoenix-recommend                          # the artifacts' example user
+  phoenix-recommend --user-id 7 --top-k 50   # the history the server's store holds
+  phoenix-recommend --generate --seed 3 --top-k 100 --protocol grpc
+  phoenix-recommend --input user.json --check
+  phoenix-recommend --no-policy --seen-posts 12,34 --max-age 86400
 """
 
 from __future__ import annotations

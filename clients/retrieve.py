@@ -6,8 +6,8 @@ post id, author id and score. --check uses the corpus file the server's retrieve
 (parameter corpus_file).
 
 Examples:
-  python -m clients.retrieve --top-k 20
-  python -m clients.retrieve --generate --seed 7 --protocol grpc --check
+  phoenix-retrieve --top-k 20
+  phoenix-retrieve --generate --seed 7 --protocol grpc --check
 """
 
 from __future__ import annotations

@@ -144,6 +144,10 @@ def build_workload(environment, **_kwargs) -> None:
     cap = getattr(options, "max_requests", 0)
     if cap:
         stop_after(environment, cap)
+    # Building the pools does not yield to gevent's loop, whose clock stays where it was: -t's
+    # timer would count from before it, and a build longer than -t (a loaded machine) ended
+    # the run before a request was sent.
+    gevent.get_hub().loop.update_now()
 
 
 def build_by_id_traffic(options, corpus: CorpusIds, seed: int) -> None:
@@ -249,7 +253,11 @@ class TritonHttpUser(PhoenixTraffic, FastHttpUser):
         }
         url = f"/v2/models/{prepared.model}/infer"
         with self.client.post(
-            url, data=body, headers=headers, name=prepared.label, catch_response=True
+            url,
+            data=body,  # type: ignore[arg-type]  # locust types str; its docs and client take bytes
+            headers=headers,
+            name=prepared.label,
+            catch_response=True,
         ) as response:
             if response.status_code != 200:
                 response.failure(f"HTTP {response.status_code}: {response.text[:300]}")

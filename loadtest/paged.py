@@ -171,7 +171,11 @@ class PagedRankerUser(FastHttpUser):
         }
         check = check_ranking(arrays["candidate_post_ids"][0], sessions().config.num_actions)
         with self.client.post(
-            "/v2/models/ranker/infer", data=body, headers=headers, name=name, catch_response=True
+            "/v2/models/ranker/infer",
+            data=body,  # type: ignore[arg-type]  # locust types str; its docs and client take bytes
+            headers=headers,
+            name=name,
+            catch_response=True,
         ) as response:
             if response.status_code != 200:
                 response.failure(f"HTTP {response.status_code}: {response.text[:300]}")

@@ -129,6 +129,7 @@ def build_simulation(environment, **_kwargs) -> None:
     SIMULATION = Simulation(options)
     gevent.get_hub().threadpool.maxsize = max(10, int(options.num_users or 1))
     environment.events.quit.add_listener(lambda **_: SIMULATION.write_metrics())
+    gevent.get_hub().loop.update_now()  # -t counts from here, not from before the build
 
 
 def simulation() -> Simulation:

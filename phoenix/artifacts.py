@@ -34,6 +34,7 @@ from phoenix.config import (
 )
 from phoenix.engine.candidate_tower import CandidateTower
 from phoenix.hashing import stack_tables
+from phoenix.util.command_line import command_name
 
 HASH_MODULUS = 2**61 - 1  # a Mersenne prime
 HASH_TABLE_STD = 0.3  # large enough that candidates' own features move the scores
@@ -302,7 +303,7 @@ def generate(
 
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m phoenix.artifacts",
+        prog=command_name("phoenix.artifacts"),
         description="Generate seeded demo Phoenix artifacts (weights, hash tables, corpus, "
         "example request) in the layout phoenix.checkpoint loads.",
     )

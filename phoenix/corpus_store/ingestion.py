@@ -23,7 +23,6 @@ post's, optional) is a list of the store's semantic ID width of integers in [0, 
 
 from __future__ import annotations
 
-import json
 import queue
 import sys
 import threading
@@ -43,6 +42,7 @@ from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.semantic_ids import SemanticIdSpec
 from phoenix.corpus_store.store import CorpusStore
 from phoenix.corpus_store.towers import check_tower
+from phoenix.util.json_lines import JSONLineError, json_line
 from phoenix.util.timestamps import FUTURE_SLACK_S  # a post dated further ahead: a unit mistake
 
 MAX_ID = 2**63 - 1
@@ -91,9 +91,9 @@ def parse_line(
     if not line.strip():
         return None
     try:
-        data = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise BadLine(f"not valid JSON ({error.msg} at column {error.colno})") from None
+        data = json_line(line)
+    except JSONLineError as error:
+        raise BadLine(f"not valid JSON ({error})") from None
     if not isinstance(data, dict):
         raise BadLine(f"a JSON {type(data).__name__}, expected an object (a post or a deletion)")
     return _deletion(data) or _post(data, now, sids)

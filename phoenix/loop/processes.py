@@ -130,6 +130,18 @@ class ReactingUsers:
         stop_process(self.process, 60)
         return self.stats()
 
+    def wait_started(self, timeout_s: float = 120.0) -> None:
+        """Until Locust is past its start-up (its stats history file, opened just before the
+        users spawn, exists) or has exited: on a busy machine its start takes seconds, and a
+        stop before it ends leaves no statistics to count."""
+        history = Path(f"{self.csv_prefix}_stats_history.csv")
+        deadline = time.monotonic() + timeout_s
+        while not history.exists() and self.process.poll() is None:
+            if time.monotonic() > deadline:
+                raise LoopError(f"Locust ({self.label}) did not start within {timeout_s:g} s; "
+                                f"its log {self.log_path}")  # fmt: skip
+            time.sleep(0.2)
+
     def wait(self, timeout_s: float) -> dict[str, Any]:
         try:
             self.process.wait(timeout_s)

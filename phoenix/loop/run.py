@@ -149,13 +149,14 @@ def rollout_under_load(options: LoopOptions, serving: Serving, redis_url: str, v
     """Reacting users (label ``rollout``) from ``settle_seconds`` before the rollout to as
     long after it; the rollout's report and the window's Locust counts."""
     users = start_reacting_users(options, serving, redis_url, v1, "rollout", metrics_path, 3600)
+    # stopped on the way out whatever happens; a rollout that breaks is reported as it broke
+    # (counting the users in a `finally` hid its error behind their missing statistics)
     running.callback(stop_process, users.process, 60)
-    try:
-        time.sleep(options.settle_seconds)
-        report = roll_out(serving, v2, user_ids, options, log)
-        time.sleep(options.settle_seconds)
-    finally:
-        counts = users.stop()
+    users.wait_started()  # the settle time counts from the users' start, not Locust's
+    time.sleep(options.settle_seconds)
+    report = roll_out(serving, v2, user_ids, options, log)
+    time.sleep(options.settle_seconds)
+    counts = users.stop()
     log(f"rollout window: {counts['requests']} requests, {counts['failures']} failed")
     return {"report": report, "locust": counts}
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from phoenix.util.command_line import command_parser
+from phoenix.util.command_line import command_name, command_parser
 
 DEVICES = ("cpu", "gpu")
 
@@ -101,7 +101,7 @@ def parse_args(argv: Sequence[str] | None):
     from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
     parser = command_parser(
-        "python -m phoenix.ops.compile",
+        command_name("phoenix.ops.compile"),
         "Compile every served model's programs once into the store beside the artifacts "
         "(<artifacts>/compiled/, or $PHOENIX_PROGRAM_STORE); model instances then load them.",
     )

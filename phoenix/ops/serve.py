@@ -47,7 +47,7 @@ from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state.embedded import StoreFolderBusy
 from phoenix.user_state.server import RedisServerError, RedisServerMissing
 from phoenix.user_state.store import reachability_check
-from phoenix.util.command_line import command_parser, port_number
+from phoenix.util.command_line import command_name, command_parser, port_number
 from phoenix.util.processes import LOOPBACK, client_host, die_with_parent, echo_log
 
 DEFAULT_ARTIFACTS = Path("artifacts/demo")
@@ -72,12 +72,12 @@ def say(text: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
-        "python -m phoenix.ops.serve",
+        command_name("phoenix.ops.serve"),
         "Serve the Phoenix ranker and retriever on Triton Inference Server "
         "(the tritonserver shipped in nvidia-pytriton, Python backend).",
         "Examples:\n"
-        "  python -m phoenix.ops.serve --artifacts artifacts/demo\n"
-        "  python -m phoenix.ops.serve --device gpu --http-port 9000\n"
+        "  phoenix-serve --artifacts artifacts/trained-demo\n"
+        "  phoenix-serve --device gpu --http-port 9000\n"
         "Port 0 picks a free port. Metrics: curl http://HOST:METRICS_PORT/metrics",
     )
     add = parser.add_argument

@@ -34,7 +34,7 @@ from its own time on (docs/user-state.md, "Events and the stream").
 ``parse_event`` raises ``EventError`` naming what is wrong; ``parse_lines`` refuses bad lines
 with a warning naming the source and line number, and counts them.
 
-Imports: the standard library, ``phoenix.config``, ``phoenix.util.timestamps`` and
+Imports: the standard library, ``phoenix.config``, ``phoenix.util`` (timestamps, JSON lines) and
 ``phoenix.user_state.actions``; nothing of the stub side (the layer above), which hands
 its bounds down as ``EventLimits``.
 """
@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 from phoenix.config import ACTION_NAMES, INT64_MAX
 from phoenix.feed_features import HISTORY_FEATURES, PROFILE_FEATURES, Feature, feature
 from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
+from phoenix.util.json_lines import JSONLineError, json_line
 from phoenix.util.timestamps import FUTURE_SLACK_S, too_far_ahead
 
 logger = logging.getLogger(__name__)
@@ -266,28 +267,35 @@ class EventLimits:
         problem = too_far_ahead(event.post_created_at, now, self.future_slack_s)
         if problem:
             raise EventError(f"post_created_at is {event.post_created_at!r}, {problem}")
-        if event.surface > self.max_surface:
-            raise EventError(
-                f"surface must lie in [0, {self.max_surface}] (the product surfaces of "
-                f"{self.served}), got {event.surface}"
-            )
+        self.check_surface(event.surface)
         if event.dwell_seconds > self.max_dwell_seconds:
             raise EventError(
                 f"dwell_seconds must be at most {self.max_dwell_seconds:g} (what the models' "
                 f"dwell input holds), got {event.dwell_seconds!r}"
             )
 
+    def check_surface(self, surface: Any) -> None:
+        """EventError naming the served artifacts' product surfaces unless ``surface`` is one
+        of them (an integer in [0, max_surface])."""
+        integer = isinstance(surface, int) and not isinstance(surface, bool)
+        if not integer or not 0 <= surface <= self.max_surface:
+            raise EventError(
+                f"surface must lie in [0, {self.max_surface}] (the product surfaces of "
+                f"{self.served}), got {surface!r}"
+            )
+
 
 def event_from_dict(obj: Any, limits: EventLimits, now: Optional[float] = None) -> Event:
     """The event a decoded JSON object describes, if serving would take it at ``now`` (default:
     the clock's); EventError says what is wrong."""
-    event = _event_of(obj)
+    event = _event_of(obj, limits)
     limits.check(event, time.time() if now is None else now)
     return event
 
 
-def _event_of(obj: Any) -> Event:
-    """The event a decoded JSON object describes; EventError says what is wrong."""
+def _event_of(obj: Any, limits: EventLimits) -> Event:
+    """The event a decoded JSON object describes; EventError says what is wrong (a surface
+    in terms of ``limits``: the served artifacts' product surfaces)."""
     if not isinstance(obj, dict):
         raise EventError(f"an event must be a JSON object, got {type(obj).__name__}")
     kind = obj.get("type")
@@ -302,6 +310,7 @@ def _event_of(obj: Any) -> Event:
         )
     args = {k: v for k, v in obj.items() if k != "type"}
     if kind == "engagement":
+        limits.check_surface(args.get("surface", 0))
         args["actions"] = _mask_of(args["actions"])
         return Engagement(**args)
     made: dict[str, Callable[..., Event]] = {
@@ -314,8 +323,8 @@ def parse_event(line: str, limits: EventLimits, now: Optional[float] = None) -> 
     """One JSON line -> its event, if serving would take it at ``now`` (default: the clock's);
     EventError says what is wrong."""
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as error:
+        obj = json_line(line)
+    except JSONLineError as error:
         raise EventError(f"not JSON: {error}") from None
     try:
         return event_from_dict(obj, limits, now)

@@ -1,4 +1,5 @@
-"""Helpers every layer may use: command lines, child processes, machine paths, time bounds.
+"""Helpers every layer may use: command lines, child processes, machine paths, time bounds,
+JSON lines.
 
 Imports the standard library only, so any layer (the models' stubs included) imports them at
 no cost.

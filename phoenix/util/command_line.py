@@ -4,7 +4,11 @@ bootstrap script imports it before anything is installed)."""
 from __future__ import annotations
 
 import argparse
+from functools import cache
+from importlib import metadata
 from typing import Optional
+
+DISTRIBUTION = "phoenix-serve"  # pyproject.toml's project name
 
 
 class _RawWithDefaults(
@@ -25,6 +29,24 @@ def command_parser(
         epilog=epilog,
         formatter_class=_RawWithDefaults if show_defaults else argparse.RawDescriptionHelpFormatter,
     )
+
+
+@cache
+def _console_scripts() -> dict[str, str]:
+    """Module -> the console script `make setup` installs for its main() (pyproject.toml's
+    [project.scripts], as installed); empty where the project is not installed."""
+    try:
+        entry_points = metadata.distribution(DISTRIBUTION).entry_points
+    except metadata.PackageNotFoundError:
+        return {}
+    scripts = (e for e in entry_points if e.group == "console_scripts")
+    return {e.value.partition(":")[0]: e.name for e in sorted(scripts, key=lambda e: e.name)}
+
+
+def command_name(module: str) -> str:
+    """What a user types to run ``module``: its installed console script (phoenix-events for
+    clients.events), else ``python -m module``. The usage line of its --help says this."""
+    return _console_scripts().get(module) or f"python -m {module}"
 
 
 def port_number(text: str) -> int:

@@ -3,6 +3,7 @@
 - `tiny_artifacts`: tiny model artifacts and their CPU programs, built once for every test
   process of this code (tests/built_once.py); read-only.
 - `triton`: one server over the project's model_repository/ with those artifacts (session).
+- `trained_demo`: artifacts/trained-demo (shipped) with its CPU programs, compiled once.
 - `redis_server`: an empty redis-server for a test module (the user-state store).
 - `launch_with_store(artifacts, store_url, log_dir)`: a ready server reading that user-state store.
 - `start_server(repo_dir, artifacts_dir=None, **flags)`: a ready server of a test's own; flags
@@ -87,6 +88,26 @@ def tiny_artifacts() -> Path:
         ensure_programs(out_dir, device)  # as serve does
 
     return built_once("tiny-artifacts", build, {**made, "device": device})
+
+
+TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"  # shipped; `make demo` serves it
+
+
+@pytest.fixture(scope="session")
+def trained_demo() -> Path:
+    """artifacts/trained-demo with its CPU programs, compiled by one test process while the
+    others wait (`make demo` and `make serve` run in different files): its own commands then
+    find them there, as a second `make demo` does."""
+    import fcntl
+
+    from phoenix.ops.compile import ensure_programs
+
+    lock_path = REPO_ROOT / "build" / "test-cache" / "trained-demo-programs.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        ensure_programs(TRAINED_DEMO, "cpu")
+    return TRAINED_DEMO
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from clients import build_corpus
 from phoenix.checkpoint import load_corpus, load_example_sequence
 from phoenix.client.client import connect, infer, user_inputs
 from phoenix.ops.admin_key import ADMIN_HEADER
+from phoenix.util.processes import pick_free_ports
 from tests.readme_samples import fenced_lines, readme_block, unmatched
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -108,19 +107,32 @@ def test_unreachable_server_is_a_clear_error(tiny_artifacts, capsys):
     assert "candidate_tower at 127.0.0.1:9" in capsys.readouterr().err
 
 
+def make(*args: str, timeout: float = 540) -> subprocess.CompletedProcess:
+    """`make ARGS` in the checkout, as a user types it (the set-up it depends on is done:
+    `make test` did it), its output captured."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on PATH")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
 def test_demo_starts_its_own_server_prints_the_feed_and_stops_it(tiny_artifacts, tmp_path):
-    """`make demo DEMO_ARGS=--no-policy`: a process of its own (it installs a SIGTERM
-    handler), exit 0, the ranker's ranking beside the feed, and the tritonserver it started
-    gone with it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "clients.demo", "--artifacts", str(tiny_artifacts), "--no-policy"]
-        + ["--build-dir", str(tmp_path / "build")],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=540,  # within the test's limit of 600 s
-    )
+    """`make demo HTTP_PORT=.. GRPC_PORT=.. METRICS_PORT=.. DEMO_ARGS=--no-policy` (on the
+    tiny artifacts): exit 0, the server on the ports asked for (and says so), the ranker's
+    ranking beside the feed, and the tritonserver it started gone with it."""
+    http, grpc, metrics = pick_free_ports(3)
+    done = make(
+        "demo", f"DEMO_ARTIFACTS={tiny_artifacts}", f"HTTP_PORT={http}", f"GRPC_PORT={grpc}",
+        f"METRICS_PORT={metrics}", f"DEMO_ARGS=--no-policy --build-dir {tmp_path / 'build'}",
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        f"  ports on 127.0.0.1: HTTP {http}, gRPC {grpc}, metrics {metrics} (make demo "
+        "HTTP_PORT=N GRPC_PORT=N METRICS_PORT=N; no supervisor here)"
+    ) in done.stdout.splitlines()
     assert "Recommended feed for user" in done.stdout
     assert re.search(r"the ranker alone \(no policy\) +after the feed policy", done.stdout)
     # the example user carries its own history: nothing is read, so nothing is in-network
@@ -130,32 +142,15 @@ def test_demo_starts_its_own_server_prints_the_feed_and_stops_it(tiny_artifacts,
     assert (tmp_path / "build" / "admin-key").stat().st_mode & 0o777 == 0o600
 
 
-def make_demo_command() -> list[str]:
-    """What `make demo` runs (read with `make -n`), in this interpreter."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    planned = subprocess.run(
-        ["make", "-n", "--no-print-directory", "-C", str(REPO_ROOT), "demo"],
-        capture_output=True, text=True, timeout=60, env=env, check=True,
-    ).stdout  # fmt: skip
-    line = next(ln for ln in planned.splitlines() if "-m clients.demo" in ln)
-    words = shlex.split(line)
-    return [sys.executable, *words[words.index("-m") :]]
-
-
 @pytest.fixture(scope="module")
-def make_demo(tmp_path_factory) -> str:
-    """What `make demo`'s command printed (one run for the tests below: a run serves the
-    trained demo and loads its world's users into a redis-server of its own)."""
-    if shutil.which("make") is None:
-        pytest.skip("no make on PATH")
-    command = make_demo_command()
-    assert command[3:5] == ["--artifacts", "artifacts/trained-demo"], command
+def make_demo(trained_demo, tmp_path_factory) -> str:
+    """What `make demo` printed (one run for the tests below: a run serves the trained demo
+    and loads its world's users into a redis-server of its own), its log and admin key in a
+    folder of the test's own."""
     build = tmp_path_factory.mktemp("make-demo") / "build"
-    done = subprocess.run(
-        [*command, "--build-dir", str(build)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=540,
-    )  # fmt: skip
+    done = make("demo", f"DEMO_ARGS=--build-dir {build}")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "-m clients.demo --artifacts artifacts/trained-demo " in done.stdout  # make's echo
     return done.stdout
 
 
@@ -172,6 +167,13 @@ def test_the_trained_demo_diversifies_its_top_10(make_demo):
     assert "BY ID (recommend with user_id and top_k only; the server read 16 history" in make_demo
     assert re.search(r"After an engagement event: .* favourited 3 \w+ posts", make_demo)
     assert re.search(r"^  the new post is (at rank \d+|not in the feed)$", make_demo, re.M)
+    # the new post is named by its author, in no metadata as it is
+    author = re.search(r"^After a post event: (@\w+), whom user", make_demo, re.M)[1]
+    marked = re.search(r"^ +\d+  (\S+) +(\S+) +\d+  <- the new post$", make_demo, re.M)
+    assert marked is not None and marked[2] == author and marked[1] != "?", make_demo
+    # the free ports it picked, said
+    assert re.search(r"^  ports on 127.0.0.1: HTTP \d+ \(free\), gRPC \d+ \(free\), metrics "
+                     r"\d+ \(free\)", make_demo, re.M)  # fmt: skip
 
 
 def test_the_readme_shows_what_make_demo_prints(make_demo):

@@ -1,14 +1,16 @@
-"""A short, real Locust run (both user classes) against the shared tritonserver, and one of
-the paged users (loadtest/paged.py).
+"""Short, real Locust runs (both user classes): `make loadtest` as typed, against the shared
+tritonserver and with a server of its own, the runner's verdict on failed requests, and one of
+the paged users (loadtest/paged.py) (plain Locust on the locustfile:
+tests/integration/test_make_serve.py, a server with a store).
 
-Locust monkey-patches the process with gevent, so it always runs in a subprocess here: the
-runner of loadtest/locustfile.py, the same one `make loadtest` uses.
+Locust monkey-patches the process with gevent, so it always runs in a subprocess here.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.deploy_checks import sample
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
+RESULTS = REPO_ROOT / "loadtest" / "results"  # make loadtest's reports
 
 
 def run_load(server, artifacts, results: Path, grpc_port: int, run_time: str = "6s"):
@@ -39,18 +42,44 @@ def stats_rows(results: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def test_short_run_has_requests_and_no_failures(triton, tiny_artifacts, tmp_path):
-    done = run_load(triton, tiny_artifacts, tmp_path, triton.grpc_port)
+def make_loadtest(*variables: str) -> subprocess.CompletedProcess:
+    """`make loadtest VARIABLES` as typed (reports in loadtest/results/, its default)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on PATH")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    return subprocess.run(["make", "--no-print-directory", "loadtest", *variables], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=280, env=env)  # fmt: skip
+
+
+def test_make_loadtest_against_a_running_server(triton, tiny_artifacts):
+    """loadtest/README.md's `make loadtest HOST=.. HTTP_PORT=.. GRPC_PORT=.. ARTIFACTS=..`
+    (this machine's server, 4 users for 6 s): both user classes, no failure, the closing line
+    counting what Locust's table counts."""
+    done = make_loadtest(
+        "HOST=127.0.0.1", f"HTTP_PORT={triton.http_port}", f"GRPC_PORT={triton.grpc_port}",
+        f"ARTIFACTS={tiny_artifacts}", "LOADTEST_USERS=4", "LOADTEST_TIME=6s",
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    rows = stats_rows(tmp_path)
+    rows = stats_rows(RESULTS)
     total = next(row for row in rows if row["Name"] == "Aggregated")
     assert int(total["Request Count"]) > 0
     assert int(total["Failure Count"]) == 0
     by_type = {(row["Type"], row["Name"]) for row in rows if row["Name"] != "Aggregated"}
     assert {kind for kind, _ in by_type} == {"POST", "grpc"}  # both user classes ran
     assert {name for _, name in by_type} <= {"ranker", "recommend", "user_encoder", "retriever"}
-    assert (tmp_path / "locust.html").is_file()
+    assert (RESULTS / "locust.html").is_file()
     assert closing_count(done.stdout) == table_count(done.stdout + done.stderr)
+
+
+def test_make_loadtest_starts_its_own_server(tiny_artifacts):
+    """`make loadtest` with no server named: `make artifacts` first (the tiny artifacts'
+    programs are there: it only loads them), then a server of its own on free ports, Locust,
+    the server stopped; 2 users for 6 s."""
+    done = make_loadtest(f"ARTIFACTS={tiny_artifacts}", "LOADTEST_USERS=2", "LOADTEST_TIME=6s")
+    output = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, output
+    assert f"-m phoenix.ops.compile --artifacts {tiny_artifacts}" in done.stdout, output
+    assert closing_count(done.stdout) > 0 and ", 0 failed" in done.stdout, output
 
 
 def closing_count(runner_out: str) -> int:

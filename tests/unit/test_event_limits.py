@@ -52,7 +52,10 @@ BAD = {  # kind -> (line, what the refusal says)
         engagement(surface=CONFIG.product_surface_vocab_size),
         f"surface must lie in [0, 15] (the product surfaces of {TRAINED_DEMO}), got 16",
     ),
-    "negative surface": (engagement(surface=-1), "surface must be an integer in [0,"),
+    "negative surface": (  # the artifacts' surfaces, not the int64 bound of an id
+        engagement(surface=-1),
+        f"surface must lie in [0, 15] (the product surfaces of {TRAINED_DEMO}), got -1",
+    ),
     "unknown action": (engagement(actions=["like"]), "unknown action 'like'; expected one of"),
     "negative id": (engagement(user_id=-1), "user_id must be an integer in [0, 2**63 - 1]"),
     "overflowing id": (

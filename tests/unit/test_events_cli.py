@@ -5,8 +5,11 @@ failed batch, artifacts that cannot be read."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ from phoenix.user_state.stream import STREAM
 from phoenix.util.processes import pick_free_ports
 
 pytestmark = pytest.mark.timeout(60)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 NOW = time.time()
 LINES = [
@@ -87,6 +91,35 @@ def test_a_surface_past_the_artifacts_is_refused_and_unreadable_artifacts_exit_3
     assert events_cli.main([*argv, "--artifacts", str(tmp_path / "none")]) == 3
     err = capsys.readouterr().err
     assert str(tmp_path / "none") in err and "--artifacts names the served artifacts" in err
+
+
+def test_refusals_name_the_line_and_column_in_the_file_and_the_artifacts_surfaces(
+    redis_server, tmp_path
+):
+    """`phoenix-events apply FILE` as a user types it: a line that leaves an object open (json
+    alone would say "line 2 column 1" of it), a comma missing mid-line, a negative surface;
+    each refusal names FILE:LINE and, for JSON, the column in that line."""
+    good = json.dumps(LINES[2])
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        "\n".join([good, good[:-1], good.replace(", ", " ", 1),
+                   json.dumps(LINES[0] | {"user_id": 71, "surface": -1})]) + "\n"
+    )  # fmt: skip
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("phoenix-events")), "apply", str(path),
+         "--redis", redis_server.url],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    refused = [ln for ln in done.stderr.splitlines() if ln.startswith(f"warning: {path}:")]
+    column = good.index(", ") + 2  # 1-based: the next member's quote, where a comma was due
+    assert [line.removeprefix("warning: ") for line in refused] == [
+        f"{path}:2: not JSON: Expecting ',' delimiter at the end of the line; line refused",
+        f"{path}:3: not JSON: Expecting ',' delimiter at column {column}; line refused",
+        f"{path}:4: surface must lie in [0, 15] (the product surfaces of artifacts/trained-demo), "
+        "got -1; line refused",
+    ], done.stderr
+    assert "4 lines: 1 events" in done.stdout and "3 lines refused" in done.stdout
 
 
 def test_publish_then_consume_applies_the_stream(redis_server, tmp_path, capsys):

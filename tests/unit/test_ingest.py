@@ -69,6 +69,9 @@ def test_a_line_is_a_post_a_deletion_or_blank(line, event):
     "line, message",
     [
         ("{not json", r"not valid JSON \(Expecting property name .* at column 2\)"),
+        # a line read with its newline that leaves the object open: not "column 1" of line 2
+        ('{"post_id": 7, "author_id": 3\n', r"\(Expecting ',' delimiter at the end of the line\)"),
+        ('{"post_id": 7 "author_id": 3}\n', r"\(Expecting ',' delimiter at column 15\)"),
         (b'{"delete": 7}\xff', r"not UTF-8 text \(invalid start byte at byte 13\)"),
         ("[1, 2]", "a JSON list, expected an object"),
         ('{"author_id": 3}', "'post_id' is missing, expected an integer in \\[1, 2\\*\\*63 - 1\\]"),

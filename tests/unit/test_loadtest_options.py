@@ -54,3 +54,34 @@ def test_the_make_loadtest_runner_hands_the_think_time_to_locust():
                           env=env, cwd=REPO_ROOT, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0.2,0.4"]
+
+
+def test_the_run_time_counts_from_the_end_of_the_workloads_build():
+    """Building the workload blocks gevent's loop, whose clock then lags: Locust's -t timer,
+    set right after, fired at once when the build took longer than -t (a loaded machine, 0
+    requests). After the build the loop's clock is the wall clock's again. In a process of its
+    own (Locust patches the process with gevent); the build is made to lag by 2 s of work
+    that never yields."""
+    script = (
+        "import time, types, gevent\n"
+        "from locust.env import Environment\n"
+        "import importlib.util\n"
+        "from loadtest.workload import BY_ID_TAG\n"
+        "spec = importlib.util.spec_from_file_location('locustfile', 'loadtest/locustfile.py')\n"
+        "locustfile = importlib.util.module_from_spec(spec); spec.loader.exec_module(locustfile)\n"
+        "hub = gevent.get_hub(); hub.loop.update_now()\n"
+        "end = time.perf_counter() + 2.0\n"
+        "while time.perf_counter() < end: pass\n"
+        "lag = time.time() - hub.loop.now()\n"
+        "options = types.SimpleNamespace(artifacts='artifacts/trained-demo', pool_size=4,\n"
+        "                                workload_seed=0, num_users=1, max_requests=0,\n"
+        "                                exclude_tags=[BY_ID_TAG])  # no store here\n"
+        "locustfile.build_workload(types.SimpleNamespace(parsed_options=options))\n"
+        "print(round(lag, 1), round(time.time() - hub.loop.now(), 1))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=REPO_ROOT, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = (float(x) for x in done.stdout.split()[-2:])
+    assert before >= 1.5 and after < 0.5, done.stdout

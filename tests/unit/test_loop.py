@@ -291,3 +291,58 @@ def test_the_loop_is_its_own_command_and_refuses_bad_options_with_exit_2():
     training = subprocess.run([sys.executable, "-m", "phoenix.training", "loop"],
                               capture_output=True, text=True, timeout=120)  # fmt: skip
     assert training.returncode == 2 and "invalid choice: 'loop'" in training.stderr
+
+
+def test_the_rollouts_users_are_waited_for_until_locust_has_started(tmp_path):
+    """The settle time before a rollout counts from Locust's start: on a busy machine a
+    Locust stopped while still starting left no statistics, and the loop broke."""
+    from phoenix.loop.processes import ReactingUsers
+
+    prefix = tmp_path / "rollout"
+    history = f"{prefix}_stats_history.csv"
+    starts_late = f"import pathlib, time; time.sleep(0.5); pathlib.Path({history!r}).touch(); "
+    starts_late += "time.sleep(30)"
+    users = ReactingUsers("rollout", subprocess.Popen([sys.executable, "-c", starts_late]),
+                          prefix, tmp_path / "rollout.log")  # fmt: skip
+    try:
+        users.wait_started(20)
+        assert Path(history).exists() and users.process.poll() is None
+    finally:
+        users.process.kill()
+        users.process.wait()
+    exits = ReactingUsers("gone", subprocess.Popen([sys.executable, "-c", "pass"]),
+                          tmp_path / "gone", tmp_path / "gone.log")  # fmt: skip
+    exits.wait_started(20)  # returns: its exit is what the caller reports next
+    never = ReactingUsers("never", subprocess.Popen(["sleep", "30"]), tmp_path / "never",
+                          tmp_path / "never.log")  # fmt: skip
+    try:
+        with pytest.raises(LoopError, match=r"Locust \(never\) did not start within 0.5 s"):
+            never.wait_started(0.5)
+    finally:
+        never.process.kill()
+        never.process.wait()
+
+
+def test_a_rollout_that_breaks_is_reported_as_it_broke(tmp_path, monkeypatch):
+    """Its users are stopped on the way out, and their statistics (none: they had barely
+    started) do not stand in for the rollout's own error."""
+    import contextlib
+
+    from phoenix.loop import run
+    from phoenix.loop.processes import ReactingUsers
+
+    prefix = tmp_path / "rollout"
+    started = f"import pathlib, time; pathlib.Path('{prefix}_stats_history.csv').touch(); "
+    process = subprocess.Popen([sys.executable, "-c", started + "time.sleep(30)"])
+    users = ReactingUsers("rollout", process, prefix, tmp_path / "r.log")
+    monkeypatch.setattr(run, "start_reacting_users", lambda *args: users)
+
+    def broken(*args):
+        raise LoopError("rollout of v2: the server refused the load")
+
+    monkeypatch.setattr(run, "roll_out", broken)
+    options = LoopOptions(settle_seconds=0.0, work=tmp_path)
+    with contextlib.ExitStack() as running, pytest.raises(LoopError, match="refused the load"):
+        run.rollout_under_load(options, None, "", tmp_path, tmp_path, [], tmp_path / "m.json",
+                               running, Progress(lambda line: None))  # fmt: skip
+    assert users.process.poll() is not None  # stopped with the stack

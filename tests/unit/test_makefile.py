@@ -108,3 +108,52 @@ def test_help_names_the_store_variables():
     )  # fmt: skip
     for variable in ("STORE_DIR=build/serve/user-state", "STORE_PORT=8004", "REDIS=URL"):
         assert variable in done.stdout, done.stdout
+
+
+def planned_args(target: str, module: str, *variables: str, env: dict | None = None) -> list[str]:
+    """The arguments `make TARGET VARIABLES` gives ``module`` (read with `make -n`)."""
+    done = dry_run(target, *variables) if env is None else dry_run_env(env, target, *variables)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.replace("\\\n", " ").splitlines()  # a recipe's continued lines joined
+    words = shlex.split(next(line for line in lines if module in line))
+    return words[words.index(module) + 1 :]
+
+
+def dry_run_env(env: dict, *args: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    return subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(REPO_ROOT), *args],
+        capture_output=True, text=True, timeout=60, env=base | env,
+    )  # fmt: skip
+
+
+def test_serve_serves_the_trained_demo_towers_the_readme_calls_unless_artifacts_names_others():
+    def served(*variables: str, env: dict | None = None) -> Path:
+        words = planned_args("serve", "phoenix.ops.serve", *variables, env=env)
+        return serve.build_parser().parse_args(words).artifacts
+
+    assert served() == Path("artifacts/trained-demo")
+    assert served("ARTIFACTS=artifacts/demo") == Path("artifacts/demo")
+    assert served(env={"ARTIFACTS": "artifacts/demo"}) == Path("artifacts/demo")
+
+
+def test_demo_takes_the_ports_given_and_picks_free_ones_for_the_others():
+    from clients import demo
+
+    def ports(*variables: str) -> tuple[int, int, int]:
+        args = demo.parse_args(planned_args("demo", "clients.demo", *variables))
+        return args.http_port, args.grpc_port, args.metrics_port
+
+    assert ports() == (0, 0, 0)  # free ones: it runs beside `make serve`
+    assert ports("HTTP_PORT=9100", "METRICS_PORT=9102") == (9100, 0, 9102)
+    assert ports("HTTP_PORT=9100", "GRPC_PORT=9101", "METRICS_PORT=9102") == (9100, 9101, 9102)
+
+
+def test_loadtest_of_a_running_server_assumes_what_make_serve_serves():
+    def artifacts(*variables: str) -> str:
+        words = planned_args("loadtest", "loadtest/locustfile.py", *variables)
+        return words[words.index("--artifacts") + 1]
+
+    assert artifacts() == "artifacts/demo"  # its own server: the benchmarks' artifacts
+    assert artifacts("HTTP_PORT=8000") == "artifacts/trained-demo"  # make serve's
+    assert artifacts("HTTP_PORT=8000", "ARTIFACTS=artifacts/demo") == "artifacts/demo"

@@ -11,6 +11,7 @@ import os
 import pstats
 import re
 import sys
+import threading
 import time
 import types
 from collections import defaultdict
@@ -452,19 +453,45 @@ def test_an_instance_refuses_artifacts_its_config_does_not_state(metrics, tiny_a
         started_model(tiny_artifacts, "0" * 64)
 
 
+class WatchedStart(PolicyModel):
+    """MODEL's instance that says which thread is inside its start-up's work (``_initialize``,
+    which ``initialize`` runs with the collector disabled)."""
+
+    starting: set[int] = set()
+
+    def _initialize(self, args) -> None:
+        self.starting.add(threading.get_ident())
+        try:
+            super()._initialize(args)
+        finally:
+            self.starting.discard(threading.get_ident())
+
+
 def test_start_up_collects_nothing_then_freezes_what_it_made(metrics, tiny_artifacts):
     """No collector pass while an instance starts; once ready, its objects are frozen and the
-    collector runs again; a failed start leaves the collector running too."""
+    collector runs again; a failed start leaves the collector running too.
+
+    A gc callback sees every pass of the process: one due before ``initialize`` disables the
+    collector (the allocations of this test's own set-up), one after it enables it again, or
+    one another thread starts, is none of the start-up's. Only the passes that start in the
+    starting thread inside its work count. The collector's generation-0 count is brought
+    to one allocation short of a pass first, so that a start-up that let it run would
+    certainly be caught (its thousands of allocations would start one)."""
     passes = []
 
     def count(phase, info):
-        if phase == "start":
+        if phase == "start" and threading.get_ident() in WatchedStart.starting:
             passes.append(info["generation"])
 
     gc.callbacks.append(count)
     try:
         gc.unfreeze()
-        started_model(tiny_artifacts)  # thousands of allocations: passes were due
+        args = triton_args(tiny_artifacts)
+        instance = WatchedStart()
+        threshold = gc.get_threshold()[0]
+        due = [[] for _ in range(max(threshold - gc.get_count()[0] - 1, 0))]  # kept alive
+        instance.initialize(args)  # thousands of allocations: passes were due
+        del due
         assert passes == []
         assert gc.isenabled() and gc.get_freeze_count() > 0
         gc.unfreeze()

@@ -96,6 +96,11 @@ def engagement_line(**fields) -> dict:
         (engagement_line(actions=["like"]), "unknown action 'like'"),
         (engagement_line(actions=[1, 0]), "exactly 19 integer flags"),
         (engagement_line(dwell_seconds="long"), "dwell_seconds must be a number"),
+        # a surface is named against the served artifacts' surfaces, whatever is wrong with it
+        (engagement_line(surface=-1), "surface must lie in [0, 15] (the product surfaces of "),
+        (engagement_line(surface=16), "surface must lie in [0, 15] (the product surfaces of "),
+        (engagement_line(surface=1.0), "surface must lie in [0, 15] (the product surfaces of "),
+        (engagement_line(surface=True), "surface must lie in [0, 15] (the product surfaces of "),
     ],
 )
 def test_a_bad_event_says_what_is_wrong(obj, message):
@@ -112,7 +117,10 @@ def test_bad_lines_are_refused_with_a_warning_naming_the_line_and_counted(caplog
     assert events == [ENGAGEMENT, Post(92, 3, 7.0)]
     assert (counts.lines, counts.events, counts.skipped) == (4, 2, 2)
     warnings = [r.getMessage() for r in caplog.records]
-    assert warnings[0].startswith("events.jsonl:2: not JSON")
+    assert warnings[0] == (
+        "events.jsonl:2: not JSON: Expecting property name enclosed in double quotes at column 2; "
+        "line refused"
+    )
     assert warnings[1].startswith("events.jsonl:5: type must be one of")
     assert all(w.endswith("; line refused") for w in warnings), warnings
 
