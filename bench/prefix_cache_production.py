@@ -156,6 +156,7 @@ def memory(params: dict, users: int = HELD_USERS) -> dict:
     held = store.stats()
     assert held.entries == 8 + users, held
     entry = store.peek(store.keys()[-1])
+    assert entry is not None
     formula = entry_bytes_of(NANO)
     assert entry_bytes(entry) == formula and held.bytes == (8 + users) * formula
     in_use_after = device_bytes_in_use()

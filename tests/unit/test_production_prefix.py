@@ -27,6 +27,7 @@ from phoenix.engine.production_prefix import (
 )
 from phoenix.engine.production_ranking import ProductionRanker
 from phoenix.production import PostSequence, RankingInputs, init_params
+from phoenix.production.config import ComputeDtype
 from phoenix.production.examples import example_inputs
 from phoenix.production.reference import bfloat16_step
 from tests.unit.test_production_model import TINY
@@ -38,7 +39,7 @@ ENTRY = entry_bytes_of(TINY)  # float32: 2 x 2 layers x 256 x 1 x 64 x 4 + 256 b
 FLOAT32_TOL = 1e-5
 
 
-def config_of(dtype: str):
+def config_of(dtype: ComputeDtype):
     return dataclasses.replace(TINY, compute_dtype=dtype)
 
 
@@ -52,7 +53,7 @@ def plain(params):
     return {dtype: ProductionRanker(config_of(dtype), params) for dtype in ("float32", "bfloat16")}
 
 
-def cached(params, dtype: str = "float32", budget: int = 2**30) -> ProductionRanker:
+def cached(params, dtype: ComputeDtype = "float32", budget: int = 2**30) -> ProductionRanker:
     store = PrefixCache(budget, ttl_s=600)
     return ProductionRanker(config_of(dtype), params, prefix_cache=store, miss_buckets=(BATCH,))
 
@@ -211,6 +212,7 @@ def test_more_users_than_fit_keep_the_budget_and_the_bytes_are_exact(params, pla
     assert stats.evicted["budget"] == 3 and stats.bytes == 2 * ENTRY
     for key in store.keys():
         entry = store.peek(key)
+        assert entry is not None
         assert entry_bytes(entry) == ENTRY == sum(a.size * a.dtype.itemsize for a in entry)
     again = rows_of(people, [0, 4, 0, 0])  # user 0 evicted (a miss), user 4 held (a hit)
     ours = ranker.rank_ids(again, users=2)
@@ -234,3 +236,22 @@ def test_bad_calls_are_refused_before_the_cache_changes(params):
     no_table = {k: v for k, v in params.items() if k != "emb_table"}
     with pytest.raises(ValueError, match="emb_table"):
         ProductionRanker(TINY, no_table, prefix_cache=PrefixCache(2**20, 60))
+
+
+def test_warm_up_compiles_without_touching_the_cache(params):
+    """Warm-up runs the prefix program per miss bucket and the candidates' per batch size on
+    all-padding batches: nothing is looked up or kept, and a first call compiles nothing."""
+    ranker = cached(params)
+    assert ranker.cached is not None and ranker.prefix_cache is not None
+    assert ranker.cached.warm_up([BATCH], candidates=TINY.candidate_seq_len) == 2
+    stats = ranker.prefix_cache.stats()
+    assert (stats.hits, stats.misses, stats.entries, ranker.cached.prefixes_computed) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    programs = ranker.cached.programs
+    sizes = [programs.prefix_entries._cache_size(), programs.candidates._cache_size()]
+    ranker.rank_ids(requests(14, [254, 1, 0, 30], [8, 8, 1, 2]))
+    assert [programs.prefix_entries._cache_size(), programs.candidates._cache_size()] == sizes
