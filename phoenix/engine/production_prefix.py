@@ -63,6 +63,7 @@ from phoenix.engine.production_ranking import (
     score_candidates,
 )
 from phoenix.production.config import ProductionConfig
+from phoenix.production.examples import example_inputs
 from phoenix.production.hashing import check_rows_in_table, gather_rows
 from phoenix.production.inputs import PostSequence, RankingInputs, UserFeatures
 from phoenix.production.model import RankingOutputs, compiler_options
@@ -101,9 +102,11 @@ def prefix_arrays(inputs: RankingInputs) -> list[np.ndarray]:
     return user + [np.asarray(getattr(inputs.history, name)) for name in HISTORY_FIELDS]
 
 
-def cut(sequence: PostSequence) -> PostSequence:
-    """``sequence`` of width 0: its dtypes and trailing shapes, no post."""
-    return PostSequence._make(np.asarray(a)[:, :0] for a in sequence)
+def cut(sequence: PostSequence, rows: Optional[int] = None) -> PostSequence:
+    """``sequence`` of width 0 (``rows`` requests: its own by default): its dtypes and
+    trailing shapes, no post."""
+    shape = lambda a: (len(a) if rows is None else rows, 0) + np.shape(a)[2:]  # noqa: E731
+    return PostSequence._make(np.zeros(shape(a), a.dtype) for a in sequence)
 
 
 def take_rows(inputs: RankingInputs, rows: Sequence[int], size: int) -> RankingInputs:
@@ -112,7 +115,7 @@ def take_rows(inputs: RankingInputs, rows: Sequence[int], size: int) -> RankingI
     take = lambda a: pad_axis(np.asarray(a)[picked], 0, size)  # noqa: E731
     user = UserFeatures._make(take(a) for a in inputs.user)
     history = PostSequence._make(take(a) for a in inputs.history)
-    return RankingInputs(user, history, cut(PostSequence._make(take(a) for a in inputs.candidates)))
+    return RankingInputs(user, history, cut(inputs.candidates, size))
 
 
 def _prefix_entries(weights, table, inputs: RankingInputs, config) -> tuple[PrefixEntry, ...]:
@@ -243,8 +246,6 @@ class ProductionPrefixRanker:
 
 def padding_inputs(config: ProductionConfig, batch: int, candidates: int) -> RankingInputs:
     """An all-padding batch (every id 0, every feature 0) of ``batch`` requests."""
-    from phoenix.production.examples import example_inputs
-
     shaped = example_inputs(config, batch, history_lens=[0] * batch, candidate_lens=[0] * batch)
     zero = lambda a: np.zeros_like(a)  # noqa: E731
     return RankingInputs(
