@@ -14,7 +14,11 @@ Run: ``make bench-prefix-cache`` or ``python -m bench.bench_prefix_cache`` (``--
 2. **memory**: the bytes a cached user holds at each geometry (mini and the GPU benchmark's
    large config, history 127 and 1,022, float32 and bfloat16), the measured entry checked
    against its formula.
-3. **paged**: Locust's paged users (loadtest/paged.py: three pages a few seconds apart per
+3. **production**: X's production ranker at nano (bfloat16, random parameters of X's shapes)
+   at history 1,022 x 64 candidates, timed the same way (``bench/prefix_cache_production.py``):
+   ``production_hit_over_miss``, its bookkeeping, and the bytes a cached user holds, computed
+   and measured.
+4. **paged**: Locust's paged users (loadtest/paged.py: three pages a few seconds apart per
    user) against a server ranking with the cache and one without, one after the other in this
    run, history 1,022, the ranker alone with the CPU profile's instances (and, with the
    cache, one instance): the cache's hit rate (the server's own metrics), requests/s and each
@@ -35,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.prefix_cache_production import production_part
 from harness import REPO_ROOT
 from harness.locust_runs import TOTALS_SUFFIX, read_totals
 from harness.machine import machine
@@ -79,6 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--rounds", type=int, default=5, help="timed rounds of the engine (5)")
     add("--calls", type=int, default=6, help="calls per mode and round, 1 user a call (6)")
     add("--skip-paged", action="store_true", help="leave the Locust part out")
+    add("--skip-production", action="store_true", help="leave the production ranker out")
     add("--locust-users", type=int, default=24, help="paged Locust users (24)")
     add("--skip-one-instance", action="store_true", help="no paged run of one ranker instance")
     add("--load-seconds", type=int, default=90, help="seconds of Locust per setting (90)")
@@ -432,18 +438,27 @@ def main(argv=None) -> int:
         r for r in memory if (r["config"], r["history"], r["dtype"]) == ("mini", HISTORY, "float32")
     )
     assert engine["entry_bytes"] == mini["bytes"], (engine["entry_bytes"], mini["bytes"])
+    production = None
+    if not args.skip_production:
+        print("== production nano: hits against misses at history 1,022 x 64", flush=True)
+        production = production_part(args.rounds, args.calls)
     paged = None if args.skip_paged else paged_part(artifacts, args)
     point = engine["points"][f"1x{CANDIDATES}"]
     results = {
         "what": "the ranker's prefix cache: engine throughput on hits and misses, memory per "
-        "cached user, Locust's paged users with the cache on and off",
+        "cached user, the same for the production nano ranker, Locust's paged users with the "
+        "cache on and off",
         "command": "make bench-prefix-cache" + (" BENCH_ARGS=--quick" if args.quick else ""),
         "machine": {**started, "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
         "artifacts": shown_path(artifacts),
         "hit_over_miss": point["hit_over_miss"],
         "bookkeeping_share_of_miss": point["bookkeeping_share_of_miss"],
+        "production_hit_over_miss": production and production["points"]["1x64"]["hit_over_miss"],
+        "production_bookkeeping_share_of_miss": production
+        and production["points"]["1x64"]["bookkeeping_share_of_miss"],
         "engine": engine,
         "memory_per_user": memory,
+        "production": production,
         "paged": paged,
     }
     write_results(args.out, results)

@@ -18,6 +18,9 @@
 - ``batching``: buckets, padding, per-platform defaults and example inputs.
 - ``production_ranking``: X's production ranker (``phoenix.production``): the prefix pass,
   whose per-layer keys and values the candidate pass takes (``ProductionRanker``).
+- ``production_prefix``: the production ranker's part of the prefix cache
+  (``ProductionRanker(prefix_cache=...)``): keys over every field its prefix reads, the
+  misses' prefixes in their own bucket, the candidates over the stacked entries.
 
 May import the model layer and the checkpoint only: nothing that serves, stores or trains.
 """

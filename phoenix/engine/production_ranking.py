@@ -20,11 +20,13 @@ Shapes: L layers, B requests, P prefix tokens, C candidates, K key/value heads, 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
 
+from phoenix.engine.batching import DEFAULT_BATCH_BUCKETS
+from phoenix.engine.prefix_cache import PrefixCache as PrefixStore
 from phoenix.production.config import ProductionConfig
 from phoenix.production.features import candidate_tokens, prefix_tokens
 from phoenix.production.hashing import check_rows_in_table, gather_rows
@@ -50,6 +52,9 @@ from phoenix.production.transformer import (
     finish_layer,
     rope_rotation,
 )
+
+if TYPE_CHECKING:  # production_prefix imports this module
+    from phoenix.engine.production_prefix import ProductionPrefixRanker
 
 
 class PrefixCache(NamedTuple):
@@ -157,24 +162,44 @@ class ProductionRanker:
     """The serving forward over weights resident on the device.
 
     ``rank(inputs, rows)`` from gathered rows runs the two passes, ``prefix`` then
-    ``score_candidates``, as two programs with the ``PrefixCache`` between them (what a
-    per-user cache will hold); ``rank_ids(inputs)`` gathers the rows from the parameters'
-    ``emb_table`` first.
+    ``score_candidates``, as two programs with the ``PrefixCache`` between them;
+    ``rank_ids(inputs)`` gathers the rows from the parameters' ``emb_table`` first. With a
+    ``prefix_cache`` (a ``prefix_cache.PrefixCache`` store), ``rank_ids`` keeps each user's
+    rows of the ``PrefixCache`` in it across calls and computes only the misses' prefixes,
+    padded to ``miss_buckets`` (``production_prefix``); ``rank`` never uses it (the rows it
+    is given come from the caller, which no key covers).
     """
 
-    def __init__(self, config: ProductionConfig, params: Mapping[str, np.ndarray]):
+    def __init__(
+        self,
+        config: ProductionConfig,
+        params: Mapping[str, np.ndarray],
+        *,
+        prefix_cache: Optional[PrefixStore] = None,
+        miss_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+    ):
         self.config = config
         self.weights = device_weights(params, config)
         self.table = device_table(params, config) if "emb_table" in params else None
         self.programs = programs(config)
+        self.prefix_cache = prefix_cache
+        self.cached: Optional[ProductionPrefixRanker] = None
+        if prefix_cache is not None:
+            from phoenix.engine.production_prefix import ProductionPrefixRanker
+
+            self.cached = ProductionPrefixRanker(self, prefix_cache, miss_buckets)
 
     def rank(self, inputs: RankingInputs, rows: HashedRows) -> RankingOutputs:
         return self.score_candidates(self.prefix(inputs, rows), inputs, rows)
 
-    def rank_ids(self, inputs: RankingInputs) -> RankingOutputs:
-        """Rank with the rows of the parameters' table; a hash outside it is refused, named."""
+    def rank_ids(self, inputs: RankingInputs, users: Optional[int] = None) -> RankingOutputs:
+        """Rank with the rows of the parameters' table; a hash outside it is refused, named.
+        With a prefix cache, the first ``users`` requests (None: all) are users whose
+        prefixes it keeps, the rest padding."""
         if self.table is None:
             raise ValueError("the parameters hold no 'emb_table': call rank with gathered rows")
+        if self.cached is not None:
+            return self.cached.rank_ids(inputs, users)
         check_rows_in_table(inputs, self.table.shape[0])
         return self.rank(inputs, self.programs.gather(self.table, inputs))
 
