@@ -154,6 +154,7 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
     "make bench-prefix-cache": Help(LONG, BENCH),
     "make bench-prefix-cache BENCH_ARGS=--quick": Help(LONG, BENCH),
     "make bench-prefix-cache BENCH_ARGS=--skip-paged": Help(LONG, BENCH),
+    "make bench-prefix-cache BENCH_ARGS=--skip-production": Help(LONG, BENCH),
     ".venv/bin/locust -f loadtest/paged.py --headless -u 32 -r 32 -t 60s --host http://127.0.0.1:8000 --artifacts artifacts/demo": Ran(
         PAGED, "3 users for 5 s against the shared tiny server"
     ),
