@@ -31,6 +31,13 @@ import math
 
 import numpy as np
 
+from phoenix.feed_features import (
+    HISTORY_FEATURES,
+    PROFILE_FEATURES,
+    SID_NUM_LEVELS,
+    Feature,
+    feature,
+)
 from phoenix.feed_policy import FILTERS as POLICY_FILTERS
 from phoenix.schema.spec import (
     FLAGS,
@@ -169,6 +176,73 @@ def optional(spec: TensorSpec) -> TensorSpec:
     return TensorSpec(spec.name, spec.dtype, spec.axes, True, spec.ragged, spec.values)
 
 
+# What X's production ranker reads beside the original family's inputs
+# (``phoenix.feed_features``: the names, dtypes and ranges declared once), all optional: a
+# request of the original family never carries them.
+
+
+def feature_values(f: Feature) -> Values:
+    """The values a feature's tensor holds: its declared range (times: from 0 up; installed
+    apps: one flag per app)."""
+    if f.kind == "apps":
+        return Values(0, 1, "flags")
+    if f.kind == "time":
+        return Values(0, None, "Unix seconds")
+    return Values(f.low, f.high, f.name.replace("_", " "))
+
+
+# Per history item, beside its surface and dwell (the original family's inputs): the
+# impression time, the post's creation time, the viewer's timezone and local hour + 1, the
+# post's semantic IDs [L, levels].
+HISTORY_CONTEXT = ("impression_time", "creation_time", "timezone", "hour_of_day", "semantic_ids")
+
+
+def history_context_inputs(ragged: bool, prefix: str = "history_") -> tuple[TensorSpec, ...]:
+    """One user's history items' production context, oldest to newest, each optional."""
+    specs = []
+    for name in HISTORY_CONTEXT:
+        f = feature(name, HISTORY_FEATURES)
+        axes = ["L", f.width] if f.width else ["L"]
+        specs.append(tensor_spec(prefix + name, f.dtype, axes, True, ragged, feature_values(f)))
+    return tuple(specs)
+
+
+def profile_inputs() -> tuple[TensorSpec, ...]:
+    """A user's profile, one per row (installed apps: [64] flags), each optional; 0 is
+    unknown. ``timezone`` is the user's home timezone."""
+    return tuple(
+        tensor_spec(f.name, f.dtype, [f.width or 1], optional=True, values=feature_values(f))
+        for f in PROFILE_FEATURES
+    )
+
+
+# The context of a recommend request: its timezone and local hour + 1 (the request's own when
+# it sends them, else from the user's home timezone and the server's clock).
+REQUEST_CONTEXT = (
+    tensor_spec(
+        "request_timezone",
+        np.int32,
+        [1],
+        optional=True,
+        values=feature_values(feature("timezone", HISTORY_FEATURES)),
+    ),  # fmt: skip
+    tensor_spec(
+        "request_hour_of_day",
+        np.int32,
+        [1],
+        optional=True,
+        values=feature_values(feature("hour_of_day", HISTORY_FEATURES)),
+    ),  # fmt: skip
+)
+
+# What the retriever answers of each post for the production family: its semantic IDs and the
+# request's timezone and hour it is shown in.
+CANDIDATE_CONTEXT = (
+    tensor_spec("semantic_ids", np.int32, ["K", SID_NUM_LEVELS]),
+    tensor_spec("timezone", np.int32, ["K"]),
+    tensor_spec("hour_of_day", np.int32, ["K"]),
+)
+
 # The newest posts of the authors a user follows (the user state's in-network source), newest
 # first; right-padded with post id 0 where rows of a request differ.
 IN_NETWORK_POSTS = (
@@ -246,15 +320,20 @@ RETRIEVER = ModelContract(
         # excluded too: the posts already served to the user (the user state's)
         tensor_spec("excluded_post_ids", np.int64, ["N"], optional=True, ragged=True, values=IDS),
         *IN_NETWORK_INPUTS,
+        *REQUEST_CONTEXT,  # the production family's (below)
     ),
     # In-network posts first (newest first), then the top_k retrieved (best first), each post
     # once; rows of a request cut to its shortest row (docs/user-state.md, In-network source).
     # Ages are the corpus's creation times at answer time (UNKNOWN_AGE where it has none).
+    # For the production family also each post's semantic IDs by the corpus (zeros where it
+    # has none) and, when the request sends its context, the timezone and hour each post is
+    # shown in: the request's (X's ranker reads them per candidate).
     outputs=(
         tensor_spec("post_ids", np.int64, ["K"]),
         tensor_spec("author_ids", np.int64, ["K"]),
         tensor_spec("retrieval_scores", np.float32, ["K"]),
         tensor_spec("post_age_seconds", np.float32, ["K"]),
+        *CANDIDATE_CONTEXT,
     ),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS, CORPUS_FILE),
@@ -363,23 +442,43 @@ FEED_POLICY = ModelContract(
 # (nothing is read, no served or in-network posts); a user the store does not know gets empty
 # histories (L = 0). Histories from the store hold at most the artifact's history_seq_len
 # items, oldest first; rows are right-padded with id 0.
+#
+# For artifacts of the production family (docs/production.md) it also answers what that ranker
+# reads (``PRODUCTION_STATE``): the ranking history's context per item (its posts' semantic IDs
+# looked up in the corpus store, as the corpus_file parameter names it), the user's profile and
+# the request's context (timezone and local hour + 1: the request's own, else the profile's home
+# timezone at the server's clock). A request carrying its history may carry the items' context
+# (its semantic IDs, when left out, are looked up by post) and the profile too; by id both
+# come from the store. An artifact of the original family answers none of them and reads no
+# corpus.
 USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
 USER_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # history_post_ids, ...
+HISTORY_CONTEXT_INPUTS = history_context_inputs(ragged=True)  # history_impression_time, ...
+PROFILE_INPUTS = profile_inputs()  # country, ..., timezone (the home one)
+PRODUCTION_STATE = tuple(
+    tensor_spec(s.name, s.dtype, s.axes)
+    for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS, *REQUEST_CONTEXT)
+)
+PRODUCTION_STATE_NAMES = tuple(spec.name for spec in PRODUCTION_STATE)
 RETRIEVAL_PREFIX = "retrieval_"
 USER_STATE = ModelContract(
     name="user_state",
     inputs=(
         USER_ID,
         *(optional(spec) for spec in USER_HISTORY),
+        *HISTORY_CONTEXT_INPUTS,
+        *PROFILE_INPUTS,
+        *REQUEST_CONTEXT,
     ),
     outputs=(
         *(tensor_spec(s.name, s.dtype, s.axes) for s in USER_HISTORY),
         *(tensor_spec(RETRIEVAL_PREFIX + s.name, s.dtype, s.axes) for s in USER_HISTORY),
         tensor_spec("served_post_ids", np.int64, ["N"]),  # newest first
         *IN_NETWORK_POSTS,
+        *PRODUCTION_STATE,  # the production family's only
     ),
     max_batch_size=8,
-    parameters=(*ARTIFACT_PARAMETERS, USER_STATE_URL),
+    parameters=(*ARTIFACT_PARAMETERS, USER_STATE_URL, CORPUS_FILE),
 )
 
 

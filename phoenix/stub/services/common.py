@@ -75,6 +75,14 @@ def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:
     return path
 
 
+def is_production(artifact_dir: Path) -> bool:
+    """Whether the artifacts in ``artifact_dir`` are of the production family."""
+    import json  # placeholder until the artifacts name their family
+
+    config = json.loads((Path(artifact_dir) / "config.json").read_text())
+    return config.get("family") == "production"
+
+
 def config_parameters(config: Mapping[str, Any]) -> dict[str, str]:
     """``parameters`` of a model config in JSON form (as Triton reports it) as {key: string}."""
     return {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
