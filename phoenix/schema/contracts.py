@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 
+from phoenix.feed_features import HISTORY_FEATURES, PROFILE_FEATURES, Feature, feature
 from phoenix.feed_policy import FILTERS as POLICY_FILTERS
 from phoenix.schema.spec import (
     FLAGS,
@@ -235,6 +236,53 @@ CANDIDATE_TOWER = ModelContract(
     parameters=(*ARTIFACT_PARAMETERS, Parameter("rows_per_call", "int", low=1)),
 )
 
+# ----------------------------------------------------------------------------------------
+# What X's production ranker reads besides ids (the production family, docs/production.md)
+# ----------------------------------------------------------------------------------------
+
+# Named and bounded as phoenix.feed_features declares the feed's features: per history item or
+# candidate with the prefix ``history_`` or ``candidate_`` (as history_product_surface), the
+# user's profile under the feature's own name. Every one is optional: a production ranker
+# reads a left-out one as X's "unknown" (0), an original one refuses them all (it reads none).
+# The history's surface and dwell time are the ranker's existing history_product_surface and
+# history_dwell_seconds; a candidate's post age is candidate_post_age_seconds.
+INT32_SECONDS = 2**31 - 1  # X's model reads times as int32 Unix seconds
+
+
+def feature_values(f: Feature) -> Values:
+    """The Values of a feed feature: its inclusive range (times within X's int32 seconds)."""
+    if f.kind == "apps":
+        return Values(0, 1, "flags")
+    if f.kind == "time":
+        return Values(f.low, min(f.high, INT32_SECONDS), "Unix seconds")
+    return Values(f.low, f.high, f.name.replace("_", " ") + " values")
+
+
+def feature_spec(name: str, f: Feature, axes: list) -> TensorSpec:
+    """An optional input of feature ``f``; an app set travels as int8 flags [64] (DLPack has
+    no bool for Triton's Python stub)."""
+    dtype = np.int8 if f.kind == "apps" else f.dtype
+    axes = axes + ([f.width] if f.width else [])
+    ragged = bool(axes) and axes[0] in ("L", "C")
+    return tensor_spec(name, dtype, axes or [1], True, ragged, feature_values(f))
+
+
+HISTORY_CONTEXT_FEATURES = ("impression_time", "creation_time", "timezone", "hour_of_day",
+                            "semantic_ids")  # fmt: skip
+CANDIDATE_CONTEXT_FEATURES = ("timezone", "hour_of_day", "semantic_ids")
+PRODUCTION_INPUTS = (
+    *(
+        feature_spec("history_" + name, feature(name, HISTORY_FEATURES), ["L"])
+        for name in HISTORY_CONTEXT_FEATURES
+    ),
+    *(
+        feature_spec("candidate_" + name, feature(name, HISTORY_FEATURES), ["C"])
+        for name in CANDIDATE_CONTEXT_FEATURES
+    ),
+    *(feature_spec(f.name, f, []) for f in PROFILE_FEATURES),
+)
+PRODUCTION_INPUT_NAMES = tuple(spec.name for spec in PRODUCTION_INPUTS)
+
 RETRIEVER = ModelContract(
     name="retriever",
     inputs=(
@@ -280,6 +328,8 @@ RANKER = ModelContract(
         tensor_spec("candidate_post_age_seconds", np.float32, ["C"], optional=True, ragged=True),
         # passed through to the outputs, in ranked order
         tensor_spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
+        # read by a production-family artifact only (above)
+        *PRODUCTION_INPUTS,
     ),
     outputs=(
         *RANKED_OUTPUTS,
