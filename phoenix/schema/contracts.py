@@ -176,73 +176,6 @@ def optional(spec: TensorSpec) -> TensorSpec:
     return TensorSpec(spec.name, spec.dtype, spec.axes, True, spec.ragged, spec.values)
 
 
-# What X's production ranker reads beside the original family's inputs
-# (``phoenix.feed_features``: the names, dtypes and ranges declared once), all optional: a
-# request of the original family never carries them.
-
-
-def feature_values(f: Feature) -> Values:
-    """The values a feature's tensor holds: its declared range (times: from 0 up; installed
-    apps: one flag per app)."""
-    if f.kind == "apps":
-        return Values(0, 1, "flags")
-    if f.kind == "time":
-        return Values(0, None, "Unix seconds")
-    return Values(f.low, f.high, f.name.replace("_", " "))
-
-
-# Per history item, beside its surface and dwell (the original family's inputs): the
-# impression time, the post's creation time, the viewer's timezone and local hour + 1, the
-# post's semantic IDs [L, levels].
-HISTORY_CONTEXT = ("impression_time", "creation_time", "timezone", "hour_of_day", "semantic_ids")
-
-
-def history_context_inputs(ragged: bool, prefix: str = "history_") -> tuple[TensorSpec, ...]:
-    """One user's history items' production context, oldest to newest, each optional."""
-    specs = []
-    for name in HISTORY_CONTEXT:
-        f = feature(name, HISTORY_FEATURES)
-        axes = ["L", f.width] if f.width else ["L"]
-        specs.append(tensor_spec(prefix + name, f.dtype, axes, True, ragged, feature_values(f)))
-    return tuple(specs)
-
-
-def profile_inputs() -> tuple[TensorSpec, ...]:
-    """A user's profile, one per row (installed apps: [64] flags), each optional; 0 is
-    unknown. ``timezone`` is the user's home timezone."""
-    return tuple(
-        tensor_spec(f.name, f.dtype, [f.width or 1], optional=True, values=feature_values(f))
-        for f in PROFILE_FEATURES
-    )
-
-
-# The context of a recommend request: its timezone and local hour + 1 (the request's own when
-# it sends them, else from the user's home timezone and the server's clock).
-REQUEST_CONTEXT = (
-    tensor_spec(
-        "request_timezone",
-        np.int32,
-        [1],
-        optional=True,
-        values=feature_values(feature("timezone", HISTORY_FEATURES)),
-    ),  # fmt: skip
-    tensor_spec(
-        "request_hour_of_day",
-        np.int32,
-        [1],
-        optional=True,
-        values=feature_values(feature("hour_of_day", HISTORY_FEATURES)),
-    ),  # fmt: skip
-)
-
-# What the retriever answers of each post for the production family: its semantic IDs and the
-# request's timezone and hour it is shown in.
-CANDIDATE_CONTEXT = (
-    tensor_spec("semantic_ids", np.int32, ["K", SID_NUM_LEVELS]),
-    tensor_spec("timezone", np.int32, ["K"]),
-    tensor_spec("hour_of_day", np.int32, ["K"]),
-)
-
 # The newest posts of the authors a user follows (the user state's in-network source), newest
 # first; right-padded with post id 0 where rows of a request differ.
 IN_NETWORK_POSTS = (
@@ -309,6 +242,73 @@ CANDIDATE_TOWER = ModelContract(
     parameters=(*ARTIFACT_PARAMETERS, Parameter("rows_per_call", "int", low=1)),
 )
 
+# ----------------------------------------------------------------------------------------
+# What X's production ranker reads besides ids (the production family, docs/production.md)
+# ----------------------------------------------------------------------------------------
+
+# Named and bounded as phoenix.feed_features declares the feed's features: per history item or
+# candidate with the prefix ``history_`` or ``candidate_`` (as history_product_surface), the
+# user's profile under the feature's own name. Every one is optional: a production ranker
+# reads a left-out one as X's "unknown" (0), an original one refuses them all (it reads none).
+# The history's surface and dwell time are the ranker's existing history_product_surface and
+# history_dwell_seconds; a candidate's post age is candidate_post_age_seconds.
+INT32_SECONDS = 2**31 - 1  # X's model reads times as int32 Unix seconds
+
+
+def feature_values(f: Feature) -> Values:
+    """The Values of a feed feature: its inclusive range (times within X's int32 seconds)."""
+    if f.kind == "apps":
+        return Values(0, 1, "flags")
+    if f.kind == "time":
+        return Values(f.low, min(f.high, INT32_SECONDS), "Unix seconds")
+    return Values(f.low, f.high, f.name.replace("_", " ") + " values")
+
+
+def feature_spec(name: str, f: Feature, axes: list) -> TensorSpec:
+    """An optional input of feature ``f``; an app set travels as int8 flags [64] (DLPack has
+    no bool for Triton's Python stub)."""
+    dtype = np.int8 if f.kind == "apps" else f.dtype
+    axes = axes + ([f.width] if f.width else [])
+    ragged = bool(axes) and axes[0] in ("L", "C")
+    return tensor_spec(name, dtype, axes or [1], True, ragged, feature_values(f))
+
+
+HISTORY_CONTEXT_FEATURES = ("impression_time", "creation_time", "timezone", "hour_of_day",
+                            "semantic_ids")  # fmt: skip
+CANDIDATE_CONTEXT_FEATURES = ("timezone", "hour_of_day", "semantic_ids")
+PRODUCTION_INPUTS = (
+    *(
+        feature_spec("history_" + name, feature(name, HISTORY_FEATURES), ["L"])
+        for name in HISTORY_CONTEXT_FEATURES
+    ),
+    *(
+        feature_spec("candidate_" + name, feature(name, HISTORY_FEATURES), ["C"])
+        for name in CANDIDATE_CONTEXT_FEATURES
+    ),
+    *(feature_spec(f.name, f, []) for f in PROFILE_FEATURES),
+)
+PRODUCTION_INPUT_NAMES = tuple(spec.name for spec in PRODUCTION_INPUTS)
+
+# The history's and the profile's (what the user_state stage answers for this family).
+HISTORY_CONTEXT_INPUTS = tuple(s for s in PRODUCTION_INPUTS if s.name.startswith("history_"))
+PROFILE_INPUTS = tuple(s for s in PRODUCTION_INPUTS if s.name in {f.name for f in PROFILE_FEATURES})
+
+# The context of a recommend request: its timezone and local hour + 1 (the request's own when
+# it sends them, else the user's home timezone at the server's clock).
+REQUEST_CONTEXT = tuple(
+    feature_spec("request_" + name, feature(name, HISTORY_FEATURES), [])
+    for name in ("timezone", "hour_of_day")
+)
+
+# What the retriever answers of each post for the production family: its semantic IDs and the
+# request's timezone and hour it is shown in.
+CANDIDATE_CONTEXT = (
+    tensor_spec("semantic_ids", np.int32, ["K", SID_NUM_LEVELS]),
+    tensor_spec("timezone", np.int32, ["K"]),
+    tensor_spec("hour_of_day", np.int32, ["K"]),
+)
+
+
 RETRIEVER = ModelContract(
     name="retriever",
     inputs=(
@@ -359,6 +359,8 @@ RANKER = ModelContract(
         tensor_spec("candidate_post_age_seconds", np.float32, ["C"], optional=True, ragged=True),
         # passed through to the outputs, in ranked order
         tensor_spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
+        # read by a production-family artifact only (above)
+        *PRODUCTION_INPUTS,
     ),
     outputs=(
         *RANKED_OUTPUTS,
@@ -453,8 +455,6 @@ FEED_POLICY = ModelContract(
 # corpus.
 USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
 USER_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # history_post_ids, ...
-HISTORY_CONTEXT_INPUTS = history_context_inputs(ragged=True)  # history_impression_time, ...
-PROFILE_INPUTS = profile_inputs()  # country, ..., timezone (the home one)
 PRODUCTION_STATE = tuple(
     tensor_spec(s.name, s.dtype, s.axes)
     for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS, *REQUEST_CONTEXT)

@@ -98,6 +98,25 @@ class RankerRequest(TypedRequest):
     candidate_product_surface: Optional[np.ndarray] = None  # [R, C] int32
     candidate_post_age_seconds: Optional[np.ndarray] = None  # [R, C] float32
     candidate_retrieval_scores: Optional[np.ndarray] = None  # [R, C] float32
+    history_impression_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_creation_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_timezone: Optional[np.ndarray] = None  # [R, L] int32
+    history_hour_of_day: Optional[np.ndarray] = None  # [R, L] int32
+    history_semantic_ids: Optional[np.ndarray] = None  # [R, L, 6] int32
+    candidate_timezone: Optional[np.ndarray] = None  # [R, C] int32
+    candidate_hour_of_day: Optional[np.ndarray] = None  # [R, C] int32
+    candidate_semantic_ids: Optional[np.ndarray] = None  # [R, C, 6] int32
+    country: Optional[np.ndarray] = None  # [R, 1] int32
+    language: Optional[np.ndarray] = None  # [R, 1] int32
+    latitude: Optional[np.ndarray] = None  # [R, 1] float32
+    longitude: Optional[np.ndarray] = None  # [R, 1] float32
+    installed_apps: Optional[np.ndarray] = None  # [R, 64] int8
+    profile_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender_score: Optional[np.ndarray] = None  # [R, 1] float32
+    age_bracket: Optional[np.ndarray] = None  # [R, 1] int32
+    age_years: Optional[np.ndarray] = None  # [R, 1] float32
+    timezone: Optional[np.ndarray] = None  # [R, 1] int32
 
 
 @dataclass(frozen=True, kw_only=True)
