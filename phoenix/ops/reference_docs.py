@@ -49,14 +49,15 @@ REFERENCE_LINK = "docs/reference.md"  # from the README
 ROLES = {
     "user_state": "reads a user's state from the user-state store (Redis) by user id: the "
     "ranking and retrieval histories, the posts already served, the newest posts of the "
-    "authors they follow; or passes on the history a request carries",
+    "authors they follow; or passes on the history a request carries; for the production "
+    "family also the history items' context, the profile and the request's timezone and hour",
     "user_encoder": "the retrieval two-tower's user tower: a user's history to a unit-norm "
     "embedding",
     "candidate_tower": "the retrieval two-tower's candidate tower: posts (id, author) to "
     "unit-norm embeddings, what a corpus is built with; not a stage of recommend",
     "retriever": "the in-network posts, then the top_k posts of the corpus (a file, or a store "
     "searched with Faiss) nearest the user embedding, history and served posts excluded; each "
-    "post dated by the corpus",
+    "post dated by the corpus (for the production family also its semantic IDs)",
     "ranker": "the Grok-derived transformer with candidate isolation: every action's "
     "probability per candidate, ranked by a weighted blend",
     "feed_policy": "the feed policy after the ranker (docs/policy.md): filters, a score over "

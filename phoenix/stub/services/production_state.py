@@ -29,7 +29,7 @@ import numpy as np
 from phoenix.feed_features import SID_NUM_LEVELS, local_hour
 from phoenix.schema.batches import stack_padded
 from phoenix.schema.contracts import (
-    HISTORY_CONTEXT,
+    HISTORY_CONTEXT_FEATURES,
     HISTORY_CONTEXT_INPUTS,
     PROFILE_INPUTS,
     REQUEST_CONTEXT,
@@ -53,7 +53,7 @@ LEVELS = SID_NUM_LEVELS
 def item_context(history: History) -> tuple[np.ndarray, ...]:
     """The history's context arrays, in ``HISTORY_CONTEXT_INPUTS``' order."""
     features = history.features()
-    return tuple(features[name] for name in HISTORY_CONTEXT)
+    return tuple(features[name] for name in HISTORY_CONTEXT_FEATURES)
 
 
 def request_context(
