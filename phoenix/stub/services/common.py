@@ -75,12 +75,9 @@ def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:
     return path
 
 
-def is_production(artifact_dir: Path) -> bool:
-    """Whether the artifacts in ``artifact_dir`` are of the production family."""
-    import json  # placeholder until the artifacts name their family
-
-    config = json.loads((Path(artifact_dir) / "config.json").read_text())
-    return config.get("family") == "production"
+def is_production(config) -> bool:
+    """Whether artifacts of ``config`` (an ArtifactConfig) are of the production family."""
+    return getattr(config, "ranker_family", "original") == "production"
 
 
 def config_parameters(config: Mapping[str, Any]) -> dict[str, str]:

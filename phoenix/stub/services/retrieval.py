@@ -241,11 +241,12 @@ class RetrieverService(Service):
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
+        resources = resources_for(settings.artifact_dir, ("retrieval",))  # no tables
         return cls(
-            resources_for(settings.artifact_dir, ("retrieval",)),  # no tables: it gets vectors
+            resources,
             settings.parameters["corpus_file"],
             batch_buckets=settings.batch_buckets,
-            production=is_production(settings.artifact_dir),
+            production=is_production(resources.config),
         )
 
     def warm_up(self) -> int:

@@ -142,7 +142,7 @@ class UserStateService(StoreBackedService):
     @classmethod
     def from_settings(cls, settings: ServiceSettings):
         config = load_config(settings.artifact_dir)
-        production = is_production(settings.artifact_dir)
+        production = is_production(config)
         corpus = None
         if production:  # look-ups only: no vectors, no index
             corpus = open_corpus(settings.artifact_dir, settings.parameters["corpus_file"], config)
