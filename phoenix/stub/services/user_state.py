@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from phoenix.checkpoint import load_config
+from phoenix.config import ACTION_NAMES
 from phoenix.schema.batches import stack_padded
 from phoenix.schema.contracts import (
     HISTORY_CONTEXT_INPUTS,
@@ -245,15 +246,42 @@ class UserStateService(StoreBackedService):
 # ----------------------------------------------------------------------------------------
 
 
-def stacked_history(histories: Sequence[History]) -> dict[str, np.ndarray]:
+def action_columns(config) -> np.ndarray | None:
+    """Where the store's action flags (``config.ACTION_NAMES``' 19 columns) go among the
+    artifacts' actions: None where they are the same (the original family), else each stored
+    action's column by name, -1 where the artifacts have none (the production family's 64
+    slots name the feed's actions as they are, ``feed_features.ACTION_SLOTS``, and have no
+    dwell_time slot)."""
+    names = tuple(config.action_names)
+    if names == ACTION_NAMES:
+        return None
+    return np.array([names.index(n) if n in names else -1 for n in ACTION_NAMES])
+
+
+def placed_actions(actions: np.ndarray, columns: np.ndarray | None, width: int) -> np.ndarray:
+    """Stored action flags [..., 19] as the artifacts' [..., width] (``action_columns``)."""
+    if columns is None:
+        return actions
+    out = np.zeros(actions.shape[:-1] + (width,), actions.dtype)
+    kept = columns >= 0
+    out[..., columns[kept]] = actions[..., kept]
+    return out
+
+
+def stacked_history(histories: Sequence[History], config=None) -> dict[str, np.ndarray]:
     """Rows of histories [R, L, ...], right-padded with zeros to the longest (an empty
-    history's actions are [0, A] already)."""
+    history's actions are [0, A] already); their action flags in ``config``'s columns when
+    given (``action_columns``)."""
     width = max(len(h) for h in histories)
     inputs = [h.inputs() for h in histories]
-    return {
+    out = {
         spec.name: stack_padded([row[spec.name][None] for row in inputs], width, len(inputs))
         for spec in USER_HISTORY
     }
+    if config is not None:
+        columns = action_columns(config)
+        out["history_actions"] = placed_actions(out["history_actions"], columns, config.num_actions)
+    return out
 
 
 def stacked_ids(rows: Sequence[np.ndarray]) -> np.ndarray:
@@ -316,8 +344,8 @@ def stored_state(
     ``ranking_histories``: the rows' ranking histories already so)."""
     if ranking_histories is None:
         ranking_histories = [servable(u.histories.ranking, config) for u in users]
-    ranking = stacked_history(ranking_histories)
-    retrieval = stacked_history([servable(u.histories.retrieval, config) for u in users])
+    ranking = stacked_history(ranking_histories, config)
+    retrieval = stacked_history([servable(u.histories.retrieval, config) for u in users], config)
     return {
         **ranking,
         **{RETRIEVAL_PREFIX + name: array for name, array in retrieval.items()},
