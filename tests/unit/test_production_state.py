@@ -6,6 +6,8 @@ refusals of the new inputs; the original family unchanged and refusing them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from phoenix.corpus_store import StoreFollower
 from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.semantic_ids import SemanticIdSpec
 from phoenix.corpus_store.store import CorpusStore
-from phoenix.feed_features import local_hour
+from phoenix.feed_features import ACTION_SLOTS, local_hour
 from phoenix.schema.contracts import PRODUCTION_STATE_NAMES, USER_STATE
 from phoenix.schema.requests import InputError
 from phoenix.stub.corpus import FollowedStore, semantic_id_lookup
@@ -46,10 +48,12 @@ def corpus(tmp_path):
     followed.close()
 
 
-def service(tiny_artifacts, url: str, corpus=None, production: bool = True) -> UserStateService:
+def service(
+    tiny_artifacts, url: str, corpus=None, production: bool = True, config=None
+) -> UserStateService:
     lookup = None if corpus is None else semantic_id_lookup(corpus)
     store = UserStateStore(connect(url), name=url, semantic_ids=lookup)
-    config = load_config(tiny_artifacts)
+    config = config or load_config(tiny_artifacts)
     return UserStateService(config, store, production=production, corpus=corpus, max_batch_size=8,
                             clock=lambda: NOW)  # fmt: skip
 
@@ -190,7 +194,8 @@ def test_with_a_history_what_the_request_carries_and_what_it_leaves_out(
         [int(local_hour(NOW - 30, 3)), int(local_hour(NOW - 20, 3)), 0]
     ]
     assert full["history_semantic_ids"].tolist() == sent_codes.tolist()  # as sent
-    assert full["country"].tolist() == [[2]] and np.flatnonzero(full["installed_apps"]).tolist() == [4]
+    assert full["country"].tolist() == [[2]]
+    assert np.flatnonzero(full["installed_apps"]).tolist() == [4]
     assert full["request_timezone"].tolist() == [[HOME]]  # the home timezone sent
     (hours,) = svc.handle([carried_history(history_hour_of_day=np.array([[1, 2, 3]], np.int32),
                                            history_impression_time=times)])  # fmt: skip
@@ -245,3 +250,27 @@ def test_a_corpus_store_of_another_semantic_id_width_fails_its_look_ups_naming_i
             semantic_id_lookup(followed)(POSTS)
     finally:
         followed.close()
+
+
+def test_stored_action_flags_go_to_the_production_artifacts_slots_by_name(
+    tiny_artifacts, redis_server
+):
+    """The store keeps the feed's 19 actions; artifacts of 64 action slots get each flag in the
+    slot of its name (dwell_time has none), in both histories."""
+    slots = dataclasses.replace(
+        load_config(tiny_artifacts), action_names=ACTION_SLOTS, num_actions=len(ACTION_SLOTS)
+    )
+    UserStateStore(connect(redis_server.url)).apply(
+        [
+            Engagement.of(USER, 11, 5, NOW - 60, ["favorite", "repost", "dwell_time"]),
+            Engagement.of(USER, 12, 5, NOW - 30, ["mute_author"]),
+        ]  # fmt: skip
+    )
+    (out,) = service(tiny_artifacts, redis_server.url, config=slots).handle([by_id()])
+    ranking = out["history_actions"][0]
+    assert ranking.shape == (2, 64)
+    named = [[ACTION_SLOTS[i] for i in np.flatnonzero(row)] for row in ranking]
+    assert named == [["favorite", "repost"], ["mute_author"]]
+    retrieval = out["retrieval_history_actions"][0]  # positive engagements only
+    assert [ACTION_SLOTS[i] for i in np.flatnonzero(retrieval[0])] == ["favorite", "repost"]
+    assert retrieval.shape == (1, 64)

@@ -75,11 +75,6 @@ def resolve_artifact_dir(chosen: str, model_dir: str) -> Path:
     return path
 
 
-def is_production(config) -> bool:
-    """Whether artifacts of ``config`` (an ArtifactConfig) are of the production family."""
-    return getattr(config, "ranker_family", "original") == "production"
-
-
 def config_parameters(config: Mapping[str, Any]) -> dict[str, str]:
     """``parameters`` of a model config in JSON form (as Triton reports it) as {key: string}."""
     return {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}

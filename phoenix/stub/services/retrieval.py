@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
+from phoenix.checkpoint.production import is_production
 from phoenix.corpus_store.segment import is_in_unsorted
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
@@ -25,7 +26,6 @@ from phoenix.stub.services.common import (
     Outputs,
     Service,
     ServiceSettings,
-    is_production,
     split_rows,
 )
 from phoenix.stub.services.resources import PhoenixResources, resources_for

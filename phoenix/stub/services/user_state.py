@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from phoenix.checkpoint import load_config
+from phoenix.checkpoint.production import is_production
 from phoenix.config import ACTION_NAMES
 from phoenix.schema.batches import stack_padded
 from phoenix.schema.contracts import (
@@ -53,7 +54,7 @@ from phoenix.schema.requests import InputError, value_bound
 from phoenix.schema.wiring import passed_on_history
 from phoenix.stub.corpus import ServedCorpus, open_corpus, semantic_id_lookup
 from phoenix.stub.services import production_state
-from phoenix.stub.services.common import Result, Service, ServiceSettings, is_production
+from phoenix.stub.services.common import Result, Service, ServiceSettings
 from phoenix.user_state import (
     History,
     UserState,
