@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from phoenix.checkpoint import load_config
+from phoenix.config import ACTION_NAMES
 from phoenix.corpus_store import StoreFollower
 from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.semantic_ids import SemanticIdSpec
@@ -20,7 +21,12 @@ from phoenix.feed_features import ACTION_SLOTS, local_hour
 from phoenix.schema.contracts import PRODUCTION_STATE_NAMES, USER_STATE
 from phoenix.schema.requests import InputError
 from phoenix.stub.corpus import FollowedStore, semantic_id_lookup
-from phoenix.stub.services.user_state import UserStateService
+from phoenix.stub.services.user_state import (
+    UserStateService,
+    action_columns,
+    feed_actions,
+    placed_actions,
+)
 from phoenix.user_state import Engagement, Profile, UserStateStore, connect
 
 NOW = 1_780_000_123.0  # an hour of day the tests do not depend on
@@ -274,3 +280,21 @@ def test_stored_action_flags_go_to_the_production_artifacts_slots_by_name(
     retrieval = out["retrieval_history_actions"][0]  # positive engagements only
     assert [ACTION_SLOTS[i] for i in np.flatnonzero(retrieval[0])] == ["favorite", "repost"]
     assert retrieval.shape == (1, 64)
+
+
+def test_the_served_log_records_the_slots_as_the_stores_actions(tiny_artifacts):
+    """What the request log keeps of a production history: the store's action bits, so that
+    training reads one action vocabulary whatever the family (dwell_time has no slot)."""
+    slots = dataclasses.replace(
+        load_config(tiny_artifacts), action_names=ACTION_SLOTS, num_actions=len(ACTION_SLOTS)
+    )
+    columns = action_columns(slots)
+    flags = np.eye(19, dtype=np.float32)  # one feed action per row
+    placed = placed_actions(flags, columns, 64)
+    assert placed.shape == (19, 64) and placed.sum() == 18  # dwell_time: no slot
+    back = feed_actions(placed, columns)
+    dwell_time = ACTION_NAMES.index("dwell_time")
+    expected = flags.copy()
+    expected[dwell_time] = 0
+    np.testing.assert_array_equal(back, expected)
+    assert action_columns(load_config(tiny_artifacts)) is None  # the original: as stored

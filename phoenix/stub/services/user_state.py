@@ -269,6 +269,17 @@ def placed_actions(actions: np.ndarray, columns: np.ndarray | None, width: int) 
     return out
 
 
+def feed_actions(flags: np.ndarray, columns: np.ndarray | None) -> np.ndarray:
+    """The artifacts' action flags [..., A] as the store's 19 (``action_columns``; the
+    inverse of ``placed_actions``: a slot of no feed action is not kept)."""
+    if columns is None:
+        return flags
+    out = np.zeros(flags.shape[:-1] + (len(columns),), flags.dtype)
+    kept = columns >= 0
+    out[..., kept] = flags[..., columns[kept]]
+    return out
+
+
 def stacked_history(histories: Sequence[History], config=None) -> dict[str, np.ndarray]:
     """Rows of histories [R, L, ...], right-padded with zeros to the longest (an empty
     history's actions are [0, A] already); their action flags in ``config``'s columns when
