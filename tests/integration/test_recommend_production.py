@@ -24,12 +24,13 @@ from phoenix.feed_features import local_hour
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
 from phoenix.schema.contracts import PRODUCTION_INPUT_NAMES, RANKER
+from phoenix.schema.recommend import RECOMMEND
 from phoenix.schema.wiring import next_step_inputs
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state import Engagement, Profile, UserStateStore
 from phoenix.user_state import connect as connect_store
 from phoenix.user_state.actions import ACTION_BIT
-from phoenix.user_state.history import time_ms
+from phoenix.user_state.history import encode, time_ms
 from phoenix.user_state.profile import profile_arrays
 from phoenix.user_state.request_log import read_request_log
 from phoenix.world.users import WorldUsers, load_users
@@ -53,29 +54,31 @@ def mid_bucket_times(count: int, now: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
-    """Tiny production-family artifacts and their CPU programs (built once for every test
-    process of this code) with a small synthetic world (training.json), copied, and the
-    world's posts in a corpus store with their semantic IDs, embedded by the artifacts'
-    candidate tower and dated in the middle of post-age buckets from now."""
-    made = {"preset": "tiny", "seed": 0, "corpus_size": 200, "world": WORLD, "world_seed": 3}
+    """The tiny production preset and its CPU programs (built once for every test process of
+    this code, as test_production_serving builds them), copied, with a small synthetic world
+    (training.json) and the world's posts in a corpus store with their semantic IDs,
+    embedded by the artifacts' candidate tower and dated in the middle of post-age buckets
+    from now."""
+    made = {"preset": "tiny", "seed": 0, "corpus_size": 200}
 
-    def build(out) -> None:
+    def build(out_dir) -> None:
         from phoenix.ops.compile import ensure_programs
         from phoenix.production_artifacts import generate_production
 
-        generate_production(made["preset"], out, made["seed"], made["corpus_size"])
-        (out / "training.json").write_text(json.dumps({"seed": made["world_seed"],
-                                                       "world": WORLD}))  # fmt: skip
-        ensure_programs(out, "cpu")
+        generate_production(out_dir=out_dir, **made)
+        ensure_programs(out_dir, "cpu")
 
     from phoenix.client.served_tower import IN_PROCESS, candidate_tower, tower_identity
     from phoenix.corpus_store.building import build_store
     from phoenix.world.trained import world_posts
 
     out = tmp_path_factory.mktemp("production-feed") / "artifacts"
-    shutil.copytree(built_once("production-feed", build, made), out)
-    posts = world_posts(out, WORLD["num_posts"], None, int(time.time()))
-    posts = dataclasses.replace(posts, created_at=mid_bucket_times(len(posts), int(time.time())))
+    built = built_once("production-tiny-artifacts", build, {**made, "device": "cpu"})
+    shutil.copytree(built, out)
+    (out / "training.json").write_text(json.dumps({"seed": 3, "world": WORLD}))
+    now = int(time.time())
+    posts = world_posts(out, WORLD["num_posts"], None, now)
+    posts = dataclasses.replace(posts, created_at=mid_bucket_times(len(posts), now))
     embed = candidate_tower(IN_PROCESS, artifacts=out, batch_size=256)
     tower = tower_identity(IN_PROCESS, artifacts=out)
     build_store(out / STORE, posts, embed, embedded_by=tower, report=lambda line: None)
@@ -157,6 +160,13 @@ def ranker_read(client, request: dict) -> dict:
     return inputs
 
 
+def stored_order(events) -> list[Engagement]:
+    """The engagements among ``events`` in the order the store reads them back: by time in
+    milliseconds, engagements of one time by their packed bytes (a sorted set's order)."""
+    engagements = [e for e in events if isinstance(e, Engagement)]
+    return sorted(engagements, key=lambda e: (time_ms(e.ts), encode(e)))
+
+
 def world_codes(world, post_ids: np.ndarray) -> np.ndarray:
     """The world's semantic IDs of ``post_ids`` (zeros for 0, padding)."""
     index = {p: i for i, p in enumerate(world.world.post_ids.tolist())}
@@ -170,9 +180,8 @@ def test_by_id_the_ranker_reads_the_stored_context_profile_and_semantic_ids(clie
     inputs = ranker_read(client, by_id(user_id))
 
     events = world.user_events(index)
-    engagements = [e for e in events if isinstance(e, Engagement)]
     (stored_profile,) = [e for e in events if isinstance(e, Profile)]
-    newest = engagements[-len(inputs["history_post_ids"][0]) :]  # the newest seq_len
+    newest = stored_order(events)[-len(inputs["history_post_ids"][0]) :]  # the newest seq_len
     assert inputs["history_post_ids"][0].tolist() == [e.post_id for e in newest]
     assert inputs["history_timezone"][0].tolist() == [e.timezone for e in newest]
     assert inputs["history_hour_of_day"][0].tolist() == [e.hour_of_day for e in newest]
@@ -194,10 +203,10 @@ def test_by_id_the_ranker_reads_the_stored_context_profile_and_semantic_ids(clie
 def test_with_a_history_the_ranker_reads_what_the_request_carries(client, user):
     _, user_id = user
     state = infer(client, "http", "user_state", {"user_id": np.array([[user_id]], np.int64)})
-    carried = {
+    carried = {  # the history and profile by-id requests read, as the request's own
         name: state[name]
-        for name in RANKER.input_names
-        if name.startswith("history_") or name in PRODUCTION_INPUT_NAMES
+        for name in RECOMMEND.input_names
+        if name in state and name != "user_id" and not name.startswith("request_")
     }
     del carried["history_semantic_ids"]  # looked up by post
     context = {"request_timezone": np.array([[3]], np.int32),
@@ -222,8 +231,7 @@ def test_recommend_by_id_serves_logs_the_stores_actions_and_skips_served_posts(
     request_id = int(first["request_id"][0, 0])
     logged = [r for _, r in read_request_log(connect_store(redis_server.url))]
     [entry] = [r for r in logged if r.request_id == request_id]
-    engagements = [e for e in world.user_events(index) if isinstance(e, Engagement)]
-    newest = engagements[-len(entry.history_post_ids) :]
+    newest = stored_order(world.user_events(index))[-len(entry.history_post_ids) :]
     assert entry.history_post_ids.tolist() == [e.post_id for e in newest]
     # the store's bits, dwell_time aside (the slots have none)
     assert entry.history_actions.tolist() == [e.actions & ~DWELL_TIME for e in newest]
