@@ -83,7 +83,7 @@ def history_context(histories: Sequence[History]) -> Arrays:
 def profile_outputs(profiles: Mapping[str, np.ndarray]) -> Arrays:
     """{feature: [R, 1]} (installed apps [R, 64]) of {feature: [R] or [R, 64]} arrays."""
     return {
-        spec.name: np.asarray(profiles[spec.name], spec.dtype).reshape(-1, spec.axes[0])
+        spec.name: np.asarray(profiles[spec.name], spec.dtype).reshape(len(profiles[spec.name]), -1)
         for spec in PROFILE_INPUTS
     }
 
@@ -109,7 +109,7 @@ def carried(request, semantic_ids: SemanticIds, now: float) -> Arrays:
     out: Arrays = {}
     for spec in HISTORY_CONTEXT_INPUTS:
         sent = getattr(request, spec.name)
-        zeros = np.zeros(shape + spec.axes[1:], spec.dtype)  # type: ignore[operator]
+        zeros = np.zeros(shape + tuple(int(a) for a in spec.axes[1:]), spec.dtype)
         out[spec.name] = zeros if sent is None else np.asarray(sent, spec.dtype)
     if request.history_hour_of_day is None and request.history_impression_time is not None:
         out["history_hour_of_day"] = local_hour(
