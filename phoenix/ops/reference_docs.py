@@ -175,8 +175,15 @@ def tensor_table(specs: Sequence[TensorSpec], inputs: bool) -> list[str]:
     if not specs:
         return []
     if not inputs:
-        lines = ["| output | dtype | shape |", "| --- | --- | --- |"]
-        return lines + [f"| `{s.name}` | {s.triton_dtype} | `{shape(s)}` |" for s in specs]
+        if not any(s.optional for s in specs):
+            lines = ["| output | dtype | shape |", "| --- | --- | --- |"]
+            return lines + [f"| `{s.name}` | {s.triton_dtype} | `{shape(s)}` |" for s in specs]
+        lines = ["| output | dtype | shape | |", "| --- | --- | --- | --- |"]
+        return lines + [
+            f"| `{s.name}` | {s.triton_dtype} | `{shape(s)}` | "
+            f"{'production family only' if s.optional else ''} |"
+            for s in specs
+        ]
     lines = ["| input | dtype | shape | | values |", "| --- | --- | --- | --- | --- |"]
     for s in specs:
         flags = ", ".join(f for f, on in (("optional", s.optional), ("ragged", s.ragged)) if on)

@@ -302,10 +302,10 @@ REQUEST_CONTEXT = tuple(
 
 # What the retriever answers of each post for the production family: its semantic IDs and the
 # request's timezone and hour it is shown in.
-CANDIDATE_CONTEXT = (
-    tensor_spec("semantic_ids", np.int32, ["K", SID_NUM_LEVELS]),
-    tensor_spec("timezone", np.int32, ["K"]),
-    tensor_spec("hour_of_day", np.int32, ["K"]),
+CANDIDATE_CONTEXT = (  # optional outputs: answered for the production family only
+    tensor_spec("semantic_ids", np.int32, ["K", SID_NUM_LEVELS], optional=True),
+    tensor_spec("timezone", np.int32, ["K"], optional=True),
+    tensor_spec("hour_of_day", np.int32, ["K"], optional=True),
 )
 
 
@@ -455,8 +455,8 @@ FEED_POLICY = ModelContract(
 # corpus.
 USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
 USER_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # history_post_ids, ...
-PRODUCTION_STATE = tuple(
-    tensor_spec(s.name, s.dtype, s.axes)
+PRODUCTION_STATE = tuple(  # optional outputs: answered for the production family only
+    tensor_spec(s.name, s.dtype, s.axes, optional=True)
     for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS, *REQUEST_CONTEXT)
 )
 PRODUCTION_STATE_NAMES = tuple(spec.name for spec in PRODUCTION_STATE)

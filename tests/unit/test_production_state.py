@@ -18,7 +18,7 @@ from phoenix.corpus_store.segment import Posts
 from phoenix.corpus_store.semantic_ids import SemanticIdSpec
 from phoenix.corpus_store.store import CorpusStore
 from phoenix.feed_features import ACTION_SLOTS, local_hour
-from phoenix.schema.contracts import PRODUCTION_STATE_NAMES, USER_STATE
+from phoenix.schema.contracts import PRODUCTION_STATE_NAMES, RETRIEVER, USER_STATE
 from phoenix.schema.requests import InputError
 from phoenix.stub.corpus import FollowedStore, semantic_id_lookup
 from phoenix.stub.services.user_state import (
@@ -298,3 +298,19 @@ def test_the_served_log_records_the_slots_as_the_stores_actions(tiny_artifacts):
     expected[dwell_time] = 0
     np.testing.assert_array_equal(back, expected)
     assert action_columns(load_config(tiny_artifacts)) is None  # the original: as stored
+
+
+def test_the_load_tests_checks_take_the_production_outputs_as_optional():
+    """The original family's retriever and user_state answer none of the production outputs:
+    the load test's shape check must not count them missing; a missing output it must."""
+    from loadtest.checks import shape_problem
+
+    original = {s.name: np.zeros((1, 0)) for s in RETRIEVER.outputs if not s.optional}
+    assert shape_problem("retriever", original, {}) is None
+    del original["post_age_seconds"]
+    assert shape_problem("retriever", original, {}) == "output post_age_seconds missing"
+    state = {s.name: np.zeros((1, 0)) for s in USER_STATE.outputs if not s.optional}
+    assert shape_problem("user_state", state, {}) is None
+    assert {s.name for s in RETRIEVER.outputs if s.optional} == {
+        "semantic_ids", "timezone", "hour_of_day"
+    }  # fmt: skip
