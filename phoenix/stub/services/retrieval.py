@@ -56,6 +56,7 @@ def retrieval_engine(resources: PhoenixResources, **options) -> RetrievalEngine:
         resources.config.retrieval_config(),
         resources.artifacts.retrieval_params,
         store=resources.programs,
+        num_actions=resources.config.num_actions,
         **options,
     )
 
