@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +40,7 @@ from phoenix.world.users import WorldUsers, load_users
 from tests.built_once import built_once
 
 pytestmark = pytest.mark.integration
+REPO_ROOT = Path(__file__).resolve().parents[2]
 WORLD = {"num_users": 40, "num_authors": 12, "num_posts": 300, "num_days": 4}
 STORE = "world-store"  # the corpus the served models read, inside the artifacts
 TOP_K = 12
@@ -235,6 +239,21 @@ def test_recommend_by_id_serves_logs_the_stores_actions_and_skips_served_posts(
     assert entry.history_post_ids.tolist() == [e.post_id for e in newest]
     # the store's bits, dwell_time aside (the slots have none)
     assert entry.history_actions.tolist() == [e.actions & ~DWELL_TIME for e in newest]
+
+
+def test_phoenix_recommend_check_agrees_with_the_server(server, artifacts):
+    """`phoenix-recommend --check` as users run it: the artifacts' example user (a history with
+    its context and semantic IDs, a profile) through the served recommend and the same chain
+    in this process. The request's hour is the clock's: run again if the hour turned."""
+    command = [sys.executable, "-m", "clients.recommend", "--url", server.http_url,
+               "--artifacts", str(artifacts), "--check"]  # fmt: skip
+    for _ in range(2):
+        hour = utc_hour()
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+        if utc_hour() == hour:
+            break
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "check passed" in done.stdout
 
 
 @pytest.mark.parametrize(
