@@ -201,9 +201,9 @@ class UserStateService(StoreBackedService):
         return request
 
     def run(self, requests: Sequence) -> list[Result]:
+        now = self.clock()  # what the store's windows and the requests' hours are read at
         by_id = [r for r in requests if r.history_post_ids is None]
-        state = self.read([int(u) for r in by_id for u in r.user_id[:, 0]]) if by_id else None
-        now = self.clock()
+        state = self.read([int(u) for r in by_id for u in r.user_id[:, 0]], now) if by_id else None
         results: list[Result] = []
         row = 0
         for request in requests:
@@ -233,11 +233,11 @@ class UserStateService(StoreBackedService):
             outputs.update(production_state.stored(request, users, ranking, now))
         return outputs
 
-    def read(self, user_ids: list[int]) -> list[UserState] | UserStateError:
-        """The state of ``user_ids`` (one batch read: ``UserStateStore.state``), or the
-        store's error."""
+    def read(self, user_ids: list[int], now: float) -> list[UserState] | UserStateError:
+        """The state of ``user_ids`` at ``now`` (one batch read: ``UserStateStore.state``), or
+        the store's error."""
         try:
-            return self.store.state(user_ids, self.clock(), self.seq_len)
+            return self.store.state(user_ids, now, self.seq_len)
         except UserStateError as error:
             return error
 
