@@ -40,7 +40,6 @@ import numpy as np
 
 from bench import serving_measure as measure
 from bench.flops import production_flops
-from bench.serving_servers import repository_for
 from clients.workload import random_users
 from harness.results import shown_path
 from harness.triton import start_triton
@@ -48,6 +47,8 @@ from phoenix.checkpoint import load_config
 from phoenix.client.client import connect, ranker_inputs
 from phoenix.client.inprocess import InProcessModels
 from phoenix.ops import profiles
+from phoenix.ops.configs import write_repository
+from phoenix.schema.contracts import RANKER
 from phoenix.util.command_line import command_parser
 from phoenix.util.doc_blocks import with_block
 
@@ -80,6 +81,10 @@ def parse_args(argv: Optional[Sequence[str]]):
     add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
     add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
         help="derived repository, input data, server log (default: %(default)s)")  # fmt: skip
+    add("--queue-timeout-s", type=float, default=120.0,
+        help="the ranker's queue timeout in the measured server: the CPU profile's 5 s refuses "
+        "what waits longer, and 16 nano requests in flight on 2 cores wait more than that "
+        "(default: %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
     args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16])
     args.window_requests = args.window_requests or (24 if args.quick else 40)
@@ -87,9 +92,20 @@ def parse_args(argv: Optional[Sequence[str]]):
     stem = "production-serving-quick" if args.quick else "production-serving"
     args.out = args.out or RESULTS / f"{stem}.json"
     args.timing_s = 4.0 if args.quick else 12.0
-    # what measure.repository_for and the servers read
-    args.device, args.instances, args.model_repository = "cpu", {}, REPO_ROOT / "model_repository"
     return args
+
+
+def repository(args) -> Path:
+    """The CPU profile's repository with the ranker's prefix cache off (perf_analyzer cycles
+    through a pool of users: every later request of one would find its prefix) and its queue
+    timeout at ``--queue-timeout-s``."""
+    from dataclasses import replace
+
+    deployment = profiles.CPU.with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    ranker = deployment.models[RANKER.name]
+    queue = replace(ranker.queue, timeout_us=int(args.queue_timeout_s * 1e6))
+    models = {**deployment.models, RANKER.name: replace(ranker, queue=queue)}
+    return write_repository(args.build_dir / "model_repository", replace(deployment, models=models))
 
 
 # ----------------------------------------------------------------------------------------
@@ -152,20 +168,27 @@ def make_requests(args, config) -> list[dict[str, np.ndarray]]:
     return [ranker_inputs(user) for user in users]
 
 
-def xla_flops(models: InProcessModels) -> dict[str, float]:
-    """XLA's own FLOP count of each compiled program of the in-process ranker, by shape."""
-    engine = models.service("ranker").ranker
-    counts = {}
-    for program in (engine._prefix, engine._candidates):
-        for key, executable in program._executables.items():
-            try:
-                analysis = executable.cost_analysis()
-            except Exception:  # noqa: BLE001  # a loaded executable may not say
-                continue
-            analysis = analysis[0] if isinstance(analysis, list) else analysis
-            leaves = key[1]
-            counts[f"{program.name} {leaves[0][0]}"] = float(analysis.get("flops", 0.0))
-    return counts
+def xla_flops(models: InProcessModels, candidates: int) -> dict[str, float]:
+    """XLA's own FLOP count (its cost analysis of the lowered programs) of one user's prefix
+    and ``candidates`` candidates: a check of ``production_flops``' count (XLA counts the
+    elementwise work too)."""
+    from phoenix.schema.batches import empty_batch
+    from phoenix.stub.services.ranker import batch_widths
+
+    service = models.service("ranker")
+    engine = service.ranker
+    batch = empty_batch(RANKER, 1, batch_widths(service.config, candidates))
+    user, history, cands = engine.inputs(batch)
+    prefix = engine._prefix._jit.lower(engine.weights, engine.table, user, history)
+    cache = engine._prefix.output_shapes(engine.weights, engine.table, user, history)
+    scored = engine._candidates._jit.lower(engine.weights, engine.table, cache, cands, engine.blend)
+
+    def flops(lowered) -> float:
+        analysis = lowered.cost_analysis()
+        analysis = analysis[0] if isinstance(analysis, list) else analysis
+        return float(analysis.get("flops", 0.0))
+
+    return {"prefix": flops(prefix), "candidates": flops(scored)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -325,7 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log = args.build_dir / "tritonserver.log"
     print(f"== starting tritonserver (the ranker alone; log {shown_path(log)})", flush=True)
     server = start_triton(
-        repository_for("on", args), args.artifacts, log_path=log, exit_timeout_secs=5,
+        repository(args), args.artifacts, log_path=log, exit_timeout_secs=5,
         model_control_mode="explicit", load_model=["ranker"],
     )  # fmt: skip
     try:
@@ -334,7 +357,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         models = InProcessModels.like_server(client, "http", args.artifacts.resolve(), models=(),
                                              batched=True)  # fmt: skip
         results["in_process"] = in_process(models, requests, args.timing_s)
-        results["xla_flops"] = xla_flops(models)
+        results["xla_flops"] = xla_flops(models, args.candidates)
         print("== served", flush=True)
         before = measure.failure_counts(server.http_url)
         results["served"] = served(server, args, data)

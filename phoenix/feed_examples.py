@@ -39,7 +39,7 @@ def random_profile(rng: np.random.Generator) -> dict[str, Any]:
         elif f.kind == "float":
             out[f.name] = round(float(rng.uniform(f.low, f.high)), 4)
         else:
-            out[f.name] = int(rng.integers(f.low, f.high + 1))
+            out[f.name] = int(rng.integers(int(f.low), int(f.high) + 1))
     return out
 
 

@@ -173,7 +173,7 @@ def generate_production(
     params = ranker_params(ranker, seed, checkpoint_dir)
     retrieval = random_params(checkpoint.retrieval_param_shapes(config), seed, "retrieval")
     tables = random_tables(config, seed)
-    checkpoint.save_artifacts(out_dir, config, params, retrieval, tables)  # type: ignore[arg-type]
+    checkpoint.save_artifacts(out_dir, config, params, retrieval, tables)
     stacked = stack_tables(*(tables[checkpoint.TABLE_KEYS[e]] for e in ENTITIES))
     corpus = random_corpus(config, retrieval, stacked, chosen, size, seed, progress)
     checkpoint.save_corpus(out_dir / checkpoint.CORPUS_FILE, corpus)

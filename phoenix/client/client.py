@@ -50,7 +50,7 @@ def input_row(spec: TensorSpec, value: Any, num_actions: Optional[int] = None) -
         inner = [axis if isinstance(axis, int) else None for axis in spec.axes[1:]]
         if None in inner and num_actions is None:
             raise ValueError(f"empty {spec.name}: pass num_actions to size the tensor")
-        sizes = [num_actions if axis is None else axis for axis in inner]
+        sizes = [int(num_actions or 0) if axis is None else axis for axis in inner]
         return np.zeros((1, 0, *sizes), spec.dtype)
     return array[None]
 

@@ -172,7 +172,7 @@ def candidate_sequence(batch, config: ProductionConfig) -> PostSequence:
     )
 
 
-def check_rows(sequence_hashes: Mapping[str, np.ndarray], num_rows: int) -> None:
+def check_rows(sequence_hashes: Mapping[str, Any], num_rows: int) -> None:
     """Every hashed row inside the table (the hash functions guarantee it for a table that
     fits the config, which the artifact checks; a broken one fails here, named)."""
     for name, hashes in sequence_hashes.items():

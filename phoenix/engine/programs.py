@@ -299,7 +299,9 @@ class Program:
             self.settings["compiler_options"] = sorted(compiler_options.items())
         self.x64 = x64
         self._jit = jax.jit(
-            fn, static_argnames=tuple(static_argnames), compiler_options=compiler_options or None
+            fn,
+            static_argnames=tuple(static_argnames),
+            compiler_options=dict(compiler_options) if compiler_options else None,
         )
         self._executables: dict[tuple, Any] = {}
         self.loaded = self.compiled = 0

@@ -58,8 +58,9 @@ ROLES = {
     "retriever": "the in-network posts, then the top_k posts of the corpus (a file, or a store "
     "searched with Faiss) nearest the user embedding, history and served posts excluded; each "
     "post dated by the corpus (for the production family also its semantic IDs)",
-    "ranker": "the Grok-derived transformer with candidate isolation: every action's "
-    "probability per candidate, ranked by a weighted blend",
+    "ranker": "the Grok-derived transformer with candidate isolation, or X's production ranker "
+    "(an artifact of that family: docs/production.md): every action's probability per "
+    "candidate, ranked by a weighted blend",
     "feed_policy": "the feed policy after the ranker (docs/policy.md): filters, a score over "
     "every action, author diversity, the out-of-network factor; numpy, on the host",
     "served_log": "the side effect of serving: the feed's posts marked served to the user and "
