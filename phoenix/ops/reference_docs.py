@@ -24,7 +24,7 @@ from phoenix.feed_policy import FILTERS
 from phoenix.ops.profiles import CPU, GPU, Profile
 from phoenix.schema.contracts import LIMITS
 from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN, stage_parameter
-from phoenix.schema.served import CONTRACTS, CORPUS_READERS
+from phoenix.schema.served import CONTRACTS, CORPUS_READERS, PRODUCTION_CORPUS_READERS
 from phoenix.schema.spec import (
     ARTIFACT_WIDTHS,
     LENGTH_LIMITS,
@@ -394,6 +394,13 @@ def exporters(family: str, contracts: Mapping[str, ModelContract]) -> list[str]:
     return [name for name, c in stubs.items() if test(c)]
 
 
+def exporter(family: str, model: str) -> str:
+    """A model that exports ``family``, as the table names it."""
+    if family in metrics.STORE_METRICS and model in PRODUCTION_CORPUS_READERS:
+        return f"`{model}` (production family)"
+    return f"`{model}`"
+
+
 def is_prefix_cache(parameter: str) -> bool:
     """Whether ``parameter`` sizes a prefix cache (the ranker's, or the chain's ranker's)."""
     return parameter.rsplit(".", 1)[-1] == "prefix_cache_mib"
@@ -416,7 +423,7 @@ def metrics_block(contracts: Mapping[str, ModelContract] = CONTRACTS) -> str:
             raise ReferenceDocError(f"metric family {family!r} has no meaning in the generator")
         labels = ", ".join(("model", "version", *FAMILY_LABELS.get(family, ()), metrics.STUB))
         models = exporters(family, contracts)
-        by = "every stub" if models == everyone else ", ".join(f"`{m}`" for m in models)
+        by = "every stub" if models == everyone else ", ".join(exporter(family, m) for m in models)
         lines.append(f"| `{family}` | {kind} | {labels} | {meaning} | {by} |")
     return "\n".join(lines)
 
