@@ -41,7 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from phoenix.engine.batching import bucket_for, default_compute_dtype
+from phoenix.engine.batching import (
+    bucket_for,
+    default_compute_dtype,
+    default_max_rows_per_call,
+)
 from phoenix.engine.production_ranking import PrefixCache, prefix, score_candidates
 from phoenix.engine.programs import Program, ProgramStore, prepare_all
 from phoenix.engine.ranking_inputs import RankedBatch
@@ -233,13 +237,24 @@ class ProductionBatchRanker:
         candidate_buckets: Sequence[int],
         store: Optional[ProgramStore] = None,
         compute_dtype: Any = None,
+        max_rows_per_call: Optional[int] = None,
     ):
+        """``max_rows_per_call``: tokens of the users' prefixes one call holds (default: 2048
+        on CPUs, no limit on accelerators, as the original family's engine): a batch of more
+        users runs as calls of the largest batch bucket within it, whole-padding ones left
+        out."""
         dtype = jnp.dtype(compute_dtype or default_compute_dtype()).name
         self.config = dataclasses.replace(config, compute_dtype=dtype)
         self.weights = device_weights(params, self.config)
         self.table = device_table(params, self.config)  # [V, W'] in the compute dtype
         self.blend = jnp.asarray(blend, jnp.float32)  # [A]
         self.batch_buckets = tuple(sorted(batch_buckets))
+        # Users per call: on CPUs a batch of 8 nano users in one call took 8.8 s where calls
+        # of one took 6.0 (2 cores, load 9-13; CPU time 4.3 against 4.0 s).
+        rows = max_rows_per_call or default_max_rows_per_call()
+        fits = [b for b in self.batch_buckets if rows is None or b * config.prefix_len <= rows]
+        self.call_buckets = tuple(fits) or self.batch_buckets[:1]
+        self.users_per_call = self.call_buckets[-1]
         # Candidate lists wider than the config's run as calls of this width.
         self.chunk = self.config.candidate_seq_len
         widths = sorted({min(b, self.chunk) for b in candidate_buckets} | {self.chunk})
@@ -289,9 +304,33 @@ class ProductionBatchRanker:
         )  # fmt: skip
         return user, history, candidates
 
-    def rank(self, batch) -> RankedBatch:
-        """Every user's candidates in ranked order (best first, padding last)."""
+    def rank(self, batch, rows: Optional[int] = None) -> RankedBatch:
+        """Every user's candidates in ranked order (best first, padding last); the batch's
+        first ``rows`` rows (None: all) are users, the rest padding."""
         user, history, candidates = self.inputs(batch)
+        users = len(batch.user_id)
+        rows = users if rows is None else rows
+        step = self.users_per_call
+        parts = []
+        for start in range(0, users, step):
+            size = min(step, users - start)
+            if start >= rows:  # only padding: nothing to compute
+                parts.append(_padding_answer(size, candidates.post_hashes.shape[1], self.blend))
+                continue
+            pad = bucket_for(size, self.call_buckets)
+            take = lambda x, s=start, n=size, p=pad: _slice_users(x, s, n, p)  # noqa: E731
+            parts.append(
+                self._rank_call(
+                    jax.tree.map(take, user),
+                    jax.tree.map(take, history),
+                    jax.tree.map(take, candidates),
+                    size,
+                )  # fmt: skip
+            )
+        return RankedBatch(*(np.concatenate(arrays) for arrays in zip(*parts)))
+
+    def _rank_call(self, user, history, candidates, size: int) -> RankedBatch:
+        """One call's users (a call bucket, of which the first ``size`` are returned)."""
         cache = self._prefix(self.weights, self.table, user, history)
         width = candidates.post_hashes.shape[1]
         step = min(width, self.chunk)
@@ -303,6 +342,7 @@ class ProductionBatchRanker:
         ]  # every chunk dispatched before any is read
         scores = np.concatenate([np.asarray(s) for s, _ in parts], axis=1)  # [B, W]
         probs = np.concatenate([np.asarray(p) for _, p in parts], axis=1)  # [B, W, A]
+        scores, probs = scores[:size], probs[:size]
         order = np.argsort(-scores, axis=1, kind="stable").astype(np.int32)  # padding last
         return RankedBatch(
             order,
@@ -316,12 +356,12 @@ class ProductionBatchRanker:
         ``empty_batch(users, width)`` is an all-padding request batch. Returns how many
         programs."""
         shapes = {}
-        for users in self.batch_buckets:
+        for users in self.call_buckets:
             user, history, _ = self.inputs(empty_batch(users, self.candidate_buckets[0]))
             shapes[users] = (user, history)
         prepare_all([(self._prefix, (self.weights, self.table, *shapes[b])) for b in shapes])
         calls = []
-        for users in self.batch_buckets:
+        for users in self.call_buckets:
             cache = self._prefix.output_shapes(self.weights, self.table, *shapes[users])
             for width in self.candidate_buckets:
                 candidates = candidate_sequence(empty_batch(users, width), self.config)
@@ -338,6 +378,24 @@ def _partial(fn: Callable, config: ProductionConfig) -> Callable:
 
     bound.__name__ = fn.__name__
     return bound
+
+
+def _slice_users(x, start: int, size: int, padded: int):
+    """Rows [start, start + size) of a host array, zero rows after them up to ``padded``."""
+    part = x[start : start + size]
+    if padded == size:
+        return part
+    return np.concatenate([part, np.zeros((padded - size, *part.shape[1:]), part.dtype)])
+
+
+def _padding_answer(users: int, width: int, blend) -> RankedBatch:
+    """What rows of padding rank to: positions in order, -inf, no probabilities."""
+    order = np.broadcast_to(np.arange(width, dtype=np.int32), (users, width))
+    return RankedBatch(
+        np.array(order),
+        np.full((users, width), -np.inf, np.float32),
+        np.zeros((users, width, blend.shape[0]), np.float32),
+    )
 
 
 def _take(sequence: PostSequence, start: int, width: int) -> PostSequence:

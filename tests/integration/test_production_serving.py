@@ -276,3 +276,41 @@ def test_a_short_locust_run_at_the_rankers_geometry_has_no_failures(
     assert int(total["Request Count"]) > 0
     assert int(total["Failure Count"]) == 0
     assert {row["Name"] for row in rows if row["Name"] != "Aggregated"} == {"ranker"}
+
+
+def test_a_batch_split_into_calls_of_one_user_ranks_as_the_server(
+    server, production_artifacts, example
+):
+    """The engine's CPU split (``max_rows_per_call``: here one user's prefix a call, the
+    padding row left out) against the server's whole-batch calls, request by request."""
+    from phoenix.engine.production_serving import ProductionBatchRanker
+    from phoenix.engine.programs import ProgramStore
+    from phoenix.schema.batches import pad_batch
+    from phoenix.schema.request_types import RankerRequest
+    from phoenix.schema.requests import parse
+    from phoenix.stub.services.ranker import batch_widths
+
+    config = load_config(production_artifacts)
+    loaded = load_production_ranker(production_artifacts)
+    blend = np.array([{"favorite": 1.0, "reply": 13.5, "repost": 1.0, "quote": 2.0,
+                       "dwell": 0.5, "vqv": 0.3}.get(n, 0.0) for n in ACTION_SLOTS])  # fmt: skip
+    engine = ProductionBatchRanker(
+        loaded.config, loaded.params, blend, batch_buckets=(1, 2, 4, 8),
+        candidate_buckets=(16,), store=ProgramStore.beside(production_artifacts),
+        max_rows_per_call=loaded.config.prefix_len,
+    )  # fmt: skip
+    assert engine.call_buckets == (1,)
+    users = [wide_request(example, candidates=n, seed=n) for n in (5, 12, 16)]
+    arrays = [ranker_inputs(user) for user in users]
+    requests = [parse(RankerRequest, a, config) for a in arrays]
+    batch = pad_batch(requests, 4, batch_widths(config, 16))
+    ranked = engine.rank(batch, rows=3)
+    client = connect(server.http_url, "http")
+    for row, (user, request) in enumerate(zip(users, arrays)):
+        served = infer(client, "http", "ranker", request)
+        count = len(user["candidate_post_ids"])
+        order = ranked.order[row, :count]
+        ids = np.asarray(user["candidate_post_ids"])[order]
+        np.testing.assert_array_equal(ids, served["ranked_post_ids"][0])
+        np.testing.assert_allclose(ranked.scores[row, :count], served["scores"][0], atol=TOL)
+    assert np.isinf(ranked.scores[3]).all()  # the padding row: not computed

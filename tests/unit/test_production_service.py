@@ -211,3 +211,28 @@ def test_semantic_ids_by_post_id_are_stable_and_in_range():
     assert codes.shape == (4, 6) and (codes[0] == 0).all()
     assert ((codes[1:] >= 1) & (codes[1:] <= 256)).all()
     np.testing.assert_array_equal(codes, post_semantic_ids(ids))
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("history_timezone", [40], "'history_timezone' values must lie in [0, 31], found 40"),
+        ("history_semantic_ids", [[1, 2, 3]], "'history_semantic_ids' needs lists of 6 values"),
+        ("country", 1.5, "'country' values must be an integer, found 1.5"),
+        ("installed_apps", [2] * 64, "'installed_apps' values must lie in [0, 1], found 2"),
+        ("candidate_hour_of_day", [1, 2], "lengths differ between"),
+    ],
+)
+def test_a_request_file_with_a_bad_feature_is_refused_by_name(artifacts, key, value, message):
+    from phoenix.checkpoint import ExampleSequence, load_example_sequence
+
+    data = load_example_sequence(artifacts).to_dict()
+    if key.startswith("history_") and not isinstance(value[0], list):
+        value = value * len(data["history_post_ids"])
+    if key == "history_semantic_ids":
+        value = value * len(data["history_post_ids"])
+    data[key] = value
+    with pytest.raises(ArtifactError) as error:
+        ExampleSequence.from_dict(data, "user.json")
+    assert message in str(error.value)
+    assert str(error.value).startswith("user.json: ")

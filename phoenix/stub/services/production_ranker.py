@@ -114,4 +114,4 @@ class ProductionRankerService(Service):
         rows = sum(r.rows for r in requests)
         users, width = self.ranker.padded_shape(rows, max(r.candidates for r in requests))
         batch = pad_batch(requests, users, batch_widths(self.config, width))
-        return split_ranked(requests, batch, self.ranker.rank(batch))
+        return split_ranked(requests, batch, self.ranker.rank(batch, rows))
