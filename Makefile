@@ -260,7 +260,7 @@ LOADTEST_TARGET = $(if $(filter command line,$(origin HOST))$(filter command lin
 	$(origin HTTP_PORT)),--host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT))
 
 .PHONY: loadtest bench-serving bench-engine bench-startup bench-retrieval bench-store-serving \
-	bench-user-state bench-service-host bench-recommend-host bench-prefix-cache
+	bench-user-state bench-service-host bench-recommend-host bench-prefix-cache bench-production
 
 bench-engine: setup  ## engine vs the original runner and the same under jax.jit -> bench/results/
 	$(PY) -m bench.bench_engine $(BENCH_ARGS)
@@ -289,6 +289,9 @@ bench-service-host: setup  ## host work a served ranker request (checks, batch, 
 
 bench-recommend-host: setup  ## served recommend vs the same chain in process, by id and with history over Redis, CPU of every process -> bench/results/recommend-host.*
 	$(PY) -m bench.bench_recommend_host $(BENCH_ARGS)
+
+bench-production: setup  ## X's production ranker served vs in process at nano 1,022 x 64 (build/production-nano, made if absent), FLOP/s vs the matmul rate -> bench/results/production-serving.json
+	$(PY) -m bench.bench_production $(BENCH_ARGS)
 
 bench-prefix-cache: setup  ## the ranker's prefix cache: hits vs misses at history 1,022 x 64, memory per user, Locust's paged users cache on vs off -> bench/results/prefix-cache.json
 	$(PY) -m bench.bench_prefix_cache $(BENCH_ARGS)

@@ -20,6 +20,7 @@ import numpy as np
 
 from phoenix.checkpoint import ArtifactError, ExampleSequence, load_config, load_corpus
 from phoenix.config import ArtifactConfig
+from phoenix.feed_examples import production_features
 
 MAX_RANDOM_CANDIDATES = 512  # generated users get 1..512 candidates unless told otherwise
 
@@ -56,7 +57,8 @@ def random_sequence(
     num_candidates: Optional[int] = None,
     top_k: Optional[int] = None,
 ) -> dict[str, Any]:
-    """One random user in the example_sequence.json format (plain lists of numbers)."""
+    """One random user in the example_sequence.json format (plain lists of numbers); for a
+    production-family ranker with its features (semantic IDs, impression context, profile)."""
     if history_len is None:
         history_len = int(rng.integers(0, config.history_seq_len + 1))
     if num_candidates is None:
@@ -65,7 +67,7 @@ def random_sequence(
     actions = (rng.random((history_len, config.num_actions)) < 0.1).astype(np.int64)
     actions[np.arange(history_len), rng.integers(0, config.num_actions, history_len)] = 1
     surfaces = config.product_surface_vocab_size
-    return {
+    user = {
         "user_id": int(rng.integers(1, 2**62)),
         "history_post_ids": posts[:history_len].tolist(),
         "history_author_ids": authors[:history_len].tolist(),
@@ -77,6 +79,9 @@ def random_sequence(
         "candidate_product_surface": rng.integers(0, surfaces, num_candidates).tolist(),
         "top_k": int(top_k if top_k is not None else rng.integers(10, 201)),
     }
+    if config.ranker_family == "production":
+        user.update(production_features(rng, posts[:history_len], posts[history_len:]))
+    return user
 
 
 def read_sequence(path: Path, config: ArtifactConfig) -> dict[str, Any]:

@@ -19,10 +19,11 @@ Check = Callable[[Mapping[str, np.ndarray]], Optional[str]]
 def shape_problem(
     model: str, outputs: Mapping[str, np.ndarray], shapes: Mapping[str, tuple]
 ) -> Optional[str]:
-    """Every output of the model's contract is there; those in ``shapes`` have that shape."""
-    for name in contract(model).output_names:
-        if name not in outputs or outputs[name] is None:
-            return f"output {name} missing"
+    """Every output of the model's contract is there (its optional ones where the artifacts
+    answer them); those in ``shapes`` have that shape."""
+    for spec in contract(model).outputs:
+        if not spec.optional and outputs.get(spec.name) is None:
+            return f"output {spec.name} missing"
     for name, shape in shapes.items():
         if tuple(outputs[name].shape) != shape:
             return f"output {name} has shape {outputs[name].shape}, expected {shape}"

@@ -1,6 +1,8 @@
 """Locust load test of the served Phoenix models over HTTP and gRPC (KServe v2).
 
-Two user classes share one weighted mix of traffic: `rank` (the ranker, 1..512 candidates),
+Two user classes share one weighted mix of traffic: `rank` (the ranker, 1..512 candidates; over
+a production-family artifact a full history, its candidate_seq_len candidates and every input
+of X's production ranker: 1,022 x 64 for nano, `--rank-history`/`--rank-candidates` to change),
 `recommend` (the ensemble with its feed policy, top_k 10..200, half of the requests with seen
 posts and excluded authors), `retrieve` (user_encoder, then retriever with the
 returned vector) and `recommend_by_id` (the ensemble by `user_id` and `top_k` alone, a quarter
@@ -102,6 +104,20 @@ def add_options(parser) -> None:
         include_in_web_ui=False,  # the web UI would hand the users its text, not (low, high)
     )
     parser.add_argument("--pool-size", type=int, default=64, help="prepared random users per task")
+    parser.add_argument(
+        "--rank-history",
+        type=int,
+        default=-1,
+        help="history items of every rank request (-1: random up to history_seq_len; a "
+        "production-family ranker's: a full history)",
+    )
+    parser.add_argument(
+        "--rank-candidates",
+        type=int,
+        default=0,
+        help="candidates of every rank request (0: random 1..512; a production-family "
+        "ranker's: its candidate_seq_len, 64 for X's nano)",
+    )
     parser.add_argument("--workload-seed", type=int, default=0, help="seed of the random users")
     parser.add_argument(
         "--redis-url",
@@ -136,7 +152,11 @@ def build_workload(environment, **_kwargs) -> None:
     artifacts = Path(getattr(options, "artifacts", DEFAULT_ARTIFACTS))
     pool_size = getattr(options, "pool_size", 64)
     seed = getattr(options, "workload_seed", 0)
-    WORKLOAD = Workload(artifacts, pool_size, seed)
+    history = getattr(options, "rank_history", -1)
+    candidates = getattr(options, "rank_candidates", 0)
+    WORKLOAD = Workload(
+        artifacts, pool_size, seed, None if history < 0 else history, candidates or None
+    )
     build_by_id_traffic(options, WORKLOAD.corpus, seed)
     # Every gRPC user may have one blocking call in the pool at a time; don't queue them.
     users = getattr(options, "num_users", None) or 64

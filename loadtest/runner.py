@@ -24,6 +24,7 @@ from loadtest.workload import (
     think_time_arg,
     think_time_text,
 )
+from phoenix.checkpoint import load_config
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.util.command_line import command_parser
 
@@ -125,13 +126,22 @@ def locust_command(args, http_url: str, grpc_url: str) -> list[str]:
 
 
 def by_id_options(args) -> list[str]:
-    """Locust's by-id options: the store to load the users into, or the by-id task left out."""
+    """Locust's by-id options: the store to load the users into, or the by-id task left out.
+    A production-family artifact's run sends the ranker alone (its `rank` tag)."""
+    if production_family(args.artifacts):
+        return ["--tags", "rank"]
     if not args.redis_url:
         return ["--exclude-tags", BY_ID_TAG]
     return [
         "--redis-url", args.redis_url, "--by-id-world", str(args.by_id_world.resolve()),
         "--by-id-users", str(args.by_id_users),
     ]  # fmt: skip
+
+
+def production_family(artifacts: Path) -> bool:
+    """Whether ``artifacts`` (when there: Locust says so if not) has a production ranker."""
+    config = Path(artifacts) / "config.json"
+    return config.is_file() and load_config(artifacts).ranker_family == "production"
 
 
 def totals_file(results: Path) -> Path:

@@ -91,13 +91,34 @@ def http_body(arrays: Mapping[str, np.ndarray]) -> tuple[bytes, int]:
     return body, len(body) if json_size is None else json_size
 
 
-class Workload:
-    """Pools of random users per task, ids drawn from the artifact directory's corpus."""
+def rank_geometry(
+    config, history: Optional[int] = None, candidates: Optional[int] = None
+) -> tuple[Optional[int], Optional[int]]:
+    """(history items, candidates) of the rank requests, None: random. A production-family
+    ranker's default is its own geometry, a full history and its candidate_seq_len (X's nano:
+    1,022 x 64), every production input filled (``feed_examples``)."""
+    if config.ranker_family == "production":
+        history = config.history_seq_len if history is None else history
+        candidates = config.candidate_seq_len if candidates is None else candidates
+    return history, candidates
 
-    def __init__(self, artifacts: Path, pool_size: int = 64, seed: int = 0):
+
+class Workload:
+    """Pools of random users per task, ids drawn from the artifact directory's corpus; rank
+    requests of ``history`` x ``candidates`` (``rank_geometry``)."""
+
+    def __init__(
+        self,
+        artifacts: Path,
+        pool_size: int = 64,
+        seed: int = 0,
+        history: Optional[int] = None,
+        candidates: Optional[int] = None,
+    ):
         self.config = load_config(artifacts)
         self.corpus = CorpusIds.load(artifacts, self.config)
         self.rng = np.random.default_rng(seed)
+        self.history, self.candidates = rank_geometry(self.config, history, candidates)
         self.pools = {name: [self.prepare(name) for _ in range(pool_size)] for name in TASK_WEIGHTS}
 
     def user(self, **kwargs) -> dict[str, Any]:
@@ -105,13 +126,15 @@ class Workload:
         return with_action_width(seq, self.config.num_actions)
 
     def prepare(self, task_name: str) -> Prepared:
+        if task_name == "rank" and self.config.ranker_family == "production":
+            return self.production_rank()
         seq = self.user(top_k=int(self.rng.integers(TOP_K_RANGE[0], TOP_K_RANGE[1] + 1)))
         request = recommend_inputs(seq)  # the user's tensors and top_k
         own = {"user_state": passed_on_history(request)}  # the step a with-history request skips
         users = next_step_inputs(request, own, "user_encoder")
         history = users["history_post_ids"][0]
         if task_name == "rank":
-            count = int(self.rng.integers(1, MAX_CANDIDATES + 1))
+            count = self.candidates or int(self.rng.integers(1, MAX_CANDIDATES + 1))
             posts, authors = self.corpus.draw(self.rng, count)
             arrays = {
                 **users,
@@ -134,6 +157,14 @@ class Workload:
             return Prepared("recommend", request, check)
         check = check_user_embedding(self.config.emb_size)
         return Prepared("user_encoder", users, check, request, expected)
+
+    def production_rank(self) -> Prepared:
+        """A ranker request with every input of X's production ranker (semantic IDs,
+        impression context, profile), at the workload's geometry."""
+        seq = self.user(history_len=self.history, num_candidates=self.candidates)
+        posts = np.asarray(seq["candidate_post_ids"], np.int64)
+        arrays = model_inputs("ranker", seq)
+        return Prepared("ranker", arrays, check_ranking(posts, self.config.num_actions))
 
     def pick(self, task_name: str, rng: np.random.Generator) -> Prepared:
         pool = self.pools[task_name]

@@ -2,6 +2,7 @@
 
     python -m phoenix.artifacts --preset tiny --out /tmp/tiny
     python -m phoenix.artifacts --preset mini --out artifacts/mini --seed 0
+    python -m phoenix.artifacts --ranker production --preset nano --out build/production-nano
 
 Writes the layout ``phoenix.checkpoint`` reads: config, ranker and retrieval weights, hash
 tables, a corpus embedded with the candidate tower and one example request. Haiku's own init
@@ -308,9 +309,18 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "example request) in the layout phoenix.checkpoint loads.",
     )
     add = parser.add_argument
-    presets = "tiny: unit-test sized (emb 32, 2 layers); mini: the published mini shapes "
-    presets += "(emb 128, 4 layers, history 127, candidates 64) with small vocabularies"
-    add("--preset", required=True, choices=sorted(PRESETS), help=presets)
+    add(
+        "--ranker",
+        choices=("original", "production"),
+        default="original",
+        help="the ranker's model family: the original release's, or X's production ranker "
+        "(docs/production.md) beside the same two-tower retrieval (default: %(default)s)",
+    )
+    presets = "original: tiny (unit-test sized, emb 32, 2 layers) or mini (the published mini "
+    presets += "shapes: emb 128, 4 layers, history 127, candidates 64); production: tiny "
+    presets += "(emb 32, 2 layers, history 30) or nano (X's nano: emb 512, 4 layers, history "
+    presets += "1,022, candidates 64), each with the retrieval of the original tiny or mini"
+    add("--preset", required=True, choices=sorted({*PRESETS, "nano"}), help=presets)
     add("--out", required=True, type=Path, help="output directory")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
     corpus = "posts in the retrieval corpus (default: 500 for tiny, 20000 for mini)"
@@ -318,7 +328,33 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     history = "history items the ranker reads (default: the preset's, 12 for tiny, 127 for mini)"
     add("--history-seq-len", type=int, default=None, metavar="S", help=history)
     add("--force", action="store_true", help="write into OUT even if it is not empty")
-    return parser.parse_args(argv)
+    add(
+        "--ranker-checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="production: the ranker's parameters and config from one of X's checkpoints (a "
+        "run, step or checkpoint root: python -m phoenix.checkpoint.xai DIR lists it)",
+    )
+    add(
+        "--ranker-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="production: X's config override of the ranker (e.g. history_seq_len=1022), "
+        "after the preset's or the checkpoint's; repeat for more",
+    )
+    args = parser.parse_args(argv)
+    if args.ranker == "original" and (
+        args.preset == "nano" or args.ranker_checkpoint or args.ranker_override
+    ):
+        parser.error(
+            "--preset nano, --ranker-checkpoint and --ranker-override need --ranker production"
+        )
+    if args.ranker == "production" and args.preset == "mini":
+        parser.error("--ranker production takes --preset tiny or nano")
+    if args.ranker == "production" and args.history_seq_len is not None:
+        parser.error("--ranker production: give the history as --ranker-override history_seq_len=S")
+    return args
 
 
 def _human_size(num_bytes: float) -> str:
@@ -331,8 +367,14 @@ def _human_size(num_bytes: float) -> str:
 
 def _print_summary(summary: GenerationSummary) -> None:
     config = summary.config
+    ranker = ""
+    if config.ranker_family != "original":
+        from phoenix.checkpoint.production import production_config
+
+        r = production_config(config)
+        ranker = f"{config.ranker_family} ranker emb {r.emb_size}, {r.num_layers} layers; "
     print(
-        f"wrote {summary.out_dir} in {summary.seconds:.1f} s: emb {config.emb_size}, "
+        f"wrote {summary.out_dir} in {summary.seconds:.1f} s: {ranker}emb {config.emb_size}, "
         f"{config.num_layers} layers, history {config.history_seq_len}, "
         f"candidates {config.candidate_seq_len}, corpus {summary.corpus_size}"
     )
@@ -349,14 +391,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {args.out} is not empty (use --force to overwrite)", file=sys.stderr)
         return 2
     try:
-        summary = generate(
-            args.preset,
-            args.out,
-            args.seed,
-            args.corpus_size,
-            progress=True,
-            history_seq_len=args.history_seq_len,
-        )
+        if args.ranker == "production":
+            from phoenix.production_artifacts import generate_production
+
+            summary = generate_production(
+                args.preset,
+                args.out,
+                args.seed,
+                args.corpus_size,
+                progress=True,
+                checkpoint_dir=args.ranker_checkpoint,
+                overrides=args.ranker_override,
+            )
+        else:
+            summary = generate(
+                args.preset,
+                args.out,
+                args.seed,
+                args.corpus_size,
+                progress=True,
+                history_seq_len=args.history_seq_len,
+            )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

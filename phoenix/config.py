@@ -12,6 +12,7 @@ The module imports no JAX at import time, so clients can read a config without i
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
@@ -77,6 +78,11 @@ REQUIRED_INT_KEYS = (
 )
 OPTIONAL_FLOAT_KEYS = ("widening_factor", "attn_output_multiplier")
 OPTIONAL_BOOL_KEYS = ("right_anchored_rope", "enable_linear_proj")
+# The model families a ranker may be of: the original release's (``phoenix.recsys_model``) or
+# X's production ranker (``phoenix.production``, docs/production.md). config.json names a
+# family other than the original in ``ranker_family``, and holds its config under
+# ``production_ranker``; a config.json without the key is the original's, as it always was.
+RANKER_FAMILIES = ("original", "production")
 
 
 class ArtifactError(ValueError):
@@ -160,6 +166,12 @@ class ArtifactConfig:
     # the corpus stores they embed; None (no ``version`` key) for artifacts written before.
     # It shapes nothing: the candidate tower's digest, not this, decides which store fits.
     version: Optional[Union[str, int]] = None
+    # Which model the ranker is (RANKER_FAMILIES); the two-tower retrieval is the same in both.
+    ranker_family: str = "original"
+    # The production ranker's config (``production_ranker`` of config.json) as canonical JSON
+    # text (sorted keys), so that this config stays hashable; phoenix.checkpoint.production
+    # reads it as a ProductionConfig. None for the original family.
+    production_ranker: Optional[str] = None
 
     def __post_init__(self):
         check_config_values(self, source="ArtifactConfig")
@@ -252,6 +264,12 @@ class ArtifactConfig:
                 value = list(value)
             elif field.name == "version" and value is None:
                 continue  # unversioned artifacts keep the config.json they always had
+            elif field.name == "ranker_family" and value == "original":
+                continue  # so do the original family's
+            elif field.name == "production_ranker":
+                if value is not None:
+                    out[field.name] = json.loads(value)
+                continue
             out[field.name] = value
         return out
 
@@ -268,6 +286,8 @@ class ArtifactConfig:
         values["action_names"] = _parse_action_names(d, values["num_actions"], source)
         values["hash_params"] = _parse_hash_params(_required(d, "hash_params", source), source)
         values["version"] = d.get("version")
+        values["ranker_family"] = d.get("ranker_family", "original")
+        values["production_ranker"] = _production_ranker_text(d, source)
         _warn_unknown_keys(d, source)
         check_config_values(values, source)
         return cls(**values)
@@ -302,6 +322,19 @@ def _parse_action_names(d: Mapping[str, Any], num_actions: Any, source: str) -> 
             f"{source}: 'action_names' must be a list of strings, found {type(names).__name__}"
         )
     return tuple(names)
+
+
+def _production_ranker_text(d: Mapping[str, Any], source: str) -> Optional[str]:
+    """``production_ranker`` as canonical JSON text, or None when config.json has none (its
+    fields are checked where it is read: phoenix.checkpoint.production)."""
+    if "production_ranker" not in d:
+        return None
+    value = d["production_ranker"]
+    if not isinstance(value, Mapping):
+        raise ArtifactError(
+            f"{source}: 'production_ranker' must be an object, found {type(value).__name__}"
+        )
+    return json.dumps(value, sort_keys=True)
 
 
 def _parse_int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
@@ -455,6 +488,24 @@ def check_config_values(values: Any, source: str) -> None:
     _check_action_names(values, source)
     _check_hash_params(values, source)
     _check_version(_get(values, "version"), source)
+    _check_family(values, source)
+
+
+def _check_family(values: Any, source: str) -> None:
+    family, production = _get(values, "ranker_family"), _get(values, "production_ranker")
+    if family not in RANKER_FAMILIES:
+        raise ArtifactError(
+            f"{source}: 'ranker_family' must be one of {list(RANKER_FAMILIES)}, found {family!r}"
+        )
+    if family == "production" and production is None:
+        raise ArtifactError(
+            f"{source}: a 'production' ranker_family needs its config in 'production_ranker'"
+        )
+    if family == "original" and production is not None:
+        raise ArtifactError(
+            f"{source}: 'production_ranker' is given but 'ranker_family' is {family!r}; "
+            "set it to 'production'"
+        )
 
 
 def _check_version(version: Any, source: str) -> None:

@@ -164,3 +164,80 @@ def feature(name: str, features: tuple[Feature, ...] = PROFILE_FEATURES) -> Feat
         if f.name == name:
             return f
     raise KeyError(f"no feature {name!r}; expected one of {[f.name for f in features]}")
+
+
+# -- X's action slots -----------------------------------------------------------------------
+
+# The production ranker's 64 action slots (its history's action flags and its predicted
+# probabilities), slot i for X's action number i (its ActionName enum; the nano config rounds
+# its 60 actions up to 64). A slot that holds one of the feed's actions (phoenix.config's
+# ACTION_NAMES: favorite, reply, ...) takes that name, so a blend or a policy written for the
+# feed's actions reads the same columns; every other slot is X's name, lowercase.
+# dwell_time has no slot: X predicts it with a continuous head, not a probability.
+ACTION_SLOTS: tuple[str, ...] = (
+    "invalid_name",                                # 0: never a label
+    "favorite",                                    # SERVER_TWEET_FAV
+    "server_tweet_unfav",
+    "server_tweet_create",
+    "reply",                                       # SERVER_TWEET_REPLY
+    "quote",                                       # SERVER_TWEET_QUOTE
+    "repost",                                      # SERVER_TWEET_RETWEET
+    "server_tweet_unreply",
+    "server_tweet_unquote",
+    "server_tweet_unretweet",
+    "server_tweet_report",                         # 10
+    "dwell",                                       # CLIENT_TWEET_RECAP_DWELLED
+    "client_tweet_recap_not_dwelled",
+    "vqv",                                         # CLIENT_TWEET_VIDEO_QUALITY_VIEW
+    "photo_expand",                                # CLIENT_TWEET_PHOTO_EXPAND
+    "client_tweet_click_mention_screen_name",
+    "report",                                      # CLIENT_TWEET_REPORT
+    "not_interested",                              # CLIENT_TWEET_NOT_INTERESTED_IN
+    "client_tweet_undo_not_interested_in",
+    "client_tweet_see_fewer",
+    "client_tweet_undo_see_fewer",                 # 20
+    "follow_author",                               # CLIENT_TWEET_FOLLOW_AUTHOR
+    "client_tweet_unfollow_author",
+    "block_author",                                # CLIENT_TWEET_BLOCK_AUTHOR
+    "client_tweet_unblock_author",
+    "mute_author",                                 # CLIENT_TWEET_MUTE_AUTHOR
+    "client_tweet_unmute_author",
+    "client_tweet_mute_conversation",
+    "client_tweet_unmute_conversation",
+    "click",                                       # CLIENT_TWEET_CLICK
+    "profile_click",                               # 30: CLIENT_TWEET_CLICK_PROFILE
+    "client_tweet_click_share",
+    "share_via_copy_link",                         # CLIENT_TWEET_SHARE_VIA_COPY_LINK
+    "share_via_dm",                                # CLIENT_TWEET_CLICK_SEND_VIA_DIRECT_MESSAGE
+    "client_tweet_unbookmark",
+    "client_tweet_click_hashtag",
+    "client_tweet_bookmark",
+    "share",                                       # CLIENT_TWEET_SHARE
+    "quoted_click",                                # CLIENT_QUOTED_TWEET_CLICK
+    "client_tweet_open_link",
+    "client_tweet_take_screenshot",                # 40
+    "client_tweet_translate_click",
+    "client_tweet_not_relevant",
+    "client_tweet_undo_not_relevant",
+    "client_card_click",
+    "client_tweet_show_more_expand",
+    "client_tweet_click_grok_analyze",
+    "client_tweet_video_open",
+    "client_quoted_tweet_video_quality_view",
+    "client_quoted_tweet_photo_expand",
+    "client_notification_open",                    # 50
+    "client_notification_click",
+    "client_notification_see_less_often",
+    "client_notification_dismiss",
+    "client_app_enter",
+    "client_app_exit",
+    "client_notification_impression",
+    "client_profile_click",
+    "client_notification_sent",
+    "server_tweet_post_unexplored",
+    "client_tweet_external_link_long_dwelled",     # 60
+    "server_profile_follow",
+    "server_profile_unfollow",
+    "server_profile_block",
+)  # fmt: skip
+NUM_ACTION_SLOTS = len(ACTION_SLOTS)

@@ -1,9 +1,15 @@
-"""One example request (``example_sequence.json``), named like the servers' inputs."""
+"""One example request (``example_sequence.json``), named like the servers' inputs.
+
+Besides ids, actions, surfaces and dwell times, a request for a production-family ranker
+carries the feed's features (``phoenix.feed_features``) under the ranker's input names: per
+history item ``history_<feature>``, per candidate ``candidate_<feature>``, the user's profile
+under each feature's own name (``FEATURE_KEYS``). ``features`` holds those a file has, checked
+for their lengths and ranges."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
@@ -19,6 +25,7 @@ from phoenix.checkpoint.files import (
     write_json,
 )
 from phoenix.config import ArtifactConfig, ArtifactError
+from phoenix.feed_features import HISTORY_FEATURES, PROFILE_FEATURES, Feature
 
 _HISTORY_FIELDS = (
     "history_post_ids",
@@ -28,6 +35,21 @@ _HISTORY_FIELDS = (
     "history_dwell_seconds",
 )
 _CANDIDATE_FIELDS = ("candidate_post_ids", "candidate_author_ids", "candidate_product_surface")
+
+# The production ranker's features an example may carry: key -> (feature, per what). The
+# history's surface and dwell time are the fields above; a candidate's age is
+# candidate_post_age_seconds (seconds, negative: unknown).
+_CONTEXT = ("impression_time", "creation_time", "timezone", "hour_of_day", "semantic_ids")
+FEATURE_KEYS: dict[str, tuple[Feature, str]] = {
+    **{f"history_{f.name}": (f, "history") for f in HISTORY_FEATURES if f.name in _CONTEXT},
+    **{
+        f"candidate_{f.name}": (f, "candidate")
+        for f in HISTORY_FEATURES
+        if f.name in ("timezone", "hour_of_day", "semantic_ids")
+    },
+    **{f.name: (f, "user") for f in PROFILE_FEATURES},
+}
+CANDIDATE_AGES = "candidate_post_age_seconds"
 
 
 @dataclass(frozen=True)
@@ -44,17 +66,22 @@ class ExampleSequence:
     candidate_author_ids: tuple[int, ...]
     candidate_product_surface: tuple[int, ...]
     top_k: int
+    # The production ranker's features it carries (FEATURE_KEYS, and candidate ages), as
+    # JSON values: numbers, lists of numbers, lists of lists (semantic IDs).
+    features: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name == "history_actions":
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "features":
+                continue
+            if f.name == "history_actions":
                 value = [list(row) for row in value]
             elif isinstance(value, tuple):
                 value = list(value)
-            out[field.name] = value
-        return out
+            out[f.name] = value
+        return {**out, **self.features}
 
     @classmethod
     def from_dict(
@@ -66,9 +93,9 @@ class ExampleSequence:
         """Parse and validate; with ``config``, also check action width and surfaces."""
         if not isinstance(d, Mapping):
             raise ArtifactError(f"{source}: expected a JSON object, found {type(d).__name__}")
-        for field in dataclasses.fields(cls):
-            if field.name not in d:
-                raise ArtifactError(f"{source}: missing key '{field.name}'")
+        for f in dataclasses.fields(cls):
+            if f.name not in d and f.name != "features":
+                raise ArtifactError(f"{source}: missing key '{f.name}'")
         values: dict[str, Any] = {
             "user_id": _int_value(d["user_id"], "user_id", source),
             "top_k": _int_value(d["top_k"], "top_k", source, minimum=1),
@@ -78,6 +105,7 @@ class ExampleSequence:
         for key in _HISTORY_FIELDS + _CANDIDATE_FIELDS:
             if key not in values:
                 values[key] = _int_list(d[key], key, source)
+        values["features"] = _features(d, source)
         sequence = cls(**values)
         sequence.check_lengths(source)
         if config is not None:
@@ -85,9 +113,16 @@ class ExampleSequence:
         return sequence
 
     def check_lengths(self, source: str) -> None:
-        """History fields share one length, candidate fields another."""
-        for group in (_HISTORY_FIELDS, _CANDIDATE_FIELDS):
+        """History fields share one length, candidate fields another (features included)."""
+        for group, per in ((_HISTORY_FIELDS, "history"), (_CANDIDATE_FIELDS, "candidate")):
             lengths = {key: len(getattr(self, key)) for key in group}
+            for key, value in self.features.items():
+                if (
+                    key == CANDIDATE_AGES
+                    and per == "candidate"
+                    or FEATURE_KEYS.get(key, (None, ""))[1] == per
+                ):
+                    lengths[key] = len(value)
             if len(set(lengths.values())) > 1:
                 raise ArtifactError(f"{source}: lengths differ between {lengths}")
 
@@ -103,6 +138,51 @@ class ExampleSequence:
         for key in ("history_product_surface", "candidate_product_surface"):
             if any(not 0 <= v < vocab for v in getattr(self, key)):
                 raise ArtifactError(f"{source}: '{key}' values must lie in [0, {vocab})")
+
+
+def _feature_value(value: Any, f: Feature, key: str, source: str) -> Any:
+    """One value of feature ``f``: a number in its range (an app flag 0/1)."""
+    low, high = (0, 1) if f.kind == "apps" else (f.low, f.high)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or (f.kind != "float" and not isinstance(value, int)):
+        kind = "a number" if f.kind == "float" else "an integer"
+        raise ArtifactError(f"{source}: '{key}' values must be {kind}, found {value!r}")
+    if not (np.isfinite(value) and low <= value <= high):
+        raise ArtifactError(f"{source}: '{key}' values must lie in [{low}, {high}], found {value}")
+    return value
+
+
+def _features(d: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The production features ``d`` carries, checked: per item a list (semantic IDs a list
+    of ``width`` codes per item), per user one value (installed apps: a list of 64 flags)."""
+    out: dict[str, Any] = {}
+    for key, (f, per) in FEATURE_KEYS.items():
+        if key not in d:
+            continue
+        value = d[key]
+        if per == "user" and not f.width:
+            out[key] = _feature_value(value, f, key, source)
+            continue
+        items = value if per != "user" else [value]
+        if not isinstance(items, list):
+            raise ArtifactError(f"{source}: '{key}' must be a list, found {type(value).__name__}")
+        for item in items:
+            if f.width:
+                if not isinstance(item, list) or len(item) != f.width:
+                    raise ArtifactError(f"{source}: '{key}' needs lists of {f.width} values")
+                for v in item:
+                    _feature_value(v, f, key, source)
+            else:
+                _feature_value(item, f, key, source)
+        out[key] = value
+    if CANDIDATE_AGES in d:
+        ages = d[CANDIDATE_AGES]
+        if not isinstance(ages, list) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) for v in ages
+        ):
+            raise ArtifactError(f"{source}: '{CANDIDATE_AGES}' must be a list of finite numbers")
+        out[CANDIDATE_AGES] = ages
+    return out
 
 
 def _int_value(value: Any, key: str, source: str, minimum: Optional[int] = None) -> int:

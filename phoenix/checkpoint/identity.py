@@ -28,6 +28,7 @@ from phoenix.checkpoint.files import (
     artifact_root,
     existing_file,
 )
+from phoenix.checkpoint.production import EMB_TABLE_FILE
 
 
 class ArtifactMismatch(ValueError):
@@ -50,8 +51,15 @@ def config_digest(artifact_dir: str | Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-# What a version's content is: its config and its trained weights and tables.
-CONTENT_FILES = (CONFIG_FILE, RANKER_PARAMS_FILE, RETRIEVAL_PARAMS_FILE, TABLES_FILE)
+# What a version's content is: its config and its trained weights and tables (a production
+# ranker's hashed table among them).
+CONTENT_FILES = (
+    CONFIG_FILE,
+    RANKER_PARAMS_FILE,
+    RETRIEVAL_PARAMS_FILE,
+    TABLES_FILE,
+    EMB_TABLE_FILE,
+)
 
 
 def content_digest(artifact_dir: str | Path) -> str:

@@ -26,6 +26,13 @@ from phoenix.checkpoint.files import (
     write_json,
     write_npz,
 )
+from phoenix.checkpoint.production import (
+    ProductionRankerArtifacts,
+    is_production,
+    load_production_ranker,
+    production_config,
+    save_production_ranker,
+)
 from phoenix.config import ENTITIES, ArtifactConfig
 from phoenix.hashing import HashEmbedder, stack_tables
 
@@ -220,6 +227,8 @@ class Artifacts:
     retrieval_params: Optional[Params]
     tables: Optional[dict[str, np.ndarray]]  # user_embeddings, item_embeddings, author_embeddings
     root: Optional[Path] = None
+    # A production-family ranker (``checkpoint.production``), whose ranker_params are None.
+    production_ranker: Optional[ProductionRankerArtifacts] = None
 
     def stacked_table(self) -> np.ndarray:
         """A new float32 [65 + U + I + A, D] table (see ``phoenix.hashing``)."""
@@ -235,12 +244,16 @@ def load_artifacts(
     directory: PathLike, *, ranker: bool = True, retrieval: bool = True, tables: bool = True
 ) -> Artifacts:
     """Load and validate config, ranker and retrieval weights and the tables of ``directory``;
-    a served model asks only for the parts it uses (each costs reading and shape checks)."""
+    a served model asks only for the parts it uses (each costs reading and shape checks). A
+    production-family ranker comes as ``production_ranker`` (its ``ranker_params`` are None)."""
     root = artifact_root(directory)
     config = load_config(root)
+    production = is_production(config)
     return Artifacts(
         config,
-        _load_params(root, RANKER_PARAMS_FILE, ranker_param_shapes(config)) if ranker else None,
+        _load_params(root, RANKER_PARAMS_FILE, ranker_param_shapes(config))
+        if ranker and not production
+        else None,
         _load_params(
             root, RETRIEVAL_PARAMS_FILE, retrieval_param_shapes(config), (LOG_TEMPERATURE_KEY,)
         )
@@ -250,6 +263,7 @@ def load_artifacts(
         if tables
         else None,
         root,
+        load_production_ranker(root) if ranker and production else None,
     )
 
 
@@ -264,13 +278,19 @@ def save_artifacts(
     retrieval_params: Mapping[str, Mapping[str, Any]],
     tables: Mapping[str, Any],
 ) -> None:
-    """Validate, then write config.json, both weight files and embedding_tables.npz."""
+    """Validate, then write config.json, both weight files and embedding_tables.npz. A
+    production-family config takes its ranker's parameters flat, by Haiku path, with its
+    ``emb_table`` (``checkpoint.production``)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
-    ranker = check_params(
-        _as_numpy_tree(ranker_params), ranker_param_shapes(config), RANKER_PARAMS_FILE
-    )
+    if is_production(config):
+        ranker_config = production_config(config)
+        ranker = None
+    else:
+        ranker = check_params(
+            _as_numpy_tree(ranker_params), ranker_param_shapes(config), RANKER_PARAMS_FILE
+        )
     retrieval = check_params(
         _as_numpy_tree(retrieval_params),
         retrieval_param_shapes(config),
@@ -279,6 +299,9 @@ def save_artifacts(
     )
     checked_tables = check_tables({k: np.asarray(v) for k, v in tables.items()}, config)
     save_config(root, config)
-    write_npz(resolve_inside(root, RANKER_PARAMS_FILE), ranker)
+    if ranker is None:
+        save_production_ranker(root, ranker_config, ranker_params)  # type: ignore[arg-type]
+    else:
+        write_npz(resolve_inside(root, RANKER_PARAMS_FILE), ranker)
     write_npz(resolve_inside(root, RETRIEVAL_PARAMS_FILE), retrieval)
     write_npz(resolve_inside(root, TABLES_FILE), checked_tables)

@@ -40,15 +40,18 @@ def input_row(spec: TensorSpec, value: Any, num_actions: Optional[int] = None) -
     """One request row of an input: ``value`` in the contract's dtype, batch dimension first.
 
     An empty JSON history (``"history_actions": []``) has no action width: pass
-    ``num_actions`` (the artifact config's) to send a [1, 0, A] tensor.
+    ``num_actions`` (the artifact config's) to send a [1, 0, A] tensor. A fixed inner axis
+    (the 6 semantic-ID levels) needs nothing.
     """
     array = np.asarray(value, spec.dtype)
     if spec.dims == (1,):  # one value per row: user_id, top_k
         return array.reshape(1, 1)
     if array.ndim < len(spec.dims):  # an empty list has lost its inner axes
-        if num_actions is None:
+        inner = [axis if isinstance(axis, int) else None for axis in spec.axes[1:]]
+        if None in inner and num_actions is None:
             raise ValueError(f"empty {spec.name}: pass num_actions to size the tensor")
-        return np.zeros((1, 0, num_actions), spec.dtype)
+        sizes = [int(num_actions or 0) if axis is None else axis for axis in inner]
+        return np.zeros((1, 0, *sizes), spec.dtype)
     return array[None]
 
 

@@ -80,20 +80,28 @@ def take_users(
 
 
 def example_inputs(
-    config, users: int, candidates: int, *, with_continuous=False, with_timestamps=False, seed=0
+    config,
+    users: int,
+    candidates: int,
+    *,
+    with_continuous=False,
+    with_timestamps=False,
+    seed=0,
+    num_actions: Optional[int] = None,
 ) -> tuple[RecsysBatch, RecsysEmbeddings]:
-    """Random valid (batch, embeddings) of the config's shapes, for warm-up and tests."""
+    """Random valid (batch, embeddings) of the config's shapes, for warm-up and tests; a config
+    without ``num_actions`` (the retrieval model's) takes ``num_actions``, else 19."""
     rng = np.random.default_rng(seed)
     hashes = config.hash_config
     S, D = config.history_seq_len, config.emb_size
-    num_actions = getattr(config, "num_actions", 19)
+    width: int = num_actions if num_actions is not None else getattr(config, "num_actions", 19)
     ints = lambda *shape: rng.integers(1, 1000, size=shape).astype(np.int32)  # noqa: E731
     normal = lambda *shape: rng.normal(size=shape + (D,)).astype(np.float32)  # noqa: E731
     batch = RecsysBatch(
         user_hashes=ints(users, hashes.num_user_hashes),
         history_post_hashes=ints(users, S, hashes.num_item_hashes),
         history_author_hashes=ints(users, S, hashes.num_author_hashes),
-        history_actions=(rng.random((users, S, num_actions)) > 0.7).astype(np.float32),
+        history_actions=(rng.random((users, S, width)) > 0.7).astype(np.float32),
         history_product_surface=rng.integers(0, config.product_surface_vocab_size, (users, S)),
         candidate_post_hashes=ints(users, candidates, hashes.num_item_hashes),
         candidate_author_hashes=ints(users, candidates, hashes.num_author_hashes),

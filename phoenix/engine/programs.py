@@ -52,6 +52,7 @@ CODE = (
     "recsys_model.py",
     "recsys_retrieval_model.py",
     "engine/*.py",
+    "production/*.py",
 )
 
 
@@ -277,6 +278,7 @@ class Program:
     ``settings`` names whatever shapes the program besides its inputs (compute dtype, chunk
     sizes): two programs with the same inputs and other settings are stored apart.
     ``x64`` traces and runs it with 64-bit integers (the id hashes wrap in int64).
+    ``compiler_options``: XLA's options for its compilation (the production ranker's rounding).
     """
 
     def __init__(
@@ -288,12 +290,19 @@ class Program:
         settings: Optional[Mapping[str, Any]] = None,
         static_argnames: Sequence[str] = (),
         x64: bool = False,
+        compiler_options: Optional[Mapping[str, Any]] = None,
     ):
         self.name = name
         self.store = store
         self.settings = dict(settings or {})
+        if compiler_options:  # compiled otherwise: stored apart
+            self.settings["compiler_options"] = sorted(compiler_options.items())
         self.x64 = x64
-        self._jit = jax.jit(fn, static_argnames=tuple(static_argnames))
+        self._jit = jax.jit(
+            fn,
+            static_argnames=tuple(static_argnames),
+            compiler_options=dict(compiler_options) if compiler_options else None,
+        )
         self._executables: dict[tuple, Any] = {}
         self.loaded = self.compiled = 0
 

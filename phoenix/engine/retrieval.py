@@ -191,8 +191,11 @@ class RetrievalEngine:
         corpus_encoding: str = "float",
         rerank_margin: int = 100,
         store: Optional[ProgramStore] = None,
+        num_actions: int = 19,
     ):
         self.dtype = compute_dtype or default_compute_dtype()
+        # the histories' action width (the artifacts' num_actions): warm-up's example users
+        self.num_actions = num_actions
         self.config = dataclasses.replace(config, fprop_dtype=self.dtype)
         self.params = jax.device_put(params)  # moved once, not with every call
         self.batch_buckets = tuple(sorted(batch_buckets))
@@ -452,7 +455,7 @@ class RetrievalEngine:
     def warm_up_users(self) -> int:
         """The user tower for every batch bucket; returns how many programs."""
         for rows in self.batch_buckets:
-            self.encode_users(*example_inputs(self.config, rows, 1))
+            self.encode_users(*example_inputs(self.config, rows, 1, num_actions=self.num_actions))
         return len(self.batch_buckets)
 
     def warm_up_candidates(self) -> int:

@@ -24,7 +24,7 @@ from phoenix.feed_policy import FILTERS
 from phoenix.ops.profiles import CPU, GPU, Profile
 from phoenix.schema.contracts import LIMITS
 from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN, stage_parameter
-from phoenix.schema.served import CONTRACTS, CORPUS_READERS
+from phoenix.schema.served import CONTRACTS, CORPUS_READERS, PRODUCTION_CORPUS_READERS
 from phoenix.schema.spec import (
     ARTIFACT_WIDTHS,
     LENGTH_LIMITS,
@@ -49,16 +49,18 @@ REFERENCE_LINK = "docs/reference.md"  # from the README
 ROLES = {
     "user_state": "reads a user's state from the user-state store (Redis) by user id: the "
     "ranking and retrieval histories, the posts already served, the newest posts of the "
-    "authors they follow; or passes on the history a request carries",
+    "authors they follow; or passes on the history a request carries; for the production "
+    "family also the history items' context, the profile and the request's timezone and hour",
     "user_encoder": "the retrieval two-tower's user tower: a user's history to a unit-norm "
     "embedding",
     "candidate_tower": "the retrieval two-tower's candidate tower: posts (id, author) to "
     "unit-norm embeddings, what a corpus is built with; not a stage of recommend",
     "retriever": "the in-network posts, then the top_k posts of the corpus (a file, or a store "
     "searched with Faiss) nearest the user embedding, history and served posts excluded; each "
-    "post dated by the corpus",
-    "ranker": "the Grok-derived transformer with candidate isolation: every action's "
-    "probability per candidate, ranked by a weighted blend",
+    "post dated by the corpus (for the production family also its semantic IDs)",
+    "ranker": "the Grok-derived transformer with candidate isolation, or X's production ranker "
+    "(an artifact of that family: docs/production.md): every action's probability per "
+    "candidate, ranked by a weighted blend",
     "feed_policy": "the feed policy after the ranker (docs/policy.md): filters, a score over "
     "every action, author diversity, the out-of-network factor; numpy, on the host",
     "served_log": "the side effect of serving: the feed's posts marked served to the user and "
@@ -174,8 +176,15 @@ def tensor_table(specs: Sequence[TensorSpec], inputs: bool) -> list[str]:
     if not specs:
         return []
     if not inputs:
-        lines = ["| output | dtype | shape |", "| --- | --- | --- |"]
-        return lines + [f"| `{s.name}` | {s.triton_dtype} | `{shape(s)}` |" for s in specs]
+        if not any(s.optional for s in specs):
+            lines = ["| output | dtype | shape |", "| --- | --- | --- |"]
+            return lines + [f"| `{s.name}` | {s.triton_dtype} | `{shape(s)}` |" for s in specs]
+        lines = ["| output | dtype | shape | |", "| --- | --- | --- | --- |"]
+        return lines + [
+            f"| `{s.name}` | {s.triton_dtype} | `{shape(s)}` | "
+            f"{'production family only' if s.optional else ''} |"
+            for s in specs
+        ]
     lines = ["| input | dtype | shape | | values |", "| --- | --- | --- | --- | --- |"]
     for s in specs:
         flags = ", ".join(f for f, on in (("optional", s.optional), ("ragged", s.ragged)) if on)
@@ -385,6 +394,13 @@ def exporters(family: str, contracts: Mapping[str, ModelContract]) -> list[str]:
     return [name for name, c in stubs.items() if test(c)]
 
 
+def exporter(family: str, model: str) -> str:
+    """A model that exports ``family``, as the table names it."""
+    if family in metrics.STORE_METRICS and model in PRODUCTION_CORPUS_READERS:
+        return f"`{model}` (production family)"
+    return f"`{model}`"
+
+
 def is_prefix_cache(parameter: str) -> bool:
     """Whether ``parameter`` sizes a prefix cache (the ranker's, or the chain's ranker's)."""
     return parameter.rsplit(".", 1)[-1] == "prefix_cache_mib"
@@ -407,7 +423,7 @@ def metrics_block(contracts: Mapping[str, ModelContract] = CONTRACTS) -> str:
             raise ReferenceDocError(f"metric family {family!r} has no meaning in the generator")
         labels = ", ".join(("model", "version", *FAMILY_LABELS.get(family, ()), metrics.STUB))
         models = exporters(family, contracts)
-        by = "every stub" if models == everyone else ", ".join(f"`{m}`" for m in models)
+        by = "every stub" if models == everyone else ", ".join(exporter(family, m) for m in models)
         lines.append(f"| `{family}` | {kind} | {labels} | {meaning} | {by} |")
     return "\n".join(lines)
 

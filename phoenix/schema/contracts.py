@@ -31,6 +31,13 @@ import math
 
 import numpy as np
 
+from phoenix.feed_features import (
+    HISTORY_FEATURES,
+    PROFILE_FEATURES,
+    SID_NUM_LEVELS,
+    Feature,
+    feature,
+)
 from phoenix.feed_policy import FILTERS as POLICY_FILTERS
 from phoenix.schema.spec import (
     FLAGS,
@@ -235,6 +242,73 @@ CANDIDATE_TOWER = ModelContract(
     parameters=(*ARTIFACT_PARAMETERS, Parameter("rows_per_call", "int", low=1)),
 )
 
+# ----------------------------------------------------------------------------------------
+# What X's production ranker reads besides ids (the production family, docs/production.md)
+# ----------------------------------------------------------------------------------------
+
+# Named and bounded as phoenix.feed_features declares the feed's features: per history item or
+# candidate with the prefix ``history_`` or ``candidate_`` (as history_product_surface), the
+# user's profile under the feature's own name. Every one is optional: a production ranker
+# reads a left-out one as X's "unknown" (0), an original one refuses them all (it reads none).
+# The history's surface and dwell time are the ranker's existing history_product_surface and
+# history_dwell_seconds; a candidate's post age is candidate_post_age_seconds.
+INT32_SECONDS = 2**31 - 1  # X's model reads times as int32 Unix seconds
+
+
+def feature_values(f: Feature) -> Values:
+    """The Values of a feed feature: its inclusive range (times within X's int32 seconds)."""
+    if f.kind == "apps":
+        return Values(0, 1, "flags")
+    if f.kind == "time":
+        return Values(f.low, min(f.high, INT32_SECONDS), "Unix seconds")
+    return Values(f.low, f.high, f.name.replace("_", " ") + " values")
+
+
+def feature_spec(name: str, f: Feature, axes: list) -> TensorSpec:
+    """An optional input of feature ``f``; an app set travels as int8 flags [64] (DLPack has
+    no bool for Triton's Python stub)."""
+    dtype = np.int8 if f.kind == "apps" else f.dtype
+    axes = axes + ([f.width] if f.width else [])
+    ragged = bool(axes) and axes[0] in ("L", "C")
+    return tensor_spec(name, dtype, axes or [1], True, ragged, feature_values(f))
+
+
+HISTORY_CONTEXT_FEATURES = ("impression_time", "creation_time", "timezone", "hour_of_day",
+                            "semantic_ids")  # fmt: skip
+CANDIDATE_CONTEXT_FEATURES = ("timezone", "hour_of_day", "semantic_ids")
+PRODUCTION_INPUTS = (
+    *(
+        feature_spec("history_" + name, feature(name, HISTORY_FEATURES), ["L"])
+        for name in HISTORY_CONTEXT_FEATURES
+    ),
+    *(
+        feature_spec("candidate_" + name, feature(name, HISTORY_FEATURES), ["C"])
+        for name in CANDIDATE_CONTEXT_FEATURES
+    ),
+    *(feature_spec(f.name, f, []) for f in PROFILE_FEATURES),
+)
+PRODUCTION_INPUT_NAMES = tuple(spec.name for spec in PRODUCTION_INPUTS)
+
+# The history's and the profile's (what the user_state stage answers for this family).
+HISTORY_CONTEXT_INPUTS = tuple(s for s in PRODUCTION_INPUTS if s.name.startswith("history_"))
+PROFILE_INPUTS = tuple(s for s in PRODUCTION_INPUTS if s.name in {f.name for f in PROFILE_FEATURES})
+
+# The context of a recommend request: its timezone and local hour + 1 (the request's own when
+# it sends them, else the user's home timezone at the server's clock).
+REQUEST_CONTEXT = tuple(
+    feature_spec("request_" + name, feature(name, HISTORY_FEATURES), [])
+    for name in ("timezone", "hour_of_day")
+)
+
+# What the retriever answers of each post for the production family: its semantic IDs and the
+# request's timezone and hour it is shown in.
+CANDIDATE_CONTEXT = (  # optional outputs: answered for the production family only
+    tensor_spec("semantic_ids", np.int32, ["K", SID_NUM_LEVELS], optional=True),
+    tensor_spec("timezone", np.int32, ["K"], optional=True),
+    tensor_spec("hour_of_day", np.int32, ["K"], optional=True),
+)
+
+
 RETRIEVER = ModelContract(
     name="retriever",
     inputs=(
@@ -246,15 +320,20 @@ RETRIEVER = ModelContract(
         # excluded too: the posts already served to the user (the user state's)
         tensor_spec("excluded_post_ids", np.int64, ["N"], optional=True, ragged=True, values=IDS),
         *IN_NETWORK_INPUTS,
+        *REQUEST_CONTEXT,  # the production family's (below)
     ),
     # In-network posts first (newest first), then the top_k retrieved (best first), each post
     # once; rows of a request cut to its shortest row (docs/user-state.md, In-network source).
     # Ages are the corpus's creation times at answer time (UNKNOWN_AGE where it has none).
+    # For the production family also each post's semantic IDs by the corpus (zeros where it
+    # has none) and, when the request sends its context, the timezone and hour each post is
+    # shown in: the request's (X's ranker reads them per candidate).
     outputs=(
         tensor_spec("post_ids", np.int64, ["K"]),
         tensor_spec("author_ids", np.int64, ["K"]),
         tensor_spec("retrieval_scores", np.float32, ["K"]),
         tensor_spec("post_age_seconds", np.float32, ["K"]),
+        *CANDIDATE_CONTEXT,
     ),
     max_batch_size=8,
     parameters=(*ARTIFACT_PARAMETERS, BATCH_BUCKETS, CORPUS_FILE),
@@ -280,6 +359,8 @@ RANKER = ModelContract(
         tensor_spec("candidate_post_age_seconds", np.float32, ["C"], optional=True, ragged=True),
         # passed through to the outputs, in ranked order
         tensor_spec("candidate_retrieval_scores", np.float32, ["C"], optional=True, ragged=True),
+        # read by a production-family artifact only (above)
+        *PRODUCTION_INPUTS,
     ),
     outputs=(
         *RANKED_OUTPUTS,
@@ -363,23 +444,41 @@ FEED_POLICY = ModelContract(
 # (nothing is read, no served or in-network posts); a user the store does not know gets empty
 # histories (L = 0). Histories from the store hold at most the artifact's history_seq_len
 # items, oldest first; rows are right-padded with id 0.
+#
+# For artifacts of the production family (docs/production.md) it also answers what that ranker
+# reads (``PRODUCTION_STATE``): the ranking history's context per item (its posts' semantic IDs
+# looked up in the corpus store, as the corpus_file parameter names it), the user's profile and
+# the request's context (timezone and local hour + 1: the request's own, else the profile's home
+# timezone at the server's clock). A request carrying its history may carry the items' context
+# (its semantic IDs, when left out, are looked up by post) and the profile too; by id both
+# come from the store. An artifact of the original family answers none of them and reads no
+# corpus.
 USER_HISTORY = (*history_inputs(ragged=True), history_dwell(optional=True, ragged=True))
 USER_HISTORY_NAMES = tuple(spec.name for spec in USER_HISTORY)  # history_post_ids, ...
+PRODUCTION_STATE = tuple(  # optional outputs: answered for the production family only
+    tensor_spec(s.name, s.dtype, s.axes, optional=True)
+    for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS, *REQUEST_CONTEXT)
+)
+PRODUCTION_STATE_NAMES = tuple(spec.name for spec in PRODUCTION_STATE)
 RETRIEVAL_PREFIX = "retrieval_"
 USER_STATE = ModelContract(
     name="user_state",
     inputs=(
         USER_ID,
         *(optional(spec) for spec in USER_HISTORY),
+        *HISTORY_CONTEXT_INPUTS,
+        *PROFILE_INPUTS,
+        *REQUEST_CONTEXT,
     ),
     outputs=(
         *(tensor_spec(s.name, s.dtype, s.axes) for s in USER_HISTORY),
         *(tensor_spec(RETRIEVAL_PREFIX + s.name, s.dtype, s.axes) for s in USER_HISTORY),
         tensor_spec("served_post_ids", np.int64, ["N"]),  # newest first
         *IN_NETWORK_POSTS,
+        *PRODUCTION_STATE,  # the production family's only
     ),
     max_batch_size=8,
-    parameters=(*ARTIFACT_PARAMETERS, USER_STATE_URL),
+    parameters=(*ARTIFACT_PARAMETERS, USER_STATE_URL, CORPUS_FILE),
 )
 
 

@@ -13,10 +13,15 @@ import numpy as np
 
 from phoenix.schema.contracts import (
     ARTIFACT_PARAMETERS,
+    CANDIDATE_CONTEXT,
     CORPUS_FILE,
     FEED_FILTERS,
     FEED_OUTPUTS,
+    HISTORY_CONTEXT_INPUTS,
     IN_NETWORK_POSTS,
+    PRODUCTION_STATE_NAMES,
+    PROFILE_INPUTS,
+    REQUEST_CONTEXT,
     REQUEST_ID,
     RETRIEVAL_PREFIX,
     STAGE_MODELS,
@@ -45,15 +50,27 @@ def _same_names(names) -> dict[str, str]:
 
 
 _TOWER_HISTORY_NAMES = tuple(spec.name for spec in history_inputs(ragged=False))  # no dwell
+_REQUEST_CONTEXT_NAMES = tuple(spec.name for spec in REQUEST_CONTEXT)
+
+
+def _unragged(spec: TensorSpec) -> TensorSpec:
+    return TensorSpec(spec.name, spec.dtype, spec.axes, spec.optional, False, spec.values)
+
 
 # The recommend request: a user by id (the history read from the user state) or with the
-# history, how many posts to retrieve, and the feed filters.
+# history, how many posts to retrieve, and the feed filters; for the production family
+# (docs/production.md) also the history items' context and the profile (with a history; by id
+# the store has them) and the request's timezone and hour (either way).
 RECOMMEND_INPUTS = (
     USER_ID,
     *(optional(s) for s in history_inputs(ragged=False)),
     history_dwell(optional=True, ragged=False),
     TOP_K,
     *FEED_FILTERS,
+    *(_unragged(s) for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS, *REQUEST_CONTEXT)),
+)
+_PRODUCTION_INPUT_NAMES = tuple(
+    s.name for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS, *REQUEST_CONTEXT)
 )
 RECOMMEND_OUTPUTS = (
     *FEED_OUTPUTS,
@@ -67,17 +84,22 @@ RECOMMEND_OUTPUTS = (
 # out_of_network_factor, flags them and reads the same ages for max_age_seconds), then record
 # what was served (served_log: the posts marked served, the request log, the request id
 # returned). Tensors starting with "_" live only inside the chain. The optional inputs (the
-# history, the feed filters) reach their stage only when the request carries them.
+# history, the feed filters) reach their stage only when the request carries them. For the
+# production family the user state also answers the history items' context, the profile and
+# the request's context, the retriever each candidate's semantic IDs and the request's context
+# per candidate, and the ranker reads them all; the original family's stages answer none, so
+# its ranker gets none.
 RECOMMEND_STAGES = (
     EnsembleStep(
         "user_state",
-        input_map=_same_names(("user_id", *USER_HISTORY_NAMES)),
+        input_map=_same_names(("user_id", *USER_HISTORY_NAMES, *_PRODUCTION_INPUT_NAMES)),
         output_map={
             **{name: "_" + name for name in USER_HISTORY_NAMES},
             # the user tower reads no dwell
             **{RETRIEVAL_PREFIX + n: "_" + RETRIEVAL_PREFIX + n for n in _TOWER_HISTORY_NAMES},
             "served_post_ids": "_served_post_ids",
             **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
+            **{name: "_" + name for name in PRODUCTION_STATE_NAMES},
         },
     ),
     EnsembleStep(
@@ -96,12 +118,14 @@ RECOMMEND_STAGES = (
             "history_post_ids": "_history_post_ids",
             "excluded_post_ids": "_served_post_ids",
             **{s.name: "_" + s.name for s in IN_NETWORK_POSTS},
+            **{name: "_" + name for name in _REQUEST_CONTEXT_NAMES},
         },
         output_map={
             "post_ids": "_candidate_post_ids",
             "author_ids": "_candidate_author_ids",
             "retrieval_scores": "_candidate_retrieval_scores",
             "post_age_seconds": "_candidate_post_age_seconds",
+            **{s.name: "_candidate_" + s.name for s in CANDIDATE_CONTEXT},
         },
     ),
     EnsembleStep(
@@ -113,6 +137,8 @@ RECOMMEND_STAGES = (
             "candidate_author_ids": "_candidate_author_ids",
             "candidate_retrieval_scores": "_candidate_retrieval_scores",
             "candidate_post_age_seconds": "_candidate_post_age_seconds",
+            **{s.name: "_" + s.name for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS)},
+            **{"candidate_" + s.name: "_candidate_" + s.name for s in CANDIDATE_CONTEXT},
         },
         output_map={
             "ranked_post_ids": "_ranked_post_ids",

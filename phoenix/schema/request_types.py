@@ -38,6 +38,24 @@ class UserStateRequest(TypedRequest):
     history_actions: Optional[np.ndarray] = None  # [R, L, A] float32
     history_product_surface: Optional[np.ndarray] = None  # [R, L] int32
     history_dwell_seconds: Optional[np.ndarray] = None  # [R, L] float32
+    history_impression_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_creation_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_timezone: Optional[np.ndarray] = None  # [R, L] int32
+    history_hour_of_day: Optional[np.ndarray] = None  # [R, L] int32
+    history_semantic_ids: Optional[np.ndarray] = None  # [R, L, 6] int32
+    country: Optional[np.ndarray] = None  # [R, 1] int32
+    language: Optional[np.ndarray] = None  # [R, 1] int32
+    latitude: Optional[np.ndarray] = None  # [R, 1] float32
+    longitude: Optional[np.ndarray] = None  # [R, 1] float32
+    installed_apps: Optional[np.ndarray] = None  # [R, 64] int8
+    profile_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender_score: Optional[np.ndarray] = None  # [R, 1] float32
+    age_bracket: Optional[np.ndarray] = None  # [R, 1] int32
+    age_years: Optional[np.ndarray] = None  # [R, 1] float32
+    timezone: Optional[np.ndarray] = None  # [R, 1] int32
+    request_timezone: Optional[np.ndarray] = None  # [R, 1] int32
+    request_hour_of_day: Optional[np.ndarray] = None  # [R, 1] int32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +96,8 @@ class RetrieverRequest(TypedRequest):
     excluded_post_ids: Optional[np.ndarray] = None  # [R, N] int64
     in_network_post_ids: Optional[np.ndarray] = None  # [R, M] int64
     in_network_author_ids: Optional[np.ndarray] = None  # [R, M] int64
+    request_timezone: Optional[np.ndarray] = None  # [R, 1] int32
+    request_hour_of_day: Optional[np.ndarray] = None  # [R, 1] int32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +118,25 @@ class RankerRequest(TypedRequest):
     candidate_product_surface: Optional[np.ndarray] = None  # [R, C] int32
     candidate_post_age_seconds: Optional[np.ndarray] = None  # [R, C] float32
     candidate_retrieval_scores: Optional[np.ndarray] = None  # [R, C] float32
+    history_impression_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_creation_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_timezone: Optional[np.ndarray] = None  # [R, L] int32
+    history_hour_of_day: Optional[np.ndarray] = None  # [R, L] int32
+    history_semantic_ids: Optional[np.ndarray] = None  # [R, L, 6] int32
+    candidate_timezone: Optional[np.ndarray] = None  # [R, C] int32
+    candidate_hour_of_day: Optional[np.ndarray] = None  # [R, C] int32
+    candidate_semantic_ids: Optional[np.ndarray] = None  # [R, C, 6] int32
+    country: Optional[np.ndarray] = None  # [R, 1] int32
+    language: Optional[np.ndarray] = None  # [R, 1] int32
+    latitude: Optional[np.ndarray] = None  # [R, 1] float32
+    longitude: Optional[np.ndarray] = None  # [R, 1] float32
+    installed_apps: Optional[np.ndarray] = None  # [R, 64] int8
+    profile_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender_score: Optional[np.ndarray] = None  # [R, 1] float32
+    age_bracket: Optional[np.ndarray] = None  # [R, 1] int32
+    age_years: Optional[np.ndarray] = None  # [R, 1] float32
+    timezone: Optional[np.ndarray] = None  # [R, 1] int32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +201,24 @@ class RecommendChainRequest(TypedRequest):
     excluded_author_ids: Optional[np.ndarray] = None  # [R, E] int64
     seen_post_ids: Optional[np.ndarray] = None  # [R, N] int64
     max_age_seconds: Optional[np.ndarray] = None  # [R, 1] float32
+    history_impression_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_creation_time: Optional[np.ndarray] = None  # [R, L] int64
+    history_timezone: Optional[np.ndarray] = None  # [R, L] int32
+    history_hour_of_day: Optional[np.ndarray] = None  # [R, L] int32
+    history_semantic_ids: Optional[np.ndarray] = None  # [R, L, 6] int32
+    country: Optional[np.ndarray] = None  # [R, 1] int32
+    language: Optional[np.ndarray] = None  # [R, 1] int32
+    latitude: Optional[np.ndarray] = None  # [R, 1] float32
+    longitude: Optional[np.ndarray] = None  # [R, 1] float32
+    installed_apps: Optional[np.ndarray] = None  # [R, 64] int8
+    profile_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender: Optional[np.ndarray] = None  # [R, 1] int32
+    inferred_gender_score: Optional[np.ndarray] = None  # [R, 1] float32
+    age_bracket: Optional[np.ndarray] = None  # [R, 1] int32
+    age_years: Optional[np.ndarray] = None  # [R, 1] float32
+    timezone: Optional[np.ndarray] = None  # [R, 1] int32
+    request_timezone: Optional[np.ndarray] = None  # [R, 1] int32
+    request_hour_of_day: Optional[np.ndarray] = None  # [R, 1] int32
     record: Optional[np.ndarray] = None  # [R, 1] int8
 
 

@@ -14,6 +14,9 @@ CONTRACTS: dict[str, ModelContract] = {
 
 # The models that read the corpus (they declare corpus_file): a corpus switch moves them all.
 CORPUS_READERS = tuple(n for n, c in CONTRACTS.items() if CORPUS_FILE.name in c.parameter_names)
+# Of those, the ones that open it over artifacts of the production family only: the user state
+# looks the histories' semantic IDs up (over the original family's it reads no corpus).
+PRODUCTION_CORPUS_READERS = ("user_state",)
 
 
 def contract(model: str) -> ModelContract:

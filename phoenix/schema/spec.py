@@ -7,7 +7,8 @@ Per input (``TensorSpec``):
     name          the tensor's name on the wire
     dtype         numpy dtype (``triton_dtype`` "INT64", ``config_dtype`` "TYPE_INT64")
     dims          shape without the batch dimension; -1 is any length
-    optional      the request may leave it out
+    optional      the request may leave it out (an output: not every artifact answers it,
+                  as the production family's own)
     ragged        ``allow_ragged_batch``: requests of different lengths share one batch
 
 Imports numpy and tritonclient's dtype helper only.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from phoenix.schema.contracts import RETRIEVAL_PREFIX, USER_STATE
+from phoenix.schema.contracts import PRODUCTION_STATE_NAMES, RETRIEVAL_PREFIX, USER_STATE
 from phoenix.schema.recommend import RECOMMEND, RECOMMEND_CHAIN
 from phoenix.schema.spec import EnsembleStep, ModelContract
 
@@ -39,10 +39,13 @@ def passed_on_history(request: Mapping[str, np.ndarray]) -> Arrays:
     """What the ``user_state`` step answers for a request that carries its own history: that
     history as both the ranking and the retrieval history (an optional input it left out as
     zeros: dwell 0 reads as none) and no served posts; no store is read. Callers that run the
-    later steps by hand start from it, so the history still reaches them."""
+    later steps by hand start from it, so the history still reaches them. (What the step adds
+    for the production family is its own: ``stub.services.production_state``.)"""
     rows, length = np.shape(request["history_post_ids"])
     outputs = {}
     for spec in USER_STATE.outputs:
+        if spec.name in PRODUCTION_STATE_NAMES:
+            continue
         source = spec.name.removeprefix(RETRIEVAL_PREFIX)
         if source in request:
             outputs[spec.name] = np.asarray(request[source], spec.dtype)

@@ -32,7 +32,7 @@ from phoenix.config import ArtifactConfig
 from phoenix.corpus_store import StoreFollower, is_store
 from phoenix.corpus_store.segment import distinct_positions
 from phoenix.corpus_store.towers import tower_of
-from phoenix.feed_features import SID_NUM_LEVELS
+from phoenix.feed_features import SID_CODEBOOK_SIZE, SID_NUM_LEVELS
 from phoenix.stub.id_table import IdTable
 
 
@@ -159,6 +159,26 @@ class FollowedStore:
 
 
 ServedCorpus = Union[CorpusFile, FollowedStore]
+
+
+def semantic_id_lookup(corpus: ServedCorpus) -> Callable[[np.ndarray], np.ndarray]:
+    """``corpus.semantic_ids``, its answers checked against what X's production ranker reads
+    (``SID_NUM_LEVELS`` codes in [0, ``SID_CODEBOOK_SIZE``]): a corpus store of another width
+    fails each look-up naming the difference, never hands the model codes it has no rows for."""
+
+    def lookup(post_ids: np.ndarray) -> np.ndarray:
+        codes = corpus.semantic_ids(post_ids)
+        levels = codes.shape[-1]
+        if levels != SID_NUM_LEVELS or (codes.size and codes.max() > SID_CODEBOOK_SIZE):
+            largest = int(codes.max()) if codes.size else 0
+            raise ValueError(
+                f"the corpus store's semantic IDs are {levels} levels (codes up to {largest}); "
+                f"the production ranker reads {SID_NUM_LEVELS} levels of codes in "
+                f"[0, {SID_CODEBOOK_SIZE}]"
+            )
+        return codes
+
+    return lookup
 
 
 def open_corpus(

@@ -19,10 +19,10 @@ class UserStateLimits:
     """What the store keeps and for how long. Times are seconds."""
 
     # Engagements kept per user in each history (all; positive): twice the longest
-    # history_seq_len of the shipped artifacts (artifacts/demo 127, artifacts/trained-demo 16),
-    # so a model with a longer sequence can be served without waiting for history to refill;
-    # memory grows linearly with it (docs/user-state.md).
-    history_cap: int = 256
+    # history_seq_len an artifact is made with (X's production nano ranker, 1,022), so such
+    # a model is served the histories it reads; memory grows linearly with what a user
+    # engaged with in the window (docs/user-state.md).
+    history_cap: int = 2048
     # Older engagement says little about today's interests, and a user who stops engaging must
     # not hold memory for ever: both history keys expire this long after their last write.
     history_window_s: float = 30 * DAY_S

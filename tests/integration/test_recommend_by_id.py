@@ -371,7 +371,8 @@ def poison_line(kind: str, user: int, corpus, max_surface: int) -> tuple[str, st
 def hydrated(client, user: int) -> dict:
     """The user's histories as the served user_state model reads them from the store."""
     out = infer(client, "http", USER_STATE.name, {"user_id": np.array([[user]], np.int64)})
-    return {name: out[name].tolist() for name in USER_STATE.output_names if "history" in name}
+    names = [s.name for s in USER_STATE.outputs if "history" in s.name and not s.optional]
+    return {name: out[name].tolist() for name in names}
 
 
 @pytest.mark.parametrize("kind", POISON_KINDS)

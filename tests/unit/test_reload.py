@@ -47,7 +47,7 @@ CORPUS_KEY = 'key: "corpus_file"'
 
 
 def test_the_corpus_readers_are_the_models_declaring_corpus_file():
-    assert set(CORPUS_READERS) == {"retriever", "feed_policy", "recommend_chain"}
+    assert set(CORPUS_READERS) == {"user_state", "retriever", "feed_policy", "recommend_chain"}
     # the generated configs carry the parameter a switch rewrites, and no other model's does
     carrying = {
         c.parent.name for c in REPOSITORY.glob("*/config.pbtxt") if CORPUS_KEY in c.read_text()

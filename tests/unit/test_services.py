@@ -157,6 +157,11 @@ def test_one_bad_request_does_not_change_the_others(ranker, resources):
         ),
         ({"candidate_post_age_seconds": np.full((1, 4), np.inf, np.float32)}, "infinite"),
         ({"surprise": np.ones((1, 1), np.int64)}, "unknown inputs"),
+        (
+            {"history_semantic_ids": np.ones((1, 5, 6), np.int32)},
+            "input 'history_semantic_ids': read by X's production ranker family only",
+        ),
+        ({"country": np.ones((1, 1), np.int32)}, "this ranker is of the original family"),
         ({"candidate_post_ids": None}, "missing required inputs ['candidate_post_ids']"),
     ],
 )

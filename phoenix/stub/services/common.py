@@ -49,8 +49,11 @@ ARTIFACT_DIR_ENV = "PHOENIX_ARTIFACT_DIR"
 def action_weight_vector(weights: Mapping[str, float], action_names: Sequence[str], parameter: str):
     """[A] float64 weights of a parsed weights parameter ({action name: weight}, the ranker's
     ``score_weights`` and the policy's ``action_weights``) over the artifact's actions; actions
-    left out weigh 0, unknown names fail naming ``parameter``."""
-    unknown = sorted(set(weights) - set(action_names))
+    left out weigh 0, unknown names fail naming ``parameter``, unless their weight is 0 (it
+    changes nothing: the policy's default ``dwell_time`` 0, which X's production ranker's
+    action slots do not have)."""
+    unknown = sorted(name for name, weight in weights.items()
+                     if name not in action_names and weight != 0)  # fmt: skip
     if unknown:
         raise ValueError(
             f"parameter '{parameter}' names unknown actions {unknown}; the artifact's actions "

@@ -14,13 +14,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from phoenix.checkpoint import load_config
 from phoenix.checkpoint.identity import artifact_version
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.engine.prefix_cache import PrefixCache
 from phoenix.hashing import entity_hashes
 from phoenix.schema.batches import artifact_widths, empty_batch, pad_batch, row_spans
-from phoenix.schema.contracts import RANKER, UNKNOWN_AGE
+from phoenix.schema.contracts import PRODUCTION_INPUT_NAMES, RANKER, UNKNOWN_AGE
 from phoenix.schema.request_types import RankerRequest
+from phoenix.schema.requests import InputError
 from phoenix.stub.services.common import (
     Outputs,
     Service,
@@ -143,7 +145,13 @@ class RankerService(Service):
         self.max_rows = self.batch_buckets[-1]
 
     @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> RankerService:
+    def from_settings(cls, settings: ServiceSettings) -> Service:
+        """The service of the artifacts' ranker family: this one for the original, the
+        production family's (``production_ranker``) for X's production ranker."""
+        if load_config(settings.artifact_dir).ranker_family == "production":
+            from phoenix.stub.services.production_ranker import ProductionRankerService
+
+            return ProductionRankerService.from_settings(settings)
         return cls(
             resources_for(settings.artifact_dir, ("ranker", "tables")),
             settings.parameters["score_weights"],
@@ -153,6 +161,20 @@ class RankerService(Service):
             prefix_cache_mib=settings.parameters["prefix_cache_mib"],
             prefix_cache_ttl_s=settings.parameters["prefix_cache_ttl_s"],
         )
+
+    def admit(self, request: RankerRequest) -> RankerRequest:
+        """The production family's inputs are refused: this model reads none of them, and a
+        client that sends them expects them to count."""
+        request = super().admit(request)
+        sent = [name for name in PRODUCTION_INPUT_NAMES if getattr(request, name) is not None]
+        if sent:
+            raise InputError(
+                f"input '{sent[0]}': read by X's production ranker family only; this ranker "
+                f"is of the original family (its artifacts' config.json), which reads none of "
+                f"{sent}",
+                sent[0],
+            )
+        return request
 
     def warm_up(self) -> int:
         return self.ranker.warm_up(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
+from phoenix.checkpoint.production import is_production
 from phoenix.corpus_store.segment import is_in_unsorted
 from phoenix.engine import CandidateTower, RetrievalEngine
 from phoenix.recsys_model import RecsysBatch, RecsysEmbeddings
@@ -20,7 +21,7 @@ from phoenix.schema.batches import pad_batch
 from phoenix.schema.contracts import LIMITS, UNKNOWN_AGE
 from phoenix.schema.request_types import CandidateTowerRequest, RetrieverRequest, UserEncoderRequest
 from phoenix.schema.requests import InputError
-from phoenix.stub.corpus import RowHits, open_corpus
+from phoenix.stub.corpus import RowHits, open_corpus, semantic_id_lookup
 from phoenix.stub.services.common import (
     Outputs,
     Service,
@@ -56,6 +57,7 @@ def retrieval_engine(resources: PhoenixResources, **options) -> RetrievalEngine:
         resources.config.retrieval_config(),
         resources.artifacts.retrieval_params,
         store=resources.programs,
+        num_actions=resources.config.num_actions,
         **options,
     )
 
@@ -227,6 +229,7 @@ class RetrieverService(Service):
         batch_buckets: Sequence[int],
         compute_dtype=None,
         clock: Callable[[], float] = time.time,
+        production: bool = False,
     ):
         self.config = resources.config
         self.clock = clock
@@ -235,13 +238,16 @@ class RetrieverService(Service):
         options = {"compute_dtype": compute_dtype, "batch_buckets": self.batch_buckets}
         engine_for = exact_engine_for(resources, options)
         self.corpus = open_corpus(resources.root, corpus_file, self.config, engine_for)
+        self.production = production  # answers the candidates' semantic IDs
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> RetrieverService:
+        resources = resources_for(settings.artifact_dir, ("retrieval",))  # no tables
         return cls(
-            resources_for(settings.artifact_dir, ("retrieval",)),  # no tables: it gets vectors
+            resources,
             settings.parameters["corpus_file"],
             batch_buckets=settings.batch_buckets,
+            production=is_production(resources.config),
         )
 
     def warm_up(self) -> int:
@@ -289,9 +295,22 @@ class RetrieverService(Service):
                     "author_ids": np.stack([h.author_ids[:keep] for h in rows]),
                     "retrieval_scores": np.stack([h.scores[:keep] for h in rows]),
                     "post_age_seconds": self.ages(post_ids, now),
+                    **(self.candidate_context(request, post_ids) if self.production else {}),
                 }
             )
             start += request.rows
+        return outputs
+
+    def candidate_context(self, request: RetrieverRequest, post_ids: np.ndarray) -> Outputs:
+        """The production family's per post [R, K, ...]: its semantic IDs by the corpus and,
+        when the request sends its context, the timezone and hour it is shown in."""
+        outputs = {"semantic_ids": semantic_id_lookup(self.corpus)(post_ids)}
+        for name, sent in (
+            ("timezone", request.request_timezone),
+            ("hour_of_day", request.request_hour_of_day),
+        ):
+            if sent is not None:
+                outputs[name] = np.broadcast_to(sent, post_ids.shape).astype(np.int32)
         return outputs
 
     def ages(self, post_ids: np.ndarray, now: float) -> np.ndarray:

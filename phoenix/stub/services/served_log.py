@@ -30,7 +30,12 @@ import numpy as np
 from phoenix.schema.contracts import SERVED_LOG
 from phoenix.schema.request_types import REQUEST_TYPES
 from phoenix.stub.services.common import Outputs
-from phoenix.stub.services.user_state import NoStore, StoreBackedService
+from phoenix.stub.services.user_state import (
+    NoStore,
+    StoreBackedService,
+    action_columns,
+    feed_actions,
+)
 from phoenix.user_state import UserStateError
 from phoenix.user_state.actions import action_bits
 from phoenix.user_state.request_log import RequestRecord
@@ -50,8 +55,12 @@ def new_request_id() -> int:
     return secrets.randbits(63) or 1
 
 
-def row_record(request, row: int, request_id: int, now: float) -> RequestRecord:
-    """The request log entry of one user row, padding (post id 0) left out."""
+def row_record(
+    request, row: int, request_id: int, now: float, columns: np.ndarray | None = None
+) -> RequestRecord:
+    """The request log entry of one user row, padding (post id 0) left out; the history's
+    action flags as the store's actions (``columns``: ``user_state.action_columns`` of
+    artifacts whose actions differ, the production family's slots)."""
     history = request.history_post_ids[row] != 0
     candidates = request.candidate_post_ids[row] != 0
     shown = request.ranked_post_ids[row] != 0
@@ -63,7 +72,7 @@ def row_record(request, row: int, request_id: int, now: float) -> RequestRecord:
         num_actions=request.action_probs.shape[-1],
         history_post_ids=request.history_post_ids[row][history],
         history_author_ids=request.history_author_ids[row][history],
-        history_actions=action_bits(request.history_actions[row][history]),
+        history_actions=action_bits(feed_actions(request.history_actions[row][history], columns)),
         history_product_surface=request.history_product_surface[row][history],
         history_dwell_seconds=request.history_dwell_seconds[row][history],
         candidate_post_ids=request.candidate_post_ids[row][candidates],
@@ -88,6 +97,7 @@ class ServedLogService(StoreBackedService):
         super().__init__(config, store, **kw)
         self.request_ids = request_ids
         self.unlogged_rows = 0  # rows whose write was lost (store down or unset)
+        self.columns = action_columns(config)
 
     def run(self, requests: Sequence) -> list[Outputs]:
         now = self.clock()
@@ -95,7 +105,10 @@ class ServedLogService(StoreBackedService):
         for request in requests:
             ids = np.array([[self.request_ids()] for _ in range(request.rows)], np.int64)
             outputs.append({"request_id": ids})
-            records += [row_record(request, r, int(ids[r, 0]), now) for r in range(request.rows)]
+            records += [
+                row_record(request, r, int(ids[r, 0]), now, self.columns)
+                for r in range(request.rows)
+            ]
         self.write(records, now)
         return outputs
 

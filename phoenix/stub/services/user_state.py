@@ -17,6 +17,12 @@ naming the store (within the client's bounded timeouts), while the requests with
 history are answered; the Redis client reconnects on its next call, so the store coming back
 needs no restart.
 
+For an artifact of the production family the stage also answers what that ranker reads
+(``production_state``: the history items' context, their posts' semantic IDs, the profile, the
+request's timezone and hour), looking the semantic IDs up in the corpus (``corpus_file``: a
+store followed for look-ups only, as the feed policy follows it); for the original family it
+opens no corpus, answers none of them and refuses a request that sends their inputs.
+
 Shape glossary (R rows of one request): L history items, N served posts, M in-network posts,
 A actions.
 """
@@ -32,11 +38,22 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from phoenix.checkpoint import load_config
+from phoenix.checkpoint.production import is_production
+from phoenix.config import ACTION_NAMES
 from phoenix.schema.batches import stack_padded
-from phoenix.schema.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
+from phoenix.schema.contracts import (
+    HISTORY_CONTEXT_INPUTS,
+    LIMITS,
+    PROFILE_INPUTS,
+    RETRIEVAL_PREFIX,
+    USER_HISTORY,
+    USER_STATE,
+)
 from phoenix.schema.request_types import REQUEST_TYPES
 from phoenix.schema.requests import InputError, value_bound
 from phoenix.schema.wiring import passed_on_history
+from phoenix.stub.corpus import ServedCorpus, open_corpus, semantic_id_lookup
+from phoenix.stub.services import production_state
 from phoenix.stub.services.common import Result, Service, ServiceSettings
 from phoenix.user_state import (
     History,
@@ -53,6 +70,10 @@ USER_STATE_URL_ENV = "PHOENIX_USER_STATE_URL"
 UserStateRequest = REQUEST_TYPES[USER_STATE.name]
 # A history the request carries: every one of these (dwell times are optional).
 REQUIRED_WITH_HISTORY = tuple(s.name for s in USER_HISTORY if not s.optional)
+# What a request may send with its history only, and what only the production family reads
+# (the request's context aside, which a request by id may send too).
+WITH_HISTORY_ONLY = tuple(s.name for s in (*HISTORY_CONTEXT_INPUTS, *PROFILE_INPUTS))
+PRODUCTION_ONLY = tuple(s.name for s in USER_STATE.inputs if s.name in production_state.INPUTS)
 
 
 def store_url(parameter: str) -> str:
@@ -103,17 +124,58 @@ class StoreBackedService(Service):
 
 
 class UserStateService(StoreBackedService):
-    """Histories and served posts per user row: from the request, else from the store."""
+    """Histories and served posts per user row: from the request, else from the store; for
+    the production family also what its ranker reads (``production``, with ``corpus``: what
+    the histories' semantic IDs are looked up in)."""
 
     request_type = UserStateRequest
 
-    def __init__(self, config, store, **options):
+    def __init__(
+        self, config, store, *, production: bool = False, corpus: ServedCorpus | None = None,
+        **options,
+    ):  # fmt: skip
         super().__init__(config, store, **options)
         self.seq_len = config.history_seq_len
         store.limits.check_seq_len(self.seq_len)  # at start-up, not in every request
+        self.production = production
+        if corpus is not None:
+            self.corpus = corpus  # the adapter exports a followed store's generation
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings):
+        config = load_config(settings.artifact_dir)
+        production = is_production(config)
+        corpus = None
+        if production:  # look-ups only: no vectors, no index
+            corpus = open_corpus(settings.artifact_dir, settings.parameters["corpus_file"], config)
+        url = store_url(settings.parameters["user_state_url"])
+        store = (
+            UserStateStore(
+                connect(url, lazy=True),  # lazy: the store need not be up at start-up
+                name=url,
+                semantic_ids=None if corpus is None else semantic_id_lookup(corpus),
+            )
+            if url
+            else cls.absent_store()
+        )
+        return cls(
+            config,
+            store,
+            production=production,
+            corpus=corpus,
+            max_batch_size=settings.max_batch_size,
+        )
+
+    def semantic_ids(self, post_ids: np.ndarray) -> np.ndarray:
+        """The posts' semantic IDs by the corpus (zeros without one)."""
+        corpus = getattr(self, "corpus", None)
+        if corpus is None:
+            return np.zeros(post_ids.shape + (production_state.LEVELS,), np.int32)
+        return semantic_id_lookup(corpus)(post_ids)
 
     def admit(self, request):
-        """A history is all of its required inputs or none of them."""
+        """A history is all of its required inputs or none of them; the items' context and
+        the profile come with a history only, and only to the production family."""
         request = super().admit(request)
         carried = [name for name in REQUIRED_WITH_HISTORY if getattr(request, name) is not None]
         if carried and len(carried) != len(REQUIRED_WITH_HISTORY):
@@ -124,29 +186,58 @@ class UserStateService(StoreBackedService):
             )
         if request.history_dwell_seconds is not None and not carried:
             raise InputError("user_state: 'history_dwell_seconds' sent without a history")
+        sent = [name for name in PRODUCTION_ONLY if getattr(request, name) is not None]
+        if sent and not self.production:
+            raise InputError(
+                f"user_state: {sent} are read by the production family only; these artifacts "
+                "are of the original family (docs/production.md)"
+            )
+        alone = [name for name in WITH_HISTORY_ONLY if name in sent]
+        if alone and not carried:
+            raise InputError(
+                f"user_state: {alone} sent without a history (by user_id the store gives the "
+                "history's context and the profile)"
+            )
         return request
 
     def run(self, requests: Sequence) -> list[Result]:
+        now = self.clock()  # what the store's windows and the requests' hours are read at
         by_id = [r for r in requests if r.history_post_ids is None]
-        state = self.read([int(u) for r in by_id for u in r.user_id[:, 0]]) if by_id else None
+        state = self.read([int(u) for r in by_id for u in r.user_id[:, 0]], now) if by_id else None
         results: list[Result] = []
         row = 0
         for request in requests:
             if request.history_post_ids is not None:
-                results.append(passed_on_history(request.arrays()))
+                results.append(self.passed_on(request, now))
             elif isinstance(state, UserStateError):
                 results.append(state)
             else:
                 assert state is not None  # read for the requests by id
-                results.append(stored_state(state[row : row + request.rows], self.config))
+                users = state[row : row + request.rows]
+                results.append(self.stored(request, users, now))
                 row += request.rows
         return results
 
-    def read(self, user_ids: list[int]) -> list[UserState] | UserStateError:
-        """The state of ``user_ids`` (one batch read: ``UserStateStore.state``), or the
-        store's error."""
+    def passed_on(self, request, now: float) -> dict[str, np.ndarray]:
+        """The outputs of a request carrying its history."""
+        outputs = passed_on_history(request.arrays())
+        if self.production:
+            outputs.update(production_state.carried(request, self.semantic_ids, now))
+        return outputs
+
+    def stored(self, request, users: Sequence[UserState], now: float) -> dict[str, np.ndarray]:
+        """The outputs of a request by id from its rows' stored state."""
+        ranking = [servable(u.histories.ranking, self.config, self.production) for u in users]
+        outputs = stored_state(users, self.config, ranking)
+        if self.production:
+            outputs.update(production_state.stored(request, users, ranking, now))
+        return outputs
+
+    def read(self, user_ids: list[int], now: float) -> list[UserState] | UserStateError:
+        """The state of ``user_ids`` at ``now`` (one batch read: ``UserStateStore.state``), or
+        the store's error."""
         try:
-            return self.store.state(user_ids, self.clock(), self.seq_len)
+            return self.store.state(user_ids, now, self.seq_len)
         except UserStateError as error:
             return error
 
@@ -156,15 +247,53 @@ class UserStateService(StoreBackedService):
 # ----------------------------------------------------------------------------------------
 
 
-def stacked_history(histories: Sequence[History]) -> dict[str, np.ndarray]:
+def action_columns(config) -> np.ndarray | None:
+    """Where the store's action flags (``config.ACTION_NAMES``' 19 columns) go among the
+    artifacts' actions: None where they are the same (the original family), else each stored
+    action's column by name, -1 where the artifacts have none (the production family's 64
+    slots name the feed's actions as they are, ``feed_features.ACTION_SLOTS``, and have no
+    dwell_time slot)."""
+    names = tuple(config.action_names)
+    if names == ACTION_NAMES:
+        return None
+    return np.array([names.index(n) if n in names else -1 for n in ACTION_NAMES])
+
+
+def placed_actions(actions: np.ndarray, columns: np.ndarray | None, width: int) -> np.ndarray:
+    """Stored action flags [..., 19] as the artifacts' [..., width] (``action_columns``)."""
+    if columns is None:
+        return actions
+    out = np.zeros(actions.shape[:-1] + (width,), actions.dtype)
+    kept = columns >= 0
+    out[..., columns[kept]] = actions[..., kept]
+    return out
+
+
+def feed_actions(flags: np.ndarray, columns: np.ndarray | None) -> np.ndarray:
+    """The artifacts' action flags [..., A] as the store's 19 (``action_columns``; the
+    inverse of ``placed_actions``: a slot of no feed action is not kept)."""
+    if columns is None:
+        return flags
+    out = np.zeros(flags.shape[:-1] + (len(columns),), flags.dtype)
+    kept = columns >= 0
+    out[..., kept] = flags[..., columns[kept]]
+    return out
+
+
+def stacked_history(histories: Sequence[History], config=None) -> dict[str, np.ndarray]:
     """Rows of histories [R, L, ...], right-padded with zeros to the longest (an empty
-    history's actions are [0, A] already)."""
+    history's actions are [0, A] already); their action flags in ``config``'s columns when
+    given (``action_columns``)."""
     width = max(len(h) for h in histories)
     inputs = [h.inputs() for h in histories]
-    return {
+    out = {
         spec.name: stack_padded([row[spec.name][None] for row in inputs], width, len(inputs))
         for spec in USER_HISTORY
     }
+    if config is not None:
+        columns = action_columns(config)
+        out["history_actions"] = placed_actions(out["history_actions"], columns, config.num_actions)
+    return out
 
 
 def stacked_ids(rows: Sequence[np.ndarray]) -> np.ndarray:
@@ -182,15 +311,19 @@ def excludable_served(user: UserState) -> np.ndarray:
     return user.served[: max(room, 0)]
 
 
-def servable_items(history: History, config) -> np.ndarray:
+def servable_items(history: History, config, production: bool = False) -> np.ndarray:
     """[L] bool: the history items whose every value the model's contract accepts (the
-    ranker's history specs, against these artifacts). The event path refuses the others, but
-    an item stored before a change of artifacts (fewer product surfaces) or written around it
-    must not reach the model, whose stages no longer check what this one hands on."""
+    ranker's history specs, against these artifacts; with ``production``, the items' context
+    too). The event path refuses the others, but an item stored before a change of artifacts
+    (fewer product surfaces) or written around it must not reach the model, whose stages no
+    longer check what this one hands on."""
     keep = np.ones(len(history), bool)
     if not len(history):
         return keep
-    for spec, array in zip(USER_HISTORY, history.inputs().values()):
+    arrays = list(zip(USER_HISTORY, history.inputs().values()))
+    if production:
+        arrays += list(zip(HISTORY_CONTEXT_INPUTS, production_state.item_context(history)))
+    for spec, array in arrays:
         values = array.reshape(len(history), -1).astype(np.float64)
         low, high = (value_bound(b, config) for b in (spec.values.low, spec.values.high))
         ok = np.isfinite(values)
@@ -202,9 +335,9 @@ def servable_items(history: History, config) -> np.ndarray:
     return keep
 
 
-def servable(history: History, config) -> History:
+def servable(history: History, config, production: bool = False) -> History:
     """``history`` without the items the model would refuse (``servable_items``), logged."""
-    keep = servable_items(history, config)
+    keep = servable_items(history, config, production)
     if keep.all():
         return history
     logger.warning(
@@ -216,10 +349,15 @@ def servable(history: History, config) -> History:
     )
 
 
-def stored_state(users: Sequence[UserState], config) -> dict[str, np.ndarray]:
-    """One request's outputs from the store's rows (items the model would refuse left out)."""
-    ranking = stacked_history([servable(u.histories.ranking, config) for u in users])
-    retrieval = stacked_history([servable(u.histories.retrieval, config) for u in users])
+def stored_state(
+    users: Sequence[UserState], config, ranking_histories: Sequence[History] | None = None
+) -> dict[str, np.ndarray]:
+    """One request's outputs from the store's rows (items the model would refuse left out;
+    ``ranking_histories``: the rows' ranking histories already so)."""
+    if ranking_histories is None:
+        ranking_histories = [servable(u.histories.ranking, config) for u in users]
+    ranking = stacked_history(ranking_histories, config)
+    retrieval = stacked_history([servable(u.histories.retrieval, config) for u in users], config)
     return {
         **ranking,
         **{RETRIEVAL_PREFIX + name: array for name, array in retrieval.items()},

@@ -1,0 +1,384 @@
+"""X's production ranker served against the same code in process, at X's nano geometry
+(1,022 history posts x 64 candidates, every production input filled), and the forward's FLOP
+rate against this machine's matmul rate, all measured in one run on one machine.
+
+    make bench-production                               # build/production-nano, made if absent
+    python -m bench.bench_production --quick            # c=1,16, short windows
+    python -m bench.bench_production --artifacts DIR --concurrency 1,4,16 --protocols grpc,http
+
+Steps, one after the other so that each has the machine's cores to itself:
+
+1. the matmul rate: jitted float32 and bfloat16 matmuls of the forward's shapes (a prefix
+   layer's projections of 1,024 tokens, one user and eight) on this CPU, best of several;
+2. in process: the ranker's service (``ProductionRankerService.handle``, what the model
+   wraps, built with the parameters the server reports) on the same requests, one user per
+   call and 8 (the most the dynamic batcher puts in one call);
+3. served: the ``ranker`` model of a tritonserver (the CPU profile: dynamic batching, two
+   instances) under perf_analyzer at each concurrency, over each protocol.
+
+Reports per concurrency the served requests/s and latency, the ratio served / in process (at
+c=1 against one user per call, beyond against the best in-process figure), the forward's FLOPs
+per request (``bench.flops.production_flops``, checked against XLA's own count of the two
+programs) and the FLOP rates of both sides against the matmul rate. Writes
+bench/results/production-serving.json (production-serving-quick.json with --quick) and, with
+--docs, the table of docs/production.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from bench import serving_measure as measure
+from bench.flops import production_flops
+from clients.workload import random_users
+from harness.results import shown_path
+from harness.triton import start_triton
+from phoenix.checkpoint import load_config
+from phoenix.client.client import connect, ranker_inputs
+from phoenix.client.inprocess import InProcessModels
+from phoenix.ops import profiles
+from phoenix.ops.configs import write_repository
+from phoenix.schema.contracts import RANKER
+from phoenix.util.command_line import command_parser
+from phoenix.util.doc_blocks import with_block
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results"
+DOCS = REPO_ROOT / "docs" / "production.md"
+DEFAULT_ARTIFACTS = REPO_ROOT / "build" / "production-nano"
+TABLE_START, TABLE_END = "<!-- production-serving:start -->", "<!-- production-serving:end -->"
+IN_PROCESS_BATCH = measure.IN_PROCESS_BATCH
+
+
+def parse_args(argv: Optional[Sequence[str]]):
+    parser = command_parser("python -m bench.bench_production", __doc__)
+    add = parser.add_argument
+    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS,
+        help="a production-family artifact directory; build/production-nano is generated when "
+        "absent (default: %(default)s)")  # fmt: skip
+    add("--concurrency", type=lambda t: [int(v) for v in t.split(",") if v.strip()],
+        help="concurrency levels (default: 1,4,16; quick: 1,16)")  # fmt: skip
+    add("--protocols", default="grpc",
+        help="comma-separated, from http,grpc (default: %(default)s)")  # fmt: skip
+    add("--users", type=int, default=16, help="distinct users cycled through (default: 16)")
+    add("--candidates", type=int, default=0,
+        help="candidates per request (default: the ranker's candidate_seq_len)")  # fmt: skip
+    add("--seed", type=int, default=0, help="seed of the users (default: 0)")
+    add("--window-requests", type=int,
+        help="requests per perf_analyzer window (default: 40; quick: 24)")  # fmt: skip
+    add("--quick", action="store_true", help="c=1,16 and short windows and timings")
+    add("--out", type=Path, help="the JSON (default: bench/results/production-serving.json)")
+    add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
+    add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
+        help="derived repository, input data, server log (default: %(default)s)")  # fmt: skip
+    add("--queue-timeout-s", type=float, default=120.0,
+        help="the ranker's queue timeout in the measured server: the CPU profile's 5 s refuses "
+        "what waits longer, and 16 nano requests in flight on 2 cores wait more than that "
+        "(default: %(default)s)")  # fmt: skip
+    args = parser.parse_args(argv)
+    args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16])
+    args.window_requests = args.window_requests or (24 if args.quick else 40)
+    args.protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
+    stem = "production-serving-quick" if args.quick else "production-serving"
+    args.out = args.out or RESULTS / f"{stem}.json"
+    args.timing_s = 4.0 if args.quick else 12.0
+    return args
+
+
+def repository(args) -> Path:
+    """The CPU profile's repository with the ranker's prefix cache off (perf_analyzer cycles
+    through a pool of users: every later request of one would find its prefix) and its queue
+    timeout at ``--queue-timeout-s``."""
+    from dataclasses import replace
+
+    deployment = profiles.CPU.with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    ranker = deployment.models[RANKER.name]
+    queue = replace(ranker.queue, timeout_us=int(args.queue_timeout_s * 1e6))
+    models = {**deployment.models, RANKER.name: replace(ranker, queue=queue)}
+    return write_repository(args.build_dir / "model_repository", replace(deployment, models=models))
+
+
+# ----------------------------------------------------------------------------------------
+# The machine's matmul rate
+# ----------------------------------------------------------------------------------------
+
+MATMULS = {  # name: (rows, inner, columns): the prefix's projections, one user and eight
+    "qkv 1 user (1024x512 @ 512x1024)": (1024, 512, 1024),
+    "ffn up 8 users (8192x512 @ 512x1024)": (8192, 512, 1024),
+}
+
+
+def matmul_rates(seconds: float) -> dict[str, dict[str, float]]:
+    """GFLOP/s of jitted matmuls in float32 and bfloat16 (float32 accumulation), the best
+    call of those run within ``seconds`` per shape and dtype."""
+    import jax
+    import jax.numpy as jnp
+
+    rates: dict[str, dict[str, float]] = {}
+    rng = np.random.default_rng(0)
+    for dtype in ("float32", "bfloat16"):
+        rates[dtype] = {}
+        for name, (m, k, n) in MATMULS.items():
+            a = jnp.asarray(rng.standard_normal((m, k)), dtype)
+            b = jnp.asarray(rng.standard_normal((k, n)), dtype)
+            product = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+            product(a, b).block_until_ready()
+            best, started = float("inf"), time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                t0 = time.perf_counter()
+                product(a, b).block_until_ready()
+                best = min(best, time.perf_counter() - t0)
+            rates[dtype][name] = 2 * m * k * n / best / 1e9
+    return rates
+
+
+# ----------------------------------------------------------------------------------------
+# The requests, the programs' FLOPs
+# ----------------------------------------------------------------------------------------
+
+
+def ensure_artifacts(artifacts: Path) -> None:
+    if (artifacts / "config.json").is_file():
+        return
+    if artifacts.resolve() != DEFAULT_ARTIFACTS.resolve():
+        raise SystemExit(f"{artifacts}: no artifact directory (phoenix-artifacts --ranker "
+                         "production --preset nano --out DIR makes one)")  # fmt: skip
+    from phoenix.production_artifacts import generate_production
+
+    print(f"== generating {shown_path(artifacts)} (nano preset)", flush=True)
+    generate_production("nano", artifacts, progress=True)
+
+
+def make_requests(args, config) -> list[dict[str, np.ndarray]]:
+    """Users with full histories and every production input, ``candidates`` each."""
+    history = config.history_seq_len
+    users = random_users(
+        args.artifacts, args.users, args.seed, history_len=history, num_candidates=args.candidates
+    )
+    return [ranker_inputs(user) for user in users]
+
+
+def xla_flops(models: InProcessModels, candidates: int) -> dict[str, float]:
+    """XLA's own FLOP count (its cost analysis of the lowered programs) of one user's prefix
+    and ``candidates`` candidates: a check of ``production_flops``' count (XLA counts the
+    elementwise work too)."""
+    from phoenix.schema.batches import empty_batch
+    from phoenix.stub.services.ranker import batch_widths
+
+    service = models.service("ranker")
+    engine = service.ranker
+    batch = empty_batch(RANKER, 1, batch_widths(service.config, candidates))
+    user, history, cands = engine.inputs(batch)
+    prefix = engine._prefix._jit.lower(engine.weights, engine.table, user, history)
+    cache = engine._prefix.output_shapes(engine.weights, engine.table, user, history)
+    scored = engine._candidates._jit.lower(engine.weights, engine.table, cache, cands, engine.blend)
+
+    def flops(lowered) -> float:
+        analysis = lowered.cost_analysis()
+        analysis = analysis[0] if isinstance(analysis, list) else analysis
+        return float(analysis.get("flops", 0.0))
+
+    return {"prefix": flops(prefix), "candidates": flops(scored)}
+
+
+# ----------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------
+
+
+def in_process(models: InProcessModels, requests: list[dict], seconds: float) -> dict:
+    cursor = [0]
+
+    def take(n: int) -> list[dict]:
+        start = cursor[0]
+        cursor[0] = (start + n) % len(requests)
+        return [requests[(start + i) % len(requests)] for i in range(n)]
+
+    figures = {}
+    for batch in (1, IN_PROCESS_BATCH):
+        started = time.process_time()
+        call = lambda b=batch: models.run_many("ranker", take(b))  # noqa: E731
+        rate = measure.timed_rate(call, batch, seconds)
+        rate["cpu_s_per_request"] = (time.process_time() - started) / (batch * (rate["calls"] + 1))
+        figures[f"batch_{batch}"] = rate
+        print(f"  in process, {batch} user(s) a call: {rate['throughput']:.2f} req/s, "
+              f"p50 {rate['p50_ms']:.0f} ms", flush=True)  # fmt: skip
+    return figures
+
+
+def served(server, args, data: Path) -> list[dict]:
+    rows = []
+    for concurrency in args.concurrency:
+        for protocol in args.protocols:
+            url = server.http_url if protocol == "http" else server.grpc_url
+            m = measure.Measurement("production", "ranker", protocol, "on", concurrency)
+            measure.measure_served(m, url, data, args.window_requests, args.quick)
+            print(f"  served {protocol} c={concurrency}: {m.throughput:.2f} req/s, p50 "
+                  f"{m.p50_ms:.0f} p99 {m.p99_ms:.0f} ms, batch {m.avg_batch:.1f}"
+                  f"{' ERROR ' + m.error if m.error else ''}", flush=True)  # fmt: skip
+            rows.append(asdict(m))
+    return rows
+
+
+def summarize(results: dict) -> dict[str, Any]:
+    """Ratios served / in process and FLOP rates against the float32 matmul rate."""
+    inner = results["in_process"]
+    best_in_process = max(f["throughput"] for f in inner.values())
+    flops = results["flops_per_request"]["total"]
+    matmul = max(results["matmul_gflops"]["float32"].values())
+    rows = []
+    for row in results["served"]:
+        if row["error"]:
+            continue
+        reference = inner["batch_1"]["throughput"] if row["concurrency"] == 1 else best_in_process
+        rows.append({
+            "protocol": row["protocol"],
+            "concurrency": row["concurrency"],
+            "served_req_s": row["throughput"],
+            "served_vs_in_process": row["throughput"] / reference,
+            "served_gflops": row["throughput"] * flops / 1e9,
+            "served_share_of_matmul_rate": row["throughput"] * flops / 1e9 / matmul,
+        })  # fmt: skip
+    cpu = min(f["cpu_s_per_request"] for f in inner.values())
+    return {
+        "rows": rows,
+        "in_process_best_req_s": best_in_process,
+        "in_process_gflops": best_in_process * flops / 1e9,
+        "in_process_share_of_matmul_rate": best_in_process * flops / 1e9 / matmul,
+        "gflop_per_cpu_second": flops / cpu / 1e9,
+        "float32_matmul_gflops": matmul,
+        "ratio_at_c16": next(
+            (r["served_vs_in_process"] for r in rows if r["concurrency"] == 16), None
+        ),
+    }
+
+
+def table(results: dict) -> str:
+    s = results["summary"]
+    f = results["flops_per_request"]
+    lines = [
+        "| concurrency | protocol | served req/s | served / in process | served GFLOP/s | "
+        "share of the float32 matmul rate |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in s["rows"]:
+        lines.append(
+            f"| {r['concurrency']} | {r['protocol']} | {r['served_req_s']:.2f} | "
+            f"{r['served_vs_in_process']:.0%} | {r['served_gflops']:.0f} | "
+            f"{r['served_share_of_matmul_rate']:.0%} |"
+        )
+    inner = results["in_process"]
+    rates = results["matmul_gflops"]
+    lines += [
+        "",
+        f"In process (the service's `handle`): {inner['batch_1']['throughput']:.2f} req/s one "
+        f"user a call, {inner[f'batch_{IN_PROCESS_BATCH}']['throughput']:.2f} with "
+        f"{IN_PROCESS_BATCH}; {s['gflop_per_cpu_second']:.0f} GFLOP per CPU-second. A request "
+        f"is {f['total'] / 1e9:.1f} GFLOP (prefix {f['prefix'] / 1e9:.1f}, 64 candidates "
+        f"{f['candidates'] / 1e9:.1f}). Matmul rate of this machine, same run: float32 "
+        + ", ".join(f"{v:.0f}" for v in rates["float32"].values())
+        + " GFLOP/s, bfloat16 "
+        + ", ".join(f"{v:.0f}" for v in rates["bfloat16"].values())
+        + f" ({'; '.join(rates['float32'])}).",
+    ]
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": model, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "load_average_at_start": os.getloadavg()}  # fmt: skip
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    ensure_artifacts(args.artifacts)
+    config = load_config(args.artifacts)
+    if config.ranker_family != "production":
+        raise SystemExit(f"{args.artifacts}: the ranker is of the {config.ranker_family} family")
+    from phoenix.checkpoint.production import production_config
+    from phoenix.ops.compile import ensure_programs
+
+    ranker = production_config(config)
+    args.candidates = args.candidates or ranker.candidate_seq_len
+    args.build_dir.mkdir(parents=True, exist_ok=True)
+    ensure_programs(args.artifacts, "cpu")
+    requests = make_requests(args, config)
+    data = measure.write_input_data(args.build_dir / "ranker.json", requests)
+    results: dict[str, Any] = {
+        "command": " ".join(["python -m bench.bench_production", *(argv or sys.argv[1:])]),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "settings": {
+            "artifacts": shown_path(args.artifacts),
+            "history": config.history_seq_len,
+            "candidates": args.candidates,
+            "users": args.users,
+            "profile": "cpu",
+            "instances": profiles.CPU.models["ranker"].instances,
+            "concurrency": args.concurrency,
+            "protocols": args.protocols,
+            "window_requests": args.window_requests,
+            "quick": args.quick,
+        },  # fmt: skip
+        "flops_per_request": production_flops(ranker, args.candidates),
+    }
+    started = time.monotonic()
+    print("== matmul rate of this machine", flush=True)
+    results["matmul_gflops"] = matmul_rates(1.0 if args.quick else 3.0)
+    print(f"  {results['matmul_gflops']}", flush=True)
+    log = args.build_dir / "tritonserver.log"
+    print(f"== starting tritonserver (the ranker alone; log {shown_path(log)})", flush=True)
+    server = start_triton(
+        repository(args), args.artifacts, log_path=log, exit_timeout_secs=5,
+        model_control_mode="explicit", load_model=["ranker"],
+    )  # fmt: skip
+    try:
+        print("== in process (the server idle meanwhile)", flush=True)
+        client = connect(server.http_url, "http")
+        models = InProcessModels.like_server(client, "http", args.artifacts.resolve(), models=(),
+                                             batched=True)  # fmt: skip
+        results["in_process"] = in_process(models, requests, args.timing_s)
+        results["xla_flops"] = xla_flops(models, args.candidates)
+        print("== served", flush=True)
+        before = measure.failure_counts(server.http_url)
+        results["served"] = served(server, args, data)
+        after = measure.failure_counts(server.http_url)
+        results["failed_requests"] = after.get("ranker", 0) - before.get("ranker", 0)
+    finally:
+        server.stop()
+    results["machine"]["load_average_at_end"] = os.getloadavg()
+    results["wall_s"] = time.monotonic() - started
+    results["summary"] = summarize(results)
+    text = table(results)
+    print(f"\n{text}\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {shown_path(args.out)} ({results['wall_s']:.0f} s)")
+    if args.docs:
+        DOCS.write_text(with_block(DOCS.read_text(), TABLE_START, TABLE_END, text, DOCS))
+        print(f"rewrote the table of {shown_path(DOCS)}")
+    errors = results["failed_requests"] or any(r["error"] for r in results["served"])
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
