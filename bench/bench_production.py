@@ -6,7 +6,8 @@ rate against this machine's matmul rate, all measured in one run on one machine.
     python -m bench.bench_production --quick            # c=1,16, short windows
     python -m bench.bench_production --artifacts DIR --concurrency 1,4,16 --protocols grpc,http
 
-Steps, one after the other so that each has the machine's cores to itself:
+Steps, one after the other so that each has the machine's cores to itself (2 and 3 in
+``--rounds`` rounds, each ratio taken within its round):
 
 1. the matmul rate: jitted float32 and bfloat16 matmuls of the forward's shapes (a prefix
    layer's projections of 1,024 tokens, one user and eight) on this CPU, best of several;
@@ -77,10 +78,19 @@ def parse_args(argv: Optional[Sequence[str]]):
     add("--window-requests", type=int,
         help="requests per perf_analyzer window (default: 40; quick: 24)")  # fmt: skip
     add("--quick", action="store_true", help="c=1,16 and short windows and timings")
+    add("--rounds", type=int, default=2,
+        help="rounds of (in process, then served), each ratio taken within its round: the load "
+        "of other work on a shared machine drifts over minutes (default: %(default)s)")  # fmt: skip
     add("--out", type=Path, help="the JSON (default: bench/results/production-serving.json)")
     add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
     add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
         help="derived repository, input data, server log (default: %(default)s)")  # fmt: skip
+    add(
+        "--instances",
+        type=int,
+        default=0,
+        help="ranker instances of the measured server (default: the CPU profile's)",
+    )
     add("--queue-timeout-s", type=float, default=120.0,
         help="the ranker's queue timeout in the measured server: the CPU profile's 5 s refuses "
         "what waits longer, and 16 nano requests in flight on 2 cores wait more than that "
@@ -102,6 +112,8 @@ def repository(args) -> Path:
     from dataclasses import replace
 
     deployment = profiles.CPU.with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    if args.instances:
+        deployment = deployment.with_instances({RANKER.name: args.instances})
     ranker = deployment.models[RANKER.name]
     queue = replace(ranker.queue, timeout_us=int(args.queue_timeout_s * 1e6))
     models = {**deployment.models, RANKER.name: replace(ranker, queue=queue)}
@@ -231,25 +243,37 @@ def served(server, args, data: Path) -> list[dict]:
 
 
 def summarize(results: dict) -> dict[str, Any]:
-    """Ratios served / in process and FLOP rates against the float32 matmul rate."""
-    inner = results["in_process"]
-    best_in_process = max(f["throughput"] for f in inner.values())
+    """Per (protocol, concurrency): the median over rounds of served requests/s and of the
+    ratio served / in process within each round (at c=1 against one user a call, beyond
+    against the round's best in-process figure), FLOP rates against the float32 matmul rate."""
     flops = results["flops_per_request"]["total"]
     matmul = max(results["matmul_gflops"]["float32"].values())
+    by_point: dict[tuple, list] = {}
+    for round_ in results["rounds"]:
+        inner = round_["in_process"]
+        best = max(f["throughput"] for f in inner.values())
+        for row in round_["served"]:
+            if row["error"]:
+                continue
+            reference = inner["batch_1"]["throughput"] if row["concurrency"] == 1 else best
+            key = (row["protocol"], row["concurrency"])
+            by_point.setdefault(key, []).append((row["throughput"], row["throughput"] / reference))
     rows = []
-    for row in results["served"]:
-        if row["error"]:
-            continue
-        reference = inner["batch_1"]["throughput"] if row["concurrency"] == 1 else best_in_process
+    for (protocol, concurrency), values in by_point.items():
+        rate = float(np.median([v for v, _ in values]))
         rows.append({
-            "protocol": row["protocol"],
-            "concurrency": row["concurrency"],
-            "served_req_s": row["throughput"],
-            "served_vs_in_process": row["throughput"] / reference,
-            "served_gflops": row["throughput"] * flops / 1e9,
-            "served_share_of_matmul_rate": row["throughput"] * flops / 1e9 / matmul,
+            "protocol": protocol,
+            "concurrency": concurrency,
+            "served_req_s": rate,
+            "served_vs_in_process": float(np.median([r for _, r in values])),
+            "ratios_by_round": [r for _, r in values],
+            "served_gflops": rate * flops / 1e9,
+            "served_share_of_matmul_rate": rate * flops / 1e9 / matmul,
         })  # fmt: skip
-    cpu = min(f["cpu_s_per_request"] for f in inner.values())
+    inner_all = [f for r in results["rounds"] for f in r["in_process"].values()]
+    best_in_process = float(np.median([max(f["throughput"] for f in r["in_process"].values())
+                                       for r in results["rounds"]]))  # fmt: skip
+    cpu = min(f["cpu_s_per_request"] for f in inner_all)
     return {
         "rows": rows,
         "in_process_best_req_s": best_in_process,
@@ -277,13 +301,18 @@ def table(results: dict) -> str:
             f"{r['served_vs_in_process']:.0%} | {r['served_gflops']:.0f} | "
             f"{r['served_share_of_matmul_rate']:.0%} |"
         )
-    inner = results["in_process"]
     rates = results["matmul_gflops"]
+    rounds = results["rounds"]
+
+    def median_rate(batch: int) -> float:
+        return float(np.median([r["in_process"][f"batch_{batch}"]["throughput"] for r in rounds]))
+
     lines += [
         "",
-        f"In process (the service's `handle`): {inner['batch_1']['throughput']:.2f} req/s one "
-        f"user a call, {inner[f'batch_{IN_PROCESS_BATCH}']['throughput']:.2f} with "
-        f"{IN_PROCESS_BATCH}; {s['gflop_per_cpu_second']:.0f} GFLOP per CPU-second. A request "
+        f"Medians of {len(rounds)} rounds (in process, then served; each ratio within its "
+        f"round). In process (the service's `handle`): {median_rate(1):.2f} req/s one user a "
+        f"call, {median_rate(IN_PROCESS_BATCH):.2f} with {IN_PROCESS_BATCH}; "
+        f"{s['gflop_per_cpu_second']:.0f} GFLOP per CPU-second. A request "
         f"is {f['total'] / 1e9:.1f} GFLOP (prefix {f['prefix'] / 1e9:.1f}, 64 candidates "
         f"{f['candidates'] / 1e9:.1f}). Matmul rate of this machine, same run: float32 "
         + ", ".join(f"{v:.0f}" for v in rates["float32"].values())
@@ -333,7 +362,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "candidates": args.candidates,
             "users": args.users,
             "profile": "cpu",
-            "instances": profiles.CPU.models["ranker"].instances,
+            "instances": args.instances or profiles.CPU.models["ranker"].instances,
             "concurrency": args.concurrency,
             "protocols": args.protocols,
             "window_requests": args.window_requests,
@@ -356,11 +385,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         client = connect(server.http_url, "http")
         models = InProcessModels.like_server(client, "http", args.artifacts.resolve(), models=(),
                                              batched=True)  # fmt: skip
-        results["in_process"] = in_process(models, requests, args.timing_s)
-        results["xla_flops"] = xla_flops(models, args.candidates)
-        print("== served", flush=True)
         before = measure.failure_counts(server.http_url)
-        results["served"] = served(server, args, data)
+        results["rounds"] = []
+        for round_ in range(args.rounds):
+            print(f"== round {round_ + 1} of {args.rounds}: in process (the server idle)",
+                  flush=True)  # fmt: skip
+            inner = in_process(models, requests, args.timing_s)
+            print("   served", flush=True)
+            results["rounds"].append({"in_process": inner, "served": served(server, args, data)})
+        results["xla_flops"] = xla_flops(models, args.candidates)
         after = measure.failure_counts(server.http_url)
         results["failed_requests"] = after.get("ranker", 0) - before.get("ranker", 0)
     finally:
@@ -376,7 +409,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.docs:
         DOCS.write_text(with_block(DOCS.read_text(), TABLE_START, TABLE_END, text, DOCS))
         print(f"rewrote the table of {shown_path(DOCS)}")
-    errors = results["failed_requests"] or any(r["error"] for r in results["served"])
+    served_rows = [row for r in results["rounds"] for row in r["served"]]
+    errors = results["failed_requests"] or any(row["error"] for row in served_rows)
     return 1 if errors else 0
 
 
