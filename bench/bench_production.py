@@ -3,25 +3,28 @@
 rate against this machine's matmul rate, all measured in one run on one machine.
 
     make bench-production                               # build/production-nano, made if absent
-    python -m bench.bench_production --quick            # c=1,16, short windows
+    python -m bench.bench_production --quick            # short windows and timings
     python -m bench.bench_production --artifacts DIR --concurrency 1,4,16 --protocols grpc,http
 
-Steps, one after the other so that each has the machine's cores to itself:
+First the matmul rate: jitted float32 and bfloat16 matmuls of the forward's shapes (a prefix
+layer's projections of 1,024 tokens, one user and eight) on this CPU, best of several. Then
+``--rounds`` rounds over the concurrency levels and protocols; at each point, one right after
+the other so that each has the machine's cores to itself and the load of other work on a
+shared machine drifts little between them:
 
-1. the matmul rate: jitted float32 and bfloat16 matmuls of the forward's shapes (a prefix
-   layer's projections of 1,024 tokens, one user and eight) on this CPU, best of several;
-2. in process: the ranker's service (``ProductionRankerService.handle``, what the model
-   wraps, built with the parameters the server reports) on the same requests, one user per
-   call and 8 (the most the dynamic batcher puts in one call);
-3. served: the ``ranker`` model of a tritonserver (the CPU profile: dynamic batching, two
-   instances) under perf_analyzer at each concurrency, over each protocol.
+1. in process: the ranker's service (``ProductionRankerService.handle``, what the model wraps,
+   built with the parameters the server reports) on the same requests, one user per call (and
+   8, the most the dynamic batcher puts in one call, beyond c=1);
+2. served: the ``ranker`` of a tritonserver (the CPU profile: dynamic batching, two instances;
+   the ranker alone loaded, its prefix cache off) under perf_analyzer, with the CPU seconds the
+   server's processes spent a request.
 
-Reports per concurrency the served requests/s and latency, the ratio served / in process (at
-c=1 against one user per call, beyond against the best in-process figure), the forward's FLOPs
-per request (``bench.flops.production_flops``, checked against XLA's own count of the two
-programs) and the FLOP rates of both sides against the matmul rate. Writes
-bench/results/production-serving.json (production-serving-quick.json with --quick) and, with
---docs, the table of docs/production.md.
+Reports per point the medians over the rounds: served requests/s and latency, the ratio served
+/ in process (c=1 against one user a call, beyond against the better of 1 and 8), CPU seconds
+a request on each side, the forward's FLOPs per request (``bench.flops.production_flops``,
+beside XLA's own count of the two programs) and the FLOP rates against the matmul rate.
+Writes bench/results/production-serving.json (production-serving-quick.json with --quick)
+and, with --docs, the table of docs/production.md.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def parse_args(argv: Optional[Sequence[str]]):
         help="a production-family artifact directory; build/production-nano is generated when "
         "absent (default: %(default)s)")  # fmt: skip
     add("--concurrency", type=lambda t: [int(v) for v in t.split(",") if v.strip()],
-        help="concurrency levels (default: 1,4,16; quick: 1,16)")  # fmt: skip
+        help="concurrency levels (default: 1,16)")  # fmt: skip
     add("--protocols", default="grpc",
         help="comma-separated, from http,grpc (default: %(default)s)")  # fmt: skip
     add("--users", type=int, default=16, help="distinct users cycled through (default: 16)")
@@ -77,21 +80,30 @@ def parse_args(argv: Optional[Sequence[str]]):
     add("--window-requests", type=int,
         help="requests per perf_analyzer window (default: 40; quick: 24)")  # fmt: skip
     add("--quick", action="store_true", help="c=1,16 and short windows and timings")
+    add("--rounds", type=int, default=3,
+        help="rounds of (in process, then served), each ratio taken within its round: the load "
+        "of other work on a shared machine drifts over minutes (default: %(default)s)")  # fmt: skip
     add("--out", type=Path, help="the JSON (default: bench/results/production-serving.json)")
     add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
     add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
         help="derived repository, input data, server log (default: %(default)s)")  # fmt: skip
+    add(
+        "--instances",
+        type=int,
+        default=0,
+        help="ranker instances of the measured server (default: the CPU profile's)",
+    )
     add("--queue-timeout-s", type=float, default=120.0,
         help="the ranker's queue timeout in the measured server: the CPU profile's 5 s refuses "
         "what waits longer, and 16 nano requests in flight on 2 cores wait more than that "
         "(default: %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
-    args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16])
+    args.concurrency = args.concurrency or [1, 16]
     args.window_requests = args.window_requests or (24 if args.quick else 40)
     args.protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
     stem = "production-serving-quick" if args.quick else "production-serving"
     args.out = args.out or RESULTS / f"{stem}.json"
-    args.timing_s = 4.0 if args.quick else 12.0
+    args.timing_s = 4.0 if args.quick else 10.0
     return args
 
 
@@ -102,6 +114,8 @@ def repository(args) -> Path:
     from dataclasses import replace
 
     deployment = profiles.CPU.with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    if args.instances:
+        deployment = deployment.with_instances({RANKER.name: args.instances})
     ranker = deployment.models[RANKER.name]
     queue = replace(ranker.queue, timeout_us=int(args.queue_timeout_s * 1e6))
     models = {**deployment.models, RANKER.name: replace(ranker, queue=queue)}
@@ -196,7 +210,9 @@ def xla_flops(models: InProcessModels, candidates: int) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------
 
 
-def in_process(models: InProcessModels, requests: list[dict], seconds: float) -> dict:
+def in_process(models: InProcessModels, requests: list[dict], seconds: float, batches) -> dict:
+    """The service's ``handle`` in this process, ``batch`` users a call for each of
+    ``batches``: requests/s, latency and CPU seconds a request (this process's)."""
     cursor = [0]
 
     def take(n: int) -> list[dict]:
@@ -205,56 +221,103 @@ def in_process(models: InProcessModels, requests: list[dict], seconds: float) ->
         return [requests[(start + i) % len(requests)] for i in range(n)]
 
     figures = {}
-    for batch in (1, IN_PROCESS_BATCH):
+    for batch in batches:
         started = time.process_time()
         call = lambda b=batch: models.run_many("ranker", take(b))  # noqa: E731
         rate = measure.timed_rate(call, batch, seconds)
         rate["cpu_s_per_request"] = (time.process_time() - started) / (batch * (rate["calls"] + 1))
         figures[f"batch_{batch}"] = rate
         print(f"  in process, {batch} user(s) a call: {rate['throughput']:.2f} req/s, "
-              f"p50 {rate['p50_ms']:.0f} ms", flush=True)  # fmt: skip
+              f"p50 {rate['p50_ms']:.0f} ms, {rate['cpu_s_per_request']:.2f} CPU-s a request",
+              flush=True)  # fmt: skip
     return figures
 
 
-def served(server, args, data: Path) -> list[dict]:
-    rows = []
+def server_cpu_s(server) -> float:
+    """CPU seconds of the server's processes so far (tritonserver and its stubs)."""
+    import psutil
+
+    root = psutil.Process(server.process.pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # gone meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
+def ranker_successes(http_url: str) -> int:
+    stats = connect(http_url, "http").get_inference_statistics("ranker")["model_stats"]
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+def served(server, protocol: str, concurrency: int, args, data: Path) -> dict:
+    """perf_analyzer at one point, and the server's CPU seconds a request meanwhile."""
+    url = server.http_url if protocol == "http" else server.grpc_url
+    m = measure.Measurement("production", "ranker", protocol, "on", concurrency)
+    cpu, done = server_cpu_s(server), ranker_successes(server.http_url)
+    measure.measure_served(m, url, data, args.window_requests, args.quick)
+    count = ranker_successes(server.http_url) - done
+    row = asdict(m)
+    row["server_cpu_s_per_request"] = (server_cpu_s(server) - cpu) / count if count else None
+    print(f"  served {protocol} c={concurrency}: {m.throughput:.2f} req/s, p50 "
+          f"{m.p50_ms:.0f} p99 {m.p99_ms:.0f} ms, batch {m.avg_batch:.1f}, "
+          f"{row['server_cpu_s_per_request'] or 0:.2f} CPU-s a request"
+          f"{' ERROR ' + m.error if m.error else ''}", flush=True)  # fmt: skip
+    return row
+
+
+def measure_round(models, server, args, requests, data) -> list[dict]:
+    """Each point of a round: in process, then served right after (c=1 against one user a
+    call; beyond against the better of 1 and 8 users a call)."""
+    points = []
     for concurrency in args.concurrency:
         for protocol in args.protocols:
-            url = server.http_url if protocol == "http" else server.grpc_url
-            m = measure.Measurement("production", "ranker", protocol, "on", concurrency)
-            measure.measure_served(m, url, data, args.window_requests, args.quick)
-            print(f"  served {protocol} c={concurrency}: {m.throughput:.2f} req/s, p50 "
-                  f"{m.p50_ms:.0f} p99 {m.p99_ms:.0f} ms, batch {m.avg_batch:.1f}"
-                  f"{' ERROR ' + m.error if m.error else ''}", flush=True)  # fmt: skip
-            rows.append(asdict(m))
-    return rows
+            batches = (1,) if concurrency == 1 else (1, IN_PROCESS_BATCH)
+            inner = in_process(models, requests, args.timing_s, batches)
+            points.append({
+                "protocol": protocol, "concurrency": concurrency, "in_process": inner,
+                "served": served(server, protocol, concurrency, args, data),
+            })  # fmt: skip
+    return points
 
 
 def summarize(results: dict) -> dict[str, Any]:
-    """Ratios served / in process and FLOP rates against the float32 matmul rate."""
-    inner = results["in_process"]
-    best_in_process = max(f["throughput"] for f in inner.values())
+    """Per (protocol, concurrency), medians over the rounds: served requests/s, the ratio
+    served / in process (each within its point: measured one right after the other), the CPU
+    seconds a request on each side; FLOP rates against the float32 matmul rate."""
     flops = results["flops_per_request"]["total"]
     matmul = max(results["matmul_gflops"]["float32"].values())
-    rows = []
-    for row in results["served"]:
-        if row["error"]:
+    by_point: dict[tuple, list] = {}
+    for point in (p for r in results["rounds"] for p in r):
+        if point["served"]["error"]:
             continue
-        reference = inner["batch_1"]["throughput"] if row["concurrency"] == 1 else best_in_process
+        inner = max(point["in_process"].values(), key=lambda f: f["throughput"])
+        rate = point["served"]["throughput"]
+        by_point.setdefault((point["protocol"], point["concurrency"]), []).append(
+            (rate, rate / inner["throughput"], inner["throughput"], inner["cpu_s_per_request"],
+             point["served"]["server_cpu_s_per_request"])
+        )  # fmt: skip
+    median = lambda values: float(np.median(values))  # noqa: E731
+    rows = []
+    for (protocol, concurrency), values in by_point.items():
+        rate = median([v[0] for v in values])
+        served_cpu = [v[4] for v in values if v[4]]
         rows.append({
-            "protocol": row["protocol"],
-            "concurrency": row["concurrency"],
-            "served_req_s": row["throughput"],
-            "served_vs_in_process": row["throughput"] / reference,
-            "served_gflops": row["throughput"] * flops / 1e9,
-            "served_share_of_matmul_rate": row["throughput"] * flops / 1e9 / matmul,
+            "protocol": protocol, "concurrency": concurrency, "served_req_s": rate,
+            "served_vs_in_process": median([v[1] for v in values]),
+            "ratios_by_round": [v[1] for v in values],
+            "in_process_req_s": median([v[2] for v in values]),
+            "in_process_cpu_s_per_request": median([v[3] for v in values]),
+            "served_cpu_s_per_request": median(served_cpu) if served_cpu else None,
+            "served_gflops": rate * flops / 1e9,
+            "served_share_of_matmul_rate": rate * flops / 1e9 / matmul,
         })  # fmt: skip
-    cpu = min(f["cpu_s_per_request"] for f in inner.values())
+    cpu = min(r["in_process_cpu_s_per_request"] for r in rows) if rows else float("nan")
     return {
         "rows": rows,
-        "in_process_best_req_s": best_in_process,
-        "in_process_gflops": best_in_process * flops / 1e9,
-        "in_process_share_of_matmul_rate": best_in_process * flops / 1e9 / matmul,
         "gflop_per_cpu_second": flops / cpu / 1e9,
         "float32_matmul_gflops": matmul,
         "ratio_at_c16": next(
@@ -267,25 +330,30 @@ def table(results: dict) -> str:
     s = results["summary"]
     f = results["flops_per_request"]
     lines = [
-        "| concurrency | protocol | served req/s | served / in process | served GFLOP/s | "
-        "share of the float32 matmul rate |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| concurrency | protocol | served req/s | in process req/s | served / in process | "
+        "CPU-s a request, served / in process | served GFLOP/s | share of the float32 "
+        "matmul rate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in s["rows"]:
+        cpu = r["served_cpu_s_per_request"]
         lines.append(
             f"| {r['concurrency']} | {r['protocol']} | {r['served_req_s']:.2f} | "
-            f"{r['served_vs_in_process']:.0%} | {r['served_gflops']:.0f} | "
+            f"{r['in_process_req_s']:.2f} | {r['served_vs_in_process']:.0%} | "
+            f"{'n/a' if cpu is None else f'{cpu:.2f}'} / "
+            f"{r['in_process_cpu_s_per_request']:.2f} | {r['served_gflops']:.0f} | "
             f"{r['served_share_of_matmul_rate']:.0%} |"
         )
-    inner = results["in_process"]
     rates = results["matmul_gflops"]
     lines += [
         "",
-        f"In process (the service's `handle`): {inner['batch_1']['throughput']:.2f} req/s one "
-        f"user a call, {inner[f'batch_{IN_PROCESS_BATCH}']['throughput']:.2f} with "
-        f"{IN_PROCESS_BATCH}; {s['gflop_per_cpu_second']:.0f} GFLOP per CPU-second. A request "
-        f"is {f['total'] / 1e9:.1f} GFLOP (prefix {f['prefix'] / 1e9:.1f}, 64 candidates "
-        f"{f['candidates'] / 1e9:.1f}). Matmul rate of this machine, same run: float32 "
+        f"Medians of {len(results['rounds'])} rounds; at each point the service's `handle` in "
+        "process (c=1: one user a call; beyond: the better of 1 and "
+        f"{IN_PROCESS_BATCH}), then the server right after. "
+        f"{s['gflop_per_cpu_second']:.0f} GFLOP per CPU-second in process. A request is "
+        f"{f['total'] / 1e9:.1f} GFLOP (prefix {f['prefix'] / 1e9:.1f}, "
+        f"{results['settings']['candidates']} candidates {f['candidates'] / 1e9:.1f}). Matmul "
+        "rate of this machine, same run: float32 "
         + ", ".join(f"{v:.0f}" for v in rates["float32"].values())
         + " GFLOP/s, bfloat16 "
         + ", ".join(f"{v:.0f}" for v in rates["bfloat16"].values())
@@ -333,7 +401,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "candidates": args.candidates,
             "users": args.users,
             "profile": "cpu",
-            "instances": profiles.CPU.models["ranker"].instances,
+            "instances": args.instances or profiles.CPU.models["ranker"].instances,
             "concurrency": args.concurrency,
             "protocols": args.protocols,
             "window_requests": args.window_requests,
@@ -356,11 +424,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         client = connect(server.http_url, "http")
         models = InProcessModels.like_server(client, "http", args.artifacts.resolve(), models=(),
                                              batched=True)  # fmt: skip
-        results["in_process"] = in_process(models, requests, args.timing_s)
-        results["xla_flops"] = xla_flops(models, args.candidates)
-        print("== served", flush=True)
         before = measure.failure_counts(server.http_url)
-        results["served"] = served(server, args, data)
+        results["rounds"] = []
+        for round_ in range(args.rounds):
+            print(f"== round {round_ + 1} of {args.rounds}", flush=True)
+            results["rounds"].append(measure_round(models, server, args, requests, data))
+        results["xla_flops"] = xla_flops(models, args.candidates)
         after = measure.failure_counts(server.http_url)
         results["failed_requests"] = after.get("ranker", 0) - before.get("ranker", 0)
     finally:
@@ -376,7 +445,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.docs:
         DOCS.write_text(with_block(DOCS.read_text(), TABLE_START, TABLE_END, text, DOCS))
         print(f"rewrote the table of {shown_path(DOCS)}")
-    errors = results["failed_requests"] or any(r["error"] for r in results["served"])
+    served_rows = [point["served"] for r in results["rounds"] for point in r]
+    errors = results["failed_requests"] or any(row["error"] for row in served_rows)
     return 1 if errors else 0
 
 

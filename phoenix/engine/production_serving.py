@@ -10,10 +10,12 @@ input; the fields it reads are ``FIELDS``) already padded to a bucket shape, and
    left out is X's "unknown" (0), the candidates' post ages become impression and creation
    times, a candidate older than 14 days is stale, the candidates' timezone is the request's
    home timezone unless it sends theirs;
-2. the prefix program (one per batch bucket): the table rows of the user and history, then
-   ``production_ranking.prefix``: the user, user-features and history tokens through every
-   layer, a ``PrefixCache`` of keys and values that stays on the device;
-3. the candidates program (one per batch bucket and candidate width): the candidates' rows,
+2. the prefix program (one per batch bucket a call uses: on CPUs a call holds at most 2,048
+   prefix tokens, two nano users, and a bigger batch runs as several calls): the table rows of
+   the user and history, then ``production_ranking.prefix``: the user, user-features and
+   history tokens through every layer, a ``PrefixCache`` of keys and values that stays on the
+   device;
+3. the candidates program (one per such bucket and candidate width): the candidates' rows,
    ``production_ranking.score_candidates`` against that cache, the probabilities of the 64
    action slots (sigmoid of the logits) and their blend with the ``score_weights`` vector;
    candidate lists wider than ``chunk`` (the config's ``candidate_seq_len``) run as several
