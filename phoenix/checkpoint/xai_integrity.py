@@ -144,7 +144,8 @@ def _span(extent: Extent) -> str:
 
 def check_files(orbax_dir: Path, locations: Mapping[str, ArrayBytes], names: Sequence[str]) -> None:
     """Every array of ``names`` is in the database and every data file they need is there and
-    long enough (a missing, emptied or truncated file is named with the arrays it holds)."""
+    long enough (a missing, emptied or truncated file is named with the arrays it holds, the
+    largest first)."""
     needed: dict[str, list[tuple[str, Extent]]] = {}
     for name in names:
         where = locations.get(name)
@@ -156,7 +157,7 @@ def check_files(orbax_dir: Path, locations: Mapping[str, ArrayBytes], names: Seq
             needed.setdefault(extent.file, []).append((name, extent))
     for file, uses in sorted(needed.items()):
         path = orbax_dir / file
-        held = _describe(sorted({name for name, _ in uses}))
+        held = _describe(_largest_first(uses))
         if not path.is_file():
             raise XaiCheckpointError(path, f"missing: it holds {held}")
         size = path.stat().st_size
@@ -166,6 +167,15 @@ def check_files(orbax_dir: Path, locations: Mapping[str, ArrayBytes], names: Seq
                 path,
                 f"truncated: {size} bytes, but array '{name}' is stored at bytes {_span(extent)}",
             )
+
+
+def _largest_first(uses: list[tuple[str, Extent]]) -> list[str]:
+    """The arrays of one file, those with the most bytes in it first (a file of one big table
+    and many small parameters is named by the table)."""
+    held: dict[str, int] = {}
+    for name, extent in uses:
+        held[name] = held.get(name, 0) + extent.length
+    return sorted(held, key=lambda name: (-held[name], name))
 
 
 def _describe(names: list[str], limit: int = 4) -> str:

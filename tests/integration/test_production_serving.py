@@ -2,17 +2,21 @@
 tritonserver: the `ranker` against X's forward computed here, `phoenix-rank --check` as users
 run it, bad production inputs refused by name, a short Locust run.
 
-One server for the module (every model of model_repository/ over the artifacts, as
-`phoenix-serve` serves them); the artifacts and their compiled programs are built once per
-checkout (tests/built_once.py).
+One server for the module, started as docs/production.md starts it (`make serve
+ARTIFACTS=...`: every model of model_repository/, a redis-server, the supervisor); the
+artifacts (made by `phoenix-artifacts --ranker production`) and their compiled programs are
+built once per checkout (tests/built_once.py).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -20,6 +24,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from harness.polling import wait_until
 from phoenix.checkpoint import load_config, load_example_sequence
 from phoenix.checkpoint.production import load_production_ranker
 from phoenix.client.client import connect, infer, ranker_inputs
@@ -30,7 +35,6 @@ from phoenix.production.inputs import PostSequence, RankingInputs, UserFeatures
 from phoenix.production.params import device_table, device_weights
 from phoenix.schema.contracts import RANKER
 from tests.built_once import built_once
-from tests.integration.conftest import MODEL_REPOSITORY, launch_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -40,27 +44,92 @@ DAY = 86_400
 
 @pytest.fixture(scope="module")
 def production_artifacts() -> Path:
-    """The tiny production preset (history 30, 16 candidates a chunk) and its CPU programs."""
+    """The tiny production preset (history 30, 16 candidates a chunk) made by the command of
+    docs/production.md (a smaller corpus), and its CPU programs."""
     made = {"preset": "tiny", "seed": 0, "corpus_size": 200}
 
     def build(out_dir: Path) -> None:
         from phoenix.ops.compile import ensure_programs
-        from phoenix.production_artifacts import generate_production
 
-        generate_production(out_dir=out_dir, **made)
+        command = [
+            sys.executable, "-m", "phoenix.artifacts", "--ranker", "production", "--preset",
+            made["preset"], "--seed", str(made["seed"]), "--corpus-size",
+            str(made["corpus_size"]), "--out", str(out_dir),
+        ]  # fmt: skip
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
         ensure_programs(out_dir, "cpu")
 
     return built_once("production-tiny-artifacts", build, {**made, "device": "cpu"})
 
 
+@dataclass
+class MadeServer:
+    """`make serve ARTIFACTS=...` on free ports, its store and state in a folder of its own."""
+
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    supervisor_port: int
+    log: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)  # as Ctrl-C: make, serve and the rest
+        try:
+            self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+def supervisor_ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def server(production_artifacts, tmp_path_factory):
-    log_path = tmp_path_factory.mktemp("production-triton") / "tritonserver.log"
-    started = launch_server(
-        MODEL_REPOSITORY, production_artifacts, log_path=log_path, exit_timeout_secs=5
-    )
-    yield started
-    started.kill()
+    """docs/production.md's `make serve ARTIFACTS=build/production-nano`, over the tiny
+    preset: every model of model_repository/, a redis-server, the supervisor."""
+    from phoenix.util.processes import pick_free_ports
+
+    root = tmp_path_factory.mktemp("production-serve")
+    http, grpc, metrics, supervisor, store = pick_free_ports(5)
+    variables = [
+        f"ARTIFACTS={production_artifacts}", f"HTTP_PORT={http}", f"GRPC_PORT={grpc}",
+        f"METRICS_PORT={metrics}", f"SUPERVISOR_PORT={supervisor}", f"STORE_PORT={store}",
+        f"STORE_DIR={root / 'user-state'}", f"SERVE_ARGS=--build-dir {root / 'serve'}",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PHOENIX_ADMIN_KEY")}  # fmt: skip
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    log = root / "make-serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            ["make", "--no-print-directory", "serve", *variables], cwd=REPO_ROOT, env=env,
+            stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    started = MadeServer(process, http, grpc, supervisor, log)
+    try:
+        up = wait_until(lambda: process.poll() is not None or supervisor_ready(supervisor),
+                        600, 0.5)  # fmt: skip
+        assert up is not None and process.poll() is None, log.read_text()[-5000:]
+        assert f"-m phoenix.ops.serve --artifacts {production_artifacts} " in log.read_text()
+        yield started
+    finally:
+        started.stop()
 
 
 @pytest.fixture(scope="module")

@@ -122,6 +122,12 @@ PAGED = (
     INTEGRATION
     + "test_locust.py::test_paged_users_page_through_feeds_and_the_ranker_finds_their_prefixes",
 )
+PRODUCTION_ARTIFACTS = INTEGRATION + "test_production_artifacts_command.py::"
+NANO_ARTIFACTS = (PRODUCTION_ARTIFACTS + "test_the_nano_preset_has_xs_nano_geometry",)
+CHECKPOINT_ARTIFACTS = (
+    PRODUCTION_ARTIFACTS + "test_a_checkpoints_ranker_ranks_as_its_weights_loaded_any_other_way",
+)
+PRODUCTION_SERVE = (INTEGRATION + "test_production_serving.py::test_phoenix_rank_check_passes",)
 CLEAN = "removes build outputs; tests/unit/test_makefile.py checks what serve keeps in STORE_DIR"
 
 COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
@@ -145,6 +151,28 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
     ".venv/bin/python -m phoenix.checkpoint.xai /checkpoints/home_direct_packed_nano": Ran(
         XAI_CHECKPOINT, "the tests' checkpoint, tests/data/xai_checkpoint"
     ),
+    "phoenix-artifacts --ranker production --preset nano --out build/production-nano": Ran(
+        NANO_ARTIFACTS, "--out: a temporary folder"
+    ),
+    "phoenix-artifacts --ranker production --preset tiny --out build/production-tiny": Ran(
+        PRODUCTION_SERVE,
+        "the served artifacts: --seed 0 --corpus-size 200, --out in build/test-cache",
+    ),
+    "phoenix-artifacts --ranker production --preset nano --out DIR --ranker-checkpoint /checkpoints/home_direct_packed_nano --ranker-override history_seq_len=1022 --ranker-override candidate_seq_len=64": Ran(
+        CHECKPOINT_ARTIFACTS,
+        "the tests' checkpoint (tests/data/xai_checkpoint, written by X's trainer code), "
+        "history 126, 8 candidates and hash tables that fit its 128-row table",
+    ),
+    "make serve ARTIFACTS=build/production-nano": Ran(
+        PRODUCTION_SERVE,
+        "the tiny preset's artifacts; free ports, STORE_DIR and --build-dir in a temporary folder",
+    ),
+    "phoenix-rank --artifacts build/production-nano --check": Ran(
+        PRODUCTION_SERVE,
+        "the tiny preset (--url: the server's port); nano's 27 GFLOP a request: make "
+        "bench-production serves nano",
+    ),
+    "make bench-production": Help(LONG, BENCH),
     # docs/user-state.md: the store serve starts
     "phoenix-events apply events.jsonl": Ran(STORE_RESTART, "the store found from serving.json"),
     "PYTHONPATH=$PWD .venv/bin/python -m bench.bench_store_persistence --rounds 5": Help(

@@ -42,6 +42,7 @@ HELP = [
     ("python3 -m harness.gpu_machine --help", "usage: python -m harness.gpu_machine"),
     ("python -m phoenix.user_state.served --help", "usage: python -m phoenix.user_state.served"),
     ("make bench-prefix-cache BENCH_ARGS=--help", "usage: "),
+    ("make bench-production BENCH_ARGS=--help", "usage: "),
     ("PYTHONPATH=$PWD .venv/bin/python -m bench.bench_store_persistence --help", "usage: "),
 ]
 
