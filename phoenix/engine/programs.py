@@ -133,6 +133,9 @@ class ProgramStore:
         self.writable = True
         self.counts = {"loaded": 0, "compiled": 0}  # by this process's programs
         self.report: Optional[Callable[[str], None]] = None  # called with how, per program
+        # Under $PHOENIX_PROGRAM_STORE: one directory holds the stores of several artifact
+        # configs (versions of other shapes, other models) side by side.
+        self.shared = False
         # An executable JAX's persistent cache loaded, serialized again, fails on XLA's CPU
         # backend when it runs ("Function broadcast_remainder_fusion not found"): a process
         # that fills a store compiles past that cache. Set once, here: flipping the global
@@ -147,10 +150,12 @@ class ProgramStore:
         root = Path(artifact_dir)
         print_ = fingerprint(program_config(root / "config.json"), device)
         digest = hashlib.sha256(json.dumps(print_, sort_keys=True).encode()).hexdigest()[:12]
+        shared = bool(os.environ.get(STORE_ENV))
         base = Path(os.environ.get(STORE_ENV) or root / STORE_DIR)
         directory = (base / f"{print_['platform']}-{digest}").resolve()
         if directory not in _OPEN:  # one per process: the models of one process share it
             _OPEN[directory] = cls(directory, print_)
+            _OPEN[directory].shared = shared
         return _OPEN[directory]
 
     @staticmethod
@@ -234,8 +239,13 @@ class ProgramStore:
 
     def stale_siblings(self) -> list[Path]:
         """Other stores beside this one built on this machine (same device and host) for
-        another JAX, code or config: replaced by this one, never loaded again."""
+        another JAX, code or config: replaced by this one, never loaded again. In a shared
+        directory ($PHOENIX_PROGRAM_STORE) a store of another config belongs to other
+        artifacts (the version a rollout replaces, another preset): only those of this
+        config are stale."""
         same_machine = ("platform", "device_kind", "host")
+        if self.shared:
+            same_machine += ("artifact_config",)
         stale = []
         for sibling in self.directory.parent.glob("*/" + MANIFEST):
             try:

@@ -150,3 +150,30 @@ def test_a_ranker_started_again_loads_every_bucket(tiny_artifacts, cache_mib):
     else:
         runs = [second._rank, second._hash]
     assert [(run.loaded, run.compiled) for run in runs] == [(2, 0)] * len(runs)
+
+
+def test_stale_siblings_beside_artifacts_and_in_a_shared_store(tmp_path):
+    """Beside artifacts every other store of this machine is stale (the artifacts changed);
+    under $PHOENIX_PROGRAM_STORE, stores of other configs belong to other artifacts and stay."""
+
+    def store(name: str, **changed: str) -> ProgramStore:
+        machine = {"platform": "cpu", "device_kind": "cpu", "host": "h1"}
+        made = {**machine, "artifact_config": "c1", "code": "k1", **changed}
+        return ProgramStore(tmp_path / name, made)
+
+    served = store("served")
+    older_code = store("older-code", code="k0")
+    other_config = store("other-config", artifact_config="c2")
+    store("other-device", platform="gpu", device_kind="H200", host="")
+    store("other-host", host="h2")
+    assert served.stale_siblings() == sorted([older_code.directory, other_config.directory])
+    served.shared = True
+    assert served.stale_siblings() == [older_code.directory]
+
+
+def test_a_store_under_the_env_directory_is_shared(tiny_artifacts, tmp_path, monkeypatch):
+    ProgramStore.forget_open()
+    assert not ProgramStore.beside(tiny_artifacts).shared
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "shared"))
+    assert ProgramStore.beside(tiny_artifacts).shared
+    ProgramStore.forget_open()
