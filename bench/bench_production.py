@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -83,6 +84,10 @@ def parse_args(argv: Optional[Sequence[str]]):
     add("--rounds", type=int, default=3,
         help="rounds of (in process, then served), each ratio taken within its round: the load "
         "of other work on a shared machine drifts over minutes (default: %(default)s)")  # fmt: skip
+    add("--locust-seconds", type=float, default=60.0,
+        help="then a headless Locust run (loadtest/locustfile.py, HTTP and gRPC users) against "
+        "the same server for this long; 0 skips it (default: %(default)s; quick: 15)")  # fmt: skip
+    add("--locust-users", type=int, default=4, help="Locust's users (default: %(default)s)")
     add("--out", type=Path, help="the JSON (default: bench/results/production-serving.json)")
     add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
     add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
@@ -104,6 +109,8 @@ def parse_args(argv: Optional[Sequence[str]]):
     stem = "production-serving-quick" if args.quick else "production-serving"
     args.out = args.out or RESULTS / f"{stem}.json"
     args.timing_s = 4.0 if args.quick else 10.0
+    if args.quick and args.locust_seconds == parser.get_default("locust_seconds"):
+        args.locust_seconds = 15.0
     return args
 
 
@@ -284,6 +291,44 @@ def measure_round(models, server, args, requests, data) -> list[dict]:
     return points
 
 
+def locust_run(server, args) -> dict:
+    """Locust's own load test (HTTP and gRPC users drawing generated requests at the served
+    geometry) against the running server: requests, failures, rate and latency."""
+    import csv
+
+    out = args.build_dir / "locust"
+    command = [
+        sys.executable, str(REPO_ROOT / "loadtest" / "locustfile.py"),
+        "--artifacts", str(args.artifacts), "--host", "127.0.0.1",
+        "--http-port", str(server.http_port), "--grpc-port", str(server.grpc_port),
+        "--users", str(args.locust_users), "--spawn-rate", str(args.locust_users),
+        "--run-time", f"{int(args.locust_seconds)}s", "--results", str(out),
+    ]  # fmt: skip
+    print(f"== Locust, {args.locust_users} users for {args.locust_seconds:.0f} s", flush=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env,
+                          timeout=args.locust_seconds + 300)  # fmt: skip
+    with (out / "locust_stats.csv").open(newline="") as handle:
+        rows = {row["Name"] or row["Type"]: row for row in csv.DictReader(handle)}
+    total = rows["Aggregated"]
+    figures = {
+        "users": args.locust_users,
+        "seconds": args.locust_seconds,
+        "exit_code": done.returncode,
+        "requests": int(total["Request Count"]),
+        "failures": int(total["Failure Count"]),
+        "req_s": float(total["Requests/s"]),
+        "p50_ms": float(total["50%"]),
+        "p99_ms": float(total["99%"]),
+        "by_protocol": {row["Type"]: int(row["Request Count"])
+                        for name, row in rows.items() if name != "Aggregated"},
+    }  # fmt: skip
+    print(f"  {figures['requests']} requests, {figures['failures']} failed, "
+          f"{figures['req_s']:.2f} req/s, p50 {figures['p50_ms']:.0f} p99 "
+          f"{figures['p99_ms']:.0f} ms (exit {done.returncode})", flush=True)  # fmt: skip
+    return figures
+
+
 def summarize(results: dict) -> dict[str, Any]:
     """Per (protocol, concurrency), medians over the rounds: served requests/s, the ratio
     served / in process (each within its point: measured one right after the other), the CPU
@@ -359,6 +404,15 @@ def table(results: dict) -> str:
         + ", ".join(f"{v:.0f}" for v in rates["bfloat16"].values())
         + f" ({'; '.join(rates['float32'])}).",
     ]
+    locust = results.get("locust")
+    if locust:
+        lines += [
+            "",
+            f"Locust against the same server, {locust['users']} users (HTTP and gRPC) for "
+            f"{locust['seconds']:.0f} s: {locust['requests']} requests, {locust['failures']} "
+            f"failed, {locust['req_s']:.2f} req/s, p50 {locust['p50_ms']:.0f} ms, p99 "
+            f"{locust['p99_ms']:.0f} ms.",
+        ]
     return "\n".join(lines)
 
 
@@ -429,6 +483,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for round_ in range(args.rounds):
             print(f"== round {round_ + 1} of {args.rounds}", flush=True)
             results["rounds"].append(measure_round(models, server, args, requests, data))
+        if args.locust_seconds > 0:
+            results["locust"] = locust_run(server, args)
         results["xla_flops"] = xla_flops(models, args.candidates)
         after = measure.failure_counts(server.http_url)
         results["failed_requests"] = after.get("ranker", 0) - before.get("ranker", 0)
@@ -447,6 +503,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"rewrote the table of {shown_path(DOCS)}")
     served_rows = [point["served"] for r in results["rounds"] for point in r]
     errors = results["failed_requests"] or any(row["error"] for row in served_rows)
+    errors = errors or (results.get("locust") or {}).get("failures", 0) != 0
     return 1 if errors else 0
 
 
