@@ -6,10 +6,12 @@ from pathlib import Path
 
 from bench.serving_measure import WORKLOADS
 from harness.triton import start_triton
+from phoenix.ops.compile import ensure_programs
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
 from phoenix.ops.triton_server import TritonServer
 from phoenix.schema.contracts import RANKER
+from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
 
 def repository_for(batching: str, args) -> Path:
@@ -50,6 +52,9 @@ def start_servers(args) -> dict[str, TritonServer]:
             log = args.build_dir / f"tritonserver-batching-{batching}.log"
             print(f"== dynamic batching {batching}: starting tritonserver (log {log})", flush=True)
             repository = repository_for(batching, args)
+            # one process compiles what the store lacks; each instance would compile it all
+            served = [m for m in models if m in SERVED_BY_SERVICES] or None
+            ensure_programs(args.artifacts, args.device, repository, served)
             servers[batching] = start_triton(
                 repository, args.artifacts, log_path=log, exit_timeout_secs=5,
                 model_control_mode="explicit", load_model=models,

@@ -44,25 +44,37 @@ def warn_if_no_gpu_jax(device: str) -> None:
         )
 
 
-def service_settings(model: str, artifact_dir: Path, device: str):
-    """The settings an instance of ``model`` starts with under the ``device`` profile."""
+def service_settings(model: str, artifact_dir: Path, device: str, repository: Path | None = None):
+    """The settings an instance of ``model`` starts with under the ``device`` profile, or as
+    ``repository``'s config.pbtxt of it configures it (a benchmark's or a user's variant)."""
     from google.protobuf.json_format import MessageToDict
 
-    from phoenix.ops.configs import model_config
+    from phoenix.ops.configs import ConfigError, model_config, read_config
     from phoenix.ops.profiles import profile
     from phoenix.schema.served import contract
     from phoenix.stub.services.common import ServiceSettings, config_parameters
 
-    config = MessageToDict(
-        model_config(contract(model), profile(device)), preserving_proto_field_name=True
-    )
+    if repository is None:
+        message = model_config(contract(model), profile(device))
+    else:
+        path = repository / model / "config.pbtxt"
+        try:
+            message = read_config(path)
+        except OSError as error:
+            raise CompileError(f"{path}: cannot be read ({error.strerror})") from None
+        except ConfigError as error:
+            raise CompileError(str(error)) from None
+    config = MessageToDict(message, preserving_proto_field_name=True)
     max_batch_size = int(config.get("max_batch_size") or 1)
     return ServiceSettings.parsed(model, artifact_dir, max_batch_size, config_parameters(config))
 
 
-def profile_digest(artifact_dir: Path, device: str, models: Sequence[str]) -> str:
-    """What a complete build covers: each model's settings under the profile."""
-    settings = {m: service_settings(m, artifact_dir, device) for m in models}
+def profile_digest(
+    artifact_dir: Path, device: str, models: Sequence[str], repository: Path | None = None
+) -> str:
+    """What a complete build covers: each model's settings under the profile (or the
+    repository's)."""
+    settings = {m: service_settings(m, artifact_dir, device, repository) for m in models}
     text = json.dumps(
         {m: [s.max_batch_size, sorted(s.parameter_texts.items())] for m, s in settings.items()},
         sort_keys=True,
@@ -70,7 +82,9 @@ def profile_digest(artifact_dir: Path, device: str, models: Sequence[str]) -> st
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_programs(artifact_dir: Path, device: str, models: Sequence[str], store) -> list[dict]:
+def build_programs(
+    artifact_dir: Path, device: str, models: Sequence[str], store, repository: Path | None = None
+) -> list[dict]:
     """Warm up each model's service against ``store``: one summary row per model."""
     from tqdm import tqdm
 
@@ -82,17 +96,28 @@ def build_programs(artifact_dir: Path, device: str, models: Sequence[str], store
         for model in models:
             bar.set_description(model)
             started, before = time.perf_counter(), dict(store.counts)
-            build_service(service_settings(model, artifact_dir, device)).warm_up()
+            build_service(service_settings(model, artifact_dir, device, repository)).warm_up()
             done = {how: store.counts[how] - before[how] for how in before}
             rows.append({"model": model, **done, "seconds": time.perf_counter() - started})
     store.report = None
     return rows
 
 
-def ensure_programs(artifacts: Path, device: str) -> None:
+def ensure_programs(
+    artifacts: Path,
+    device: str,
+    repository: Path | None = None,
+    models: Sequence[str] | None = None,
+) -> None:
     """Build what the store lacks before a server starts (a second or so when it is complete),
-    in a process of its own: JAX is not loaded in the launcher."""
+    in a process of its own: JAX is not loaded in the launcher. With ``repository``, the
+    programs its configs ask for (of ``models``, or every served model it holds): one process
+    compiles them, where each instance of each model would compile them all at once."""
     command = [sys.executable, "-m", "phoenix.ops.compile", "--artifacts", str(artifacts)]
+    if repository is not None:
+        command += ["--model-repository", str(repository)]
+    if models is not None:
+        command += ["--models", ",".join(models)]
     if subprocess.run([*command, "--device", device]).returncode != 0:
         raise CompileError(f"compiling the programs of {artifacts} failed (see above)")
 
@@ -113,8 +138,19 @@ def parse_args(argv: Sequence[str] | None):
         default=",".join(SERVED_BY_SERVICES),
         help="comma-separated served models (%(default)s)",
     )
+    add("--model-repository", type=Path, metavar="DIR",
+        help="compile for the model configs of this repository (a variant phoenix-serve "
+        "--model-repository serves, a benchmark's) instead of the --device profile's; "
+        "--models defaults to the served models it holds")  # fmt: skip
     add("--force", action="store_true", help="load or compile every program, even if built")
     args = parser.parse_args(argv)
+    if args.model_repository is not None:
+        if not args.model_repository.is_dir():
+            parser.error(f"--model-repository {args.model_repository}: not a folder")
+        if args.models == parser.get_default("models"):  # not given: the repository's models
+            held = [m for m in SERVED_BY_SERVICES
+                    if (args.model_repository / m / "config.pbtxt").is_file()]  # fmt: skip
+            args.models = ",".join(held)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(args.models) - set(SERVED_BY_SERVICES))
     if unknown:
@@ -139,8 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     artifacts = args.artifacts.resolve()
     store = ProgramStore.beside(artifacts)
-    built = store.directory / f"built-{args.device}.json"  # the last complete build
-    digest = profile_digest(artifacts, args.device, args.models)
+    variant = "" if args.model_repository is None else "-" + hashlib.sha256(
+        str(args.model_repository.resolve()).encode()).hexdigest()[:8]  # fmt: skip
+    built = store.directory / f"built-{args.device}{variant}.json"  # the last complete build
+    try:
+        digest = profile_digest(artifacts, args.device, args.models, args.model_repository)
+    except CompileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if not args.force and built.is_file() and built.read_text() == digest:
         print(f"programs up to date in {store.directory}")
         return 0
@@ -148,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: {store.directory} cannot be written; set ${STORE_ENV} to a writable "
               "directory so that the programs are built once", file=sys.stderr)  # fmt: skip
         return 0
-    rows = build_programs(artifacts, args.device, args.models, store)
+    rows = build_programs(artifacts, args.device, args.models, store, args.model_repository)
     for row in rows:
         print(
             f"{row['model']:<16} {row['loaded']:>3} loaded  {row['compiled']:>3} compiled  "

@@ -51,3 +51,37 @@ def test_unknown_models_and_missing_artifacts_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         compile_cli.main(["--artifacts", str(tmp_path)])
     assert "has no config.json" in capsys.readouterr().err
+
+
+def test_a_repositorys_configs_decide_what_is_compiled(tiny, tmp_path, capsys):
+    """--model-repository: the settings of that repository's config files (here the ranker
+    with its prefix cache off, as the serving benchmark serves it), its models by default."""
+    from phoenix.ops.configs import write_repository
+    from phoenix.ops.profiles import profile
+    from phoenix.schema.contracts import RANKER
+
+    variant = profile("cpu").with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    repository = write_repository(tmp_path / "repository", variant)
+    settings = compile_cli.service_settings("ranker", tiny, "cpu", repository)
+    assert settings.parameter_texts["prefix_cache_mib"] == "0"
+    assert (
+        compile_cli.service_settings("ranker", tiny, "cpu").parameter_texts["prefix_cache_mib"]
+        != "0"
+    )  # the profile's: the cache on
+    args = compile_cli.parse_args(["--artifacts", str(tiny), "--model-repository", str(repository)])
+    assert args.models == [m for m in SERVED_BY_SERVICES if (repository / m).is_dir()]
+
+    (repository / "retriever" / "config.pbtxt").write_text("max_batch_size: [")
+    run = ["--artifacts", str(tiny), "--model-repository", str(repository), "--models", "retriever"]
+    assert compile_cli.main(run) == 2
+    err = capsys.readouterr().err
+    assert f"error: {repository / 'retriever' / 'config.pbtxt'}: " in err
+
+
+def test_a_model_repository_that_is_not_a_folder_is_refused(tiny, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        compile_cli.parse_args(
+            ["--artifacts", str(tiny), "--model-repository", str(tmp_path / "x")]
+        )
+    assert stopped.value.code == 2
+    assert f"--model-repository {tmp_path / 'x'}: not a folder" in capsys.readouterr().err
