@@ -265,7 +265,11 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
     ),
     "python -m harness.gpu_bench.report --check": Ran(GPU_CHECK),
     # docs/loop.md
-    "make loop": Ran(LOOP, "LOOP_ARGS: docs/loop.md's shortened command"),
+    "make loop": Ran(
+        LOOP,
+        "LOOP_ARGS: docs/loop.md's shortened command; v1 loads the programs of the suite's "
+        "trained tiny artifacts ($PHOENIX_PROGRAM_STORE)",
+    ),
     'make loop LOOP_ARGS="--world-seed 1"': Ran(LOOP, "the short LOOP_ARGS instead"),
     'make loop LOOP_ARGS="--minutes 3 --users 32"': Ran(LOOP, "the short LOOP_ARGS instead"),
     "python -m phoenix.loop --help": Ran(LONG),
