@@ -243,7 +243,7 @@ class ProgramStore:
         directory ($PHOENIX_PROGRAM_STORE) a store of another config belongs to other
         artifacts (the version a rollout replaces, another preset): only those of this
         config are stale."""
-        same_machine = ("platform", "device_kind", "host")
+        same_machine: tuple[str, ...] = ("platform", "device_kind", "host")
         if self.shared:
             same_machine += ("artifact_config",)
         stale = []
