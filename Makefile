@@ -204,7 +204,7 @@ test-durations: setup  ## make test with pytest's durations, then tests/duration
 		PYTEST_ARGS="--durations=0 --durations-min=1.0" | tee build/test-durations.log
 	$(PY) -m tests.record_durations build/test-durations.log
 
-# The quick tier while editing (about 70 s on 2 cores, two workers); `make test` runs it too.
+# The quick tier while editing (about 2.5 min on 2 cores, two workers); `make test` runs it too.
 test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no training
 	$(PY) -m pytest tests/unit -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
