@@ -19,6 +19,10 @@ shared machine drifts little between them:
    the ranker alone loaded, its prefix cache off) under perf_analyzer, with the CPU seconds the
    server's processes spent a request.
 
+Then Locust's own load test (``loadtest/locustfile.py``, HTTP and gRPC users, generated
+requests at the served geometry) against the same server for ``--locust-seconds``: requests,
+failures, rate and latency. Any failed request, served or Locust's, exits 1.
+
 Reports per point the medians over the rounds: served requests/s and latency, the ratio served
 / in process (c=1 against one user a call, beyond against the better of 1 and 8), CPU seconds
 a request on each side, the forward's FLOPs per request (``bench.flops.production_flops``,
