@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -49,6 +48,8 @@ import numpy as np
 from bench import serving_measure as measure
 from bench.flops import production_flops
 from clients.workload import random_users
+from harness.locust_runs import locust_totals, stats_rows
+from harness.machine import machine
 from harness.results import shown_path
 from harness.triton import start_triton
 from phoenix.checkpoint import load_config
@@ -298,34 +299,24 @@ def measure_round(models, server, args, requests, data) -> list[dict]:
 def locust_run(server, args) -> dict:
     """Locust's own load test (HTTP and gRPC users drawing generated requests at the served
     geometry) against the running server: requests, failures, rate and latency."""
-    import csv
-
-    out = args.build_dir / "locust"
+    prefix = args.build_dir / "locust" / "locust"
     command = [
         sys.executable, str(REPO_ROOT / "loadtest" / "locustfile.py"),
         "--artifacts", str(args.artifacts), "--host", "127.0.0.1",
         "--http-port", str(server.http_port), "--grpc-port", str(server.grpc_port),
         "--users", str(args.locust_users), "--spawn-rate", str(args.locust_users),
-        "--run-time", f"{int(args.locust_seconds)}s", "--results", str(out),
+        "--run-time", f"{int(args.locust_seconds)}s", "--results", str(prefix.parent),
     ]  # fmt: skip
     print(f"== Locust, {args.locust_users} users for {args.locust_seconds:.0f} s", flush=True)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(command, capture_output=True, text=True, env=env,
                           timeout=args.locust_seconds + 300)  # fmt: skip
-    with (out / "locust_stats.csv").open(newline="") as handle:
-        rows = {row["Name"] or row["Type"]: row for row in csv.DictReader(handle)}
-    total = rows["Aggregated"]
+    totals, total = locust_totals(prefix), stats_rows(prefix).get("Aggregated", {})
     figures = {
-        "users": args.locust_users,
-        "seconds": args.locust_seconds,
-        "exit_code": done.returncode,
-        "requests": int(total["Request Count"]),
-        "failures": int(total["Failure Count"]),
-        "req_s": float(total["Requests/s"]),
-        "p50_ms": float(total["50%"]),
-        "p99_ms": float(total["99%"]),
-        "by_protocol": {row["Type"]: int(row["Request Count"])
-                        for name, row in rows.items() if name != "Aggregated"},
+        "users": args.locust_users, "seconds": args.locust_seconds,
+        "exit_code": done.returncode, "requests": totals.requests, "failures": totals.failures,
+        "req_s": float(total.get("Requests/s", 0)), "p50_ms": float(total.get("50%", 0)),
+        "p99_ms": float(total.get("99%", 0)),
     }  # fmt: skip
     print(f"  {figures['requests']} requests, {figures['failures']} failed, "
           f"{figures['req_s']:.2f} req/s, p50 {figures['p50_ms']:.0f} p99 "
@@ -420,20 +411,6 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        model = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "load_average_at_start": os.getloadavg()}  # fmt: skip
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     ensure_artifacts(args.artifacts)
@@ -494,7 +471,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results["failed_requests"] = after.get("ranker", 0) - before.get("ranker", 0)
     finally:
         server.stop()
-    results["machine"]["load_average_at_end"] = os.getloadavg()
+    results["machine"]["load_avg_end"] = [round(v, 2) for v in os.getloadavg()]
     results["wall_s"] = time.monotonic() - started
     results["summary"] = summarize(results)
     text = table(results)

@@ -77,14 +77,20 @@ def locust_totals(prefix: Path) -> Totals:
     saved = read_totals(Path(f"{prefix}{TOTALS_SUFFIX}"))
     if saved is not None:
         return saved
+    row = stats_rows(prefix).get("Aggregated")
+    if row is None:
+        return Totals(0, 0)
+    return Totals(int(row["Request Count"]), int(row["Failure Count"]))
+
+
+def stats_rows(prefix: Path) -> dict[str, dict[str, str]]:
+    """The rows of the run's _stats.csv by name ("Aggregated" for the totals); none without
+    the file."""
     stats_csv = Path(f"{prefix}_stats.csv")
     if not stats_csv.exists():
-        return Totals(0, 0)
+        return {}
     with stats_csv.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["Name"] == "Aggregated":
-                return Totals(int(row["Request Count"]), int(row["Failure Count"]))
-    return Totals(0, 0)
+        return {row["Name"]: row for row in csv.DictReader(handle)}
 
 
 def failure_kinds(failures_csv: Path) -> Counter:

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from phoenix import checkpoint
-from phoenix.artifacts import (
+from phoenix.artifact_parts import (
     PRESETS,
     GenerationSummary,
     Preset,

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from phoenix.config import ArtifactError
+from phoenix.config import ArtifactConfig, ArtifactError
 
 PathLike = Union[str, os.PathLike]
 
@@ -152,3 +152,14 @@ def check_float_array(array: np.ndarray, key: str, name: str, shape: tuple) -> n
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         raise ArtifactError(f"{name}: '{key}' has {bad} non-finite values (NaN or inf)")
     return array.astype(np.float32, copy=False)  # the models create float32 parameters
+
+
+def load_config(directory: PathLike) -> ArtifactConfig:
+    """Parse and validate ``<directory>/config.json``."""
+    root = artifact_root(directory)
+    return ArtifactConfig.from_dict(read_json(existing_file(root, CONFIG_FILE), CONFIG_FILE))
+
+
+def save_config(directory: PathLike, config: ArtifactConfig) -> None:
+    root = Path(directory).resolve()
+    write_json(resolve_inside(root, CONFIG_FILE), config.to_dict())

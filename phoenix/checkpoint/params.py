@@ -11,7 +11,6 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from phoenix.checkpoint.files import (
-    CONFIG_FILE,
     RANKER_PARAMS_FILE,
     RETRIEVAL_PARAMS_FILE,
     TABLES_FILE,
@@ -20,10 +19,10 @@ from phoenix.checkpoint.files import (
     check_float_array,
     check_key_sets,
     existing_file,
-    read_json,
+    load_config,
     read_npz,
     resolve_inside,
-    write_json,
+    save_config,
     write_npz,
 )
 from phoenix.checkpoint.production import (
@@ -199,17 +198,6 @@ def check_tables(
 # ----------------------------------------------------------------------------------------
 # Config
 # ----------------------------------------------------------------------------------------
-
-
-def load_config(directory: PathLike) -> ArtifactConfig:
-    """Parse and validate ``<directory>/config.json``."""
-    root = artifact_root(directory)
-    return ArtifactConfig.from_dict(read_json(existing_file(root, CONFIG_FILE), CONFIG_FILE))
-
-
-def save_config(directory: PathLike, config: ArtifactConfig) -> None:
-    root = Path(directory).resolve()
-    write_json(resolve_inside(root, CONFIG_FILE), config.to_dict())
 
 
 # ----------------------------------------------------------------------------------------

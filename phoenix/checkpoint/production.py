@@ -34,6 +34,7 @@ from phoenix.checkpoint.files import (
     artifact_root,
     check_float_array,
     existing_file,
+    load_config,
     read_npz,
     resolve_inside,
     write_npz,
@@ -235,8 +236,6 @@ def check_emb_table(table: np.ndarray, config: ProductionConfig, name: str) -> n
 
 def load_production_ranker(directory: PathLike) -> ProductionRankerArtifacts:
     """The production ranker of an artifact directory: config, parameters and table."""
-    from phoenix.checkpoint.params import load_config
-
     root = artifact_root(directory)
     ranker = production_config(load_config(root))
     params = check_production_params(

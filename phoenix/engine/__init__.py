@@ -16,8 +16,10 @@
   process (the one candidate tower the server, artifacts, training and the corpus store use).
 - ``score_inputs``: the score path's hashed features padded on the host.
 - ``batching``: buckets, padding, per-platform defaults and example inputs.
-- ``production_ranking``: X's production ranker (``phoenix.production``): the prefix pass,
-  whose per-layer keys and values the candidate pass takes (``ProductionRanker``).
+- ``production_passes``: X's production ranker's (``phoenix.production``) two serving passes:
+  the prefix pass, whose per-layer keys and values the candidate pass takes.
+- ``production_ranking``: ``ProductionRanker``, those passes as jitted programs over weights
+  on the device.
 - ``production_prefix``: the production ranker's part of the prefix cache
   (``ProductionRanker(prefix_cache=...)``): keys over every field its prefix reads, the
   misses' prefixes in their own bucket, the candidates over the stacked entries.

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Protocol
 
 import jax.numpy as jnp
 import numpy as np
@@ -53,8 +53,24 @@ from phoenix.engine.ranking_inputs import (
     table_lookup,
 )
 
-if TYPE_CHECKING:  # device_ranking imports this module
-    from phoenix.engine.device_ranking import DeviceRanker
+
+class CachedEngine(Protocol):
+    """What the cache needs of the ranker it serves (``device_ranking.DeviceRanker``, which
+    builds this class: imports go one way)."""
+
+    weights: Any
+    store: Any
+    settings: Any
+    entities: Any
+    batch_buckets: Any
+    candidate_buckets: Any
+
+    def context_cache(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def score_candidates(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def candidate_inputs(self, *args: Any, **kwargs: Any) -> Any: ...
+
 
 # Every batch field the prefix reads, hashed into its key and given to its programs.
 PREFIX_IDS = ("user_id", "history_post_ids", "history_author_ids")  # int64, hashed on device
@@ -93,7 +109,7 @@ def candidate_inputs(batch) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarra
 class PrefixCachedRanker:
     """``DeviceRanker.rank`` with the users' prefixes kept in ``cache`` across calls."""
 
-    def __init__(self, ranker: DeviceRanker, cache: PrefixCache):
+    def __init__(self, ranker: CachedEngine, cache: PrefixCache):
         if "table" not in ranker.weights:
             raise ValueError("PrefixCachedRanker needs a DeviceRanker that ranks raw ids")
         self.ranker = ranker

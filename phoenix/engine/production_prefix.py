@@ -3,7 +3,7 @@ the cache (the store is ``prefix_cache``, the original family's part ``prefix_ra
 
 The production prefix is the user token, the user-features token and the history (P = 2 + H
 tokens); the candidate pass reads, of it, each layer's keys and values and which prefix keys
-a candidate may attend to (``production_ranking.PrefixCache``). An entry is one user's rows of
+a candidate may attend to (``production_passes.PrefixCache``). An entry is one user's rows of
 those arrays (``PrefixEntry``), and its key covers everything the prefix reads:
 
 - the user's hashes and IP hashes and every profile feature (every field of
@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -56,12 +56,7 @@ import numpy as np
 from phoenix.engine.batching import DEFAULT_BATCH_BUCKETS, batch_slices, pad_axis
 from phoenix.engine.prefix_cache import PrefixCache as PrefixStore
 from phoenix.engine.prefix_cache import PrefixKey, row_digests
-from phoenix.engine.production_ranking import (
-    PrefixCache,
-    ProductionRanker,
-    prefix,
-    score_candidates,
-)
+from phoenix.engine.production_passes import PrefixCache, prefix, score_candidates
 from phoenix.production.config import ProductionConfig
 from phoenix.production.examples import example_inputs
 from phoenix.production.hashing import check_rows_in_table, gather_rows
@@ -76,7 +71,7 @@ HISTORY_FIELDS = tuple(name for name in PostSequence._fields if name not in CAND
 
 
 class PrefixEntry(NamedTuple):
-    """One user's rows of ``production_ranking.PrefixCache``."""
+    """One user's rows of ``production_passes.PrefixCache``."""
 
     keys: jax.Array  # [L, P, K, d] compute dtype
     values: jax.Array  # [L, P, K, d]
@@ -151,12 +146,21 @@ def cached_programs(config: ProductionConfig) -> CachedPrograms:
     return CachedPrograms(jit(_prefix_entries), jit(_candidates))
 
 
+class CachedProductionRanker(Protocol):
+    """What the cache needs of the ranker it serves (``production_ranking.ProductionRanker``,
+    which builds this class: imports go one way)."""
+
+    config: ProductionConfig
+    weights: Any
+    table: Any
+
+
 class ProductionPrefixRanker:
     """``ProductionRanker.rank_ids`` with the users' prefixes kept in ``cache`` across calls."""
 
     def __init__(
         self,
-        ranker: ProductionRanker,
+        ranker: CachedProductionRanker,
         cache: PrefixStore,
         miss_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
     ):

@@ -12,11 +12,11 @@ input; the fields it reads are ``FIELDS``) already padded to a bucket shape, and
    home timezone unless it sends theirs;
 2. the prefix program (one per batch bucket a call uses: on CPUs a call holds at most 2,048
    prefix tokens, two nano users, and a bigger batch runs as several calls): the table rows of
-   the user and history, then ``production_ranking.prefix``: the user, user-features and
+   the user and history, then ``production_passes.prefix``: the user, user-features and
    history tokens through every layer, a ``PrefixCache`` of keys and values that stays on the
    device;
 3. the candidates program (one per such bucket and candidate width): the candidates' rows,
-   ``production_ranking.score_candidates`` against that cache, the probabilities of the 64
+   ``production_passes.score_candidates`` against that cache, the probabilities of the 64
    action slots (sigmoid of the logits) and their blend with the ``score_weights`` vector;
    candidate lists wider than ``chunk`` (the config's ``candidate_seq_len``) run as several
    calls against one cache (a candidate attends to the prefix and itself only, so chunks
@@ -48,7 +48,7 @@ from phoenix.engine.batching import (
     default_compute_dtype,
     default_max_rows_per_call,
 )
-from phoenix.engine.production_ranking import PrefixCache, prefix, score_candidates
+from phoenix.engine.production_passes import PrefixCache, prefix, score_candidates
 from phoenix.engine.programs import Program, ProgramStore, prepare_all
 from phoenix.engine.ranking_inputs import RankedBatch
 from phoenix.production.config import ProductionConfig

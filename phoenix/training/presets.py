@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from phoenix.artifacts import Preset, preset_config
+from phoenix.artifact_parts import Preset, preset_config
 from phoenix.config import ACTION_NAMES, ArtifactConfig
 from phoenix.training.train import TrainSettings
 from phoenix.world.synthetic import WorldSpec
@@ -59,7 +59,7 @@ class TrainPreset:
         return dataclasses.replace(base, right_anchored_rope=True, action_names=ACTION_NAMES)
 
 
-# model: fields in the order of phoenix.artifacts.PRESETS (emb, layers, heads, kv heads, key
+# model: fields in the order of phoenix.artifact_parts.PRESETS (emb, layers, heads, kv heads, key
 # size, history, candidates, user / item / author vocabulary); corpus sizes 0, because the
 # corpus is the logs' recent posts
 PRESETS = {

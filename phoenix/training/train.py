@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from phoenix import checkpoint
-from phoenix.artifacts import random_params, stream
+from phoenix.artifact_parts import random_params, stream
 from phoenix.config import ArtifactConfig
 from phoenix.recsys_model import (
     DWELL_TIME_INDEX,

@@ -1,5 +1,5 @@
 """The synthetic world's features for X's production ranker: posts' semantic IDs and users'
-profiles (numpy only). Each is drawn from a stream of its own (``phoenix.artifacts.stream``),
+profiles (numpy only). Each is drawn from a stream of its own (``phoenix.artifact_parts.stream``),
 after everything else, so the world's other arrays are what they were without them; nothing
 of the engagement model (``reactions``) reads them.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phoenix.artifacts import stream
+from phoenix.artifact_parts import stream
 from phoenix.feed_features import (
     NUM_INSTALLED_APPS,
     PROFILE_FEATURES,

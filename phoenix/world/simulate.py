@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from phoenix.artifacts import stream
+from phoenix.artifact_parts import stream
 from phoenix.user_state.actions import action_bits
 from phoenix.user_state.events import Engagement
 from phoenix.world.reactions import SURFACE_NAMES, Reactions, sample_reactions

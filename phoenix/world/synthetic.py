@@ -20,7 +20,7 @@ judged against its own ranking (the ceiling):
   ``phoenix.world.features``. The engagement model reads none of them.
 
 Generation is vectorised and deterministic for a seed: every array comes from its own named
-stream (``phoenix.artifacts.stream``). ``phoenix.world.logs`` writes and reads the result.
+stream (``phoenix.artifact_parts.stream``). ``phoenix.world.logs`` writes and reads the result.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phoenix.artifacts import stream, unique_positive_ids
+from phoenix.artifact_parts import stream, unique_positive_ids
 from phoenix.config import NEGATIVE_ACTIONS
 from phoenix.feed_features import local_hour
 from phoenix.world.features import UserProfiles, draw_profiles, draw_semantic_ids

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from phoenix import runners
-from phoenix.artifacts import FEATURE_TABLES, generate, main
+from phoenix.artifact_parts import FEATURE_TABLES
+from phoenix.artifacts import generate, main
 from phoenix.checkpoint import (
     flatten_params,
     load_artifacts,

@@ -7,7 +7,7 @@ import hashlib
 
 import numpy as np
 
-from phoenix.artifacts import stream
+from phoenix.artifact_parts import stream
 from phoenix.world import reactions, synthetic
 
 SPEC = synthetic.WorldSpec(num_users=300, num_authors=40, num_posts=2000, num_days=4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phoenix.artifacts import stream
+from phoenix.artifact_parts import stream
 from phoenix.user_state.actions import action_flags
 from phoenix.world import reactions, synthetic
 from phoenix.world.simulate import (

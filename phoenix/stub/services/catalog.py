@@ -69,7 +69,18 @@ def build_service(settings: ServiceSettings) -> Service:
     """The service of ``settings.model``, built from its settings."""
     if settings.model == RECOMMEND_CHAIN.name:
         return build_chain(settings)
+    if settings.model == RANKER.name and is_production_family(settings.artifact_dir):
+        from phoenix.stub.services.production_ranker import ProductionRankerService
+
+        return ProductionRankerService.from_settings(settings)
     return service_class(settings.model).from_settings(settings)
+
+
+def is_production_family(artifact_dir) -> bool:
+    """The artifacts' ranker is X's production ranker (their config.json says so)."""
+    from phoenix.checkpoint import load_config
+
+    return load_config(artifact_dir).ranker_family == "production"
 
 
 def build_chain(settings: ServiceSettings) -> Service:

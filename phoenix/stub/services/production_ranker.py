@@ -24,7 +24,13 @@ from phoenix.schema.contracts import RANKER
 from phoenix.schema.request_types import RankerRequest
 from phoenix.schema.requests import InputError
 from phoenix.stub.services.common import Outputs, Service, ServiceSettings
-from phoenix.stub.services.ranker import batch_widths, score_weight_vector, split_ranked
+from phoenix.stub.services.ranker import (
+    batch_widths,
+    run_in_calls,
+    score_weight_vector,
+    split_ranked,
+    width_groups,
+)
 from phoenix.stub.services.resources import resources_for
 
 
@@ -92,23 +98,10 @@ class ProductionRankerService(Service):
         )
 
     def run(self, requests: Sequence[RankerRequest]) -> list[Outputs]:
-        outputs: list = [None] * len(requests)
-        for group in self.ranked_together(requests):
-            ranked = self.rank_in_one_call([requests[i] for i in group])
-            for index, output in zip(group, ranked):
-                outputs[index] = output
-        return outputs
+        return run_in_calls(requests, self.ranked_together(requests), self.rank_in_one_call)
 
     def ranked_together(self, requests: Sequence[RankerRequest]) -> list[list[int]]:
-        """Indices of the requests ranked in one call: all, or with ``split_widths`` those
-        padded to the same candidate width."""
-        if not self.split_widths:
-            return [list(range(len(requests)))]
-        by_width: dict[int, list[int]] = {}
-        for index, request in enumerate(requests):
-            _, width = self.ranker.padded_shape(request.rows, request.candidates)
-            by_width.setdefault(width, []).append(index)
-        return list(by_width.values())
+        return width_groups(self.ranker.padded_shape, requests, self.split_widths)
 
     def rank_in_one_call(self, requests: Sequence[RankerRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)

@@ -10,11 +10,10 @@ Shape glossary (R rows of one request, B rows of the padded batch)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from phoenix.checkpoint import load_config
 from phoenix.checkpoint.identity import artifact_version
 from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.engine.prefix_cache import PrefixCache
@@ -145,13 +144,9 @@ class RankerService(Service):
         self.max_rows = self.batch_buckets[-1]
 
     @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> Service:
-        """The service of the artifacts' ranker family: this one for the original, the
-        production family's (``production_ranker``) for X's production ranker."""
-        if load_config(settings.artifact_dir).ranker_family == "production":
-            from phoenix.stub.services.production_ranker import ProductionRankerService
-
-            return ProductionRankerService.from_settings(settings)
+    def from_settings(cls, settings: ServiceSettings) -> RankerService:
+        """The original family's ranker (``catalog.build_service`` picks the service of the
+        artifacts' family)."""
         return cls(
             resources_for(settings.artifact_dir, ("ranker", "tables")),
             settings.parameters["score_weights"],
@@ -182,27 +177,44 @@ class RankerService(Service):
         )
 
     def run(self, requests: Sequence[RankerRequest]) -> list[Outputs]:
-        outputs: list = [None] * len(requests)
-        for group in self.ranked_together(requests):
-            ranked = self.rank_in_one_call([requests[i] for i in group])
-            for index, output in zip(group, ranked):
-                outputs[index] = output
-        return outputs
+        return run_in_calls(requests, self.ranked_together(requests), self.rank_in_one_call)
 
     def ranked_together(self, requests: Sequence[RankerRequest]) -> list[list[int]]:
-        """Indices of the requests ranked in one call, in their order: all of them, or with
-        ``split_widths`` those padded to the same candidate bucket (one request of 65
-        candidates would otherwise pad every request of its batch to 256)."""
-        if not self.split_widths:
-            return [list(range(len(requests)))]
-        by_width: dict[int, list[int]] = {}
-        for index, request in enumerate(requests):
-            _, width = self.ranker.padded_shape(request.rows, request.candidates)
-            by_width.setdefault(width, []).append(index)
-        return list(by_width.values())
+        return width_groups(self.ranker.padded_shape, requests, self.split_widths)
 
     def rank_in_one_call(self, requests: Sequence[RankerRequest]) -> list[Outputs]:
         rows = sum(r.rows for r in requests)
         users, width = self.ranker.padded_shape(rows, max(r.candidates for r in requests))
         batch = request_batch(requests, self.config, users, width)
         return split_ranked(requests, batch, self.ranker.rank(batch, rows))
+
+
+def width_groups(
+    padded_shape: Callable[[int, int], tuple[int, int]],
+    requests: Sequence[RankerRequest],
+    split_widths: bool,
+) -> list[list[int]]:
+    """Indices of the requests ranked in one call, in their order: all of them, or with
+    ``split_widths`` those padded to the same candidate bucket (one request of 65 candidates
+    would otherwise pad every request of its batch to 256). Either family's ranker."""
+    if not split_widths:
+        return [list(range(len(requests)))]
+    by_width: dict[int, list[int]] = {}
+    for index, request in enumerate(requests):
+        _, width = padded_shape(request.rows, request.candidates)
+        by_width.setdefault(width, []).append(index)
+    return list(by_width.values())
+
+
+def run_in_calls(
+    requests: Sequence[RankerRequest],
+    groups: list[list[int]],
+    rank_in_one_call: Callable[[Sequence[RankerRequest]], list[Outputs]],
+) -> list[Outputs]:
+    """Each group ranked in one call, the outputs back in the requests' order."""
+    outputs: list = [None] * len(requests)
+    for group in groups:
+        ranked = rank_in_one_call([requests[i] for i in group])
+        for index, output in zip(group, ranked):
+            outputs[index] = output
+    return outputs
