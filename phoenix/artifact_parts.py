@@ -18,13 +18,8 @@ import numpy as np
 
 from phoenix import checkpoint
 from phoenix.checkpoint import Corpus, ExampleSequence
-from phoenix.config import (
-    ENTITIES,
-    ArtifactConfig,
-    EntityHashParams,
-    HashParams,
-    action_names_for,
-)
+from phoenix.config import ArtifactConfig, action_names_for
+from phoenix.config_parts import ENTITIES, EntityHashParams, HashParams
 from phoenix.engine.candidate_tower import CandidateTower
 
 HASH_MODULUS = 2**61 - 1  # a Mersenne prime

@@ -31,9 +31,7 @@ from phoenix.artifact_parts import (
     random_params,
     random_tables,
 )
-from phoenix.config import (
-    ENTITIES,
-)
+from phoenix.config_parts import ENTITIES
 from phoenix.hashing import stack_tables
 from phoenix.util.command_line import command_name
 

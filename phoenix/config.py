@@ -17,11 +17,18 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
+from phoenix.config_parts import (
+    ArtifactError,
+    HashParams,
+    check_hash_params,
+    field_of,
+    is_int,
+    parse_hash_params,
+    required,
+)
+
 logger = logging.getLogger(__name__)
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-ENTITIES = ("user", "item", "author")
 
 # The original runners' ACTIONS list (``<name>_score`` there), one name per output column of a
 # 19-action model. Artifacts written here (generated or trained) store these in config.json.
@@ -85,10 +92,6 @@ OPTIONAL_BOOL_KEYS = ("right_anchored_rope", "enable_linear_proj")
 RANKER_FAMILIES = ("original", "production")
 
 
-class ArtifactError(ValueError):
-    """An artifact (config, weights, tables, corpus, example) is missing or malformed."""
-
-
 def default_action_names(num_actions: int) -> tuple[str, ...]:
     """Column names of published files: proto names where known, ``action_<i>`` elsewhere."""
     return tuple(PROTO_ACTION_NAMES.get(i, f"action_{i}") for i in range(num_actions))
@@ -100,40 +103,6 @@ def action_names_for(num_actions: int) -> tuple[str, ...]:
     if num_actions == len(ACTION_NAMES):
         return ACTION_NAMES
     return default_action_names(num_actions)
-
-
-@dataclass(frozen=True)
-class EntityHashParams:
-    """Multiply-add-mod hash functions of one entity type (one function per scale)."""
-
-    scales: tuple[int, ...]
-    biases: tuple[int, ...]
-    modulus: int
-
-    @property
-    def num_hashes(self) -> int:
-        return len(self.scales)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"scales": list(self.scales), "biases": list(self.biases), "modulus": self.modulus}
-
-
-@dataclass(frozen=True)
-class HashParams:
-    """Hash functions of users, items (posts) and authors."""
-
-    user: EntityHashParams
-    item: EntityHashParams
-    author: EntityHashParams
-
-    def for_entity(self, entity: str) -> EntityHashParams:
-        """The parameters of ``entity`` ('user', 'item' or 'author')."""
-        if entity not in ENTITIES:
-            raise ValueError(f"unknown entity {entity!r}, expected one of {ENTITIES}")
-        return getattr(self, entity)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {entity: self.for_entity(entity).to_dict() for entity in ENTITIES}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,13 +247,13 @@ class ArtifactConfig:
         """Parse a ``config.json`` mapping; errors name ``source`` and the offending key."""
         if not isinstance(d, Mapping):
             raise ArtifactError(f"{source}: expected a JSON object, found {type(d).__name__}")
-        values: dict[str, Any] = {key: _required(d, key, source) for key in REQUIRED_INT_KEYS}
+        values: dict[str, Any] = {key: required(d, key, source) for key in REQUIRED_INT_KEYS}
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for key in OPTIONAL_FLOAT_KEYS + OPTIONAL_BOOL_KEYS:
             values[key] = d.get(key, defaults[key])
         values["num_kv_heads"] = d.get("num_kv_heads", values["num_heads"])
         values["action_names"] = _parse_action_names(d, values["num_actions"], source)
-        values["hash_params"] = _parse_hash_params(_required(d, "hash_params", source), source)
+        values["hash_params"] = parse_hash_params(required(d, "hash_params", source), source)
         values["version"] = d.get("version")
         values["ranker_family"] = d.get("ranker_family", "original")
         values["production_ranker"] = _production_ranker_text(d, source)
@@ -298,12 +267,6 @@ class ArtifactConfig:
 # ----------------------------------------------------------------------------------------
 
 
-def _required(d: Mapping[str, Any], key: str, source: str) -> Any:
-    if key not in d:
-        raise ArtifactError(f"{source}: missing key '{key}'")
-    return d[key]
-
-
 def _warn_unknown_keys(d: Mapping[str, Any], source: str) -> None:
     # Unknown keys are tolerated (newer writers may add some) but a typo should be visible.
     known = {f.name for f in dataclasses.fields(ArtifactConfig)}
@@ -313,7 +276,7 @@ def _warn_unknown_keys(d: Mapping[str, Any], source: str) -> None:
 
 def _parse_action_names(d: Mapping[str, Any], num_actions: Any, source: str) -> Any:
     if "action_names" not in d:
-        if not _is_int(num_actions):
+        if not is_int(num_actions):
             return ()  # the type error of num_actions is reported by the value checks
         return default_action_names(num_actions)
     names = d["action_names"]
@@ -337,64 +300,17 @@ def _production_ranker_text(d: Mapping[str, Any], source: str) -> Optional[str]:
     return json.dumps(value, sort_keys=True)
 
 
-def _parse_int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(_is_int(v) for v in value):
-        raise ArtifactError(f"{source}: '{key}' must be a list of integers, found {value!r}")
-    return tuple(value)
-
-
-_HASH_KEYS = ("scales", "biases", "modulus")
-
-
-def _parse_entity_hash_params(value: Any, key: str, source: str) -> EntityHashParams:
-    if not isinstance(value, Mapping):
-        raise ArtifactError(f"{source}: '{key}' must be an object, found {type(value).__name__}")
-    fields = {name: _required(value, name, source=f"{source}: '{key}'") for name in _HASH_KEYS}
-    modulus = fields["modulus"]
-    if not _is_int(modulus):
-        raise ArtifactError(f"{source}: '{key}.modulus' must be an integer, found {modulus!r}")
-    return EntityHashParams(
-        scales=_parse_int_list(fields["scales"], f"{key}.scales", source),
-        biases=_parse_int_list(fields["biases"], f"{key}.biases", source),
-        modulus=modulus,
-    )
-
-
-def _parse_hash_params(value: Any, source: str) -> HashParams:
-    if not isinstance(value, Mapping):
-        raise ArtifactError(
-            f"{source}: 'hash_params' must be an object, found {type(value).__name__}"
-        )
-    entities = {
-        entity: _parse_entity_hash_params(
-            _required(value, entity, source=f"{source}: 'hash_params'"),
-            f"hash_params.{entity}",
-            source,
-        )
-        for entity in ENTITIES
-    }
-    return HashParams(**entities)
-
-
 # ----------------------------------------------------------------------------------------
 # Value checks (shared by from_dict and the constructor)
 # ----------------------------------------------------------------------------------------
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _get(values: Any, key: str) -> Any:
-    return values[key] if isinstance(values, Mapping) else getattr(values, key)
-
-
 def _check_positive_int(value: Any, key: str, source: str, minimum: int = 1) -> None:
-    if not _is_int(value):
+    if not is_int(value):
         raise ArtifactError(
             f"{source}: '{key}' must be an integer, found {type(value).__name__} ({value!r})"
         )
@@ -407,32 +323,32 @@ def _check_sizes(values: Any, source: str) -> None:
     for key in REQUIRED_INT_KEYS + ("num_kv_heads",):
         # mod (vocab - 1) + 1 needs at least one row besides the padding row
         minimum = 2 if key.endswith("_vocab_size") and key != "product_surface_vocab_size" else 1
-        _check_positive_int(_get(values, key), key, source, minimum)
+        _check_positive_int(field_of(values, key), key, source, minimum)
     for key in OPTIONAL_FLOAT_KEYS:
-        value = _get(values, key)
+        value = field_of(values, key)
         if not _is_number(value) or not value > 0:
             raise ArtifactError(f"{source}: '{key}' must be a positive number, found {value!r}")
     for key in OPTIONAL_BOOL_KEYS:
-        value = _get(values, key)
+        value = field_of(values, key)
         if not isinstance(value, bool):
             raise ArtifactError(f"{source}: '{key}' must be true or false, found {value!r}")
 
 
 def _check_heads(values: Any, source: str) -> None:
-    num_heads, num_kv_heads = _get(values, "num_heads"), _get(values, "num_kv_heads")
+    num_heads, num_kv_heads = field_of(values, "num_heads"), field_of(values, "num_kv_heads")
     if num_heads % num_kv_heads:
         raise ArtifactError(
             f"{source}: 'num_heads' ({num_heads}) must be a multiple of "
             f"'num_kv_heads' ({num_kv_heads})"
         )
-    key_size = _get(values, "key_size")
+    key_size = field_of(values, "key_size")
     if key_size % 2:
         # rotary embeddings rotate pairs of features
         raise ArtifactError(f"{source}: 'key_size' must be even, found {key_size}")
 
 
 def _check_action_names(values: Any, source: str) -> None:
-    names, num_actions = _get(values, "action_names"), _get(values, "num_actions")
+    names, num_actions = field_of(values, "action_names"), field_of(values, "num_actions")
     if not isinstance(names, tuple) or not all(isinstance(n, str) and n for n in names):
         raise ArtifactError(f"{source}: 'action_names' must be non-empty strings, found {names!r}")
     if len(names) != num_actions:
@@ -444,55 +360,18 @@ def _check_action_names(values: Any, source: str) -> None:
         raise ArtifactError(f"{source}: 'action_names' has duplicate names {duplicates}")
 
 
-def _check_int64_list(numbers: tuple[int, ...], key: str, source: str) -> None:
-    if not isinstance(numbers, tuple) or not all(_is_int(v) for v in numbers):
-        raise ArtifactError(f"{source}: '{key}' must be integers, found {numbers!r}")
-    for value in numbers:
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise ArtifactError(f"{source}: '{key}' value {value} does not fit in int64")
-
-
-def _check_entity_hash(params: Any, entity: str, expected: int, source: str) -> None:
-    key = f"hash_params.{entity}"
-    if not isinstance(params, EntityHashParams):
-        raise ArtifactError(f"{source}: '{key}' must be EntityHashParams, found {params!r}")
-    _check_int64_list(params.scales, f"{key}.scales", source)
-    _check_int64_list(params.biases, f"{key}.biases", source)
-    for name in ("scales", "biases"):
-        count = len(getattr(params, name))
-        if count != expected:
-            raise ArtifactError(
-                f"{source}: '{key}.{name}' has {count} entries, "
-                f"expected num_{entity}_hashes = {expected}"
-            )
-    modulus = params.modulus
-    if not _is_int(modulus) or not 0 < modulus <= INT64_MAX:
-        raise ArtifactError(
-            f"{source}: '{key}.modulus' must be a positive int64, found {modulus!r}"
-        )
-
-
-def _check_hash_params(values: Any, source: str) -> None:
-    hash_params = _get(values, "hash_params")
-    if not isinstance(hash_params, HashParams):
-        raise ArtifactError(f"{source}: 'hash_params' must be HashParams, found {hash_params!r}")
-    for entity in ENTITIES:
-        expected = _get(values, f"num_{entity}_hashes")
-        _check_entity_hash(getattr(hash_params, entity), entity, expected, source)
-
-
 def check_config_values(values: Any, source: str) -> None:
     """Raise ``ArtifactError`` for the first invalid field of a config (object or mapping)."""
     _check_sizes(values, source)
     _check_heads(values, source)
     _check_action_names(values, source)
-    _check_hash_params(values, source)
-    _check_version(_get(values, "version"), source)
+    check_hash_params(values, source)
+    _check_version(field_of(values, "version"), source)
     _check_family(values, source)
 
 
 def _check_family(values: Any, source: str) -> None:
-    family, production = _get(values, "ranker_family"), _get(values, "production_ranker")
+    family, production = field_of(values, "ranker_family"), field_of(values, "production_ranker")
     if family not in RANKER_FAMILIES:
         raise ArtifactError(
             f"{source}: 'ranker_family' must be one of {list(RANKER_FAMILIES)}, found {family!r}"
@@ -509,7 +388,7 @@ def _check_family(values: Any, source: str) -> None:
 
 
 def _check_version(version: Any, source: str) -> None:
-    if version is None or _is_int(version) or isinstance(version, str) and version.strip():
+    if version is None or is_int(version) or isinstance(version, str) and version.strip():
         return
     raise ArtifactError(
         f"{source}: 'version' must be a non-empty string or an integer, found {version!r}"

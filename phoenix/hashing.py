@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from phoenix.config import ENTITIES, ArtifactConfig, EntityHashParams
+from phoenix.config import ArtifactConfig
+from phoenix.config_parts import ENTITIES, EntityHashParams
 
 NUM_RESERVED_ROWS = 65
 PADDING_ROW = 0

@@ -44,7 +44,8 @@ from phoenix.checkpoint.production import (
     production_config_from_xai,
     with_production_ranker,
 )
-from phoenix.config import ENTITIES, ArtifactConfig
+from phoenix.config import ArtifactConfig
+from phoenix.config_parts import ENTITIES
 from phoenix.feed_examples import production_features
 from phoenix.feed_features import ACTION_SLOTS
 from phoenix.hashing import stack_tables

@@ -32,7 +32,8 @@ from phoenix.checkpoint.production import (
     production_config,
     save_production_ranker,
 )
-from phoenix.config import ENTITIES, ArtifactConfig
+from phoenix.config import ArtifactConfig
+from phoenix.config_parts import ENTITIES
 from phoenix.hashing import HashEmbedder, stack_tables
 
 Params = dict[str, dict[str, np.ndarray]]

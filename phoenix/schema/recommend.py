@@ -13,15 +13,11 @@ import numpy as np
 
 from phoenix.schema.contracts import (
     ARTIFACT_PARAMETERS,
-    CANDIDATE_CONTEXT,
     CORPUS_FILE,
     FEED_FILTERS,
     FEED_OUTPUTS,
-    HISTORY_CONTEXT_INPUTS,
     IN_NETWORK_POSTS,
     PRODUCTION_STATE_NAMES,
-    PROFILE_INPUTS,
-    REQUEST_CONTEXT,
     REQUEST_ID,
     RETRIEVAL_PREFIX,
     STAGE_MODELS,
@@ -32,6 +28,12 @@ from phoenix.schema.contracts import (
     history_dwell,
     history_inputs,
     optional,
+)
+from phoenix.schema.production_inputs import (
+    CANDIDATE_CONTEXT,
+    HISTORY_CONTEXT_INPUTS,
+    PROFILE_INPUTS,
+    REQUEST_CONTEXT,
 )
 from phoenix.schema.spec import (
     EnsembleStep,

@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
-from phoenix.config import ACTION_NAMES, INT64_MAX
+from phoenix.config import ACTION_NAMES
+from phoenix.config_parts import INT64_MAX
 from phoenix.feed_features import HISTORY_FEATURES, PROFILE_FEATURES, Feature, feature
 from phoenix.user_state.actions import NUM_ACTIONS, action_mask, action_names
 from phoenix.util.json_lines import JSONLineError, json_line

@@ -26,7 +26,8 @@ from phoenix.client.client import connect, infer, served_models
 from phoenix.feed_features import local_hour
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
-from phoenix.schema.contracts import PRODUCTION_INPUT_NAMES, RANKER
+from phoenix.schema.contracts import RANKER
+from phoenix.schema.production_inputs import PRODUCTION_INPUT_NAMES
 from phoenix.schema.recommend import RECOMMEND
 from phoenix.schema.wiring import next_step_inputs
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phoenix.artifacts import PRESETS, preset_config
-from phoenix.config import EntityHashParams
+from phoenix.config_parts import EntityHashParams
 from phoenix.hashing import (
     NUM_RESERVED_ROWS,
     HashEmbedder,

@@ -8,13 +8,12 @@ import pytest
 from phoenix.ops import reference_docs
 from phoenix.ops.profiles import CPU, GPU
 from phoenix.ops.reference_docs import (
-    ReferenceDocError,
     markers,
-    metrics_block,
     models_block,
     readme_block,
     stages_block,
 )
+from phoenix.ops.reference_metrics import ReferenceDocError, metrics_block
 from phoenix.schema.served import CONTRACTS
 from phoenix.stub import request_metrics
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from phoenix.feed_features import SID_NUM_LEVELS, local_hour
 from phoenix.schema.batches import stack_padded
-from phoenix.schema.contracts import (
+from phoenix.schema.production_inputs import (
     HISTORY_CONTEXT_FEATURES,
     HISTORY_CONTEXT_INPUTS,
     PROFILE_INPUTS,

@@ -19,7 +19,8 @@ from phoenix.engine.device_ranking import DeviceRanker, RankedBatch
 from phoenix.engine.prefix_cache import PrefixCache
 from phoenix.hashing import entity_hashes
 from phoenix.schema.batches import artifact_widths, empty_batch, pad_batch, row_spans
-from phoenix.schema.contracts import PRODUCTION_INPUT_NAMES, RANKER, UNKNOWN_AGE
+from phoenix.schema.contracts import RANKER, UNKNOWN_AGE
+from phoenix.schema.production_inputs import PRODUCTION_INPUT_NAMES
 from phoenix.schema.request_types import RankerRequest
 from phoenix.schema.requests import InputError
 from phoenix.stub.services.common import (

@@ -41,14 +41,8 @@ from phoenix.checkpoint import load_config
 from phoenix.checkpoint.production import is_production
 from phoenix.config import ACTION_NAMES
 from phoenix.schema.batches import stack_padded
-from phoenix.schema.contracts import (
-    HISTORY_CONTEXT_INPUTS,
-    LIMITS,
-    PROFILE_INPUTS,
-    RETRIEVAL_PREFIX,
-    USER_HISTORY,
-    USER_STATE,
-)
+from phoenix.schema.contracts import LIMITS, RETRIEVAL_PREFIX, USER_HISTORY, USER_STATE
+from phoenix.schema.production_inputs import HISTORY_CONTEXT_INPUTS, PROFILE_INPUTS
 from phoenix.schema.request_types import REQUEST_TYPES
 from phoenix.schema.requests import InputError, value_bound
 from phoenix.schema.wiring import passed_on_history
