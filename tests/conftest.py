@@ -24,23 +24,6 @@ DATA_DIR = REPO_ROOT / "tests" / "data"
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-# JAX's persistent compilation cache, shared by every process of a run (the xdist workers, the
-# `serial` run, the commands and servers the tests start) and the next run of this checkout:
-# the suite compiles the same small models in many processes. A fresh clone starts it empty;
-# JAX keys entries by the program, its own version and the backend, so edited code compiles
-# anew. Processes that fill a program store turn it off for themselves (phoenix.engine.programs
-# says why). PHOENIX_TEST_JAX_CACHE=0 runs without it.
-JAX_CACHE = REPO_ROOT / "build" / "test-cache" / "jax-compilation"
-JAX_CACHE_MAX_BYTES = 2 * 2**30  # least recently used entries go beyond this
-if os.environ.get("PHOENIX_TEST_JAX_CACHE", "1") != "0":
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE))
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(JAX_CACHE_MAX_BYTES))
-    if "jax" in sys.modules:  # imported before this file (a plugin): too late for its env
-        sys.modules["jax"].config.update(
-            "jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"]
-        )
-
-
 def reference_file(name: str) -> Path:
     """tests/data/<name>, or a FileNotFoundError: a test against the reference never skips."""
     path = DATA_DIR / name
@@ -105,7 +88,9 @@ def pytest_collection_modifyitems(config, items):
         if is_under(item, INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
     items.sort(key=tier_rank)
-    if config.getoption("dist", "no") != "no":
+    # xdist collects on its workers, where it has set --dist to "no": a worker knows itself by
+    # its workerinput. The controller hands the files out in the order its workers collected.
+    if hasattr(config, "workerinput"):
         seconds = file_seconds()
         items.sort(
             key=lambda item: -seconds.get(Path(str(item.path)).relative_to(REPO_ROOT).as_posix(), 0)

@@ -224,3 +224,37 @@ class PrefixCache:
         del self._born[key]
         self._stats.bytes -= entry.nbytes
         self._stats.entries -= 1
+
+
+def entries_of_rows(
+    cache: PrefixCache,
+    keys: Sequence[Hashable],
+    compute: Callable[[list[int]], Sequence[Any]],
+    nbytes: Callable[[Any], int],
+    padded: int,
+) -> tuple[tuple[Any, ...], float]:
+    """An entry for each of the ``padded`` rows of a batch whose first ``len(keys)`` rows are
+    users: the cache's for a key it holds, else computed and kept. ``compute(rows)`` computes
+    the entries of those rows in one call, a row per distinct missing key (two rows of the same
+    user and history share one). The padding rows repeat the first row's entry: their outputs
+    are never read. Also the seconds spent on the lookups and the keeping (not on ``compute``).
+    """
+    started = time.perf_counter()
+    entries: list[Optional[Any]] = [cache.get(key) for key in keys]
+    missing: dict[Hashable, list[int]] = {}
+    for row, (key, entry) in enumerate(zip(keys, entries)):
+        if entry is None:
+            missing.setdefault(key, []).append(row)
+    spent = time.perf_counter() - started
+    if missing:
+        fresh = compute([where[0] for where in missing.values()])
+        started = time.perf_counter()
+        for (key, where), entry in zip(missing.items(), fresh):
+            cache.put(key, entry, nbytes(entry))
+            for row in where:
+                entries[row] = entry
+        spent += time.perf_counter() - started
+    filler = entries[0]
+    assert filler is not None  # row 0 is a user: found or computed above
+    found = tuple(filler if entry is None else entry for entry in entries)
+    return found + (filler,) * (padded - len(keys)), spent

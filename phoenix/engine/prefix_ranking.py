@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax.numpy as jnp
 import numpy as np
 
 from phoenix.engine.batching import bucket_for, pad_axis
-from phoenix.engine.prefix_cache import PrefixCache, PrefixKey, row_digests
+from phoenix.engine.prefix_cache import PrefixCache, PrefixKey, entries_of_rows, row_digests
 from phoenix.engine.programs import Program, prepare_all
 from phoenix.engine.ranking_inputs import (
     RankedBatch,
@@ -180,24 +180,15 @@ class PrefixCachedRanker:
             raise ValueError(f"rank: rows must be in 1..{len(batch.user_id)}, got {rows}")
         started = time.perf_counter()
         keys = self.keys(batch, rows)
-        entries: list[Optional[PrefixEntry]] = [self.cache.get(key) for key in keys]
-        missing: dict[PrefixKey, list[int]] = {}
-        for row, (key, entry) in enumerate(zip(keys, entries)):
-            if entry is None:
-                missing.setdefault(key, []).append(row)
         self.bookkeeping_s += time.perf_counter() - started
-        if missing:
-            fresh = self._compute_prefixes(batch, [where[0] for where in missing.values()])
-            started = time.perf_counter()
-            for (key, where), entry in zip(missing.items(), fresh):
-                self.cache.put(key, entry, entry_bytes(entry))
-                for row in where:
-                    entries[row] = entry
-            self.bookkeeping_s += time.perf_counter() - started
-        filler = entries[0]  # padding rows: any entry will do, their candidates are padding
-        assert filler is not None  # row 0 is a user: found or computed above
-        stacked = tuple(filler if entry is None else entry for entry in entries)
-        stacked += (filler,) * (len(batch.user_id) - rows)
+        stacked, spent = entries_of_rows(
+            self.cache,
+            keys,
+            lambda missing: self._compute_prefixes(batch, missing),
+            entry_bytes,
+            len(batch.user_id),
+        )
+        self.bookkeeping_s += spent
         ids, features = candidate_inputs(batch)
         hashed = self._candidate_hash(*ids)
         order, scores, probs = self._candidates(self.ranker.weights, stacked, hashed, features)

@@ -55,7 +55,7 @@ import numpy as np
 
 from phoenix.engine.batching import DEFAULT_BATCH_BUCKETS, batch_slices, pad_axis
 from phoenix.engine.prefix_cache import PrefixCache as PrefixStore
-from phoenix.engine.prefix_cache import PrefixKey, row_digests
+from phoenix.engine.prefix_cache import PrefixKey, entries_of_rows, row_digests
 from phoenix.engine.production_passes import PrefixCache, prefix, score_candidates
 from phoenix.production.config import ProductionConfig
 from phoenix.production.examples import example_inputs
@@ -194,24 +194,15 @@ class ProductionPrefixRanker:
         check_rows_in_table(inputs, table.shape[0])
         started = time.perf_counter()
         keys = self.keys(inputs, users)
-        entries: list[Optional[PrefixEntry]] = [self.cache.get(key) for key in keys]
-        missing: dict[PrefixKey, list[int]] = {}
-        for row, (key, entry) in enumerate(zip(keys, entries)):
-            if entry is None:
-                missing.setdefault(key, []).append(row)
         self.bookkeeping_s += time.perf_counter() - started
-        if missing:
-            fresh = self._compute_prefixes(inputs, [where[0] for where in missing.values()])
-            started = time.perf_counter()
-            for (key, where), entry in zip(missing.items(), fresh):
-                self.cache.put(key, entry, entry_bytes(entry))
-                for row in where:
-                    entries[row] = entry
-            self.bookkeeping_s += time.perf_counter() - started
-        filler = entries[0]  # padding rows: any entry will do, their outputs are not read
-        assert filler is not None  # row 0 is a user: found or computed above
-        stacked = tuple(filler if entry is None else entry for entry in entries)
-        stacked += (filler,) * (batch - users)
+        stacked, spent = entries_of_rows(
+            self.cache,
+            keys,
+            lambda missing: self._compute_prefixes(inputs, missing),
+            entry_bytes,
+            batch,
+        )
+        self.bookkeeping_s += spent
         candidates_only = inputs._replace(history=cut(inputs.history))
         return self.programs.candidates(self.ranker.weights, table, stacked, candidates_only)
 

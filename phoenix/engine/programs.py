@@ -136,9 +136,10 @@ class ProgramStore:
         # Under $PHOENIX_PROGRAM_STORE: one directory holds the stores of several artifact
         # configs (versions of other shapes, other models) side by side.
         self.shared = False
-        # An executable JAX's persistent cache loaded, serialized again, fails on XLA's CPU
-        # backend when it runs ("Function broadcast_remainder_fusion not found"): a process
-        # that fills a store compiles past that cache. Set once, here: flipping the global
+        # Executables JAX's persistent cache loads fail on XLA's CPU backend when they run
+        # ("Function broadcast_remainder_fusion not found" for one serialized again, "Function
+        # negate_power_fusion not found" for one run as loaded): a process that fills a store
+        # compiles past that cache. Set once, here: flipping the global
         # flag around each compile would race between the compiling threads.
         jax.config.update("jax_enable_compilation_cache", False)
         self._check_manifest()

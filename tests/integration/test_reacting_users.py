@@ -35,7 +35,14 @@ RUN_TIME = "20s"
 def served(redis_server, tmp_path_factory):
     artifacts, _, _ = trained_tiny()
     log_dir = tmp_path_factory.mktemp("triton-reacting")
-    triton = launch_with_store(artifacts, redis_server.url, log_dir)
+    # recommend alone (its ensemble loads the chain): the users call nothing else
+    triton = launch_with_store(
+        artifacts,
+        redis_server.url,
+        log_dir,
+        model_control_mode="explicit",
+        load_model=["recommend"],
+    )
     yield triton, artifacts
     triton.kill()  # not a stop under test: conftest, "killed"
 

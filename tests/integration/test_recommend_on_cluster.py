@@ -36,7 +36,11 @@ def cluster():
 @pytest.fixture(scope="module")
 def server(tiny_artifacts, cluster, tmp_path_factory):
     assert cluster.url.startswith("redis+cluster://")  # the URL alone says cluster
-    triton = launch_with_store(tiny_artifacts, cluster.url, tmp_path_factory.mktemp("triton"))
+    # recommend alone (its ensemble loads the chain): the tests call nothing else
+    options = {"model_control_mode": "explicit", "load_model": ["recommend"]}
+    triton = launch_with_store(
+        tiny_artifacts, cluster.url, tmp_path_factory.mktemp("triton"), **options
+    )
     yield triton
     triton.kill()  # not a stop under test: conftest, "killed"
 

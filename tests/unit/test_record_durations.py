@@ -37,3 +37,46 @@ def test_a_log_without_durations_is_refused_and_the_file_kept(tmp_path):
     assert done.returncode == 1 and "no duration lines" in done.stderr
     assert (REPO_ROOT / "tests" / "durations.json").read_text() == before
     assert json.loads(before)["seconds"]
+
+
+class Item:
+    """What the ordering reads of a collected test: its file and markers."""
+
+    def __init__(self, path: str):
+        self.path = REPO_ROOT / path
+        self.markers: set[str] = set()
+
+    def add_marker(self, marker) -> None:
+        self.markers.add(marker.name)
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.markers else None
+
+
+class Config:
+    def getoption(self, name: str, default=None):
+        return "no" if name == "dist" else default  # what xdist sets on its workers
+
+
+def collected_order(on_a_worker: bool) -> list[str]:
+    from tests import conftest
+
+    longest, shorter = list(file_seconds())[:2]
+    paths = ["tests/unit/test_record_durations.py", shorter, longest]
+    items = [Item(path) for path in paths]
+    config = Config()
+    if on_a_worker:
+        config.workerinput = {"workerid": "gw0"}  # type: ignore[attr-defined]
+    conftest.pytest_collection_modifyitems(config, items)
+    return [item.path.relative_to(REPO_ROOT).as_posix() for item in items]
+
+
+def test_an_xdist_worker_collects_the_longest_files_first():
+    """xdist collects on its workers (where --dist reads "no"): they order by durations.json."""
+    longest, shorter = list(file_seconds())[:2]
+    assert collected_order(on_a_worker=True)[:2] == [longest, shorter]
+
+
+def test_one_process_runs_the_tiers_in_order():
+    order = collected_order(on_a_worker=False)
+    assert order[0] == "tests/unit/test_record_durations.py"  # the unit tier first
