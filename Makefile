@@ -183,10 +183,11 @@ configs: setup  ## write the model_repository configs, the typed request classes
 	$(PY) -m phoenix.ops.reference_docs
 
 # Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
-# (module fixtures start once), the longest files of tests/durations.json handed out first
-# (--no-loadscope-reorder keeps the order the workers collected in: tests/conftest.py), then
-# the `serial` ones alone. The two workers keep both cores busy (1.85 of 2 on average over the
-# parallel run, sampled every 2 s): a third finds no idle core.
+# (module fixtures start once), in tier order (PHOENIX_TEST_LONGEST_FIRST=1: the longest files
+# of tests/durations.json first, --no-loadscope-reorder keeping the order the workers
+# collected in; tests/conftest.py says why it is not the default), then the `serial` ones
+# alone. The two workers keep both cores busy (1.85 of 2 on average over the parallel run,
+# sampled every 2 s): a third finds no idle core.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
 test: setup  ## ruff check, mypy (typecheck), the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone

@@ -15,8 +15,7 @@ version, no `__next` model left:
 
 Both probes answer 200 every 0.2 s throughout each rollout and rollback (and the failed
 load), each within the deployment's probe timeout, and Locust counts 0 failed requests over all
-of it. That timeout is a time bound: the file runs in `make test`'s serial part (beside a
-worker compiling on both cores, Triton's /v2/health/ready once took over 3 s to answer).
+of it.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from phoenix.ops.serving_state import read_serving_state
 from phoenix.ops.supervisor.admin import TritonAdmin
 from phoenix.util.processes import http_get_status
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration
 READY_WITHIN_S = 10.0  # /ready and Triton's readiness agree within this after a rollout ends
 ROLLOUT_TIMEOUT_S = 600.0
 EXIT_REFUSED = 3

@@ -58,9 +58,10 @@ class Config:
         return "no" if name == "dist" else default  # what xdist sets on its workers
 
 
-def collected_order(on_a_worker: bool) -> list[str]:
+def collected_order(on_a_worker: bool, monkeypatch, longest_first: bool = True) -> list[str]:
     from tests import conftest
 
+    monkeypatch.setenv(conftest.LONGEST_FIRST_ENV, "1" if longest_first else "0")
     longest, shorter = list(file_seconds())[:2]
     paths = ["tests/unit/test_record_durations.py", shorter, longest]
     items = [Item(path) for path in paths]
@@ -71,12 +72,14 @@ def collected_order(on_a_worker: bool) -> list[str]:
     return [item.path.relative_to(REPO_ROOT).as_posix() for item in items]
 
 
-def test_an_xdist_worker_collects_the_longest_files_first():
+def test_xdist_workers_collect_the_longest_files_first_when_asked(monkeypatch):
     """xdist collects on its workers (where --dist reads "no"): they order by durations.json."""
     longest, shorter = list(file_seconds())[:2]
-    assert collected_order(on_a_worker=True)[:2] == [longest, shorter]
+    assert collected_order(True, monkeypatch)[:2] == [longest, shorter]
+    unit_first = "tests/unit/test_record_durations.py"
+    assert collected_order(True, monkeypatch, longest_first=False)[0] == unit_first
 
 
-def test_one_process_runs_the_tiers_in_order():
-    order = collected_order(on_a_worker=False)
+def test_one_process_runs_the_tiers_in_order(monkeypatch):
+    order = collected_order(False, monkeypatch)
     assert order[0] == "tests/unit/test_record_durations.py"  # the unit tier first
