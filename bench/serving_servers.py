@@ -2,53 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bench.serving_measure import WORKLOADS
+from harness.serving_repository import serving_repository
 from harness.triton import start_triton
-from phoenix.engine.batching import bucket_for
 from phoenix.ops.compile import ensure_programs
-from phoenix.ops.configs import write_repository
-from phoenix.ops.profiles import profile
 from phoenix.ops.triton_server import TritonServer
-from phoenix.schema.contracts import RANKER, RANKER_CANDIDATE_BUCKETS
+from phoenix.schema.contracts import RANKER
 from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
 
 def repository_for(batching: str, args) -> Path:
-    """The profile's repository for a batching setting, with the ranker's prefix cache off:
-    perf_analyzer replays a pool of users, and with the cache every request of a user after
-    the first would rank against a cached prefix (docs/performance.md, "The prefix cache"),
-    where these figures measure the whole ranking."""
-    instances = args.instances
-    device = "" if args.device == "cpu" else f"-{args.device}"
-    counts = "".join(f"-{name}{count}" for name, count in sorted(instances.items()))
-    suffix = f"{device}{counts}{'-nobatch' if batching == 'off' else ''}"
-    base = profile(args.device)
-    deployment = base.with_instances(instances).with_parameters(
-        RANKER.name, ranker_parameters(base.models[RANKER.name].parameters, args)
-    )
-    return write_repository(
-        args.build_dir / f"model_repository{suffix}",
-        deployment,
-        dynamic_batching=batching == "on",
-        source=args.model_repository,
-    )
-
-
-def ranker_parameters(deployed: Mapping[str, Any], args) -> dict[str, Any]:
-    """The ranker's prefix cache off (above). With --quick, only the candidate buckets its
-    workloads fill: a quick run's servers then compile no program it never runs (with the
-    CPU profile's five buckets, 40 cache-off programs where ranker-64 runs 8)."""
-    values: dict[str, Any] = {"prefix_cache_mib": 0}
+    """The profile's repository for a batching setting (harness.serving_repository); a quick
+    run's ranker compiles only the candidate buckets its workloads fill."""
     called = (WORKLOADS[workload] for workload in args.workloads)
     widths = [width for model, width in called if model == RANKER.name and width is not None]
-    if args.quick and widths:
-        buckets = tuple(deployed.get("candidate_buckets", RANKER_CANDIDATE_BUCKETS))
-        values["candidate_buckets"] = tuple(sorted({bucket_for(w, buckets) for w in widths}))
-    return values
+    return serving_repository(
+        args.build_dir,
+        args.model_repository,
+        device=args.device,
+        batching=batching == "on",
+        instances=args.instances,
+        ranker_widths=widths if args.quick else None,
+    )
 
 
 def measured_models(workloads) -> list[str]:

@@ -63,7 +63,7 @@ def collected_order(on_a_worker: bool, monkeypatch, longest_first: bool = True) 
 
     monkeypatch.setenv(conftest.LONGEST_FIRST_ENV, "1" if longest_first else "0")
     longest, shorter = list(file_seconds())[:2]
-    paths = ["tests/unit/test_record_durations.py", shorter, longest]
+    paths = [shorter, longest, "tests/unit/test_record_durations.py"]  # neither order
     items = [Item(path) for path in paths]
     config = Config()
     if on_a_worker:

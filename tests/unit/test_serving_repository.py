@@ -1,0 +1,26 @@
+"""The serving benchmark's repositories (harness/serving_repository.py): the ranker's prefix
+cache off, and a quick run compiling only the candidate buckets its workloads fill."""
+
+from harness.serving_repository import ranker_parameters, serving_repository
+from phoenix.ops.configs import REPOSITORY, read_config
+
+
+def test_a_full_run_keeps_every_candidate_bucket():
+    assert ranker_parameters({}, None) == {"prefix_cache_mib": 0}
+
+
+def test_a_quick_run_keeps_the_buckets_its_workloads_fill():
+    assert ranker_parameters({}, [64, 512])["candidate_buckets"] == (64, 512)
+    gpu = {"candidate_buckets": (64, 256, 1024)}  # 512 candidates fill the 1024 bucket there
+    assert ranker_parameters(gpu, [64, 512])["candidate_buckets"] == (64, 1024)
+    assert "candidate_buckets" not in ranker_parameters({}, [])  # recommend alone
+
+
+def test_the_quick_repository_serves_those_buckets_with_the_cache_off(tmp_path):
+    repository = serving_repository(
+        tmp_path, REPOSITORY, device="cpu", batching=True, instances={}, ranker_widths=[64]
+    )
+    parameters = read_config(repository / "ranker" / "config.pbtxt").parameters
+    assert parameters["candidate_buckets"].string_value == "64"
+    assert parameters["prefix_cache_mib"].string_value == "0"
+    assert read_config(repository / "ranker" / "config.pbtxt").HasField("dynamic_batching")
