@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.serving_measure import WORKLOADS
-from harness.serving_repository import serving_repository
+from harness.serving_repository import compiled_models, serving_repository
 from harness.triton import start_triton
 from phoenix.ops.compile import ensure_programs
 from phoenix.ops.triton_server import TritonServer
 from phoenix.schema.contracts import RANKER
-from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
 
 def repository_for(batching: str, args) -> Path:
@@ -45,8 +44,9 @@ def start_servers(args) -> dict[str, TritonServer]:
             print(f"== dynamic batching {batching}: starting tritonserver (log {log})", flush=True)
             repository = repository_for(batching, args)
             # one process compiles what the store lacks; each instance would compile it all
-            served = [m for m in models if m in SERVED_BY_SERVICES] or None
-            ensure_programs(args.artifacts, args.device, repository, served)
+            compiled = compiled_models(models)
+            if compiled:
+                ensure_programs(args.artifacts, args.device, repository, compiled)
             servers[batching] = start_triton(
                 repository, args.artifacts, log_path=log, exit_timeout_secs=5,
                 model_control_mode="explicit", load_model=models,

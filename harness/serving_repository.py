@@ -1,6 +1,7 @@
 """The model repositories the serving benchmark serves: the deployment profile's, with the
 ranker's prefix cache off and, when asked, only the candidate buckets the measured workloads
-fill. bench/serving_servers.py starts servers over them."""
+fill; and which models' programs a server loading some of them runs. bench/serving_servers.py
+starts servers over them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from phoenix.engine.batching import bucket_for
 from phoenix.ops.configs import write_repository
 from phoenix.ops.profiles import profile
 from phoenix.schema.contracts import RANKER, RANKER_CANDIDATE_BUCKETS
+from phoenix.schema.served import CONTRACTS
+from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
 
 def ranker_parameters(
@@ -55,3 +58,14 @@ def serving_repository(
         dynamic_batching=batching,
         source=source,
     )
+
+
+def compiled_models(loaded: Sequence[str]) -> list[str]:
+    """The models whose programs a server that loads only ``loaded`` runs, in order: an
+    ensemble's are its steps' (``recommend``: ``recommend_chain``). Compiling for the whole
+    repository instead builds the programs of models nothing loads: for ``recommend`` alone,
+    the ranker model's 40 cache-off programs beside the chain's (a minute of 2 cores with the
+    tiny artifacts)."""
+    steps = ([step.model for step in CONTRACTS[name].steps] or [name] for name in loaded)
+    named = dict.fromkeys(model for models in steps for model in models)
+    return [model for model in named if model in SERVED_BY_SERVICES]

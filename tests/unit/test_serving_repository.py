@@ -1,7 +1,8 @@
 """The serving benchmark's repositories (harness/serving_repository.py): the ranker's prefix
-cache off, and a quick run compiling only the candidate buckets its workloads fill."""
+cache off, a quick run compiling only the candidate buckets its workloads fill, and only the
+programs of the models a server loads."""
 
-from harness.serving_repository import ranker_parameters, serving_repository
+from harness.serving_repository import compiled_models, ranker_parameters, serving_repository
 from phoenix.ops.configs import REPOSITORY, read_config
 
 
@@ -24,3 +25,9 @@ def test_the_quick_repository_serves_those_buckets_with_the_cache_off(tmp_path):
     assert parameters["candidate_buckets"].string_value == "64"
     assert parameters["prefix_cache_mib"].string_value == "0"
     assert read_config(repository / "ranker" / "config.pbtxt").HasField("dynamic_batching")
+
+
+def test_a_server_of_the_ensemble_alone_compiles_its_chain_only():
+    assert compiled_models(["recommend"]) == ["recommend_chain"]  # not the ranker model's
+    assert compiled_models(["ranker", "recommend", "ranker"]) == ["ranker", "recommend_chain"]
+    assert compiled_models([]) == []
