@@ -4,7 +4,8 @@ test workers' ports.
 Tiers, in the order one pytest process runs them: tests/unit (fast, in process;
 `make test-unit`), tests/slow (in process, but whole runs: training, the GPU payload build, the
 engine against the plain model), tests/integration (real tritonservers). `make test` runs
-them on pytest-xdist workers (the longest files first), then the tests marked `serial` alone.
+them on pytest-xdist workers (in that order, or the longest files first when asked), then the
+tests marked `serial` alone.
 """
 
 import os
@@ -66,9 +67,10 @@ def pytest_configure(config):
 
 # How long each test file took on one worker (tests/durations.json). With
 # PHOENIX_TEST_LONGEST_FIRST=1 in the environment of `make test`, xdist's workers hand the
-# longest files out first: from a fresh clone on 2 cores the parallel part took 791 s against
-# 961 s in tier order, the files that mostly wait on servers and Locust running beside the
-# builds. It is not the default: both fresh-clone runs with it failed on a start under that
+# longest files out first, the files that mostly wait on servers and Locust running beside the
+# builds. From fresh clones on 2 cores, each pair minutes apart: 791 s against 961 s in tier
+# order for the parallel part, then 865 s against 879 s, within what runs of one order differ
+# by. It is not the default: two of three fresh-clone runs with it failed on a start under that
 # heavier overlap (Triton's /v2/health/ready once over the 3 s a rollout test allows; a server
 # whose two retriever instances both said ready, but Triton never reported the model loaded).
 DURATIONS = REPO_ROOT / "tests" / "durations.json"
