@@ -38,15 +38,17 @@ def start_servers(args) -> dict[str, TritonServer]:
     device memory and be measured by nothing."""
     servers: dict[str, TritonServer] = {}
     models = measured_models(args.workloads)
+    repositories = {batching: repository_for(batching, args) for batching in args.batching}
+    compiled = compiled_models(models)
+    if compiled:
+        # one process compiles what the store lacks (each instance would compile it all), once:
+        # the settings' repositories differ in the batcher alone, which no program depends on
+        first = next(iter(repositories.values()))
+        ensure_programs(args.artifacts, args.device, first, compiled)
     try:
-        for batching in args.batching:
+        for batching, repository in repositories.items():
             log = args.build_dir / f"tritonserver-batching-{batching}.log"
             print(f"== dynamic batching {batching}: starting tritonserver (log {log})", flush=True)
-            repository = repository_for(batching, args)
-            # one process compiles what the store lacks; each instance would compile it all
-            compiled = compiled_models(models)
-            if compiled:
-                ensure_programs(args.artifacts, args.device, repository, compiled)
             servers[batching] = start_triton(
                 repository, args.artifacts, log_path=log, exit_timeout_secs=5,
                 model_control_mode="explicit", load_model=models,

@@ -54,8 +54,7 @@ class Item:
 
 
 class Config:
-    def getoption(self, name: str, default=None):
-        return "no" if name == "dist" else default  # what xdist sets on its workers
+    """A pytest config: an xdist worker's has a ``workerinput``, the controller's not."""
 
 
 def collected_order(on_a_worker: bool, monkeypatch, longest_first: bool = True) -> list[str]:
