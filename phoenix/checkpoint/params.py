@@ -4,6 +4,8 @@ themselves), flat 'module/param' keys, checks, and loading or saving a whole art
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -123,14 +125,49 @@ def _retrieval_shapes(config: ArtifactConfig) -> tuple[tuple[str, tuple[int, ...
     return tuple(sorted(shapes.items()))
 
 
-def ranker_param_shapes(config: ArtifactConfig) -> dict[str, tuple[int, ...]]:
+# (name, compute) -> compute()'s value, from the caller's cache of facts derived from the
+# artifact config and the model code when it holds one under that name: a model instance
+# passes its program store's (``ProgramStore.remembered``), so that it does not trace the
+# model to learn the weights' shapes at every start (0.2-0.3 CPU-s each).
+Remember = Callable[[str, Callable[[], Any]], Any]
+
+
+@functools.cache
+def _shapes_code() -> str:
+    """What the expected shapes depend on besides the config and the model code (which the
+    remembering cache is keyed by): this module (its dummy inputs, the retrieval forward), the
+    config's parsing and Haiku's naming."""
+    import haiku
+
+    here = Path(__file__)
+    source = here.read_bytes() + (here.parents[1] / "config_parts.py").read_bytes()
+    source += haiku.__version__.encode()
+    return hashlib.sha256(source).hexdigest()[:16]
+
+
+def _remembered(kind: str, shapes: Callable[[], dict], remember: Optional[Remember]) -> dict:
+    if remember is None:
+        return shapes()
+
+    def as_json() -> list:
+        return sorted([key, list(shape)] for key, shape in shapes().items())
+
+    rows = remember(f"{kind}-param-shapes-{_shapes_code()}", as_json)
+    return {key: tuple(shape) for key, shape in rows}
+
+
+def ranker_param_shapes(
+    config: ArtifactConfig, remember: Optional[Remember] = None
+) -> dict[str, tuple[int, ...]]:
     """'module/param' -> shape of every ranker parameter."""
-    return dict(_ranker_shapes(config))
+    return _remembered("ranker", lambda: dict(_ranker_shapes(config)), remember)
 
 
-def retrieval_param_shapes(config: ArtifactConfig) -> dict[str, tuple[int, ...]]:
+def retrieval_param_shapes(
+    config: ArtifactConfig, remember: Optional[Remember] = None
+) -> dict[str, tuple[int, ...]]:
     """'module/param' -> shape of every retrieval parameter (``~/log_temperature`` included)."""
-    return dict(_retrieval_shapes(config))
+    return _remembered("retrieval", lambda: dict(_retrieval_shapes(config)), remember)
 
 
 # ----------------------------------------------------------------------------------------
@@ -230,21 +267,30 @@ class Artifacts:
 
 
 def load_artifacts(
-    directory: PathLike, *, ranker: bool = True, retrieval: bool = True, tables: bool = True
+    directory: PathLike,
+    *,
+    ranker: bool = True,
+    retrieval: bool = True,
+    tables: bool = True,
+    remember: Optional[Remember] = None,
 ) -> Artifacts:
     """Load and validate config, ranker and retrieval weights and the tables of ``directory``;
     a served model asks only for the parts it uses (each costs reading and shape checks). A
-    production-family ranker comes as ``production_ranker`` (its ``ranker_params`` are None)."""
+    production-family ranker comes as ``production_ranker`` (its ``ranker_params`` are None).
+    ``remember``: where the expected shapes are kept between processes (``Remember``)."""
     root = artifact_root(directory)
     config = load_config(root)
     production = is_production(config)
     return Artifacts(
         config,
-        _load_params(root, RANKER_PARAMS_FILE, ranker_param_shapes(config))
+        _load_params(root, RANKER_PARAMS_FILE, ranker_param_shapes(config, remember))
         if ranker and not production
         else None,
         _load_params(
-            root, RETRIEVAL_PARAMS_FILE, retrieval_param_shapes(config), (LOG_TEMPERATURE_KEY,)
+            root,
+            RETRIEVAL_PARAMS_FILE,
+            retrieval_param_shapes(config, remember),
+            (LOG_TEMPERATURE_KEY,),
         )
         if retrieval
         else None,

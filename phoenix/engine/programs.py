@@ -13,6 +13,13 @@ JAX, edited code) is foreign: it is emptied and rebuilt, never loaded. An entry 
 read is compiled again. A store that cannot be written (a read-only volume) still loads what
 it has and compiles the rest in memory.
 
+When an entry becomes a live executable is a deployment choice
+(``$PHOENIX_PROGRAM_LOADING``): ``start`` (the default) makes every one at start-up, so the
+first request of each shape is as fast as the rest; ``first-use`` reads and checks every entry
+at start-up (a missing one is compiled then, as always: nothing compiles on a request) but
+makes its executable on the first batch of that shape, 20-30 ms of CPU each on 2 cores: an
+instance that serves few shapes starts in about half the CPU (docs/serving.md).
+
 Executables are pickles: load stores only from your own artifacts, never from untrusted
 sources (as any checkpoint).
 """
@@ -27,6 +34,7 @@ import os
 import pickle
 import platform
 import shutil
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -37,11 +45,13 @@ from jax.experimental import serialize_executable
 
 logger = logging.getLogger("phoenix.engine.programs")
 
-FORMAT = 1  # of the files below; a new format makes every older store foreign
+FORMAT = 2  # of the files below; a new format makes every older store foreign
 STORE_DIR = "compiled"  # under the artifact directory
 STORE_ENV = "PHOENIX_PROGRAM_STORE"  # set: stores live under this directory instead
 MANIFEST = "manifest.json"
 SUFFIX = ".xla"
+LOADING_ENV = "PHOENIX_PROGRAM_LOADING"  # when stored executables are made (module docstring)
+LOADING_MODES = ("start", "first-use")
 
 PACKAGE = Path(__file__).resolve().parents[1]  # phoenix/
 # The code a program is traced from: the model, the kernels and the hash formula.
@@ -54,6 +64,42 @@ CODE = (
     "engine/*.py",
     "production/*.py",
 )
+
+
+def loading_mode() -> str:
+    """``$PHOENIX_PROGRAM_LOADING``: "start" (unset) or "first-use"; anything else is refused
+    naming the variable, before a program is loaded."""
+    mode = os.environ.get(LOADING_ENV, "").strip() or "start"
+    if mode not in LOADING_MODES:
+        raise ValueError(
+            f"${LOADING_ENV}={mode!r}: expected one of {', '.join(LOADING_MODES)} "
+            "(when stored programs become executables: at start-up or on first use)"
+        )
+    return mode
+
+
+class StoredProgram:
+    """A stored entry read and checked but not yet made an executable (first-use loading):
+    its serialized executable and its output shapes, which warm-up reads without it."""
+
+    def __init__(self, executable: tuple, out_shapes: list):
+        self.executable = executable  # serialize_executable.serialize's (bytes, in, out trees)
+        self.out_shapes = out_shapes  # [(shape, dtype name, weak_type)] of each output leaf
+
+    def out_info(self):
+        """The output structure as ``jax.ShapeDtypeStruct`` leaves (no placement: one device)."""
+        leaves = [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype), weak_type=weak)
+                  for shape, dtype, weak in self.out_shapes]  # fmt: skip
+        return jax.tree_util.tree_unflatten(self.executable[2], leaves)
+
+    def load(self):
+        return serialize_executable.deserialize_and_load(*self.executable)
+
+
+def out_shapes(compiled) -> list:
+    """What ``StoredProgram`` keeps of a compiled program's outputs: plain values."""
+    return [(tuple(leaf.shape), np.dtype(leaf.dtype).name, bool(leaf.weak_type))
+            for leaf in jax.tree_util.tree_leaves(compiled.out_info)]  # fmt: skip
 
 
 @functools.cache
@@ -131,6 +177,7 @@ class ProgramStore:
         self.directory = Path(directory)
         self.fingerprint = dict(fingerprint)
         self.writable = True
+        self.first_use = loading_mode() == "first-use"
         self.counts = {"loaded": 0, "compiled": 0}  # by this process's programs
         self.report: Optional[Callable[[str], None]] = None  # called with how, per program
         # Under $PHOENIX_PROGRAM_STORE: one directory holds the stores of several artifact
@@ -213,7 +260,8 @@ class ProgramStore:
         return self.directory / f"{name}-{hashlib.sha256(sig.encode()).hexdigest()[:20]}{SUFFIX}"
 
     def load(self, name: str, sig: str):
-        """The stored executable of ``name`` for ``sig``, or None."""
+        """The stored executable of ``name`` for ``sig`` (a ``StoredProgram`` under first-use
+        loading), or None."""
         if not self.fingerprint:
             return None
         path = self._path(name, sig)
@@ -222,7 +270,11 @@ class ProgramStore:
                 entry = pickle.load(file)
             if entry["signature"] != sig:
                 return None
-            return serialize_executable.deserialize_and_load(*entry["executable"])
+            stored = StoredProgram(entry["executable"], entry["out_shapes"])
+            if self.first_use:
+                stored.out_info()  # a torn entry fails here, at start-up, not on a request
+                return stored
+            return stored.load()
         except FileNotFoundError:
             return None
         except Exception as error:  # a torn or foreign file: compile it again
@@ -232,11 +284,39 @@ class ProgramStore:
     def save(self, name: str, sig: str, compiled) -> None:
         if not self.writable or not self.fingerprint:
             return
-        entry = {"signature": sig, "executable": serialize_executable.serialize(compiled)}
+        entry = {
+            "signature": sig,
+            "executable": serialize_executable.serialize(compiled),
+            "out_shapes": out_shapes(compiled),
+        }
         try:
             _atomic_write(self._path(name, sig), pickle.dumps(entry))
         except OSError as error:
             self._read_only(error)
+
+    def remembered(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``'s value (plain JSON: lists, numbers, text), kept in this store as
+        ``<name>.json``: a fact derived from what the store is keyed by (the artifact config,
+        the model code, JAX), such as the shapes of the weights, which costs tracing the model
+        to find. ``name`` must carry whatever else the value depends on. Computed again when
+        missing or unreadable; kept only where the store can be written."""
+        path = self.directory / f"{name}.json"
+        if self.fingerprint:
+            try:
+                entry = json.loads(path.read_text())
+                if entry["name"] == name:
+                    return entry["value"]
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                logger.warning("%s unreadable (%s): computing it again", path, error)
+        value = compute()
+        if self.writable and self.fingerprint:
+            try:
+                _atomic_write(path, json.dumps({"name": name, "value": value}).encode())
+            except OSError as error:
+                self._read_only(error)
+        return value
 
     def stale_siblings(self) -> list[Path]:
         """Other stores beside this one built on this machine (same device and host) for
@@ -315,13 +395,15 @@ class Program:
             compiler_options=dict(compiler_options) if compiler_options else None,
         )
         self._executables: dict[tuple, Any] = {}
+        self._stored: dict[tuple, StoredProgram] = {}  # first-use loading: made when called
+        self._making = threading.Lock()
         self.loaded = self.compiled = 0
 
     def prepare(self, *args, **static) -> str:
         """Load or compile the executable for inputs like ``args`` (arrays or shapes);
         returns how: "ready", "loaded" or "compiled"."""
         key = input_key(args, static)
-        if key in self._executables:
+        if key in self._executables or key in self._stored:
             return "ready"
         # The stored entry's name: inputs and settings as text (stable across processes).
         sig = f"{key}|{sorted(self.settings.items())}"
@@ -333,7 +415,10 @@ class Program:
             if self.store:
                 self.store.save(self.name, sig, executable)
             how = "compiled"
-        self._executables[key] = executable
+        if isinstance(executable, StoredProgram):
+            self._stored[key] = executable
+        else:
+            self._executables[key] = executable
         setattr(self, how, getattr(self, how) + 1)
         if self.store:
             self.store.counts[how] += 1
@@ -344,14 +429,39 @@ class Program:
     def __call__(self, *args, **static):
         key = input_key(args, static)
         executable = self._executables.get(key)
-        if executable is None:  # a shape warm-up did not prepare: compile it now
-            self.prepare(*args, **static)
-            executable = self._executables[key]
+        if executable is None:
+            executable = self._executable(key, args, static)
         with jax.enable_x64(self.x64):
             return executable(*args)
+
+    def _executable(self, key: tuple, args, static):
+        """The executable of a key warm-up left stored (first-use loading), made now, once; a
+        key warm-up did not prepare is prepared first (compiled if the store lacks it)."""
+        with self._making:  # two threads on a new shape make it once
+            executable = self._executables.get(key)
+            if executable is None:
+                if key not in self._stored:
+                    self.prepare(*args, **static)
+                stored = self._stored.get(key)
+                if stored is not None:
+                    self._executables[key] = self._made(stored, args, static)
+                    del self._stored[key]
+                executable = self._executables[key]
+        return executable
+
+    def _made(self, stored: StoredProgram, args, static):
+        try:
+            return stored.load()
+        except Exception as error:  # bytes damaged after start-up read them: compile instead
+            logger.warning("program %s: stored executable unusable (%s): compiling it",
+                           self.name, error)  # fmt: skip
+            with jax.enable_x64(self.x64):
+                return self._jit.lower(*args, **static).compile()
 
     def output_shapes(self, *args, **static):
         """The output shapes and dtypes for inputs like ``args``, read from the prepared
         executable (tracing the function again would cost a start its time)."""
         self.prepare(*args, **static)
-        return self._executables[input_key(args, static)].out_info
+        key = input_key(args, static)
+        stored = self._stored.get(key)
+        return stored.out_info() if stored is not None else self._executables[key].out_info

@@ -52,8 +52,10 @@ class Served:
 
 
 def environment() -> dict[str, str]:
+    # a user's environment: the suite's first-use program loading left out (the default here)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PHOENIX_ADMIN_KEY")}  # fmt: skip
+           if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PHOENIX_ADMIN_KEY",
+                        "PHOENIX_PROGRAM_LOADING")}  # fmt: skip
     return env | {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"}
 
 

@@ -99,6 +99,27 @@ def test_mini_shapes_match_the_published_param_tree():
     assert retrieval_param_shapes(config) == retrieval
 
 
+def test_remembered_shapes_are_the_traced_ones_and_are_traced_once():
+    """A model instance keeps the expected shapes in its program store: the value kept is the
+    traced one, and a second start reads it (the store's own tests: test_programs.py)."""
+    config = preset_config(PRESETS["mini"], seed=0)
+    kept: dict = {}
+    computed: list[str] = []
+
+    def remember(name, compute):
+        if name not in kept:
+            computed.append(name)
+            kept[name] = json.loads(json.dumps(compute()))  # as the store keeps it: JSON
+        return kept[name]
+
+    for _ in range(2):
+        assert ranker_param_shapes(config, remember) == ranker_param_shapes(config)
+        assert retrieval_param_shapes(config, remember) == retrieval_param_shapes(config)
+    assert [name.split("-param-shapes-")[0] for name in computed] == ["ranker", "retrieval"]
+    kept[computed[0]][0][1] = [1, 1]  # a kept value is what the check then uses
+    assert ranker_param_shapes(config, remember) != ranker_param_shapes(config)
+
+
 # ----------------------------------------------------------------------------------------
 # Round trips
 # ----------------------------------------------------------------------------------------

@@ -95,6 +95,98 @@ def test_a_store_that_cannot_be_written_still_serves(tmp_path, caplog):
     np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(affine)(*inputs())))
 
 
+@pytest.fixture
+def made(monkeypatch):
+    """Counts the stored executables made live (deserialized) from here on."""
+    calls = []
+    real = programs.serialize_executable.deserialize_and_load
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(programs.serialize_executable, "deserialize_and_load", counted)
+    return calls
+
+
+def test_first_use_loading_makes_an_executable_on_its_first_call(tmp_path, monkeypatch, made):
+    monkeypatch.setenv(programs.LOADING_ENV, "start")
+    eager = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    expected = np.asarray(eager(*inputs()))
+    eager_shapes = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT)).output_shapes(
+        *inputs()
+    )
+    assert len(made) == 1  # at start-up: prepared, made
+    monkeypatch.setenv(programs.LOADING_ENV, "first-use")
+    lazy = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    assert lazy.prepare(*inputs()) == "loaded" and lazy.prepare(*inputs()) == "ready"
+    shapes = lazy.output_shapes(*inputs())  # warm-up chains these into the next program
+    assert (
+        (shapes.shape, shapes.dtype)
+        == (eager_shapes.shape, eager_shapes.dtype)
+        == ((4, 8), np.float32)
+    )
+    assert len(made) == 1  # read and checked, not made
+    np.testing.assert_array_equal(np.asarray(lazy(*inputs())), expected)
+    np.testing.assert_array_equal(np.asarray(lazy(*inputs())), expected)
+    assert len(made) == 2 and (lazy.loaded, lazy.compiled) == (1, 0)  # made once, on first use
+
+
+def test_first_use_loading_compiles_what_the_store_lacks_at_start_up(tmp_path, monkeypatch):
+    monkeypatch.setenv(programs.LOADING_ENV, "first-use")
+    program = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    assert program.prepare(*inputs()) == "compiled"
+    np.testing.assert_allclose(
+        np.asarray(program(*inputs())), np.asarray(jax.jit(affine)(*inputs()))
+    )
+    assert (program.loaded, program.compiled) == (0, 1)
+
+
+def test_a_stored_executable_damaged_after_start_up_is_compiled_on_use(
+    tmp_path, monkeypatch, caplog
+):
+    Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))(*inputs())
+    monkeypatch.setenv(programs.LOADING_ENV, "first-use")
+    lazy = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    assert lazy.prepare(*inputs()) == "loaded"
+    (stored,) = lazy._stored.values()
+    stored.executable = (b"not an executable", *stored.executable[1:])
+    with caplog.at_level(logging.WARNING, "phoenix.engine.programs"):
+        out = lazy(*inputs())
+    assert "stored executable unusable" in caplog.text
+    np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(affine)(*inputs())))
+
+
+@pytest.mark.parametrize("value", ["lazy", "START"])
+def test_an_unknown_loading_mode_is_refused_naming_the_variable(tmp_path, monkeypatch, value):
+    monkeypatch.setenv(programs.LOADING_ENV, value)
+    with pytest.raises(
+        ValueError, match=r"\$PHOENIX_PROGRAM_LOADING=.*expected one of start, first-use"
+    ):
+        ProgramStore(tmp_path, FINGERPRINT)
+
+
+def test_a_remembered_value_is_computed_once_per_store_and_kept_as_json(tmp_path, caplog):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return [["layer/w", [8, 4]]]
+
+    assert ProgramStore(tmp_path, FINGERPRINT).remembered("shapes-1", compute) == compute()
+    assert ProgramStore(tmp_path, FINGERPRINT).remembered("shapes-1", compute) == compute()
+    assert len(calls) == 3  # once by the first store, twice here: the second store read it
+    (tmp_path / "shapes-1.json").write_text("{torn")
+    with caplog.at_level(logging.WARNING, "phoenix.engine.programs"):
+        assert ProgramStore(tmp_path, FINGERPRINT).remembered("shapes-1", compute) == compute()
+    assert "unreadable" in caplog.text and len(calls) == 5
+    assert json.loads((tmp_path / "shapes-1.json").read_text())["value"] == compute()
+    # a store rebuilt for something else forgets it
+    (tmp_path / MANIFEST).write_text(json.dumps({**FINGERPRINT, "code": "other"}))
+    ProgramStore(tmp_path, FINGERPRINT)
+    assert not (tmp_path / "shapes-1.json").exists()
+
+
 def wrap_hash(ids):
     return ids * jnp.int64(6364136223846793005) + 1  # wraps in int64
 

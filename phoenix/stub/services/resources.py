@@ -30,13 +30,18 @@ class PhoenixResources:
         if unknown:
             raise ValueError(f"unknown artifact parts {sorted(unknown)}; known: {PARTS}")
         self.parts = tuple(parts)
+        self.root = Path(artifact_dir)
+
+        def remember(name, compute):  # once the config is read and checked
+            return ProgramStore.beside(self.root).remembered(name, compute)
+
         self.artifacts: Artifacts = load_artifacts(
-            artifact_dir, **{part: part in parts for part in PARTS}
+            artifact_dir, **{part: part in parts for part in PARTS}, remember=remember
         )
         self.config = self.artifacts.config
         self.embedder = self.artifacts.embedder() if "tables" in parts else None
-        self.root = Path(artifact_dir)
-        # Compiled programs beside the artifacts (phoenix-compile fills it; docs/serving.md)
+        # Compiled programs beside the artifacts (phoenix-compile fills it; docs/serving.md),
+        # and the weights' expected shapes, found by tracing the model once
         self.programs = ProgramStore.beside(self.root)
 
     def hash_embedder(self) -> HashEmbedder:
