@@ -9,14 +9,13 @@ from harness.serving_repository import compiled_models, serving_repository
 from harness.triton import start_triton
 from phoenix.ops.compile import ensure_programs
 from phoenix.ops.triton_server import TritonServer
-from phoenix.schema.contracts import RANKER
 
 
 def repository_for(batching: str, args) -> Path:
     """The profile's repository for a batching setting (harness.serving_repository); a quick
-    run's ranker compiles only the candidate buckets its workloads fill."""
-    called = (WORKLOADS[workload] for workload in args.workloads)
-    widths = [width for model, width in called if model == RANKER.name and width is not None]
+    run's ranker, and recommend's ranker stage, which takes its parameters, compile only the
+    candidate buckets its workloads fill."""
+    widths = [WORKLOADS[workload][1] for workload in args.workloads]
     return serving_repository(
         args.build_dir,
         args.model_repository,

@@ -14,7 +14,26 @@ def test_a_quick_run_keeps_the_buckets_its_workloads_fill():
     assert ranker_parameters({}, [64, 512])["candidate_buckets"] == (64, 512)
     gpu = {"candidate_buckets": (64, 256, 1024)}  # 512 candidates fill the 1024 bucket there
     assert ranker_parameters(gpu, [64, 512])["candidate_buckets"] == (64, 1024)
-    assert "candidate_buckets" not in ranker_parameters({}, [])  # recommend alone
+    assert "candidate_buckets" not in ranker_parameters({}, [])
+
+
+def test_a_quick_run_of_recommend_compiles_the_bucket_its_retrieval_fills(tmp_path):
+    """Its ranker stage takes the ranker's parameters: 8 cache-off programs where the five
+    buckets made 40 (most of the GPU bench smoke's recommend step)."""
+    from types import SimpleNamespace
+
+    from bench.serving_measure import RECOMMEND_TOP_K
+    from bench.serving_servers import repository_for
+
+    assert RECOMMEND_TOP_K == 100
+    args = SimpleNamespace(workloads=["recommend"], build_dir=tmp_path, model_repository=REPOSITORY,
+                           device="cpu", instances={}, quick=True)  # fmt: skip
+    chain = read_config(repository_for("on", args) / "recommend_chain" / "config.pbtxt")
+    assert chain.parameters["ranker.candidate_buckets"].string_value == "256"
+    assert chain.parameters["ranker.prefix_cache_mib"].string_value == "0"
+    args.quick = False  # a full run keeps every bucket
+    chain = read_config(repository_for("on", args) / "recommend_chain" / "config.pbtxt")
+    assert chain.parameters["ranker.candidate_buckets"].string_value == "16,64,256,512,1024"
 
 
 def test_the_quick_repository_serves_those_buckets_with_the_cache_off(tmp_path):
