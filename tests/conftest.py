@@ -26,8 +26,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 # The suite's servers make each stored program live on its first batch: most of its ~500 model
-# instances serve a few shapes of the 40-65 each would make at start-up, so this spares about
-# a third of their start-up CPU (docs/serving.md). Tests of that choice itself:
+# instances serve a few shapes of the 40-65 each would make at start-up (with the weights'
+# shapes kept in the store, the model stubs cost about 455 CPU-s a run where they cost 690:
+# docs/serving.md). Tests of that choice itself:
 # tests/unit/test_programs.py; `make serve` is tested in the default (test_make_serve), and
 # PHOENIX_PROGRAM_LOADING=start in the environment runs the whole suite in it.
 os.environ.setdefault("PHOENIX_PROGRAM_LOADING", "first-use")

@@ -18,7 +18,9 @@ When an entry becomes a live executable is a deployment choice
 first request of each shape is as fast as the rest; ``first-use`` reads and checks every entry
 at start-up (a missing one is compiled then, as always: nothing compiles on a request) but
 makes its executable on the first batch of that shape, 20-30 ms of CPU each on 2 cores: an
-instance that serves few shapes starts in about half the CPU (docs/serving.md).
+instance that serves few shapes starts in about half the CPU (docs/serving.md). An entry XLA
+then refuses is compiled on that batch, once, and stored again. ``phoenix-compile`` always makes
+every entry it finds: a build checks them all.
 
 Executables are pickles: load stores only from your own artifacts, never from untrusted
 sources (as any checkpoint).
@@ -87,7 +89,11 @@ class StoredProgram:
         self.out_shapes = out_shapes  # [(shape, dtype name, weak_type)] of each output leaf
 
     def out_info(self):
-        """The output structure as ``jax.ShapeDtypeStruct`` leaves (no placement: one device)."""
+        """The output structure as ``jax.ShapeDtypeStruct`` leaves, without the placement and
+        layout an executable's ``out_info`` carries (devices do not pickle). Warm-up keys the
+        next program by shapes and dtypes alone, so it finds the same entries; a program
+        compiled from these (one the store lacked) is lowered without placement annotations,
+        which on the one device a model instance uses runs the same."""
         leaves = [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype), weak_type=weak)
                   for shape, dtype, weak in self.out_shapes]  # fmt: skip
         return jax.tree_util.tree_unflatten(self.executable[2], leaves)
@@ -405,8 +411,7 @@ class Program:
         key = input_key(args, static)
         if key in self._executables or key in self._stored:
             return "ready"
-        # The stored entry's name: inputs and settings as text (stable across processes).
-        sig = f"{key}|{sorted(self.settings.items())}"
+        sig = self._signature(key)
         executable = self.store.load(self.name, sig) if self.store else None
         how = "loaded"
         if executable is None:
@@ -426,6 +431,10 @@ class Program:
                 self.store.report(how)
         return how
 
+    def _signature(self, key: tuple) -> str:
+        """The stored entry's name: inputs and settings as text (stable across processes)."""
+        return f"{key}|{sorted(self.settings.items())}"
+
     def __call__(self, *args, **static):
         key = input_key(args, static)
         executable = self._executables.get(key)
@@ -444,19 +453,27 @@ class Program:
                     self.prepare(*args, **static)
                 stored = self._stored.get(key)
                 if stored is not None:
-                    self._executables[key] = self._made(stored, args, static)
+                    self._executables[key] = self._made(key, stored, args, static)
                     del self._stored[key]
                 executable = self._executables[key]
         return executable
 
-    def _made(self, stored: StoredProgram, args, static):
+    def _made(self, key: tuple, stored: StoredProgram, args, static):
+        """The stored executable made; one XLA refuses (an entry that unpickles but holds a
+        damaged or foreign executable, which start-up reads without making) is compiled on
+        this batch instead, and stored again so that no later start compiles it."""
         try:
             return stored.load()
-        except Exception as error:  # bytes damaged after start-up read them: compile instead
+        except Exception as error:
             logger.warning("program %s: stored executable unusable (%s): compiling it",
                            self.name, error)  # fmt: skip
             with jax.enable_x64(self.x64):
-                return self._jit.lower(*args, **static).compile()
+                executable = self._jit.lower(*args, **static).compile()
+            self.compiled += 1
+            if self.store:
+                self.store.save(self.name, self._signature(key), executable)
+                self.store.counts["compiled"] += 1
+            return executable
 
     def output_shapes(self, *args, **static):
         """The output shapes and dtypes for inputs like ``args``, read from the prepared

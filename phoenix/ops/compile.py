@@ -175,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     artifacts = args.artifacts.resolve()
     store = ProgramStore.beside(artifacts)
+    # A build makes every entry it finds, whatever $PHOENIX_PROGRAM_LOADING says: an entry XLA
+    # refuses is compiled and stored again here, not on a request (the services share the store)
+    store.first_use = False
     variant = "" if args.model_repository is None else "-" + hashlib.sha256(
         str(args.model_repository.resolve()).encode()).hexdigest()[:8]  # fmt: skip
     built = store.directory / f"built-{args.device}{variant}.json"  # the last complete build

@@ -44,6 +44,30 @@ def test_a_second_run_is_up_to_date_and_force_loads_everything(tiny, capsys):
     assert len(again) == 2 and all(" 0 compiled" in row for row in again), again
 
 
+def test_a_build_under_first_use_loading_makes_every_entry_and_repairs_a_bad_one(
+    tiny, capsys, monkeypatch
+):
+    """$PHOENIX_PROGRAM_LOADING=first-use does not reach a build: --force makes every stored
+    executable, so one XLA refuses is compiled and stored again here, not on a request."""
+    import pickle
+
+    run = ["--artifacts", str(tiny), "--models", "candidate_tower"]
+    ProgramStore.forget_open()
+    assert compile_cli.main(run) == 0
+    (path,) = ProgramStore.beside(tiny).directory.glob("candidate_tower-*.xla")
+    entry = pickle.loads(path.read_bytes())
+    entry["executable"] = (b"not an executable", *entry["executable"][1:])
+    path.write_bytes(pickle.dumps(entry))
+    capsys.readouterr()
+    monkeypatch.setenv("PHOENIX_PROGRAM_LOADING", "first-use")
+    ProgramStore.forget_open()
+    assert compile_cli.main([*run, "--force"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "loaded" in line]
+    assert " 1 compiled" in row, row
+    assert pickle.loads(path.read_bytes())["executable"][0] != b"not an executable"
+    ProgramStore.forget_open()
+
+
 def test_unknown_models_and_missing_artifacts_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         compile_cli.main(["--models", "nope"])

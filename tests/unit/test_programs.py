@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,13 @@ from phoenix.stub.services.ranker import RankerService
 from phoenix.stub.services.resources import PhoenixResources
 
 FINGERPRINT = {"jax": jax.__version__, "device": "test", "code": "abc"}
+
+
+@pytest.fixture(autouse=True)
+def default_loading(monkeypatch):
+    """The default, making every program at start-up, unless a test says otherwise (the suite
+    runs first-use: tests/conftest.py)."""
+    monkeypatch.setenv(programs.LOADING_ENV, "start")
 
 
 def affine(w, x):
@@ -142,19 +150,29 @@ def test_first_use_loading_compiles_what_the_store_lacks_at_start_up(tmp_path, m
     assert (program.loaded, program.compiled) == (0, 1)
 
 
-def test_a_stored_executable_damaged_after_start_up_is_compiled_on_use(
+def test_an_entry_xla_refuses_is_compiled_on_its_first_use_and_stored_again(
     tmp_path, monkeypatch, caplog
 ):
+    """An entry that unpickles but holds an executable XLA refuses: start-up reads it without
+    making it, so its first batch compiles it, once, and the store holds a good one again."""
     Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))(*inputs())
+    (path,) = ProgramStore(tmp_path, FINGERPRINT).entries()
+    entry = pickle.loads(path.read_bytes())
+    entry["executable"] = (b"not an executable", *entry["executable"][1:])
+    path.write_bytes(pickle.dumps(entry))
     monkeypatch.setenv(programs.LOADING_ENV, "first-use")
-    lazy = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    store = ProgramStore(tmp_path, FINGERPRINT)
+    lazy = Program("affine", affine, store)
     assert lazy.prepare(*inputs()) == "loaded"
-    (stored,) = lazy._stored.values()
-    stored.executable = (b"not an executable", *stored.executable[1:])
     with caplog.at_level(logging.WARNING, "phoenix.engine.programs"):
         out = lazy(*inputs())
-    assert "stored executable unusable" in caplog.text
+        lazy(*inputs())
+    assert caplog.text.count("stored executable unusable") == 1
     np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(affine)(*inputs())))
+    assert (lazy.loaded, lazy.compiled) == (1, 1) and store.counts == {"loaded": 1, "compiled": 1}
+    monkeypatch.setenv(programs.LOADING_ENV, "start")
+    again = Program("affine", affine, ProgramStore(tmp_path, FINGERPRINT))
+    assert again.prepare(*inputs()) == "loaded"  # made at start-up: the entry is good again
 
 
 @pytest.mark.parametrize("value", ["lazy", "START"])
