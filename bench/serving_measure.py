@@ -19,19 +19,11 @@ from typing import Optional
 import numpy as np
 
 from harness import perf_analyzer
+from harness.serving_repository import RECOMMEND_TOP_K, WORKLOADS
 from phoenix.client.client import connect, ranker_inputs, recommend_inputs
 from phoenix.client.inprocess import InProcessModels
 from phoenix.schema.contracts import RANKER
 
-RECOMMEND_TOP_K = 100
-# name: (model, candidates the ranker ranks per user): recommend's ranker stage ranks the posts
-# its retriever returns, top_k of them (its requests carry a history and follow no author, so
-# no in-network post joins them)
-WORKLOADS = {
-    "ranker-64": ("ranker", 64),
-    "ranker-512": ("ranker", 512),
-    "recommend": ("recommend", RECOMMEND_TOP_K),
-}
 IN_PROCESS_BATCH = RANKER.max_batch_size  # the most users the batcher puts in one ranker call
 UNSTABLE = "Failed to obtain stable measurement"
 PERF_ANALYZER_LIMIT_S = 300  # one concurrency level; a stuck run is killed, not waited for

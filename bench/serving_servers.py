@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.serving_measure import WORKLOADS
-from harness.serving_repository import compiled_models, serving_repository
+from harness.serving_repository import (
+    WORKLOADS,
+    compiled_models,
+    serving_repository,
+    workload_widths,
+)
 from harness.triton import start_triton
 from phoenix.ops.compile import ensure_programs
 from phoenix.ops.triton_server import TritonServer
@@ -15,7 +19,7 @@ def repository_for(batching: str, args) -> Path:
     """The profile's repository for a batching setting (harness.serving_repository); a quick
     run's ranker, and recommend's ranker stage, which takes its parameters, compile only the
     candidate buckets its workloads fill."""
-    widths = [WORKLOADS[workload][1] for workload in args.workloads]
+    widths = workload_widths(args.workloads)
     return serving_repository(
         args.build_dir,
         args.model_repository,

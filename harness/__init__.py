@@ -16,8 +16,8 @@ imports only pathlib, for REPO_ROOT, so each module costs only its own imports):
 - gpu_bench: the GPU benchmark's profiles, the command and machine stamped on its results,
   and the docs section rendered from them (bench/gpu runs the steps);
 - serving_rows: rows of bench_serving's results picked and compared;
-- serving_repository: the repositories bench_serving serves (the ranker's cache off) and the
-  models whose programs its servers run.
+- serving_repository: bench_serving's workloads, the repositories it serves (the ranker's
+  cache off) and the models whose programs its servers run.
 """
 
 from pathlib import Path

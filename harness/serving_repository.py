@@ -1,7 +1,7 @@
-"""The model repositories the serving benchmark serves: the deployment profile's, with the
-ranker's prefix cache off and, when asked, only the candidate buckets the measured workloads
-fill; and which models' programs a server loading some of them runs. bench/serving_servers.py
-starts servers over them."""
+"""The serving benchmark's workloads and the model repositories it serves: the deployment
+profile's, with the ranker's prefix cache off and, when asked, only the candidate buckets the
+measured workloads fill; and which models' programs a server loading some of them runs.
+bench/serving_servers.py starts servers over them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,21 @@ from phoenix.ops.profiles import profile
 from phoenix.schema.contracts import RANKER, RANKER_CANDIDATE_BUCKETS
 from phoenix.schema.served import CONTRACTS
 from phoenix.stub.services.catalog import SERVED_BY_SERVICES
+
+RECOMMEND_TOP_K = 100
+# The workloads bench_serving measures, name: (model, candidates the ranker ranks per user):
+# recommend's ranker stage ranks the posts its retriever returns, top_k of them (its requests
+# carry a history and follow no author, so no in-network post joins them)
+WORKLOADS = {
+    "ranker-64": ("ranker", 64),
+    "ranker-512": ("ranker", 512),
+    "recommend": ("recommend", RECOMMEND_TOP_K),
+}
+
+
+def workload_widths(workloads: Sequence[str]) -> list[int]:
+    """The candidates per user the ranker ranks in ``workloads`` (``ranker_parameters``)."""
+    return [WORKLOADS[workload][1] for workload in workloads]
 
 
 def ranker_parameters(

@@ -411,29 +411,35 @@ class Program:
         key = input_key(args, static)
         if key in self._executables or key in self._stored:
             return "ready"
-        sig = self._signature(key)
-        executable = self.store.load(self.name, sig) if self.store else None
+        executable = self.store.load(self.name, self._signature(key)) if self.store else None
         how = "loaded"
         if executable is None:
-            with jax.enable_x64(self.x64):
-                executable = self._jit.lower(*args, **static).compile()
-            if self.store:
-                self.store.save(self.name, sig, executable)
-            how = "compiled"
+            executable, how = self._compiled(key, args, static), "compiled"
         if isinstance(executable, StoredProgram):
             self._stored[key] = executable
         else:
             self._executables[key] = executable
-        setattr(self, how, getattr(self, how) + 1)
-        if self.store:
-            self.store.counts[how] += 1
-            if self.store.report:
-                self.store.report(how)
+        self._count(how)
         return how
 
     def _signature(self, key: tuple) -> str:
         """The stored entry's name: inputs and settings as text (stable across processes)."""
         return f"{key}|{sorted(self.settings.items())}"
+
+    def _compiled(self, key: tuple, args, static):
+        """Compiled for ``args``, and stored (uncounted: the caller counts it)."""
+        with jax.enable_x64(self.x64):
+            executable = self._jit.lower(*args, **static).compile()
+        if self.store:
+            self.store.save(self.name, self._signature(key), executable)
+        return executable
+
+    def _count(self, how: str) -> None:
+        setattr(self, how, getattr(self, how) + 1)
+        if self.store:
+            self.store.counts[how] += 1
+            if self.store.report:
+                self.store.report(how)
 
     def __call__(self, *args, **static):
         key = input_key(args, static)
@@ -467,12 +473,8 @@ class Program:
         except Exception as error:
             logger.warning("program %s: stored executable unusable (%s): compiling it",
                            self.name, error)  # fmt: skip
-            with jax.enable_x64(self.x64):
-                executable = self._jit.lower(*args, **static).compile()
-            self.compiled += 1
-            if self.store:
-                self.store.save(self.name, self._signature(key), executable)
-                self.store.counts["compiled"] += 1
+            executable = self._compiled(key, args, static)
+            self._count("compiled")
             return executable
 
     def output_shapes(self, *args, **static):

@@ -2,7 +2,12 @@
 cache off, a quick run compiling only the candidate buckets its workloads fill, and only the
 programs of the models a server loads."""
 
-from harness.serving_repository import compiled_models, ranker_parameters, serving_repository
+from harness.serving_repository import (
+    compiled_models,
+    ranker_parameters,
+    serving_repository,
+    workload_widths,
+)
 from phoenix.ops.configs import REPOSITORY, read_config
 
 
@@ -20,20 +25,14 @@ def test_a_quick_run_keeps_the_buckets_its_workloads_fill():
 def test_a_quick_run_of_recommend_compiles_the_bucket_its_retrieval_fills(tmp_path):
     """Its ranker stage takes the ranker's parameters: 8 cache-off programs where the five
     buckets made 40 (most of the GPU bench smoke's recommend step)."""
-    from types import SimpleNamespace
-
-    from bench.serving_measure import RECOMMEND_TOP_K
-    from bench.serving_servers import repository_for
-
-    assert RECOMMEND_TOP_K == 100
-    args = SimpleNamespace(workloads=["recommend"], build_dir=tmp_path, model_repository=REPOSITORY,
-                           device="cpu", instances={}, quick=True)  # fmt: skip
-    chain = read_config(repository_for("on", args) / "recommend_chain" / "config.pbtxt")
-    assert chain.parameters["ranker.candidate_buckets"].string_value == "256"
-    assert chain.parameters["ranker.prefix_cache_mib"].string_value == "0"
-    args.quick = False  # a full run keeps every bucket
-    chain = read_config(repository_for("on", args) / "recommend_chain" / "config.pbtxt")
-    assert chain.parameters["ranker.candidate_buckets"].string_value == "16,64,256,512,1024"
+    for widths, buckets in ((workload_widths(["recommend"]), "256"), (None, "16,64,256,512,1024")):
+        repository = serving_repository(
+            tmp_path / buckets, REPOSITORY, device="cpu", batching=True, instances={},
+            ranker_widths=widths,
+        )  # fmt: skip
+        chain = read_config(repository / "recommend_chain" / "config.pbtxt")
+        assert chain.parameters["ranker.candidate_buckets"].string_value == buckets
+        assert chain.parameters["ranker.prefix_cache_mib"].string_value == "0"
 
 
 def test_the_quick_repository_serves_those_buckets_with_the_cache_off(tmp_path):
