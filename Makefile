@@ -182,21 +182,32 @@ configs: setup  ## write the model_repository configs, the typed request classes
 	$(PY) -m phoenix.ops.profile_docs
 	$(PY) -m phoenix.ops.reference_docs
 
-# Two runs: every test not marked `serial` on TEST_WORKERS workers, a test file per worker
-# (module fixtures start once), in tier order (PHOENIX_TEST_LONGEST_FIRST=1: the longest files
-# of tests/durations.json first, --no-loadscope-reorder keeping the order the workers
-# collected in; tests/conftest.py says why it is not the default), then the `serial` ones
-# alone. The two workers keep both cores busy (1.85 of 2 on average over the parallel run,
-# sampled every 2 s): a third finds no idle core.
+# Two runs. First the tests marked `serial` (they assert time bounds) with nothing else at
+# normal priority; they keep about one of the two cores busy, so the suite's shared builds
+# (tests/fixture_builds.py: artifacts, training, programs) are made beside them at nice 19,
+# on what they leave idle (their log: build/test-fixture-builds.log; a build that fails there is
+# made again by the test that needs it). Then every other test on TEST_WORKERS workers, a test
+# file per worker (module fixtures start once), in tier order (PHOENIX_TEST_LONGEST_FIRST=1:
+# the longest files of tests/durations.json first, --no-loadscope-reorder keeping the order
+# the workers collected in; tests/conftest.py says why it is not the default). The two
+# workers keep both cores busy (1.85 of 2 on average over the parallel run, sampled every 2 s):
+# a third finds no idle core.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
-test: setup  ## ruff check, mypy (typecheck), the whole pytest suite on TEST_WORKERS workers, then the `serial` tests alone
+test: setup  ## ruff check, mypy (typecheck), the `serial` tests alone (the shared builds beside them at nice 19), then the rest of the suite on TEST_WORKERS workers
 	$(RUFF) check .
 	$(MAKE) --no-print-directory typecheck
+	@mkdir -p build
+	@nice -n 19 $(PY) -m tests.fixture_builds > build/test-fixture-builds.log 2>&1 & builds=$$!; \
+	trap 'kill $$builds 2>/dev/null; exit 130' INT TERM; \
+	echo "$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS)  (the shared builds beside it: nice -n 19 $(PY) -m tests.fixture_builds)"; \
+	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS); serial=$$?; \
+	if wait $$builds; then tail -n 4 build/test-fixture-builds.log; \
+	else echo "warning: a shared build failed (build/test-fixture-builds.log); the tests that need it build it again"; fi; \
+	[ $$serial -eq 0 ] || [ $$serial -eq 5 ]
 	$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		-m "not serial" $(PYTEST_ARGS) \
 		|| [ $$? -eq 5 ]
-	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # make test, then tests/durations.json rewritten from its durations (commit it when the
 # suite's long files change)

@@ -29,7 +29,7 @@ from harness.triton import start_triton
 from phoenix.ops.triton_server import DEFAULT_READY_TIMEOUT_S, TritonServer
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.user_state.server import RedisServer
-from tests.built_once import built_once
+from tests import fixture_builds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
@@ -76,21 +76,7 @@ def tiny_artifacts() -> Path:
     """Tiny ranker/retriever artifacts (500-item corpus) and their CPU programs, built once for
     all the test processes of this code (tests/built_once.py): the suite's servers only load.
     Read-only: a test that changes artifacts changes a copy."""
-
-    made = {"preset": "tiny", "seed": 0, "corpus_size": 500}
-    device = "cpu"
-
-    def build(out_dir: Path) -> None:
-        from phoenix.artifacts import generate  # lazy: only integration tests need it
-        from phoenix.ops.compile import ensure_programs
-
-        generate(out_dir=out_dir, **made)
-        ensure_programs(out_dir, device)  # as serve does
-
-    return built_once("tiny-artifacts", build, {**made, "device": device})
-
-
-TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"  # shipped; `make demo` serves it
+    return fixture_builds.tiny_artifacts()
 
 
 @pytest.fixture(scope="session")
@@ -98,16 +84,7 @@ def trained_demo() -> Path:
     """artifacts/trained-demo with its CPU programs, compiled by one test process while the
     others wait (`make demo` and `make serve` run in different files): its own commands then
     find them there, as a second `make demo` does."""
-    import fcntl
-
-    from phoenix.ops.compile import ensure_programs
-
-    lock_path = REPO_ROOT / "build" / "test-cache" / "trained-demo-programs.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        ensure_programs(TRAINED_DEMO, "cpu")
-    return TRAINED_DEMO
+    return fixture_builds.trained_demo()
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from phoenix.production.hashing import gather_rows, hash_author_ids, hash_item_i
 from phoenix.production.inputs import PostSequence, RankingInputs, UserFeatures
 from phoenix.production.params import device_table, device_weights
 from phoenix.schema.contracts import RANKER
-from tests.built_once import built_once
+from tests import fixture_builds
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,23 +44,9 @@ DAY = 86_400
 
 @pytest.fixture(scope="module")
 def production_artifacts() -> Path:
-    """The tiny production preset (history 30, 16 candidates a chunk) made by the command of
-    docs/production.md (a smaller corpus), and its CPU programs."""
-    made = {"preset": "tiny", "seed": 0, "corpus_size": 200}
-
-    def build(out_dir: Path) -> None:
-        from phoenix.ops.compile import ensure_programs
-
-        command = [
-            sys.executable, "-m", "phoenix.artifacts", "--ranker", "production", "--preset",
-            made["preset"], "--seed", str(made["seed"]), "--corpus-size",
-            str(made["corpus_size"]), "--out", str(out_dir),
-        ]  # fmt: skip
-        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout + done.stderr
-        ensure_programs(out_dir, "cpu")
-
-    return built_once("production-tiny-artifacts", build, {**made, "device": "cpu"})
+    """The tiny production preset made by the command of docs/production.md and its CPU
+    programs (tests/fixture_builds.py)."""
+    return fixture_builds.production_tiny_artifacts()
 
 
 @dataclass

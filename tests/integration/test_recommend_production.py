@@ -38,7 +38,7 @@ from phoenix.user_state.history import encode, time_ms
 from phoenix.user_state.profile import profile_arrays
 from phoenix.user_state.request_log import read_request_log
 from phoenix.world.users import WorldUsers, load_users
-from tests.built_once import built_once
+from tests import fixture_builds
 
 pytestmark = pytest.mark.integration
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,26 +59,17 @@ def mid_bucket_times(count: int, now: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
-    """The tiny production preset and its CPU programs (built once for every test process of
-    this code, as test_production_serving builds them), copied, with a small synthetic world
+    """The tiny production preset and its CPU programs (tests/fixture_builds.py: built once for
+    every test process of this code), copied, with a small synthetic world
     (training.json) and the world's posts in a corpus store with their semantic IDs,
     embedded by the artifacts' candidate tower and dated in the middle of post-age buckets
     from now."""
-    made = {"preset": "tiny", "seed": 0, "corpus_size": 200}
-
-    def build(out_dir) -> None:
-        from phoenix.ops.compile import ensure_programs
-        from phoenix.production_artifacts import generate_production
-
-        generate_production(out_dir=out_dir, **made)
-        ensure_programs(out_dir, "cpu")
-
     from phoenix.client.served_tower import IN_PROCESS, candidate_tower, tower_identity
     from phoenix.corpus_store.building import build_store
     from phoenix.world.trained import world_posts
 
     out = tmp_path_factory.mktemp("production-feed") / "artifacts"
-    built = built_once("production-tiny-artifacts", build, {**made, "device": "cpu"})
+    built = fixture_builds.production_tiny_artifacts()
     shutil.copytree(built, out)
     (out / "training.json").write_text(json.dumps({"seed": 3, "world": WORLD}))
     now = int(time.time())
