@@ -39,6 +39,7 @@ from locust import FastHttpUser, User, events, tag, task
 
 from clients.workload import CorpusIds
 from harness.locust_runs import DEFAULT_GRPC_URL, TOTALS_SUFFIX, Totals, add_server_options
+from loadtest.grpc_pool import close_client
 from loadtest.runner import main
 from loadtest.workload import (
     BY_ID_TAG,
@@ -315,7 +316,7 @@ class TritonGrpcUser(PhoenixTraffic):
         self.client = grpcclient.InferenceServerClient(url=url)
 
     def on_stop(self) -> None:
-        self.client.close()
+        close_client(self.client)
 
     def call(self, prepared: Prepared) -> dict[str, np.ndarray]:
         inputs = workload().grpc_inputs(prepared)

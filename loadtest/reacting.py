@@ -37,6 +37,7 @@ from locust import User, between, events, task
 
 from harness.locust_runs import add_server_options
 from harness.results import REPO_ROOT, shown_path
+from loadtest.grpc_pool import close_client
 from phoenix.client.client import infer_inputs, model_inputs, result_arrays
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.training.online_metrics import OnlineMetrics, plot
@@ -152,7 +153,7 @@ class ReactingUser(User):
         self.client = grpcclient.InferenceServerClient(url=self.simulation.options.grpc_url)
 
     def on_stop(self) -> None:
-        self.client.close()
+        close_client(self.client)
 
     def report(self, kind: str, name: str, started: float, error, length: int = 0) -> None:
         self.environment.events.request.fire(
