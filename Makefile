@@ -47,7 +47,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` and `make test-unit` (0: one process, as before). In
 # one process the suite kept the 2 cores 63% busy (measured); two workers use the rest. Tests
-# marked `serial` (time bounds) then run alone.
+# marked `serial` (time bounds) run alone first.
 TEST_WORKERS ?= 2
 # e.g. DEMO_ARGS=--no-policy: the ranker's own ranking beside the feed
 DEMO_ARGS ?=
@@ -184,9 +184,10 @@ configs: setup  ## write the model_repository configs, the typed request classes
 
 # Two runs. First the tests marked `serial` (they assert time bounds) with nothing else at
 # normal priority; they keep about one of the two cores busy, so the suite's shared builds
-# (tests/fixture_builds.py: artifacts, training, programs) are made beside them at nice 19,
-# on what they leave idle (their log: build/test-fixture-builds.log; a build that fails there is
-# made again by the test that needs it). Then every other test on TEST_WORKERS workers, a test
+# (tests/fixture_builds.py: artifacts, training, programs) are made beside them, all but the
+# tiny artifacts the serial tests wait for at nice 19, on what they leave idle (their log:
+# build/test-fixture-builds.log; a build that fails there is made again by the test that needs
+# it; made ones are found in a moment). Then every other test on TEST_WORKERS workers, a test
 # file per worker (module fixtures start once), in tier order (PHOENIX_TEST_LONGEST_FIRST=1:
 # the longest files of tests/durations.json first, --no-loadscope-reorder keeping the order
 # the workers collected in; tests/conftest.py says why it is not the default). The two
@@ -194,13 +195,13 @@ configs: setup  ## write the model_repository configs, the typed request classes
 # a third finds no idle core.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
-test: setup  ## ruff check, mypy (typecheck), the `serial` tests alone (the shared builds beside them at nice 19), then the rest of the suite on TEST_WORKERS workers
+test: setup  ## ruff check, mypy (typecheck), the `serial` tests alone (the shared builds beside them), then the rest of the suite on TEST_WORKERS workers
 	$(RUFF) check .
 	$(MAKE) --no-print-directory typecheck
 	@mkdir -p build
-	@nice -n 19 $(PY) -m tests.fixture_builds > build/test-fixture-builds.log 2>&1 & builds=$$!; \
-	trap 'kill $$builds 2>/dev/null; exit 130' INT TERM; \
-	echo "$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS)  (the shared builds beside it: nice -n 19 $(PY) -m tests.fixture_builds)"; \
+	@$(PY) -m tests.fixture_builds > build/test-fixture-builds.log 2>&1 & builds=$$!; \
+	trap 'kill $$builds 2>/dev/null; exit 130' INT; trap 'kill $$builds 2>/dev/null; exit 143' TERM; \
+	echo "$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS)  (beside it: $(PY) -m tests.fixture_builds)"; \
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS); serial=$$?; \
 	if wait $$builds; then tail -n 4 build/test-fixture-builds.log; \
 	else echo "warning: a shared build failed (build/test-fixture-builds.log); the tests that need it build it again"; fi; \

@@ -39,7 +39,7 @@ from locust import FastHttpUser, User, events, tag, task
 
 from clients.workload import CorpusIds
 from harness.locust_runs import DEFAULT_GRPC_URL, TOTALS_SUFFIX, Totals, add_server_options
-from loadtest.grpc_pool import close_client
+from loadtest.grpc_pool import close_client, threads_for
 from loadtest.runner import main
 from loadtest.workload import (
     BY_ID_TAG,
@@ -159,9 +159,9 @@ def build_workload(environment, **_kwargs) -> None:
         artifacts, pool_size, seed, None if history < 0 else history, candidates or None
     )
     build_by_id_traffic(options, WORKLOAD.corpus, seed)
-    # Every gRPC user may have one blocking call in the pool at a time; don't queue them.
+    # Every gRPC user may have one blocking call and one close in the pool at a time: no queue.
     users = getattr(options, "num_users", None) or 64
-    gevent.get_hub().threadpool.maxsize = max(10, int(users))
+    gevent.get_hub().threadpool.maxsize = threads_for(users)
     cap = getattr(options, "max_requests", 0)
     if cap:
         stop_after(environment, cap)

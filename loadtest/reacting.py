@@ -37,7 +37,7 @@ from locust import User, between, events, task
 
 from harness.locust_runs import add_server_options
 from harness.results import REPO_ROOT, shown_path
-from loadtest.grpc_pool import close_client
+from loadtest.grpc_pool import close_client, threads_for
 from phoenix.client.client import infer_inputs, model_inputs, result_arrays
 from phoenix.stub.services.user_state import USER_STATE_URL_ENV
 from phoenix.training.online_metrics import OnlineMetrics, plot
@@ -128,7 +128,7 @@ def build_simulation(environment, **_kwargs) -> None:
     if options.top_n < 1 or options.top_k < options.top_n:
         raise SystemExit(f"need 1 <= --top-n <= --top-k, got {options.top_n} and {options.top_k}")
     SIMULATION = Simulation(options)
-    gevent.get_hub().threadpool.maxsize = max(10, int(options.num_users or 1))
+    gevent.get_hub().threadpool.maxsize = threads_for(options.num_users or 1)
     environment.events.quit.add_listener(lambda **_: SIMULATION.write_metrics())
     gevent.get_hub().loop.update_now()  # -t counts from here, not from before the build
 

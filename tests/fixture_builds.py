@@ -3,11 +3,12 @@ before the tests ask for them.
 
     python -m tests.fixture_builds [NAME ...]
 
-`make test` runs it at the lowest CPU priority (nice 19) beside the tests marked `serial`:
-those run alone because they assert time bounds, and keep about one of two cores busy for
-their couple of minutes; the builds take only what they leave idle, and the parallel run that
-follows finds them made. A build already made is found in a moment; one that fails here is
-reported and built again by the first test that needs it, which then fails with the reason.
+`make test` runs it beside the tests marked `serial`: those run alone because they assert time
+bounds, and keep about one of two cores busy for their couple of minutes. The first build, the
+tiny artifacts, is what they wait for, so it runs at normal priority; the rest at the lowest
+(nice 19), on what the serial tests leave idle, and the parallel run that follows finds them
+made. A build already made is found in a moment; one that fails here is reported and built
+again by the first test that needs it, which then fails with the reason.
 Each build is also a fixture's body (tests/integration/conftest.py and the test files that
 use them): the tests never depend on this command having run.
 """
@@ -15,6 +16,8 @@ use them): the tests never depend on this command having run.
 from __future__ import annotations
 
 import fcntl
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +30,7 @@ from tests.training_helpers import trained_tiny
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cpu"
+LOWEST_PRIORITY = 19  # niceness
 TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"  # shipped; `make demo` serves it
 
 
@@ -83,6 +87,7 @@ def trained_tiny_artifacts() -> Path:
 
 
 # In the order the tests need them first: the `serial` tests serve the tiny artifacts.
+URGENT = "tiny-artifacts"  # built at the priority given; the others at nice 19
 BUILDS: dict[str, Callable[[], Path]] = {
     "tiny-artifacts": tiny_artifacts,
     "trained-tiny": trained_tiny_artifacts,
@@ -97,8 +102,13 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown builds {unknown}; known: {', '.join(BUILDS)}", file=sys.stderr)
         return 2
+    # Started in the background by make, this process ignores SIGINT; its compiles must not
+    # (they inherit the disposition): Ctrl-C stops them with make.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     failed = []
     for name in names:
+        if name != URGENT and os.nice(0) < LOWEST_PRIORITY:
+            os.nice(LOWEST_PRIORITY - os.nice(0))
         started = time.monotonic()
         try:
             where = BUILDS[name]()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from loadtest.grpc_pool import close_client
+from loadtest.grpc_pool import close_client, threads_for
 
 
 class Client:
@@ -37,3 +37,28 @@ def test_a_close_that_blocks_is_left_after_the_timeout(capsys):
         release.set()
     assert 0.2 <= waited < 10, waited  # not the 30 s the close would block
     assert "did not close within 0.2 s" in capsys.readouterr().err
+
+
+def test_a_close_queued_behind_busy_threads_is_bounded_too():
+    """Locust's stop can leave every pool thread in a call: the bound covers getting a thread."""
+    import gevent
+
+    pool = gevent.get_hub().threadpool
+    size = pool.maxsize
+    pool.maxsize = 1
+    release = threading.Event()
+    try:
+        busy = pool.spawn(release.wait, 30)
+        started = time.monotonic()
+        assert close_client(Client(), timeout_s=0.2) is False
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        busy.get()
+        pool.maxsize = size
+    assert waited < 10, waited
+
+
+def test_the_pool_holds_a_call_and_a_close_per_user():
+    assert threads_for(4) == 10  # never fewer than 10
+    assert threads_for(64) == 128
