@@ -5,8 +5,8 @@ Tiers, in the order one pytest process runs them: tests/unit (fast, in process;
 `make test-unit`), tests/slow (in process, but whole runs: training, the GPU payload build, the
 engine against the plain model), tests/integration (real tritonservers). `make test` first
 runs the tests marked `serial` alone (the shared builds of tests/fixture_builds.py made beside
-them, at the lowest CPU priority once the serial tests have theirs), then the others on pytest-xdist workers (in that order, or
-the longest files first when asked).
+them, at the lowest CPU priority once the serial tests have theirs), then the others on
+pytest-xdist workers (in that order, or the longest files first when asked).
 """
 
 import os
