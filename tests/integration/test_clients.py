@@ -27,7 +27,6 @@ from tests.readme_samples import fenced_lines, readme_block, unmatched
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 PROTOCOLS = ["http", "grpc"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRAINED_DEMO = REPO_ROOT / "artifacts" / "trained-demo"  # shipped: make demo serves it
 ADMIN_KEY = "test-admin-key-0123456789"
 
 
