@@ -6,11 +6,12 @@ Run: ``make bench-prefix-cache`` or ``python -m bench.bench_prefix_cache`` (``--
 
 1. **engine**: the original ranker's architecture (the published mini shapes: emb 128,
    4 layers, 4 heads of 32, key/value heads 4; generated weights) at history 1,022 and 64
-   candidates, float32 on the CPU, ranking padded request batches as the served ranker does
-   (``DeviceRanker.rank``). Timed in alternating rounds, 1 and 8 users a call: the cache off,
-   misses (every user new to the cache) and hits (the same users' next page: other
-   candidates). ``hit_over_miss``: hits' over misses' throughput at one user a call. The
-   bookkeeping (keys, lookups, stores, the misses' rows gathered) over a miss's time.
+   candidates, in the device's dtype (float32 on a CPU, bfloat16 on a GPU), ranking padded
+   request batches as the served ranker does (``DeviceRanker.rank``). Timed in alternating
+   rounds, 1 and 8 users a call: the cache off, misses (every user new to the cache) and hits
+   (the same users' next page: other candidates). ``hit_over_miss``: hits' over misses'
+   throughput at one user a call. The bookkeeping (keys, lookups, stores, the misses' rows
+   gathered) over a miss's time.
 2. **memory**: the bytes a cached user holds at each geometry (mini and the GPU benchmark's
    large config, history 127 and 1,022, float32 and bfloat16), the measured entry checked
    against its formula.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -55,6 +57,7 @@ from phoenix.stub.services.common import ServiceSettings, config_parameters
 from phoenix.stub.services.ranker import RankerService, request_batch
 from phoenix.stub.services.resources import PhoenixResources
 from phoenix.util.command_line import command_parser
+from phoenix.util.machine_paths import portable_text
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PAGED = REPO_ROOT / "loadtest" / "paged.py"
@@ -256,12 +259,22 @@ def engine_part(artifacts: Path, args) -> dict:
             "key_size": config.key_size,
             "history_seq_len": config.history_seq_len,
             "candidates": CANDIDATES,
-            "dtype": "float32",
+            "dtype": served_dtype(),
             "weights": "generated (phoenix.artifacts, mini preset, seed 0)",
         },
         "points": points,
         "entry_bytes": entry_bytes_measured(entry),
     }
+
+
+def served_dtype() -> str:
+    """The dtype the served ranker computes in on this device (float32 on a CPU, bfloat16 on a
+    GPU), which its cache entries hold."""
+    import jax.numpy as jnp
+
+    from phoenix.engine.batching import default_compute_dtype
+
+    return jnp.dtype(default_compute_dtype()).name
 
 
 def entry_bytes_measured(entry) -> int:
@@ -434,8 +447,9 @@ def main(argv=None) -> int:
     print("== engine: hits against misses at history 1,022 x 64 candidates", flush=True)
     engine = engine_part(artifacts, args)
     memory = memory_table()
+    dtype = engine["config"]["dtype"]
     mini = next(
-        r for r in memory if (r["config"], r["history"], r["dtype"]) == ("mini", HISTORY, "float32")
+        r for r in memory if (r["config"], r["history"], r["dtype"]) == ("mini", HISTORY, dtype)
     )
     assert engine["entry_bytes"] == mini["bytes"], (engine["entry_bytes"], mini["bytes"])
     production = None
@@ -448,7 +462,9 @@ def main(argv=None) -> int:
         "what": "the ranker's prefix cache: engine throughput on hits and misses, memory per "
         "cached user, the same for the production nano ranker, Locust's paged users with the "
         "cache on and off",
-        "command": "make bench-prefix-cache" + (" BENCH_ARGS=--quick" if args.quick else ""),
+        "command": portable_text(
+            shlex.join(["python", "-m", "bench.bench_prefix_cache", *(argv or sys.argv[1:])])
+        ),
         "machine": {**started, "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
         "artifacts": shown_path(artifacts),
         "hit_over_miss": point["hit_over_miss"],

@@ -47,6 +47,7 @@ import numpy as np
 
 from bench import serving_measure as measure
 from bench.flops import production_flops
+from bench.production_report import summarize, table
 from clients.workload import random_users
 from harness.locust_runs import locust_totals, stats_rows
 from harness.machine import machine
@@ -97,12 +98,11 @@ def parse_args(argv: Optional[Sequence[str]]):
     add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
     add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
         help="derived repository, input data, server log (default: %(default)s)")  # fmt: skip
-    add(
-        "--instances",
-        type=int,
-        default=0,
-        help="ranker instances of the measured server (default: the CPU profile's)",
-    )
+    add("--device", choices=("cpu", "gpu"), default="cpu",
+        help="the profile served and the device measured on: gpu serves the GPU profile and "
+        "sets the FLOP rate against the bfloat16 matmul rate (default: %(default)s)")  # fmt: skip
+    add("--instances", type=int, default=0,
+        help="ranker instances of the measured server (default: the profile's)")  # fmt: skip
     add("--queue-timeout-s", type=float, default=120.0,
         help="the ranker's queue timeout in the measured server: the CPU profile's 5 s refuses "
         "what waits longer, and 16 nano requests in flight on 2 cores wait more than that "
@@ -114,18 +114,27 @@ def parse_args(argv: Optional[Sequence[str]]):
     stem = "production-serving-quick" if args.quick else "production-serving"
     args.out = args.out or RESULTS / f"{stem}.json"
     args.timing_s = 4.0 if args.quick else 10.0
+    if args.docs and args.device != "cpu":
+        parser.error(f"--docs rewrites the CPU figures of {shown_path(DOCS)}; a GPU run's go "
+                     "to the GPU section (python -m harness.gpu_bench.report)")  # fmt: skip
     if args.quick and args.locust_seconds == parser.get_default("locust_seconds"):
         args.locust_seconds = 15.0
     return args
 
 
+def served_profile(args) -> profiles.Profile:
+    return profiles.GPU if args.device == "gpu" else profiles.CPU
+
+
 def repository(args) -> Path:
-    """The CPU profile's repository with the ranker's prefix cache off (perf_analyzer cycles
-    through a pool of users: every later request of one would find its prefix) and its queue
-    timeout at ``--queue-timeout-s``."""
+    """The ``--device`` profile's repository with the ranker's prefix cache off (perf_analyzer
+    cycles through a pool of users: every later request of one would find its prefix), one
+    candidate bucket, the requests' width (the others would only be compiled: minutes of a
+    GPU's start-up), and its queue timeout at ``--queue-timeout-s``."""
     from dataclasses import replace
 
-    deployment = profiles.CPU.with_parameters(RANKER.name, {"prefix_cache_mib": 0})
+    values = {"prefix_cache_mib": 0, "candidate_buckets": (args.candidates,)}
+    deployment = served_profile(args).with_parameters(RANKER.name, values)
     if args.instances:
         deployment = deployment.with_instances({RANKER.name: args.instances})
     ranker = deployment.models[RANKER.name]
@@ -142,11 +151,14 @@ MATMULS = {  # name: (rows, inner, columns): the prefix's projections, one user 
     "qkv 1 user (1024x512 @ 512x1024)": (1024, 512, 1024),
     "ffn up 8 users (8192x512 @ 512x1024)": (8192, 512, 1024),
 }
+# On a GPU also one the device's tensor cores run near their peak: nano's own shapes are far
+# too small to fill an H200, and the share of the peak is the figure asked for there.
+PEAK_MATMUL = {"peak (8192x8192 @ 8192x8192)": (8192, 8192, 8192)}
 
 
-def matmul_rates(seconds: float) -> dict[str, dict[str, float]]:
+def matmul_rates(seconds: float, device: str = "cpu") -> dict[str, dict[str, float]]:
     """GFLOP/s of jitted matmuls in float32 and bfloat16 (float32 accumulation), the best
-    call of those run within ``seconds`` per shape and dtype."""
+    call of those run within ``seconds`` per shape and dtype (on a GPU, PEAK_MATMUL too)."""
     import jax
     import jax.numpy as jnp
 
@@ -154,7 +166,7 @@ def matmul_rates(seconds: float) -> dict[str, dict[str, float]]:
     rng = np.random.default_rng(0)
     for dtype in ("float32", "bfloat16"):
         rates[dtype] = {}
-        for name, (m, k, n) in MATMULS.items():
+        for name, (m, k, n) in (MATMULS | (PEAK_MATMUL if device == "gpu" else {})).items():
             a = jnp.asarray(rng.standard_normal((m, k)), dtype)
             b = jnp.asarray(rng.standard_normal((k, n)), dtype)
             product = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
@@ -324,95 +336,22 @@ def locust_run(server, args) -> dict:
     return figures
 
 
-def summarize(results: dict) -> dict[str, Any]:
-    """Per (protocol, concurrency), medians over the rounds: served requests/s, the ratio
-    served / in process (each within its point: measured one right after the other), the CPU
-    seconds a request on each side; FLOP rates against the float32 matmul rate."""
-    flops = results["flops_per_request"]["total"]
-    matmul = max(results["matmul_gflops"]["float32"].values())
-    by_point: dict[tuple, list] = {}
-    for point in (p for r in results["rounds"] for p in r):
-        if point["served"]["error"]:
-            continue
-        inner = max(point["in_process"].values(), key=lambda f: f["throughput"])
-        rate = point["served"]["throughput"]
-        by_point.setdefault((point["protocol"], point["concurrency"]), []).append(
-            (rate, rate / inner["throughput"], inner["throughput"], inner["cpu_s_per_request"],
-             point["served"]["server_cpu_s_per_request"])
-        )  # fmt: skip
-    median = lambda values: float(np.median(values))  # noqa: E731
-    rows = []
-    for (protocol, concurrency), values in by_point.items():
-        rate = median([v[0] for v in values])
-        served_cpu = [v[4] for v in values if v[4]]
-        rows.append({
-            "protocol": protocol, "concurrency": concurrency, "served_req_s": rate,
-            "served_vs_in_process": median([v[1] for v in values]),
-            "ratios_by_round": [v[1] for v in values],
-            "in_process_req_s": median([v[2] for v in values]),
-            "in_process_cpu_s_per_request": median([v[3] for v in values]),
-            "served_cpu_s_per_request": median(served_cpu) if served_cpu else None,
-            "served_gflops": rate * flops / 1e9,
-            "served_share_of_matmul_rate": rate * flops / 1e9 / matmul,
-        })  # fmt: skip
-    cpu = min(r["in_process_cpu_s_per_request"] for r in rows) if rows else float("nan")
-    return {
-        "rows": rows,
-        "gflop_per_cpu_second": flops / cpu / 1e9,
-        "float32_matmul_gflops": matmul,
-        "ratio_at_c16": next(
-            (r["served_vs_in_process"] for r in rows if r["concurrency"] == 16), None
-        ),
-    }
+def require_device(device: str) -> None:
+    """With ``--device gpu``, JAX of this process on a GPU too (the in-process side), and no
+    preallocation: the server's stubs share the GPU with it."""
+    if device != "gpu":
+        return
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
 
-
-def table(results: dict) -> str:
-    s = results["summary"]
-    f = results["flops_per_request"]
-    lines = [
-        "| concurrency | protocol | served req/s | in process req/s | served / in process | "
-        "CPU-s a request, served / in process | served GFLOP/s | share of the float32 "
-        "matmul rate |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in s["rows"]:
-        cpu = r["served_cpu_s_per_request"]
-        lines.append(
-            f"| {r['concurrency']} | {r['protocol']} | {r['served_req_s']:.2f} | "
-            f"{r['in_process_req_s']:.2f} | {r['served_vs_in_process']:.0%} | "
-            f"{'n/a' if cpu is None else f'{cpu:.2f}'} / "
-            f"{r['in_process_cpu_s_per_request']:.2f} | {r['served_gflops']:.0f} | "
-            f"{r['served_share_of_matmul_rate']:.0%} |"
-        )
-    rates = results["matmul_gflops"]
-    lines += [
-        "",
-        f"Medians of {len(results['rounds'])} rounds; at each point the service's `handle` in "
-        "process (c=1: one user a call; beyond: the better of 1 and "
-        f"{IN_PROCESS_BATCH}), then the server right after. "
-        f"{s['gflop_per_cpu_second']:.0f} GFLOP per CPU-second in process. A request is "
-        f"{f['total'] / 1e9:.1f} GFLOP (prefix {f['prefix'] / 1e9:.1f}, "
-        f"{results['settings']['candidates']} candidates {f['candidates'] / 1e9:.1f}). Matmul "
-        "rate of this machine, same run: float32 "
-        + ", ".join(f"{v:.0f}" for v in rates["float32"].values())
-        + " GFLOP/s, bfloat16 "
-        + ", ".join(f"{v:.0f}" for v in rates["bfloat16"].values())
-        + f" ({'; '.join(rates['float32'])}).",
-    ]
-    locust = results.get("locust")
-    if locust:
-        lines += [
-            "",
-            f"Locust against the same server, {locust['users']} users (HTTP and gRPC) for "
-            f"{locust['seconds']:.0f} s: {locust['requests']} requests, {locust['failures']} "
-            f"failed, {locust['req_s']:.2f} req/s, p50 {locust['p50_ms']:.0f} ms, p99 "
-            f"{locust['p99_ms']:.0f} ms.",
-        ]
-    return "\n".join(lines)
+    if jax.default_backend() != "gpu":
+        raise SystemExit(f"error: --device gpu needs JAX on a GPU in this process, found "
+                         f"{jax.default_backend()!r} ({jax.devices()})")  # fmt: skip
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    require_device(args.device)
     ensure_artifacts(args.artifacts)
     config = load_config(args.artifacts)
     if config.ranker_family != "production":
@@ -423,7 +362,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ranker = production_config(config)
     args.candidates = args.candidates or ranker.candidate_seq_len
     args.build_dir.mkdir(parents=True, exist_ok=True)
-    ensure_programs(args.artifacts, "cpu")
+    served_repository = repository(args)
+    ensure_programs(args.artifacts, args.device, served_repository, [RANKER.name])
     requests = make_requests(args, config)
     data = measure.write_input_data(args.build_dir / "ranker.json", requests)
     results: dict[str, Any] = {
@@ -435,8 +375,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "history": config.history_seq_len,
             "candidates": args.candidates,
             "users": args.users,
-            "profile": "cpu",
-            "instances": args.instances or profiles.CPU.models["ranker"].instances,
+            "profile": args.device,
+            "instances": args.instances or served_profile(args).models["ranker"].instances,
             "concurrency": args.concurrency,
             "protocols": args.protocols,
             "window_requests": args.window_requests,
@@ -446,12 +386,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     }
     started = time.monotonic()
     print("== matmul rate of this machine", flush=True)
-    results["matmul_gflops"] = matmul_rates(1.0 if args.quick else 3.0)
+    results["matmul_gflops"] = matmul_rates(0.5 if args.quick else 3.0, args.device)
     print(f"  {results['matmul_gflops']}", flush=True)
     log = args.build_dir / "tritonserver.log"
     print(f"== starting tritonserver (the ranker alone; log {shown_path(log)})", flush=True)
     server = start_triton(
-        repository(args), args.artifacts, log_path=log, exit_timeout_secs=5,
+        served_repository, args.artifacts, log_path=log, exit_timeout_secs=5,
         model_control_mode="explicit", load_model=["ranker"],
     )  # fmt: skip
     try:

@@ -14,6 +14,13 @@ Steps (sizes in harness/gpu_bench/profiles.py):
   serving    bench/bench_serving.py --device gpu, batching on and off  -> serving.json/png
   recommend  recommend end to end (top 100) over artifacts with a 1 M-post corpus file
              (bench_serving.py --workloads recommend)                 -> recommend.json/png
+  production X's production ranker (nano, 1,022 x 64) served against its service in process,
+             FLOP/s against the device's matmul rate (bench_production.py --device gpu)
+                                                                       -> production.json
+  prefix-cache
+             the ranker's prefix cache, hits against misses, and the memory a cached user
+             holds, the original's mini shapes and the production nano
+             (bench_prefix_cache.py --skip-paged)                     -> prefix-cache.json
 
 Results go to bench/results/gpu/ (with --cpu: build/gpu-bench/cpu-results/), a summary of the
 run to run.json beside them, and the GPU section of docs/performance.md is rewritten from
@@ -36,7 +43,7 @@ from harness.gpu_bench import profiles, report
 from phoenix.util.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
-STEPS = (*report.STEPS, "recommend")  # one JSON each
+STEPS = (*report.STEPS, "recommend", "production", "prefix-cache")  # one JSON each
 # Each step runs as `python -m <module>` from the checkout's root (no install needed there).
 STEP_MODULES = {
     "engine": "bench.gpu.engine_points",
@@ -44,7 +51,11 @@ STEP_MODULES = {
     "startup": "bench.gpu.startup",
     "serving": "bench.bench_serving",
     "recommend": "bench.bench_serving",
+    "production": "bench.bench_production",
+    "prefix-cache": "bench.bench_prefix_cache",
 }
+# The steps whose JSON names no GPU, driver or command of the run: measure.py adds them.
+STAMPED = ("serving", "recommend", "production", "prefix-cache")
 
 
 def parse_args(argv):
@@ -141,6 +152,14 @@ def step_command(step: str, args) -> list[str]:
     command = [sys.executable, "-m", STEP_MODULES[step]]
     if step in ("engine", "retrieval"):
         return command + ["--profile", profile.name, "--out", str(out)]
+    if step == "production":
+        return command + [
+            "--device", profile.device, "--artifacts", str(production_artifacts(args)),
+            "--out", str(out), "--build-dir", str(args.build_dir / step), *profile.production_args,
+        ]  # fmt: skip
+    if step == "prefix-cache":
+        return command + ["--out", str(out), "--work", str(args.build_dir / step),
+                          *profile.prefix_cache_args]  # fmt: skip
     if step == "startup":
         return command + ["--profile", profile.name, "--artifacts", str(args.artifacts),
                           "--cache", str(args.startup_cache), "--build-dir", str(args.build_dir),
@@ -162,6 +181,23 @@ def recommend_artifacts(args) -> Path:
     return args.build_dir / f"artifacts-{args.profile.artifacts_preset}-corpus{corpus}"
 
 
+def production_artifacts(args) -> Path:
+    """The production step's artifacts: X's production ranker at the profile's preset."""
+    return args.build_dir / f"production-{args.profile.production_preset}"
+
+
+def ensure_production_artifacts(args, env: dict) -> None:
+    folder = production_artifacts(args)
+    if (folder / "config.json").is_file():
+        return
+    command = [sys.executable, "-m", "phoenix.artifacts", "--ranker", "production", "--preset",
+               args.profile.production_preset, "--out", str(folder), "--force"]  # fmt: skip
+    if args.profile.corpus_size:  # the CPU profile's small corpus
+        command += ["--corpus-size", str(args.profile.corpus_size)]
+    print(f"== artifacts: {' '.join(command[1:])}", flush=True)
+    subprocess.run(command, env=env, cwd=profiles.REPO_ROOT, check=True)
+
+
 def run_step(step: str, args, env: dict) -> dict:
     print(f"== {step}", flush=True)
     started = time.monotonic()
@@ -171,15 +207,15 @@ def run_step(step: str, args, env: dict) -> dict:
     return {"exit_code": done.returncode, "seconds": round(seconds, 1)}
 
 
-def stamp_serving(path: Path, command: list[str], written_after: float) -> None:
-    """bench_serving.py's JSON names no GPU, driver or JAX, nor its command: add them (the
+def stamp_serving(path: Path, command: list[str], written_after: float, profile: str) -> None:
+    """A STAMPED step's JSON names no GPU, driver or JAX, nor its command: add them (the
     report shows them), to a file this run wrote (never to an earlier run's, left by a step
     that failed early)."""
     if not path.is_file() or path.stat().st_mtime < written_after:
         return
     from harness.gpu_bench import stamp
 
-    stamp.stamp(path, " ".join(["python", *command[1:]]))
+    stamp.stamp(path, " ".join(["python", *command[1:]]), profile=profile)
 
 
 def copy_results(results: Path, dest: Path) -> None:
@@ -200,12 +236,14 @@ def main(argv=None) -> int:
     if "recommend" in args.steps:
         corpus = args.profile.recommend_corpus_size
         ensure_artifacts(args.profile, recommend_artifacts(args), env, corpus_size=corpus)
+    if "production" in args.steps:
+        ensure_production_artifacts(args, env)
     for step in args.steps:
         step_started = time.time()
         run["steps"][step] = run_step(step, args, env)
-        if step in ("serving", "recommend"):
+        if step in STAMPED:
             command = step_command(step, args)
-            stamp_serving(args.results / f"{step}.json", command, written_after=step_started)
+            stamp_serving(args.results / f"{step}.json", command, step_started, args.profile.name)
     run["seconds"] = round(time.monotonic() - started, 1)
     (args.results / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     if args.docs:

@@ -45,6 +45,11 @@ class Profile:
     # The recommend step: the ensemble served end to end over artifacts with this corpus.
     recommend_corpus_size: int = 0
     recommend_args: list[str] = field(default_factory=list)
+    # The production step: X's production ranker of this preset, served and in process
+    # (bench/bench_production.py); the prefix-cache step (bench/bench_prefix_cache.py).
+    production_preset: str = "nano"
+    production_args: list[str] = field(default_factory=list)
+    prefix_cache_args: list[str] = field(default_factory=list)
 
 
 GPU = Profile(
@@ -69,6 +74,13 @@ GPU = Profile(
         "--workloads recommend --protocols http --batching on --concurrency 16,64,256 "
         "--window-requests 100"
     ).split(),
+    # Short timings (--quick) at three points, two rounds: about 3 minutes with the compiles.
+    production_args=(
+        "--quick --concurrency 1,16,64 --protocols grpc --rounds 2 --window-requests 100 "
+        "--users 64 --locust-seconds 20 --locust-users 16"
+    ).split(),
+    # Locust's paged users measure the served cache on the CPU profile's server: left out.
+    prefix_cache_args=["--skip-paged"],
 )
 
 CPU = Profile(
@@ -93,6 +105,13 @@ CPU = Profile(
         "--quick --workloads recommend --protocols http --batching on --concurrency 1 "
         "--window-requests 4 --users 2"
     ).split(),
+    production_preset="tiny",
+    production_args=(
+        "--quick --concurrency 1 --protocols grpc --rounds 1 --window-requests 4 --users 2 "
+        "--locust-seconds 0 --instances 1"
+    ).split(),
+    # X's production ranker at nano is minutes of a small CPU: make bench-prefix-cache has it.
+    prefix_cache_args="--quick --skip-paged --skip-production --rounds 1 --calls 2".split(),
 )
 
 PROFILES = {p.name: p for p in (GPU, CPU)}

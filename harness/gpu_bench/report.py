@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Optional
 
 from harness.gpu_bench import profiles
+from harness.gpu_bench.markdown import NOT_IN_RUN, NOT_MEASURED, fmt, head, ms, row, stamp
+from harness.gpu_bench.production_tables import prefix_cache_table, production_table
 from harness.serving_rows import best, ratio, served_rows
 from phoenix.util.command_line import command_parser
 from phoenix.util.doc_blocks import with_block
 
 TABLE_START, TABLE_END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
-NOT_MEASURED = "not yet measured"
-NOT_IN_RUN = "not in this run"  # the step ran, but not at this point (e.g. the CPU profile)
 STEPS = ("engine", "retrieval", "startup", "serving")  # measure.py's steps, recommend aside
 # Every suite's file in the results folder, by the key the renderers read.
 FILES = {
@@ -39,6 +39,8 @@ FILES = {
     "serving_instances": "serving-ranker8.json",
     "service_host": "service-host.json",
     "recommend": "recommend.json",
+    "production": "production.json",
+    "prefix_cache": "prefix-cache.json",
 }
 
 
@@ -49,38 +51,6 @@ def load_results(folder: Path) -> dict[str, dict]:
         for key, name in FILES.items()
         if (folder / name).is_file()
     }
-
-
-def fmt(value: Optional[float], spec: str, suffix: str = "", missing: str = NOT_MEASURED) -> str:
-    return missing if value is None else f"{value:{spec}}{suffix}"
-
-
-def stamp(result: Optional[dict]) -> str:
-    """Where a suite's figures were taken (bench_serving.py's JSON has fewer fields)."""
-    if result is None:
-        return f"*{NOT_MEASURED}*"
-    m, settings = result.get("machine", {}), result.get("settings", {})
-    where = m.get("gpu") or m.get("device_kind") or settings.get("device") or m.get("backend", "?")
-    versions = [f"driver {m['driver']}"] if m.get("driver") else []
-    versions += [f"jax {m['jax']}", f"numpy {m['numpy']}"] if "jax" in m else []
-    versions += [f"{m['cpu_count']} host cores"] if m.get("cpu_count") else []
-    shown = f" ({', '.join(versions)})" if versions else ""
-    profile = result.get("profile") or ("cpu" if settings.get("device") == "cpu" else "gpu")
-    return f"measured on {where}{shown}, profile `{profile}`"
-
-
-def row(*cells) -> str:
-    """One Markdown table row."""
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def head(*names) -> list[str]:
-    """A Markdown table's header and separator rows."""
-    return [row(*names), row(*("---" for _ in names))]
-
-
-def ms(seconds: Optional[float]) -> str:
-    return fmt(seconds and seconds * 1e3, ".2f", missing="-")
 
 
 def engine_rows(result: Optional[dict]) -> list[dict]:
@@ -378,6 +348,8 @@ def render(results: dict[str, dict]) -> str:
         served_points_table([serving, more]) if more else [],
         service_host_table(results.get("service_host")),
         recommend_table(results.get("recommend")),
+        production_table(results.get("production")),
+        prefix_cache_table(results.get("prefix_cache")),
     ]
     return "\n\n".join("\n".join(lines) for lines in parts if lines)
 

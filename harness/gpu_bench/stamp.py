@@ -35,10 +35,13 @@ def identity() -> dict:
     }
 
 
-def stamp(path: Path, command: str, machine: dict | None = None) -> dict:
-    """Add ``command`` and this machine's identity (or ``machine``) to the JSON at ``path``
-    where it lacks them; returns the result as written."""
+def stamp(path: Path, command: str, machine: dict | None = None, profile: str = "") -> dict:
+    """Add ``command``, this machine's identity (or ``machine``) and the GPU benchmark's
+    ``profile`` (when given) to the JSON at ``path`` where it lacks them; returns the result
+    as written."""
     result = json.loads(path.read_text())
+    if profile:
+        result.setdefault("profile", profile)
     found = result.setdefault("machine", {})
     for key, value in (identity() if machine is None else machine).items():
         found.setdefault(key, value)

@@ -52,7 +52,9 @@ def test_every_step_succeeds(cpu_run):
     assert code == 0, log[-4000:]
     run = read(results, "run")
     assert run["profile"] == "cpu"
-    assert list(run["steps"]) == ["engine", "retrieval", "startup", "serving", "recommend"]
+    assert list(run["steps"]) == [
+        "engine", "retrieval", "startup", "serving", "recommend", "production", "prefix-cache",
+    ]  # fmt: skip
     assert all(step["exit_code"] == 0 for step in run["steps"].values()), run
 
 
@@ -103,6 +105,34 @@ def test_recommend_is_served_end_to_end_over_its_larger_corpus(cpu_run):
     assert all(r["error"] is None and r["throughput"] > 0 for r in served), served
     assert all(v == 0 for counts in recommend["failed_requests"].values() for v in counts.values())
     assert recommend["in_process"]["recommend"]["batch_1"]["throughput"] > 0
+
+
+def test_the_production_ranker_is_served_against_its_service_in_process(cpu_run):
+    production = read(cpu_run[1], "production")
+    settings = production["settings"]
+    assert settings["profile"] == "cpu" and production["profile"] == "cpu"
+    assert settings["artifacts"].endswith("production-tiny") and settings["candidates"] == 16
+    assert production["failed_requests"] == 0
+    (row,) = production["summary"]["rows"]
+    assert (row["concurrency"], row["protocol"]) == (1, "grpc")
+    assert row["served_req_s"] > 0 and row["in_process_req_s"] > 0
+    assert production["summary"]["matmul_dtype"] == "float32"
+    assert production["command"].startswith("python -m bench.bench_production --device cpu")
+
+
+def test_the_prefix_cache_is_timed_in_every_mode_and_its_entry_matches_the_formula(cpu_run):
+    cache = read(cpu_run[1], "prefix-cache")
+    assert cache["profile"] == "cpu" and cache["production"] is None  # nano left to a GPU
+    engine = cache["engine"]
+    assert engine["config"]["dtype"] == "float32"
+    assert sorted(engine["points"]) == ["1x64", "8x64"]
+    for point in engine["points"].values():
+        assert all(point["call_ms"][mode] > 0 for mode in ("off", "miss", "hit")), point
+    formula = next(
+        r["bytes"] for r in cache["memory_per_user"]
+        if (r["config"], r["history"], r["dtype"]) == ("mini", 1022, "float32")
+    )  # fmt: skip
+    assert engine["entry_bytes"] == formula
 
 
 def test_docs_gpu_section_is_rewritten_from_the_results(cpu_run):

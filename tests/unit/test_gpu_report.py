@@ -24,9 +24,13 @@ def test_the_committed_section_is_what_the_committed_files_give(capsys):
     assert report.main(["--check"]) == 0, capsys.readouterr().out
 
 
+# Suites of the GPU benchmark that no GPU has run yet: their tables say "not yet measured".
+NOT_YET_ON_A_GPU = {"production", "prefix_cache"}
+
+
 def test_every_suite_has_its_file_and_each_names_its_command_and_machine():
     found = report.load_results(RESULTS)
-    assert sorted(found) == sorted(report.FILES)
+    assert set(report.FILES) - set(found) == NOT_YET_ON_A_GPU
     for key, result in found.items():
         assert result["command"].startswith(("python -m ", "JAX_PLATFORMS=cuda python -m ")), key
         assert result["machine"]["gpu"] == "NVIDIA H200", key
@@ -51,7 +55,8 @@ def test_check_fails_on_a_changed_figure_and_passes_once_rendered(tmp_path, caps
 def test_missing_steps_say_not_yet_measured_and_other_suites_stay_out():
     body = report.render({})
     for title in ("**Engine against", "**Retrieval**", "**Server start-up**", "**Served ranker**",
-                  "**recommend end to end**"):  # fmt: skip
+                  "**recommend end to end**", "**X's production ranker served**",
+                  "**The prefix cache**"):  # fmt: skip
         block = body.split(title, 1)[1].split("\n\n**", 1)[0]
         assert report.NOT_MEASURED in block, title
     for absent in ("more instances", "host work", "Top 100", "Where a call's time goes"):
