@@ -21,6 +21,9 @@ Steps (sizes in harness/gpu_bench/profiles.py):
              the ranker's prefix cache, hits against misses, and the memory a cached user
              holds, the original's mini shapes and the production nano
              (bench_prefix_cache.py --skip-paged)                     -> prefix-cache.json
+  reference  the production ranker's serving passes on this device against X's own outputs
+             (tests/data/production, made with X's code; phoenix-check-reference)
+                                                                       -> reference.json
 
 Results go to bench/results/gpu/ (with --cpu: build/gpu-bench/cpu-results/), a summary of the
 run to run.json beside them, and the GPU section of docs/performance.md is rewritten from
@@ -43,7 +46,7 @@ from harness.gpu_bench import profiles, report
 from phoenix.util.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
-STEPS = (*report.STEPS, "recommend", "production", "prefix-cache")  # one JSON each
+STEPS = (*report.STEPS, "recommend", "production", "prefix-cache", "reference")  # a JSON each
 # Each step runs as `python -m <module>` from the checkout's root (no install needed there).
 STEP_MODULES = {
     "engine": "bench.gpu.engine_points",
@@ -53,9 +56,12 @@ STEP_MODULES = {
     "recommend": "bench.bench_serving",
     "production": "bench.bench_production",
     "prefix-cache": "bench.bench_prefix_cache",
+    "reference": "phoenix.ops.check_reference",
 }
+# X's outputs for small configs of its production ranker, made with X's own code (their README).
+REFERENCE_SETS = profiles.REPO_ROOT / "tests" / "data" / "production"
 # The steps whose JSON names no GPU, driver or command of the run: measure.py adds them.
-STAMPED = ("serving", "recommend", "production", "prefix-cache")
+STAMPED = ("serving", "recommend", "production", "prefix-cache", "reference")
 
 
 def parse_args(argv):
@@ -160,6 +166,8 @@ def step_command(step: str, args) -> list[str]:
     if step == "prefix-cache":
         return command + ["--out", str(out), "--work", str(args.build_dir / step),
                           *profile.prefix_cache_args]  # fmt: skip
+    if step == "reference":
+        return command + [str(REFERENCE_SETS), "--json", str(out)]
     if step == "startup":
         return command + ["--profile", profile.name, "--artifacts", str(args.artifacts),
                           "--cache", str(args.startup_cache), "--build-dir", str(args.build_dir),

@@ -107,3 +107,30 @@ def prefix_cache_table(result: Optional[dict]) -> list[str]:
         name = f"production, nano, {config['dtype']}"
         lines += cache_rows(name, production["points"], production_memory(production["memory"]))
     return lines
+
+
+def reference_table(result: Optional[dict]) -> list[str]:
+    """The production ranker's serving passes on the device against X's own outputs."""
+    title = "**X's outputs, reproduced on the device**"
+    what = (
+        "`phoenix-check-reference tests/data/production`: X's parameters and inputs through "
+        "the production ranker's serving passes, against the outputs X's own code gave for "
+        "them; within: log-probs max 0.08 and mean 0.005, continuous max 0.1 or 2 bfloat16 steps"
+    )
+    if result is None:
+        return [f"{title} ({what}): *{NOT_MEASURED}*."]
+    lines = [
+        f"{title} ({what}): {stamp(result)}.",
+        "",
+        *head("set", "batch", "keys", "log-probs, max / mean abs. difference",
+              "continuous, max", "within"),
+    ]  # fmt: skip
+    for found in result["sets"]:
+        by_output = {d["output"]: d for d in found["differences"]}
+        log_probs, continuous = by_output["log_probs"], by_output["continuous"]
+        lines.append(row(
+            found["set"], found["batch"], found["attention_keys"],
+            f"{log_probs['max']:.4f} / {log_probs['mean']:.5f}", f"{continuous['max']:.4f}",
+            "yes" if found["ok"] else "**no**",
+        ))  # fmt: skip
+    return lines

@@ -21,7 +21,11 @@ from typing import Optional
 
 from harness.gpu_bench import profiles
 from harness.gpu_bench.markdown import NOT_IN_RUN, NOT_MEASURED, fmt, head, ms, row, stamp
-from harness.gpu_bench.production_tables import prefix_cache_table, production_table
+from harness.gpu_bench.production_tables import (
+    prefix_cache_table,
+    production_table,
+    reference_table,
+)
 from harness.serving_rows import best, ratio, served_rows
 from phoenix.util.command_line import command_parser
 from phoenix.util.doc_blocks import with_block
@@ -41,6 +45,7 @@ FILES = {
     "recommend": "recommend.json",
     "production": "production.json",
     "prefix_cache": "prefix-cache.json",
+    "reference": "reference.json",
 }
 
 
@@ -350,6 +355,7 @@ def render(results: dict[str, dict]) -> str:
         recommend_table(results.get("recommend")),
         production_table(results.get("production")),
         prefix_cache_table(results.get("prefix_cache")),
+        reference_table(results.get("reference")),
     ]
     return "\n\n".join("\n".join(lines) for lines in parts if lines)
 

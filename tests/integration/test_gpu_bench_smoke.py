@@ -54,6 +54,7 @@ def test_every_step_succeeds(cpu_run):
     assert run["profile"] == "cpu"
     assert list(run["steps"]) == [
         "engine", "retrieval", "startup", "serving", "recommend", "production", "prefix-cache",
+        "reference",
     ]  # fmt: skip
     assert all(step["exit_code"] == 0 for step in run["steps"].values()), run
 
@@ -133,6 +134,13 @@ def test_the_prefix_cache_is_timed_in_every_mode_and_its_entry_matches_the_formu
         if (r["config"], r["history"], r["dtype"]) == ("mini", 1022, "float32")
     )  # fmt: skip
     assert engine["entry_bytes"] == formula
+
+
+def test_xs_outputs_are_reproduced_within_the_tolerances(cpu_run):
+    reference = read(cpu_run[1], "reference")
+    assert reference["ok"] and reference["profile"] == "cpu"
+    assert [s["set"] for s in reference["sets"]] == ["small_serving", "small_training_kernel"]
+    assert reference["command"].startswith("python -m phoenix.ops.check_reference ")
 
 
 def test_docs_gpu_section_is_rewritten_from_the_results(cpu_run):

@@ -1,19 +1,26 @@
-"""The GPU benchmark's production and prefix-cache steps (bench/gpu/measure.py) as far as a
-machine without a GPU can check them: the steps each profile runs, each step's command as its
-script parses it, the repository the production step serves, the summary's FLOP rate against
-the device's dtype (bench/production_report.py) and the tables rendered from both steps'
-figures (harness/gpu_bench/production_tables.py). `bash bench/gpu/run.sh --cpu --steps
-production,prefix-cache` runs both steps on this CPU (docs/gpu.md)."""
+"""The GPU benchmark's production, prefix-cache and reference steps (bench/gpu/measure.py) as
+far as a machine without a GPU can check them: the steps each profile runs, each step's command
+as its script parses it, the repository the production step serves, the summary's FLOP rate
+against the device's dtype (bench/production_report.py) and the tables rendered from the
+steps' figures (harness/gpu_bench/production_tables.py). `bash bench/gpu/run.sh --cpu` runs them on
+this CPU (tests/integration/test_gpu_bench_smoke.py)."""
 
 import re
 import statistics
+from pathlib import Path
 
 import pytest
 
 from bench import bench_prefix_cache, bench_production
 from bench.gpu import measure
 from bench.production_report import summarize
-from harness.gpu_bench.production_tables import prefix_cache_table, production_table
+from harness.gpu_bench.production_tables import (
+    prefix_cache_table,
+    production_table,
+    reference_table,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def parameter(config_text: str, key: str) -> str:
@@ -26,7 +33,7 @@ def parameter(config_text: str, key: str) -> str:
 def test_both_profiles_run_every_step_unless_told_which():
     assert measure.parse_args([]).steps == list(measure.STEPS)
     assert measure.parse_args(["--cpu"]).steps == list(measure.STEPS)
-    assert measure.STEPS[-2:] == ("production", "prefix-cache")
+    assert measure.STEPS[-3:] == ("production", "prefix-cache", "reference")
     named = measure.parse_args(["--cpu", "--steps", "production,prefix-cache"]).steps
     assert named == ["production", "prefix-cache"]
 
@@ -68,6 +75,18 @@ def test_the_prefix_cache_step_is_a_command_bench_prefix_cache_reads(device, tmp
     assert parsed.work == args.build_dir / "prefix-cache"
     assert parsed.skip_paged  # Locust's paged users serve the CPU profile
     assert parsed.skip_production == (device == "cpu")  # nano is minutes of a small CPU
+
+
+def test_the_reference_step_checks_the_repositorys_sets_made_with_xs_code(tmp_path):
+    args = measure.parse_args(["--build-dir", str(tmp_path)])
+    command = measure.step_command("reference", args)
+    assert command[1:] == [
+        "-m", "phoenix.ops.check_reference", str(REPO_ROOT / "tests" / "data" / "production"),
+        "--json", str(args.results / "reference.json"),
+    ]  # fmt: skip
+    assert sorted(p.name for p in measure.REFERENCE_SETS.glob("*_params.npz")) == [
+        "small_serving_params.npz", "small_training_kernel_params.npz",
+    ]  # fmt: skip
 
 
 def test_the_production_benchmark_serves_the_gpu_profile_with_one_candidate_bucket(tmp_path):
@@ -156,4 +175,27 @@ def test_the_prefix_cache_table_shows_both_models_and_a_cached_users_memory():
         "| original, mini, bfloat16 | 1 x 64 | 3.00 | 4.00 | 0.50 | 8.00x | 1.25% | 2.00 MiB |",
         "| production, nano, bfloat16 | 8 x 64 | 20.00 | 24.00 | 3.00 | 8.00x | 1.25% | "
         "4.00 MiB (5.00 MiB of device memory) |",
+    ]
+
+
+def test_the_reference_table_shows_each_set_and_whether_it_is_within_the_tolerances():
+    def differences(log_max, log_mean, cont_max):
+        return [{"output": "log_probs", "max": log_max, "mean": log_mean},
+                {"output": "logits", "max": 1.0, "mean": 0.1},
+                {"output": "continuous", "max": cont_max, "mean": 0.0}]  # fmt: skip
+
+    result = {
+        "machine": {"gpu": "NVIDIA H200"}, "profile": "gpu",
+        "sets": [
+            {"set": "small_serving", "batch": 4, "attention_keys": "serving_kernel",
+             "differences": differences(0.0625, 0.00024, 0.0078), "ok": True},
+            {"set": "small_training_kernel", "batch": 2, "attention_keys": "exact",
+             "differences": differences(0.125, 0.006, 0.0078), "ok": False},
+        ],
+    }  # fmt: skip
+    lines = reference_table(result)
+    assert lines[0].endswith("measured on NVIDIA H200, profile `gpu`.")
+    assert lines[-2:] == [
+        "| small_serving | 4 | serving_kernel | 0.0625 / 0.00024 | 0.0078 | yes |",
+        "| small_training_kernel | 2 | exact | 0.1250 / 0.00600 | 0.0078 | **no** |",
     ]

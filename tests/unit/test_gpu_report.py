@@ -25,7 +25,7 @@ def test_the_committed_section_is_what_the_committed_files_give(capsys):
 
 
 # Suites of the GPU benchmark that no GPU has run yet: their tables say "not yet measured".
-NOT_YET_ON_A_GPU = {"production", "prefix_cache"}
+NOT_YET_ON_A_GPU = {"production", "prefix_cache", "reference"}
 
 
 def test_every_suite_has_its_file_and_each_names_its_command_and_machine():
@@ -56,7 +56,7 @@ def test_missing_steps_say_not_yet_measured_and_other_suites_stay_out():
     body = report.render({})
     for title in ("**Engine against", "**Retrieval**", "**Server start-up**", "**Served ranker**",
                   "**recommend end to end**", "**X's production ranker served**",
-                  "**The prefix cache**"):  # fmt: skip
+                  "**The prefix cache**", "**X's outputs, reproduced"):  # fmt: skip
         block = body.split(title, 1)[1].split("\n\n**", 1)[0]
         assert report.NOT_MEASURED in block, title
     for absent in ("more instances", "host work", "Top 100", "Where a call's time goes"):
