@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -61,6 +62,7 @@ from phoenix.ops.configs import write_repository
 from phoenix.schema.contracts import RANKER
 from phoenix.util.command_line import command_parser
 from phoenix.util.doc_blocks import with_block
+from phoenix.util.machine_paths import portable_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -293,13 +295,22 @@ def served(server, protocol: str, concurrency: int, args, data: Path) -> dict:
     return row
 
 
+def in_process_batches(concurrency: int, max_batch: int) -> tuple[int, ...]:
+    """Users a call in process at a concurrency: one at c=1; beyond, 1, IN_PROCESS_BATCH and
+    the most the server's batcher can put in one call there (``max_batch``: 8 on the CPU
+    profile, 64 on the GPU's), padded to the same buckets as the served side's batches."""
+    if concurrency == 1:
+        return (1,)
+    return tuple(sorted({1, min(IN_PROCESS_BATCH, concurrency), min(max_batch, concurrency)}))
+
+
 def measure_round(models, server, args, requests, data) -> list[dict]:
     """Each point of a round: in process, then served right after (c=1 against one user a
-    call; beyond against the better of 1 and 8 users a call)."""
+    call; beyond against the best of ``in_process_batches``)."""
     points = []
     for concurrency in args.concurrency:
         for protocol in args.protocols:
-            batches = (1,) if concurrency == 1 else (1, IN_PROCESS_BATCH)
+            batches = in_process_batches(concurrency, models.max_batch[RANKER.name])
             inner = in_process(models, requests, args.timing_s, batches)
             points.append({
                 "protocol": protocol, "concurrency": concurrency, "in_process": inner,
@@ -338,8 +349,10 @@ def locust_run(server, args) -> dict:
 
 def require_device(device: str) -> None:
     """With ``--device gpu``, JAX of this process on a GPU too (the in-process side), and no
-    preallocation: the server's stubs share the GPU with it."""
+    preallocation: the server's stubs share the GPU with it. With ``cpu``, JAX on the CPU even
+    on a machine with a GPU (before anything starts a device)."""
     if device != "gpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
         return
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
@@ -367,7 +380,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     requests = make_requests(args, config)
     data = measure.write_input_data(args.build_dir / "ranker.json", requests)
     results: dict[str, Any] = {
-        "command": " ".join(["python -m bench.bench_production", *(argv or sys.argv[1:])]),
+        "command": portable_text(
+            shlex.join(["python", "-m", "bench.bench_production", *(argv or sys.argv[1:])])
+        ),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
         "settings": {
@@ -397,8 +412,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         print("== in process (the server idle meanwhile)", flush=True)
         client = connect(server.http_url, "http")
-        models = InProcessModels.like_server(client, "http", args.artifacts.resolve(), models=(),
-                                             batched=True)  # fmt: skip
+        models = InProcessModels.like_server(client, "http", args.artifacts.resolve(),
+                                             models=(RANKER.name,), batched=True)  # fmt: skip
+        results["settings"]["max_batch"] = models.max_batch[RANKER.name]
         before = measure.failure_counts(server.http_url)
         results["rounds"] = []
         for round_ in range(args.rounds):

@@ -73,11 +73,12 @@ unset PYTHONDONTWRITEBYTECODE
 reserve=30
 python=${PYTHON:-python3}
 # Each step's own limit in seconds, from runs on an H100 and an H200 (on the H200 the engine
-# step's mini points took the whole 220 s: run engine-large for the large config).
+# step's mini points took the whole 220 s: run engine-large for the large config); reference,
+# production and prefix-cache: estimates from their compiles, not yet run on a GPU.
 declare -A cap=([setup]=120 [engine]=220 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
   [profile-recommend]=150 [serving-instances]=200 [serving-instances-4]=200 [recommend]=200
-  [service-host]=90 [recommend-chain4]=150 [engine-diag]=90 [production]=300 [prefix-cache]=150
+  [service-host]=90 [recommend-chain4]=150 [engine-diag]=90 [production]=300 [prefix-cache]=240
   [reference]=90)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 # bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the

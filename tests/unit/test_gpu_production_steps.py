@@ -13,7 +13,7 @@ import pytest
 
 from bench import bench_prefix_cache, bench_production
 from bench.gpu import measure
-from bench.production_report import summarize
+from bench.production_report import summarize, table
 from harness.gpu_bench.production_tables import (
     prefix_cache_table,
     production_table,
@@ -100,6 +100,14 @@ def test_the_production_benchmark_serves_the_gpu_profile_with_one_candidate_buck
     assert "default_timeout_microseconds: 120000000" in text  # --queue-timeout-s
 
 
+def test_in_process_users_a_call_match_what_the_servers_batcher_can_make():
+    assert bench_production.in_process_batches(1, 64) == (1,)
+    assert bench_production.in_process_batches(16, 8) == (1, 8)  # the CPU profile: as before
+    assert bench_production.in_process_batches(16, 64) == (1, 8, 16)  # the GPU profile's 64
+    assert bench_production.in_process_batches(64, 64) == (1, 8, 64)
+    assert bench_production.in_process_batches(4, 64) == (1, 4)
+
+
 def test_a_gpu_run_cannot_rewrite_the_cpu_table_of_the_docs(capsys):
     with pytest.raises(SystemExit) as stopped:
         bench_production.parse_args(["--device", "gpu", "--docs"])
@@ -141,6 +149,8 @@ def test_on_a_gpu_the_flop_rate_is_set_against_the_best_bfloat16_matmul():
     lines = production_table(results)
     assert "| 16 | grpc | 1,050.0 | 11.0 / 25.0 ms | 1,175.0 | 90% | 29.40 | 4.2% |" in lines
     assert "share of the bfloat16 matmul rate |" in lines[2]
+    results["settings"]["max_batch"] = 64
+    assert "beyond: the best of 1, 8 and up to 64, the server's largest batch)" in table(results)
     assert lines[-1] == (
         "A request is 28.0 GFLOP of matmuls (the prefix 25.4); the best matmul rate of the same "
         "run 700 TFLOP/s (peak); failed requests: 0."
