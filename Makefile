@@ -195,13 +195,14 @@ configs: setup  ## write the model_repository configs, the typed request classes
 # a third finds no idle core.
 # Exit 5 is pytest's "no test selected": a PYTEST_ARGS filter may leave one run empty.
 # PYTEST_ARGS must not hold -m (it would replace the runs' own).
-test: setup  ## ruff check, mypy (typecheck), the `serial` tests alone (the shared builds beside them), then the rest of the suite on TEST_WORKERS workers
+test: setup  ## ruff check, mypy (typecheck), the `serial` tests alone (the shared builds beside both), then the rest of the suite on TEST_WORKERS workers
 	$(RUFF) check .
-	$(MAKE) --no-print-directory typecheck
 	@mkdir -p build
 	@$(PY) -m tests.fixture_builds > build/test-fixture-builds.log 2>&1 & builds=$$!; \
 	trap 'kill $$builds 2>/dev/null; exit 130' INT; trap 'kill $$builds 2>/dev/null; exit 143' TERM; \
-	echo "$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS)  (beside it: $(PY) -m tests.fixture_builds)"; \
+	echo "$(MAKE) typecheck  (beside it and the serial tests: $(PY) -m tests.fixture_builds)"; \
+	$(MAKE) --no-print-directory typecheck || { kill $$builds 2>/dev/null; exit 1; }; \
+	echo "$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS)"; \
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS); serial=$$?; \
 	if wait $$builds; then tail -n 4 build/test-fixture-builds.log; \
 	else echo "warning: a shared build failed (build/test-fixture-builds.log); the tests that need it build it again"; fi; \

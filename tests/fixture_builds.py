@@ -3,12 +3,13 @@ before the tests ask for them.
 
     python -m tests.fixture_builds [NAME ...]
 
-`make test` runs it beside the tests marked `serial`: those run alone because they assert time
-bounds, and keep about one of two cores busy for their couple of minutes. The first build, the
-tiny artifacts, is what they wait for, so it runs at normal priority; the rest at the lowest
-(nice 19), on what the serial tests leave idle, and the parallel run that follows finds them
-made. A build already made is found in a moment; one that fails here is reported and built
-again by the first test that needs it, which then fails with the reason.
+`make test` starts it before mypy (`make typecheck`, one core) and the tests marked `serial`:
+those run alone because they assert time bounds, and keep about one of two cores busy for their
+couple of minutes. The first build, the tiny artifacts, is what they wait for, so it runs at
+normal priority; the rest at the lowest (nice 19), on what mypy and the serial tests leave
+idle, and the parallel run that follows finds them made. A build already made is found in a
+moment; one that fails here is reported and built again by the first test that needs it, which
+then fails with the reason.
 Each build is also a fixture's body (tests/integration/conftest.py and the test files that
 use them): the tests never depend on this command having run.
 """
