@@ -182,6 +182,14 @@ configs: setup  ## write the model_repository configs, the typed request classes
 	$(PY) -m phoenix.ops.profile_docs
 	$(PY) -m phoenix.ops.reference_docs
 
+# `make typecheck`'s commands (said below it). `test` runs them through this variable, not
+# `$(MAKE) typecheck`: make runs a recipe line that names $(MAKE) even under `make -n`, and that
+# line of `test` also starts the fixture builds and pytest.
+TYPECHECK = echo "$(PY) -m mypy"; $(PY) -m mypy || exit 1; \
+	for model in model_repository/*/1/model.py; do \
+		echo "$(PY) -m mypy $$model"; $(PY) -m mypy --no-error-summary $$model || exit 1; \
+	done
+
 # Two runs. First the tests marked `serial` (they assert time bounds) with nothing else at
 # normal priority; they keep about one of the two cores busy, so the suite's shared builds
 # (tests/fixture_builds.py: artifacts, training, programs) are made beside them, all but the
@@ -200,8 +208,8 @@ test: setup  ## ruff check, mypy (typecheck), the `serial` tests alone (the shar
 	@mkdir -p build
 	@$(PY) -m tests.fixture_builds > build/test-fixture-builds.log 2>&1 & builds=$$!; \
 	trap 'kill $$builds 2>/dev/null; exit 130' INT; trap 'kill $$builds 2>/dev/null; exit 143' TERM; \
-	echo "$(MAKE) typecheck  (beside it and the serial tests: $(PY) -m tests.fixture_builds)"; \
-	$(MAKE) --no-print-directory typecheck || { kill $$builds 2>/dev/null; exit 1; }; \
+	echo "make typecheck  (beside it and the serial tests: $(PY) -m tests.fixture_builds)"; \
+	( $(TYPECHECK) ) || { kill $$builds 2>/dev/null; exit 1; }; \
 	echo "$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS)"; \
 	$(PY) -m pytest tests -q -m serial $(PYTEST_ARGS); serial=$$?; \
 	if wait $$builds; then tail -n 4 build/test-fixture-builds.log; \
@@ -227,10 +235,7 @@ test-unit: setup  ## the unit tests only (tests/unit): in process, no server, no
 # model_repository/*/1/model.py on its own (all eight are module `model`: one run can hold one).
 # Its cache (.mypy_cache) makes a second run quick; `make clean` removes it.
 typecheck: setup  ## mypy over the product (the level: docs/serving.md, "Tests")
-	$(PY) -m mypy
-	@for model in model_repository/*/1/model.py; do \
-		echo "$(PY) -m mypy $$model"; $(PY) -m mypy --no-error-summary $$model || exit 1; \
-	done
+	@$(TYPECHECK)
 
 lint: setup  ## ruff check and ruff format --check
 	$(RUFF) check .
