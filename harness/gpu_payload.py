@@ -13,6 +13,8 @@ this machine's venv:
                        libraries, without the bundled libpython)
     wheels/            wheels of the Python packages the machine lacks, at this venv's versions
     perf_analyzer/     the tritonclient 2.51.0 wheel, which alone ships perf_analyzer
+    xrex.tar.xz        with --xrex X_PHOENIX_DIR: X's release, for the xrex step
+                       (harness/xrex_release.py; about 0.4 MiB)
     manifest.json      what is inside, with sizes
 
 The project's own files travel with the working tree, so the payload holds no copy of them.
@@ -34,7 +36,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from harness import REPO_ROOT
+from harness import REPO_ROOT, xrex_release
 from harness.gpu_machine import (
     BUNDLED_LIBS,
     PERF_ANALYZER_DIR,
@@ -260,10 +262,11 @@ def build(
     *,
     also: Sequence[str] = (),
     xz_preset: int = XZ_PRESET,
+    xrex: Path | None = None,
 ) -> int:
     """Build the payload into ``out`` (replaced); return its size in bytes. ``limit_mib``:
     the most it may weigh (None: no limit); ``also``: distributions to carry besides
-    MACHINE_LACKS."""
+    MACHINE_LACKS; ``xrex``: the phoenix/ folder of X's release, packed for the xrex step."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -275,6 +278,9 @@ def build(
     print(f"downloading wheels for Python {python_version}: {' '.join(pins)}", flush=True)
     download_wheels(pins, out / WHEELS_DIR, python_version)
     copy_perf_analyzer_wheel(wheel_cache, out / PERF_ANALYZER_DIR)
+    if xrex is not None:
+        print(f"packing X's release from {xrex}", flush=True)
+        xrex_release.pack(xrex, out / xrex_release.ARCHIVE)
     write_manifest(out, python_version)
     return check_size(out, limit_mib)
 
@@ -295,13 +301,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--tree-limit-mib", type=float, metavar="N", help=tree)
     preset = "xz preset of the server archive: higher is smaller and slower (default: %(default)s)"
     add("--xz-preset", type=int, choices=range(10), default=XZ_PRESET, help=preset)
+    xrex = "the phoenix/ folder of a checkout of X's x-algorithm: its ranker's forward, "
+    xrex += "packed for the xrex step (bench/bench_xrex.py; default: not packed)"
+    add("--xrex", type=Path, metavar="X_PHOENIX_DIR", help=xrex)
     args = parser.parse_args(argv)
     lacking = [name.strip() for name in args.also.split(",") if name.strip()]
     try:
         limit = None if args.tree_limit_mib is None else payload_limit_mib(args.tree_limit_mib)
         size = build(args.out, args.python_version, args.wheel_cache, limit,
-                     also=lacking, xz_preset=args.xz_preset)  # fmt: skip
-    except PayloadError as error:
+                     also=lacking, xz_preset=args.xz_preset, xrex=args.xrex)  # fmt: skip
+    except (PayloadError, xrex_release.ReleaseError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     for path in sorted(args.out.iterdir()):

@@ -5,14 +5,15 @@ usage() {
   cat <<'TEXT'
 usage: bash bench/gpu/lease.sh SECONDS [STEP...]
 
-Runs, in order, the STEPs (default: setup reference production prefix-cache engine recommend
-serving) that have not run yet on this machine, each limited to its own cap and to what is
+Runs, in order, the STEPs (default: setup reference production xrex prefix-cache engine
+recommend serving) that have not run yet on this machine, each limited to its own cap and to what is
 left of SECONDS; a step that would get under 30 s is skipped. Running it again on the same
 machine goes on where the last run stopped (build/gpu-bench/lease/STEP.status marks a step done).
 
   setup      harness.gpu_machine from the payload in .gpu (make gpu-payload)
-  engine retrieval startup serving recommend production prefix-cache reference
-             bench.gpu.measure --steps STEP, results in RESULTS
+  engine retrieval startup serving recommend production prefix-cache reference xrex
+             bench.gpu.measure --steps STEP, results in RESULTS (xrex: skipped unless the
+             payload was built with --xrex X_PHOENIX_DIR)
   engine-large
              bench.gpu.engine_points --configs large (the engine step's second half), in
              RESULTS/engine-large.json
@@ -59,7 +60,7 @@ budget=$1
 shift
 steps=("$@")
 # The figures never measured on a GPU first, then the standing targets measured again.
-[[ ${#steps[@]} -gt 0 ]] || steps=(setup reference production prefix-cache engine recommend serving)
+[[ ${#steps[@]} -gt 0 ]] || steps=(setup reference production xrex prefix-cache engine recommend serving)
 
 state=build/gpu-bench/lease
 results=${RESULTS:-bench/results/gpu}
@@ -74,12 +75,12 @@ reserve=30
 python=${PYTHON:-python3}
 # Each step's own limit in seconds, from runs on an H100 and an H200 (on the H200 the engine
 # step's mini points took the whole 220 s: run engine-large for the large config); reference,
-# production and prefix-cache: estimates from their compiles, not yet run on a GPU.
+# production, prefix-cache and xrex: estimates from their compiles, not yet run on a GPU.
 declare -A cap=([setup]=120 [engine]=220 [retrieval]=90 [startup]=280 [serving]=300
   [topk]=120 [topk-raft]=90 [engine-large]=100 [topk-diag]=90 [profile]=120
   [profile-recommend]=150 [serving-instances]=200 [serving-instances-4]=200 [recommend]=200
   [service-host]=90 [recommend-chain4]=150 [engine-diag]=90 [production]=300 [prefix-cache]=240
-  [reference]=90)
+  [reference]=90 [xrex]=240)
 measure=("$python" -m bench.gpu.measure --results "$results" --no-docs --steps)
 # bench_serving run by hand gets what measure.py gives its steps: no JAX preallocation (the
 # in-process timing shares the GPU with the stubs), the GPU platform, the shared program store.
@@ -111,6 +112,7 @@ declare -A command=(
   [production]="${measure[*]} production"
   [prefix-cache]="${measure[*]} prefix-cache"
   [reference]="${measure[*]} reference"
+  [xrex]="${measure[*]} xrex --payload ${GPU_PAYLOAD:-.gpu}"
   [topk]="$python -m bench.gpu.topk_variants --profile gpu --out $results/topk.json"
   [topk-raft]="$python -m bench.gpu.topk_variants --profile gpu --raft --out $results/topk-raft.json"
   [engine-large]="$python -m bench.gpu.engine_points --profile gpu --configs large --out $results/engine-large.json"

@@ -24,6 +24,9 @@ Steps (sizes in harness/gpu_bench/profiles.py):
   reference  the production ranker's serving passes on this device against X's own outputs
              (tests/data/production, made with X's code; phoenix-check-reference)
                                                                        -> reference.json
+  xrex       X's own forward (from X's release, packed in the payload by --xrex) against ours,
+             same inputs, same device, and X's outputs of tests/data/production re-run here
+             (bench_xrex.py); skipped without the payload's xrex.tar.xz  -> xrex.json
 
 Results go to bench/results/gpu/ (with --cpu: build/gpu-bench/cpu-results/), a summary of the
 run to run.json beside them, and the GPU section of docs/performance.md is rewritten from
@@ -43,10 +46,18 @@ from pathlib import Path
 
 from harness import perf_analyzer
 from harness.gpu_bench import profiles, report
+from harness.xrex_release import ARCHIVE
 from phoenix.util.command_line import command_parser
 
 HERE = Path(__file__).resolve().parent
-STEPS = (*report.STEPS, "recommend", "production", "prefix-cache", "reference")  # a JSON each
+STEPS = (
+    *report.STEPS,
+    "recommend",
+    "production",
+    "prefix-cache",
+    "reference",
+    "xrex",
+)  # a JSON each
 # Each step runs as `python -m <module>` from the checkout's root (no install needed there).
 STEP_MODULES = {
     "engine": "bench.gpu.engine_points",
@@ -57,11 +68,12 @@ STEP_MODULES = {
     "production": "bench.bench_production",
     "prefix-cache": "bench.bench_prefix_cache",
     "reference": "phoenix.ops.check_reference",
+    "xrex": "bench.bench_xrex",
 }
 # X's outputs for small configs of its production ranker, made with X's own code (their README).
 REFERENCE_SETS = profiles.REPO_ROOT / "tests" / "data" / "production"
 # The steps whose JSON names no GPU, driver or command of the run: measure.py adds them.
-STAMPED = ("serving", "recommend", "production", "prefix-cache", "reference")
+STAMPED = ("serving", "recommend", "production", "prefix-cache", "reference", "xrex")
 
 
 def parse_args(argv):
@@ -99,6 +111,12 @@ def parse_args(argv):
         help="compiled-program store of the served models (default: in --build-dir)",
     )
     parser.add_argument("--copy-to", type=Path, help="also copy the result files here")
+    parser.add_argument(
+        "--payload",
+        type=Path,
+        help="the GPU payload, for the xrex step's X release (default: $GPU_PAYLOAD or .gpu; "
+        "with --cpu none: the step is skipped unless this is given)",
+    )
     args = parser.parse_args(argv)
     args.profile = profiles.CPU if args.cpu else profiles.GPU
     args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
@@ -106,6 +124,10 @@ def parse_args(argv):
     if unknown:
         parser.error(f"unknown steps {unknown}; choose from {list(STEPS)}")
     args.build_dir = args.build_dir.resolve()
+    if args.payload is None and not args.cpu:
+        args.payload = Path(os.environ.get("GPU_PAYLOAD", profiles.REPO_ROOT / ".gpu"))
+    if args.payload is not None:
+        args.payload = args.payload.resolve()
     default_results = args.build_dir / "cpu-results" if args.cpu else profiles.RESULTS_GPU
     args.results = (args.results or default_results).resolve()
     if args.no_docs or (args.docs is None and args.cpu):
@@ -168,6 +190,10 @@ def step_command(step: str, args) -> list[str]:
                           *profile.prefix_cache_args]  # fmt: skip
     if step == "reference":
         return command + [str(REFERENCE_SETS), "--json", str(out)]
+    if step == "xrex":
+        return command + ["--payload", str(args.payload), "--device", profile.device,
+                          "--out", str(out), "--work", str(args.build_dir / step),
+                          *profile.xrex_args]  # fmt: skip
     if step == "startup":
         return command + ["--profile", profile.name, "--artifacts", str(args.artifacts),
                           "--cache", str(args.startup_cache), "--build-dir", str(args.build_dir),
@@ -206,8 +232,22 @@ def ensure_production_artifacts(args, env: dict) -> None:
     subprocess.run(command, env=env, cwd=profiles.REPO_ROOT, check=True)
 
 
+def skipped(step: str, args) -> str:
+    """Why ``step`` cannot run here ("" when it can)."""
+    if step == "xrex" and args.payload is None:
+        return "no --payload (a CPU run takes X's release from one only when told to)"
+    if step == "xrex" and not (args.payload / ARCHIVE).is_file():
+        return (f"no {args.payload / ARCHIVE}: X's release travels in the payload when it is "
+                "built with --xrex X_PHOENIX_DIR (docs/gpu.md)")  # fmt: skip
+    return ""
+
+
 def run_step(step: str, args, env: dict) -> dict:
     print(f"== {step}", flush=True)
+    reason = skipped(step, args)
+    if reason:
+        print(f"== {step}: skipped, {reason}", flush=True)
+        return {"exit_code": 0, "seconds": 0.0, "skipped": reason}
     started = time.monotonic()
     done = subprocess.run(step_command(step, args), env=env, cwd=profiles.REPO_ROOT)
     seconds = time.monotonic() - started
@@ -249,7 +289,7 @@ def main(argv=None) -> int:
     for step in args.steps:
         step_started = time.time()
         run["steps"][step] = run_step(step, args, env)
-        if step in STAMPED:
+        if step in STAMPED and not run["steps"][step].get("skipped"):
             command = step_command(step, args)
             stamp_serving(args.results / f"{step}.json", command, step_started, args.profile.name)
     run["seconds"] = round(time.monotonic() - started, 1)

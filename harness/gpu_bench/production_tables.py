@@ -1,6 +1,7 @@
-"""The GPU section's tables of X's production ranker served (bench/bench_production.py, the
-``production`` step) and of the prefix cache (bench/bench_prefix_cache.py, ``prefix-cache``),
-from their JSON. Pure text: report.py renders them with the other suites."""
+"""The GPU section's tables of X's production ranker: served (bench/bench_production.py, the
+``production`` step), its prefix cache (bench/bench_prefix_cache.py, ``prefix-cache``), X's
+outputs reproduced (``reference``) and X's own forward beside ours (bench/bench_xrex.py,
+``xrex``), from their JSON. Pure text: report.py renders them with the other suites."""
 
 from __future__ import annotations
 
@@ -133,4 +134,44 @@ def reference_table(result: Optional[dict]) -> list[str]:
             f"{log_probs['max']:.4f} / {log_probs['mean']:.5f}", f"{continuous['max']:.4f}",
             "yes" if found["ok"] else "**no**",
         ))  # fmt: skip
+    return lines
+
+
+def xrex_table(result: Optional[dict]) -> list[str]:
+    """X's own forward against ours on the device: time per call and agreement, by batch."""
+    title = "**X's own forward against ours, same device, same inputs**"
+    what = (
+        "`bench/bench_xrex.py --payload .gpu --device gpu`: X's jitted forward from its "
+        "release (its serving kernel) and the production ranker's serving forward, each "
+        "call's inputs from the host and outputs back, median ms; ours against X's outputs "
+        "within log-probs max 0.08 and mean 0.005"
+    )
+    if result is None:
+        return [f"{title} ({what}): *{NOT_MEASURED}*."]
+    settings, x = result["settings"], result["x"]
+    lines = [
+        f"{title} ({what}; {settings['model']}, history {settings['history']:,} x "
+        f"{settings['candidates']} candidates, X on JAX {x['jax']}, its kernel: {x['kernel']}): "
+        f"{stamp(result)}.",
+        "",
+        *head("batch", "X ms", "ours ms", "X / ours", "log-probs, max / mean abs. difference",
+              "past the limit (bfloat16 steps)", "within"),
+    ]  # fmt: skip
+    for found in result["rows"]:
+        ours = found["ours"]
+        log_probs = next(d for d in ours["differences"] if d["output"] == "log_probs")
+        steps = ours["steps_over_limit"]["log_probs"]
+        lines.append(row(
+            found["batch"], f"{found['x']['median_ms']:.2f}", f"{ours['median_ms']:.2f}",
+            f"{found['x_over_ours']:.2f}x", f"{log_probs['max']:.4f} / {log_probs['mean']:.5f}",
+            f"{log_probs['over']} ({steps:g})" if log_probs["over"] else "0",
+            "yes" if ours["ok"] else "**no**",
+        ))  # fmt: skip
+    replay = result["replay"]
+    drift = {d["output"]: d for d in replay["x_here_against_stored"]}["log_probs"]
+    lines += ["", (
+        f"X's own code re-run here on `{Path(replay['set']).name}` (made by X's code on a CPU "
+        f"under its pinned JAX 0.8.1) against the outputs stored: log-probs max "
+        f"{drift['max']:.4f}, mean {drift['mean']:.5f}."
+    )]  # fmt: skip
     return lines

@@ -50,6 +50,8 @@ class Profile:
     production_preset: str = "nano"
     production_args: list[str] = field(default_factory=list)
     prefix_cache_args: list[str] = field(default_factory=list)
+    # The xrex step: X's own forward beside ours (bench/bench_xrex.py), from the payload.
+    xrex_args: list[str] = field(default_factory=list)
 
 
 GPU = Profile(
@@ -81,6 +83,8 @@ GPU = Profile(
     ).split(),
     # Locust's paged users measure the served cache on the CPU profile's server: left out.
     prefix_cache_args=["--skip-paged"],
+    # The nano at 1,022 x 64, batches of 1, 8 and 64 (the served ranker's buckets).
+    xrex_args="--batches 1,8,64 --repeats 20".split(),
 )
 
 CPU = Profile(
@@ -112,6 +116,8 @@ CPU = Profile(
     ).split(),
     # X's production ranker at nano is minutes of a small CPU: make bench-prefix-cache has it.
     prefix_cache_args="--quick --skip-paged --skip-production --rounds 1 --calls 2".split(),
+    # X's kernel runs interpreted on a CPU: the small model of tests/data/production.
+    xrex_args="--small --history 254 --candidates 16 --batches 1 --repeats 2".split(),
 )
 
 PROFILES = {p.name: p for p in (GPU, CPU)}

@@ -25,6 +25,7 @@ from harness.gpu_bench.production_tables import (
     prefix_cache_table,
     production_table,
     reference_table,
+    xrex_table,
 )
 from harness.serving_rows import best, ratio, served_rows
 from phoenix.util.command_line import command_parser
@@ -46,6 +47,7 @@ FILES = {
     "production": "production.json",
     "prefix_cache": "prefix-cache.json",
     "reference": "reference.json",
+    "xrex": "xrex.json",
 }
 
 
@@ -356,6 +358,7 @@ def render(results: dict[str, dict]) -> str:
         production_table(results.get("production")),
         prefix_cache_table(results.get("prefix_cache")),
         reference_table(results.get("reference")),
+        xrex_table(results.get("xrex")),
     ]
     return "\n\n".join("\n".join(lines) for lines in parts if lines)
 

@@ -54,9 +54,17 @@ def test_every_step_succeeds(cpu_run):
     assert run["profile"] == "cpu"
     assert list(run["steps"]) == [
         "engine", "retrieval", "startup", "serving", "recommend", "production", "prefix-cache",
-        "reference",
+        "reference", "xrex",
     ]  # fmt: skip
     assert all(step["exit_code"] == 0 for step in run["steps"].values()), run
+
+
+def test_x_own_forward_is_skipped_without_a_payload(cpu_run):
+    """X's release comes only from a payload built with --xrex; a CPU run is given none."""
+    results = cpu_run[1]
+    step = read(results, "run")["steps"]["xrex"]
+    assert step["skipped"].startswith("no --payload"), step
+    assert not (results / "xrex.json").exists()
 
 
 def test_engine_matches_the_original_at_every_point(cpu_run):
