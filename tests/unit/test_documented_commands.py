@@ -112,6 +112,7 @@ SUITE = (
 )
 GPU = "needs a GPU machine (docs/gpu.md); `bash bench/gpu/run.sh --cpu` runs the same steps here"
 BENCH = "a benchmark of minutes: what it measured, and how, is in its doc"
+XREX = "needs a checkout of X's x-algorithm"
 CHECK_REFERENCE = (UNIT + "test_check_reference.py::test_command_passes_on_x_small_references",)
 XAI_CHECKPOINT = (UNIT + "test_xai_checkpoint.py::test_the_command_lists_a_good_checkpoint",)
 STORE_RESTART = (
@@ -264,6 +265,13 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
         "it rewrites docs/performance.md: a copy of it is rewritten",
     ),
     "python -m harness.gpu_bench.report --check": Ran(GPU_CHECK),
+    # docs/gpu.md, "X's own forward": X's release is the user's checkout, never in this repository
+    "python -m harness.xrex_release X_PHOENIX_DIR --out build/xrex/xrex.tar.xz": Help(
+        LONG, XREX + "; tests/unit/test_xrex_harness.py packs a release-shaped tree through it"
+    ),
+    "python -m bench.bench_xrex --payload build/xrex --x-python X_PYTHON --small --history 254 --candidates 16 --batches 1,4": Help(
+        LONG, XREX + " and a Python with X's dependencies; docs/gpu.md gives what it measured"
+    ),
     # docs/loop.md
     "make loop": Ran(
         LOOP,

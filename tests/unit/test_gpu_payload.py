@@ -116,12 +116,13 @@ def test_the_command_line_carries_more_wheels_and_a_limit_only_when_asked(tmp_pa
 
     monkeypatch.setattr(payload, "build", fake_build)
     assert payload.main(["--out", str(tmp_path / "a")]) == 0
-    assert built == {"limit": None, "also": [], "xz_preset": payload.XZ_PRESET}
+    assert built == {"limit": None, "also": [], "xz_preset": payload.XZ_PRESET, "xrex": None}
     argv = ["--out", str(tmp_path / "b"), "--also", "einops, toolz", "--tree-limit-mib", "64",
-            "--xz-preset", "9"]  # fmt: skip
+            "--xz-preset", "9", "--xrex", str(tmp_path / "x-algorithm" / "phoenix")]  # fmt: skip
     assert payload.main(argv) == 0
     assert built["also"] == ["einops", "toolz"] and built["xz_preset"] == 9
     assert built["limit"] == payload.payload_limit_mib(64)
+    assert built["xrex"] == tmp_path / "x-algorithm" / "phoenix"
 
 
 def test_machine_has_names_are_whole_distribution_names():

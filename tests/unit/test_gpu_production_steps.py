@@ -33,7 +33,7 @@ def parameter(config_text: str, key: str) -> str:
 def test_both_profiles_run_every_step_unless_told_which():
     assert measure.parse_args([]).steps == list(measure.STEPS)
     assert measure.parse_args(["--cpu"]).steps == list(measure.STEPS)
-    assert measure.STEPS[-3:] == ("production", "prefix-cache", "reference")
+    assert measure.STEPS[-4:] == ("production", "prefix-cache", "reference", "xrex")
     named = measure.parse_args(["--cpu", "--steps", "production,prefix-cache"]).steps
     assert named == ["production", "prefix-cache"]
 

@@ -44,6 +44,8 @@ HELP = [
     ("make bench-prefix-cache BENCH_ARGS=--help", "usage: "),
     ("make bench-production BENCH_ARGS=--help", "usage: "),
     ("PYTHONPATH=$PWD .venv/bin/python -m bench.bench_store_persistence --help", "usage: "),
+    ("python -m harness.xrex_release --help", "usage: python -m harness.xrex_release"),
+    ("python -m bench.bench_xrex --help", "usage: python -m bench.bench_xrex"),
 ]
 
 
