@@ -12,7 +12,8 @@ this machine's venv:
                        (tritonserver, the Python backend, the Python 3.12 stub and the bundled
                        libraries, without the bundled libpython)
     wheels/            wheels of the Python packages the machine lacks, at this venv's versions
-    perf_analyzer/     the tritonclient 2.51.0 wheel, which alone ships perf_analyzer
+    perf_analyzer/     the tritonclient 2.51.0 wheel, which alone ships perf_analyzer, cut
+                       to that binary
     xrex.tar.xz        with --xrex X_PHOENIX_DIR: X's release, for the xrex step
                        (harness/xrex_release.py; about 0.4 MiB)
     manifest.json      what is inside, with sizes
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -46,6 +48,7 @@ from harness.gpu_machine import (
     WHEELS_DIR,
     site_packages,
 )
+from harness.perf_analyzer import MEMBER_SUFFIX
 from phoenix.util.command_line import command_parser
 
 MARGIN_MIB = 1  # under --tree-limit-mib: for results committed between the build and the copy
@@ -198,12 +201,22 @@ def download_wheels(pins: Sequence[str], dest: Path, python_version: str) -> lis
 
 
 def copy_perf_analyzer_wheel(source_dir: Path, dest: Path) -> Path:
-    """The tritonclient 2.51.0 wheel that `make setup` downloaded into ``source_dir``."""
+    """The tritonclient 2.51.0 wheel that `make setup` downloaded into ``source_dir``, cut to
+    its `perf_analyzer` (what gpu_machine.py takes out of it): the wheel also holds the same
+    20 MB binary as `perf_client` and the client library, which the payload's newer
+    tritonclient wheel provides. 13.3 MiB become 6.6."""
     found = sorted(source_dir.glob(PERF_ANALYZER_WHEEL))
     if not found:
         raise PayloadError(f"no {PERF_ANALYZER_WHEEL} in {source_dir}: run `make setup` first")
     dest.mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copy2(found[-1], dest / found[-1].name))
+    cut = dest / found[-1].name
+    with zipfile.ZipFile(found[-1]) as wheel, zipfile.ZipFile(cut, "w") as kept:
+        members = [info for info in wheel.infolist() if info.filename.endswith(MEMBER_SUFFIX)]
+        if not members:
+            raise PayloadError(f"{found[-1]} holds no perf_analyzer ({MEMBER_SUFFIX})")
+        for info in members:
+            kept.writestr(info, wheel.read(info), compress_type=zipfile.ZIP_DEFLATED)
+    return cut
 
 
 def folder_size(folder: Path) -> int:

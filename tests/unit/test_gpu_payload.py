@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,23 @@ def test_machine_has_names_are_whole_distribution_names():
 def test_perf_analyzer_wheel_is_taken_from_the_setup_cache(tmp_path):
     with pytest.raises(payload.PayloadError, match="make setup"):
         payload.copy_perf_analyzer_wheel(tmp_path, tmp_path / "out")
+
+
+def test_the_carried_wheel_holds_perf_analyzer_alone_and_gives_it_back(tmp_path):
+    """The wheel's duplicate perf_client and client library stay behind; the machine's set-up
+    takes the same binary out of what is carried."""
+    source = tmp_path / "cache"
+    source.mkdir()
+    with zipfile.ZipFile(source / "tritonclient-2.51.0-py3-none-manylinux1_x86_64.whl", "w") as w:
+        w.writestr("tritonclient-2.51.0.data/data/bin/perf_analyzer", b"\x7fELF analyzer")
+        w.writestr("tritonclient-2.51.0.data/data/bin/perf_client", b"\x7fELF analyzer")
+        w.writestr("tritonclient-2.51.0.data/purelib/tritonclient/__init__.py", "")
+    carried = payload.copy_perf_analyzer_wheel(source, tmp_path / "payload")
+    assert zipfile.ZipFile(carried).namelist() == [
+        "tritonclient-2.51.0.data/data/bin/perf_analyzer"
+    ]
+    binary = machine.install_perf_analyzer(carried.parent, tmp_path / "bin" / "perf_analyzer")
+    assert binary.read_bytes() == b"\x7fELF analyzer" and os.access(binary, os.X_OK)
 
 
 def test_machine_links_perf_analyzers_libraries_to_pytritons_copies(tmp_path):
