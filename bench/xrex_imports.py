@@ -130,15 +130,33 @@ def prepare_release(release: Path, site: Path) -> StubFinder:
 
 
 def restore_pallas_names() -> None:
-    """``pl.load`` / ``pl.store`` (X's kernels call them) left ``jax.experimental.pallas``
-    after X's pinned JAX 0.8.1; the primitives behind them, with the same signatures, are
-    still in JAX's Pallas package: put them back under the names X uses."""
+    """``pl.load(ref, idx, ...)`` / ``pl.store(ref, idx, val, ...)``, which X's kernels call,
+    left ``jax.experimental.pallas`` after X's pinned JAX 0.8.1: put them back under those
+    names, JAX's own Pallas primitives where they still are (same signatures), else the
+    Triton ones over ``ref.at[idx]`` (their newer form)."""
     import jax.experimental.pallas as pl
-    from jax._src.pallas import primitives
 
-    for name in ("load", "store"):
+    try:
+        from jax._src.pallas.primitives import load, store
+    except ImportError:
+        load, store = indexed_through_at()
+    for name, primitive in (("load", load), ("store", store)):
         if not hasattr(pl, name):
-            setattr(pl, name, getattr(primitives, name))
+            setattr(pl, name, primitive)
+
+
+def indexed_through_at():
+    """``load(ref, idx, ...)`` and ``store(ref, idx, val, ...)`` over the Triton forms that
+    take the indexing on the ref (``ref.at[idx]``)."""
+    from jax.experimental.pallas import triton as plt
+
+    def load(ref, idx=None, **options):
+        return plt.load(ref if idx is None else ref.at[idx], **options)
+
+    def store(ref, idx, val, **options):
+        return plt.store(ref if idx is None else ref.at[idx], val, **options)
+
+    return load, store
 
 
 def skip_training_patches() -> None:

@@ -212,3 +212,24 @@ def test_the_table_shows_time_agreement_and_xs_own_drift():
         xrex_table(xrex_result(ok=True))
     )
     assert xrex_table(None)[0].endswith("*not yet measured*.")
+
+
+def test_the_ref_at_forms_of_load_and_store_index_as_xs_kernels_expect():
+    """The fallback for a JAX without the old primitives, in Pallas interpret mode: a slice
+    read at an offset and written at another, as ``pl.load(ref, idx)`` / ``pl.store``."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from bench.xrex_imports import indexed_through_at
+
+    load, store = indexed_through_at()
+
+    def kernel(x_ref, o_ref):
+        store(o_ref, (pl.dslice(0, 4),), load(x_ref, (pl.dslice(2, 4),)) * 2)
+        store(o_ref, (pl.dslice(4, 4),), load(x_ref, (pl.dslice(0, 4),)))
+
+    x = jnp.arange(8, dtype=jnp.float32)
+    out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32),
+                         interpret=True)(x)  # fmt: skip
+    assert out.tolist() == [4, 6, 8, 10, 0, 1, 2, 3]
