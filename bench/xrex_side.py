@@ -235,6 +235,14 @@ def make_mesh():
     return jax.sharding.Mesh(devices, parallel.mesh_axis_names())
 
 
+def mesh_context(mesh):
+    """The mesh as X's runner enters it (``with mesh:``), in the form the JAX here takes:
+    ``jax.set_mesh`` where it exists (``with mesh:`` is deprecated from JAX 0.10 on)."""
+    import jax
+
+    return jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else mesh
+
+
 class XForward:
     """X's model for one config: its forward program, mesh and merged-row layout."""
 
@@ -259,7 +267,7 @@ class XForward:
         import jax.numpy as jnp
 
         merged = jnp.zeros((1, self.rows, self.model_config.emb_table_width), jnp.bfloat16)
-        with self.mesh:
+        with mesh_context(self.mesh):
             params = self.program.init(
                 jax.random.PRNGKey(seed), self.dataset.example_data(1), merged
             )
@@ -270,7 +278,7 @@ class XForward:
         import jax
 
         apply_rng = jax.random.PRNGKey(0)  # X's layer stack asks for an rng at apply time
-        with self.mesh:
+        with mesh_context(self.mesh):
             started = time.perf_counter()
             compiled = jax.jit(self.program.apply).lower(params, apply_rng, batch, merged).compile()
             compile_s = time.perf_counter() - started
