@@ -4,21 +4,27 @@ own) writes one reference set per batch size with its timings; ours (``Productio
 the engine's serving forward) then ranks each set's inputs, timed the same way, and its
 outputs are compared with X's there (``phoenix.production.reference.compare``).
 
-    python -m bench.bench_xrex --release X_PHOENIX_DIR --site SITE      # a checkout of X's
-    python -m bench.bench_xrex --payload .gpu --device gpu              # the GPU payload's
+    python -m bench.bench_xrex --payload .gpu --device gpu      # the nano, batches 1 and 8
+    python -m bench.bench_xrex --payload build/xrex --x-python X_PYTHON --small
 
-Also replayed: the shipped reference set ``tests/data/production/small_serving`` (made with
-X's code on a CPU under its pinned JAX 0.8.1), X's forward re-run here on its inputs and
-parameters against the outputs stored: how far X's own code moves on this device and JAX.
+``--payload`` is a folder holding ``xrex.tar.xz`` (``python -m harness.xrex_release``, or the
+GPU payload built with ``--xrex``). Also replayed: the shipped reference set
+``tests/data/production/small_serving`` (made with X's code on a CPU under its pinned JAX
+0.8.1), X's forward re-run here on its inputs and parameters against the outputs stored: how
+far X's own code moves on this device and JAX.
 
 Each call of either forward takes its inputs from the host and returns its outputs to it
 (``jax.device_get``), as serving does. On a CPU, X's Pallas kernel runs in interpret mode
 (Pallas has no other there): a CPU run checks the harness and the agreement, not X's speed.
+
+Imports: harness, phoenix, and bench.bench_production's device check; jax in main().
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -40,55 +46,51 @@ from phoenix.util.machine_paths import portable_text
 SIDE = "bench.xrex_side"  # run with the checkout as the working folder
 REPLAYED = REPO_ROOT / "tests" / "data" / "production" / "small_serving.npz"
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "xrex.json"
+NANO_SHAPE = (1022, 64)  # history x candidates, as X's serving benchmark runs the nano
+# JAX_PLATFORMS of X's side: its JAX must find the device ours runs on, not fall back.
+PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 
 
 def parse_args(argv: Optional[Sequence[str]]):
     parser = command_parser("python -m bench.bench_xrex", __doc__)
     add = parser.add_argument
-    add("--release", type=Path, help="the phoenix/ folder of X's release")
-    add("--site", type=Path, help="the folder holding the xai_proto generated from its protos")
-    add(
-        "--payload",
-        type=Path,
-        help=f"a GPU payload built with --xrex: its {ARCHIVE} instead of --release/--site",
-    )
-    add(
-        "--x-python",
-        default=sys.executable,
+    add("--payload", type=Path, default=REPO_ROOT / ".gpu",
+        help=f"a folder holding {ARCHIVE}, X's release (default: .gpu)")  # fmt: skip
+    add("--x-python", default=sys.executable,
         help="the Python that runs X's side: one with X's dependencies, X's own venv for "
-        "its pinned JAX (default: this one)",
-    )
+        "its pinned JAX (default: this one)")  # fmt: skip
     add("--device", choices=("cpu", "gpu"), default="cpu", help="(default: %(default)s)")
     add("--batches", default="1,8", help="comma-separated batch sizes (default: %(default)s)")
-    add("--history", type=int, default=1022, help="(default: %(default)s)")
-    add("--candidates", type=int, default=64, help="(default: %(default)s)")
-    add(
-        "--small",
-        action="store_true",
-        help="the small model of tests/data/production instead of nano (a CPU check in seconds)",
-    )
-    add(
-        "--repeats",
-        type=int,
-        default=20,
-        help="timed calls a batch, each side (default: %(default)s)",
-    )
+    add("--history", type=int, help=f"(default: {NANO_SHAPE[0]})")
+    add("--candidates", type=int, help=f"(default: {NANO_SHAPE[1]})")
+    add("--small", action="store_true",
+        help=f"the model, overrides and shapes of {REPLAYED.with_suffix('.json').name} in "
+        "tests/data/production instead of the nano (a CPU check in seconds)")  # fmt: skip
+    add("--repeats", type=int, default=20,
+        help="timed calls a batch, each side (default: %(default)s)")  # fmt: skip
     add_work_and_out(parser, REPO_ROOT / "build" / "bench-xrex", DEFAULT_OUT)
     args = parser.parse_args(argv)
-    if args.payload is None and (args.release is None or args.site is None):
-        parser.error("give --release and --site, or --payload")
     try:
         args.batch_sizes = [int(part) for part in args.batches.split(",")]
     except ValueError:
         parser.error(f"--batches: comma-separated whole numbers, got {args.batches!r}")
     if not args.batch_sizes or min(args.batch_sizes) < 1 or args.repeats < 1:
         parser.error("--batches and --repeats: 1 or more")
+    if args.small and (args.history or args.candidates):
+        parser.error("--small takes its shapes from its reference set: leave out "
+                     "--history and --candidates")  # fmt: skip
+    if args.small:
+        meta = json.loads(REPLAYED.with_suffix(".json").read_text())
+        args.history, args.candidates = meta["history_seq_len"], meta["candidate_seq_len"]
+    args.history = args.history or NANO_SHAPE[0]
+    args.candidates = args.candidates or NANO_SHAPE[1]
+    # The side runs from the checkout's root: every path absolute before it is handed on.
+    for name in ("payload", "work", "out"):
+        setattr(args, name, getattr(args, name).resolve())
     return args
 
 
 def release_folders(args) -> tuple[Path, Path]:
-    if args.payload is None:
-        return args.release, args.site
     try:
         return unpack(args.payload / ARCHIVE, args.work / "release")
     except ReleaseError as error:
@@ -96,15 +98,23 @@ def release_folders(args) -> tuple[Path, Path]:
 
 
 def run_side(args, release: Path, site: Path, out: Path, extra: Sequence[str]) -> dict:
-    """X's side (bench/xrex_side.py) in a process of its own; its timings.json."""
+    """X's side (bench/xrex_side.py) in a process of its own, on the device ours uses; its
+    timings.json."""
     shutil.rmtree(out, ignore_errors=True)
     paths = ["--release", str(release), "--site", str(site), "--out", str(out)]
     command = [args.x_python, "-m", SIDE, *paths, "--repeats", str(args.repeats), *extra]
+    env = dict(os.environ, JAX_PLATFORMS=PLATFORMS[args.device])
     print(f"== X's forward: {shlex.join(command[1:])}", flush=True)
-    done = subprocess.run(command, cwd=REPO_ROOT)
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env)
+    except OSError as error:
+        raise SystemExit(f"error: --x-python {args.x_python}: cannot run it ({error})") from None
     if done.returncode:
         raise SystemExit(f"error: X's forward failed (exit {done.returncode})")
-    return json.loads((out / "timings.json").read_text())
+    timings = json.loads((out / "timings.json").read_text())
+    if timings["backend"] != args.device:
+        raise SystemExit(f"error: X's side ran on {timings['backend']!r}, not {args.device!r}")
+    return timings
 
 
 def time_ours(ranker, inputs, rows, repeats: int) -> tuple[float, list[float], Any]:
@@ -133,6 +143,7 @@ def ours_against(set_path: Path, repeats: int) -> dict:
     tolerances = Tolerances()
     differences = compare(outputs._asdict(), reference, tolerances)
     return {
+        "tolerances": dataclasses.asdict(tolerances),
         "steps_over_limit": steps_over_limit(outputs._asdict(), reference, tolerances),
         "first_call_s": round(first, 2),
         "ms": [round(s * 1e3, 3) for s in seconds],
@@ -187,13 +198,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     release, site = release_folders(args)
     sets = args.work / "sets"
     shape = ["--history", str(args.history), "--candidates", str(args.candidates)]
-    x_side = run_side(
-        args,
-        release,
-        site,
-        sets,
-        ["--batches", args.batches, *shape, *(["--small"] if args.small else [])],
-    )
+    small = ["--overrides-from", str(REPLAYED.with_suffix(".json"))] if args.small else []
+    x_side = run_side(args, release, site, sets, ["--batches", args.batches, *shape, *small])
     replay_dir = args.work / "replay"
     replayed = run_side(args, release, site, replay_dir, ["--replay", str(REPLAYED)])
     results: dict[str, Any] = {
@@ -208,9 +214,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "candidates": args.candidates,
             "model": "small (tests/data/production)" if args.small else "nano",
             "repeats": args.repeats,
-            "release": shown_path(release),
         },
-        "x": {key: x_side[key] for key in ("device", "backend", "kernel", "jax", "stubbed")},
+        "x": {
+            key: x_side[key]
+            for key in ("device", "backend", "gpu_arch", "kernel", "jax", "stubbed")
+        },
         "rows": [],
     }
     for x_row in x_side["rows"]:

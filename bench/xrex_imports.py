@@ -3,8 +3,9 @@ on ``sys.path``, stubs for what its config and trainer modules import but the fo
 calls, and the shims the JAX here needs where X's code was written against its pinned 0.8.1.
 
 Used by bench/xrex_side.py only, in a process of its own (the stubs and the patched JAX
-internals must not reach a process that runs our ranker). Imports the standard library; jax
-and X's modules inside the functions.
+internals must not reach a process that runs our ranker). Imports the standard library;
+typing_extensions (on Python 3.11), jax and X's modules inside the functions. What this does
+to X's code, and why, is listed in docs/gpu.md ("X's own forward").
 """
 
 from __future__ import annotations
@@ -124,8 +125,16 @@ def prepare_release(release: Path, site: Path) -> StubFinder:
         typing.TypeAliasType = typing_extensions.TypeAliasType  # type: ignore[attr-defined]
     finder = StubFinder(UNUSED_BY_FORWARD)
     sys.meta_path.insert(0, finder)
-    skip_training_patches()
-    restore_pallas_names()
+    for shim in (skip_training_patches, restore_pallas_names):
+        try:
+            shim()
+        except (ImportError, AttributeError, KeyError) as error:
+            import jax
+
+            raise SystemExit(
+                f"error: {shim.__name__}: X's code or JAX {jax.__version__} lacks what it "
+                f"needs ({type(error).__name__}: {error}); see bench/xrex_imports.py"
+            ) from None
     return finder
 
 

@@ -39,17 +39,6 @@ SERVING_OVERRIDES = (
     "use_seqpack=False",
     "right_anchored_rope=True",
 )
-# A model small enough for a CPU in seconds (the shapes of tests/data/production).
-SMALL_OVERRIDES = (
-    "emb_size=32",
-    "num_layers=2",
-    "key_size=64",
-    "num_q_heads=2",
-    "num_kv_heads=1",
-    "emb_table_width=16",
-    "sid_embed_dim=32",
-    "sid_codebook_size=64",
-)
 NOW = 1_755_000_000  # impression time of the candidates (seconds)
 DAY = 86_400
 
@@ -173,14 +162,22 @@ def _none_paths(tree, prefix: str = ""):
 # --- X's forward --------------------------------------------------------------------------
 
 
-def serving_overrides(history: int, candidates: int, small: bool) -> list[str]:
+def serving_overrides(history: int, candidates: int) -> list[str]:
     return [
         *SERVING_OVERRIDES,
         f"history_seq_len={history}",
         f"candidate_seq_len={candidates}",
         f"model_config.model_config.sequence_len={history + candidates + 2}",
-        *(SMALL_OVERRIDES if small else ()),
     ]
+
+
+def overrides_of(set_json: Path, history: int, candidates: int) -> list[str]:
+    """A reference set's overrides (its model and shapes), checked against the shapes asked."""
+    meta = json.loads(set_json.read_text())
+    if (meta["history_seq_len"], meta["candidate_seq_len"]) != (history, candidates):
+        raise SystemExit(f"error: {set_json} is history {meta['history_seq_len']} x "
+                         f"{meta['candidate_seq_len']}, not {history} x {candidates}")  # fmt: skip
+    return list(meta["overrides"])
 
 
 def build_trainer(overrides: list[str]):
@@ -231,7 +228,8 @@ def make_mesh():
     from xrex.train.parallel_config import ParallelConfig
 
     parallel = ParallelConfig(ep=1, dp=1)
-    devices = mesh_utils.create_device_mesh(parallel.mesh_shape())
+    # One device: X's serving mesh is (1, ep=1, dp=1, 1, 1, 1) whatever the machine holds.
+    devices = mesh_utils.create_device_mesh(parallel.mesh_shape(), jax.devices()[:1])
     return jax.sharding.Mesh(devices, parallel.mesh_axis_names())
 
 
@@ -333,12 +331,13 @@ def run_generated(args, x: XForward, params, size: int) -> dict:
     rng = np.random.RandomState(args.input_seed + size)
     batch = x.dataset.example_data(size)
     lengths = request_lengths(size, x.history, x.candidates, rng)
-    codebook = getattr(x.model_config, "sid_codebook_size", 64)
+    codebook = x.model_config.sid_codebook_size
     fill_sequence(batch["history_seq"], lengths[0], True, codebook, rng)
     fill_sequence(batch["candidate_seq"], lengths[1], False, codebook, rng)
     fill_user(batch, rng)
     width = x.model_config.emb_table_width
-    merged = jnp.asarray(rng.standard_normal((size, x.rows, width)) * 0.02, dtype=jnp.bfloat16)
+    # On the host, as X's serving path gathers them and as ours gets them: copied each call.
+    merged = (rng.standard_normal((size, x.rows, width)) * 0.02).astype(jnp.bfloat16)
     timing, outputs = x.run(params, batch, merged, args.repeats)
     name = f"x_b{size}"
     write_set(args.out, name, x, batch, merged, params, outputs, lengths, args.seed)
@@ -364,7 +363,7 @@ def run_replay(args, data_path: Path) -> dict:
             for parent in parents:
                 node = node[parent]
             node[leaf][...] = value
-    merged = jnp.asarray(arrays["in/merged_embeddings_bf16_as_uint16"].view(jnp.bfloat16))
+    merged = arrays["in/merged_embeddings_bf16_as_uint16"].view(jnp.bfloat16)  # on the host
     template = x.init(0)
     with np.load(data_path.with_name(data_path.stem + "_params.npz")) as stored:
         names = list(flatten(template)[0])
@@ -380,6 +379,24 @@ def run_replay(args, data_path: Path) -> dict:
     return {"set": data_path.stem, "batch": size, **timing}
 
 
+def x_gpu_arch() -> str:
+    """The device X's code believes it runs on (it picks its attention kernel by it)."""
+    from xrex.utils.gpu import gpu_arch
+
+    return gpu_arch().name
+
+
+def kernel_name(arch: str, backend: str) -> str:
+    """X's serving attention as its ``PallasRankerAttentionInference`` picks it: the
+    Mosaic GPU kernel (``ranker_attention_fa3``) on an H100, the Triton one
+    (``ranker_attention_v2``) elsewhere; interpreted on a CPU."""
+    if backend == "cpu":
+        return "ranker_attention_v2, Pallas interpret mode"
+    if arch == "H100":
+        return "ranker_attention_fa3, Pallas Mosaic GPU"
+    return "ranker_attention_v2, Pallas Triton"
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m bench.xrex_side",
@@ -390,20 +407,24 @@ def parse_args(argv):
     add("--release", type=Path, required=True, help="the phoenix/ folder of X's release")
     add("--site", type=Path, required=True, help="the folder with the generated xai_proto")
     add("--out", type=Path, required=True, help="where the sets and timings.json go")
-    add("--batches", default="1,8", help="comma-separated batch sizes (default: %(default)s)")
-    add("--history", type=int, default=1022, help="(default: %(default)s)")
-    add("--candidates", type=int, default=64, help="(default: %(default)s)")
-    add("--small", action="store_true", help="the small model of tests/data/production")
+    add("--batches", help="comma-separated batch sizes (all but --replay)")
+    add("--history", type=int, help="history length (all but --replay)")
+    add("--candidates", type=int, help="candidates a request (all but --replay)")
+    add("--overrides-from", type=Path, metavar="SET.json",
+        help="the model of a reference set (its overrides) instead of the nano's")  # fmt: skip
     add(
         "--replay",
         type=Path,
         metavar="SET.npz",
         help="instead: a stored reference set's inputs and parameters, run again",
     )
-    add("--repeats", type=int, default=20, help="timed calls a batch (default: %(default)s)")
+    add("--repeats", type=int, required=True, help="timed calls a batch")
     add("--seed", type=int, default=20260821, help="X's init seed (default: %(default)s)")
     add("--input-seed", type=int, default=7, help="(default: %(default)s)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.replay is None and None in (args.batches, args.history, args.candidates):
+        parser.error("--batches, --history and --candidates, or --replay")
+    return args
 
 
 def main(argv=None) -> int:
@@ -415,7 +436,11 @@ def main(argv=None) -> int:
     if args.replay is not None:
         rows = [run_replay(args, args.replay)]
     else:
-        overrides = serving_overrides(args.history, args.candidates, args.small)
+        overrides = (
+            serving_overrides(args.history, args.candidates)
+            if args.overrides_from is None
+            else overrides_of(args.overrides_from, args.history, args.candidates)
+        )
         x = XForward(overrides, args.history, args.candidates)
         params = x.init(args.seed)
         sizes = [int(part) for part in args.batches.split(",")]
@@ -423,7 +448,8 @@ def main(argv=None) -> int:
     timings = {
         "device": str(jax.devices()[0].device_kind),
         "backend": jax.default_backend(),
-        "kernel": "Pallas interpret mode" if jax.default_backend() == "cpu" else "Pallas, compiled",
+        "gpu_arch": x_gpu_arch(),
+        "kernel": kernel_name(x_gpu_arch(), jax.default_backend()),
         "jax": jax.__version__,
         "stubbed": sorted({name.partition(".")[0] for name in finder.stubbed}),
         "rows": rows,

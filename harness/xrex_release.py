@@ -1,9 +1,9 @@
 """X's release, packed for a machine that runs X's own ranker forward beside ours
 (bench/bench_xrex.py): the parts of its ``phoenix/`` folder the forward imports, and the
-``xai_proto`` package generated from its protos, in one archive. Standard library only
-(``pip`` and ``protoc`` run as commands).
+``xai_proto`` package generated from its protos, in one archive. Imports the standard
+library, ``harness`` and ``phoenix.util.command_line`` (``pip`` and ``protoc`` run as commands).
 
-    python -m harness.xrex_release X_PHOENIX_DIR --out .gpu/xrex.tar.xz
+    python -m harness.xrex_release X_PHOENIX_DIR        # build/xrex/xrex.tar.xz
     make gpu-payload GPU_PAYLOAD_ARGS="--xrex X_PHOENIX_DIR"     # the same, into the payload
 
 ``X_PHOENIX_DIR`` is the ``phoenix/`` folder of a checkout of X's x-algorithm (its August
@@ -12,7 +12,8 @@ from the user's checkout and lies, like the rest of the payload, outside git.
 
 The archive holds ``release/`` (``xrex/``, ``python/common/xai-configlib/src``,
 ``python/common/xai-gimmick/src``, X's NOTICE files) and ``site/xai_proto``. ``unpack``
-lays it out again for ``bench/xrex_side.py --release DIR/release --site DIR/site``.
+lays it out again (every time: an archive rebuilt from another checkout must not meet the
+last one's files) for ``bench/xrex_side.py --release DIR/release --site DIR/site``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ PROTOS = "python/common/xai-proto/proto"
 # load; a newer protoc's code refuses any runtime older than itself, and the GPU machine's
 # protobuf is whatever its image holds.
 GRPC_TOOLS = "grpcio-tools==1.62.3"
-TOOLS_DIR = REPO_ROOT / "build" / "grpc-tools-1.62.3"
+TOOLS_DIR = REPO_ROOT / "build" / GRPC_TOOLS.replace("grpcio-tools==", "grpc-tools-")
 ARCHIVE = "xrex.tar.xz"
 
 
@@ -121,23 +122,22 @@ def no_caches(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 def unpack(archive: Path, dest: Path) -> tuple[Path, Path]:
-    """The archive laid out under ``dest`` (once); returns (release, site)."""
-    release, site = dest / "release", dest / "site"
-    if not (release / "xrex").is_dir() or not (site / "xai_proto").is_dir():
-        if not archive.is_file():
-            raise ReleaseError(f"no {archive}: build the payload with --xrex X_PHOENIX_DIR")
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
-        with tarfile.open(archive) as opened:
-            opened.extractall(dest, filter="data")
-    return release, site
+    """The archive laid out under ``dest`` (replaced); returns (release, site)."""
+    if not archive.is_file():
+        raise ReleaseError(f"no {archive}: build it with python -m harness.xrex_release "
+                           "X_PHOENIX_DIR, or the payload with --xrex X_PHOENIX_DIR")  # fmt: skip
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    with tarfile.open(archive) as opened:
+        opened.extractall(dest, filter="data")
+    return dest / "release", dest / "site"
 
 
 def main(argv=None) -> int:
     parser = command_parser("python -m harness.xrex_release", __doc__)
     parser.add_argument("release", type=Path, help="the phoenix/ folder of X's release")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu" / ARCHIVE,
-                        help="(default: .gpu/xrex.tar.xz)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "xrex" / ARCHIVE,
+                        help="(default: build/xrex/xrex.tar.xz)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         size = pack(args.release, args.out)

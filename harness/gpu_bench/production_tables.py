@@ -144,13 +144,15 @@ def xrex_table(result: Optional[dict]) -> list[str]:
         "`bench/bench_xrex.py --payload .gpu --device gpu`: X's jitted forward from its "
         "release (its serving kernel) and the production ranker's serving forward, each "
         "call's inputs from the host and outputs back, median ms; ours against X's outputs "
-        "within log-probs max 0.08 and mean 0.005"
+        "within the reference tolerances"
     )
     if result is None:
         return [f"{title} ({what}): *{NOT_MEASURED}*."]
     settings, x = result["settings"], result["x"]
+    limits = {d["output"]: d["limit"] for d in result["rows"][0]["ours"]["differences"]}
     lines = [
-        f"{title} ({what}; {settings['model']}, history {settings['history']:,} x "
+        f"{title} ({what}: log-probs {limits['log_probs']}, continuous "
+        f"{limits['continuous']}; {settings['model']}, history {settings['history']:,} x "
         f"{settings['candidates']} candidates, X on JAX {x['jax']}, its kernel: {x['kernel']}): "
         f"{stamp(result)}.",
         "",

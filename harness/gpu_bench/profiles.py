@@ -117,7 +117,7 @@ CPU = Profile(
     # X's production ranker at nano is minutes of a small CPU: make bench-prefix-cache has it.
     prefix_cache_args="--quick --skip-paged --skip-production --rounds 1 --calls 2".split(),
     # X's kernel runs interpreted on a CPU: the small model of tests/data/production.
-    xrex_args="--small --history 254 --candidates 16 --batches 1 --repeats 2".split(),
+    xrex_args="--small --batches 1 --repeats 2".split(),
 )
 
 PROFILES = {p.name: p for p in (GPU, CPU)}

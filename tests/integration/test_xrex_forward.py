@@ -42,8 +42,8 @@ def run(tmp_path_factory):
     out = tmp / "xrex.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench.bench_xrex", "--payload", str(payload), "--x-python",
-         str(X_PYTHON), "--small", "--history", "254", "--candidates", "16", "--batches", "1,4",
-         "--repeats", "2", "--work", str(tmp / "work"), "--out", str(out)],
+         str(X_PYTHON), "--small", "--batches", "1,4", "--repeats", "2",
+         "--work", str(tmp / "work"), "--out", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

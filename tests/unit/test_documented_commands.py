@@ -266,10 +266,10 @@ COMMANDS: dict[str, Ran | Help | InProcess | NotHere] = {
     ),
     "python -m harness.gpu_bench.report --check": Ran(GPU_CHECK),
     # docs/gpu.md, "X's own forward": X's release is the user's checkout, never in this repository
-    "python -m harness.xrex_release X_PHOENIX_DIR --out build/xrex/xrex.tar.xz": Help(
+    "python -m harness.xrex_release X_PHOENIX_DIR": Help(
         LONG, XREX + "; tests/unit/test_xrex_harness.py packs a release-shaped tree through it"
     ),
-    "python -m bench.bench_xrex --payload build/xrex --x-python X_PYTHON --small --history 254 --candidates 16 --batches 1,4": Help(
+    "python -m bench.bench_xrex --payload build/xrex --x-python X_PYTHON --small --batches 1,4": Help(
         LONG, XREX + " and a Python with X's dependencies; docs/gpu.md gives what it measured"
     ),
     # docs/loop.md

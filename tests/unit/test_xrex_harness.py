@@ -113,8 +113,12 @@ def test_the_release_packs_and_lays_out_again_with_relative_proto_imports(tmp_pa
     )
     grpc_lines = (generated / "recsys_pb2_grpc.py").read_text().splitlines()
     assert grpc_lines == ["import grpc", "from . import recsys_pb2 as m"]
-    archive.unlink()  # laid out already: not read again
+    (release / "xrex/models/model.py").write_text("WIDTH = 8\n")  # another checkout's
+    xrex_release.pack(release, archive, tmp_path / "tools")
+    (laid_out / "xrex/models/stale.py").write_text("")
     assert xrex_release.unpack(archive, tmp_path / "out") == (laid_out, site)
+    assert (laid_out / "xrex/models/model.py").read_text() == "WIDTH = 8\n"
+    assert not (laid_out / "xrex/models/stale.py").exists()  # laid out anew, not over
 
 
 def test_a_folder_that_is_not_xs_release_is_refused_by_name(tmp_path):
@@ -124,18 +128,21 @@ def test_a_folder_that_is_not_xs_release_is_refused_by_name(tmp_path):
     assert xrex_release.main([str(tmp_path), "--out", str(tmp_path / "x.tar.xz")]) == 1
 
 
-def test_a_missing_archive_says_how_to_make_one(tmp_path):
-    with pytest.raises(xrex_release.ReleaseError, match="--xrex X_PHOENIX_DIR"):
+def test_a_missing_archive_says_how_to_make_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # what --device cpu would set
+    with pytest.raises(xrex_release.ReleaseError, match="python -m harness.xrex_release"):
         xrex_release.unpack(tmp_path / xrex_release.ARCHIVE, tmp_path / "out")
+    with pytest.raises(SystemExit, match="error: no .*xrex.tar.xz"):
+        bench_xrex.main(["--payload", str(tmp_path), "--work", str(tmp_path / "work")])
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        ([], "give --release and --site, or --payload"),
-        (["--release", "r"], "give --release and --site, or --payload"),
-        (["--payload", "p", "--batches", "1,x"], "--batches: comma-separated whole numbers"),
-        (["--payload", "p", "--batches", "0"], "--batches and --repeats: 1 or more"),
+        (["--batches", "1,x"], "--batches: comma-separated whole numbers"),
+        (["--batches", "0"], "--batches and --repeats: 1 or more"),
+        (["--repeats", "0"], "--batches and --repeats: 1 or more"),
+        (["--small", "--history", "100"], "--small takes its shapes from its reference set"),
     ],
 )
 def test_the_benchmark_refuses_incomplete_options(argv, message, capsys):
@@ -143,6 +150,20 @@ def test_the_benchmark_refuses_incomplete_options(argv, message, capsys):
         bench_xrex.parse_args(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_shapes_default_to_the_nano_and_paths_are_made_absolute(monkeypatch, tmp_path):
+    """The side runs from the checkout's root: relative paths must not change meaning."""
+    monkeypatch.chdir(tmp_path)
+    args = bench_xrex.parse_args(["--payload", "p", "--work", "w", "--out", "o.json"])
+    assert (args.history, args.candidates) == bench_xrex.NANO_SHAPE
+    assert (args.payload, args.work, args.out) == (
+        tmp_path / "p",
+        tmp_path / "w",
+        tmp_path / "o.json",
+    )
+    small = bench_xrex.parse_args(["--small"])
+    assert (small.history, small.candidates) == (254, 16)  # tests/data/production's
 
 
 def test_values_past_the_limit_are_counted_in_bfloat16_steps():
@@ -178,7 +199,8 @@ def xrex_result(ok: bool) -> dict:
         return {"median_ms": ms}
 
     log_probs = {"output": "log_probs", "max": 0.125 if not ok else 0.06, "mean": 0.0018,
-                 "over": 0 if ok else 3}  # fmt: skip
+                 "over": 0 if ok else 3, "limit": "max <= 0.08, mean <= 0.005"}  # fmt: skip
+    continuous = {"output": "continuous", "limit": "max <= 0.1 or 2 bfloat16 steps"}
     return {
         "settings": {"model": "nano", "history": 1022, "candidates": 64},
         "x": {"jax": "0.11.2", "kernel": "Pallas, compiled"},
@@ -191,7 +213,7 @@ def xrex_result(ok: bool) -> dict:
                 "ours": {
                     "median_ms": 2.0,
                     "ok": ok,
-                    "differences": [log_probs],
+                    "differences": [log_probs, continuous],
                     "steps_over_limit": {"log_probs": 0.0 if ok else 1.0},
                 },
             }
@@ -207,6 +229,7 @@ def test_the_table_shows_time_agreement_and_xs_own_drift():
     text = "\n".join(xrex_table(xrex_result(ok=False)))
     assert "| 8 | 4.00 | 2.00 | 2.00x | 0.1250 / 0.00180 | 3 (1) | **no** |" in text
     assert "X on JAX 0.11.2, its kernel: Pallas, compiled" in text
+    assert "log-probs max <= 0.08, mean <= 0.005, continuous max <= 0.1 or 2 bfloat16" in text
     assert "`small_serving.npz`" in text and "log-probs max 0.1250, mean 0.00900" in text
     assert "| 8 | 4.00 | 2.00 | 2.00x | 0.0600 / 0.00180 | 0 | yes |" in "\n".join(
         xrex_table(xrex_result(ok=True))
