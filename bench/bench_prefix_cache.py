@@ -28,10 +28,8 @@ Run: ``make bench-prefix-cache`` or ``python -m bench.bench_prefix_cache`` (``--
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -43,9 +41,10 @@ import numpy as np
 
 from bench.prefix_cache_production import production_part
 from harness import REPO_ROOT
+from harness.bench_options import prefix_cache_args
 from harness.locust_runs import TOTALS_SUFFIX, read_totals
 from harness.machine import machine
-from harness.results import add_work_and_out, shown_path, write_results
+from harness.results import command_line, shown_path, write_results
 from harness.triton import start_triton
 from phoenix.artifacts import generate
 from phoenix.client.client import ranker_inputs
@@ -56,10 +55,7 @@ from phoenix.stub.request_metrics import CACHE_HITS, CACHE_MISSES, METRICS_INTER
 from phoenix.stub.services.common import ServiceSettings, config_parameters
 from phoenix.stub.services.ranker import RankerService, request_batch
 from phoenix.stub.services.resources import PhoenixResources
-from phoenix.util.command_line import command_parser
-from phoenix.util.machine_paths import portable_text
 
-RESULTS = REPO_ROOT / "bench" / "results"
 PAGED = REPO_ROOT / "loadtest" / "paged.py"
 HISTORY = 1022
 CANDIDATES = 64
@@ -67,36 +63,6 @@ CANDIDATES = 64
 # lists: the published mini shapes and the GPU benchmark's large config.
 GEOMETRIES = {"mini": (4, 4, 32), "large": (8, 4, 64)}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = command_parser(
-        "python -m bench.bench_prefix_cache",
-        "Measure the ranker's prefix cache: the engine's throughput on hits and misses at "
-        "history 1,022 x 64 candidates, the bytes a cached user holds, and Locust's paged "
-        "users against a server with the cache and one without.",
-        "Examples:\n  python -m bench.bench_prefix_cache\n"
-        "  python -m bench.bench_prefix_cache --quick --out build/prefix-cache-quick.json\n"
-        "  python -m bench.bench_prefix_cache --skip-paged\n",
-    )
-    add_work_and_out(
-        parser, REPO_ROOT / "build" / "bench-prefix-cache", RESULTS / "prefix-cache.json"
-    )
-    add = parser.add_argument
-    add("--quick", action="store_true", help="fewer rounds, a 20 s paged run per setting")
-    add("--rounds", type=int, default=5, help="timed rounds of the engine (5)")
-    add("--calls", type=int, default=6, help="calls per mode and round, 1 user a call (6)")
-    add("--skip-paged", action="store_true", help="leave the Locust part out")
-    add("--skip-production", action="store_true", help="leave the production ranker out")
-    add("--locust-users", type=int, default=24, help="paged Locust users (24)")
-    add("--skip-one-instance", action="store_true", help="no paged run of one ranker instance")
-    add("--load-seconds", type=int, default=90, help="seconds of Locust per setting (90)")
-    add("--page-interval", default="2,4", help="seconds between pages, LOW,HIGH (2,4)")
-    add("--cache-mib", type=int, default=1024, help="the served cache's budget (1024 MiB)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.calls, args.load_seconds = 2, 3, 20
-    return args
 
 
 # ----------------------------------------------------------------------------------------
@@ -440,7 +406,7 @@ def spawn_rate(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = prefix_cache_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     artifacts = artifacts_at(args.work, HISTORY)
     started = machine()
@@ -462,9 +428,7 @@ def main(argv=None) -> int:
         "what": "the ranker's prefix cache: engine throughput on hits and misses, memory per "
         "cached user, the same for the production nano ranker, Locust's paged users with the "
         "cache on and off",
-        "command": portable_text(
-            shlex.join(["python", "-m", "bench.bench_prefix_cache", *(argv or sys.argv[1:])])
-        ),
+        "command": command_line("bench.bench_prefix_cache", argv),
         "machine": {**started, "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
         "artifacts": shown_path(artifacts),
         "hit_over_miss": point["hit_over_miss"],

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -48,102 +47,28 @@ import numpy as np
 
 from bench import serving_measure as measure
 from bench.flops import production_flops
-from bench.production_report import summarize, table
 from clients.workload import random_users
+from harness import REPO_ROOT
+from harness.bench_options import (
+    DEFAULT_ARTIFACTS,
+    PRODUCTION_DOCS,
+    in_process_batches,
+    production_args,
+    production_repository,
+    served_profile,
+)
 from harness.locust_runs import locust_totals, stats_rows
-from harness.machine import machine
-from harness.results import shown_path
+from harness.machine import machine, require_device
+from harness.production_report import summarize, table
+from harness.results import command_line, shown_path
 from harness.triton import start_triton
 from phoenix.checkpoint import load_config
 from phoenix.client.client import connect, ranker_inputs
 from phoenix.client.inprocess import InProcessModels
-from phoenix.ops import profiles
-from phoenix.ops.configs import write_repository
 from phoenix.schema.contracts import RANKER
-from phoenix.util.command_line import command_parser
 from phoenix.util.doc_blocks import with_block
-from phoenix.util.machine_paths import portable_text
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results"
-DOCS = REPO_ROOT / "docs" / "production.md"
-DEFAULT_ARTIFACTS = REPO_ROOT / "build" / "production-nano"
 TABLE_START, TABLE_END = "<!-- production-serving:start -->", "<!-- production-serving:end -->"
-IN_PROCESS_BATCH = measure.IN_PROCESS_BATCH
-
-
-def parse_args(argv: Optional[Sequence[str]]):
-    parser = command_parser("python -m bench.bench_production", __doc__)
-    add = parser.add_argument
-    add("--artifacts", type=Path, default=DEFAULT_ARTIFACTS,
-        help="a production-family artifact directory; build/production-nano is generated when "
-        "absent (default: %(default)s)")  # fmt: skip
-    add("--concurrency", type=lambda t: [int(v) for v in t.split(",") if v.strip()],
-        help="concurrency levels (default: 1,16)")  # fmt: skip
-    add("--protocols", default="grpc",
-        help="comma-separated, from http,grpc (default: %(default)s)")  # fmt: skip
-    add("--users", type=int, default=16, help="distinct users cycled through (default: 16)")
-    add("--candidates", type=int, default=0,
-        help="candidates per request (default: the ranker's candidate_seq_len)")  # fmt: skip
-    add("--seed", type=int, default=0, help="seed of the users (default: 0)")
-    add("--window-requests", type=int,
-        help="requests per perf_analyzer window (default: 40; quick: 24)")  # fmt: skip
-    add("--quick", action="store_true", help="c=1,16 and short windows and timings")
-    add("--rounds", type=int, default=3,
-        help="rounds of (in process, then served), each ratio taken within its round: the load "
-        "of other work on a shared machine drifts over minutes (default: %(default)s)")  # fmt: skip
-    add("--locust-seconds", type=float, default=60.0,
-        help="then a headless Locust run (loadtest/locustfile.py, HTTP and gRPC users) against "
-        "the same server for this long; 0 skips it (default: %(default)s; quick: 15)")  # fmt: skip
-    add("--locust-users", type=int, default=4, help="Locust's users (default: %(default)s)")
-    add("--out", type=Path, help="the JSON (default: bench/results/production-serving.json)")
-    add("--docs", action="store_true", help=f"rewrite the table of {shown_path(DOCS)}")
-    add("--build-dir", type=Path, default=REPO_ROOT / "build" / "bench-production",
-        help="derived repository, input data, server log (default: %(default)s)")  # fmt: skip
-    add("--device", choices=("cpu", "gpu"), default="cpu",
-        help="the profile served and the device measured on: gpu serves the GPU profile and "
-        "sets the FLOP rate against the bfloat16 matmul rate (default: %(default)s)")  # fmt: skip
-    add("--instances", type=int, default=0,
-        help="ranker instances of the measured server (default: the profile's)")  # fmt: skip
-    add("--queue-timeout-s", type=float, default=120.0,
-        help="the ranker's queue timeout in the measured server: the CPU profile's 5 s refuses "
-        "what waits longer, and 16 nano requests in flight on 2 cores wait more than that "
-        "(default: %(default)s)")  # fmt: skip
-    args = parser.parse_args(argv)
-    args.concurrency = args.concurrency or [1, 16]
-    args.window_requests = args.window_requests or (24 if args.quick else 40)
-    args.protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
-    stem = "production-serving-quick" if args.quick else "production-serving"
-    args.out = args.out or RESULTS / f"{stem}.json"
-    args.timing_s = 4.0 if args.quick else 10.0
-    if args.docs and args.device != "cpu":
-        parser.error(f"--docs rewrites the CPU figures of {shown_path(DOCS)}; a GPU run's go "
-                     "to the GPU section (python -m harness.gpu_bench.report)")  # fmt: skip
-    if args.quick and args.locust_seconds == parser.get_default("locust_seconds"):
-        args.locust_seconds = 15.0
-    return args
-
-
-def served_profile(args) -> profiles.Profile:
-    return profiles.GPU if args.device == "gpu" else profiles.CPU
-
-
-def repository(args) -> Path:
-    """The ``--device`` profile's repository with the ranker's prefix cache off (perf_analyzer
-    cycles through a pool of users: every later request of one would find its prefix), one
-    candidate bucket, the requests' width (the others would only be compiled: minutes of a
-    GPU's start-up), and its queue timeout at ``--queue-timeout-s``."""
-    from dataclasses import replace
-
-    values = {"prefix_cache_mib": 0, "candidate_buckets": (args.candidates,)}
-    deployment = served_profile(args).with_parameters(RANKER.name, values)
-    if args.instances:
-        deployment = deployment.with_instances({RANKER.name: args.instances})
-    ranker = deployment.models[RANKER.name]
-    queue = replace(ranker.queue, timeout_us=int(args.queue_timeout_s * 1e6))
-    models = {**deployment.models, RANKER.name: replace(ranker, queue=queue)}
-    return write_repository(args.build_dir / "model_repository", replace(deployment, models=models))
-
 
 # ----------------------------------------------------------------------------------------
 # The machine's matmul rate
@@ -295,15 +220,6 @@ def served(server, protocol: str, concurrency: int, args, data: Path) -> dict:
     return row
 
 
-def in_process_batches(concurrency: int, max_batch: int) -> tuple[int, ...]:
-    """Users a call in process at a concurrency: one at c=1; beyond, 1, IN_PROCESS_BATCH and
-    the most the server's batcher can put in one call there (``max_batch``: 8 on the CPU
-    profile, 64 on the GPU's), padded to the same buckets as the served side's batches."""
-    if concurrency == 1:
-        return (1,)
-    return tuple(sorted({1, min(IN_PROCESS_BATCH, concurrency), min(max_batch, concurrency)}))
-
-
 def measure_round(models, server, args, requests, data) -> list[dict]:
     """Each point of a round: in process, then served right after (c=1 against one user a
     call; beyond against the best of ``in_process_batches``)."""
@@ -347,23 +263,8 @@ def locust_run(server, args) -> dict:
     return figures
 
 
-def require_device(device: str) -> None:
-    """With ``--device gpu``, JAX of this process on a GPU too (the in-process side), and no
-    preallocation: the server's stubs share the GPU with it. With ``cpu``, JAX on the CPU even
-    on a machine with a GPU (before anything starts a device)."""
-    if device != "gpu":
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        return
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    import jax
-
-    if jax.default_backend() != "gpu":
-        raise SystemExit(f"error: --device gpu needs JAX on a GPU in this process, found "
-                         f"{jax.default_backend()!r} ({jax.devices()})")  # fmt: skip
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+    args = production_args(argv, __doc__)
     require_device(args.device)
     ensure_artifacts(args.artifacts)
     config = load_config(args.artifacts)
@@ -375,14 +276,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ranker = production_config(config)
     args.candidates = args.candidates or ranker.candidate_seq_len
     args.build_dir.mkdir(parents=True, exist_ok=True)
-    served_repository = repository(args)
+    served_repository = production_repository(args)
     ensure_programs(args.artifacts, args.device, served_repository, [RANKER.name])
     requests = make_requests(args, config)
     data = measure.write_input_data(args.build_dir / "ranker.json", requests)
     results: dict[str, Any] = {
-        "command": portable_text(
-            shlex.join(["python", "-m", "bench.bench_production", *(argv or sys.argv[1:])])
-        ),
+        "command": command_line("bench.bench_production", argv),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
         "settings": {
@@ -436,8 +335,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {shown_path(args.out)} ({results['wall_s']:.0f} s)")
     if args.docs:
-        DOCS.write_text(with_block(DOCS.read_text(), TABLE_START, TABLE_END, text, DOCS))
-        print(f"rewrote the table of {shown_path(DOCS)}")
+        docs = PRODUCTION_DOCS
+        docs.write_text(with_block(docs.read_text(), TABLE_START, TABLE_END, text, docs))
+        print(f"rewrote the table of {shown_path(docs)}")
     served_rows = [point["served"] for r in results["rounds"] for point in r]
     errors = results["failed_requests"] or any(row["error"] for row in served_rows)
     errors = errors or (results.get("locust") or {}).get("failures", 0) != 0

@@ -17,17 +17,15 @@ Each call of either forward takes its inputs from the host and returns its outpu
 (``jax.device_get``), as serving does. On a CPU, X's Pallas kernel runs in interpret mode
 (Pallas has no other there): a CPU run checks the harness and the agreement, not X's speed.
 
-Imports: harness, phoenix, and bench.bench_production's device check; jax in main().
+Imports: harness and phoenix; jax in main().
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -35,59 +33,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from bench.bench_production import require_device
 from harness import REPO_ROOT
-from harness.machine import machine
-from harness.results import add_work_and_out, shown_path, write_results
+from harness.bench_options import REPLAYED, xrex_args
+from harness.call_timing import milliseconds, timed_calls
+from harness.machine import machine, require_device
+from harness.results import command_line, shown_path, write_results
 from harness.xrex_release import ARCHIVE, ReleaseError, unpack
-from phoenix.util.command_line import command_parser
-from phoenix.util.machine_paths import portable_text
 
 SIDE = "bench.xrex_side"  # run with the checkout as the working folder
-REPLAYED = REPO_ROOT / "tests" / "data" / "production" / "small_serving.npz"
-DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "xrex.json"
-NANO_SHAPE = (1022, 64)  # history x candidates, as X's serving benchmark runs the nano
 # JAX_PLATFORMS of X's side: its JAX must find the device ours runs on, not fall back.
 PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
-
-
-def parse_args(argv: Optional[Sequence[str]]):
-    parser = command_parser("python -m bench.bench_xrex", __doc__)
-    add = parser.add_argument
-    add("--payload", type=Path, default=REPO_ROOT / ".gpu",
-        help=f"a folder holding {ARCHIVE}, X's release (default: .gpu)")  # fmt: skip
-    add("--x-python", default=sys.executable,
-        help="the Python that runs X's side: one with X's dependencies, X's own venv for "
-        "its pinned JAX (default: this one)")  # fmt: skip
-    add("--device", choices=("cpu", "gpu"), default="cpu", help="(default: %(default)s)")
-    add("--batches", default="1,8", help="comma-separated batch sizes (default: %(default)s)")
-    add("--history", type=int, help=f"(default: {NANO_SHAPE[0]})")
-    add("--candidates", type=int, help=f"(default: {NANO_SHAPE[1]})")
-    add("--small", action="store_true",
-        help=f"the model, overrides and shapes of {REPLAYED.with_suffix('.json').name} in "
-        "tests/data/production instead of the nano (a CPU check in seconds)")  # fmt: skip
-    add("--repeats", type=int, default=20,
-        help="timed calls a batch, each side (default: %(default)s)")  # fmt: skip
-    add_work_and_out(parser, REPO_ROOT / "build" / "bench-xrex", DEFAULT_OUT)
-    args = parser.parse_args(argv)
-    try:
-        args.batch_sizes = [int(part) for part in args.batches.split(",")]
-    except ValueError:
-        parser.error(f"--batches: comma-separated whole numbers, got {args.batches!r}")
-    if not args.batch_sizes or min(args.batch_sizes) < 1 or args.repeats < 1:
-        parser.error("--batches and --repeats: 1 or more")
-    if args.small and (args.history or args.candidates):
-        parser.error("--small takes its shapes from its reference set: leave out "
-                     "--history and --candidates")  # fmt: skip
-    if args.small:
-        meta = json.loads(REPLAYED.with_suffix(".json").read_text())
-        args.history, args.candidates = meta["history_seq_len"], meta["candidate_seq_len"]
-    args.history = args.history or NANO_SHAPE[0]
-    args.candidates = args.candidates or NANO_SHAPE[1]
-    # The side runs from the checkout's root: every path absolute before it is handed on.
-    for name in ("payload", "work", "out"):
-        setattr(args, name, getattr(args, name).resolve())
-    return args
 
 
 def release_folders(args) -> tuple[Path, Path]:
@@ -117,21 +72,6 @@ def run_side(args, release: Path, site: Path, out: Path, extra: Sequence[str]) -
     return timings
 
 
-def time_ours(ranker, inputs, rows, repeats: int) -> tuple[float, list[float], Any]:
-    """Compile (the first call) and ``repeats`` timed calls, outputs fetched each time."""
-    import jax
-
-    started = time.perf_counter()
-    outputs = jax.device_get(ranker.rank(inputs, rows))
-    first = time.perf_counter() - started
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        jax.device_get(ranker.rank(inputs, rows))
-        seconds.append(time.perf_counter() - started)
-    return first, seconds, outputs
-
-
 def ours_against(set_path: Path, repeats: int) -> dict:
     """Our forward on a set X wrote: timed, and compared with X's outputs."""
     from phoenix.engine.production_ranking import ProductionRanker
@@ -139,61 +79,29 @@ def ours_against(set_path: Path, repeats: int) -> dict:
 
     reference = load_set(set_path)
     ranker = ProductionRanker(reference.config, reference.params)
-    first, seconds, outputs = time_ours(ranker, reference.inputs, reference.rows, repeats)
-    tolerances = Tolerances()
-    differences = compare(outputs._asdict(), reference, tolerances)
+    first, seconds, outputs = timed_calls(
+        lambda: ranker.rank(reference.inputs, reference.rows), repeats
+    )
+    differences = compare(outputs._asdict(), reference, Tolerances())
     return {
-        "tolerances": dataclasses.asdict(tolerances),
-        "steps_over_limit": steps_over_limit(outputs._asdict(), reference, tolerances),
         "first_call_s": round(first, 2),
-        "ms": [round(s * 1e3, 3) for s in seconds],
-        "median_ms": round(statistics.median(seconds) * 1e3, 3),
+        **milliseconds(seconds),
         "differences": [d._asdict() for d in differences],
         "ok": all(d.ok for d in differences),
     }
 
 
-def steps_over_limit(ours: dict, reference, tolerances) -> dict[str, float]:
-    """Per checked output, the values past the absolute limit, in bfloat16 steps of X's value
-    (the largest; 0 where none is past): 1 is one rounding apart, however large the value (a
-    step is 0.125 from 16 to 32, over the log-prob limit of 0.08)."""
-    import numpy as np
-
-    from phoenix.production.reference import bfloat16_step
-
-    limits = {"log_probs": tolerances.log_prob_max, "continuous": tolerances.continuous_max}
-    largest = {}
-    for name, limit in limits.items():
-        pairs = [(np.asarray(ours[name])[b, :n], reference.expected[name][b, :n])
-                 for b, n in enumerate(reference.candidate_len)]  # fmt: skip
-        mine = np.concatenate([p[0].ravel() for p in pairs]).astype(np.float64)
-        theirs = np.concatenate([p[1].ravel() for p in pairs]).astype(np.float64)
-        apart = np.abs(mine - theirs)
-        past = apart > limit
-        largest[name] = (
-            float((apart[past] / bfloat16_step(theirs[past])).max()) if past.any() else 0.0
-        )
-    return largest
-
-
 def replay_difference(out: Path) -> list[dict]:
-    """X's outputs re-run here against the ones stored in the replayed set."""
-    import numpy as np
+    """X's outputs re-run here against the ones stored in the replayed set (both sets hold
+    the same inputs; their outputs compared as ours are)."""
+    from phoenix.production.reference import Tolerances, compare, load_set
 
-    here, stored = np.load(out / f"{REPLAYED.stem}.npz"), np.load(REPLAYED)
-    rows = []
-    for name in ("log_probs", "continuous_predictions"):
-        real = [
-            np.abs(here[f"out/{name}"][b, :n] - stored[f"out/{name}"][b, :n])
-            for b, n in enumerate(stored["cand_len"])
-        ]
-        values = np.concatenate([d.ravel() for d in real])
-        rows.append({"output": name, "max": float(values.max()), "mean": float(values.mean())})
-    return rows
+    here, stored = load_set(out / REPLAYED.name), load_set(REPLAYED)
+    return [d._asdict() for d in compare(here.expected, stored, Tolerances())]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+    args = xrex_args(argv, __doc__)
     require_device(args.device)
     release, site = release_folders(args)
     sets = args.work / "sets"
@@ -203,9 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     replay_dir = args.work / "replay"
     replayed = run_side(args, release, site, replay_dir, ["--replay", str(REPLAYED)])
     results: dict[str, Any] = {
-        "command": portable_text(
-            shlex.join(["python", "-m", "bench.bench_xrex", *(argv or sys.argv[1:])])
-        ),
+        "command": command_line("bench.bench_xrex", argv),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
         "settings": {
@@ -244,8 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"batch {row['batch']}: X {row['x']['median_ms']:.2f} ms, ours "
             f"{row['ours']['median_ms']:.2f} ms ({row['x_over_ours']:.2f}x); log-probs "
             f"max {lp['max']:.3g} mean {lp['mean']:.3g} {'ok' if row['ours']['ok'] else 'OVER'}"
-            f" (past the limit: {lp['over']}, {row['ours']['steps_over_limit']['log_probs']:g} "
-            "bfloat16 steps at most)"
+            f" (past the limit: {lp['over']}, {lp['over_steps']:g} bfloat16 steps at most)"
         )
     for diff in results["replay"]["x_here_against_stored"]:
         print(

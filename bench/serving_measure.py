@@ -19,12 +19,10 @@ from typing import Optional
 import numpy as np
 
 from harness import perf_analyzer
-from harness.serving_repository import RECOMMEND_TOP_K, WORKLOADS
+from harness.serving_repository import IN_PROCESS_BATCH, RECOMMEND_TOP_K, WORKLOADS
 from phoenix.client.client import connect, ranker_inputs, recommend_inputs
 from phoenix.client.inprocess import InProcessModels
-from phoenix.schema.contracts import RANKER
 
-IN_PROCESS_BATCH = RANKER.max_batch_size  # the most users the batcher puts in one ranker call
 UNSTABLE = "Failed to obtain stable measurement"
 PERF_ANALYZER_LIMIT_S = 300  # one concurrency level; a stuck run is killed, not waited for
 

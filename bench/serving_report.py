@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from bench.serving_measure import IN_PROCESS_BATCH
+from harness.serving_repository import IN_PROCESS_BATCH
 from harness.serving_rows import best, ratio, served_rows
 from phoenix.util.doc_blocks import with_block
 

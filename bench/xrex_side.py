@@ -3,9 +3,9 @@ the time X's jitted forward takes on this process's device.
 
 bench/bench_xrex.py runs this module in a process of its own, never imports it: X's modules
 go on ``sys.path`` here and what its configs import unused is stubbed here
-(bench/xrex_imports.py), neither of which may reach the process that runs our ranker.
-Imports at the top: the standard library, numpy, bench.xrex_imports; jax, haiku and X's
-modules after ``prepare_release``.
+(harness/xrex_imports.py), neither of which may reach the process that runs our ranker.
+Imports at the top: the standard library, numpy, harness.xrex_imports and
+harness.call_timing; jax, haiku and X's modules after ``prepare_release``.
 
 The forward is the non-packed serving path of X's ``RankingModelRunner``: ``hk.transform``
 of ``model_config.make(...).forward(batch, embeddings)``, jitted, with the serving kernel
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.xrex_imports import prepare_release, use_interpreted_kernels
+from harness.call_timing import milliseconds, timed_calls
+from harness.xrex_imports import prepare_release, use_interpreted_kernels
 
 CONFIG = "home_direct_packed_nano_offline_kafka_dump"
 # X's inference launcher's and benchmark's serving overrides; the lengths are added per run.
@@ -135,12 +135,13 @@ def flatten(tree) -> tuple[dict, list]:
     """``a/b`` -> array of a nested batch or parameter tree; and the paths that were None."""
     import jax
 
-    arrays: dict = {}
+    arrays, nones = {}, []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]:
         name = "/".join(str(_key_text(part)) for part in path)
-        if leaf is not None:
+        if leaf is None:
+            nones.append(name)
+        else:
             arrays[name] = np.asarray(leaf)
-    nones = [n for n in _none_paths(tree)]
     return arrays, nones
 
 
@@ -149,14 +150,6 @@ def _key_text(part):
         if hasattr(part, attribute):
             return getattr(part, attribute)
     return part
-
-
-def _none_paths(tree, prefix: str = ""):
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from _none_paths(value, f"{prefix}{key}/")
-    elif tree is None:
-        yield prefix.rstrip("/")
 
 
 # --- X's forward --------------------------------------------------------------------------
@@ -280,16 +273,13 @@ class XForward:
             started = time.perf_counter()
             compiled = jax.jit(self.program.apply).lower(params, apply_rng, batch, merged).compile()
             compile_s = time.perf_counter() - started
-            outputs = jax.device_get(compiled(params, apply_rng, batch, merged))
-            seconds = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                jax.device_get(compiled(params, apply_rng, batch, merged))
-                seconds.append(time.perf_counter() - started)
+            first, seconds, outputs = timed_calls(
+                lambda: compiled(params, apply_rng, batch, merged), repeats
+            )
         timing = {
             "compile_s": round(compile_s, 2),
-            "ms": [round(s * 1e3, 3) for s in seconds],
-            "median_ms": round(statistics.median(seconds) * 1e3, 3),
+            "first_call_s": round(first, 3),
+            **milliseconds(seconds),
             "finite": bool(all(np.isfinite(o).all() for o in outputs)),
         }
         return timing, outputs

@@ -48,7 +48,7 @@ from harness.gpu_machine import (
     WHEELS_DIR,
     site_packages,
 )
-from harness.perf_analyzer import MEMBER_SUFFIX
+from harness.perf_analyzer import binary_member
 from phoenix.util.command_line import command_parser
 
 MARGIN_MIB = 1  # under --tree-limit-mib: for results committed between the build and the copy
@@ -210,12 +210,13 @@ def copy_perf_analyzer_wheel(source_dir: Path, dest: Path) -> Path:
         raise PayloadError(f"no {PERF_ANALYZER_WHEEL} in {source_dir}: run `make setup` first")
     dest.mkdir(parents=True, exist_ok=True)
     cut = dest / found[-1].name
-    with zipfile.ZipFile(found[-1]) as wheel, zipfile.ZipFile(cut, "w") as kept:
-        members = [info for info in wheel.infolist() if info.filename.endswith(MEMBER_SUFFIX)]
-        if not members:
-            raise PayloadError(f"{found[-1]} holds no perf_analyzer ({MEMBER_SUFFIX})")
-        for info in members:
-            kept.writestr(info, wheel.read(info), compress_type=zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(found[-1]) as wheel:
+        try:
+            member = binary_member(wheel)
+        except FileNotFoundError as error:
+            raise PayloadError(str(error)) from None
+        with zipfile.ZipFile(cut, "w") as kept:
+            kept.writestr(member, wheel.read(member), compress_type=zipfile.ZIP_DEFLATED)
     return cut
 
 

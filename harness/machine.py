@@ -1,5 +1,6 @@
 """What a benchmark ran on: this project's 2-core machines are not all alike (an AVX2-only
-EPYC served at about half an AVX-512 Xeon's rate), so each result names its machine."""
+EPYC served at about half an AVX-512 Xeon's rate), so each result names its machine; and the
+device a benchmark asked for, required of this process's JAX (``require_device``)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,18 @@ def machine() -> dict:
         "platform": platform.platform(),
         "load_avg": [round(load, 2) for load in os.getloadavg()],
     }
+
+
+def require_device(device: str) -> None:
+    """With ``--device gpu``, JAX of this process on a GPU too (the in-process side), and no
+    preallocation: the server's stubs share the GPU with it. With ``cpu``, JAX on the CPU even
+    on a machine with a GPU (before anything starts a device)."""
+    if device != "gpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        return
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    if jax.default_backend() != "gpu":
+        raise SystemExit(f"error: --device gpu needs JAX on a GPU in this process, found "
+                         f"{jax.default_backend()!r} ({jax.devices()})")  # fmt: skip

@@ -38,15 +38,21 @@ def find_wheel(folder: Path) -> Path:
     return wheels[-1]
 
 
+def binary_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo:
+    """The wheel's `perf_analyzer` (FileNotFoundError when it holds none)."""
+    for info in archive.infolist():
+        if info.filename.endswith(MEMBER_SUFFIX):
+            return info
+    raise FileNotFoundError(f"{archive.filename} holds no perf_analyzer ({MEMBER_SUFFIX})")
+
+
 def extract_binary(wheel: Path, dest: Path) -> Path:
     """Copy the wheel's `perf_analyzer` to ``dest``, executable; atomic so make can retry."""
     with zipfile.ZipFile(wheel) as archive:
-        members = [n for n in archive.namelist() if n.endswith(MEMBER_SUFFIX)]
-        if not members:
-            raise FileNotFoundError(f"{wheel} holds no perf_analyzer ({MEMBER_SUFFIX})")
+        member = binary_member(archive)
         dest.parent.mkdir(parents=True, exist_ok=True)
         partial = dest.with_name(dest.name + ".partial")
-        partial.write_bytes(archive.read(members[0]))
+        partial.write_bytes(archive.read(member))
     partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     partial.replace(dest)
     return dest

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from harness import REPO_ROOT
@@ -20,6 +22,12 @@ def shown_path(path: Path | str) -> str:
         return str(resolved.relative_to(REPO_ROOT))
     shown = portable_text(str(resolved), REPO_ROOT)
     return shown if shown != str(resolved) else resolved.name
+
+
+def command_line(module: str, argv) -> str:
+    """The command that ran a benchmark, as its results record it: ``python -m MODULE`` and
+    its arguments (``argv``; None: this process's), no path of this machine."""
+    return portable_text(shlex.join(["python", "-m", module, *(argv or sys.argv[1:])]))
 
 
 def write_results(path: Path, results: dict) -> Path:

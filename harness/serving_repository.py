@@ -1,6 +1,7 @@
 """The serving benchmark's workloads and the model repositories it serves: the deployment
 profile's, with the ranker's prefix cache off and, when asked, only the candidate buckets the
-measured workloads fill; and which models' programs a server loading some of them runs.
+measured workloads fill; which models' programs a server loading some of them runs; and the
+most users the batcher puts in one ranker call (IN_PROCESS_BATCH, the in-process side's).
 bench/serving_servers.py starts servers over them."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from phoenix.schema.served import CONTRACTS
 from phoenix.stub.services.catalog import SERVED_BY_SERVICES
 
 RECOMMEND_TOP_K = 100
+IN_PROCESS_BATCH = RANKER.max_batch_size  # the most users the batcher puts in one ranker call
 # The workloads bench_serving measures, name: (model, candidates the ranker ranks per user):
 # recommend's ranker stage ranks the posts its retriever returns, top_k of them (its requests
 # carry a history and follow no author, so no in-network post joins them)

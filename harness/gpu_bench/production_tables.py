@@ -162,11 +162,10 @@ def xrex_table(result: Optional[dict]) -> list[str]:
     for found in result["rows"]:
         ours = found["ours"]
         log_probs = next(d for d in ours["differences"] if d["output"] == "log_probs")
-        steps = ours["steps_over_limit"]["log_probs"]
         lines.append(row(
             found["batch"], f"{found['x']['median_ms']:.2f}", f"{ours['median_ms']:.2f}",
             f"{found['x_over_ours']:.2f}x", f"{log_probs['max']:.4f} / {log_probs['mean']:.5f}",
-            f"{log_probs['over']} ({steps:g})" if log_probs["over"] else "0",
+            f"{log_probs['over']} ({log_probs['over_steps']:g})" if log_probs["over"] else "0",
             "yes" if ours["ok"] else "**no**",
         ))  # fmt: skip
     replay = result["replay"]

@@ -120,7 +120,8 @@ def print_row(row: dict) -> None:
         verdict = ("ok" if d["ok"] else "OVER") if d["limit"] else "(not checked)"
         limit = f"  [{d['limit']}]" if d["limit"] else ""
         if d["limit"] and d["over"]:
-            limit += f"  ({d['over']} over the absolute limit)"
+            limit += (f"  ({d['over']} over the absolute limit, at most "
+                      f"{d['over_steps']:.3g} bfloat16 steps from X's value)")  # fmt: skip
         print(f"  {d['output']:<11} max {d['max']:.4g}  mean {d['mean']:.4g}  {verdict}{limit}")
 
 

@@ -204,6 +204,9 @@ class Difference(NamedTuple):
     limit: str  # what was checked, "" when the output is reported only
     ok: bool
     over: int  # values over the absolute limit (``max`` for log-probs, ``continuous_max``)
+    # the farthest of those from X's value in bfloat16 steps of it (0 when none is over): 1 is
+    # one rounding apart however large the value (a step is 0.125 from 16 to 32, past 0.08)
+    over_steps: float = 0.0
 
 
 def bfloat16_step(values: np.ndarray) -> np.ndarray:
@@ -224,15 +227,20 @@ def compare(ours: Mapping[str, np.ndarray], reference: ReferenceSet, tol: Tolera
         if name == "log_probs":
             limit = f"max <= {tol.log_prob_max}, mean <= {tol.log_prob_mean}"
             ok = largest <= tol.log_prob_max and mean <= tol.log_prob_mean
-            over = int((diff > tol.log_prob_max).sum())
+            over_mask = diff > tol.log_prob_max
         elif name == "continuous":
             allowed = np.maximum(tol.continuous_max, tol.continuous_steps * bfloat16_step(theirs))
             limit = f"max <= {tol.continuous_max}"
             if tol.continuous_steps:
                 limit += f" or {tol.continuous_steps} bfloat16 steps"
-            ok, over = bool((diff <= allowed).all()), int((diff > tol.continuous_max).sum())
+            ok, over_mask = bool((diff <= allowed).all()), diff > tol.continuous_max
         else:
-            limit, ok, over = "", True, 0
+            limit, ok, over_mask = "", True, np.zeros_like(diff, dtype=bool)
         ok = ok and bool(np.isfinite(diff).all())
-        results.append(Difference(name, largest, mean, limit, ok, over))
+        over = int(over_mask.sum())
+        with np.errstate(divide="ignore"):  # X's value 0: infinitely many steps away
+            steps = (
+                float((diff[over_mask] / bfloat16_step(theirs[over_mask])).max()) if over else 0.0
+            )
+        results.append(Difference(name, largest, mean, limit, ok, over, steps))
     return results

@@ -1,9 +1,10 @@
-"""The GPU benchmark's production, prefix-cache and reference steps (bench/gpu/measure.py) as
-far as a machine without a GPU can check them: the steps each profile runs, each step's command
-as its script parses it, the repository the production step serves, the summary's FLOP rate
-against the device's dtype (bench/production_report.py) and the tables rendered from the
-steps' figures (harness/gpu_bench/production_tables.py). `bash bench/gpu/run.sh --cpu` runs them on
-this CPU (tests/integration/test_gpu_bench_smoke.py)."""
+"""The GPU benchmark's production, prefix-cache and reference steps (harness/gpu_bench/steps.py)
+as far as a machine without a GPU can check them: the steps each profile runs, each step's
+command as its script parses it (harness/bench_options.py, the parsers bench/ uses), the
+repository the production step serves, the summary's FLOP rate against the device's dtype
+(harness/production_report.py) and the tables rendered from the steps' figures
+(harness/gpu_bench/production_tables.py). `bash bench/gpu/run.sh --cpu` runs them on this CPU
+(tests/integration/test_gpu_bench_smoke.py)."""
 
 import re
 import statistics
@@ -11,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_prefix_cache, bench_production
-from bench.gpu import measure
-from bench.production_report import summarize, table
+from harness import bench_options
+from harness.gpu_bench import steps
 from harness.gpu_bench.production_tables import (
     prefix_cache_table,
     production_table,
     reference_table,
 )
+from harness.production_report import summarize, table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,16 +32,16 @@ def parameter(config_text: str, key: str) -> str:
 
 
 def test_both_profiles_run_every_step_unless_told_which():
-    assert measure.parse_args([]).steps == list(measure.STEPS)
-    assert measure.parse_args(["--cpu"]).steps == list(measure.STEPS)
-    assert measure.STEPS[-4:] == ("production", "prefix-cache", "reference", "xrex")
-    named = measure.parse_args(["--cpu", "--steps", "production,prefix-cache"]).steps
+    assert steps.parse_args([]).steps == list(steps.STEPS)
+    assert steps.parse_args(["--cpu"]).steps == list(steps.STEPS)
+    assert steps.STEPS[-4:] == ("production", "prefix-cache", "reference", "xrex")
+    named = steps.parse_args(["--cpu", "--steps", "production,prefix-cache"]).steps
     assert named == ["production", "prefix-cache"]
 
 
 def test_an_unknown_step_is_refused_naming_the_choices(capsys):
     with pytest.raises(SystemExit) as stopped:
-        measure.parse_args(["--steps", "production,prefix"])
+        steps.parse_args(["--steps", "production,prefix"])
     assert stopped.value.code == 2
     error = capsys.readouterr().err
     assert "unknown steps ['prefix']" in error and "prefix-cache" in error
@@ -48,12 +49,10 @@ def test_an_unknown_step_is_refused_naming_the_choices(capsys):
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_the_production_step_is_a_command_bench_production_reads(device, tmp_path):
-    args = measure.parse_args(
-        (["--cpu"] if device == "cpu" else []) + ["--build-dir", str(tmp_path)]
-    )
-    command = measure.step_command("production", args)
+    args = steps.parse_args((["--cpu"] if device == "cpu" else []) + ["--build-dir", str(tmp_path)])
+    command = steps.step_command("production", args)
     assert command[1:3] == ["-m", "bench.bench_production"]
-    parsed = bench_production.parse_args(command[3:])
+    parsed = bench_options.production_args(command[3:])
     assert parsed.device == device
     preset = "nano" if device == "gpu" else "tiny"
     assert parsed.artifacts == args.build_dir / f"production-{preset}"
@@ -65,12 +64,10 @@ def test_the_production_step_is_a_command_bench_production_reads(device, tmp_pat
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_the_prefix_cache_step_is_a_command_bench_prefix_cache_reads(device, tmp_path):
-    args = measure.parse_args(
-        (["--cpu"] if device == "cpu" else []) + ["--build-dir", str(tmp_path)]
-    )
-    command = measure.step_command("prefix-cache", args)
+    args = steps.parse_args((["--cpu"] if device == "cpu" else []) + ["--build-dir", str(tmp_path)])
+    command = steps.step_command("prefix-cache", args)
     assert command[1:3] == ["-m", "bench.bench_prefix_cache"]
-    parsed = bench_prefix_cache.parse_args(command[3:])
+    parsed = bench_options.prefix_cache_args(command[3:])
     assert parsed.out == args.results / "prefix-cache.json"
     assert parsed.work == args.build_dir / "prefix-cache"
     assert parsed.skip_paged  # Locust's paged users serve the CPU profile
@@ -78,21 +75,21 @@ def test_the_prefix_cache_step_is_a_command_bench_prefix_cache_reads(device, tmp
 
 
 def test_the_reference_step_checks_the_repositorys_sets_made_with_xs_code(tmp_path):
-    args = measure.parse_args(["--build-dir", str(tmp_path)])
-    command = measure.step_command("reference", args)
+    args = steps.parse_args(["--build-dir", str(tmp_path)])
+    command = steps.step_command("reference", args)
     assert command[1:] == [
         "-m", "phoenix.ops.check_reference", str(REPO_ROOT / "tests" / "data" / "production"),
         "--json", str(args.results / "reference.json"),
     ]  # fmt: skip
-    assert sorted(p.name for p in measure.REFERENCE_SETS.glob("*_params.npz")) == [
+    assert sorted(p.name for p in steps.REFERENCE_SETS.glob("*_params.npz")) == [
         "small_serving_params.npz", "small_training_kernel_params.npz",
     ]  # fmt: skip
 
 
 def test_the_production_benchmark_serves_the_gpu_profile_with_one_candidate_bucket(tmp_path):
-    args = bench_production.parse_args(["--device", "gpu", "--build-dir", str(tmp_path)])
+    args = bench_options.production_args(["--device", "gpu", "--build-dir", str(tmp_path)])
     args.candidates = 64  # main sets it from the artifacts' ranker
-    text = (bench_production.repository(args) / "ranker" / "config.pbtxt").read_text()
+    text = (bench_options.production_repository(args) / "ranker" / "config.pbtxt").read_text()
     assert "kind: KIND_GPU" in text
     assert parameter(text, "batch_buckets") == "1,8,64"  # the GPU profile's
     assert parameter(text, "candidate_buckets") == "64"  # the requests' width alone
@@ -101,16 +98,16 @@ def test_the_production_benchmark_serves_the_gpu_profile_with_one_candidate_buck
 
 
 def test_in_process_users_a_call_match_what_the_servers_batcher_can_make():
-    assert bench_production.in_process_batches(1, 64) == (1,)
-    assert bench_production.in_process_batches(16, 8) == (1, 8)  # the CPU profile: as before
-    assert bench_production.in_process_batches(16, 64) == (1, 8, 16)  # the GPU profile's 64
-    assert bench_production.in_process_batches(64, 64) == (1, 8, 64)
-    assert bench_production.in_process_batches(4, 64) == (1, 4)
+    assert bench_options.in_process_batches(1, 64) == (1,)
+    assert bench_options.in_process_batches(16, 8) == (1, 8)  # the CPU profile: as before
+    assert bench_options.in_process_batches(16, 64) == (1, 8, 16)  # the GPU profile's 64
+    assert bench_options.in_process_batches(64, 64) == (1, 8, 64)
+    assert bench_options.in_process_batches(4, 64) == (1, 4)
 
 
 def test_a_gpu_run_cannot_rewrite_the_cpu_table_of_the_docs(capsys):
     with pytest.raises(SystemExit) as stopped:
-        bench_production.parse_args(["--device", "gpu", "--docs"])
+        bench_options.production_args(["--device", "gpu", "--docs"])
     assert stopped.value.code == 2
     assert "--docs rewrites the CPU figures" in capsys.readouterr().err
 

@@ -1,10 +1,12 @@
 """The pure parts of the harness that runs X's own forward beside ours (bench/bench_xrex.py):
 the stubs X's configs import through, the release archive packed and laid out again, the
-step's place in the GPU benchmark and its table. X's code itself is not here (it is the
+benchmark's options, the step's place in the GPU benchmark and its table; and a missing
+release refused as a user meets it. X's code itself is not here (it is the
 user's checkout): docs/gpu.md says how a run against it was checked."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tarfile
 import types
@@ -13,13 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import bench_xrex
-from bench.gpu import measure
-from bench.xrex_imports import StubFinder, prepare_release
-from harness import xrex_release
-from harness.gpu_bench import profiles
+from harness import REPO_ROOT, xrex_release
+from harness.bench_options import NANO_SHAPE, xrex_args
+from harness.gpu_bench import profiles, steps
 from harness.gpu_bench.production_tables import xrex_table
-from phoenix.production.reference import Tolerances
+from harness.xrex_imports import StubFinder, prepare_release
+from phoenix.production.reference import Tolerances, compare
 
 ROOT = "phoenix_test_stubbed"
 
@@ -128,12 +129,18 @@ def test_a_folder_that_is_not_xs_release_is_refused_by_name(tmp_path):
     assert xrex_release.main([str(tmp_path), "--out", str(tmp_path / "x.tar.xz")]) == 1
 
 
-def test_a_missing_archive_says_how_to_make_one(tmp_path, monkeypatch):
-    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # what --device cpu would set
+def test_a_missing_archive_says_how_to_make_one(tmp_path):
     with pytest.raises(xrex_release.ReleaseError, match="python -m harness.xrex_release"):
         xrex_release.unpack(tmp_path / xrex_release.ARCHIVE, tmp_path / "out")
-    with pytest.raises(SystemExit, match="error: no .*xrex.tar.xz"):
-        bench_xrex.main(["--payload", str(tmp_path), "--work", str(tmp_path / "work")])
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_xrex", "--payload", str(tmp_path),
+         "--work", str(tmp_path / "work")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: no {tmp_path / xrex_release.ARCHIVE}: build it"), (
+        done.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -147,7 +154,7 @@ def test_a_missing_archive_says_how_to_make_one(tmp_path, monkeypatch):
 )
 def test_the_benchmark_refuses_incomplete_options(argv, message, capsys):
     with pytest.raises(SystemExit) as exited:
-        bench_xrex.parse_args(argv)
+        xrex_args(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -155,14 +162,14 @@ def test_the_benchmark_refuses_incomplete_options(argv, message, capsys):
 def test_shapes_default_to_the_nano_and_paths_are_made_absolute(monkeypatch, tmp_path):
     """The side runs from the checkout's root: relative paths must not change meaning."""
     monkeypatch.chdir(tmp_path)
-    args = bench_xrex.parse_args(["--payload", "p", "--work", "w", "--out", "o.json"])
-    assert (args.history, args.candidates) == bench_xrex.NANO_SHAPE
+    args = xrex_args(["--payload", "p", "--work", "w", "--out", "o.json"])
+    assert (args.history, args.candidates) == NANO_SHAPE
     assert (args.payload, args.work, args.out) == (
         tmp_path / "p",
         tmp_path / "w",
         tmp_path / "o.json",
     )
-    small = bench_xrex.parse_args(["--small"])
+    small = xrex_args(["--small"])
     assert (small.history, small.candidates) == (254, 16)  # tests/data/production's
 
 
@@ -171,23 +178,21 @@ def test_values_past_the_limit_are_counted_in_bfloat16_steps():
     difference under the limit is not counted, however many steps it spans."""
     theirs = np.array([[[-16.5, -1e-6], [-2.0, 0.0]]], np.float32)  # [B=1, R=2, 2]
     ours = np.array([[[-16.375, -2e-6], [-2.0, 9.0]]], np.float32)  # the padded row differs
-    reference = types.SimpleNamespace(
-        candidate_len=np.array([1]),
-        expected={"log_probs": theirs, "continuous": theirs},
-    )
-    steps = bench_xrex.steps_over_limit({"log_probs": ours, "continuous": ours}, reference,
-                                        Tolerances())  # fmt: skip
-    assert steps == {"log_probs": 1.0, "continuous": 1.0}
+    outputs = {"log_probs": theirs, "logits": theirs, "continuous": theirs}
+    reference = types.SimpleNamespace(candidate_len=np.array([1]), expected=outputs)
+    found = compare(dict.fromkeys(outputs, ours), reference, Tolerances())
+    by_output = {d.output: (d.over, d.over_steps) for d in found}
+    assert by_output == {"log_probs": (1, 1.0), "logits": (0, 0.0), "continuous": (1, 1.0)}
 
 
 def test_the_step_is_skipped_without_xs_release_and_runs_with_one(tmp_path):
-    args = measure.parse_args(["--cpu", "--steps", "xrex", "--build-dir", str(tmp_path)])
-    assert measure.skipped("xrex", args).startswith("no --payload")
-    args = measure.parse_args(["--steps", "xrex", "--payload", str(tmp_path)])
-    assert measure.skipped("xrex", args).startswith(f"no {tmp_path / xrex_release.ARCHIVE}")
+    args = steps.parse_args(["--cpu", "--steps", "xrex", "--build-dir", str(tmp_path)])
+    assert steps.skipped("xrex", args).startswith("no --payload")
+    args = steps.parse_args(["--steps", "xrex", "--payload", str(tmp_path)])
+    assert steps.skipped("xrex", args).startswith(f"no {tmp_path / xrex_release.ARCHIVE}")
     (tmp_path / xrex_release.ARCHIVE).write_bytes(b"")
-    assert measure.skipped("xrex", args) == ""
-    command = measure.step_command("xrex", args)
+    assert steps.skipped("xrex", args) == ""
+    command = steps.step_command("xrex", args)
     assert command[1:3] == ["-m", "bench.bench_xrex"]
     assert command[command.index("--payload") + 1] == str(tmp_path)
     assert command[-len(profiles.GPU.xrex_args) :] == profiles.GPU.xrex_args
@@ -199,7 +204,8 @@ def xrex_result(ok: bool) -> dict:
         return {"median_ms": ms}
 
     log_probs = {"output": "log_probs", "max": 0.125 if not ok else 0.06, "mean": 0.0018,
-                 "over": 0 if ok else 3, "limit": "max <= 0.08, mean <= 0.005"}  # fmt: skip
+                 "over": 0 if ok else 3, "over_steps": 0.0 if ok else 1.0,
+                 "limit": "max <= 0.08, mean <= 0.005"}  # fmt: skip
     continuous = {"output": "continuous", "limit": "max <= 0.1 or 2 bfloat16 steps"}
     return {
         "settings": {"model": "nano", "history": 1022, "candidates": 64},
@@ -214,7 +220,6 @@ def xrex_result(ok: bool) -> dict:
                     "median_ms": 2.0,
                     "ok": ok,
                     "differences": [log_probs, continuous],
-                    "steps_over_limit": {"log_probs": 0.0 if ok else 1.0},
                 },
             }
         ],  # fmt: skip
@@ -244,7 +249,7 @@ def test_the_ref_at_forms_of_load_and_store_index_as_xs_kernels_expect():
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    from bench.xrex_imports import indexed_through_at
+    from harness.xrex_imports import indexed_through_at
 
     load, store = indexed_through_at()
 

@@ -1,6 +1,7 @@
 """The production serving benchmark's summary and its table (bench/bench_production.py
 writes them): medians over the rounds, ratios served / in process, FLOP rates against the
-device's matmul rate. Pure: numpy and the results' dict, nothing is measured here."""
+device's matmul rate. Pure: numpy and the results' dict, nothing is measured here; imports numpy and
+harness.serving_repository."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.serving_measure import IN_PROCESS_BATCH
+from harness.serving_repository import IN_PROCESS_BATCH
 
 
 def matmul_dtype(results: dict) -> str:

@@ -133,7 +133,7 @@ def prepare_release(release: Path, site: Path) -> StubFinder:
 
             raise SystemExit(
                 f"error: {shim.__name__}: X's code or JAX {jax.__version__} lacks what it "
-                f"needs ({type(error).__name__}: {error}); see bench/xrex_imports.py"
+                f"needs ({type(error).__name__}: {error}); see harness/xrex_imports.py"
             ) from None
     return finder
 
